@@ -1,0 +1,64 @@
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "base/parallel.h"
+#include "nf_test.h"
+
+typedef struct {
+    atomic_int *hits;     /* [n] times each item ran */
+    atomic_int max_worker;
+    int pool_size;
+    atomic_int bad_worker;
+} job;
+
+static void mark(void *ctx, size_t begin, size_t end, int worker)
+{
+    job *j = ctx;
+    if (worker < 0 || worker >= j->pool_size) atomic_fetch_add(&j->bad_worker, 1);
+    for (size_t i = begin; i < end; i++) atomic_fetch_add(&j->hits[i], 1);
+}
+
+static int run_case(nf_pool *p, size_t n, size_t grain)
+{
+    job j = {.pool_size = nf_pool_size(p)};
+    j.hits = calloc(n ? n : 1, sizeof *j.hits);
+    nf_parallel_for(p, n, grain, mark, &j);
+    int wrong = 0;
+    for (size_t i = 0; i < n; i++) wrong += atomic_load(&j.hits[i]) != 1;
+    wrong += atomic_load(&j.bad_worker);
+    free(j.hits);
+    return wrong;
+}
+
+int main(void)
+{
+    CHECK(nf_cpu_count() >= 1);
+    nf_error e;
+    nf_pool *p;
+    CHECK_EQ_INT(nf_pool_create(4, &p, &e), NF_OK);
+    CHECK_EQ_INT(nf_pool_size(p), 4);
+    /* Every item runs exactly once, for sizes around the grain and the thread count. */
+    size_t sizes[] = {0, 1, 3, 4, 5, 63, 64, 65, 1000, 100003};
+    size_t grains[] = {0, 1, 7, 64};
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
+        for (size_t g = 0; g < sizeof grains / sizeof *grains; g++)
+            CHECK_MSG(run_case(p, sizes[s], grains[g]) == 0, "n=%zu grain=%zu", sizes[s], grains[g]);
+    /* Many back-to-back jobs on one pool (generation handling, no lost wake-ups). */
+    int wrong = 0;
+    for (int r = 0; r < 2000; r++) wrong += run_case(p, 37, 1);
+    CHECK_EQ_INT(wrong, 0);
+    nf_pool_destroy(p);
+
+    /* A pool of one and no pool run inline. */
+    CHECK_EQ_INT(nf_pool_create(1, &p, &e), NF_OK);
+    CHECK_EQ_INT(run_case(p, 1000, 3), 0);
+    nf_pool_destroy(p);
+    CHECK_EQ_INT(run_case(NULL, 1000, 3), 0);
+    CHECK_EQ_INT(nf_pool_size(NULL), 1);
+
+    /* Default size is the machine's CPU count. */
+    CHECK_EQ_INT(nf_pool_create(0, &p, &e), NF_OK);
+    CHECK_EQ_INT(nf_pool_size(p), nf_cpu_count());
+    nf_pool_destroy(p);
+    return nf_test_report();
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The CLI contract every command shares: --help exits 0 and prints usage; an unknown command or
+# flag prints a short error plus the usage on stderr and exits 2; --version names version, git
+# hash and the CUDA state.
+set -u
+bin=$1
+pass=0 fail=0
+expect() { # expect DESCRIPTION WANT_STATUS GREP_PATTERN STREAM -- ARGS...
+    local desc=$1 want=$2 pat=$3 stream=$4
+    shift 5
+    local out err rc
+    out=$("$bin" "$@" 2>/tmp/nf_cli_err.$$); rc=$?
+    err=$(cat /tmp/nf_cli_err.$$)
+    local text=$out
+    [ "$stream" = err ] && text=$err
+    if [ "$rc" -eq "$want" ] && grep -qE -- "$pat" <<<"$text"; then
+        pass=$((pass + 1))
+    else
+        fail=$((fail + 1))
+        echo "FAIL: $desc: status $rc (want $want); $stream did not match /$pat/" >&2
+        echo "  stdout: $out" >&2
+        echo "  stderr: $err" >&2
+    fi
+}
+expect "--help" 0 "^usage: ninfer <command>" out -- --help
+expect "no arguments" 2 "no command given" err --
+expect "unknown command" 2 "unknown command 'frobnicate'" err -- frobnicate
+expect "unknown command prints usage" 2 "^usage: ninfer" err -- frobnicate
+expect "unknown global flag" 2 "unknown option '--frob'" err -- --frob
+expect "--version" 0 "^ninfer [0-9]+\.[0-9]+\.[0-9]+ \(git [0-9a-f]+|unknown" out -- --version
+expect "--version names cuda state" 0 "^cuda: " out -- --version
+expect "command --help" 0 "^usage: ninfer version" out -- version --help
+expect "unknown command flag" 2 "unknown option '--bogus'" err -- version --bogus
+expect "unexpected positional" 2 "unexpected argument 'x'" err -- version x
+rm -f /tmp/nf_cli_err.$$
+echo "cli: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,15 @@
+/* The subcommand table's entry type and every command's entry point. Each command parses its own
+ * arguments with nf_cli_parse (argv[0] is the command name) and returns the process exit status:
+ * 0 success, 1 failure at run time, 2 bad usage. */
+#ifndef NF_TOOLS_COMMANDS_H
+#define NF_TOOLS_COMMANDS_H
+
+typedef struct nf_command {
+    const char *name;
+    const char *summary;
+    int (*run)(int argc, char **argv);
+} nf_command;
+
+int nf_cmd_version(int argc, char **argv);
+
+#endif
