@@ -1,0 +1,110 @@
+/* The codec table and what every codec shares: lookup, payload sizes, CPU dispatch. Each codec
+ * defines its nf_codec in its own file (q4_k.c, ...); adding a codec is one file plus a line here. */
+#include "codec/codec.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec/nvfp4.h"
+
+/* Weak while the codec files land one by one; a missing codec reads as NULL and is reported by
+ * nf_codec_get's callers as unknown. */
+#define NF_CODEC_DECL(x) extern const nf_codec x __attribute__((weak))
+NF_CODEC_DECL(nf_codec_f32);
+NF_CODEC_DECL(nf_codec_f16);
+NF_CODEC_DECL(nf_codec_bf16);
+NF_CODEC_DECL(nf_codec_q8_0);
+NF_CODEC_DECL(nf_codec_q4_k);
+NF_CODEC_DECL(nf_codec_q5_k);
+NF_CODEC_DECL(nf_codec_q6_k);
+NF_CODEC_DECL(nf_codec_q4_0);
+NF_CODEC_DECL(nf_codec_q4_1);
+NF_CODEC_DECL(nf_codec_q5_0);
+NF_CODEC_DECL(nf_codec_q5_1);
+NF_CODEC_DECL(nf_codec_nvfp4);
+
+static const nf_codec *table(nf_codec_id id)
+{
+    switch (id) {
+    case NF_CODEC_F32: return &nf_codec_f32;
+    case NF_CODEC_F16: return &nf_codec_f16;
+    case NF_CODEC_BF16: return &nf_codec_bf16;
+    case NF_CODEC_Q8_0: return &nf_codec_q8_0;
+    case NF_CODEC_Q4_K: return &nf_codec_q4_k;
+    case NF_CODEC_Q5_K: return &nf_codec_q5_k;
+    case NF_CODEC_Q6_K: return &nf_codec_q6_k;
+    case NF_CODEC_Q4_0: return &nf_codec_q4_0;
+    case NF_CODEC_Q4_1: return &nf_codec_q4_1;
+    case NF_CODEC_Q5_0: return &nf_codec_q5_0;
+    case NF_CODEC_Q5_1: return &nf_codec_q5_1;
+    case NF_CODEC_NVFP4: return &nf_codec_nvfp4;
+    case NF_CODEC_COUNT: break;
+    }
+    return NULL;
+}
+
+const nf_codec *nf_codec_get(nf_codec_id id) { return table(id); }
+
+const nf_codec *nf_codec_by_name(const char *name)
+{
+    for (int i = 0; i < NF_CODEC_COUNT && name; i++) {
+        const nf_codec *c = table((nf_codec_id)i);
+        if (c && strcmp(c->name, name) == 0) return c;
+    }
+    return NULL;
+}
+
+const nf_codec *nf_codec_by_ggml_type(int type)
+{
+    for (int i = 0; i < NF_CODEC_COUNT; i++) {
+        const nf_codec *c = table((nf_codec_id)i);
+        if (c && c->ggml_type >= 0 && c->ggml_type == type) return c;
+    }
+    return NULL;
+}
+
+int nf_cpu_has_avx2_fma_f16c(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#else
+    return 0;
+#endif
+}
+
+nf_matvec_fn nf_codec_matvec(const nf_codec *c)
+{
+    static int simd = -1; /* decided once per process */
+    if (simd < 0) simd = nf_cpu_has_avx2_fma_f16c() && !getenv("NF_NO_SIMD");
+    return simd && c->matvec_simd ? c->matvec_simd : c->matvec_scalar;
+}
+
+size_t nf_codec_row_bytes(const nf_codec *c, size_t n)
+{
+    if (!c || c->block_elems == 0 || n % c->block_elems) return 0;
+    return n / c->block_elems * c->block_bytes;
+}
+
+nf_status nf_codec_payload_bytes(const nf_codec *c, uint64_t rows, uint64_t cols, uint32_t divisors,
+                                 uint64_t *bytes, nf_error *err)
+{
+    if (c->flags & NF_CODEC_PLANAR) {
+        nf_nvfp4_layout l;
+        nf_status s = nf_nvfp4_layout_of(rows, cols, divisors, &l, err);
+        if (s == NF_OK) *bytes = l.payload_bytes;
+        return s;
+    }
+    if (divisors != 1)
+        return nf_error_set(err, NF_ERR_FORMAT, "codec %s: divisors = %u, but only nvfp4 may carry more than one",
+                            c->name, divisors);
+    if (cols % c->block_elems)
+        return nf_error_set(err, NF_ERR_FORMAT, "codec %s: row length %llu is not a multiple of its block (%u)",
+                            c->name, (unsigned long long)cols, c->block_elems);
+    uint64_t row = cols / c->block_elems * c->block_bytes;
+    if (row && rows > UINT64_MAX / row)
+        return nf_error_set(err, NF_ERR_FORMAT, "codec %s: %llu x %llu overflows", c->name,
+                            (unsigned long long)rows, (unsigned long long)cols);
+    *bytes = rows * row;
+    return NF_OK;
+}
