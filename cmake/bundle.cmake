@@ -1,5 +1,7 @@
 # Copies FILES into OUT/bin and writes OUT/CTestTestfile.cmake registering TESTS (cuda label,
 # skip code 77) with paths relative to OUT, so the folder can travel to another machine.
+string(REPLACE "|" ";" FILES "${FILES}")
+string(REPLACE "|" ";" TESTS "${TESTS}")
 file(REMOVE_RECURSE "${OUT}")
 file(MAKE_DIRECTORY "${OUT}/bin")
 foreach(f ${FILES})
