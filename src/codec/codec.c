@@ -7,9 +7,10 @@
 
 #include "codec/nvfp4.h"
 
-/* Weak while the codec files land one by one; a missing codec reads as NULL and is reported by
- * nf_codec_get's callers as unknown. */
-#define NF_CODEC_DECL(x) extern const nf_codec x __attribute__((weak))
+/* Strong references: with weak ones the linker would not pull a codec's object file out of the
+ * static library nf_codec (a weak undefined reference never extracts an archive member), and every
+ * codec a caller did not name directly would read as NULL. */
+#define NF_CODEC_DECL(x) extern const nf_codec x
 NF_CODEC_DECL(nf_codec_f32);
 NF_CODEC_DECL(nf_codec_f16);
 NF_CODEC_DECL(nf_codec_bf16);
