@@ -14,7 +14,7 @@ typedef struct codec_fixture {
     float *values;   /* [n_blocks][block_elems] */
 } codec_fixture;
 
-static void *fx_read_all(const char *name, size_t *len)
+static inline void *fx_read_all(const char *name, size_t *len)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/fixtures/codec/%s", NF_TEST_DATA, name);
@@ -37,7 +37,7 @@ static void *fx_read_all(const char *name, size_t *len)
 }
 
 /* Loads an "NFCX" file; returns 0 on success. */
-static int fx_load(const char *name, codec_fixture *fx)
+static inline int fx_load(const char *name, codec_fixture *fx)
 {
     size_t len;
     uint8_t *p = fx_read_all(name, &len);
@@ -62,13 +62,13 @@ bad:
     return -1;
 }
 
-static void fx_free(codec_fixture *fx)
+static inline void fx_free(codec_fixture *fx)
 {
     free(fx->blocks);
     free(fx->values);
 }
 
-static uint32_t fx_bits(float f)
+static inline uint32_t fx_bits(float f)
 {
     uint32_t u;
     memcpy(&u, &f, 4);
