@@ -11,5 +11,7 @@ typedef struct nf_command {
 } nf_command;
 
 int nf_cmd_version(int argc, char **argv);
+int nf_cmd_bench(int argc, char **argv);       /* dispatcher: tools/cmd_bench.c */
+int nf_cmd_bench_codec(int argc, char **argv); /* ninfer bench codec */
 
 #endif

@@ -7,6 +7,7 @@
 
 static const nf_command commands[] = {
     {"version", "print version, build and GPU information", nf_cmd_version},
+    {"bench", "benchmarks: bench codec (CPU codec throughput)", nf_cmd_bench},
 };
 
 static void usage(FILE *f)
