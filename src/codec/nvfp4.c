@@ -168,7 +168,8 @@ static nf_status validate_layout(const nf_nvfp4_planes *p, nf_error *err)
     nf_nvfp4_layout l;
     nf_status s = nf_nvfp4_layout_of(g->rows, g->cols, g->divisors, &l, err);
     if (s) return s;
-    if (memcmp(&l, g, sizeof l) != 0)
+    if (l.data_bytes != g->data_bytes || l.scale_offset != g->scale_offset || l.scale_bytes != g->scale_bytes ||
+        l.divisor_offset != g->divisor_offset || l.payload_bytes != g->payload_bytes)
         return nf_error_set(err, NF_ERR_FORMAT,
                             "nvfp4: layout fields (scale at %" PRIu64 ", %" PRIu64 " bytes, divisors at %" PRIu64
                             ") are not those of %" PRIu64 " x %" PRIu64 " with %u divisors (%" PRIu64 ", %" PRIu64
