@@ -211,7 +211,7 @@ static uint8_t *make_payload(uint64_t rows, uint64_t cols, uint32_t d, nf_nvfp4_
     float *w = malloc(rows * cols * sizeof(float));
     srand(7);
     for (uint64_t i = 0; i < rows * cols; i++)
-        w[i] = ((float)rand() / RAND_MAX - 0.5f) * (float)(1 + i / (rows / d * cols));
+        w[i] = (float)((double)rand() / RAND_MAX - 0.5) * (float)(1 + i / (rows / d * cols));
     uint8_t *pay = malloc(l->payload_bytes);
     nf_nvfp4_quantize(w, l, pay);
     free(w);
