@@ -67,7 +67,7 @@ float nf_kq_fit_min(const float *x, int n, int nmax, int nstep, float step, uint
     for (int is = 0; is <= nstep; is++) {
         float iscale = (nmax + step * (is - nstep * 0.5f)) / (mx - mn);
         for (int i = 0; i < n; i++) Lc[i] = (uint8_t)clampi(nf_round_int(iscale * (x[i] - mn)), 0, nmax);
-        float s, m, err = refit_min(x, Lc, n, &s, &m);
+        float s = 0, m = 0, err = refit_min(x, Lc, n, &s, &m);
         if (err < best) {
             best = err, bs = s, bmn = m;
             memcpy(L, Lc, (size_t)n);
@@ -76,7 +76,7 @@ float nf_kq_fit_min(const float *x, int n, int nmax, int nstep, float step, uint
     /* Alternate: levels nearest to the fitted grid, then refit, while the error drops. */
     for (int it = 0; it < 4 && best < INFINITY; it++) {
         for (int i = 0; i < n; i++) Lc[i] = (uint8_t)clampi(nf_round_int((x[i] - bmn) / bs), 0, nmax);
-        float s, m, err = refit_min(x, Lc, n, &s, &m);
+        float s = 0, m = 0, err = refit_min(x, Lc, n, &s, &m);
         if (!(err < best)) break;
         best = err, bs = s, bmn = m;
         memcpy(L, Lc, (size_t)n);
