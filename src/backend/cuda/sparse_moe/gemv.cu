@@ -1,0 +1,140 @@
+// The CUDA-core grouped GEMV of the decode and small-token routes. Weights stream once per chunk of
+// tokens: a warp owns one output row (a gate/up pair for GLU), each lane decodes pieces of the row
+// and dots them with every token of the group staged in shared memory as f32.
+#include "internal.cuh"
+
+namespace nf {
+
+namespace {
+
+constexpr int kWarps = 8; // output rows (row pairs) per CTA
+constexpr size_t kSmemBudget = 200 * 1024;
+
+__device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
+
+template <class C, int MAXT>
+__device__ __forceinline__ void dot_row(const typename C::Row &R, uint32_t cols, const float *xs, int nt,
+                                        float *acc)
+{
+    const int pieces = (int)(cols / C::BLK) * C::PIECES;
+    for (int q = threadIdx.x % 32; q < pieces; q += 32) {
+        float w[C::PE];
+        C::piece(R, q, w);
+#pragma unroll
+        for (int run = 0; run < C::RUNS; run++) {
+            const int e0 = C::elem(q, run);
+#pragma unroll
+            for (int t = 0; t < MAXT; t++) {
+                if (t >= nt) break;
+                const float *xv = xs + (size_t)t * cols + e0;
+                float a = acc[t];
+#pragma unroll
+                for (int i = 0; i < C::RUN; i++) a = fmaf(w[run * C::RUN + i], xv[i], a);
+                acc[t] = a;
+            }
+        }
+    }
+}
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// grid: x = row blocks of kWarps output rows, y = group slots. Block: kWarps warps.
+template <class C, int MAXT, bool GLU, bool IN_BF16>
+__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(DevMat W, const void *in, uint32_t in_stride, Groups g,
+                                                          float *out, uint32_t out_stride, int tchunk)
+{
+    extern __shared__ float xs[]; // [tchunk][W.cols]
+    const int gi = blockIdx.y;
+    if (gi >= *g.n) return;
+    const int expert = g.expert[gi], start = g.start[gi], count = g.count[gi];
+    const uint32_t out_rows = GLU ? W.rows / 2 : W.rows;
+    const uint32_t r = blockIdx.x * kWarps + threadIdx.x / 32;
+    const uint32_t cols = W.cols;
+
+    for (int c0 = 0; c0 < count; c0 += tchunk) {
+        const int nt = min(tchunk, count - c0);
+        __syncthreads(); // the previous chunk's readers are done with xs
+        for (int t = 0; t < nt; t++) {
+            const int pos = start + c0 + t;
+            const int row = g.pos_token ? g.pos_token[pos] : pos;
+            if (IN_BF16) {
+                const uint16_t *src = (const uint16_t *)in + (size_t)row * in_stride;
+                for (uint32_t i = threadIdx.x; i < cols; i += blockDim.x) xs[(size_t)t * cols + i] = bf2f(src[i]);
+            } else {
+                const float *src = (const float *)in + (size_t)row * in_stride;
+                for (uint32_t i = threadIdx.x; i < cols; i += blockDim.x) xs[(size_t)t * cols + i] = src[i];
+            }
+        }
+        __syncthreads();
+        if (r >= out_rows) continue;
+        for (int t0 = 0; t0 < nt; t0 += MAXT) {
+            const int n = min(MAXT, nt - t0);
+            const float *xt = xs + (size_t)t0 * cols;
+            float a[MAXT] = {}, b[MAXT] = {};
+            dot_row<C, MAXT>(C::row(W, expert, r, 0), cols, xt, n, a);
+            if (GLU) dot_row<C, MAXT>(C::row(W, expert, r + out_rows, 0), cols, xt, n, b);
+#pragma unroll
+            for (int t = 0; t < MAXT; t++) {
+                if (t >= n) break;
+                float va = warp_sum(a[t]);
+                float v = GLU ? silu(va) * warp_sum(b[t]) : va;
+                if (threadIdx.x % 32 == 0) out[(size_t)(start + c0 + t0 + t) * out_stride + r] = v;
+            }
+        }
+    }
+}
+
+template <class C, int MAXT>
+cudaError_t launch_t(bool glu, const DevMat &W, const void *in, bool in_bf16, uint32_t in_stride, const Groups &g,
+                     float *out, uint32_t out_stride, cudaStream_t s)
+{
+    const uint32_t out_rows = glu ? W.rows / 2 : W.rows;
+    int tchunk = (int)(kSmemBudget / ((size_t)W.cols * sizeof(float)));
+    if (tchunk < 1) return cudaErrorInvalidValue;
+    if (tchunk > 64) tchunk = 64;
+    size_t smem = (size_t)tchunk * W.cols * sizeof(float);
+    dim3 grid((out_rows + kWarps - 1) / kWarps, g.max_groups);
+    void (*k)(DevMat, const void *, uint32_t, Groups, float *, uint32_t, int);
+    if (glu)
+        k = in_bf16 ? gemv_kernel<C, MAXT, true, true> : gemv_kernel<C, MAXT, true, false>;
+    else
+        k = in_bf16 ? gemv_kernel<C, MAXT, false, true> : gemv_kernel<C, MAXT, false, false>;
+    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) return e;
+    k<<<grid, kWarps * 32, smem, s>>>(W, in, in_stride, g, out, out_stride, tchunk);
+    return cudaGetLastError();
+}
+
+template <class C>
+cudaError_t launch_c(bool glu, const DevMat &W, const void *in, bool in_bf16, uint32_t in_stride, const Groups &g,
+                     float *out, uint32_t out_stride, uint32_t max_tokens, cudaStream_t s)
+{
+    // Registers hold MAXT accumulators per row; pick the smallest instantiation that covers the
+    // tokens one group can have (a group never has more positions than the slice has tokens).
+    if (max_tokens <= 1) return launch_t<C, 1>(glu, W, in, in_bf16, in_stride, g, out, out_stride, s);
+    if (max_tokens <= 4) return launch_t<C, 4>(glu, W, in, in_bf16, in_stride, g, out, out_stride, s);
+    return launch_t<C, 8>(glu, W, in, in_bf16, in_stride, g, out, out_stride, s);
+}
+
+} // namespace
+
+cudaError_t launch_gemv(int codec, bool glu, const DevMat &W, const void *in, bool in_bf16, uint32_t in_stride,
+                        const Groups &g, float *out, uint32_t out_stride, uint32_t max_tokens, cudaStream_t s)
+{
+    // nf_codec_id values (codec/codec.h): F32 0, F16 1, BF16 2, Q8_0 3, Q4_K 4, Q5_K 5, Q6_K 6, NVFP4 11
+    switch (codec) {
+    case 2: return launch_c<CBF16>(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, s);
+    case 3: return launch_c<CQ8>(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, s);
+    case 4: return launch_c<CQ4K>(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, s);
+    case 5: return launch_c<CQ5K>(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, s);
+    case 6: return launch_c<CQ6K>(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, s);
+    case 11: return launch_c<CNVFP4>(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, s);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+} // namespace nf

@@ -1,0 +1,54 @@
+// Internal interfaces between the sparse-MoE translation units (C++; not part of the C API).
+#pragma once
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "dev_codecs.cuh"
+
+namespace nf {
+
+// Routing and the expert-sorted work list, all in the workspace (device memory).
+//   logits    [T][E] f32
+//   topk_id   [T][k] i32, topk_w [T][k] f32 (router weights after optional renormalisation)
+//   shared_g  [T] f32: sigmoid(shared_gate . x[t]) (absent without a shared expert)
+//   slot      [T*k]: position of entry (t, j) in the expert-sorted order
+//   pos_token [T*k]: token of each position
+//   groups: n_groups active experts, in increasing expert id; group g is expert g_expert[g],
+//           positions g_start[g] .. g_start[g] + g_count[g]
+struct Routing {
+    float *logits;
+    int32_t *topk_id;
+    float *topk_w;
+    float *shared_g;
+    int32_t *slot;
+    int32_t *pos_token;
+    int32_t *n_groups;
+    int32_t *g_expert, *g_start, *g_count;
+    int32_t *shared_group; // [4]: n_groups = 1, expert 0, start 0, count T (set per slice)
+};
+
+// A group list for the grouped GEMV/GEMM kernels: (n_groups on device, expert, start, count).
+struct Groups {
+    const int32_t *n, *expert, *start, *count;
+    const int32_t *pos_token; // input row of a position; NULL: the position itself
+    uint32_t max_groups;      // grid bound (the device-side count decides which exit early)
+};
+
+// router.cu
+void launch_router(const DevMat &router, int router_codec, const DevMat *shared_gate, int shared_gate_codec,
+                   const uint16_t *x, uint32_t T, uint32_t H, uint32_t E, uint32_t k, int norm_topk,
+                   const Routing &r, cudaStream_t s);
+void launch_worklist(const Routing &r, uint32_t T, uint32_t E, uint32_t k, cudaStream_t s);
+
+// gemv.cu: the CUDA-core grouped GEMV used by the decode and small-token routes.
+//   GLU (gate/up): out[pos][r] = silu(gate_r . in) * (up_r . in), r < W.rows / 2
+//   plain (down):  out[pos][r] = W_r . in, r < W.rows
+// in: bf16 rows (x, addressed through pos_token) or f32 rows (act, addressed by position).
+cudaError_t launch_gemv(int codec, bool glu, const DevMat &W, const void *in, bool in_bf16, uint32_t in_stride,
+                        const Groups &g, float *out, uint32_t out_stride, uint32_t max_tokens, cudaStream_t s);
+
+// combine.cu: out[t] = bf16( sum_j w[t,j] * y[slot(t,j)] + shared_g[t] * ys[t] )
+void launch_combine(const Routing &r, const float *y, const float *ys, uint32_t T, uint32_t H, uint32_t k,
+                    uint16_t *out, cudaStream_t s);
+
+} // namespace nf

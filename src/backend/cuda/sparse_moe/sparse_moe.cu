@@ -1,0 +1,431 @@
+// Bind (admission, upload in the kernels' layout, workspace sizing) and the forward's orchestration.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.cuh"
+
+extern "C" {
+#include "base/arena.h"
+#include "codec/codec.h"
+#include "codec/nvfp4.h"
+#include "sparse_moe.h"
+}
+
+using namespace nf;
+
+// Field layout of each GGUF block (offset, size), largest field first: the order of the planes in
+// the kernels' row-planar layout (dev_codecs.cuh). Must match the Row constructors there.
+struct Field {
+    uint32_t off, size;
+};
+struct PlanarLayout {
+    int n;
+    Field f[4];
+};
+
+static int planar_layout(int codec, PlanarLayout *pl)
+{
+    switch (codec) {
+    case NF_CODEC_Q4_K: *pl = {3, {{16, 128}, {4, 12}, {0, 4}}}; return 1;
+    case NF_CODEC_Q5_K: *pl = {4, {{48, 128}, {16, 32}, {4, 12}, {0, 4}}}; return 1;
+    case NF_CODEC_Q6_K: *pl = {4, {{0, 128}, {128, 64}, {192, 16}, {208, 2}}}; return 1;
+    case NF_CODEC_Q8_0: *pl = {2, {{2, 32}, {0, 2}}}; return 1;
+    case NF_CODEC_BF16: *pl = {1, {{0, 2}}}; return 1;
+    case NF_CODEC_F32: *pl = {1, {{0, 4}}}; return 1;
+    default: return 0;
+    }
+}
+
+struct nf_sparse_moe {
+    nf_moe_bank bank;      // shapes and policies (host data pointers cleared)
+    uint32_t max_tokens;   // the chunk
+    DevMat m[6];           // router, gate_up, down, shared_gate_up, shared_down, shared_gate
+    int codec[6];
+    int has_shared;
+    uint8_t *dev;          // one allocation holding every matrix
+    size_t dev_bytes;
+    char profile[64];
+    uint32_t decode_max, small_max;
+    // workspace layout (byte offsets)
+    size_t o_logits, o_id, o_w, o_sg, o_slot, o_pos, o_ng, o_ge, o_gs, o_gc, o_sgrp, o_act, o_y, o_acts, o_ys;
+    size_t ws_bytes;
+};
+
+enum { M_ROUTER, M_GATE_UP, M_DOWN, M_SGU, M_SDOWN, M_SGATE };
+static const char *const mat_name[6] = {"router", "gate_up", "down", "shared_gate_up", "shared_down", "shared_gate"};
+
+static nf_status refuse(nf_error *err, const char *fmt, const char *a, const char *b = "")
+{
+    return nf_error_set(err, NF_ERR_REFUSED, fmt, a, b);
+}
+
+// Shape check of one matrix against what the bank's dimensions require.
+static nf_status check_shape(const nf_moe_matrix *mm, int idx, uint32_t experts, uint32_t rows, uint32_t cols,
+                             nf_error *err)
+{
+    if (mm->experts != experts || mm->rows != rows || mm->cols != cols)
+        return nf_error_set(err, NF_ERR_REFUSED,
+                            "sparse_moe bind: %s is [%u][%u][%u], the bank's dimensions need [%u][%u][%u]",
+                            mat_name[idx], mm->experts, mm->rows, mm->cols, experts, rows, cols);
+    if (!mm->data) return nf_error_set(err, NF_ERR_REFUSED, "sparse_moe bind: %s has no data", mat_name[idx]);
+    const nf_codec *c = nf_codec_get((nf_codec_id)mm->codec);
+    if (!c) return nf_error_set(err, NF_ERR_REFUSED, "sparse_moe bind: %s has unknown codec %d", mat_name[idx], mm->codec);
+    if (cols % c->block_elems)
+        return nf_error_set(err, NF_ERR_REFUSED, "sparse_moe bind: %s row length %u is not a multiple of %s's block (%u)",
+                            mat_name[idx], cols, c->name, c->block_elems);
+    if (mm->codec != NF_CODEC_NVFP4 && mm->divisors != 1)
+        return nf_error_set(err, NF_ERR_REFUSED, "sparse_moe bind: %s is %s with divisors = %u (only nvfp4 has divisors)",
+                            mat_name[idx], c->name, mm->divisors);
+    return NF_OK;
+}
+
+static int is_gguf_codec(int c) { return c == NF_CODEC_Q4_K || c == NF_CODEC_Q5_K || c == NF_CODEC_Q6_K || c == NF_CODEC_Q8_0; }
+
+// Admission: which profile the expert matrices form, or why none.
+static nf_status admit(const nf_moe_bank *b, int has_shared, char *profile, size_t n, nf_error *err)
+{
+    const nf_moe_matrix *ex[4] = {&b->gate_up, &b->down, &b->shared_gate_up, &b->shared_down};
+    const int nex = has_shared ? 4 : 2;
+    int n_nvfp4 = 0, n_bf16 = 0, n_gguf = 0;
+    for (int i = 0; i < nex; i++) {
+        n_nvfp4 += ex[i]->codec == NF_CODEC_NVFP4;
+        n_bf16 += ex[i]->codec == NF_CODEC_BF16;
+        n_gguf += is_gguf_codec(ex[i]->codec);
+    }
+    const nf_codec *c0 = nf_codec_get((nf_codec_id)b->gate_up.codec), *c1 = nf_codec_get((nf_codec_id)b->down.codec);
+    if (n_nvfp4 && n_nvfp4 != nex)
+        return nf_error_set(err, NF_ERR_REFUSED,
+                            "sparse_moe bind: mixed nvfp4/non-nvfp4 bank (gate_up %s, down %s%s): the nvfp4 profile "
+                            "needs all expert matrices in nvfp4",
+                            c0 ? c0->name : "?", c1 ? c1->name : "?", has_shared ? ", plus the shared expert" : "");
+    if (n_bf16 && n_bf16 != nex)
+        return nf_error_set(err, NF_ERR_REFUSED,
+                            "sparse_moe bind: mixed bf16/quantized bank (gate_up %s, down %s): bf16 is a whole-bank profile",
+                            c0 ? c0->name : "?", c1 ? c1->name : "?");
+    if (n_nvfp4 == nex) {
+        int a4 = 0;
+        for (int i = 0; i < nex; i++) a4 += ex[i]->allow_a4 != 0;
+        if (a4 && a4 != nex)
+            return nf_error_set(err, NF_ERR_REFUSED,
+                                "sparse_moe bind: W4A4 needs AllowA4 on every expert input, but only %d of %d have it",
+                                a4, nex);
+        if (a4) {
+            for (int i = 0; i < nex; i++)
+                if (!(ex[i]->input_divisor > 0))
+                    return nf_error_set(err, NF_ERR_REFUSED,
+                                        "sparse_moe bind: %s allows A4 but has no input divisor", mat_name[1 + i]);
+            if (has_shared && b->shared_gate_up.input_divisor != b->gate_up.input_divisor)
+                return nf_error_set(err, NF_ERR_REFUSED,
+                                    "sparse_moe bind: routed and shared gate/up activation divisors disagree (%g vs %g); "
+                                    "the prefill route encodes the chunk once for both",
+                                    (double)b->gate_up.input_divisor, (double)b->shared_gate_up.input_divisor);
+        }
+        snprintf(profile, n, "nvfp4-%s", a4 ? "w4a4" : "w4a16");
+        return NF_OK;
+    }
+    if (n_bf16 == nex) {
+        snprintf(profile, n, "bf16");
+        return NF_OK;
+    }
+    if (n_gguf != nex) {
+        for (int i = 0; i < nex; i++)
+            if (!is_gguf_codec(ex[i]->codec)) {
+                const nf_codec *c = nf_codec_get((nf_codec_id)ex[i]->codec);
+                return nf_error_set(err, NF_ERR_REFUSED,
+                                    "sparse_moe bind: %s codec %s is not admitted (profiles: q4_k/q5_k/q6_k/q8_0 "
+                                    "combinations, bf16, nvfp4)",
+                                    mat_name[1 + i], c ? c->name : "unknown");
+            }
+    }
+    if (has_shared)
+        snprintf(profile, n, "%s+%s/%s+%s", c0->name, c1->name, nf_codec_get((nf_codec_id)b->shared_gate_up.codec)->name,
+                 nf_codec_get((nf_codec_id)b->shared_down.codec)->name);
+    else
+        snprintf(profile, n, "%s+%s", c0->name, c1->name);
+    return NF_OK;
+}
+
+// Device bytes of one matrix in the kernels' layout; refuses an nvfp4 plane set whose layout rules
+// (divisor count, 128-row shares) fail.
+static nf_status dev_size(const nf_moe_matrix *mm, int idx, size_t *bytes, nf_error *err)
+{
+    if (mm->codec == NF_CODEC_NVFP4) {
+        nf_nvfp4_layout nl;
+        if (nf_nvfp4_layout_of((uint64_t)mm->experts * mm->rows, mm->cols, mm->divisors, &nl, err) != NF_OK) {
+            nf_error_prefix(err, "sparse_moe bind: %s", mat_name[idx]);
+            return err ? (err->code = NF_ERR_REFUSED) : NF_ERR_REFUSED;
+        }
+        *bytes = nl.payload_bytes;
+        return NF_OK;
+    }
+    const nf_codec *c = nf_codec_get((nf_codec_id)mm->codec);
+    size_t row = nf_codec_row_bytes(c, mm->cols);
+    *bytes = (size_t)mm->experts * mm->rows * ((row + 15) & ~(size_t)15);
+    return NF_OK;
+}
+
+// Copies one matrix to the device at `dst`, repacking row codecs to the row-planar layout one
+// expert at a time (host staging stays one expert large). Fills the descriptor.
+static nf_status upload(const nf_moe_matrix *mm, uint8_t *dst, DevMat *d, nf_error *err, const char *name)
+{
+    memset(d, 0, sizeof *d);
+    d->data = dst;
+    d->rows = mm->rows;
+    d->cols = mm->cols;
+    if (mm->codec == NF_CODEC_NVFP4) {
+        nf_nvfp4_planes p;
+        nf_nvfp4_layout l;
+        const uint64_t R = (uint64_t)mm->experts * mm->rows;
+        nf_status s = nf_nvfp4_layout_of(R, mm->cols, mm->divisors, &l, err);
+        if (s == NF_OK) s = nf_nvfp4_view(mm->data, l.payload_bytes, R, mm->cols, mm->divisors, &p, err);
+        if (s == NF_OK) s = nf_nvfp4_validate(&p, err);
+        if (s) {
+            nf_error_prefix(err, "sparse_moe bind: %s", name);
+            if (err) err->code = NF_ERR_REFUSED;
+            return NF_ERR_REFUSED;
+        }
+        d->row_stride = mm->cols / 2;
+        d->scales = dst + p.layout.scale_offset;
+        d->divisors = (const float *)(dst + p.layout.divisor_offset);
+        d->rows_per_div = (uint32_t)((uint64_t)mm->experts * mm->rows / mm->divisors);
+        d->kt = (mm->cols / 16 + 3) / 4;
+        if (cudaMemcpy(dst, mm->data, p.layout.payload_bytes, cudaMemcpyHostToDevice) != cudaSuccess)
+            return nf_error_set(err, NF_ERR_CUDA, "sparse_moe bind: %s: upload failed", name);
+        return NF_OK;
+    }
+    const nf_codec *c = nf_codec_get((nf_codec_id)mm->codec);
+    PlanarLayout pl = {};
+    if (!planar_layout(mm->codec, &pl))
+        return nf_error_set(err, NF_ERR_INTERNAL, "sparse_moe bind: %s: no device layout for %s", name, c->name);
+    const size_t nb = mm->cols / c->block_elems, row = nb * c->block_bytes, stride = (row + 15) & ~(size_t)15;
+    d->row_stride = stride;
+    d->nb = (uint32_t)nb;
+    for (int i = 0, off = 0; i < pl.n; off += (int)(nb * pl.f[i].size), i++) d->plane[i] = (uint32_t)off;
+    uint8_t *stage = (uint8_t *)calloc(mm->rows, stride);
+    if (!stage) return nf_error_set(err, NF_ERR_NOMEM, "sparse_moe bind: %s: no host memory for staging", name);
+    for (uint32_t e = 0; e < mm->experts; e++) {
+        const uint8_t *src = (const uint8_t *)mm->data + (size_t)e * mm->rows * row;
+        for (uint32_t r = 0; r < mm->rows; r++)
+            for (int f = 0; f < pl.n; f++)
+                for (size_t b = 0; b < nb; b++)
+                    memcpy(stage + r * stride + d->plane[f] + b * pl.f[f].size,
+                           src + r * row + b * c->block_bytes + pl.f[f].off, pl.f[f].size);
+        if (cudaMemcpy(dst + (size_t)e * mm->rows * stride, stage, mm->rows * stride, cudaMemcpyHostToDevice) !=
+            cudaSuccess) {
+            free(stage);
+            return nf_error_set(err, NF_ERR_CUDA, "sparse_moe bind: %s: upload failed", name);
+        }
+    }
+    free(stage);
+    return NF_OK;
+}
+
+static size_t take(nf_arena *a, size_t bytes)
+{
+    size_t off = 0;
+    nf_arena_take(a, bytes, 256, &off, NULL);
+    return off;
+}
+
+static void layout_workspace(nf_sparse_moe *m)
+{
+    const size_t T = m->max_tokens, E = m->bank.experts, k = m->bank.top_k, H = m->bank.hidden,
+                 I = m->bank.inter, S = m->bank.shared_inter;
+    nf_arena a;
+    nf_arena_sizing(&a);
+    m->o_logits = take(&a, T * E * 4);
+    m->o_id = take(&a, T * k * 4);
+    m->o_w = take(&a, T * k * 4);
+    m->o_sg = take(&a, T * 4);
+    m->o_slot = take(&a, T * k * 4);
+    m->o_pos = take(&a, T * k * 4);
+    m->o_ng = take(&a, 4);
+    m->o_ge = take(&a, E * 4);
+    m->o_gs = take(&a, E * 4);
+    m->o_gc = take(&a, E * 4);
+    m->o_sgrp = take(&a, 16);
+    m->o_act = take(&a, T * k * I * 4);
+    m->o_y = take(&a, T * k * H * 4);
+    m->o_acts = m->has_shared ? take(&a, T * S * 4) : 0;
+    m->o_ys = m->has_shared ? take(&a, T * H * 4) : 0;
+    m->ws_bytes = a.peak;
+}
+
+extern "C" nf_status nf_sparse_moe_bind(const nf_moe_bank *b, uint32_t max_tokens, nf_sparse_moe **out,
+                                        size_t *workspace_bytes, nf_error *err)
+{
+    *out = NULL;
+    if (b->experts < 1 || b->experts > 512)
+        return nf_error_set(err, NF_ERR_REFUSED, "sparse_moe bind: %u experts (supported: 1..512)", b->experts);
+    if (b->top_k < 1 || b->top_k > 16 || b->top_k > b->experts)
+        return nf_error_set(err, NF_ERR_REFUSED, "sparse_moe bind: top-k %u (supported: 1..min(16, experts = %u))",
+                            b->top_k, b->experts);
+    if (b->hidden == 0 || b->inter == 0 || max_tokens == 0)
+        return nf_error_set(err, NF_ERR_REFUSED, "sparse_moe bind: hidden %u, inter %u, max_tokens %u must be > 0",
+                            b->hidden, b->inter, max_tokens);
+    const int has_shared = b->shared_gate_up.codec >= 0;
+    const uint32_t E = b->experts, H = b->hidden, I = b->inter, S = b->shared_inter;
+    struct {
+        const nf_moe_matrix *mm;
+        uint32_t e, r, c;
+    } want[6] = {{&b->router, 1, E, H},          {&b->gate_up, E, 2 * I, H}, {&b->down, E, H, I},
+                 {&b->shared_gate_up, 1, 2 * S, H}, {&b->shared_down, 1, H, S}, {&b->shared_gate, 1, 1, H}};
+    const int nmat = has_shared ? 6 : 3;
+    if (has_shared && S == 0) return refuse(err, "sparse_moe bind: %s present but shared_inter is 0", "shared_gate_up");
+    if (!has_shared && (b->shared_down.codec >= 0 || b->shared_gate.codec >= 0))
+        return refuse(err, "sparse_moe bind: shared_down/shared_gate given without %s", "shared_gate_up");
+    for (int i = 0; i < nmat; i++) {
+        nf_status s = check_shape(want[i].mm, i, want[i].e, want[i].r, want[i].c, err);
+        if (s) return s;
+    }
+    for (int i : {M_ROUTER, M_SGATE}) {
+        if (i == M_SGATE && !has_shared) continue;
+        if (want[i].mm->codec != NF_CODEC_F32 && want[i].mm->codec != NF_CODEC_BF16)
+            return refuse(err, "sparse_moe bind: %s must be f32 or bf16 (the router computes fp32 logits)", mat_name[i]);
+    }
+    char profile[64];
+    nf_status s = admit(b, has_shared, profile, sizeof profile, err);
+    if (s) return s;
+
+    nf_sparse_moe *m = (nf_sparse_moe *)calloc(1, sizeof *m);
+    if (!m) return nf_error_set(err, NF_ERR_NOMEM, "sparse_moe bind: out of memory");
+    m->bank = *b;
+    m->max_tokens = max_tokens;
+    m->has_shared = has_shared;
+    snprintf(m->profile, sizeof m->profile, "%s", profile);
+    // Until the sweep (ninfer bench sparse-moe --sweep) records per-profile thresholds.
+    m->decode_max = 1;
+    m->small_max = 16;
+
+    size_t off[6] = {}, total = 0;
+    for (int i = 0; i < nmat; i++) {
+        size_t bytes = 0;
+        if ((s = dev_size(want[i].mm, i, &bytes, err)) != NF_OK) {
+            free(m);
+            return s;
+        }
+        off[i] = total;
+        total += (bytes + 255) & ~(size_t)255;
+        m->codec[i] = want[i].mm->codec;
+    }
+    for (int i = nmat; i < 6; i++) m->codec[i] = -1;
+    if (cudaMalloc(&m->dev, total) != cudaSuccess) {
+        free(m);
+        cudaGetLastError();
+        return nf_error_set(err, NF_ERR_CUDA, "sparse_moe bind: cannot allocate %zu bytes of device memory", total);
+    }
+    m->dev_bytes = total;
+    for (int i = 0; i < nmat; i++) {
+        s = upload(want[i].mm, m->dev + off[i], &m->m[i], err, mat_name[i]);
+        if (s) {
+            nf_sparse_moe_free(m);
+            return s;
+        }
+    }
+    layout_workspace(m);
+    *workspace_bytes = m->ws_bytes;
+    *out = m;
+    return NF_OK;
+}
+
+extern "C" void nf_sparse_moe_free(nf_sparse_moe *m)
+{
+    if (!m) return;
+    cudaFree(m->dev);
+    free(m);
+}
+
+extern "C" const char *nf_sparse_moe_profile(const nf_sparse_moe *m) { return m->profile; }
+extern "C" size_t nf_sparse_moe_weight_bytes(const nf_sparse_moe *m) { return m->dev_bytes; }
+
+extern "C" nf_moe_route nf_sparse_moe_route(const nf_sparse_moe *m, uint32_t tokens)
+{
+    if (tokens <= m->decode_max) return NF_MOE_ROUTE_DECODE;
+    if (tokens <= m->small_max) return NF_MOE_ROUTE_SMALL;
+    return NF_MOE_ROUTE_PREFILL;
+}
+
+extern "C" const char *nf_moe_route_name(nf_moe_route r)
+{
+    static const char *const names[] = {"decode", "small-token", "prefill"};
+    return (unsigned)r < 3 ? names[r] : "unknown";
+}
+
+extern "C" void nf_sparse_moe_set_thresholds(nf_sparse_moe *m, uint32_t decode_max, uint32_t small_max)
+{
+    m->decode_max = decode_max;
+    m->small_max = small_max < decode_max ? decode_max : small_max;
+}
+
+static Routing routing_at(const nf_sparse_moe *m, uint8_t *ws)
+{
+    Routing r;
+    r.logits = (float *)(ws + m->o_logits);
+    r.topk_id = (int32_t *)(ws + m->o_id);
+    r.topk_w = (float *)(ws + m->o_w);
+    r.shared_g = (float *)(ws + m->o_sg);
+    r.slot = (int32_t *)(ws + m->o_slot);
+    r.pos_token = (int32_t *)(ws + m->o_pos);
+    r.n_groups = (int32_t *)(ws + m->o_ng);
+    r.g_expert = (int32_t *)(ws + m->o_ge);
+    r.g_start = (int32_t *)(ws + m->o_gs);
+    r.g_count = (int32_t *)(ws + m->o_gc);
+    r.shared_group = (int32_t *)(ws + m->o_sgrp);
+    return r;
+}
+
+extern "C" void nf_sparse_moe_routing(const nf_sparse_moe *m, void *workspace, const int32_t **ids,
+                                      const float **weights)
+{
+    Routing r = routing_at(m, (uint8_t *)workspace);
+    *ids = r.topk_id;
+    *weights = r.topk_w;
+}
+
+// One slice of T <= max_tokens tokens.
+static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint32_t T, uint16_t *out, uint8_t *ws,
+                                 cudaStream_t s)
+{
+    const nf_moe_bank &b = m->bank;
+    const uint32_t E = b.experts, k = b.top_k, H = b.hidden, I = b.inter, S = b.shared_inter;
+    Routing r = routing_at(m, ws);
+    launch_router(m->m[M_ROUTER], m->codec[M_ROUTER], m->has_shared ? &m->m[M_SGATE] : nullptr, m->codec[M_SGATE], x,
+                  T, H, E, k, b.norm_topk, r, s);
+    launch_worklist(r, T, E, k, s);
+    float *act = (float *)(ws + m->o_act), *y = (float *)(ws + m->o_y);
+    Groups g{r.n_groups, r.g_expert, r.g_start, r.g_count, r.pos_token, T * k < E ? T * k : E};
+    cudaError_t e = launch_gemv(m->codec[M_GATE_UP], true, m->m[M_GATE_UP], x, true, H, g, act, I, T, s);
+    if (e == cudaSuccess) {
+        g.pos_token = nullptr;
+        e = launch_gemv(m->codec[M_DOWN], false, m->m[M_DOWN], act, false, I, g, y, H, T, s);
+    }
+    float *ys = nullptr;
+    if (e == cudaSuccess && m->has_shared) {
+        float *acts = (float *)(ws + m->o_acts);
+        ys = (float *)(ws + m->o_ys);
+        Groups sg{r.shared_group, r.shared_group + 1, r.shared_group + 2, r.shared_group + 3, nullptr, 1};
+        e = launch_gemv(m->codec[M_SGU], true, m->m[M_SGU], x, true, H, sg, acts, S, T, s);
+        if (e == cudaSuccess) e = launch_gemv(m->codec[M_SDOWN], false, m->m[M_SDOWN], acts, false, S, sg, ys, H, T, s);
+    }
+    if (e != cudaSuccess) return e;
+    launch_combine(r, y, ys, T, H, k, out, s);
+    return cudaGetLastError();
+}
+
+extern "C" nf_status nf_sparse_moe_forward(const nf_sparse_moe *m, const uint16_t *x, uint32_t tokens, uint16_t *out,
+                                           void *workspace, void *stream, nf_error *err)
+{
+    if ((uintptr_t)workspace % 256)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "sparse_moe forward: workspace %p is not 256-byte aligned", workspace);
+    const uint32_t H = m->bank.hidden;
+    for (uint32_t t0 = 0; t0 < tokens; t0 += m->max_tokens) {
+        const uint32_t T = tokens - t0 < m->max_tokens ? tokens - t0 : m->max_tokens;
+        cudaError_t e = forward_slice(m, x + (size_t)t0 * H, T, out + (size_t)t0 * H, (uint8_t *)workspace,
+                                      (cudaStream_t)stream);
+        if (e != cudaSuccess)
+            return nf_error_set(err, NF_ERR_CUDA, "sparse_moe forward (%s, T = %u): %s", m->profile, T,
+                                cudaGetErrorString(e));
+    }
+    return NF_OK;
+}

@@ -1,0 +1,27 @@
+/* CPU reference of the sparse-MoE operator for tests: double accumulation over dequantized weights.
+ * Shapes as in src/backend/cuda/sparse_moe/sparse_moe.h; all weights given dequantized in f32. */
+#ifndef NF_TEST_MOE_REF_H
+#define NF_TEST_MOE_REF_H
+
+#include <stdint.h>
+
+typedef struct nf_moe_ref {
+    uint32_t H, E, k, I, S; /* S = 0: no shared expert */
+    int norm_topk;
+    const float *router;    /* [E][H] */
+    const float *gate_up;   /* [E][2I][H] */
+    const float *down;      /* [E][H][I] */
+    const float *sgate_up;  /* [2S][H] */
+    const float *sdown;     /* [H][S] */
+    const float *sgate;     /* [H] */
+} nf_moe_ref;
+
+/* Routing of one token: ids[k] by descending logit, ties to the lower index; weights[k]; gap = the
+ * smallest difference between a selected and an unselected logit (how close the selection was to
+ * flipping). x is [H] (already the bf16 values, as floats). */
+void nf_moe_ref_route(const nf_moe_ref *m, const float *x, int32_t *ids, double *weights, double *gap);
+
+/* out[H] for one token with the given routing (ids/weights of k experts). */
+void nf_moe_ref_token(const nf_moe_ref *m, const float *x, const int32_t *ids, const double *weights, double *out);
+
+#endif

@@ -1,0 +1,400 @@
+// The CUDA sparse-MoE operator against the CPU reference (tests/common/moe_ref.c: double
+// accumulation over the dequantized weights), for every profile and for T on both sides of every
+// route threshold, plus determinism, graph replay, guard bytes and bind refusals.
+//
+// Tolerance (W4A16 and the bf16/GGUF profiles, where the kernels see exactly the reference's
+// weights and inputs): the kernels accumulate in fp32 and round the output once to bf16, whose
+// half-ulp is at most 2^-8 of the value. Every element must satisfy
+//     |gpu - ref| <= 2^-8 |ref| + 1e-5 max|ref|
+// (the second term covers fp32 accumulation over a few thousand terms) and rel-L2 <= 2^-8.
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+extern "C" {
+#include "backend/cuda/sparse_moe/sparse_moe.h"
+#include "base/fnv.h"
+#include "codec/codec.h"
+#include "codec/nvfp4.h"
+#include "common/moe_ref.h"
+}
+#include "nf_test.h"
+
+namespace {
+
+// Small geometry: k-quants need rows of 256; nvfp4 divisor shares need whole 128-row tiles.
+constexpr uint32_t H = 256, E = 16, K = 4, I = 256, S = 256, CHUNK = 4096;
+constexpr uint32_t TMAX = 4097;
+
+uint64_t rng = 0x9E3779B97F4A7C15ull;
+double urand()
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (double)(rng >> 11) / 9007199254740992.0;
+}
+float nrand()
+{
+    double u1 = urand(), u2 = urand();
+    return (float)(sqrt(-2.0 * log(u1 + 1e-300)) * cos(6.283185307179586 * u2));
+}
+
+// One bank matrix: host payload in the codec plus its dequantization for the reference.
+struct Mat {
+    int codec = -1;
+    uint32_t experts = 0, rows = 0, cols = 0, divisors = 1;
+    std::vector<uint8_t> payload;
+    std::vector<float> deq; // [experts*rows][cols]
+    nf_moe_matrix desc() const
+    {
+        nf_moe_matrix m;
+        memset(&m, 0, sizeof m);
+        m.codec = codec;
+        m.data = codec >= 0 ? payload.data() : nullptr;
+        m.experts = experts;
+        m.rows = rows;
+        m.cols = cols;
+        m.divisors = divisors;
+        return m;
+    }
+};
+
+// Random weights of std `sd`; each of `sources` stacked sources gets its own amplitude in [1, 4] so
+// nvfp4 divisors differ over a fourfold range (gate != up within an expert).
+Mat make_mat(int codec, uint32_t experts, uint32_t rows, uint32_t cols, float sd, uint32_t sources)
+{
+    Mat m;
+    m.codec = codec;
+    m.experts = experts;
+    m.rows = rows;
+    m.cols = cols;
+    const uint64_t R = (uint64_t)experts * rows;
+    std::vector<float> w(R * cols);
+    const uint64_t share = R / sources;
+    for (uint64_t r = 0; r < R; r++) {
+        float amp = 1.0f + 3.0f * (float)((r / share) % 7) / 6.0f;
+        for (uint32_t c = 0; c < cols; c++) w[r * cols + c] = nrand() * sd * amp;
+    }
+    m.deq.resize(R * cols);
+    if (codec == NF_CODEC_NVFP4) {
+        m.divisors = sources;
+        nf_nvfp4_layout l;
+        nf_nvfp4_layout_of(R, cols, sources, &l, NULL);
+        m.payload.assign(l.payload_bytes, 0);
+        nf_nvfp4_quantize(w.data(), &l, m.payload.data());
+        nf_nvfp4_planes p;
+        nf_nvfp4_view(m.payload.data(), l.payload_bytes, R, cols, sources, &p, NULL);
+        for (uint64_t r = 0; r < R; r++) nf_nvfp4_dequantize_row(&p, r, &m.deq[r * cols]);
+    } else {
+        const nf_codec *c = nf_codec_get((nf_codec_id)codec);
+        size_t rb = nf_codec_row_bytes(c, cols);
+        m.payload.resize(R * rb);
+        for (uint64_t r = 0; r < R; r++) {
+            c->quantize_row(&w[r * cols], &m.payload[r * rb], cols);
+            c->dequantize_row(&m.payload[r * rb], &m.deq[r * cols], cols);
+        }
+    }
+    return m;
+}
+
+struct Profile {
+    const char *name;
+    int gu, dn, sgu, sdn; // sgu < 0: no shared expert
+    int norm;
+};
+
+struct Bank {
+    Mat router, gu, dn, sgu, sdn, sg;
+    nf_moe_bank desc(const Profile &p) const
+    {
+        nf_moe_bank b;
+        memset(&b, 0, sizeof b);
+        b.hidden = H;
+        b.experts = E;
+        b.top_k = K;
+        b.inter = I;
+        b.shared_inter = p.sgu >= 0 ? S : 0;
+        b.norm_topk = p.norm;
+        b.router = router.desc();
+        b.gate_up = gu.desc();
+        b.down = dn.desc();
+        b.shared_gate_up = sgu.desc();
+        b.shared_down = sdn.desc();
+        b.shared_gate = sg.desc();
+        return b;
+    }
+};
+
+Bank make_bank(const Profile &p)
+{
+    Bank b;
+    const float sdx = 1.0f / sqrtf((float)H), sdi = 1.0f / sqrtf((float)I);
+    b.router = make_mat(NF_CODEC_BF16, 1, E, H, 3.0f * sdx, 1);
+    b.gu = make_mat(p.gu, E, 2 * I, H, sdx, 2 * E);
+    b.dn = make_mat(p.dn, E, H, I, sdi, E);
+    if (p.sgu >= 0) {
+        b.sgu = make_mat(p.sgu, 1, 2 * S, H, sdx, 2);
+        b.sdn = make_mat(p.sdn, 1, H, S, sdi, 1);
+        b.sg = make_mat(NF_CODEC_BF16, 1, 1, H, sdx, 1);
+    }
+    return b;
+}
+
+uint16_t f2bf(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7FFF + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+float bf2f(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+struct Ref {
+    std::vector<double> out;   // [TMAX][H]
+    std::vector<int32_t> ids;  // [TMAX][K]
+    std::vector<double> gap;   // [TMAX]
+};
+
+Ref reference(const Bank &b, const Profile &p, const std::vector<float> &xf)
+{
+    nf_moe_ref m = {H, E, K, I, p.sgu >= 0 ? S : 0, p.norm, b.router.deq.data(), b.gu.deq.data(), b.dn.deq.data(),
+                    p.sgu >= 0 ? b.sgu.deq.data() : nullptr, p.sgu >= 0 ? b.sdn.deq.data() : nullptr,
+                    p.sgu >= 0 ? b.sg.deq.data() : nullptr};
+    Ref r;
+    r.out.resize((size_t)TMAX * H);
+    r.ids.resize((size_t)TMAX * K);
+    r.gap.resize(TMAX);
+    std::vector<double> w(K);
+    for (uint32_t t = 0; t < TMAX; t++) {
+        nf_moe_ref_route(&m, &xf[(size_t)t * H], &r.ids[(size_t)t * K], w.data(), &r.gap[t]);
+        nf_moe_ref_token(&m, &xf[(size_t)t * H], &r.ids[(size_t)t * K], w.data(), &r.out[(size_t)t * H]);
+    }
+    return r;
+}
+
+constexpr size_t GUARD = 4096; // bytes of 0xA5 on each side of the output
+
+struct Run {
+    std::vector<uint16_t> out;
+    std::vector<int32_t> ids;
+    bool guard_ok;
+};
+
+Run run_forward(nf_sparse_moe *m, void *ws, const uint16_t *dx, uint32_t T, bool graph)
+{
+    Run r;
+    uint8_t *buf;
+    const size_t ob = (size_t)T * H * 2;
+    cudaMalloc(&buf, ob + 2 * GUARD);
+    cudaMemset(buf, 0xA5, ob + 2 * GUARD);
+    uint16_t *dout = (uint16_t *)(buf + GUARD);
+    cudaStream_t s;
+    cudaStreamCreate(&s);
+    nf_error err;
+    if (graph) {
+        cudaGraph_t g;
+        cudaGraphExec_t ge;
+        cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
+        nf_status st = nf_sparse_moe_forward(m, dx, T, dout, ws, s, &err);
+        cudaStreamEndCapture(s, &g);
+        CHECK_MSG(st == NF_OK, "capture: %s", err.msg);
+        CHECK(cudaGraphInstantiate(&ge, g, 0) == cudaSuccess);
+        CHECK(cudaGraphLaunch(ge, s) == cudaSuccess);
+        cudaStreamSynchronize(s);
+        cudaGraphExecDestroy(ge);
+        cudaGraphDestroy(g);
+    } else {
+        nf_status st = nf_sparse_moe_forward(m, dx, T, dout, ws, s, &err);
+        CHECK_MSG(st == NF_OK, "forward: %s", err.msg);
+    }
+    CHECK(cudaStreamSynchronize(s) == cudaSuccess);
+    std::vector<uint8_t> host(ob + 2 * GUARD);
+    cudaMemcpy(host.data(), buf, host.size(), cudaMemcpyDeviceToHost);
+    r.guard_ok = true;
+    for (size_t i = 0; i < GUARD; i++)
+        if (host[i] != 0xA5 || host[GUARD + ob + i] != 0xA5) r.guard_ok = false;
+    r.out.resize((size_t)T * H);
+    memcpy(r.out.data(), host.data() + GUARD, ob);
+    // routing of the last slice's tokens
+    const int32_t *ids;
+    const float *wts;
+    nf_sparse_moe_routing(m, ws, &ids, &wts);
+    uint32_t last = T % CHUNK ? T % CHUNK : CHUNK;
+    r.ids.resize((size_t)last * K);
+    cudaMemcpy(r.ids.data(), ids, r.ids.size() * 4, cudaMemcpyDeviceToHost);
+    cudaStreamDestroy(s);
+    cudaFree(buf);
+    return r;
+}
+
+void check_case(const Profile &p, nf_sparse_moe *m, void *ws, const uint16_t *dx, const Ref &ref, uint32_t T)
+{
+    Run a = run_forward(m, ws, dx, T, false);
+    Run b = run_forward(m, ws, dx, T, true);
+    double num = 0, den = 0, maxref = 0;
+    for (size_t i = 0; i < (size_t)T * H; i++) maxref = fmax(maxref, fabs(ref.out[i]));
+    size_t bad = 0, nonfinite = 0, worst_i = 0;
+    double worst = 0;
+    for (size_t i = 0; i < (size_t)T * H; i++) {
+        double g = bf2f(a.out[i]), r = ref.out[i], d = fabs(g - r);
+        if (!isfinite(g)) nonfinite++;
+        num += d * d;
+        den += r * r;
+        double lim = ldexp(fabs(r), -8) + 1e-5 * maxref;
+        if (d > lim) bad++;
+        if (d / (fabs(r) + 1e-30) > worst && d > 1e-5 * maxref) {
+            worst = d / (fabs(r) + 1e-30);
+            worst_i = i;
+        }
+    }
+    double rel = sqrt(num / (den + 1e-300));
+    // Routing of the last slice: identical to the reference except where the reference's own
+    // logit gap is within fp32 rounding (reported, not failed).
+    uint32_t last = T % CHUNK ? T % CHUNK : CHUNK, base = T - last, flips = 0, near = 0;
+    for (uint32_t t = 0; t < last; t++)
+        for (uint32_t j = 0; j < K; j++)
+            if (a.ids[(size_t)t * K + j] != ref.ids[(size_t)(base + t) * K + j]) {
+                if (ref.gap[base + t] < 1e-5) near++;
+                else flips++;
+                break;
+            }
+    uint64_t wa = nf_fnv1a64(a.out.data(), a.out.size() * 2), wb = nf_fnv1a64(b.out.data(), b.out.size() * 2);
+    Run c = run_forward(m, ws, dx, T, false);
+    uint64_t wc = nf_fnv1a64(c.out.data(), c.out.size() * 2);
+    printf("  %-22s T=%5u route=%-11s rel_l2=%.3e worst_rel=%.3e (at %zu) bad=%zu witness=%016llx%s\n", p.name, T,
+           nf_moe_route_name(nf_sparse_moe_route(m, T % CHUNK ? T % CHUNK : CHUNK)), rel, worst, worst_i, bad,
+           (unsigned long long)wa, near ? " (near-tie routing differences)" : "");
+    CHECK_MSG(nonfinite == 0, "%s T=%u: %zu non-finite outputs", p.name, T, nonfinite);
+    CHECK_MSG(rel <= ldexp(1.0, -8), "%s T=%u: rel-L2 %.3e > 2^-8", p.name, T, rel);
+    CHECK_MSG(bad == 0, "%s T=%u: %zu elements outside 2^-8|ref| + 1e-5 max|ref|", p.name, T, bad);
+    CHECK_MSG(flips == 0, "%s T=%u: routing differs from the reference for %u tokens", p.name, T, flips);
+    CHECK_MSG(a.guard_ok && b.guard_ok, "%s T=%u: guard bytes around the output were overwritten", p.name, T);
+    CHECK_MSG(wa == wb, "%s T=%u: graph replay differs from stream execution", p.name, T);
+    CHECK_MSG(wa == wc, "%s T=%u: two runs differ (not deterministic)", p.name, T);
+}
+
+void test_profile(const Profile &p, const std::vector<uint32_t> &Ts, const std::vector<float> &xf, const uint16_t *dx)
+{
+    Bank b = make_bank(p);
+    nf_moe_bank desc = b.desc(p);
+    nf_sparse_moe *m = nullptr;
+    size_t ws_bytes = 0;
+    nf_error err;
+    nf_status st = nf_sparse_moe_bind(&desc, CHUNK, &m, &ws_bytes, &err);
+    CHECK_MSG(st == NF_OK, "%s: bind: %s", p.name, err.msg);
+    if (st != NF_OK) return;
+    printf("profile %s (admitted as %s), weights %zu bytes, workspace %zu bytes at T=%u\n", p.name,
+           nf_sparse_moe_profile(m), nf_sparse_moe_weight_bytes(m), ws_bytes, CHUNK);
+    void *ws;
+    CHECK(cudaMalloc(&ws, ws_bytes) == cudaSuccess);
+    Ref ref = reference(b, p, xf);
+    for (uint32_t T : Ts) check_case(p, m, ws, dx, ref, T);
+    cudaFree(ws);
+    nf_sparse_moe_free(m);
+}
+
+void expect_refusal(const char *what, const nf_moe_bank &b, const char *needle)
+{
+    nf_sparse_moe *m = nullptr;
+    size_t ws = 0;
+    nf_error err;
+    err.msg[0] = 0;
+    nf_status st = nf_sparse_moe_bind(&b, 64, &m, &ws, &err);
+    CHECK_MSG(st == NF_ERR_REFUSED, "%s: bind returned %d, expected a refusal", what, (int)st);
+    CHECK_CONTAINS(err.msg, needle);
+    printf("refused (%s): %s\n", what, err.msg);
+    if (m) nf_sparse_moe_free(m);
+}
+
+void test_refusals()
+{
+    Profile q = {"q4_k+q6_k", NF_CODEC_Q4_K, NF_CODEC_Q6_K, -1, -1, 1};
+    Bank b = make_bank(q);
+    nf_moe_bank d = b.desc(q);
+    nf_moe_bank x = d;
+    x.top_k = 17;
+    expect_refusal("top-k", x, "top-k 17");
+    x = d;
+    x.down.rows = H + 1;
+    expect_refusal("shape", x, "down is [16][257][256]");
+    Mat nv = make_mat(NF_CODEC_NVFP4, E, H, I, 0.1f, E);
+    x = d;
+    x.down = nv.desc();
+    expect_refusal("mixed nvfp4", x, "mixed nvfp4/non-nvfp4 bank");
+    Mat bf = make_mat(NF_CODEC_BF16, E, H, I, 0.1f, 1);
+    x = d;
+    x.down = bf.desc();
+    expect_refusal("mixed bf16", x, "mixed bf16/quantized bank");
+    Mat f16 = make_mat(NF_CODEC_F16, E, H, I, 0.1f, 1);
+    x = d;
+    x.down = f16.desc();
+    expect_refusal("f16", x, "down codec f16 is not admitted");
+    // W4A4 without AllowA4 on every expert input; routed/shared divisors that disagree.
+    Profile n = {"nvfp4", NF_CODEC_NVFP4, NF_CODEC_NVFP4, NF_CODEC_NVFP4, NF_CODEC_NVFP4, 1};
+    Bank nb = make_bank(n);
+    x = nb.desc(n);
+    x.gate_up.allow_a4 = 1;
+    x.gate_up.input_divisor = 100.f;
+    expect_refusal("partial AllowA4", x, "only 1 of 4 have it");
+    x.down.allow_a4 = x.shared_gate_up.allow_a4 = x.shared_down.allow_a4 = 1;
+    x.down.input_divisor = x.shared_down.input_divisor = 50.f;
+    x.shared_gate_up.input_divisor = 90.f;
+    expect_refusal("divisor disagreement", x, "activation divisors disagree");
+    // A corrupt divisor word is caught by plane validation at bind.
+    x = nb.desc(n);
+    Mat broken = nb.dn;
+    nf_nvfp4_layout l;
+    nf_nvfp4_layout_of((uint64_t)E * H, I, E, &l, NULL);
+    float bad = -1.0f;
+    memcpy(&broken.payload[l.divisor_offset + 4 * 3], &bad, 4);
+    x.down = broken.desc();
+    expect_refusal("bad divisor", x, "down");
+}
+
+} // namespace
+
+int main(void)
+{
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("test_sparse_moe: no GPU visible: skipped\n");
+        return NF_TEST_SKIP;
+    }
+    std::vector<float> xf((size_t)TMAX * H);
+    std::vector<uint16_t> xb(xf.size());
+    for (size_t i = 0; i < xf.size(); i++) {
+        xb[i] = f2bf(nrand());
+        xf[i] = bf2f(xb[i]);
+    }
+    uint16_t *dx;
+    cudaMalloc(&dx, xb.size() * 2);
+    cudaMemcpy(dx, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice);
+
+    const std::vector<uint32_t> Ts = {1, 2, 3, 8, 13, 16, 17, 64, 768, 4097};
+    const Profile profiles[] = {
+        {"bf16", NF_CODEC_BF16, NF_CODEC_BF16, -1, -1, 1},
+        {"q4_k+q6_k", NF_CODEC_Q4_K, NF_CODEC_Q6_K, -1, -1, 1},
+        {"q4_k+q5_k", NF_CODEC_Q4_K, NF_CODEC_Q5_K, -1, -1, 1},
+        {"q8_0+q8_0", NF_CODEC_Q8_0, NF_CODEC_Q8_0, -1, -1, 0},
+        {"q5_k+q6_k/q8_0+q8_0", NF_CODEC_Q5_K, NF_CODEC_Q6_K, NF_CODEC_Q8_0, NF_CODEC_Q8_0, 0},
+        {"q4_k+q4_k/q6_k+q5_k", NF_CODEC_Q4_K, NF_CODEC_Q4_K, NF_CODEC_Q6_K, NF_CODEC_Q5_K, 1},
+        {"bf16/bf16", NF_CODEC_BF16, NF_CODEC_BF16, NF_CODEC_BF16, NF_CODEC_BF16, 0},
+        {"nvfp4-w4a16", NF_CODEC_NVFP4, NF_CODEC_NVFP4, NF_CODEC_NVFP4, NF_CODEC_NVFP4, 1},
+    };
+    const char *only = getenv("NF_TEST_PROFILE");
+    for (const Profile &p : profiles)
+        if (!only || strcmp(only, p.name) == 0) test_profile(p, Ts, xf, dx);
+    test_refusals();
+    cudaFree(dx);
+    return nf_test_report();
+}
