@@ -23,13 +23,12 @@ enum { TILE_ROWS = 128, TILE_BYTES = 512, SCALE_ALIGN = 256 };
 
 /* ---- element codecs ------------------------------------------------------------------------- */
 
-static const float e2m1_mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+/* Indexed by the whole nibble: a table rather than a sign branch, which random data mispredicts.
+ * 0x8 is -0.0, as compressed-tensors' unpack gives. */
+static const float e2m1_val[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                   -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
-float nf_e2m1_to_f32(uint8_t nibble)
-{
-    float m = e2m1_mag[nibble & 7];
-    return (nibble & 8) ? -m : m; /* 0x8 is -0.0, as compressed-tensors' unpack gives */
-}
+float nf_e2m1_to_f32(uint8_t nibble) { return e2m1_val[nibble & 15]; }
 
 /* compressed-tensors' cast_to_fp4 thresholds on |q| after clamping to [-6, 6]: ties go to the even
  * index (0.25->0, 0.75->1, 1.25->1, 1.75->2, 2.5->2, 3.5->4, 5->4). */
@@ -56,12 +55,13 @@ uint8_t nf_f32_to_e2m1(float x)
 
 float nf_e4m3_to_f32(uint8_t b)
 {
-    int e = (b >> 3) & 15, m = b & 7;
-    float v;
-    if (e == 15 && m == 7) v = NAN;
-    else if (e == 0) v = ldexpf((float)m, -9); /* subnormal: m * 2^-9 */
-    else v = ldexpf((float)(8 + m), e - 10);   /* (1 + m/8) * 2^(e-7) */
-    return (b & 0x80) ? -v : v;
+    if ((b & 0x7f) == 0x7f) return (b & 0x80) ? -NAN : NAN;
+    /* Exponent and mantissa bits placed in an fp32 (e in bits 23-26, m in 20-22) and multiplied by
+     * 2^120 rebias 7 -> 127 exactly; e = 0 is an fp32 subnormal m * 2^-129, i.e. m * 2^-9 after. */
+    uint32_t u = (uint32_t)(b & 0x80) << 24 | (uint32_t)(b & 0x7f) << 20;
+    float f;
+    memcpy(&f, &u, 4);
+    return f * 0x1p120f;
 }
 
 uint8_t nf_f32_to_e4m3(float x)

@@ -3,8 +3,8 @@
  *
  * Per block of 16: the 8 data bytes are split into nibbles and re-interleaved so element order is
  * kept (low nibble = even element), a pshufb table turns each nibble into 2*e2m1 as int8 (exact),
- * widened to two vectors of 8 floats; the block sum of q*x is then scaled by (e4m3 / divisor) / 2,
- * the same per-block factor the scalar nf_nvfp4_dot_row uses (halved exactly). Four rows are done
+ * widened to two vectors of 8 floats; the block sum of q*x is scaled by e4m3 / 2 and the row's sum
+ * divided by its divisor once at the end. Four rows are done
  * at once so every x vector loaded feeds four rows; rows r and r+1 read their scales from one
  * 32-byte sector of the swizzled plane (16 bytes apart). */
 #include <immintrin.h>
@@ -36,58 +36,65 @@ static inline float hsum(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-/* The factors (e4m3 / g) / 2 of the 4 blocks 4*kg .. 4*kg+3 of row r, whose scale bytes are 4
- * consecutive bytes of the swizzled plane (padding past the last column is read, never used).
+/* Swizzled offset of (row r, scale column 0); column group kg adds kg * 512. */
+static inline uint64_t row_scale_base(uint64_t r, uint64_t kt)
+{
+    return (r / 128) * kt * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4;
+}
+
+/* The factors e4m3 / 2 of the 4 blocks of one column group, whose scale bytes are 4 consecutive
+ * bytes of the swizzled plane (padding past the last column is read, never used).
  * e4m3 -> f32: the byte's exponent and mantissa bits placed in an fp32 (e, m<<20) and multiplied
  * by 2^120 rebias 7 -> 127 exactly; e = 0 lands on an fp32 subnormal, which is m * 2^-9 after the
  * multiply. A NaN byte (0x7f) would read as 480: validated planes have none. */
-static inline void group_factors(const nf_nvfp4_planes *p, uint64_t r, uint64_t kg, float g, float f[4])
+static inline void group_factors(const uint8_t *s, float f[4])
 {
     uint32_t w;
-    memcpy(&w, p->scales + nf_nvfp4_scale_index(r, kg * 4, p->layout.cols), 4);
+    memcpy(&w, s, 4);
     __m128i b = _mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)w));
     __m128i bits = _mm_or_si128(_mm_slli_epi32(_mm_and_si128(b, _mm_set1_epi32(0x80)), 24),
                                 _mm_slli_epi32(_mm_and_si128(b, _mm_set1_epi32(0x7f)), 20));
-    __m128 s = _mm_mul_ps(_mm_castsi128_ps(bits), _mm_set1_ps(0x1p120f));
-    _mm_storeu_ps(f, _mm_mul_ps(_mm_div_ps(s, _mm_set1_ps(g)), _mm_set1_ps(0.5f)));
+    _mm_storeu_ps(f, _mm_mul_ps(_mm_castsi128_ps(bits), _mm_set1_ps(0x1p119f))); /* 2^120 / 2 */
 }
 
-/* nr rows (nr <= 4) starting at r, all blocks. */
-static void rows_dot(const nf_nvfp4_planes *p, uint64_t r, int nr, const float *x, float *y)
+/* NR rows (a constant after inlining, so acc[] lives in registers) starting at r, all blocks.
+ * Row j accumulates sum_k e4m3_k * (block sum of q*x) and divides by its divisor once at the end,
+ * as the GPU epilogue does; the scalar reference divides per block (same value up to rounding). */
+static inline __attribute__((always_inline)) void rows_dot(const nf_nvfp4_planes *p, uint64_t r, const int NR,
+                                                             const float *x, float *y)
 {
-    uint64_t cols = p->layout.cols, nb = cols / 16;
+    uint64_t cols = p->layout.cols, nb = cols / 16, kt = (nb + 3) / 4;
     const __m128i lut = lut_2q();
-    const uint8_t *d[4];
-    float g[4];
+    const uint8_t *d[4], *s[4];
     __m256 acc[4];
-    for (int j = 0; j < nr; j++) {
+    for (int j = 0; j < NR; j++) {
         d[j] = p->data + (r + j) * (cols / 2);
-        g[j] = nf_nvfp4_row_divisor(p, r + j);
+        s[j] = p->scales + row_scale_base(r + j, kt);
         acc[j] = _mm256_setzero_ps();
     }
-    for (uint64_t kg = 0; kg * 4 < nb; kg++) {
+    for (uint64_t kg = 0; kg < kt; kg++) {
         int nk = nb - kg * 4 < 4 ? (int)(nb - kg * 4) : 4;
         float f[4][4];
-        for (int j = 0; j < nr; j++) group_factors(p, r + j, kg, g[j], f[j]);
+        for (int j = 0; j < NR; j++) group_factors(s[j] + kg * 512, f[j]);
         for (int kk = 0; kk < nk; kk++) {
             uint64_t k = kg * 4 + kk;
             __m256 x0 = _mm256_loadu_ps(x + k * 16), x1 = _mm256_loadu_ps(x + k * 16 + 8);
-            for (int j = 0; j < nr; j++) {
+            for (int j = 0; j < NR; j++) {
                 __m256 q0, q1;
                 decode_block(d[j] + k * 8, lut, &q0, &q1);
-                __m256 s = _mm256_fmadd_ps(q1, x1, _mm256_mul_ps(q0, x0));
-                acc[j] = _mm256_fmadd_ps(s, _mm256_set1_ps(f[j][kk]), acc[j]);
+                __m256 bs = _mm256_fmadd_ps(q1, x1, _mm256_mul_ps(q0, x0));
+                acc[j] = _mm256_fmadd_ps(bs, _mm256_broadcast_ss(&f[j][kk]), acc[j]);
             }
         }
     }
-    for (int j = 0; j < nr; j++) y[j] = hsum(acc[j]);
+    for (int j = 0; j < NR; j++) y[j] = hsum(acc[j]) / nf_nvfp4_row_divisor(p, r + j);
 }
 
 void nf_nvfp4_matvec_avx2(const nf_nvfp4_planes *p, uint64_t row0, uint64_t rows, const float *x, float *y)
 {
     uint64_t i = 0;
     for (; i + 4 <= rows; i += 4) rows_dot(p, row0 + i, 4, x, y + i);
-    if (i < rows) rows_dot(p, row0 + i, (int)(rows - i), x, y + i);
+    for (; i < rows; i++) rows_dot(p, row0 + i, 1, x, y + i);
 }
 
 #else

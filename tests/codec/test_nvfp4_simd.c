@@ -8,8 +8,9 @@
  *    terms' magnitude; the reference rounds each w = q * eff to fp32 (u); the final float 1u.
  *    Bound 20u * S.
  *  - AVX2 vs scalar: each of the 8 lanes adds nb = cols/16 block terms with FMA (<= (nb + 2)u),
- *    block sums of 2 products (2u), the 8-lane reduction (3u); plus the scalar's 17u. Bound
- *    (nb + 24)u * S. */
+ *    block sums of 2 products (2u), the 8-lane reduction (3u), the division by the divisor at the
+ *    end (1u) where the scalar divides each block's scale (1u); plus the scalar's 17u. Bound
+ *    (nb + 24)u * S, with room to spare (26u needed). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
