@@ -114,6 +114,8 @@ static size_t canonical_compose(uint32_t *cp, size_t n)
 nf_status nf_utf8_nfc(const char *s, size_t len, char **out, size_t *out_len, nf_error *err)
 {
     const uint8_t *u = (const uint8_t *)s;
+    size_t valid = nf_utf8_valid_prefix(s, len);
+    if (valid != len) return nf_error_set(err, NF_ERR_INVALID_ARG, "NFC: invalid UTF-8 at byte %zu", valid);
     int simple = 1; // no code point >= U+0300: NFC leaves such text unchanged
     for (size_t i = 0; i < len && simple; i++)
         if (u[i] >= 0xCC) simple = 0; // lead bytes of U+0300 and above
@@ -132,10 +134,7 @@ nf_status nf_utf8_nfc(const char *s, size_t len, char **out, size_t *out_len, nf
     for (size_t i = 0; i < len;) {
         size_t l;
         uint32_t c;
-        if (nf_u8_next(u + i, len - i, &l, &c) != NF_U8_OK) {
-            free(cp);
-            return nf_error_set(err, NF_ERR_INVALID_ARG, "NFC: invalid UTF-8 at byte %zu", i);
-        }
+        nf_u8_next(u + i, len - i, &l, &c); // validated above
         decompose(c, cp, &n);
         i += l;
     }

@@ -13,7 +13,7 @@
 #define TOK_FIX NF_TEST_DATA "/fixtures/tokenizer/"
 
 /* The whole file as a NUL-terminated malloc'd string (NULL on failure, with a message). */
-static char *fix_read(const char *path, size_t *len)
+static inline char *fix_read(const char *path, size_t *len)
 {
     nf_mapped_file m;
     nf_error e;
@@ -31,7 +31,7 @@ static char *fix_read(const char *path, size_t *len)
     return s;
 }
 
-static cJSON *fix_json(const char *path)
+static inline cJSON *fix_json(const char *path)
 {
     char *s = fix_read(path, NULL);
     cJSON *j = s ? cJSON_Parse(s) : NULL;
@@ -41,7 +41,7 @@ static cJSON *fix_json(const char *path)
 }
 
 /* Hex string -> bytes (malloc'd, NUL-terminated); *n the byte count. */
-static char *fix_unhex(const char *hex, size_t *n)
+static inline char *fix_unhex(const char *hex, size_t *n)
 {
     size_t k = strlen(hex) / 2;
     char *out = malloc(k + 1);
@@ -56,7 +56,7 @@ static char *fix_unhex(const char *hex, size_t *n)
 }
 
 /* The id list of a JSON array. */
-static int32_t *fix_ids(const cJSON *arr, size_t *n)
+static inline int32_t *fix_ids(const cJSON *arr, size_t *n)
 {
     *n = (size_t)cJSON_GetArraySize(arr);
     int32_t *ids = malloc((*n + 1) * sizeof *ids);
@@ -66,7 +66,7 @@ static int32_t *fix_ids(const cJSON *arr, size_t *n)
     return ids;
 }
 
-static nf_tokenizer *fix_qwen3(void)
+static inline nf_tokenizer *fix_qwen3(void)
 {
     nf_tokenizer *t = NULL;
     nf_error e;
@@ -77,7 +77,7 @@ static nf_tokenizer *fix_qwen3(void)
 
 /* SmolLM2 from its GGUF tokenizer.* metadata, through the format-neutral constructor, as a GGUF
  * or .nf loader fills it. */
-static nf_tokenizer *fix_smollm2(void)
+static inline nf_tokenizer *fix_smollm2(void)
 {
     cJSON *j = fix_json(TOK_FIX "smollm2/gguf_tokenizer.json");
     if (!j) return NULL;
@@ -118,7 +118,7 @@ static nf_tokenizer *fix_smollm2(void)
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|" \
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
-static nf_tokenizer *fix_qwen3_llama3pre(void)
+static inline nf_tokenizer *fix_qwen3_llama3pre(void)
 {
     cJSON *j = fix_json(TOK_FIX "qwen3/tokenizer.json");
     if (!j) return NULL;
