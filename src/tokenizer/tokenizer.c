@@ -264,39 +264,47 @@ static nf_status fill_merges(nf_tokenizer *t, const nf_tok_desc *d, nf_error *er
     return st;
 }
 
-static const nf_tokenizer *sort_ctx;
+typedef struct added_key {
+    uint8_t first;  // first byte of the text
+    uint32_t len;   // text length: longer first within a first byte
+    uint32_t id;
+} added_key;
 
 static int cmp_added(const void *pa, const void *pb)
 {
-    uint32_t a = *(const uint32_t *)pa, b = *(const uint32_t *)pb;
-    const nf_tokenizer *t = sort_ctx;
-    uint8_t fa = (uint8_t)tok_text(t, a)[0], fb = (uint8_t)tok_text(t, b)[0];
-    if (fa != fb) return fa < fb ? -1 : 1;
-    if (t->text_len[a] != t->text_len[b]) return t->text_len[a] > t->text_len[b] ? -1 : 1; // longest first
-    return a < b ? -1 : a > b;
+    const added_key *a = pa, *b = pb;
+    if (a->first != b->first) return a->first < b->first ? -1 : 1;
+    if (a->len != b->len) return a->len > b->len ? -1 : 1;
+    return a->id < b->id ? -1 : a->id > b->id;
 }
 
 /* Indexes the added tokens by first byte, longest first, for leftmost-longest matching. */
 static nf_status fill_added(nf_tokenizer *t, const nf_tok_desc *d, nf_error *err)
 {
+    added_key *keys = malloc((d->n_vocab + 1) * sizeof *keys);
+    if (!keys) return nf_error_set(err, NF_ERR_NOMEM, "%s: out of memory", t->source);
     for (int g = 0; g < 2; g++) {
         size_t n = 0;
-        t->added[g] = malloc((d->n_vocab + 1) * sizeof(uint32_t));
-        if (!t->added[g]) return nf_error_set(err, NF_ERR_NOMEM, "%s: out of memory", t->source);
         for (uint32_t i = 0; i < d->n_vocab; i++) {
             int is_added = t->type[i] == NF_TOK_CONTROL || t->type[i] == NF_TOK_USER_DEFINED;
             int norm = d->normalized && d->normalized[i];
-            if (is_added && t->text_len[i] > 0 && norm == g) t->added[g][n++] = i;
+            if (is_added && t->text_len[i] > 0 && norm == g)
+                keys[n++] = (added_key){(uint8_t)tok_text(t, i)[0], t->text_len[i], i};
         }
-        sort_ctx = t; // qsort has no context argument in C11; construction is not reentrant here
-        qsort(t->added[g], n, sizeof(uint32_t), cmp_added);
+        qsort(keys, n, sizeof *keys, cmp_added);
+        t->added[g] = malloc((n + 1) * sizeof(uint32_t));
+        if (!t->added[g]) {
+            free(keys);
+            return nf_error_set(err, NF_ERR_NOMEM, "%s: out of memory", t->source);
+        }
         size_t k = 0;
         for (int b = 0; b < 256; b++) {
             t->added_at[g][b] = (uint32_t)k;
-            while (k < n && (uint8_t)tok_text(t, t->added[g][k])[0] == b) k++;
+            for (; k < n && keys[k].first == b; k++) t->added[g][k] = keys[k].id;
         }
         t->added_at[g][256] = (uint32_t)n;
     }
+    free(keys);
     return NF_OK;
 }
 
@@ -359,7 +367,8 @@ nf_status nf_tok_create(const nf_tok_desc *d, nf_tokenizer **out, nf_error *err)
     t->source = dup_str(src);
     t->chat_template = d->chat_template ? dup_str(d->chat_template) : NULL;
     t->n_vocab = d->n_vocab;
-    t->ignore_merges = d->ignore_merges;
+    // llama-3's tokenizer.json sets ignore_merges; a GGUF records only the pre-tokenizer's name.
+    t->ignore_merges = d->ignore_merges || (d->pre && (!strcmp(d->pre, "llama3") || !strcmp(d->pre, "llama-bpe")));
     t->bos = d->bos_id, t->eos = d->eos_id, t->pad = d->pad_id;
     t->add_bos = d->add_bos, t->add_eos = d->add_eos;
     nf_status st = !t->source || (d->chat_template && !t->chat_template)

@@ -56,7 +56,8 @@ typedef struct nf_tok_desc {
     const char *const *split_regex; /* [n_split] explicit PCRE2 regexes, applied in order */
     uint32_t n_split;
     nf_tok_norm norm;
-    int ignore_merges;           /* HF BPE ignore_merges: a pre-token found whole in the vocab is one token */
+    int ignore_merges;           /* HF BPE ignore_merges: a pre-token found whole in the vocab is one
+                                    token (implied by pre "llama3" / "llama-bpe", as llama-3 has it) */
     int32_t bos_id, eos_id, pad_id; /* -1 when absent */
     int add_bos, add_eos;        /* what NF_TOK_ADD_SPECIAL adds */
     const char *chat_template;   /* the checkpoint's Jinja template text, or NULL (kept for nf_chat_*) */
