@@ -285,6 +285,121 @@ def write_gguf_fixtures(manifest):
     manifest["iq4nl.gguf"] = gguf_manifest(pu)
 
 
+# ---- config.json ------------------------------------------------------------------------------
+
+# Published checkpoints' config.json, transformers-4 dialect (top-level rope_theta / rope_scaling,
+# torch_dtype, num_experts), as the model cards' files have them (Qwen3-30B-A3B, Qwen1.5-MoE-A2.7B,
+# SmolLM2-135M-Instruct, and a Llama-3.1-style rope_scaling). config.json is the specification here;
+# the expected values are what transformers 5 reads from these files.
+PUBLISHED = {
+    "published_qwen3_moe.json": {
+        "architectures": ["Qwen3MoeForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+        "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645, "head_dim": 128,
+        "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 6144,
+        "max_position_embeddings": 40960, "max_window_layers": 48, "mlp_only_layers": [],
+        "model_type": "qwen3_moe", "moe_intermediate_size": 768, "norm_topk_prob": True,
+        "num_attention_heads": 32, "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 48,
+        "num_key_value_heads": 4, "output_router_logits": False, "rms_norm_eps": 1e-06, "rope_scaling": None,
+        "rope_theta": 1000000.0, "router_aux_loss_coef": 0.001, "sliding_window": None,
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.51.0",
+        "use_cache": True, "use_sliding_window": False, "vocab_size": 151936},
+    "published_qwen2_moe.json": {
+        "architectures": ["Qwen2MoeForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+        "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+        "intermediate_size": 5632, "max_position_embeddings": 8192, "max_window_layers": 21,
+        "model_type": "qwen2_moe", "num_attention_heads": 16, "num_hidden_layers": 24,
+        "num_key_value_heads": 16, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 32768,
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.40.0.dev0",
+        "use_cache": True, "use_sliding_window": False, "vocab_size": 151936, "decoder_sparse_step": 1,
+        "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632, "num_experts_per_tok": 4,
+        "num_experts": 60, "norm_topk_prob": False, "output_router_logits": False,
+        "router_aux_loss_coef": 0.001},
+    "published_llama_smollm2.json": {
+        "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+        "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 576,
+        "initializer_range": 0.041666666666666664, "intermediate_size": 1536, "is_llama_config": True,
+        "max_position_embeddings": 8192, "model_type": "llama", "num_attention_heads": 9,
+        "num_hidden_layers": 30, "num_key_value_heads": 3, "pad_token_id": 2, "pretraining_tp": 1,
+        "rms_norm_eps": 1e-05, "rope_interleaved": False, "rope_scaling": None, "rope_theta": 100000,
+        "tie_word_embeddings": True, "torch_dtype": "bfloat16", "transformers_version": "4.42.3",
+        "use_cache": True, "vocab_size": 49152},
+    "published_llama_rope_llama3.json": {
+        "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 160,
+        "max_position_embeddings": 131072, "model_type": "llama", "num_attention_heads": 4,
+        "num_hidden_layers": 2, "num_key_value_heads": 2, "rms_norm_eps": 1e-05,
+        "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+        "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 128},
+}
+
+
+def tiny_configs():
+    """transformers-5 dialect: written by the config classes themselves (to_json_file, as
+    save_pretrained does)."""
+    from transformers import LlamaConfig, Qwen2MoeConfig, Qwen3MoeConfig
+    return {
+        "tiny_qwen3_moe.json": Qwen3MoeConfig(
+            hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+            vocab_size=256, intermediate_size=128, moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2,
+            norm_topk_prob=True, decoder_sparse_step=2, mlp_only_layers=[3], rms_norm_eps=1e-6,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, max_position_embeddings=512,
+            tie_word_embeddings=False, dtype="bfloat16"),
+        "tiny_qwen2_moe.json": Qwen2MoeConfig(
+            hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4, vocab_size=256,
+            intermediate_size=96, moe_intermediate_size=32, shared_expert_intermediate_size=48, num_experts=6,
+            num_experts_per_tok=2, norm_topk_prob=False, rms_norm_eps=1e-6, max_position_embeddings=256,
+            rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}, dtype="float32"),
+        "tiny_llama.json": LlamaConfig(
+            hidden_size=48, num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=2, vocab_size=100,
+            intermediate_size=96, rms_norm_eps=1e-5, max_position_embeddings=131072, tie_word_embeddings=True,
+            rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                             "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+            dtype="float16"),
+    }
+
+
+def config_expected(c):
+    """What transformers makes of a config: the values the C reader must produce."""
+    rp = c.rope_parameters
+    n_exp = getattr(c, "num_experts", 0) or 0
+    e = {"model_type": c.model_type, "hidden_size": c.hidden_size, "n_layers": c.num_hidden_layers,
+         "n_heads": c.num_attention_heads, "n_kv_heads": c.num_key_value_heads,
+         "head_dim": getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads,
+         "vocab_size": c.vocab_size, "intermediate_size": c.intermediate_size,
+         "max_position": c.max_position_embeddings, "rms_eps": c.rms_norm_eps,
+         "rope_theta": float(rp["rope_theta"]), "rope_type": rp.get("rope_type", "default"),
+         "rope_factor": float(rp.get("factor") or 0),
+         "rope_original_max_position": float(rp.get("original_max_position_embeddings") or 0),
+         "rope_low_freq_factor": float(rp.get("low_freq_factor") or 0),
+         "rope_high_freq_factor": float(rp.get("high_freq_factor") or 0),
+         "n_experts": n_exp, "n_experts_used": getattr(c, "num_experts_per_tok", 0) if n_exp else 0,
+         "moe_intermediate_size": getattr(c, "moe_intermediate_size", 0) if n_exp else 0,
+         "shared_intermediate_size": getattr(c, "shared_expert_intermediate_size", 0) or 0,
+         "norm_topk_prob": bool(getattr(c, "norm_topk_prob", False)),
+         "decoder_sparse_step": getattr(c, "decoder_sparse_step", 1) if n_exp else 0,
+         "mlp_only_layers": list(getattr(c, "mlp_only_layers", []) or []),
+         "tie_word_embeddings": bool(c.tie_word_embeddings), "dtype": str(c.dtype or "")}
+    return e
+
+
+def write_configs(manifest):
+    import transformers
+    from transformers import AutoConfig
+    d = os.path.join(OUT, "configs")
+    os.makedirs(d, exist_ok=True)
+    out = {}
+    for fn, c in tiny_configs().items():
+        c.to_json_file(os.path.join(d, fn))
+    for fn, j in PUBLISHED.items():
+        with open(os.path.join(d, fn), "w") as fh:
+            json.dump(j, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+    for fn in sorted(os.listdir(d)):
+        out[fn] = config_expected(AutoConfig.from_pretrained(os.path.join(d, fn)))
+    manifest["configs"] = out
+    manifest["versions"]["transformers"] = transformers.__version__
+
+
 def main():
     if os.path.isdir(OUT):
         shutil.rmtree(OUT)
@@ -295,10 +410,7 @@ def main():
     write_safetensors(manifest)
     write_gguf_fixtures(manifest)
     if "--no-configs" not in sys.argv:
-        try:
-            import configs_oracle  # noqa: F401  (kept in this file below when transformers is present)
-        except ImportError:
-            pass
+        write_configs(manifest)
     with open(os.path.join(OUT, "manifest.json"), "w") as fh:
         json.dump(manifest, fh, indent=1, sort_keys=True, ensure_ascii=True)
         fh.write("\n")

@@ -1,0 +1,71 @@
+/* Reading a Hugging Face config.json into the hyperparameters the converter needs.
+ *
+ * Two dialects exist and both are read:
+ *   published checkpoints (transformers 4): "rope_theta" and "rope_scaling" (null or an object
+ *     with "type"/"rope_type", "factor", ...) at top level, "torch_dtype", "num_experts";
+ *   transformers 5: "rope_parameters": {"rope_theta", "rope_type", "factor", ...}, "dtype", and
+ *     for qwen3_moe "num_local_experts".
+ * When both spellings of one value are present they must agree. Keys a config may omit take the
+ * transformers class default (num_key_value_heads = num_attention_heads, head_dim = hidden_size /
+ * num_attention_heads, rope_theta 10000, decoder_sparse_step 1, norm_topk_prob false,
+ * tie_word_embeddings false); the sizes that define the model are required.
+ *
+ * Architectures ("model_type"): qwen3_moe, qwen2_moe (shared expert with a sigmoid gate), llama
+ * (dense). Anything else is refused with its name and this list. */
+#ifndef NF_CONVERT_HF_CONFIG_H
+#define NF_CONVERT_HF_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/error.h"
+
+typedef enum nf_hf_arch { NF_HF_QWEN3_MOE = 0, NF_HF_QWEN2_MOE, NF_HF_LLAMA, NF_HF_ARCH_COUNT } nf_hf_arch;
+
+const char *nf_hf_arch_name(nf_hf_arch a); /* the model_type string */
+
+typedef struct nf_hf_rope {
+    char type[32];                 /* "default" when there is no scaling; else "linear", "yarn", "llama3", ... */
+    double theta;                  /* base frequency */
+    double factor;                 /* 0 when absent */
+    double original_max_position;  /* original_max_position_embeddings; 0 when absent */
+    double low_freq_factor;        /* llama3; 0 when absent */
+    double high_freq_factor;       /* llama3; 0 when absent */
+} nf_hf_rope;
+
+typedef struct nf_hf_config {
+    nf_hf_arch arch;
+    uint32_t hidden_size;          /* H: the residual width */
+    uint32_t n_layers;             /* num_hidden_layers */
+    uint32_t n_heads;              /* num_attention_heads */
+    uint32_t n_kv_heads;           /* num_key_value_heads (GQA) */
+    uint32_t head_dim;             /* per head; q_proj is [n_heads * head_dim, H] */
+    uint32_t vocab_size;
+    uint32_t intermediate_size;    /* dense MLP width (llama; qwen2_moe/qwen3_moe dense layers) */
+    uint32_t max_position;         /* max_position_embeddings (0 when absent) */
+    double rms_eps;                /* rms_norm_eps */
+    nf_hf_rope rope;
+    /* MoE (0 / false for llama) */
+    uint32_t n_experts;            /* routed experts E: num_experts or num_local_experts */
+    uint32_t n_experts_used;       /* num_experts_per_tok: top-k */
+    uint32_t moe_intermediate_size;    /* I of one routed expert: gate/up [I, H], down [H, I] */
+    uint32_t shared_intermediate_size; /* qwen2_moe shared expert; 0 when none */
+    int norm_topk_prob;            /* renormalise the top-k routing weights */
+    uint32_t decoder_sparse_step;  /* layer i is MoE when (i + 1) % step == 0 ... */
+    uint32_t *mlp_only_layers;     /* [n_mlp_only] ... and i is not listed here */
+    size_t n_mlp_only;
+    int tie_word_embeddings;       /* lm_head shares embed_tokens */
+    char dtype[32];                /* "bfloat16", ... from dtype / torch_dtype; "" when absent */
+} nf_hf_config;
+
+/* Parses config.json text; `name` names it in messages. Fills *cfg (free with nf_hf_config_free). */
+nf_status nf_hf_config_parse(const char *json, size_t len, const char *name, nf_hf_config *cfg, nf_error *err);
+/* Reads and parses the file at `path`. */
+nf_status nf_hf_config_load(const char *path, nf_hf_config *cfg, nf_error *err);
+void nf_hf_config_free(nf_hf_config *cfg);
+
+/* Whether decoder layer i has a routed-expert MLP (transformers' rule for qwen2_moe/qwen3_moe:
+ * experts exist, i is not in mlp_only_layers, and (i + 1) % decoder_sparse_step == 0). */
+int nf_hf_config_layer_is_moe(const nf_hf_config *cfg, uint32_t layer);
+
+#endif
