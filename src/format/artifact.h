@@ -142,6 +142,10 @@ typedef struct nf_artifact_writer nf_artifact_writer;
 nf_status nf_artifact_writer_open(const char *path, nf_artifact_writer **out, nf_error *err);
 /* Per-tensor checksums (default on): costs one FNV-1a pass over each payload while writing. */
 void nf_artifact_writer_set_checksums(nf_artifact_writer *w, int on);
+/* Payload alignment (default NF_ARTIFACT_ALIGN = 4096, which lets a loader register the mapping
+ * for DMA); any power of two in [64, 4096] before the first tensor. Smaller values exist for
+ * compact test and fuzz inputs. */
+nf_status nf_artifact_writer_set_alignment(nf_artifact_writer *w, uint32_t align, nf_error *err);
 const char *nf_artifact_writer_temp_path(const nf_artifact_writer *w);
 
 /* Metadata; keys are unique, 1..NF_META_KEY_MAX printable ASCII bytes. */

@@ -39,6 +39,7 @@ struct nf_artifact_writer {
     char *path, *tmp;
     int fd;
     int checksums;
+    uint32_t align;           /* payload alignment; also the data section's offset */
     nf_status failed;         /* first error; NF_OK while healthy */
     nf_error first_err;
     uint64_t pos;             /* file offset of the next byte */
@@ -184,8 +185,11 @@ static nf_status write_all(nf_artifact_writer *w, const void *p, size_t n, nf_er
 
 static const uint8_t zeros[NF_ARTIFACT_ALIGN];
 
+/* Pads with zeros to a multiple of align. The first call also reserves the header region
+ * [0, data_offset): its bytes stay zero (an invalid magic) until finish writes the header. */
 static nf_status pad_to(nf_artifact_writer *w, uint64_t align, nf_error *err)
 {
+    if (w->pos == 0) return write_all(w, zeros, w->align, err);
     while (w->pos % align) {
         uint64_t n = align - w->pos % align;
         nf_status s = write_all(w, zeros, n < sizeof zeros ? (size_t)n : sizeof zeros, err);
@@ -231,11 +235,7 @@ nf_status nf_artifact_writer_open(const char *path, nf_artifact_writer **out, nf
         return s;
     }
     /* The header is written by finish; until then its bytes are zero (an invalid magic). */
-    nf_status s = write_all(w, zeros, NF_ARTIFACT_ALIGN, err);
-    if (s) {
-        nf_artifact_writer_abort(w);
-        return s;
-    }
+    w->align = NF_ARTIFACT_ALIGN;
     *out = w;
     return NF_OK;
 }
@@ -252,6 +252,18 @@ void nf_artifact_writer_abort(nf_artifact_writer *w)
 }
 
 void nf_artifact_writer_set_checksums(nf_artifact_writer *w, int on) { w->checksums = on != 0; }
+
+nf_status nf_artifact_writer_set_alignment(nf_artifact_writer *w, uint32_t align, nf_error *err)
+{
+    nf_status s = refuse_if_failed(w, err);
+    if (s) return s;
+    if (align < 64 || align > NF_ARTIFACT_ALIGN || (align & (align - 1)))
+        return fail(w, err, NF_ERR_INVALID_ARG, "%s: alignment %u (expected a power of two in [64, %u])", w->path,
+                    align, NF_ARTIFACT_ALIGN);
+    if (w->pos) return fail(w, err, NF_ERR_INVALID_ARG, "%s: alignment set after the first tensor", w->path);
+    w->align = align;
+    return NF_OK;
+}
 const char *nf_artifact_writer_temp_path(const nf_artifact_writer *w) { return w->tmp; }
 
 /* ---- metadata -------------------------------------------------------------------------------- */
@@ -437,7 +449,7 @@ nf_status nf_artifact_writer_begin_tensor(nf_artifact_writer *w, const nf_tensor
     int r = set_insert(&w->names, name);
     if (r < 0) return fail(w, err, NF_ERR_NOMEM, "%s: out of memory", w->path);
     if (r) return fail(w, err, NF_ERR_INVALID_ARG, "%s: tensor '%s' added twice", w->path, name);
-    if ((s = pad_to(w, NF_ARTIFACT_ALIGN, err))) return s;
+    if ((s = pad_to(w, w->align, err))) return s;
     if ((s = put_entry(w, d, &l, err))) return s;
     snprintf(w->cur_name, sizeof w->cur_name, "%s", name);
     w->in_tensor = 1;
@@ -532,9 +544,9 @@ static nf_status write_index_and_header(nf_artifact_writer *w, nf_error *err)
     nf_put_le16(hdr + 8, NF_ARTIFACT_MAJOR);
     nf_put_le16(hdr + 10, NF_ARTIFACT_MINOR);
     nf_put_le32(hdr + 12, NF_ARTIFACT_HEADER_BYTES);
-    nf_put_le32(hdr + 16, NF_ARTIFACT_ALIGN);
+    nf_put_le32(hdr + 16, w->align);
     nf_put_le32(hdr + 20, 0);
-    nf_put_le64(hdr + 24, NF_ARTIFACT_ALIGN);
+    nf_put_le64(hdr + 24, w->align);
     nf_put_le64(hdr + 32, index_offset);
     nf_put_le64(hdr + 40, w->pos - index_offset);
     nf_put_le64(hdr + 48, h);

@@ -1,0 +1,46 @@
+/* Writes the fuzzer's seed corpus into DIR: small valid artifacts (64-byte alignment keeps them a
+ * few KB) covering every metadata type, every codec this build links, nvfp4 with divisors = 1 and
+ * > 1, allow_a4 with one and with per-expert input divisors. Usage: gen_seeds DIR */
+#include "../format/test_artifact_util.h"
+
+static int write_seed(const char *dir, const char *name, ta_tensor *ts, int from, int to, int with_meta)
+{
+    char path[512];
+    nf_artifact_writer *w;
+    nf_error e;
+    snprintf(path, sizeof path, "%s/%s.nf", dir, name);
+    if (nf_artifact_writer_open(path, &w, &e) || nf_artifact_writer_set_alignment(w, 64, &e)) goto fail;
+    if (with_meta && ta_add_metadata(w, &e)) goto fail;
+    for (int i = from; i < to; i++)
+        if (nf_artifact_writer_add_tensor(w, &ts[i].d, ts[i].payload, ts[i].bytes, &e)) goto fail;
+    if (nf_artifact_writer_finish(w, &e)) {
+        fprintf(stderr, "%s\n", e.msg);
+        return 1;
+    }
+    return 0;
+fail:
+    fprintf(stderr, "%s\n", e.msg);
+    nf_artifact_writer_abort(w);
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: gen_seeds DIR\n");
+        return 2;
+    }
+    static ta_tensor ts[32];
+    int n = ta_reference_tensors(ts), rc = 0;
+    for (int i = 0; i < n; i++)
+        if (ta_make_payload(&ts[i])) return 1;
+    rc |= write_seed(argv[1], "meta_only", ts, 0, 0, 1);
+    for (int i = 0; i < n; i++) {
+        char name[80];
+        snprintf(name, sizeof name, "t%02d_%s", i, ts[i].name);
+        rc |= write_seed(argv[1], name, ts, i, i + 1, 0);
+    }
+    rc |= write_seed(argv[1], "plain_all", ts, 0, n < 11 ? n : 11, 1);
+    for (int i = 0; i < n; i++) free(ts[i].payload);
+    return rc;
+}
