@@ -38,7 +38,8 @@ struct Groups {
 void launch_router(const DevMat &router, int router_codec, const DevMat *shared_gate, int shared_gate_codec,
                    const uint16_t *x, uint32_t T, uint32_t H, uint32_t E, uint32_t k, int norm_topk,
                    const Routing &r, cudaStream_t s);
-void launch_worklist(const Routing &r, uint32_t T, uint32_t E, uint32_t k, cudaStream_t s);
+// ids: the routing to sort (r.topk_id, or a caller's forced routing for benchmarks)
+void launch_worklist(const Routing &r, const int32_t *ids, uint32_t T, uint32_t E, uint32_t k, cudaStream_t s);
 
 // gemv.cu: the CUDA-core grouped GEMV used by the decode and small-token routes.
 //   GLU (gate/up): out[pos][r] = silu(gate_r . in) * (up_r . in), r < W.rows / 2

@@ -172,9 +172,9 @@ void launch_router(const DevMat &router, int router_codec, const DevMat *shared_
     topk_kernel<<<(T + 7) / 8, 256, 0, s>>>(r.logits, T, E, k, norm_topk, r.topk_id, r.topk_w);
 }
 
-void launch_worklist(const Routing &r, uint32_t T, uint32_t E, uint32_t k, cudaStream_t s)
+void launch_worklist(const Routing &r, const int32_t *ids, uint32_t T, uint32_t E, uint32_t k, cudaStream_t s)
 {
-    worklist_kernel<<<1, 1024, 0, s>>>(r.topk_id, T * k, E, r.slot, r.pos_token, k, r.n_groups, r.g_expert,
+    worklist_kernel<<<1, 1024, 0, s>>>(ids, T * k, E, r.slot, r.pos_token, k, r.n_groups, r.g_expert,
                                        r.g_start, r.g_count, r.shared_group, T);
 }
 

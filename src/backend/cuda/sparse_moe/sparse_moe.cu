@@ -47,6 +47,7 @@ struct nf_sparse_moe {
     size_t dev_bytes;
     char profile[64];
     uint32_t decode_max, small_max;
+    const int32_t *forced_ids; // benchmarks: route by these ids (device, [max_tokens][k]) instead of the router's
     // workspace layout (byte offsets)
     size_t o_logits, o_id, o_w, o_sg, o_slot, o_pos, o_ng, o_ge, o_gs, o_gc, o_sgrp, o_act, o_y, o_acts, o_ys;
     size_t ws_bytes;
@@ -228,9 +229,9 @@ static size_t take(nf_arena *a, size_t bytes)
     return off;
 }
 
-static void layout_workspace(nf_sparse_moe *m)
+static void layout_workspace(nf_sparse_moe *m, size_t T)
 {
-    const size_t T = m->max_tokens, E = m->bank.experts, k = m->bank.top_k, H = m->bank.hidden,
+    const size_t E = m->bank.experts, k = m->bank.top_k, H = m->bank.hidden,
                  I = m->bank.inter, S = m->bank.shared_inter;
     nf_arena a;
     nf_arena_sizing(&a);
@@ -323,7 +324,7 @@ extern "C" nf_status nf_sparse_moe_bind(const nf_moe_bank *b, uint32_t max_token
             return s;
         }
     }
-    layout_workspace(m);
+    layout_workspace(m, max_tokens);
     *workspace_bytes = m->ws_bytes;
     *out = m;
     return NF_OK;
@@ -392,7 +393,7 @@ static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint
     Routing r = routing_at(m, ws);
     launch_router(m->m[M_ROUTER], m->codec[M_ROUTER], m->has_shared ? &m->m[M_SGATE] : nullptr, m->codec[M_SGATE], x,
                   T, H, E, k, b.norm_topk, r, s);
-    launch_worklist(r, T, E, k, s);
+    launch_worklist(r, m->forced_ids ? m->forced_ids : r.topk_id, T, E, k, s);
     float *act = (float *)(ws + m->o_act), *y = (float *)(ws + m->o_y);
     Groups g{r.n_groups, r.g_expert, r.g_start, r.g_count, r.pos_token, T * k < E ? T * k : E};
     cudaError_t e = launch_gemv(m->codec[M_GATE_UP], true, m->m[M_GATE_UP], x, true, H, g, act, I, T, s);
@@ -428,4 +429,13 @@ extern "C" nf_status nf_sparse_moe_forward(const nf_sparse_moe *m, const uint16_
                                 cudaGetErrorString(e));
     }
     return NF_OK;
+}
+
+extern "C" void nf_sparse_moe_force_routing(nf_sparse_moe *m, const int32_t *ids) { m->forced_ids = ids; }
+
+extern "C" size_t nf_sparse_moe_workspace_bytes(const nf_sparse_moe *m, uint32_t tokens)
+{
+    nf_sparse_moe probe = *m; // the layout is a function of the shapes and the chunk only
+    layout_workspace(&probe, tokens < m->max_tokens ? tokens : m->max_tokens);
+    return probe.ws_bytes;
 }

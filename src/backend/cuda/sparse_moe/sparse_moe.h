@@ -66,6 +66,8 @@ void nf_sparse_moe_free(nf_sparse_moe *m);
 
 /* The profile the bank was admitted under ("q4_k+q6_k/q8_0+q8_0", "bf16", "nvfp4-w4a4", ...). */
 const char *nf_sparse_moe_profile(const nf_sparse_moe *m);
+/* Workspace bytes a chunk of `tokens` (<= the bound chunk) needs: the arena figure per profile. */
+size_t nf_sparse_moe_workspace_bytes(const nf_sparse_moe *m, uint32_t tokens);
 /* Device bytes of the bound weights (all matrices, the kernels' layout). */
 size_t nf_sparse_moe_weight_bytes(const nf_sparse_moe *m);
 
@@ -85,6 +87,11 @@ nf_status nf_sparse_moe_forward(const nf_sparse_moe *m, const uint16_t *x, uint3
 /* Debug/test access to the routing of the last slice a forward computed (device pointers into the
  * workspace): ids [T][k] int32 and weights [T][k] f32 for the first min(T, max_tokens) tokens. */
 void nf_sparse_moe_routing(const nf_sparse_moe *m, void *workspace, const int32_t **ids, const float **weights);
+
+/* Benchmarks only: route every slice by `ids` (device, [max_tokens][k] int32, each row k distinct
+ * experts) instead of the router's choice; the router still runs, so its cost is measured, and the
+ * combine uses the router's weights. NULL restores normal routing. */
+void nf_sparse_moe_force_routing(nf_sparse_moe *m, const int32_t *ids);
 
 #ifdef __cplusplus
 }
