@@ -3,10 +3,12 @@
  * Every read goes through a bounds-checked cursor over the index, all arithmetic on file values is
  * overflow-checked, and every error names the file, the object (header field, metadata key,
  * tensor) and the offset at fault. */
-#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* madvise */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/fnv.h"
 #include "base/mapfile.h"
@@ -258,6 +260,17 @@ static nf_status rd_tensor(rd *r, size_t i, nf_tensor *t, float **input_divs)
     return NF_OK;
 }
 
+/* Drops the pages of [off, off + n) from this process's resident set once validation or
+ * verification has read them, so neither pins a file that can be tens of GB (the pages stay in the
+ * page cache). Only for a mapping we own: never for a caller's buffer. */
+static void release_pages(const nf_artifact *a, uint64_t off, uint64_t n)
+{
+    if (!a->map.data || n == 0) return;
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t lo = off / page * page, hi = off + n;
+    (void)madvise((void *)(a->map.data + lo), (size_t)(hi - lo), MADV_DONTNEED);
+}
+
 /* Payload placement: aligned, inside the data section, in ascending order without overlap. */
 static nf_status check_payloads(nf_artifact *a, nf_error *err)
 {
@@ -286,6 +299,7 @@ static nf_status check_payloads(nf_artifact *a, nf_error *err)
         nf_status s = nf_nvfp4_view(t->data, n, t->layout.rows, t->layout.cols, t->desc.divisors, &p, err);
         if (!s) s = nf_nvfp4_validate(&p, err);
         if (s) return nf_error_prefix(err, "tensor '%s' (payload at offset %" PRIu64 ")", t->desc.name, off);
+        release_pages(a, off + t->layout.planes[NF_PLANE_SCALES].offset, n - t->layout.planes[NF_PLANE_SCALES].offset);
     }
     return NF_OK;
 }
@@ -555,6 +569,7 @@ nf_status nf_artifact_verify(const nf_artifact *a, size_t *checked, size_t *mism
         int did;
         nf_error e;
         nf_status s = nf_tensor_verify(&a->tensors[i], &did, &e);
+        release_pages(a, a->tensors[i].offset, a->tensors[i].layout.payload_bytes);
         nc += (size_t)did;
         if (s) {
             nbad++;
