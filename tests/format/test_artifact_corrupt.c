@@ -13,6 +13,8 @@
 #include "test_artifact_util.h" /* first: it sets _POSIX_C_SOURCE */
 #include "nf_test.h"
 
+#include "base/fnv.h"
+
 static uint8_t *file;
 static size_t size;
 static int n_refused, n_opened;
@@ -62,6 +64,31 @@ static void test_truncation(uint64_t index_offset, const nf_artifact *ref)
     CHECK(try_open(longer, size + 1, 0, &e) == NF_ERR_FORMAT);
     CHECK_CONTAINS(e.msg, "1 unexpected bytes after the index");
     free(longer);
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> 8 * i);
+}
+
+/* The index cut at every length, with the header made consistent (index_bytes and checksum agree
+ * with the cut), so the end of the buffer falls on every field boundary of every entry: the
+ * parser's own bounds checks must refuse each one, and ASan sees any read past the end. */
+static void test_index_cuts(uint64_t io)
+{
+    nf_error e;
+    uint8_t *g = malloc(size);
+    for (uint64_t k = 0; k < size - io; k++) {
+        memcpy(g, file, (size_t)(io + k));
+        put64(g + 40, k);
+        put64(g + 48, nf_fnv1a64(g + io, (size_t)k));
+        CHECK_MSG(try_open(g, (size_t)(io + k), 0, &e) == NF_ERR_FORMAT, "index cut at %llu opened",
+                  (unsigned long long)k);
+        if (k > 16) CHECK_MSG(strstr(e.msg, "index ends") || strstr(e.msg, "cannot fit"), "cut at %llu: %s",
+                              (unsigned long long)k, e.msg);
+    }
+    free(g);
+    printf("index cuts: %llu lengths, all refused by the parser's bounds\n", (unsigned long long)(size - io));
 }
 
 static void test_index_flips(uint64_t io)
@@ -189,6 +216,7 @@ int main(void)
     if (ref && file) {
         uint64_t io = nf_artifact_get_info(ref)->index_offset;
         test_truncation(io, ref);
+        test_index_cuts(io);
         test_index_flips(io);
         test_header_flips();
         test_payload_flips(ref);

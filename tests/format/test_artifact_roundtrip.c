@@ -272,6 +272,13 @@ int main(void)
     CHECK(nf_artifact_writer_open(p2, &w, &e) == NF_OK && nf_artifact_writer_finish(w, &e) == NF_OK);
     CHECK(nf_artifact_open(p2, &a, &e) == NF_OK && nf_artifact_n_tensors(a) == 0 && nf_artifact_n_meta(a) == 0);
     nf_artifact_close(a);
+    /* ... and is exactly the minimal file docs/artifact.md describes. */
+    size_t en;
+    uint8_t *ef = ta_read_file(p2, &en);
+    static const uint8_t head[16] = {'N', 'F', 'I', 'X'};
+    CHECK(ef && en == 4112 && le64(ef + 32) == 4096 && le64(ef + 40) == 16 && memcmp(ef + 4096, head, 16) == 0 &&
+          le64(ef + 48) == nf_fnv1a64(head, 16));
+    free(ef);
 
     for (int i = 0; i < nts; i++) free(ts[i].payload);
     ta_rmdir(dir);
