@@ -90,12 +90,15 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(DevMat W, const void 
 
 template <class C, int MAXT>
 cudaError_t launch_t(bool glu, const DevMat &W, const void *in, bool in_bf16, uint32_t in_stride, const Groups &g,
-                     float *out, uint32_t out_stride, cudaStream_t s)
+                     float *out, uint32_t out_stride, uint32_t max_tokens, cudaStream_t s)
 {
     const uint32_t out_rows = glu ? W.rows / 2 : W.rows;
+    // Tokens staged per pass: no more than a group can hold (the slice's T), the shared-memory
+    // budget allows, or 64; small stages keep several CTAs resident per SM at decode sizes.
     int tchunk = (int)(kSmemBudget / ((size_t)W.cols * sizeof(float)));
     if (tchunk < 1) return cudaErrorInvalidValue;
     if (tchunk > 64) tchunk = 64;
+    if (tchunk > (int)max_tokens) tchunk = (int)max_tokens;
     size_t smem = (size_t)tchunk * W.cols * sizeof(float);
     dim3 grid((out_rows + kWarps - 1) / kWarps, g.max_groups);
     void (*k)(DevMat, const void *, uint32_t, Groups, float *, uint32_t, int);
@@ -115,9 +118,9 @@ cudaError_t launch_c(bool glu, const DevMat &W, const void *in, bool in_bf16, ui
 {
     // Registers hold MAXT accumulators per row; pick the smallest instantiation that covers the
     // tokens one group can have (a group never has more positions than the slice has tokens).
-    if (max_tokens <= 1) return launch_t<C, 1>(glu, W, in, in_bf16, in_stride, g, out, out_stride, s);
-    if (max_tokens <= 4) return launch_t<C, 4>(glu, W, in, in_bf16, in_stride, g, out, out_stride, s);
-    return launch_t<C, 8>(glu, W, in, in_bf16, in_stride, g, out, out_stride, s);
+    if (max_tokens <= 1) return launch_t<C, 1>(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, s);
+    if (max_tokens <= 4) return launch_t<C, 4>(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, s);
+    return launch_t<C, 8>(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, s);
 }
 
 } // namespace

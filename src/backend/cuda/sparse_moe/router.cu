@@ -16,36 +16,39 @@ template <>
 __device__ __forceinline__ float wval<uint16_t>(const uint16_t *p, uint32_t i) { return bf2f(p[i]); }
 
 // logits[t][e] = sum_h x[t][h] * W[e][h], and (row E, when present) the shared gate's pre-sigmoid.
-// CTA: kRouterTokens tokens staged in shared memory as f32; each warp walks experts.
+// grid: x = blocks of 8 expert rows (one warp each), y = blocks of kRouterTokens tokens staged in
+// shared memory as f32, so each router row is read once per token block and the CTAs together
+// cover the whole matrix even at T = 1.
 template <typename W, typename G>
 __global__ void router_logits_kernel(const W *w, const G *gw, const uint16_t *x, uint32_t T, uint32_t H, uint32_t E,
                                      float *logits, float *shared_g)
 {
     extern __shared__ float xs[]; // [kRouterTokens][H]
-    uint32_t t0 = blockIdx.x * kRouterTokens;
-    uint32_t nt = min((uint32_t)kRouterTokens, T - t0);
-    for (uint32_t i = threadIdx.x; i < nt * H; i += blockDim.x) xs[i] = bf2f(x[(uint64_t)t0 * H + i]);
+    const uint32_t t0 = blockIdx.y * kRouterTokens;
+    const uint32_t nt = min((uint32_t)kRouterTokens, T - t0);
+    for (uint32_t i = threadIdx.x; i < kRouterTokens * H; i += blockDim.x)
+        xs[i] = i < nt * H ? bf2f(x[(uint64_t)t0 * H + i]) : 0.f; // rows past T feed discarded sums
     __syncthreads();
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
-    uint32_t rows = E + (gw ? 1 : 0);
-    for (uint32_t e = warp; e < rows; e += nwarps) {
-        float acc[kRouterTokens] = {};
-        for (uint32_t h = lane; h < H; h += 32) {
-            float wv = e < E ? wval(w, e * H + h) : wval(gw, h);
+    const int lane = threadIdx.x % 32;
+    const uint32_t e = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const uint32_t rows = E + (gw ? 1 : 0);
+    if (e >= rows) return;
+    float acc[kRouterTokens] = {};
+#pragma unroll 4
+    for (uint32_t h = lane; h < H; h += 32) {
+        const float wv = e < E ? wval(w, e * H + h) : wval(gw, h);
 #pragma unroll
-            for (int t = 0; t < kRouterTokens; t++)
-                if (t < (int)nt) acc[t] = fmaf(wv, xs[t * H + h], acc[t]);
-        }
+        for (int t = 0; t < kRouterTokens; t++) acc[t] = fmaf(wv, xs[t * H + h], acc[t]);
+    }
 #pragma unroll
-        for (int t = 0; t < kRouterTokens; t++) {
-            float v = acc[t];
-            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-            if (lane == 0 && t < (int)nt) {
-                if (e < E)
-                    logits[(uint64_t)(t0 + t) * E + e] = v;
-                else
-                    shared_g[t0 + t] = 1.0f / (1.0f + expf(-v));
-            }
+    for (int t = 0; t < kRouterTokens; t++) {
+        float v = acc[t];
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane == 0 && t < (int)nt) {
+            if (e < E)
+                logits[(uint64_t)(t0 + t) * E + e] = v;
+            else
+                shared_g[t0 + t] = 1.0f / (1.0f + expf(-v));
         }
     }
 }
@@ -147,7 +150,7 @@ void launch_logits_w(const W *w, const DevMat *sg, int sg_codec, const uint16_t 
                      uint32_t E, const Routing &r, cudaStream_t s)
 {
     size_t smem = (size_t)kRouterTokens * H * sizeof(float);
-    dim3 grid((T + kRouterTokens - 1) / kRouterTokens);
+    dim3 grid((E + 1 + 7) / 8, (T + kRouterTokens - 1) / kRouterTokens);
     if (sg && sg_codec == 0 /* NF_CODEC_F32 */) {
         auto k = router_logits_kernel<W, float>;
         cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
