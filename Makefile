@@ -5,7 +5,7 @@ CMAKE_FLAGS ?=
 BUILD ?= build
 GENERATOR := $(if $(shell command -v ninja),Ninja,Unix Makefiles)
 
-.PHONY: all build test asan clean gpu-bundle
+.PHONY: all build test asan fuzz clean gpu-bundle
 
 all: build
 
@@ -26,10 +26,25 @@ asan: build-asan/CMakeCache.txt
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir build-asan --output-on-failure -j $(JOBS) -L cpu
 
+# The artifact reader's libFuzzer target (clang, ASan+UBSan), one process (one core), FUZZ_TIME s (default
+# 60) from a generated seed corpus; the corpus grows in build-fuzz/corpus. A crash input lands in
+# build-fuzz/ as crash-*: commit it under tests/fixtures/format/regress/ (test_artifact_regress).
+FUZZ_TIME ?= 60
+build-fuzz/CMakeCache.txt:
+	CC=clang cmake -S . -B build-fuzz -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Debug -DNF_FUZZ=ON -DNF_CUDA=OFF
+
+fuzz: build-fuzz/CMakeCache.txt
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_artifact fuzz_gen_seeds
+	mkdir -p build-fuzz/seeds build-fuzz/corpus
+	build-fuzz/tests/fuzz/fuzz_gen_seeds build-fuzz/seeds
+	cd build-fuzz && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  tests/fuzz/fuzz_artifact -max_total_time=$(FUZZ_TIME) -max_len=131072 -print_final_stats=1 \
+	  corpus seeds ../tests/fixtures/format/regress
+
 # A self-contained folder to carry to the GPU machine: ninfer, the cuda-labelled tests and a
 # CTestTestfile with relative paths, so `ctest --test-dir gpu-bundle` runs there as here.
 gpu-bundle: build
 	cmake --build $(BUILD) --target gpu-bundle
 
 clean:
-	rm -rf build build-asan gpu-bundle
+	rm -rf build build-asan build-fuzz gpu-bundle

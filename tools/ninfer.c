@@ -7,6 +7,7 @@
 
 static const nf_command commands[] = {
     {"version", "print version, build and GPU information", nf_cmd_version},
+    {"inspect", "validate a .nf artifact and show its metadata and tensors", nf_cmd_inspect},
     {"bench", "benchmarks: bench codec (CPU codec throughput)", nf_cmd_bench},
 };
 
