@@ -15,5 +15,9 @@ int nf_cmd_inspect(int argc, char **argv); /* tools/cmd_inspect.c */
 int nf_cmd_bench(int argc, char **argv);       /* dispatcher: tools/cmd_bench.c */
 int nf_cmd_bench_codec(int argc, char **argv); /* ninfer bench codec */
 int nf_cmd_bench_sparse_moe(int argc, char **argv); /* ninfer bench sparse-moe */
+int nf_cmd_run(int argc, char **argv);        /* tools/cmd_run.c */
+int nf_cmd_chat(int argc, char **argv);       /* tools/cmd_chat.c */
+int nf_cmd_eval(int argc, char **argv);       /* tools/cmd_eval.c */
+int nf_cmd_perplexity(int argc, char **argv); /* tools/cmd_perplexity.c */
 
 #endif

@@ -9,6 +9,10 @@ static const nf_command commands[] = {
     {"version", "print version, build and GPU information", nf_cmd_version},
     {"inspect", "validate a .nf artifact and show its metadata and tensors", nf_cmd_inspect},
     {"bench", "benchmarks: bench codec (CPU codec throughput)", nf_cmd_bench},
+    {"run", "generate text from a prompt (CPU)", nf_cmd_run},
+    {"chat", "interactive chat with the model's chat template (CPU)", nf_cmd_chat},
+    {"eval", "run token ids as one prompt and write every position's logits (.npy)", nf_cmd_eval},
+    {"perplexity", "perplexity of a text file (llama.cpp's windows)", nf_cmd_perplexity},
 };
 
 static void usage(FILE *f)

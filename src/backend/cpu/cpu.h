@@ -1,0 +1,162 @@
+/* The CPU backend: threaded ops over nf_pool for the forward of a transformer with sparse-MoE
+ * blocks. Weights are views of encoded rows (any codec of codec/codec.h, nvfp4 through its plane
+ * API); activations are f32. Every op here is the numerical reference the other backends are
+ * checked against, and is itself checked against naive double references (tests/cpu).
+ *
+ * Products: y[t][r] = sum_i W[r][i] * x[t][i].
+ *   - one token (decode): the codec's matvec kernel (SIMD when the CPU has it) per row block;
+ *   - many tokens (prefill): each worker dequantizes a block of NF_CPU_RB rows to f32 once into its
+ *     own buffer and multiplies it with every token (f32 accumulation), so each weight byte is
+ *     decoded once per chunk, not once per token;
+ *   - reference mode (nf_cpu_set_reference): every product is dequantize-row-to-f32 followed by a
+ *     double-accumulated dot, whatever the token count: the "dequantize then compute" path that the
+ *     quantized-recipe tests compare the fast kernels with.
+ * Work on many matrices at once (q/k/v, gate/up, the experts of a chunk) goes through one
+ * nf_cpu_gemm_batch call: row blocks of all jobs form one parallel-for, so small matrices do not
+ * leave threads idle and there is one fork/join per batch. Each output element is computed by one
+ * worker in a fixed order, so results do not depend on the thread count. */
+#ifndef NF_CPU_CPU_H
+#define NF_CPU_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/error.h"
+#include "base/parallel.h"
+#include "codec/codec.h"
+#include "codec/nvfp4.h"
+
+enum { NF_CPU_RB = 16 }; /* rows per work item (and per dequantized block) */
+
+/* A matrix of encoded rows: rows x cols, row r at data + r * row_bytes, or for nvfp4 rows
+ * row0 .. row0 + rows - 1 of the plane set *nv (each row divided by its own source divisor). */
+typedef struct nf_cpu_weight {
+    const nf_codec *codec;
+    const uint8_t *data;       /* non-planar: [rows][row_bytes] */
+    size_t row_bytes;
+    const nf_nvfp4_planes *nv; /* nvfp4: the whole plane set; NULL otherwise */
+    uint64_t row0;             /* nvfp4: first row of this matrix inside nv */
+    uint32_t rows, cols;
+} nf_cpu_weight;
+
+/* Rows [r0, r0 + n) of w as a matrix of its own (an expert of a bank, gate or up of a stacked
+ * gate_up). The caller keeps r0 + n <= w->rows. */
+nf_cpu_weight nf_cpu_weight_rows(const nf_cpu_weight *w, uint32_t r0, uint32_t n);
+
+/* Decodes row r of w to y[cols] f32. */
+void nf_cpu_weight_row(const nf_cpu_weight *w, uint32_t r, float *y);
+
+typedef struct nf_cpu nf_cpu;
+
+/* A pool of n_threads (<= 0: all CPUs) and per-thread scratch for blocks of up to max_cols
+ * columns and attention over up to max_ctx positions. */
+nf_status nf_cpu_create(int n_threads, uint32_t max_cols, uint32_t max_ctx, nf_cpu **out, nf_error *err);
+void nf_cpu_free(nf_cpu *c);
+int nf_cpu_threads(const nf_cpu *c);
+nf_pool *nf_cpu_pool(nf_cpu *c);
+/* on: every product is dequantize + double dot (slow; for tests and `--reference`). */
+void nf_cpu_set_reference(nf_cpu *c, int on);
+int nf_cpu_reference(const nf_cpu *c);
+
+/* One product y = W x over n tokens: x [n][ldx] (the first w.cols used), y [n][ldy] (the w.rows
+ * columns from y[t*ldy] written). w.cols must be <= the max_cols given at create. */
+typedef struct nf_cpu_gemm_job {
+    nf_cpu_weight w;
+    const float *x;
+    size_t ldx;
+    float *y;
+    size_t ldy;
+    size_t n;
+} nf_cpu_gemm_job;
+
+void nf_cpu_gemm_batch(nf_cpu *c, const nf_cpu_gemm_job *jobs, size_t n_jobs);
+/* A single job. */
+void nf_cpu_gemm(nf_cpu *c, const nf_cpu_weight *w, const float *x, size_t ldx, float *y, size_t ldy, size_t n);
+
+/* ---- element-wise and small ops (single-threaded; they are a small share of the time) -------- */
+
+/* HF RMSNorm: y = w * (x / sqrt(mean(x^2) + eps)); y may alias x. Sum of squares in double. */
+void nf_cpu_rmsnorm(float *y, const float *x, const float *w, size_t n, float eps);
+/* out[i] = silu(g[i]) * u[i], silu(g) = g / (1 + exp(-g)); out may alias g or u. */
+void nf_cpu_swiglu(float *out, const float *g, const float *u, size_t n);
+/* In-place softmax over x[n] (max subtracted; f32 exp, double sum). */
+void nf_cpu_softmax(float *x, size_t n);
+
+/* ---- RoPE ---------------------------------------------------------------------------------- */
+
+typedef enum nf_rope_kind {
+    NF_ROPE_NONE = 0, /* plain: inv_freq = theta^(-2i/d) */
+    NF_ROPE_LINEAR,   /* positions divided by factor (frequencies / factor) */
+    NF_ROPE_DYNAMIC,  /* NTK-aware: theta grows once the sequence passes orig_ctx */
+    NF_ROPE_YARN,
+    NF_ROPE_LLAMA3,
+} nf_rope_kind;
+
+typedef struct nf_rope_config {
+    nf_rope_kind kind;
+    double theta;
+    float factor;          /* 1 for NONE */
+    uint32_t orig_ctx;     /* yarn/llama3/dynamic: the original context (0: max_ctx) */
+    float low_freq_factor, high_freq_factor; /* llama3 */
+    uint32_t head_dim;     /* rotated dims (even) */
+} nf_rope_config;
+
+/* The rotation table as HF's rope init functions compute it: inv_freq[head_dim/2] and the factor
+ * cos/sin are multiplied by (yarn's attention scaling, else 1). seq_len matters for DYNAMIC only
+ * (the longest sequence seen so far, as HF's dynamic update uses). */
+void nf_rope_inv_freq(const nf_rope_config *rc, uint32_t seq_len, float *inv_freq, float *attn_factor);
+
+/* Rotates v[n_heads][head_dim] at position pos, neox style (HF rotate_half): the pair
+ * (v[i], v[i + d/2]) turns by the angle pos * inv_freq[i] computed in f32. */
+void nf_cpu_rope(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t pos, const float *inv_freq,
+                 float attn_factor);
+
+/* ---- attention ----------------------------------------------------------------------------- */
+
+/* A layer's KV cache: k and v of [ctx][kv_heads][head_dim], f32 or bf16 elements. */
+typedef struct nf_cpu_kv {
+    void *k, *v;
+    int bf16;          /* elements are bf16 (else f32) */
+    uint32_t ctx, kv_heads, head_dim;
+} nf_cpu_kv;
+
+/* Writes k[T][kv_heads*head_dim], v[...] into positions pos0 .. pos0 + T - 1. */
+void nf_cpu_kv_store(nf_cpu_kv *kv, uint32_t pos0, size_t T, const float *k, const float *v);
+
+/* Causal attention for T query tokens at positions pos0 .. pos0 + T - 1 over the cache
+ * (positions 0 .. pos0 + t for token t): q [T][n_heads*head_dim], out the same shape. Query head
+ * h reads kv head h / (n_heads / kv_heads) (GQA). Scores scaled by `scale`, softmax in f32. */
+void nf_cpu_attention(nf_cpu *c, const nf_cpu_kv *kv, const float *q, uint32_t n_heads, uint32_t pos0, size_t T,
+                      float scale, float *out);
+
+/* ---- sparse MoE ---------------------------------------------------------------------------- */
+
+/* Router: the k largest of logits[E] (ties to the lower index), in descending order, and their
+ * softmax probabilities over all E (f32), renormalised over the k when norm. The same semantics
+ * as the CUDA operator (src/backend/cuda/sparse_moe/sparse_moe.h). */
+void nf_cpu_route(const float *logits, uint32_t E, uint32_t k, int norm, int32_t *ids, float *w);
+
+/* A layer's bank (shapes as docs/model_schema.md):
+ *   router   [E][H];  gate_up [E*2I][H] (expert e: rows e*2I .. gate, then up);  down [E*H][I];
+ *   shared_gate_up [2S][H], shared_down [H][S], shared_gate [1][H]  (rows == 0: no shared expert) */
+typedef struct nf_cpu_moe {
+    uint32_t hidden, experts, top_k, inter, shared_inter;
+    int norm_topk;
+    nf_cpu_weight router, gate_up, down;
+    nf_cpu_weight shared_gate_up, shared_down, shared_gate;
+} nf_cpu_moe;
+
+/* Scratch for chunks of up to max_tokens tokens. */
+typedef struct nf_cpu_moe_ws nf_cpu_moe_ws;
+nf_status nf_cpu_moe_ws_create(const nf_cpu_moe *shape, size_t max_tokens, nf_cpu_moe_ws **out, nf_error *err);
+void nf_cpu_moe_ws_free(nf_cpu_moe_ws *ws);
+
+/* out[T][H] = the sparse-MoE block of x[T][H] (T <= the workspace's max_tokens): tokens are
+ * grouped by the experts they are routed to, each expert's gate_up and down run once over its
+ * group (matrix-matrix), then the weighted combine in the order of each token's k choices, plus
+ * sigmoid(shared_gate . x) * shared expert when there is one. ids/weights (may be NULL) receive the
+ * routing [T][k]. */
+void nf_cpu_moe_forward(nf_cpu *c, const nf_cpu_moe *m, nf_cpu_moe_ws *ws, const float *x, size_t T, float *out,
+                        int32_t *ids, float *weights);
+
+#endif

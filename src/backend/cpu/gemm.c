@@ -1,0 +1,167 @@
+/* The CPU context and matrix products (see cpu.h for the three paths). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/cpu_internal.h"
+
+nf_cpu_weight nf_cpu_weight_rows(const nf_cpu_weight *w, uint32_t r0, uint32_t n)
+{
+    nf_cpu_weight v = *w;
+    v.rows = n;
+    if (w->nv) v.row0 = w->row0 + r0;
+    else v.data = w->data + (size_t)r0 * w->row_bytes;
+    return v;
+}
+
+void nf_cpu_weight_row(const nf_cpu_weight *w, uint32_t r, float *y)
+{
+    if (w->nv) nf_nvfp4_dequantize_row(w->nv, w->row0 + r, y);
+    else w->codec->dequantize_row(w->data + (size_t)r * w->row_bytes, y, w->cols);
+}
+
+nf_status nf_cpu_create(int n_threads, uint32_t max_cols, uint32_t max_ctx, nf_cpu **out, nf_error *err)
+{
+    *out = NULL;
+    nf_cpu *c = calloc(1, sizeof *c);
+    if (!c) return nf_error_set(err, NF_ERR_NOMEM, "cpu backend: out of memory");
+    nf_status st = nf_pool_create(n_threads, &c->pool, err);
+    if (st) {
+        free(c);
+        return st;
+    }
+    c->n_threads = nf_pool_size(c->pool);
+    c->max_cols = max_cols;
+    c->max_ctx = max_ctx;
+    c->block = calloc((size_t)c->n_threads * NF_CPU_RB * (max_cols ? max_cols : 1), sizeof(float));
+    c->scores = calloc((size_t)c->n_threads * (max_ctx ? max_ctx : 1), sizeof(float));
+    if (!c->block || !c->scores) {
+        nf_cpu_free(c);
+        return nf_error_set(err, NF_ERR_NOMEM, "cpu backend: out of memory for %d threads x %u columns scratch",
+                            n_threads, max_cols);
+    }
+    c->matvec_simd = nf_cpu_has_avx2_fma_f16c() && !getenv("NF_NO_SIMD");
+    *out = c;
+    return NF_OK;
+}
+
+void nf_cpu_free(nf_cpu *c)
+{
+    if (!c) return;
+    nf_pool_destroy(c->pool);
+    free(c->block);
+    free(c->scores);
+    free(c);
+}
+
+int nf_cpu_threads(const nf_cpu *c) { return c->n_threads; }
+nf_pool *nf_cpu_pool(nf_cpu *c) { return c->pool; }
+void nf_cpu_set_reference(nf_cpu *c, int on) { c->reference = on; }
+int nf_cpu_reference(const nf_cpu *c) { return c->reference; }
+
+/* ---- one row block of one job ----------------------------------------------------------------- */
+
+static void block_matvec(const nf_cpu_gemm_job *j, uint32_t r0, uint32_t nb)
+{
+    const nf_cpu_weight *w = &j->w;
+    if (w->nv) {
+        nf_nvfp4_matvec(w->nv, w->row0 + r0, nb, j->x, j->y + r0);
+        return;
+    }
+    nf_codec_matvec(w->codec)(w->data + (size_t)r0 * w->row_bytes, w->row_bytes, nb, j->x, j->y + r0, w->cols);
+}
+
+/* f32 tile: y[t][r] = sum_i blk[r][i] * x[t][i] for nb rows, n tokens (scalar fallback). */
+void nf_cpu_tile_scalar(const float *blk, size_t nb, size_t cols, const float *x, size_t ldx, size_t n, float *y,
+                        size_t ldy)
+{
+    for (size_t t = 0; t < n; t++) {
+        const float *xt = x + t * ldx;
+        for (size_t r = 0; r < nb; r++) {
+            const float *wr = blk + r * cols;
+            float acc[8] = {0};
+            size_t i = 0;
+            for (; i + 8 <= cols; i += 8)
+                for (int l = 0; l < 8; l++) acc[l] += wr[i + l] * xt[i + l];
+            float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+            for (; i < cols; i++) s += wr[i] * xt[i];
+            y[t * ldy + r] = s;
+        }
+    }
+}
+
+static void block_reference(const nf_cpu_gemm_job *j, uint32_t r0, uint32_t nb, float *blk)
+{
+    const size_t cols = j->w.cols;
+    for (uint32_t r = 0; r < nb; r++) {
+        nf_cpu_weight_row(&j->w, r0 + r, blk);
+        for (size_t t = 0; t < j->n; t++) {
+            const float *xt = j->x + t * j->ldx;
+            double s = 0;
+            for (size_t i = 0; i < cols; i++) s += (double)blk[i] * xt[i];
+            j->y[t * j->ldy + r0 + r] = (float)s;
+        }
+    }
+}
+
+static void run_block(nf_cpu *c, const nf_cpu_gemm_job *j, uint32_t r0, int worker)
+{
+    uint32_t nb = j->w.rows - r0 < NF_CPU_RB ? j->w.rows - r0 : NF_CPU_RB;
+    float *blk = c->block + (size_t)worker * NF_CPU_RB * c->max_cols;
+    if (c->reference) {
+        block_reference(j, r0, nb, blk);
+        return;
+    }
+    if (j->n == 1) {
+        block_matvec(j, r0, nb);
+        return;
+    }
+    for (uint32_t r = 0; r < nb; r++) nf_cpu_weight_row(&j->w, r0 + r, blk + (size_t)r * j->w.cols);
+    if (c->matvec_simd) nf_cpu_tile_avx2(blk, nb, j->w.cols, j->x, j->ldx, j->n, j->y + r0, j->ldy);
+    else nf_cpu_tile_scalar(blk, nb, j->w.cols, j->x, j->ldx, j->n, j->y + r0, j->ldy);
+}
+
+/* ---- the batch: row blocks of every job as one parallel-for ------------------------------------ */
+
+typedef struct batch_ctx {
+    nf_cpu *c;
+    const nf_cpu_gemm_job *jobs;
+    size_t n_jobs;
+    const size_t *first; /* [n_jobs + 1] first work item of each job */
+} batch_ctx;
+
+static void batch_fn(void *ctx, size_t begin, size_t end, int worker)
+{
+    batch_ctx *b = ctx;
+    for (size_t it = begin; it < end; it++) {
+        size_t lo = 0, hi = b->n_jobs; /* the job with first[j] <= it < first[j+1] */
+        while (hi - lo > 1) {
+            size_t mid = (lo + hi) / 2;
+            if (b->first[mid] <= it) lo = mid;
+            else hi = mid;
+        }
+        run_block(b->c, &b->jobs[lo], (uint32_t)((it - b->first[lo]) * NF_CPU_RB), worker);
+    }
+}
+
+void nf_cpu_gemm_batch(nf_cpu *c, const nf_cpu_gemm_job *jobs, size_t n_jobs)
+{
+    size_t stack[65], *first = n_jobs < 64 ? stack : malloc((n_jobs + 1) * sizeof *first);
+    if (!first) { /* no memory for the index: run the jobs one at a time */
+        for (size_t j = 0; j < n_jobs; j++) nf_cpu_gemm_batch(c, jobs + j, 1);
+        return;
+    }
+    first[0] = 0;
+    for (size_t j = 0; j < n_jobs; j++)
+        first[j + 1] = first[j] + (jobs[j].n ? (jobs[j].w.rows + NF_CPU_RB - 1) / NF_CPU_RB : 0);
+    batch_ctx b = {c, jobs, n_jobs, first};
+    if (first[n_jobs]) nf_parallel_for(c->pool, first[n_jobs], 1, batch_fn, &b);
+    if (first != stack) free(first);
+}
+
+void nf_cpu_gemm(nf_cpu *c, const nf_cpu_weight *w, const float *x, size_t ldx, float *y, size_t ldy, size_t n)
+{
+    nf_cpu_gemm_job j = {*w, x, ldx, y, ldy, n};
+    nf_cpu_gemm_batch(c, &j, 1);
+}

@@ -1,0 +1,183 @@
+/* The sparse-MoE block on the CPU: router, top-k, tokens grouped by expert, gate_up and down as
+ * matrix-matrix products over each expert's group (all experts in one gemm batch), SwiGLU, the
+ * weighted combine and qwen2's gated shared expert. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+
+void nf_cpu_route(const float *logits, uint32_t E, uint32_t k, int norm, int32_t *ids, float *w)
+{
+    /* top-k by logit, ties to the lower index: a strict '>' keeps the earlier expert in front */
+    for (uint32_t j = 0; j < k; j++) {
+        int32_t best = -1;
+        for (uint32_t e = 0; e < E; e++) {
+            int taken = 0;
+            for (uint32_t i = 0; i < j; i++) taken |= ids[i] == (int32_t)e;
+            if (taken) continue;
+            if (best < 0 || logits[e] > logits[best]) best = (int32_t)e;
+        }
+        ids[j] = best;
+    }
+    /* softmax over all E in f32 (max subtracted), then the chosen probabilities */
+    float mx = logits[0];
+    for (uint32_t e = 1; e < E; e++) mx = logits[e] > mx ? logits[e] : mx;
+    double sum = 0;
+    for (uint32_t e = 0; e < E; e++) sum += expf(logits[e] - mx);
+    float ksum = 0;
+    for (uint32_t j = 0; j < k; j++) {
+        w[j] = (float)(expf(logits[ids[j]] - mx) / sum);
+        ksum += w[j];
+    }
+    if (norm)
+        for (uint32_t j = 0; j < k; j++) w[j] /= ksum;
+}
+
+struct nf_cpu_moe_ws {
+    size_t max_tokens;
+    float *logits;      /* [T][E] */
+    int32_t *ids;       /* [T][k] */
+    float *w;           /* [T][k] */
+    uint32_t *count;    /* [E] tokens routed to each expert */
+    uint32_t *start;    /* [E] first grouped slot of each expert */
+    uint32_t *slot;     /* [T*k] grouped slot of (token, choice) */
+    float *xg;          /* [T*k][H] inputs gathered in expert order */
+    float *gu;          /* [T*k][2I] */
+    float *dn;          /* [T*k][H] */
+    float *sg;          /* [T] shared gate logits */
+    float *sgu;         /* [T][2S] */
+    float *sdn;         /* [T][H] */
+    nf_cpu_gemm_job *jobs; /* [E + 2] */
+};
+
+void nf_cpu_moe_ws_free(nf_cpu_moe_ws *ws)
+{
+    if (!ws) return;
+    free(ws->logits);
+    free(ws->ids);
+    free(ws->w);
+    free(ws->count);
+    free(ws->start);
+    free(ws->slot);
+    free(ws->xg);
+    free(ws->gu);
+    free(ws->dn);
+    free(ws->sg);
+    free(ws->sgu);
+    free(ws->sdn);
+    free(ws->jobs);
+    free(ws);
+}
+
+nf_status nf_cpu_moe_ws_create(const nf_cpu_moe *m, size_t T, nf_cpu_moe_ws **out, nf_error *err)
+{
+    *out = NULL;
+    nf_cpu_moe_ws *ws = calloc(1, sizeof *ws);
+    if (!ws) return nf_error_set(err, NF_ERR_NOMEM, "moe workspace: out of memory");
+    const size_t A = T * m->top_k, H = m->hidden, S = m->shared_inter ? m->shared_inter : 1;
+    ws->max_tokens = T;
+    ws->logits = malloc(T * m->experts * sizeof(float));
+    ws->ids = malloc(A * sizeof(int32_t));
+    ws->w = malloc(A * sizeof(float));
+    ws->count = malloc(m->experts * sizeof(uint32_t));
+    ws->start = malloc(m->experts * sizeof(uint32_t));
+    ws->slot = malloc(A * sizeof(uint32_t));
+    ws->xg = malloc(A * H * sizeof(float));
+    ws->gu = malloc(A * 2 * m->inter * sizeof(float));
+    ws->dn = malloc(A * H * sizeof(float));
+    ws->sg = malloc(T * sizeof(float));
+    ws->sgu = malloc(T * 2 * S * sizeof(float));
+    ws->sdn = malloc(T * H * sizeof(float));
+    ws->jobs = malloc((m->experts + 2) * sizeof(nf_cpu_gemm_job));
+    if (!ws->logits || !ws->ids || !ws->w || !ws->count || !ws->start || !ws->slot || !ws->xg || !ws->gu ||
+        !ws->dn || !ws->sg || !ws->sgu || !ws->sdn || !ws->jobs) {
+        nf_cpu_moe_ws_free(ws);
+        return nf_error_set(err, NF_ERR_NOMEM, "moe workspace for %zu tokens (E=%u, k=%u, H=%zu, I=%u): out of memory",
+                            T, m->experts, m->top_k, H, m->inter);
+    }
+    *out = ws;
+    return NF_OK;
+}
+
+/* Counting sort of the T*k choices by expert; slot[t*k + j] is where choice j of token t lands. */
+static void group_by_expert(const nf_cpu_moe *m, nf_cpu_moe_ws *ws, const float *x, size_t T)
+{
+    const uint32_t E = m->experts, k = m->top_k, H = m->hidden;
+    memset(ws->count, 0, E * sizeof(uint32_t));
+    for (size_t a = 0; a < T * k; a++) ws->count[ws->ids[a]]++;
+    uint32_t s = 0;
+    for (uint32_t e = 0; e < E; e++) {
+        ws->start[e] = s;
+        s += ws->count[e];
+        ws->count[e] = 0;
+    }
+    for (size_t t = 0; t < T; t++)
+        for (uint32_t j = 0; j < k; j++) {
+            int32_t e = ws->ids[t * k + j];
+            uint32_t sl = ws->start[e] + ws->count[e]++;
+            ws->slot[t * k + j] = sl;
+            memcpy(ws->xg + (size_t)sl * H, x + t * H, H * sizeof(float));
+        }
+}
+
+void nf_cpu_moe_forward(nf_cpu *c, const nf_cpu_moe *m, nf_cpu_moe_ws *ws, const float *x, size_t T, float *out,
+                        int32_t *ids_out, float *w_out)
+{
+    const uint32_t E = m->experts, k = m->top_k, H = m->hidden, I = m->inter, S = m->shared_inter;
+    const int shared = S && m->shared_gate_up.rows;
+    nf_cpu_gemm_job *jobs = ws->jobs;
+    size_t nj = 0;
+
+    /* 1. router logits, and the shared expert's gate and gate_up (independent of routing) */
+    jobs[nj++] = (nf_cpu_gemm_job){m->router, x, H, ws->logits, E, T};
+    if (shared) {
+        jobs[nj++] = (nf_cpu_gemm_job){m->shared_gate, x, H, ws->sg, 1, T};
+        jobs[nj++] = (nf_cpu_gemm_job){m->shared_gate_up, x, H, ws->sgu, 2 * (size_t)S, T};
+    }
+    nf_cpu_gemm_batch(c, jobs, nj);
+    for (size_t t = 0; t < T; t++) nf_cpu_route(ws->logits + t * E, E, k, m->norm_topk, ws->ids + t * k, ws->w + t * k);
+    group_by_expert(m, ws, x, T);
+
+    /* 2. gate_up of every expert that received tokens, over its group */
+    nj = 0;
+    for (uint32_t e = 0; e < E; e++)
+        if (ws->count[e]) {
+            nf_cpu_weight w = nf_cpu_weight_rows(&m->gate_up, e * 2 * I, 2 * I);
+            size_t s0 = ws->start[e];
+            jobs[nj++] = (nf_cpu_gemm_job){w, ws->xg + s0 * H, H, ws->gu + s0 * 2 * I, 2 * (size_t)I, ws->count[e]};
+        }
+    nf_cpu_gemm_batch(c, jobs, nj);
+
+    /* 3. SwiGLU in place: the first I columns of each row become silu(gate) * up */
+    for (size_t a = 0; a < T * k; a++) nf_cpu_swiglu(ws->gu + a * 2 * I, ws->gu + a * 2 * I, ws->gu + a * 2 * I + I, I);
+    if (shared)
+        for (size_t t = 0; t < T; t++) nf_cpu_swiglu(ws->sgu + t * 2 * S, ws->sgu + t * 2 * S, ws->sgu + t * 2 * S + S, S);
+
+    /* 4. down of every expert (and the shared expert) */
+    nj = 0;
+    for (uint32_t e = 0; e < E; e++)
+        if (ws->count[e]) {
+            nf_cpu_weight w = nf_cpu_weight_rows(&m->down, e * H, H);
+            size_t s0 = ws->start[e];
+            jobs[nj++] = (nf_cpu_gemm_job){w, ws->gu + s0 * 2 * I, 2 * (size_t)I, ws->dn + s0 * H, H, ws->count[e]};
+        }
+    if (shared) jobs[nj++] = (nf_cpu_gemm_job){m->shared_down, ws->sgu, 2 * (size_t)S, ws->sdn, H, T};
+    nf_cpu_gemm_batch(c, jobs, nj);
+
+    /* 5. combine in each token's choice order */
+    for (size_t t = 0; t < T; t++) {
+        float *o = out + t * H;
+        memset(o, 0, H * sizeof(float));
+        for (uint32_t j = 0; j < k; j++) {
+            const float w = ws->w[t * k + j], *d = ws->dn + (size_t)ws->slot[t * k + j] * H;
+            for (uint32_t i = 0; i < H; i++) o[i] += w * d[i];
+        }
+        if (shared) {
+            const float g = 1.0f / (1.0f + expf(-ws->sg[t])), *d = ws->sdn + t * H;
+            for (uint32_t i = 0; i < H; i++) o[i] += g * d[i];
+        }
+    }
+    if (ids_out) memcpy(ids_out, ws->ids, T * k * sizeof(int32_t));
+    if (w_out) memcpy(w_out, ws->w, T * k * sizeof(float));
+}

@@ -1,0 +1,204 @@
+/* Element-wise ops, RoPE and attention. Formulas follow transformers' modeling code in float32
+ * (the oracle the tiny-model tests compare with); each function names the line it mirrors. */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/cpu_internal.h"
+
+#define NF_PI 3.14159265358979323846
+
+/* LlamaRMSNorm: variance = x.pow(2).mean(-1); x * rsqrt(variance + eps); weight * x. */
+void nf_cpu_rmsnorm(float *y, const float *x, const float *w, size_t n, float eps)
+{
+    double ss = 0;
+    for (size_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float inv = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+    for (size_t i = 0; i < n; i++) y[i] = w[i] * (x[i] * inv);
+}
+
+/* act_fn(gate_proj(x)) * up_proj(x) with act_fn = SiLU. */
+void nf_cpu_swiglu(float *out, const float *g, const float *u, size_t n)
+{
+    for (size_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+void nf_cpu_softmax(float *x, size_t n)
+{
+    if (!n) return;
+    float mx = x[0];
+    for (size_t i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    float inv = (float)(1.0 / sum);
+    for (size_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+/* ---- RoPE (transformers' modeling_rope_utils) -------------------------------------------------- */
+
+/* _compute_default_rope_parameters: 1 / base ** (arange(0, dim, 2).float() / dim), in f32. */
+static void default_inv_freq(double base, uint32_t dim, float *inv)
+{
+    for (uint32_t i = 0; i < dim / 2; i++) {
+        float e = (float)(2 * i) / (float)dim;
+        inv[i] = 1.0f / powf((float)base, e);
+    }
+}
+
+/* _compute_yarn_parameters' find_correction_dim. */
+static double yarn_corr_dim(double n_rot, uint32_t dim, double base, double max_pos)
+{
+    return ((double)dim * log(max_pos / (n_rot * 2 * NF_PI))) / (2 * log(base));
+}
+
+static void yarn_inv_freq(const nf_rope_config *rc, float *inv, float *attn)
+{
+    const uint32_t dim = rc->head_dim, half = dim / 2;
+    const double base = rc->theta, factor = rc->factor;
+    *attn = factor > 1 ? (float)(0.1 * log(factor) + 1.0) : 1.0f;
+    double max_pos = rc->orig_ctx ? rc->orig_ctx : 4096;
+    double low = floor(yarn_corr_dim(32, dim, base, max_pos)), high = ceil(yarn_corr_dim(1, dim, base, max_pos));
+    if (low < 0) low = 0;
+    if (high > dim - 1) high = dim - 1;
+    if (low == high) high += 0.001;
+    for (uint32_t i = 0; i < half; i++) {
+        float pos_freq = powf((float)base, (float)(2 * i) / (float)dim);
+        float extra = 1.0f / pos_freq, inter = 1.0f / ((float)factor * pos_freq);
+        float ramp = (float)(((double)i - low) / (high - low));
+        ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+        float ext_factor = 1.0f - ramp;
+        inv[i] = inter * (1.0f - ext_factor) + extra * ext_factor;
+    }
+}
+
+/* _compute_llama3_parameters: long wavelengths divided by factor, short kept, smooth in between. */
+static void llama3_inv_freq(const nf_rope_config *rc, float *inv)
+{
+    const uint32_t half = rc->head_dim / 2;
+    default_inv_freq(rc->theta, rc->head_dim, inv);
+    const float factor = rc->factor, lo = rc->low_freq_factor, hi = rc->high_freq_factor;
+    const float old = (float)rc->orig_ctx;
+    const float low_wl = old / lo, high_wl = old / hi;
+    for (uint32_t i = 0; i < half; i++) {
+        float wl = 2.0f * (float)NF_PI / inv[i];
+        float f = wl > low_wl ? inv[i] / factor : inv[i];
+        if (!(wl < high_wl) && !(wl > low_wl)) {
+            float smooth = (old / wl - lo) / (hi - lo);
+            f = (1.0f - smooth) * f / factor + smooth * f;
+        }
+        inv[i] = f;
+    }
+}
+
+void nf_rope_inv_freq(const nf_rope_config *rc, uint32_t seq_len, float *inv_freq, float *attn_factor)
+{
+    *attn_factor = 1.0f;
+    switch (rc->kind) {
+    case NF_ROPE_LINEAR:
+        default_inv_freq(rc->theta, rc->head_dim, inv_freq);
+        for (uint32_t i = 0; i < rc->head_dim / 2; i++) inv_freq[i] /= rc->factor;
+        return;
+    case NF_ROPE_DYNAMIC: {
+        /* _compute_dynamic_ntk_parameters with seq_len = max(seq_len, original context) */
+        double base = rc->theta, max_pos = rc->orig_ctx ? rc->orig_ctx : seq_len, d = rc->head_dim;
+        double sl = seq_len > max_pos ? seq_len : max_pos;
+        if (sl > max_pos) base = base * pow(rc->factor * sl / max_pos - (rc->factor - 1), d / (d - 2));
+        default_inv_freq(base, rc->head_dim, inv_freq);
+        return;
+    }
+    case NF_ROPE_YARN: yarn_inv_freq(rc, inv_freq, attn_factor); return;
+    case NF_ROPE_LLAMA3: llama3_inv_freq(rc, inv_freq); return;
+    case NF_ROPE_NONE:
+    default: default_inv_freq(rc->theta, rc->head_dim, inv_freq); return;
+    }
+}
+
+/* apply_rotary_pos_emb: q * cos + rotate_half(q) * sin, emb = cat(freqs, freqs), freqs = pos * inv_freq
+ * in f32, cos/sin times the attention scaling. */
+void nf_cpu_rope(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t pos, const float *inv_freq,
+                 float attn_factor)
+{
+    const uint32_t half = head_dim / 2;
+    for (uint32_t i = 0; i < half; i++) {
+        float ang = (float)pos * inv_freq[i];
+        float c = (float)cos((double)ang) * attn_factor, s = (float)sin((double)ang) * attn_factor;
+        for (uint32_t h = 0; h < n_heads; h++) {
+            float *x = v + (size_t)h * head_dim;
+            float x0 = x[i], x1 = x[i + half];
+            x[i] = x0 * c - x1 * s;
+            x[i + half] = x1 * c + x0 * s;
+        }
+    }
+}
+
+/* ---- attention --------------------------------------------------------------------------------- */
+
+static inline float kv_get(const nf_cpu_kv *kv, const void *base, size_t idx)
+{
+    if (kv->bf16) return nf_bf16_to_f32(((const uint16_t *)base)[idx]);
+    return ((const float *)base)[idx];
+}
+
+void nf_cpu_kv_store(nf_cpu_kv *kv, uint32_t pos0, size_t T, const float *k, const float *v)
+{
+    const size_t row = (size_t)kv->kv_heads * kv->head_dim, off = (size_t)pos0 * row, n = T * row;
+    if (kv->bf16) {
+        uint16_t *kd = (uint16_t *)kv->k + off, *vd = (uint16_t *)kv->v + off;
+        for (size_t i = 0; i < n; i++) {
+            kd[i] = nf_f32_to_bf16(k[i]);
+            vd[i] = nf_f32_to_bf16(v[i]);
+        }
+    } else {
+        memcpy((float *)kv->k + off, k, n * sizeof(float));
+        memcpy((float *)kv->v + off, v, n * sizeof(float));
+    }
+}
+
+typedef struct attn_ctx {
+    nf_cpu *c;
+    const nf_cpu_kv *kv;
+    const float *q;
+    float *out;
+    uint32_t n_heads, pos0;
+    float scale;
+} attn_ctx;
+
+/* One (token, head) pair: softmax(q . K^T * scale) V over positions 0 .. pos0 + t. */
+static void attn_fn(void *ctx, size_t begin, size_t end, int worker)
+{
+    attn_ctx *a = ctx;
+    const nf_cpu_kv *kv = a->kv;
+    const uint32_t hd = kv->head_dim, group = a->n_heads / kv->kv_heads;
+    const size_t kv_row = (size_t)kv->kv_heads * hd, q_row = (size_t)a->n_heads * hd;
+    float *sc = a->c->scores + (size_t)worker * a->c->max_ctx;
+    for (size_t it = begin; it < end; it++) {
+        size_t t = it / a->n_heads;
+        uint32_t h = (uint32_t)(it % a->n_heads), kh = h / group;
+        const float *q = a->q + t * q_row + (size_t)h * hd;
+        uint32_t n = a->pos0 + (uint32_t)t + 1;
+        for (uint32_t p = 0; p < n; p++) {
+            size_t base = (size_t)p * kv_row + (size_t)kh * hd;
+            float s = 0;
+            for (uint32_t i = 0; i < hd; i++) s += q[i] * kv_get(kv, kv->k, base + i);
+            sc[p] = s * a->scale;
+        }
+        nf_cpu_softmax(sc, n);
+        float *o = a->out + t * q_row + (size_t)h * hd;
+        memset(o, 0, hd * sizeof(float));
+        for (uint32_t p = 0; p < n; p++) {
+            size_t base = (size_t)p * kv_row + (size_t)kh * hd;
+            const float w = sc[p];
+            for (uint32_t i = 0; i < hd; i++) o[i] += w * kv_get(kv, kv->v, base + i);
+        }
+    }
+}
+
+void nf_cpu_attention(nf_cpu *c, const nf_cpu_kv *kv, const float *q, uint32_t n_heads, uint32_t pos0, size_t T,
+                      float scale, float *out)
+{
+    attn_ctx a = {c, kv, q, out, n_heads, pos0, scale};
+    nf_parallel_for(c->pool, T * n_heads, 1, attn_fn, &a);
+}

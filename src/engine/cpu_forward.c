@@ -1,0 +1,271 @@
+/* The CPU backend of the engine: binds a model's tensors to nf_cpu weight views and runs the
+ * decoder (transformers' LlamaModel / Qwen2MoeModel / Qwen3MoeModel forward, in f32):
+ *
+ *   x = embed(tokens)
+ *   per layer:  h = rmsnorm(x) ; q,k,v = Wq h, Wk h, Wv h (+ bias: qwen2) ; q,k = rmsnorm per head
+ *               (qwen3) ; rope(q, k) ; cache k, v ; x += Wo attention(q, K, V)
+ *               h = rmsnorm(x) ; x += moe(h) or Wdown (silu(Wgate h) * Wup h)
+ *   logits = Whead rmsnorm(x) */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "engine/engine.h"
+
+typedef struct cpu_layer {
+    const float *attn_norm, *ffn_norm;          /* [H] */
+    const float *q_bias, *k_bias, *v_bias;      /* [q_dim] / [kv_dim] or NULL */
+    const float *q_norm, *k_norm;               /* [head_dim] or NULL */
+    nf_cpu_weight q, k, v, o;
+    nf_cpu_weight gate, up, down;               /* dense layers */
+    nf_cpu_moe moe;                             /* MoE layers */
+    nf_cpu_moe_ws *moe_ws;
+    int is_moe;
+    nf_cpu_kv kv;
+} cpu_layer;
+
+typedef struct cpu_state {
+    const nf_model *m;
+    nf_cpu *cpu;
+    uint32_t ctx, chunk, q_dim, kv_dim;
+    nf_cpu_weight embd, head;
+    const float *out_norm;
+    cpu_layer *layers;
+    nf_nvfp4_planes *planes; /* [n_planes] views of nvfp4 tensors */
+    size_t n_planes, cap_planes;
+    nf_rope_config rope;
+    float *inv_freq;         /* [head_dim / 2] */
+    float attn_factor;
+    uint32_t rope_seq;       /* the seq_len inv_freq was computed for (dynamic scaling) */
+    float *x, *xn, *q, *k, *v, *att, *tmp, *g, *u; /* [chunk][...] activations */
+    void *kv_mem;
+} cpu_state;
+
+/* ---- binding ----------------------------------------------------------------------------------- */
+
+static nf_status bind_weight(cpu_state *s, const nf_tensor *t, nf_cpu_weight *w, nf_error *err)
+{
+    memset(w, 0, sizeof *w);
+    if (!t) return NF_OK;
+    w->codec = t->codec;
+    w->rows = (uint32_t)t->layout.rows;
+    w->cols = (uint32_t)t->layout.cols;
+    if (t->codec->flags & NF_CODEC_PLANAR) {
+        if (s->n_planes == s->cap_planes) return nf_error_set(err, NF_ERR_INTERNAL, "plane table full");
+        nf_nvfp4_planes *p = &s->planes[s->n_planes++];
+        nf_status st = nf_nvfp4_view(t->data, t->layout.payload_bytes, t->layout.rows, t->layout.cols,
+                                     t->desc.divisors ? t->desc.divisors : 1, p, err);
+        if (st) return nf_error_prefix(err, "tensor '%s'", t->desc.name);
+        w->nv = p;
+        return NF_OK;
+    }
+    if (!t->codec->dequantize_row)
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "tensor '%s': codec %s cannot be decoded on the CPU",
+                            t->desc.name, t->codec->name);
+    w->data = t->data;
+    w->row_bytes = nf_codec_row_bytes(t->codec, t->layout.cols);
+    return NF_OK;
+}
+
+static const float *f32_of(const nf_tensor *t) { return t ? (const float *)(const void *)t->data : NULL; }
+
+static nf_status bind_layer(cpu_state *s, const nf_model_layer *ly, cpu_layer *cl, nf_error *err)
+{
+    const nf_model_config *c = &s->m->cfg;
+    nf_status st;
+    cl->attn_norm = f32_of(ly->attn_norm);
+    cl->ffn_norm = f32_of(ly->ffn_norm);
+    cl->q_bias = f32_of(ly->attn_q_bias);
+    cl->k_bias = f32_of(ly->attn_k_bias);
+    cl->v_bias = f32_of(ly->attn_v_bias);
+    cl->q_norm = f32_of(ly->attn_q_norm);
+    cl->k_norm = f32_of(ly->attn_k_norm);
+    cl->is_moe = ly->is_moe;
+    if ((st = bind_weight(s, ly->attn_q, &cl->q, err)) || (st = bind_weight(s, ly->attn_k, &cl->k, err)) ||
+        (st = bind_weight(s, ly->attn_v, &cl->v, err)) || (st = bind_weight(s, ly->attn_output, &cl->o, err)) ||
+        (st = bind_weight(s, ly->ffn_gate, &cl->gate, err)) || (st = bind_weight(s, ly->ffn_up, &cl->up, err)) ||
+        (st = bind_weight(s, ly->ffn_down, &cl->down, err)))
+        return st;
+    if (!ly->is_moe) return NF_OK;
+    nf_cpu_moe *mo = &cl->moe;
+    *mo = (nf_cpu_moe){.hidden = c->hidden, .experts = c->experts, .top_k = c->top_k, .inter = c->moe_inter,
+                       .shared_inter = c->shared_inter, .norm_topk = c->norm_topk};
+    if ((st = bind_weight(s, ly->ffn_gate_inp, &mo->router, err)) ||
+        (st = bind_weight(s, ly->ffn_gate_up_exps, &mo->gate_up, err)) ||
+        (st = bind_weight(s, ly->ffn_down_exps, &mo->down, err)) ||
+        (st = bind_weight(s, ly->ffn_gate_up_shexp, &mo->shared_gate_up, err)) ||
+        (st = bind_weight(s, ly->ffn_down_shexp, &mo->shared_down, err)) ||
+        (st = bind_weight(s, ly->ffn_gate_inp_shexp, &mo->shared_gate, err)))
+        return st;
+    return nf_cpu_moe_ws_create(mo, s->chunk, &cl->moe_ws, err);
+}
+
+static void cpu_destroy(void *state)
+{
+    cpu_state *s = state;
+    if (!s) return;
+    if (s->layers)
+        for (uint32_t l = 0; l < s->m->cfg.layers; l++) nf_cpu_moe_ws_free(s->layers[l].moe_ws);
+    free(s->layers);
+    free(s->planes);
+    free(s->inv_freq);
+    free(s->x);
+    free(s->xn);
+    free(s->q);
+    free(s->k);
+    free(s->v);
+    free(s->att);
+    free(s->tmp);
+    free(s->g);
+    free(s->u);
+    free(s->kv_mem);
+    nf_cpu_free(s->cpu);
+    free(s);
+}
+
+static nf_status alloc_buffers(cpu_state *s, const nf_engine_opts *o, nf_error *err)
+{
+    const nf_model_config *c = &s->m->cfg;
+    const size_t C = s->chunk, H = c->hidden, D = c->dense_inter ? c->dense_inter : 1;
+    s->x = malloc(C * H * sizeof(float));
+    s->xn = malloc(C * H * sizeof(float));
+    s->tmp = malloc(C * H * sizeof(float));
+    s->q = malloc(C * s->q_dim * sizeof(float));
+    s->att = malloc(C * s->q_dim * sizeof(float));
+    s->k = malloc(C * s->kv_dim * sizeof(float));
+    s->v = malloc(C * s->kv_dim * sizeof(float));
+    s->g = malloc(C * D * sizeof(float));
+    s->u = malloc(C * D * sizeof(float));
+    s->inv_freq = malloc(c->head_dim / 2 * sizeof(float));
+    const size_t esz = o->kv_bf16 ? 2 : 4, per = (size_t)s->ctx * s->kv_dim * esz;
+    s->kv_mem = calloc((size_t)c->layers * 2, per);
+    if (!s->x || !s->xn || !s->tmp || !s->q || !s->att || !s->k || !s->v || !s->g || !s->u || !s->inv_freq ||
+        !s->kv_mem)
+        return nf_error_set(err, NF_ERR_NOMEM, "cpu backend: out of memory for a %u-token KV cache (%zu MiB) and "
+                            "%zu-token buffers", s->ctx, (size_t)c->layers * 2 * per >> 20, C);
+    for (uint32_t l = 0; l < c->layers; l++) {
+        uint8_t *base = (uint8_t *)s->kv_mem + (size_t)l * 2 * per;
+        s->layers[l].kv = (nf_cpu_kv){base, base + per, o->kv_bf16, s->ctx, c->kv_heads, c->head_dim};
+    }
+    return NF_OK;
+}
+
+static uint32_t max_u32(uint32_t a, uint32_t b) { return a > b ? a : b; }
+
+static nf_status cpu_create(const nf_model *m, const nf_engine_opts *o, void **out, nf_error *err)
+{
+    *out = NULL;
+    const nf_model_config *c = &m->cfg;
+    cpu_state *s = calloc(1, sizeof *s);
+    if (!s) return nf_error_set(err, NF_ERR_NOMEM, "cpu backend: out of memory");
+    s->m = m;
+    s->ctx = o->ctx;
+    s->chunk = o->chunk;
+    s->q_dim = c->heads * c->head_dim;
+    s->kv_dim = c->kv_heads * c->head_dim;
+    s->cap_planes = (size_t)c->layers * 16 + 4;
+    s->planes = calloc(s->cap_planes, sizeof *s->planes);
+    s->layers = calloc(c->layers, sizeof *s->layers);
+    uint32_t max_cols = max_u32(max_u32(c->hidden, s->q_dim), max_u32(max_u32(c->dense_inter, c->moe_inter), c->shared_inter));
+    nf_status st = NF_OK;
+    if (!s->planes || !s->layers) st = nf_error_set(err, NF_ERR_NOMEM, "cpu backend: out of memory");
+    if (!st) st = nf_cpu_create(o->threads, max_cols, s->ctx, &s->cpu, err);
+    if (!st) {
+        nf_cpu_set_reference(s->cpu, o->reference);
+        st = alloc_buffers(s, o, err);
+    }
+    if (!st) st = bind_weight(s, m->token_embd, &s->embd, err);
+    if (!st) st = bind_weight(s, m->output, &s->head, err);
+    for (uint32_t l = 0; !st && l < c->layers; l++) st = bind_layer(s, &m->layers[l], &s->layers[l], err);
+    if (st) {
+        cpu_destroy(s);
+        return st;
+    }
+    s->out_norm = f32_of(m->output_norm);
+    static const nf_rope_kind kinds[] = {NF_ROPE_NONE, NF_ROPE_LINEAR, NF_ROPE_DYNAMIC, NF_ROPE_YARN, NF_ROPE_LLAMA3};
+    s->rope = (nf_rope_config){kinds[c->rope_scaling], c->rope_theta, c->rope_factor,
+                               c->rope_orig_ctx ? c->rope_orig_ctx : c->max_ctx, c->rope_low_freq_factor,
+                               c->rope_high_freq_factor, c->head_dim};
+    nf_rope_inv_freq(&s->rope, 0, s->inv_freq, &s->attn_factor);
+    *out = s;
+    return NF_OK;
+}
+
+/* ---- forward ----------------------------------------------------------------------------------- */
+
+static void add_rows(float *y, const float *x, size_t n) /* y += x */
+{
+    for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+static void attention_block(cpu_state *s, cpu_layer *L, size_t T, uint32_t pos0)
+{
+    const nf_model_config *c = &s->m->cfg;
+    const size_t H = c->hidden, hd = c->head_dim;
+    for (size_t t = 0; t < T; t++) nf_cpu_rmsnorm(s->xn + t * H, s->x + t * H, L->attn_norm, H, c->rms_eps);
+    nf_cpu_gemm_job jobs[3] = {{L->q, s->xn, H, s->q, s->q_dim, T},
+                               {L->k, s->xn, H, s->k, s->kv_dim, T},
+                               {L->v, s->xn, H, s->v, s->kv_dim, T}};
+    nf_cpu_gemm_batch(s->cpu, jobs, 3);
+    for (size_t t = 0; t < T; t++) {
+        float *q = s->q + t * s->q_dim, *k = s->k + t * s->kv_dim, *v = s->v + t * s->kv_dim;
+        if (L->q_bias) {
+            add_rows(q, L->q_bias, s->q_dim);
+            add_rows(k, L->k_bias, s->kv_dim);
+            add_rows(v, L->v_bias, s->kv_dim);
+        }
+        if (L->q_norm) {
+            for (uint32_t h = 0; h < c->heads; h++) nf_cpu_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, c->rms_eps);
+            for (uint32_t h = 0; h < c->kv_heads; h++) nf_cpu_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, c->rms_eps);
+        }
+        nf_cpu_rope(q, c->heads, c->head_dim, pos0 + (uint32_t)t, s->inv_freq, s->attn_factor);
+        nf_cpu_rope(k, c->kv_heads, c->head_dim, pos0 + (uint32_t)t, s->inv_freq, s->attn_factor);
+    }
+    nf_cpu_kv_store(&L->kv, pos0, T, s->k, s->v);
+    nf_cpu_attention(s->cpu, &L->kv, s->q, c->heads, pos0, T, 1.0f / sqrtf((float)hd), s->att);
+    nf_cpu_gemm(s->cpu, &L->o, s->att, s->q_dim, s->tmp, H, T);
+    add_rows(s->x, s->tmp, T * H);
+}
+
+static void mlp_block(cpu_state *s, cpu_layer *L, size_t T)
+{
+    const nf_model_config *c = &s->m->cfg;
+    const size_t H = c->hidden, D = c->dense_inter;
+    for (size_t t = 0; t < T; t++) nf_cpu_rmsnorm(s->xn + t * H, s->x + t * H, L->ffn_norm, H, c->rms_eps);
+    if (L->is_moe) {
+        nf_cpu_moe_forward(s->cpu, &L->moe, L->moe_ws, s->xn, T, s->tmp, NULL, NULL);
+    } else {
+        nf_cpu_gemm_job jobs[2] = {{L->gate, s->xn, H, s->g, D, T}, {L->up, s->xn, H, s->u, D, T}};
+        nf_cpu_gemm_batch(s->cpu, jobs, 2);
+        nf_cpu_swiglu(s->g, s->g, s->u, T * D);
+        nf_cpu_gemm(s->cpu, &L->down, s->g, D, s->tmp, H, T);
+    }
+    add_rows(s->x, s->tmp, T * H);
+}
+
+static nf_status cpu_forward(void *state, const int32_t *tokens, size_t T, uint32_t pos0, float *logits,
+                             int all_logits, nf_error *err)
+{
+    cpu_state *s = state;
+    const nf_model_config *c = &s->m->cfg;
+    const size_t H = c->hidden;
+    if (T > s->chunk || pos0 + T > s->ctx)
+        return nf_error_set(err, NF_ERR_INTERNAL, "forward of %zu tokens at %u: chunk %u, context %u", T, pos0,
+                            s->chunk, s->ctx);
+    if (s->rope.kind == NF_ROPE_DYNAMIC && pos0 + T > s->rope_seq) { /* HF's dynamic update */
+        s->rope_seq = pos0 + (uint32_t)T;
+        nf_rope_inv_freq(&s->rope, s->rope_seq, s->inv_freq, &s->attn_factor);
+    }
+    for (size_t t = 0; t < T; t++) nf_cpu_weight_row(&s->embd, (uint32_t)tokens[t], s->x + t * H);
+    for (uint32_t l = 0; l < c->layers; l++) {
+        attention_block(s, &s->layers[l], T, pos0);
+        mlp_block(s, &s->layers[l], T);
+    }
+    const size_t first = all_logits ? 0 : T - 1, n = T - first;
+    for (size_t t = first; t < T; t++) nf_cpu_rmsnorm(s->xn + t * H, s->x + t * H, s->out_norm, H, c->rms_eps);
+    nf_cpu_gemm(s->cpu, &s->head, s->xn + first * H, H, logits, c->vocab, n);
+    return NF_OK;
+}
+
+const nf_backend_ops nf_cpu_backend = {"cpu", cpu_create, cpu_destroy, cpu_forward};

@@ -1,0 +1,62 @@
+/* The engine: one sequence's session over a loaded model on a backend.
+ *
+ * A backend is a table of three functions (nf_backend_ops): create state for a model (weights
+ * bound, KV cache sized from the context length, buffers for a chunk of tokens), run a forward of
+ * up to `chunk` tokens at given positions (appending their keys/values to the cache) and return
+ * logits, destroy. The CPU backend (cpu_forward.c) is the reference; a CUDA backend slots in with
+ * the same table (nf_engine_opts.device).
+ *
+ * Prefill runs the prompt in chunks of `chunk` tokens (matrix-matrix products, experts grouped by
+ * the tokens routed to them); decode runs one token. Positions are implicit: the session appends. */
+#ifndef NF_ENGINE_ENGINE_H
+#define NF_ENGINE_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/error.h"
+#include "model/model.h"
+
+typedef struct nf_engine_opts {
+    const char *device; /* "cpu" (default; NULL means cpu) */
+    int threads;        /* <= 0: all CPUs */
+    uint32_t ctx;       /* context length in tokens (0: min(model.max_ctx, 4096)) */
+    uint32_t chunk;     /* prefill chunk in tokens (0: 128) */
+    int kv_bf16;        /* KV cache elements in bf16 (else f32) */
+    int reference;      /* CPU: dequantize + double dot for every product (tests) */
+} nf_engine_opts;
+
+typedef struct nf_backend_ops {
+    const char *name;
+    nf_status (*create)(const nf_model *m, const nf_engine_opts *o, void **state, nf_error *err);
+    void (*destroy)(void *state);
+    /* tokens[T] (T <= chunk, ids < vocab) at positions pos0 .. pos0 + T - 1 (pos0 + T <= ctx);
+     * logits: [T][vocab] when all_logits, else [vocab] for the last token. */
+    nf_status (*forward)(void *state, const int32_t *tokens, size_t T, uint32_t pos0, float *logits, int all_logits,
+                         nf_error *err);
+} nf_backend_ops;
+
+extern const nf_backend_ops nf_cpu_backend;
+
+typedef struct nf_engine {
+    const nf_model *model;
+    const nf_backend_ops *ops;
+    void *state;
+    nf_engine_opts opts; /* with defaults filled in */
+    uint32_t n_past;     /* tokens in the cache */
+    float *logits;       /* [vocab]: the last token's logits after prefill/decode */
+} nf_engine;
+
+nf_status nf_engine_create(const nf_model *m, const nf_engine_opts *o, nf_engine **out, nf_error *err);
+void nf_engine_free(nf_engine *e);
+/* Forgets the cached tokens (a new sequence). */
+void nf_engine_reset(nf_engine *e);
+
+/* Appends tokens[n] to the sequence in chunks; e->logits holds the last token's logits. With
+ * all_logits non-NULL it receives [n][vocab], every position's logits. A sequence that would pass
+ * the context is refused (NF_ERR_INVALID_ARG, naming both lengths) before anything runs. */
+nf_status nf_engine_prefill(nf_engine *e, const int32_t *tokens, size_t n, float *all_logits, nf_error *err);
+/* One token: the same as prefill of 1. */
+nf_status nf_engine_decode(nf_engine *e, int32_t token, nf_error *err);
+
+#endif

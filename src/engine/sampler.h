@@ -1,0 +1,39 @@
+/* Token sampling from logits, llama.cpp's order:
+ *   repetition penalty (last `repeat_last_n` tokens: a positive logit divided by the penalty, a
+ *   negative one multiplied) -> greedy when temp <= 0 (argmax, ties to the lower id) -> top-k ->
+ *   softmax -> top-p (the smallest prefix, in descending probability, whose mass reaches top_p) ->
+ *   min-p (keep p >= min_p * p_max) -> temperature on the kept logits -> softmax -> draw.
+ * The generator is splitmix64 seeded by `seed`: the same seed and inputs give the same tokens. */
+#ifndef NF_ENGINE_SAMPLER_H
+#define NF_ENGINE_SAMPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/error.h"
+
+typedef struct nf_sampler_params {
+    float temp;           /* <= 0: greedy */
+    int top_k;            /* <= 0: all */
+    float top_p;          /* >= 1: off */
+    float min_p;          /* <= 0: off */
+    float repeat_penalty; /* 1: off */
+    int repeat_last_n;    /* tokens of history the penalty looks at */
+    uint64_t seed;
+} nf_sampler_params;
+
+/* temp 0.8, top_k 40, top_p 0.95, min_p 0.05, repeat_penalty 1.0, last 64, seed 0 */
+nf_sampler_params nf_sampler_defaults(void);
+
+typedef struct nf_sampler nf_sampler;
+
+nf_status nf_sampler_create(const nf_sampler_params *p, uint32_t vocab, nf_sampler **out, nf_error *err);
+void nf_sampler_free(nf_sampler *s);
+
+/* Picks the next id from logits[vocab] (not modified) given the ids so far (history[n_hist]). */
+int32_t nf_sampler_sample(nf_sampler *s, const float *logits, const int32_t *history, size_t n_hist);
+
+/* The probabilities the sampler draws from for these logits (0 outside the kept set); for tests. */
+void nf_sampler_probs(nf_sampler *s, const float *logits, const int32_t *history, size_t n_hist, float *probs);
+
+#endif
