@@ -1,0 +1,339 @@
+/* CPU ops against naive double references written here from the formulas (HF modeling code):
+ * gemm for every codec on the decode, prefill and reference paths, thread-count independence,
+ * RMSNorm, SwiGLU, softmax, RoPE (default/linear/llama3 tables, rotation), GQA attention over f32
+ * and bf16 caches, the router (ties, renormalisation) and the whole sparse-MoE block with a shared
+ * expert. Tolerances: an f32 dot of n terms has error <= ~n * 2^-24 * sum|w x| in the worst case;
+ * the SIMD kernels split it over 8..16 lanes, so we allow 4e-6 * sum|w x| + 1e-30 for n <= 512
+ * (a quarter of the worst case, 20x the typical), and the reference path (double dot) 1e-6 relative. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "nf_test.h"
+
+static uint64_t rng = 0x1234567ULL;
+static float frand(void) /* uniform in [-1, 1) */
+{
+    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((double)(rng >> 11) * 0x1.0p-53 * 2 - 1);
+}
+
+/* An encoded matrix with its own storage. */
+typedef struct enc {
+    nf_cpu_weight w;
+    uint8_t *buf;
+    nf_nvfp4_planes nv;
+    float *deq; /* [rows][cols] what the weight decodes to */
+} enc;
+
+static void encode(enc *e, nf_codec_id id, uint32_t rows, uint32_t cols, uint32_t divisors)
+{
+    const nf_codec *c = nf_codec_get(id);
+    float *w = malloc((size_t)rows * cols * sizeof(float));
+    for (size_t i = 0; i < (size_t)rows * cols; i++) w[i] = frand() * (1 + (i / cols) % 3); /* rows differ in scale */
+    uint64_t bytes;
+    CHECK(nf_codec_payload_bytes(c, rows, cols, divisors, &bytes, NULL) == NF_OK);
+    e->buf = calloc(1, bytes);
+    e->deq = malloc((size_t)rows * cols * sizeof(float));
+    e->w = (nf_cpu_weight){.codec = c, .rows = rows, .cols = cols};
+    if (id == NF_CODEC_NVFP4) {
+        nf_nvfp4_layout l;
+        CHECK(nf_nvfp4_layout_of(rows, cols, divisors, &l, NULL) == NF_OK);
+        nf_nvfp4_quantize(w, &l, e->buf);
+        CHECK(nf_nvfp4_view(e->buf, bytes, rows, cols, divisors, &e->nv, NULL) == NF_OK);
+        e->w.nv = &e->nv;
+        for (uint32_t r = 0; r < rows; r++) nf_nvfp4_dequantize_row(&e->nv, r, e->deq + (size_t)r * cols);
+    } else {
+        e->w.data = e->buf;
+        e->w.row_bytes = nf_codec_row_bytes(c, cols);
+        for (uint32_t r = 0; r < rows; r++) {
+            c->quantize_row(w + (size_t)r * cols, e->buf + r * e->w.row_bytes, cols);
+            c->dequantize_row(e->buf + r * e->w.row_bytes, e->deq + (size_t)r * cols, cols);
+        }
+    }
+    free(w);
+}
+
+static void enc_free(enc *e)
+{
+    free(e->buf);
+    free(e->deq);
+}
+
+/* max over outputs of |y - ref| / (sum|w x|) */
+static double gemm_err(const enc *e, const float *x, size_t n, const float *y, size_t r0)
+{
+    double worst = 0;
+    const uint32_t cols = e->w.cols;
+    for (size_t t = 0; t < n; t++)
+        for (uint32_t r = 0; r < e->w.rows; r++) {
+            double s = 0, a = 0;
+            for (uint32_t i = 0; i < cols; i++) {
+                double p = (double)e->deq[(r0 + r) * cols + i] * x[t * cols + i];
+                s += p;
+                a += fabs(p);
+            }
+            double d = fabs(y[t * e->w.rows + r] - s) / (a + 1e-30);
+            if (d > worst) worst = d;
+        }
+    return worst;
+}
+
+static void test_gemm(nf_cpu *c1, nf_cpu *c3)
+{
+    const nf_codec_id ids[] = {NF_CODEC_F32, NF_CODEC_F16, NF_CODEC_BF16, NF_CODEC_Q8_0,
+                               NF_CODEC_Q4_K, NF_CODEC_Q5_K, NF_CODEC_Q6_K, NF_CODEC_NVFP4};
+    const size_t ns[] = {1, 3, 17};
+    const uint32_t rows = 256, cols = 512; /* nvfp4 with 2 divisors: 128-row shares */
+    float *x = malloc(17 * cols * sizeof(float)), *y1 = malloc(17 * rows * sizeof(float)),
+          *y3 = malloc(17 * rows * sizeof(float));
+    for (size_t i = 0; i < 17 * cols; i++) x[i] = frand();
+    for (size_t k = 0; k < sizeof ids / sizeof ids[0]; k++) {
+        enc e;
+        encode(&e, ids[k], rows, cols, ids[k] == NF_CODEC_NVFP4 ? 2 : 1);
+        for (size_t j = 0; j < 3; j++) {
+            size_t n = ns[j];
+            nf_cpu_gemm(c1, &e.w, x, cols, y1, rows, n);
+            nf_cpu_gemm(c3, &e.w, x, cols, y3, rows, n);
+            double err = gemm_err(&e, x, n, y1, 0);
+            CHECK_MSG(err < 4e-6, "%s n=%zu: error %.3g of sum|wx|", e.w.codec->name, n, err);
+            CHECK_MSG(memcmp(y1, y3, n * rows * sizeof(float)) == 0, "%s n=%zu: 1 and 3 threads differ",
+                      e.w.codec->name, n);
+            nf_cpu_set_reference(c3, 1);
+            nf_cpu_gemm(c3, &e.w, x, cols, y3, rows, n);
+            nf_cpu_set_reference(c3, 0);
+            err = gemm_err(&e, x, n, y3, 0);
+            CHECK_MSG(err < 1e-7, "%s n=%zu reference path: error %.3g", e.w.codec->name, n, err);
+        }
+        /* a row sub-view (an expert of a bank): rows 160..199 cross into the second nvfp4 divisor */
+        nf_cpu_weight sub = nf_cpu_weight_rows(&e.w, 160, 40);
+        enc es = e;
+        es.w = sub;
+        nf_cpu_gemm(c3, &sub, x, cols, y1, 40, 3);
+        double err = gemm_err(&es, x, 3, y1, 160);
+        CHECK_MSG(err < 4e-6, "%s sub-view: error %.3g", e.w.codec->name, err);
+        enc_free(&e);
+    }
+    free(x);
+    free(y1);
+    free(y3);
+}
+
+static void test_small_ops(void)
+{
+    float x[67], w[67], y[67];
+    for (int i = 0; i < 67; i++) x[i] = frand() * 3, w[i] = 1 + frand() * 0.2f;
+    nf_cpu_rmsnorm(y, x, w, 67, 1e-6f);
+    double ss = 0;
+    for (int i = 0; i < 67; i++) ss += (double)x[i] * x[i];
+    double inv = 1 / sqrt(ss / 67 + 1e-6), worst = 0;
+    for (int i = 0; i < 67; i++) worst = fmax(worst, fabs(y[i] - w[i] * x[i] * inv) / fabs(w[i] * x[i] * inv + 1e-30));
+    CHECK_MSG(worst < 3e-7, "rmsnorm rel error %.3g", worst);
+
+    float g[5] = {-30, -1, 0, 1, 20}, u[5] = {1, 2, 3, 4, 5}, o[5];
+    nf_cpu_swiglu(o, g, u, 5);
+    for (int i = 0; i < 5; i++) {
+        double ref = g[i] / (1 + exp(-(double)g[i])) * u[i];
+        CHECK_MSG(fabs(o[i] - ref) <= 1e-6 * fabs(ref) + 1e-12, "swiglu[%d] %g vs %g", i, o[i], ref);
+    }
+    float s[4] = {1000, 1001, 999, -1e30f};
+    nf_cpu_softmax(s, 4);
+    double z = 1 + exp(1) + exp(-1);
+    CHECK(fabs(s[0] - 1 / z) < 1e-6 && fabs(s[1] - exp(1) / z) < 1e-6 && s[3] == 0);
+}
+
+static void test_rope(void)
+{
+    float inv[32], af;
+    nf_rope_config rc = {NF_ROPE_NONE, 1e6, 1, 0, 1, 4, 64};
+    nf_rope_inv_freq(&rc, 0, inv, &af);
+    for (int i = 0; i < 32; i++) CHECK(fabs(inv[i] - pow(1e6, -2.0 * i / 64)) <= 1e-6 * pow(1e6, -2.0 * i / 64));
+    CHECK(af == 1);
+    rc.kind = NF_ROPE_LINEAR;
+    rc.factor = 4;
+    float lin[32];
+    nf_rope_inv_freq(&rc, 0, lin, &af);
+    for (int i = 0; i < 32; i++) CHECK(fabs(lin[i] * 4 - inv[i]) <= 1e-6 * inv[i]);
+    /* llama3 (Llama 3.1: theta 500000, factor 8, low 1, high 4, original 8192), from HF's formula */
+    rc = (nf_rope_config){NF_ROPE_LLAMA3, 500000, 8, 8192, 1, 4, 128};
+    float l3[64];
+    nf_rope_inv_freq(&rc, 0, l3, &af);
+    for (int i = 0; i < 64; i++) {
+        double f = pow(500000, -2.0 * i / 128), wl = 2 * 3.14159265358979323846 / f, ref;
+        if (wl < 8192 / 4.0) ref = f;
+        else if (wl > 8192 / 1.0) ref = f / 8;
+        else {
+            double sm = (8192 / wl - 1) / (4 - 1);
+            ref = (1 - sm) * f / 8 + sm * f;
+        }
+        CHECK_MSG(fabs(l3[i] - ref) <= 2e-6 * ref, "llama3 inv_freq[%d] %g vs %g", i, l3[i], ref);
+    }
+    /* rotation: (v[i], v[i+d/2]) turned by pos * inv_freq[i]; two heads */
+    float v[128], v0[128];
+    for (int i = 0; i < 128; i++) v0[i] = v[i] = frand();
+    nf_cpu_rope(v, 2, 64, 37, inv, 1);
+    for (int h = 0; h < 2; h++)
+        for (int i = 0; i < 32; i++) {
+            double a = 37.0 * inv[i], x0 = v0[h * 64 + i], x1 = v0[h * 64 + i + 32];
+            CHECK(fabs(v[h * 64 + i] - (x0 * cos(a) - x1 * sin(a))) < 2e-6);
+            CHECK(fabs(v[h * 64 + i + 32] - (x1 * cos(a) + x0 * sin(a))) < 2e-6);
+        }
+}
+
+static void test_attention(nf_cpu *c, int bf16)
+{
+    enum { HQ = 4, HK = 2, D = 16, CTX = 12, P0 = 4, T = 5 };
+    float k[CTX * HK * D], v[CTX * HK * D], q[T * HQ * D], out[T * HQ * D];
+    for (int i = 0; i < CTX * HK * D; i++) k[i] = frand(), v[i] = frand();
+    for (int i = 0; i < T * HQ * D; i++) q[i] = frand() * 2;
+    uint8_t kb[CTX * HK * D * 4], vb[CTX * HK * D * 4];
+    nf_cpu_kv kv = {kb, vb, bf16, CTX, HK, D};
+    nf_cpu_kv_store(&kv, 0, P0, k, v);
+    nf_cpu_kv_store(&kv, P0, T, k + P0 * HK * D, v + P0 * HK * D);
+    nf_cpu_attention(c, &kv, q, HQ, P0, T, 0.25f, out);
+    double worst = 0;
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < HQ; h++) {
+            double sc[CTX], mx = -1e300, sum = 0;
+            int n = P0 + t + 1, kh = h / (HQ / HK);
+            for (int p = 0; p < n; p++) {
+                double s = 0;
+                for (int i = 0; i < D; i++) {
+                    float kk = k[(p * HK + kh) * D + i];
+                    if (bf16) kk = nf_bf16_to_f32(nf_f32_to_bf16(kk));
+                    s += (double)q[(t * HQ + h) * D + i] * kk;
+                }
+                sc[p] = s * 0.25;
+                mx = fmax(mx, sc[p]);
+            }
+            for (int p = 0; p < n; p++) sum += (sc[p] = exp(sc[p] - mx));
+            for (int i = 0; i < D; i++) {
+                double o = 0;
+                for (int p = 0; p < n; p++) {
+                    float vv = v[(p * HK + kh) * D + i];
+                    if (bf16) vv = nf_bf16_to_f32(nf_f32_to_bf16(vv));
+                    o += sc[p] / sum * vv;
+                }
+                worst = fmax(worst, fabs(out[(t * HQ + h) * D + i] - o));
+            }
+        }
+    CHECK_MSG(worst < 2e-6, "attention (bf16 cache %d): max abs error %.3g", bf16, worst);
+}
+
+static void test_route(void)
+{
+    float l[6] = {0.5f, 2.0f, 2.0f, -1.0f, 2.0f, 0.1f};
+    int32_t ids[3];
+    float w[3];
+    nf_cpu_route(l, 6, 3, 0, ids, w);
+    CHECK(ids[0] == 1 && ids[1] == 2 && ids[2] == 4); /* three-way tie: lower index first */
+    double z = 0;
+    for (int e = 0; e < 6; e++) z += exp(l[e] - 2.0);
+    CHECK(fabs(w[0] - 1 / z) < 1e-7 && fabs(w[2] - 1 / z) < 1e-7);
+    float l2[4] = {3, -2, 1, 0};
+    nf_cpu_route(l2, 4, 2, 1, ids, w);
+    CHECK(ids[0] == 0 && ids[1] == 2);
+    CHECK(fabs(w[0] - 1 / (1 + exp(-2.0))) < 1e-7 && fabs(w[0] + w[1] - 1) < 1e-7);
+}
+
+/* The MoE block against a per-token double reference on the dequantized weights. */
+static void test_moe(nf_cpu *c, nf_codec_id codec, int shared, int norm)
+{
+    enum { H = 256, E = 8, K = 3, I = 256, S = 256, T = 9 };
+    enc router, gu, dn, sgu, sdn, sg;
+    encode(&router, NF_CODEC_F32, E, H, 1);
+    for (size_t i = 0; i < (size_t)E * H; i++) ((float *)router.buf)[i] = router.deq[i] *= 4; /* sharper routing */
+    encode(&gu, codec, E * 2 * I, H, codec == NF_CODEC_NVFP4 ? 2 * E : 1);
+    encode(&dn, codec, E * H, I, codec == NF_CODEC_NVFP4 ? E : 1);
+    encode(&sgu, codec, 2 * S, H, 1);
+    encode(&sdn, codec, H, S, 1);
+    encode(&sg, NF_CODEC_BF16, 1, H, 1);
+    nf_cpu_moe m = {H, E, K, I, shared ? S : 0, norm, router.w, gu.w, dn.w, sgu.w, sdn.w, sg.w};
+    if (!shared) m.shared_gate_up.rows = 0;
+    nf_cpu_moe_ws *ws;
+    CHECK(nf_cpu_moe_ws_create(&m, T, &ws, NULL) == NF_OK);
+    float *x = malloc(T * H * sizeof(float)), *out = malloc(T * H * sizeof(float)), w[T * K];
+    int32_t ids[T * K];
+    for (int i = 0; i < T * H; i++) x[i] = frand();
+    double worst = 0;
+    for (size_t T_run = 1; T_run <= T; T_run += T - 1) { /* decode and prefill paths */
+        nf_cpu_moe_forward(c, &m, ws, x, T_run, out, ids, w);
+        for (size_t t = 0; t < T_run; t++) {
+            const float *xt = x + t * H;
+            double lg[E], ref[H] = {0};
+            float lf[E];
+            for (int e = 0; e < E; e++) {
+                lg[e] = 0;
+                for (int i = 0; i < H; i++) lg[e] += (double)router.deq[e * H + i] * xt[i];
+                lf[e] = (float)lg[e];
+            }
+            int32_t rid[K];
+            float rw[K];
+            nf_cpu_route(lf, E, K, norm, rid, rw); /* routing itself is checked in test_route */
+            for (int j = 0; j < K; j++) CHECK(rid[j] == ids[t * K + j]);
+            for (int j = 0; j < K; j++) {
+                int e = rid[j];
+                double act[I];
+                for (int i = 0; i < I; i++) {
+                    double g = 0, u = 0;
+                    for (int h = 0; h < H; h++) {
+                        g += (double)gu.deq[((size_t)e * 2 * I + i) * H + h] * xt[h];
+                        u += (double)gu.deq[((size_t)e * 2 * I + I + i) * H + h] * xt[h];
+                    }
+                    act[i] = g / (1 + exp(-g)) * u;
+                }
+                for (int h = 0; h < H; h++) {
+                    double d = 0;
+                    for (int i = 0; i < I; i++) d += (double)dn.deq[((size_t)e * H + h) * I + i] * act[i];
+                    ref[h] += rw[j] * d;
+                }
+            }
+            if (shared) {
+                double gl = 0, act[S];
+                for (int h = 0; h < H; h++) gl += (double)sg.deq[h] * xt[h];
+                for (int i = 0; i < S; i++) {
+                    double g = 0, u = 0;
+                    for (int h = 0; h < H; h++) {
+                        g += (double)sgu.deq[(size_t)i * H + h] * xt[h];
+                        u += (double)sgu.deq[(size_t)(S + i) * H + h] * xt[h];
+                    }
+                    act[i] = g / (1 + exp(-g)) * u;
+                }
+                for (int h = 0; h < H; h++) {
+                    double d = 0;
+                    for (int i = 0; i < S; i++) d += (double)sdn.deq[(size_t)h * S + i] * act[i];
+                    ref[h] += d / (1 + exp(-gl));
+                }
+            }
+            double num = 0, den = 0;
+            for (int h = 0; h < H; h++) num += pow(out[t * H + h] - ref[h], 2), den += ref[h] * ref[h];
+            worst = fmax(worst, sqrt(num / den));
+        }
+    }
+    CHECK_MSG(worst < 2e-5, "moe %s shared=%d norm=%d: rel-L2 %.3g", nf_codec_get(codec)->name, shared, norm, worst);
+    nf_cpu_moe_ws_free(ws);
+    free(x);
+    free(out);
+    enc_free(&router), enc_free(&gu), enc_free(&dn), enc_free(&sgu), enc_free(&sdn), enc_free(&sg);
+}
+
+int main(void)
+{
+    nf_cpu *c1, *c3;
+    CHECK(nf_cpu_create(1, 512, 64, &c1, NULL) == NF_OK);
+    CHECK(nf_cpu_create(3, 512, 64, &c3, NULL) == NF_OK);
+    test_gemm(c1, c3);
+    test_small_ops();
+    test_rope();
+    test_attention(c3, 0);
+    test_attention(c3, 1);
+    test_route();
+    test_moe(c3, NF_CODEC_BF16, 1, 0);
+    test_moe(c3, NF_CODEC_Q4_K, 0, 1);
+    test_moe(c3, NF_CODEC_Q8_0, 1, 1);
+    test_moe(c3, NF_CODEC_NVFP4, 0, 1);
+    nf_cpu_free(c1);
+    nf_cpu_free(c3);
+    return nf_test_report();
+}
