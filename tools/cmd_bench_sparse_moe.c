@@ -123,7 +123,7 @@ int nf_cmd_bench_sparse_moe(int argc, char **argv)
     opts o = {.codec = "q4_k+q6_k", .geometry = "qwen3-30b-a3b", .dist = "trace-like", .execution = "graph",
               .cache = "cold", .format = "table", .flush_mib = 256, .warmup = 5, .repeat = 20, .seed = 1, .chunk = 4096};
     const nf_opt table[] = {
-        {"--codec", 0, NF_OPT_STRING, &o.codec, "P", "profile (q4_k+q6_k, q8_0+q8_0, bf16, nvfp4, ...[/shared]) or all", 0, 0},
+        {"--codec", 0, NF_OPT_STRING, &o.codec, "P", "profiles, comma-separated (q4_k+q6_k, q8_0+q8_0, bf16, nvfp4, ...[/shared]) or all", 0, 0},
         {"--geometry", 0, NF_OPT_STRING, &o.geometry, "G", "qwen3-30b-a3b (default), qwen3.5-35b-a3b, qwen2-57b-a14b, tiny", 0, 0},
         {"-H", 0, NF_OPT_INT, &o.H, "N", "hidden size (overrides the geometry)", 1, 65536},
         {"-E", 0, NF_OPT_INT, &o.E, "N", "experts", 1, 512},
@@ -178,8 +178,13 @@ int nf_cmd_bench_sparse_moe(int argc, char **argv)
     if (strcmp(o.codec, "all") == 0) {
         nprof = nf_bench_all_profiles(g.S != 0, profiles, MAX_PROFILES);
     } else {
-        if (nf_bench_parse_profile(o.codec, g.S != 0, &profiles[0], &err) != NF_OK) return nf_cli_fail("%s", err.msg) * 2;
-        nprof = 1;
+        char buf[512];
+        snprintf(buf, sizeof buf, "%s", o.codec);
+        for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+            if (nprof == MAX_PROFILES) return nf_cli_fail("--codec: at most %d profiles", MAX_PROFILES) * 2;
+            if (nf_bench_parse_profile(tok, g.S != 0, &profiles[nprof], &err) != NF_OK) return nf_cli_fail("%s", err.msg) * 2;
+            nprof++;
+        }
     }
     static uint32_t Ts[1 << 16];
     int nT = 0;

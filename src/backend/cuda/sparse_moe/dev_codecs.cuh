@@ -5,10 +5,11 @@
 //   aligned (q6_k's 210-byte blocks are not, in GGUF order); rows are padded to 16 bytes.
 //   nvfp4 keeps its plane set (data plane, swizzled 128x4 scale plane, divisor words).
 //
-// Each codec exposes the same shape to the kernels: a row is a sequence of PIECES, each decoded by
-// one lane into PE floats that form RUNS contiguous runs of RUN elements; elem(q, r) is the first
-// element of run r of piece q. Dequantized values follow llama.cpp's formulas (for nvfp4:
-// e2m1 * e4m3 / divisor).
+// Each codec exposes the same shape to the kernels: a row is a sequence of pieces (PIECES per GGUF
+// block), each handled by one lane: load(row, q) fetches its raw bytes (so a lane can put several
+// pieces' loads in flight before using any), decode(row, raw, q, w) turns them into PE floats that
+// form RUNS contiguous runs of RUN elements; elem(q, r) is the first element of run r of piece q.
+// Values follow llama.cpp's dequantization formulas (nvfp4: e2m1 * (e4m3 / divisor)).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -54,30 +55,42 @@ struct CQ4K {
     struct Row {
         const uint8_t *qs, *sc, *dm;
     };
-    __device__ static Row row(const DevMat &m, uint32_t e, uint32_t r, uint64_t /*global_row*/)
+    struct Raw {
+        uint2 qs;
+        uint32_t sc[3];
+        uint32_t dm;
+    };
+    __device__ static Row row(const DevMat &m, uint32_t e, uint32_t r)
     {
         const uint8_t *p = row_ptr(m, e, r);
         return Row{p + m.plane[0], p + m.plane[1], p + m.plane[2]};
     }
     __device__ static int elem(int q, int run) { return (q >> 4) * 256 + ((q & 15) >> 2) * 64 + (q & 3) * 8 + run * 32; }
-    __device__ static void piece(const Row &R, int q, float *w)
+    __device__ static Raw load(const Row &R, int q)
     {
-        int b = q >> 4, p = q & 15, j = p >> 2;
-        uint2 v = *reinterpret_cast<const uint2 *>(R.qs + b * 128 + j * 32 + (p & 3) * 8);
-        const uint8_t *sc = R.sc + b * 12;
-        uint32_t dm = *reinterpret_cast<const uint32_t *>(R.dm + b * 4);
-        float d = h2f((uint16_t)dm), dmin = h2f((uint16_t)(dm >> 16));
+        const int b = q >> 4, p = q & 15;
+        Raw w;
+        w.qs = *reinterpret_cast<const uint2 *>(R.qs + b * 128 + (p >> 2) * 32 + (p & 3) * 8);
+        const uint32_t *sc = reinterpret_cast<const uint32_t *>(R.sc + b * 12);
+        w.sc[0] = sc[0], w.sc[1] = sc[1], w.sc[2] = sc[2];
+        w.dm = *reinterpret_cast<const uint32_t *>(R.dm + b * 4);
+        return w;
+    }
+    __device__ static void decode(const Row &, const Raw &w, int q, float *out)
+    {
+        const int j = (q & 15) >> 2;
+        const uint8_t *sc = reinterpret_cast<const uint8_t *>(w.sc);
+        float d = h2f((uint16_t)w.dm), dmin = h2f((uint16_t)(w.dm >> 16));
         int s1, m1, s2, m2;
         k4_scale_min(sc, 2 * j, s1, m1);
         k4_scale_min(sc, 2 * j + 1, s2, m2);
-        float d1 = d * s1, mm1 = dmin * m1, d2 = d * s2, mm2 = dmin * m2;
-        uint32_t lo = v.x, hi = v.y;
+        const float d1 = d * s1, mm1 = dmin * m1, d2 = d * s2, mm2 = dmin * m2;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            w[i] = d1 * (float)((lo >> (8 * i)) & 0xF) - mm1;
-            w[4 + i] = d1 * (float)((hi >> (8 * i)) & 0xF) - mm1;
-            w[8 + i] = d2 * (float)((lo >> (8 * i + 4)) & 0xF) - mm2;
-            w[12 + i] = d2 * (float)((hi >> (8 * i + 4)) & 0xF) - mm2;
+            out[i] = d1 * (float)((w.qs.x >> (8 * i)) & 0xF) - mm1;
+            out[4 + i] = d1 * (float)((w.qs.y >> (8 * i)) & 0xF) - mm1;
+            out[8 + i] = d2 * (float)((w.qs.x >> (8 * i + 4)) & 0xF) - mm2;
+            out[12 + i] = d2 * (float)((w.qs.y >> (8 * i + 4)) & 0xF) - mm2;
         }
     }
 };
@@ -88,32 +101,45 @@ struct CQ5K {
     struct Row {
         const uint8_t *qs, *qh, *sc, *dm;
     };
-    __device__ static Row row(const DevMat &m, uint32_t e, uint32_t r, uint64_t)
+    struct Raw {
+        uint2 qs, qh;
+        uint32_t sc[3];
+        uint32_t dm;
+    };
+    __device__ static Row row(const DevMat &m, uint32_t e, uint32_t r)
     {
         const uint8_t *p = row_ptr(m, e, r);
         return Row{p + m.plane[0], p + m.plane[1], p + m.plane[2], p + m.plane[3]};
     }
     __device__ static int elem(int q, int run) { return CQ4K::elem(q, run); }
-    __device__ static void piece(const Row &R, int q, float *w)
+    __device__ static Raw load(const Row &R, int q)
     {
-        int b = q >> 4, p = q & 15, j = p >> 2, l0 = (p & 3) * 8;
-        uint2 v = *reinterpret_cast<const uint2 *>(R.qs + b * 128 + j * 32 + l0);
-        uint2 h = *reinterpret_cast<const uint2 *>(R.qh + b * 32 + l0);
-        const uint8_t *sc = R.sc + b * 12;
-        uint32_t dm = *reinterpret_cast<const uint32_t *>(R.dm + b * 4);
-        float d = h2f((uint16_t)dm), dmin = h2f((uint16_t)(dm >> 16));
+        const int b = q >> 4, p = q & 15, l0 = (p & 3) * 8;
+        Raw w;
+        w.qs = *reinterpret_cast<const uint2 *>(R.qs + b * 128 + (p >> 2) * 32 + l0);
+        w.qh = *reinterpret_cast<const uint2 *>(R.qh + b * 32 + l0);
+        const uint32_t *sc = reinterpret_cast<const uint32_t *>(R.sc + b * 12);
+        w.sc[0] = sc[0], w.sc[1] = sc[1], w.sc[2] = sc[2];
+        w.dm = *reinterpret_cast<const uint32_t *>(R.dm + b * 4);
+        return w;
+    }
+    __device__ static void decode(const Row &, const Raw &w, int q, float *out)
+    {
+        const int j = (q & 15) >> 2;
+        const uint8_t *sc = reinterpret_cast<const uint8_t *>(w.sc);
+        float d = h2f((uint16_t)w.dm), dmin = h2f((uint16_t)(w.dm >> 16));
         int s1, m1, s2, m2;
         k4_scale_min(sc, 2 * j, s1, m1);
         k4_scale_min(sc, 2 * j + 1, s2, m2);
-        float d1 = d * s1, mm1 = dmin * m1, d2 = d * s2, mm2 = dmin * m2;
+        const float d1 = d * s1, mm1 = dmin * m1, d2 = d * s2, mm2 = dmin * m2;
         const int b1 = 2 * j, b2 = 2 * j + 1;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            uint32_t qv = i < 4 ? v.x : v.y, hv = i < 4 ? h.x : h.y;
-            int sh = 8 * (i & 3);
-            int ql = (qv >> sh) & 0xFF, qh = (hv >> sh) & 0xFF;
-            w[i] = d1 * (float)((ql & 0xF) + (((qh >> b1) & 1) << 4)) - mm1;
-            w[8 + i] = d2 * (float)((ql >> 4) + (((qh >> b2) & 1) << 4)) - mm2;
+            const uint32_t qv = i < 4 ? w.qs.x : w.qs.y, hv = i < 4 ? w.qh.x : w.qh.y;
+            const int sh = 8 * (i & 3);
+            const int ql = (qv >> sh) & 0xFF, qh = (hv >> sh) & 0xFF;
+            out[i] = d1 * (float)((ql & 0xF) + (((qh >> b1) & 1) << 4)) - mm1;
+            out[8 + i] = d2 * (float)((ql >> 4) + (((qh >> b2) & 1) << 4)) - mm2;
         }
     }
 };
@@ -124,7 +150,12 @@ struct CQ6K {
     struct Row {
         const uint8_t *ql, *qh, *sc, *d;
     };
-    __device__ static Row row(const DevMat &m, uint32_t e, uint32_t r, uint64_t)
+    struct Raw {
+        uint32_t qa, qb, qh;
+        uint2 sc; // the 8 scale bytes of this half-block
+        uint16_t d;
+    };
+    __device__ static Row row(const DevMat &m, uint32_t e, uint32_t r)
     {
         const uint8_t *p = row_ptr(m, e, r);
         return Row{p + m.plane[0], p + m.plane[1], p + m.plane[2], p + m.plane[3]};
@@ -132,22 +163,30 @@ struct CQ6K {
     // piece p of a block: half = p / 8 (128 elements each), l0 = 4 * (p % 8); run r covers
     // elements half*128 + l0 + 32*r .. +4
     __device__ static int elem(int q, int run) { return (q >> 4) * 256 + ((q & 15) >> 3) * 128 + (q & 7) * 4 + run * 32; }
-    __device__ static void piece(const Row &R, int q, float *w)
+    __device__ static Raw load(const Row &R, int q)
     {
-        int b = q >> 4, p = q & 15, half = p >> 3, l0 = (p & 7) * 4;
-        uint32_t qa = *reinterpret_cast<const uint32_t *>(R.ql + b * 128 + half * 64 + l0);
-        uint32_t qb = *reinterpret_cast<const uint32_t *>(R.ql + b * 128 + half * 64 + l0 + 32);
-        uint32_t qh = *reinterpret_cast<const uint32_t *>(R.qh + b * 64 + half * 32 + l0);
-        const int8_t *sc = reinterpret_cast<const int8_t *>(R.sc + b * 16 + half * 8 + (l0 >> 4));
-        float d = h2f(*reinterpret_cast<const uint16_t *>(R.d + b * 2));
-        float s0 = d * sc[0], s1 = d * sc[2], s2 = d * sc[4], s3 = d * sc[6];
+        const int b = q >> 4, p = q & 15, half = p >> 3, l0 = (p & 7) * 4;
+        Raw w;
+        w.qa = *reinterpret_cast<const uint32_t *>(R.ql + b * 128 + half * 64 + l0);
+        w.qb = *reinterpret_cast<const uint32_t *>(R.ql + b * 128 + half * 64 + l0 + 32);
+        w.qh = *reinterpret_cast<const uint32_t *>(R.qh + b * 64 + half * 32 + l0);
+        w.sc = *reinterpret_cast<const uint2 *>(R.sc + b * 16 + half * 8);
+        w.d = *reinterpret_cast<const uint16_t *>(R.d + b * 2);
+        return w;
+    }
+    __device__ static void decode(const Row &, const Raw &w, int q, float *out)
+    {
+        const int is = ((q & 7) * 4) >> 4; // l0 / 16
+        const int8_t *sc = reinterpret_cast<const int8_t *>(&w.sc) + is;
+        const float d = h2f(w.d);
+        const float s0 = d * sc[0], s1 = d * sc[2], s2 = d * sc[4], s3 = d * sc[6];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            int a = (qa >> (8 * i)) & 0xFF, c = (qb >> (8 * i)) & 0xFF, h = (qh >> (8 * i)) & 0xFF;
-            w[i] = s0 * (float)(((a & 0xF) | ((h & 3) << 4)) - 32);
-            w[4 + i] = s1 * (float)(((c & 0xF) | (((h >> 2) & 3) << 4)) - 32);
-            w[8 + i] = s2 * (float)(((a >> 4) | (((h >> 4) & 3) << 4)) - 32);
-            w[12 + i] = s3 * (float)(((c >> 4) | (((h >> 6) & 3) << 4)) - 32);
+            const int a = (w.qa >> (8 * i)) & 0xFF, c = (w.qb >> (8 * i)) & 0xFF, h = (w.qh >> (8 * i)) & 0xFF;
+            out[i] = s0 * (float)(((a & 0xF) | ((h & 3) << 4)) - 32);
+            out[4 + i] = s1 * (float)(((c & 0xF) | (((h >> 2) & 3) << 4)) - 32);
+            out[8 + i] = s2 * (float)(((a >> 4) | (((h >> 4) & 3) << 4)) - 32);
+            out[12 + i] = s3 * (float)(((c >> 4) | (((h >> 6) & 3) << 4)) - 32);
         }
     }
 };
@@ -158,20 +197,29 @@ struct CQ8 {
     struct Row {
         const uint8_t *qs, *d;
     };
-    __device__ static Row row(const DevMat &m, uint32_t e, uint32_t r, uint64_t)
+    struct Raw {
+        int4 qs;
+        uint16_t d;
+    };
+    __device__ static Row row(const DevMat &m, uint32_t e, uint32_t r)
     {
         const uint8_t *p = row_ptr(m, e, r);
         return Row{p + m.plane[0], p + m.plane[1]};
     }
     __device__ static int elem(int q, int) { return q * 16; }
-    __device__ static void piece(const Row &R, int q, float *w)
+    __device__ static Raw load(const Row &R, int q)
     {
-        int b = q >> 1;
-        int4 v = *reinterpret_cast<const int4 *>(R.qs + q * 16);
-        float d = h2f(*reinterpret_cast<const uint16_t *>(R.d + b * 2));
-        const int32_t words[4] = {v.x, v.y, v.z, v.w};
+        Raw w;
+        w.qs = *reinterpret_cast<const int4 *>(R.qs + q * 16);
+        w.d = *reinterpret_cast<const uint16_t *>(R.d + (q >> 1) * 2);
+        return w;
+    }
+    __device__ static void decode(const Row &, const Raw &w, int, float *out)
+    {
+        const float d = h2f(w.d);
+        const int32_t words[4] = {w.qs.x, w.qs.y, w.qs.z, w.qs.w};
 #pragma unroll
-        for (int i = 0; i < 16; i++) w[i] = d * (float)(int8_t)(words[i >> 2] >> (8 * (i & 3)));
+        for (int i = 0; i < 16; i++) out[i] = d * (float)(int8_t)(words[i >> 2] >> (8 * (i & 3)));
     }
 };
 
@@ -181,27 +229,32 @@ struct CBF16 {
     struct Row {
         const uint8_t *p;
     };
-    __device__ static Row row(const DevMat &m, uint32_t e, uint32_t r, uint64_t) { return Row{row_ptr(m, e, r)}; }
+    struct Raw {
+        uint4 v;
+    };
+    __device__ static Row row(const DevMat &m, uint32_t e, uint32_t r) { return Row{row_ptr(m, e, r)}; }
     __device__ static int elem(int q, int) { return q * 8; }
-    __device__ static void piece(const Row &R, int q, float *w)
+    __device__ static Raw load(const Row &R, int q) { return Raw{*reinterpret_cast<const uint4 *>(R.p + q * 16)}; }
+    __device__ static void decode(const Row &, const Raw &w, int, float *out)
     {
-        uint4 v = *reinterpret_cast<const uint4 *>(R.p + q * 16);
-        const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+        const uint32_t words[4] = {w.v.x, w.v.y, w.v.z, w.v.w};
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            w[2 * i] = __uint_as_float(words[i] << 16);
-            w[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
+            out[2 * i] = __uint_as_float(words[i] << 16);
+            out[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
         }
     }
 };
 
 // ---- nvfp4: a piece is one 16-element scale block ------------------------------------------------
+// e2m1 (sign bit 3, exponent bits 1-2 with bias 1, mantissa bit 0) placed into an f16's sign,
+// low exponent and top mantissa bits is exactly e2m1 * 2^-14 (subnormals included): a few integer
+// ops instead of a table, whose run-time index would spill to local memory.
 __device__ __forceinline__ float e2m1_f(uint32_t nib)
 {
-    // {0, 0.5, 1, 1.5, 2, 3, 4, 6}, sign in bit 3
-    const float mag[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
-    float v = mag[nib & 7];
-    return (nib & 8) ? -v : v;
+    __half_raw hr;
+    hr.x = (uint16_t)(((nib & 8) << 12) | ((nib & 7) << 9));
+    return __half2float(__half(hr)) * 16384.0f;
 }
 __device__ __forceinline__ float e4m3_f(uint32_t b)
 {
@@ -227,27 +280,33 @@ struct CNVFP4 {
         uint32_t kt;
         float inv_div;
     };
-    __device__ static Row row(const DevMat &m, uint32_t e, uint32_t r, uint64_t)
+    struct Raw {
+        uint2 v;
+        uint8_t s;
+    };
+    __device__ static Row row(const DevMat &m, uint32_t e, uint32_t r)
     {
         uint64_t g = (uint64_t)e * m.rows + r;
         return Row{m.data + g * m.row_stride, m.scales, g, m.kt, 1.0f / m.divisors[g / m.rows_per_div]};
     }
     __device__ static int elem(int q, int) { return q * 16; }
-    __device__ static void piece(const Row &R, int q, float *w)
+    __device__ static Raw load(const Row &R, int q)
     {
-        uint2 v = *reinterpret_cast<const uint2 *>(R.data + q * 8);
-        float s = e4m3_f(R.scales[nvfp4_scale_index(R.grow, q, R.kt)]);
+        Raw w;
+        w.v = *reinterpret_cast<const uint2 *>(R.data + q * 8);
+        w.s = R.scales[nvfp4_scale_index(R.grow, q, R.kt)];
+        return w;
+    }
+    __device__ static void decode(const Row &R, const Raw &w, int, float *out)
+    {
+        // e2m1 * (e4m3 / divisor), the order compressed-tensors dequantizes in
+        const float s = e4m3_f(w.s) * R.inv_div;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            uint32_t word = i < 4 ? v.x : v.y;
-            uint32_t byte = (word >> (8 * (i & 3))) & 0xFF;
-            w[2 * i] = e2m1_f(byte & 0xF) * s;
-            w[2 * i + 1] = e2m1_f(byte >> 4) * s;
+            const uint32_t byte = ((i < 4 ? w.v.x : w.v.y) >> (8 * (i & 3))) & 0xFF;
+            out[2 * i] = e2m1_f(byte & 0xF) * s;
+            out[2 * i + 1] = e2m1_f(byte >> 4) * s;
         }
-        // The divisor is applied per element so the value equals the CPU's e2m1*e4m3/divisor
-        // up to one rounding; hoisting it out of the dot product is an optimisation for later.
-#pragma unroll
-        for (int i = 0; i < 16; i++) w[i] *= R.inv_div;
     }
 };
 

@@ -1,7 +1,8 @@
-// The CUDA-core grouped GEMV of the decode and small-token routes. Weights stream once per chunk of
-// tokens: a warp owns one output row (a gate/up pair for GLU), each lane decodes pieces of the row
-// and dots them with every token of the group staged in shared memory as f32.
+// The CUDA-core grouped GEMV (gate/up of the decode and small-token routes, and for now every matrix
+// of the prefill route): a warp owns one output row (a gate/up pair for GLU), lanes stream the row's
+// pieces (rowdot.cuh) and dot them with every position of the group, staged in shared memory as f32.
 #include "internal.cuh"
+#include "rowdot.cuh"
 
 namespace nf {
 
@@ -9,38 +10,6 @@ namespace {
 
 constexpr int kWarps = 8; // output rows (row pairs) per CTA
 constexpr size_t kSmemBudget = 200 * 1024;
-
-__device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
-
-template <class C, int MAXT>
-__device__ __forceinline__ void dot_row(const typename C::Row &R, uint32_t cols, const float *xs, int nt,
-                                        float *acc)
-{
-    const int pieces = (int)(cols / C::BLK) * C::PIECES;
-    for (int q = threadIdx.x % 32; q < pieces; q += 32) {
-        float w[C::PE];
-        C::piece(R, q, w);
-#pragma unroll
-        for (int run = 0; run < C::RUNS; run++) {
-            const int e0 = C::elem(q, run);
-#pragma unroll
-            for (int t = 0; t < MAXT; t++) {
-                if (t >= nt) break;
-                const float *xv = xs + (size_t)t * cols + e0;
-                float a = acc[t];
-#pragma unroll
-                for (int i = 0; i < C::RUN; i++) a = fmaf(w[run * C::RUN + i], xv[i], a);
-                acc[t] = a;
-            }
-        }
-    }
-}
-
-__device__ __forceinline__ float warp_sum(float v)
-{
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 // grid: x = row blocks of kWarps output rows, y = group slots. Block: kWarps warps.
 template <class C, int MAXT, bool GLU, bool IN_BF16>
@@ -54,13 +23,14 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(DevMat W, const void 
     const uint32_t out_rows = GLU ? W.rows / 2 : W.rows;
     const uint32_t r = blockIdx.x * kWarps + threadIdx.x / 32;
     const uint32_t cols = W.cols;
+    const int pieces = (int)(cols / C::BLK) * C::PIECES;
 
     for (int c0 = 0; c0 < count; c0 += tchunk) {
         const int nt = min(tchunk, count - c0);
         __syncthreads(); // the previous chunk's readers are done with xs
         for (int t = 0; t < nt; t++) {
             const int pos = start + c0 + t;
-            const int row = g.pos_token ? g.pos_token[pos] : pos;
+            const int row = g.pos_entry ? g.pos_entry[pos] / g.entry_div : pos;
             if (IN_BF16) {
                 const uint16_t *src = (const uint16_t *)in + (size_t)row * in_stride;
                 for (uint32_t i = threadIdx.x; i < cols; i += blockDim.x) xs[(size_t)t * cols + i] = bf2f(src[i]);
@@ -71,17 +41,17 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(DevMat W, const void 
         }
         __syncthreads();
         if (r >= out_rows) continue;
+        const typename C::Row Ra = C::row(W, expert, r);
+        const typename C::Row Rb = C::row(W, expert, GLU ? r + out_rows : r);
         for (int t0 = 0; t0 < nt; t0 += MAXT) {
             const int n = min(MAXT, nt - t0);
-            const float *xt = xs + (size_t)t0 * cols;
             float a[MAXT] = {}, b[MAXT] = {};
-            dot_row<C, MAXT>(C::row(W, expert, r, 0), cols, xt, n, a);
-            if (GLU) dot_row<C, MAXT>(C::row(W, expert, r + out_rows, 0), cols, xt, n, b);
+            dot_rows<C, MAXT, GLU ? 2 : 1>(Ra, Rb, pieces, xs + (size_t)t0 * cols, (int)cols, n, a, b);
 #pragma unroll
             for (int t = 0; t < MAXT; t++) {
                 if (t >= n) break;
-                float va = warp_sum(a[t]);
-                float v = GLU ? silu(va) * warp_sum(b[t]) : va;
+                const float va = warp_sum(a[t]);
+                const float v = GLU ? silu(va) * warp_sum(b[t]) : va;
                 if (threadIdx.x % 32 == 0) out[(size_t)(start + c0 + t0 + t) * out_stride + r] = v;
             }
         }
@@ -128,16 +98,9 @@ cudaError_t launch_c(bool glu, const DevMat &W, const void *in, bool in_bf16, ui
 cudaError_t launch_gemv(int codec, bool glu, const DevMat &W, const void *in, bool in_bf16, uint32_t in_stride,
                         const Groups &g, float *out, uint32_t out_stride, uint32_t max_tokens, cudaStream_t s)
 {
-    // nf_codec_id values (codec/codec.h): F32 0, F16 1, BF16 2, Q8_0 3, Q4_K 4, Q5_K 5, Q6_K 6, NVFP4 11
-    switch (codec) {
-    case 2: return launch_c<CBF16>(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, s);
-    case 3: return launch_c<CQ8>(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, s);
-    case 4: return launch_c<CQ4K>(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, s);
-    case 5: return launch_c<CQ5K>(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, s);
-    case 6: return launch_c<CQ6K>(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, s);
-    case 11: return launch_c<CNVFP4>(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, s);
-    default: return cudaErrorInvalidValue;
-    }
+    return dispatch_codec(codec, [&](auto c) {
+        return launch_c<decltype(c)>(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, s);
+    });
 }
 
 } // namespace nf

@@ -12,7 +12,7 @@ namespace nf {
 //   topk_id   [T][k] i32, topk_w [T][k] f32 (router weights after optional renormalisation)
 //   shared_g  [T] f32: sigmoid(shared_gate . x[t]) (absent without a shared expert)
 //   slot      [T*k]: position of entry (t, j) in the expert-sorted order
-//   pos_token [T*k]: token of each position
+//   pos_entry [T*k]: the entry (t * k + j) each position holds
 //   groups: n_groups active experts, in increasing expert id; group g is expert g_expert[g],
 //           positions g_start[g] .. g_start[g] + g_count[g]
 struct Routing {
@@ -21,7 +21,7 @@ struct Routing {
     float *topk_w;
     float *shared_g;
     int32_t *slot;
-    int32_t *pos_token;
+    int32_t *pos_entry;
     int32_t *n_groups;
     int32_t *g_expert, *g_start, *g_count;
     int32_t *shared_group; // [4]: n_groups = 1, expert 0, start 0, count T (set per slice)
@@ -30,21 +30,42 @@ struct Routing {
 // A group list for the grouped GEMV/GEMM kernels: (n_groups on device, expert, start, count).
 struct Groups {
     const int32_t *n, *expert, *start, *count;
-    const int32_t *pos_token; // input row of a position; NULL: the position itself
+    const int32_t *pos_entry; // entry of each position; input row = pos_entry[pos] / entry_div (NULL: pos)
+    uint32_t entry_div;
     uint32_t max_groups;      // grid bound (the device-side count decides which exit early)
 };
 
-// router.cu
-void launch_router(const DevMat &router, int router_codec, const DevMat *shared_gate, int shared_gate_codec,
-                   const uint16_t *x, uint32_t T, uint32_t H, uint32_t E, uint32_t k, int norm_topk,
-                   const Routing &r, cudaStream_t s);
-// ids: the routing to sort (r.topk_id, or a caller's forced routing for benchmarks)
-void launch_worklist(const Routing &r, const int32_t *ids, uint32_t T, uint32_t E, uint32_t k, cudaStream_t s);
+// router.cu: logits, top-k and the work list of a slice. small = the decode/small-token form (one
+// launch; `counter` is a device int that is 0 between forwards). forced: benchmark routing or NULL.
+void launch_routing(const DevMat &router, int router_codec, const DevMat *shared_gate, int shared_gate_codec,
+                    const uint16_t *x, uint32_t T, uint32_t H, uint32_t E, uint32_t k, int norm_topk, const Routing &r,
+                    const int32_t *forced, int *counter, bool small, cudaStream_t s);
+
+// decode.cu: down projection and combine in one pass for the decode and small-token routes:
+// out[t][h] = bf16( sum over t's positions p of w(p) * (down_e(p)[h] . act[p]) + shared_g[t] * ys[t][h] )
+cudaError_t launch_down_combine(int codec, const DevMat &W, const float *act, const Routing &r, uint32_t T,
+                                uint32_t k, uint32_t max_groups, const float *ys, uint16_t *out, cudaStream_t s);
+
+// Calls f(Codec{}) with the device codec of an nf_codec_id; cudaErrorInvalidValue for others.
+// nf_codec_id values (codec/codec.h): BF16 2, Q8_0 3, Q4_K 4, Q5_K 5, Q6_K 6, NVFP4 11.
+template <class F>
+cudaError_t dispatch_codec(int codec, F &&f)
+{
+    switch (codec) {
+    case 2: return f(CBF16{});
+    case 3: return f(CQ8{});
+    case 4: return f(CQ4K{});
+    case 5: return f(CQ5K{});
+    case 6: return f(CQ6K{});
+    case 11: return f(CNVFP4{});
+    default: return cudaErrorInvalidValue;
+    }
+}
 
 // gemv.cu: the CUDA-core grouped GEMV used by the decode and small-token routes.
 //   GLU (gate/up): out[pos][r] = silu(gate_r . in) * (up_r . in), r < W.rows / 2
 //   plain (down):  out[pos][r] = W_r . in, r < W.rows
-// in: bf16 rows (x, addressed through pos_token) or f32 rows (act, addressed by position).
+// in: bf16 rows (x, addressed through pos_entry) or f32 rows (act, addressed by position).
 cudaError_t launch_gemv(int codec, bool glu, const DevMat &W, const void *in, bool in_bf16, uint32_t in_stride,
                         const Groups &g, float *out, uint32_t out_stride, uint32_t max_tokens, cudaStream_t s);
 

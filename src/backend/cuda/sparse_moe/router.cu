@@ -1,5 +1,9 @@
 // Router (fp32 logits, softmax, top-k with ties to the lower index, optional renormalisation), the
 // shared expert's sigmoid gate, and the expert-sorted work list. Nothing here leaves the device.
+//
+// Two forms. Prefill: logits, top-k and the work list are three launches. Decode and small-token:
+// one launch, whose last CTA to finish its logits (a grid-wide counter) does top-k and the work
+// list for the handful of tokens, so the route pays one launch for routing instead of three.
 #include "internal.cuh"
 
 namespace nf {
@@ -7,6 +11,7 @@ namespace nf {
 namespace {
 
 constexpr int kRouterTokens = 8; // tokens per CTA: each router row is read once for all of them
+constexpr int kRouterWarps = 8;  // expert rows per CTA
 
 template <typename W>
 __device__ __forceinline__ float wval(const W *p, uint32_t i);
@@ -15,30 +20,74 @@ __device__ __forceinline__ float wval<float>(const float *p, uint32_t i) { retur
 template <>
 __device__ __forceinline__ float wval<uint16_t>(const uint16_t *p, uint32_t i) { return bf2f(p[i]); }
 
-// logits[t][e] = sum_h x[t][h] * W[e][h], and (row E, when present) the shared gate's pre-sigmoid.
-// grid: x = blocks of 8 expert rows (one warp each), y = blocks of kRouterTokens tokens staged in
-// shared memory as f32, so each router row is read once per token block and the CTAs together
-// cover the whole matrix even at T = 1.
+// 16 bytes of router weights as floats: 8 bf16 or 4 f32 values.
+template <typename W>
+struct Vec16;
+template <>
+struct Vec16<uint16_t> {
+    static constexpr int N = 8;
+    __device__ static void unpack(const uint4 &v, float *f)
+    {
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) f[2 * i] = __uint_as_float(w[i] << 16), f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+    }
+};
+template <>
+struct Vec16<float> {
+    static constexpr int N = 4;
+    __device__ static void unpack(const uint4 &v, float *f)
+    {
+        f[0] = __uint_as_float(v.x), f[1] = __uint_as_float(v.y), f[2] = __uint_as_float(v.z), f[3] = __uint_as_float(v.w);
+    }
+};
+
+constexpr int kRouterChunks = 16; // 16-byte chunks per lane in flight (a 4096-wide bf16 row at once)
+
+// logits[t][e] = sum_h x[t][h] * W[e][h] for the CTA's token tile (blockIdx.y) and expert rows
+// (blockIdx.x; row E is the shared gate, stored as sigmoid in shared_g). Each warp takes one row and
+// issues all its 16-byte loads before the first FMA: at decode sizes the router is a latency
+// problem, not a bandwidth one. Rows are 16-byte aligned (bind checks H % 8 == 0).
 template <typename W, typename G>
-__global__ void router_logits_kernel(const W *w, const G *gw, const uint16_t *x, uint32_t T, uint32_t H, uint32_t E,
-                                     float *logits, float *shared_g)
+__device__ void logits_tile(const W *w, const G *gw, const uint16_t *x, uint32_t T, uint32_t H, uint32_t E,
+                            float *logits, float *shared_g, float *xs)
 {
-    extern __shared__ float xs[]; // [kRouterTokens][H]
     const uint32_t t0 = blockIdx.y * kRouterTokens;
     const uint32_t nt = min((uint32_t)kRouterTokens, T - t0);
     for (uint32_t i = threadIdx.x; i < kRouterTokens * H; i += blockDim.x)
         xs[i] = i < nt * H ? bf2f(x[(uint64_t)t0 * H + i]) : 0.f; // rows past T feed discarded sums
     __syncthreads();
     const int lane = threadIdx.x % 32;
-    const uint32_t e = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    const uint32_t rows = E + (gw ? 1 : 0);
-    if (e >= rows) return;
+    const uint32_t e = blockIdx.x * kRouterWarps + threadIdx.x / 32;
+    if (e >= E + (gw ? 1 : 0)) return;
     float acc[kRouterTokens] = {};
-#pragma unroll 4
-    for (uint32_t h = lane; h < H; h += 32) {
-        const float wv = e < E ? wval(w, e * H + h) : wval(gw, h);
+    if (e < E) {
+        constexpr int N = Vec16<W>::N;
+        const uint4 *row = reinterpret_cast<const uint4 *>(w + (uint64_t)e * H);
+        const int chunks = (int)(H / N);
+        for (int c0 = lane; c0 < chunks; c0 += 32 * kRouterChunks) {
+            uint4 v[kRouterChunks];
 #pragma unroll
-        for (int t = 0; t < kRouterTokens; t++) acc[t] = fmaf(wv, xs[t * H + h], acc[t]);
+            for (int u = 0; u < kRouterChunks; u++)
+                if (c0 + 32 * u < chunks) v[u] = row[c0 + 32 * u];
+#pragma unroll
+            for (int u = 0; u < kRouterChunks; u++) {
+                const int c = c0 + 32 * u;
+                if (c >= chunks) break;
+                float f[N];
+                Vec16<W>::unpack(v[u], f);
+#pragma unroll
+                for (int t = 0; t < kRouterTokens; t++)
+#pragma unroll
+                    for (int i = 0; i < N; i++) acc[t] = fmaf(f[i], xs[t * H + c * N + i], acc[t]);
+            }
+        }
+    } else {
+        for (uint32_t h = lane; h < H; h += 32) {
+            const float wv = wval(gw, h);
+#pragma unroll
+            for (int t = 0; t < kRouterTokens; t++) acc[t] = fmaf(wv, xs[t * H + h], acc[t]);
+        }
     }
 #pragma unroll
     for (int t = 0; t < kRouterTokens; t++) {
@@ -53,132 +102,209 @@ __global__ void router_logits_kernel(const W *w, const G *gw, const uint16_t *x,
     }
 }
 
-// One warp per token: softmax over E in fp32 and the k largest logits, ties to the lower index.
-__global__ void topk_kernel(const float *logits, uint32_t T, uint32_t E, uint32_t k, int norm, int32_t *ids,
-                            float *wts)
+template <typename W, typename G>
+__global__ void router_logits_kernel(const W *w, const G *gw, const uint16_t *x, uint32_t T, uint32_t H, uint32_t E,
+                                     float *logits, float *shared_g)
 {
-    uint32_t t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (t >= T) return;
+    extern __shared__ float xs[]; // [kRouterTokens][H]
+    logits_tile(w, gw, x, T, H, E, logits, shared_g, xs);
+}
+
+// One warp: softmax over E in fp32 and the k largest logits of token t, ties to the lower index.
+__device__ void topk_warp(const float *logits, uint32_t t, uint32_t E, uint32_t k, int norm, int32_t *ids,
+                          float *wts)
+{
+    const int lane = threadIdx.x % 32;
     const float *l = logits + (uint64_t)t * E;
+    float v[16]; // this lane's logits: experts lane, lane + 32, ... (E <= 512)
     float mx = -INFINITY;
-    for (uint32_t e = lane; e < E; e += 32) mx = fmaxf(mx, l[e]);
+#pragma unroll
+    for (int s = 0; s < 16; s++) {
+        const uint32_t e = lane + 32 * s;
+        v[s] = e < E ? __ldcg(l + e) : -INFINITY;
+        mx = fmaxf(mx, v[s]);
+    }
     for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     float sum = 0.f;
-    for (uint32_t e = lane; e < E; e += 32) sum += expf(l[e] - mx);
+#pragma unroll
+    for (int s = 0; s < 16; s++)
+        if (lane + 32 * s < E) sum += expf(v[s] - mx);
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
 
-    // k rounds of a warp argmax over the not-yet-taken experts (E <= 512: 16 per lane).
-    uint32_t taken = 0; // bit s: expert lane + 32*s already selected
-    float sel_p[16];
-    int sel_e[16];
-    float psum = 0.f;
+    // k rounds of a warp argmax over the experts not yet taken
+    float psum = 0.f, my_p = 0.f;
+    int my_e = -1;
     for (uint32_t j = 0; j < k; j++) {
         float best = -INFINITY;
         int bi = 0x7fffffff;
-        for (uint32_t e = lane, s = 0; e < E; e += 32, s++) {
-            if (taken >> s & 1) continue;
-            float v = l[e];
-            if (v > best || (v == best && (int)e < bi)) {
-                best = v;
-                bi = (int)e;
+#pragma unroll
+        for (int s = 0; s < 16; s++) {
+            const int e = lane + 32 * s;
+            if (e < (int)E && (v[s] > best || (v[s] == best && e < bi))) {
+                best = v[s];
+                bi = e;
             }
         }
         for (int o = 16; o > 0; o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, best, o);
-            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
             if (ov > best || (ov == best && oi < bi)) {
                 best = ov;
                 bi = oi;
             }
         }
-        if ((uint32_t)bi % 32 == (uint32_t)lane) {
-            taken |= 1u << ((uint32_t)bi / 32);
+#pragma unroll
+        for (int s = 0; s < 16; s++)
+            if (lane + 32 * s == bi) v[s] = -INFINITY; // taken (logits are finite, so never chosen again)
+        const float p = expf(best - mx) / sum;
+        psum += p;
+        if ((uint32_t)lane == j) {
+            my_p = p;
+            my_e = bi;
         }
-        sel_e[j] = bi;
-        sel_p[j] = expf(best - mx) / sum;
-        psum += sel_p[j];
     }
-    if (lane == 0) {
-        for (uint32_t j = 0; j < k; j++) {
-            ids[(uint64_t)t * k + j] = sel_e[j];
-            wts[(uint64_t)t * k + j] = norm ? sel_p[j] / psum : sel_p[j];
-        }
+    if ((uint32_t)lane < k) {
+        ids[(uint64_t)t * k + lane] = my_e;
+        wts[(uint64_t)t * k + lane] = norm ? my_p / psum : my_p;
     }
 }
 
-// One CTA: counts per expert, exclusive scan, active-expert groups, then each entry's position.
-// Positions inside an expert's segment come from atomics, so their order may vary between runs;
-// every kernel computes a position's row independently of its neighbours, so outputs do not.
-__global__ void worklist_kernel(const int32_t *ids, uint32_t n, uint32_t E, int32_t *slot, int32_t *pos_token,
-                                uint32_t k, int32_t *n_groups, int32_t *g_expert, int32_t *g_start,
-                                int32_t *g_count, int32_t *shared_group, uint32_t T)
+__global__ void topk_kernel(const float *logits, uint32_t T, uint32_t E, uint32_t k, int norm, int32_t *ids,
+                            float *wts)
 {
-    __shared__ int cnt[512], cur[512];
+    const uint32_t t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (t < T) topk_warp(logits, t, E, k, norm, ids, wts);
+}
+
+// Counts per expert, exclusive scan, active-expert groups in increasing expert id, then each
+// entry's position. stable = 1 orders an expert's entries by entry index (small n, one CTA);
+// otherwise positions come from atomics and may differ between runs, which no output depends on:
+// every kernel computes a position's row independently of its neighbours.
+__device__ void build_worklist(const int32_t *ids, uint32_t n, uint32_t E, const Routing &r, uint32_t T, int stable,
+                               int *cnt, int *cur)
+{
     for (uint32_t e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
     __syncthreads();
     for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) atomicAdd(&cnt[ids[i]], 1);
     __syncthreads();
-    if (threadIdx.x == 0) {
-        int off = 0, g = 0;
-        for (uint32_t e = 0; e < E; e++) {
+    if (threadIdx.x < 32) { // warp 0: scan counts and group flags, each lane over a run of experts
+        const int lane = threadIdx.x, per = (int)((E + 31) / 32);
+        int off = 0, grp = 0;
+        for (int i = 0; i < per; i++) {
+            const int e = lane * per + i;
+            if (e < (int)E) off += cnt[e], grp += cnt[e] > 0;
+        }
+        int off_x = off, grp_x = grp; // inclusive warp scans
+        for (int o = 1; o < 32; o <<= 1) {
+            const int a = __shfl_up_sync(0xffffffffu, off_x, o), b = __shfl_up_sync(0xffffffffu, grp_x, o);
+            if (lane >= o) off_x += a, grp_x += b;
+        }
+        off = off_x - off;
+        grp = grp_x - grp;
+        for (int i = 0; i < per; i++) {
+            const int e = lane * per + i;
+            if (e >= (int)E) break;
             cur[e] = off;
             if (cnt[e]) {
-                g_expert[g] = (int)e;
-                g_start[g] = off;
-                g_count[g] = cnt[e];
-                g++;
+                r.g_expert[grp] = e;
+                r.g_start[grp] = off;
+                r.g_count[grp] = cnt[e];
+                grp++;
             }
             off += cnt[e];
         }
-        *n_groups = g;
-        shared_group[0] = 1;
-        shared_group[1] = 0;
-        shared_group[2] = 0;
-        shared_group[3] = (int)T;
+        if (lane == 31) *r.n_groups = grp;
+        if (lane == 0) {
+            r.shared_group[0] = 1;
+            r.shared_group[1] = 0;
+            r.shared_group[2] = 0;
+            r.shared_group[3] = (int)T;
+        }
     }
     __syncthreads();
     for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
-        int p = atomicAdd(&cur[ids[i]], 1);
-        slot[i] = p;
-        pos_token[p] = (int)(i / k);
+        int p;
+        if (stable) {
+            int rank = 0;
+            for (uint32_t j = 0; j < i; j++) rank += ids[j] == ids[i];
+            p = cur[ids[i]] + rank;
+        } else {
+            p = atomicAdd(&cur[ids[i]], 1);
+        }
+        r.slot[i] = p;
+        r.pos_entry[p] = (int)i;
     }
 }
 
-template <typename W>
-void launch_logits_w(const W *w, const DevMat *sg, int sg_codec, const uint16_t *x, uint32_t T, uint32_t H,
-                     uint32_t E, const Routing &r, cudaStream_t s)
+__global__ void worklist_kernel(const int32_t *ids, uint32_t T, uint32_t k, uint32_t E, Routing r)
 {
-    size_t smem = (size_t)kRouterTokens * H * sizeof(float);
-    dim3 grid((E + 1 + 7) / 8, (T + kRouterTokens - 1) / kRouterTokens);
-    if (sg && sg_codec == 0 /* NF_CODEC_F32 */) {
-        auto k = router_logits_kernel<W, float>;
-        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        k<<<grid, 256, smem, s>>>(w, (const float *)sg->data, x, T, H, E, r.logits, r.shared_g);
-    } else {
-        auto k = router_logits_kernel<W, uint16_t>;
-        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        k<<<grid, 256, smem, s>>>(w, sg ? (const uint16_t *)sg->data : nullptr, x, T, H, E, r.logits, r.shared_g);
+    __shared__ int cnt[512], cur[512];
+    build_worklist(ids, T * k, E, r, T, 0, cnt, cur);
+}
+
+// The decode/small-token router: logits over the grid, then the last CTA routes and sorts.
+template <typename W, typename G>
+__global__ void router_small_kernel(const W *w, const G *gw, const uint16_t *x, uint32_t T, uint32_t H, uint32_t E,
+                                    uint32_t k, int norm, Routing r, const int32_t *forced, int *counter)
+{
+    extern __shared__ float xs[]; // [kRouterTokens][H]
+    __shared__ int cnt[512], cur[512];
+    __shared__ int last;
+    logits_tile(w, gw, x, T, H, E, r.logits, r.shared_g, xs);
+    __threadfence(); // this CTA's logits are visible device-wide before it is counted
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(counter, 1) == (int)(gridDim.x * gridDim.y) - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (uint32_t t = threadIdx.x / 32; t < T; t += blockDim.x / 32) topk_warp(r.logits, t, E, k, norm, r.topk_id, r.topk_w);
+    __syncthreads();
+    build_worklist(forced ? forced : r.topk_id, T * k, E, r, T, 1, cnt, cur);
+    if (threadIdx.x == 0) *counter = 0; // ready for the next forward (or graph replay)
+}
+
+template <typename W, typename G>
+void launch_logits(const W *w, const G *gw, const uint16_t *x, uint32_t T, uint32_t H, uint32_t E, uint32_t k,
+                   int norm, const Routing &r, const int32_t *forced, int *counter, bool small, cudaStream_t s)
+{
+    const size_t smem = (size_t)kRouterTokens * H * sizeof(float);
+    const dim3 grid((E + 1 + kRouterWarps - 1) / kRouterWarps, (T + kRouterTokens - 1) / kRouterTokens);
+    if (small) {
+        auto kern = router_small_kernel<W, G>;
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        kern<<<grid, kRouterWarps * 32, smem, s>>>(w, gw, x, T, H, E, k, norm, r, forced, counter);
+        return;
     }
+    auto kern = router_logits_kernel<W, G>;
+    cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    kern<<<grid, kRouterWarps * 32, smem, s>>>(w, gw, x, T, H, E, r.logits, r.shared_g);
+    topk_kernel<<<(T + 7) / 8, 256, 0, s>>>(r.logits, T, E, k, norm, r.topk_id, r.topk_w);
+    worklist_kernel<<<1, 1024, 0, s>>>(forced ? forced : r.topk_id, T, k, E, r);
+}
+
+template <typename W>
+void launch_w(const W *w, const DevMat *sg, int sg_codec, const uint16_t *x, uint32_t T, uint32_t H, uint32_t E,
+              uint32_t k, int norm, const Routing &r, const int32_t *forced, int *counter, bool small, cudaStream_t s)
+{
+    if (sg && sg_codec == 0 /* NF_CODEC_F32 */)
+        launch_logits(w, (const float *)sg->data, x, T, H, E, k, norm, r, forced, counter, small, s);
+    else
+        launch_logits(w, sg ? (const uint16_t *)sg->data : (const uint16_t *)nullptr, x, T, H, E, k, norm, r, forced,
+                      counter, small, s);
 }
 
 } // namespace
 
-void launch_router(const DevMat &router, int router_codec, const DevMat *shared_gate, int shared_gate_codec,
-                   const uint16_t *x, uint32_t T, uint32_t H, uint32_t E, uint32_t k, int norm_topk,
-                   const Routing &r, cudaStream_t s)
+void launch_routing(const DevMat &router, int router_codec, const DevMat *shared_gate, int shared_gate_codec,
+                    const uint16_t *x, uint32_t T, uint32_t H, uint32_t E, uint32_t k, int norm_topk, const Routing &r,
+                    const int32_t *forced, int *counter, bool small, cudaStream_t s)
 {
     if (router_codec == 0 /* NF_CODEC_F32 */)
-        launch_logits_w((const float *)router.data, shared_gate, shared_gate_codec, x, T, H, E, r, s);
+        launch_w((const float *)router.data, shared_gate, shared_gate_codec, x, T, H, E, k, norm_topk, r, forced,
+                 counter, small, s);
     else
-        launch_logits_w((const uint16_t *)router.data, shared_gate, shared_gate_codec, x, T, H, E, r, s);
-    topk_kernel<<<(T + 7) / 8, 256, 0, s>>>(r.logits, T, E, k, norm_topk, r.topk_id, r.topk_w);
-}
-
-void launch_worklist(const Routing &r, const int32_t *ids, uint32_t T, uint32_t E, uint32_t k, cudaStream_t s)
-{
-    worklist_kernel<<<1, 1024, 0, s>>>(ids, T * k, E, r.slot, r.pos_token, k, r.n_groups, r.g_expert,
-                                       r.g_start, r.g_count, r.shared_group, T);
+        launch_w((const uint16_t *)router.data, shared_gate, shared_gate_codec, x, T, H, E, k, norm_topk, r, forced,
+                 counter, small, s);
 }
 
 } // namespace nf

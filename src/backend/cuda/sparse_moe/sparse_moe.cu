@@ -14,6 +14,15 @@ extern "C" {
 
 using namespace nf;
 
+// nf_codec_id values the device dispatch (internal.cuh) relies on.
+static_assert(NF_CODEC_F32 == 0 && NF_CODEC_BF16 == 2 && NF_CODEC_Q8_0 == 3 && NF_CODEC_Q4_K == 4 &&
+                  NF_CODEC_Q5_K == 5 && NF_CODEC_Q6_K == 6 && NF_CODEC_NVFP4 == 11,
+              "codec ids changed: update dispatch_codec in internal.cuh");
+
+// The largest T the fused decode/small-token kernels take (launch_down_combine's widest
+// instantiation); thresholds never exceed it.
+static const uint32_t kSmallRouteMax = 16;
+
 // Field layout of each GGUF block (offset, size), largest field first: the order of the planes in
 // the kernels' row-planar layout (dev_codecs.cuh). Must match the Row constructors there.
 struct Field {
@@ -47,6 +56,7 @@ struct nf_sparse_moe {
     size_t dev_bytes;
     char profile[64];
     uint32_t decode_max, small_max;
+    int *counter;              // device int, 0 between forwards: the small router's grid-wide count
     const int32_t *forced_ids; // benchmarks: route by these ids (device, [max_tokens][k]) instead of the router's
     // workspace layout (byte offsets)
     size_t o_logits, o_id, o_w, o_sg, o_slot, o_pos, o_ng, o_ge, o_gs, o_gc, o_sgrp, o_act, o_y, o_acts, o_ys;
@@ -265,6 +275,9 @@ extern "C" nf_status nf_sparse_moe_bind(const nf_moe_bank *b, uint32_t max_token
     if (b->hidden == 0 || b->inter == 0 || max_tokens == 0)
         return nf_error_set(err, NF_ERR_REFUSED, "sparse_moe bind: hidden %u, inter %u, max_tokens %u must be > 0",
                             b->hidden, b->inter, max_tokens);
+    if (b->hidden % 8)
+        return nf_error_set(err, NF_ERR_REFUSED, "sparse_moe bind: hidden %u is not a multiple of 8 (router rows are read "
+                            "in 16-byte pieces)", b->hidden);
     const int has_shared = b->shared_gate_up.codec >= 0;
     const uint32_t E = b->experts, H = b->hidden, I = b->inter, S = b->shared_inter;
     struct {
@@ -297,7 +310,7 @@ extern "C" nf_status nf_sparse_moe_bind(const nf_moe_bank *b, uint32_t max_token
     snprintf(m->profile, sizeof m->profile, "%s", profile);
     // Until the sweep (ninfer bench sparse-moe --sweep) records per-profile thresholds.
     m->decode_max = 1;
-    m->small_max = 16;
+    m->small_max = kSmallRouteMax;
 
     size_t off[6] = {}, total = 0;
     for (int i = 0; i < nmat; i++) {
@@ -311,12 +324,19 @@ extern "C" nf_status nf_sparse_moe_bind(const nf_moe_bank *b, uint32_t max_token
         m->codec[i] = want[i].mm->codec;
     }
     for (int i = nmat; i < 6; i++) m->codec[i] = -1;
+    const size_t state_off = total;
+    total += 256; // operator state: the small router's counter
     if (cudaMalloc(&m->dev, total) != cudaSuccess) {
         free(m);
         cudaGetLastError();
         return nf_error_set(err, NF_ERR_CUDA, "sparse_moe bind: cannot allocate %zu bytes of device memory", total);
     }
     m->dev_bytes = total;
+    m->counter = (int *)(m->dev + state_off);
+    if (cudaMemset(m->counter, 0, 256) != cudaSuccess) {
+        nf_sparse_moe_free(m);
+        return nf_error_set(err, NF_ERR_CUDA, "sparse_moe bind: cannot clear the operator state");
+    }
     for (int i = 0; i < nmat; i++) {
         s = upload(want[i].mm, m->dev + off[i], &m->m[i], err, mat_name[i]);
         if (s) {
@@ -355,8 +375,10 @@ extern "C" const char *nf_moe_route_name(nf_moe_route r)
 
 extern "C" void nf_sparse_moe_set_thresholds(nf_sparse_moe *m, uint32_t decode_max, uint32_t small_max)
 {
+    if (small_max > kSmallRouteMax) small_max = kSmallRouteMax;
+    if (decode_max > small_max) decode_max = small_max;
     m->decode_max = decode_max;
-    m->small_max = small_max < decode_max ? decode_max : small_max;
+    m->small_max = small_max;
 }
 
 static Routing routing_at(const nf_sparse_moe *m, uint8_t *ws)
@@ -367,7 +389,7 @@ static Routing routing_at(const nf_sparse_moe *m, uint8_t *ws)
     r.topk_w = (float *)(ws + m->o_w);
     r.shared_g = (float *)(ws + m->o_sg);
     r.slot = (int32_t *)(ws + m->o_slot);
-    r.pos_token = (int32_t *)(ws + m->o_pos);
+    r.pos_entry = (int32_t *)(ws + m->o_pos);
     r.n_groups = (int32_t *)(ws + m->o_ng);
     r.g_expert = (int32_t *)(ws + m->o_ge);
     r.g_start = (int32_t *)(ws + m->o_gs);
@@ -390,25 +412,26 @@ static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint
 {
     const nf_moe_bank &b = m->bank;
     const uint32_t E = b.experts, k = b.top_k, H = b.hidden, I = b.inter, S = b.shared_inter;
+    const bool small = nf_sparse_moe_route(m, T) != NF_MOE_ROUTE_PREFILL && T <= kSmallRouteMax;
     Routing r = routing_at(m, ws);
-    launch_router(m->m[M_ROUTER], m->codec[M_ROUTER], m->has_shared ? &m->m[M_SGATE] : nullptr, m->codec[M_SGATE], x,
-                  T, H, E, k, b.norm_topk, r, s);
-    launch_worklist(r, m->forced_ids ? m->forced_ids : r.topk_id, T, E, k, s);
+    launch_routing(m->m[M_ROUTER], m->codec[M_ROUTER], m->has_shared ? &m->m[M_SGATE] : nullptr, m->codec[M_SGATE], x, T,
+                   H, E, k, b.norm_topk, r, m->forced_ids, m->counter, small, s);
     float *act = (float *)(ws + m->o_act), *y = (float *)(ws + m->o_y);
-    Groups g{r.n_groups, r.g_expert, r.g_start, r.g_count, r.pos_token, T * k < E ? T * k : E};
+    const uint32_t max_groups = T * k < E ? T * k : E;
+    Groups g{r.n_groups, r.g_expert, r.g_start, r.g_count, r.pos_entry, k, max_groups};
     cudaError_t e = launch_gemv(m->codec[M_GATE_UP], true, m->m[M_GATE_UP], x, true, H, g, act, I, T, s);
-    if (e == cudaSuccess) {
-        g.pos_token = nullptr;
-        e = launch_gemv(m->codec[M_DOWN], false, m->m[M_DOWN], act, false, I, g, y, H, T, s);
-    }
     float *ys = nullptr;
     if (e == cudaSuccess && m->has_shared) {
         float *acts = (float *)(ws + m->o_acts);
         ys = (float *)(ws + m->o_ys);
-        Groups sg{r.shared_group, r.shared_group + 1, r.shared_group + 2, r.shared_group + 3, nullptr, 1};
+        Groups sg{r.shared_group, r.shared_group + 1, r.shared_group + 2, r.shared_group + 3, nullptr, 1, 1};
         e = launch_gemv(m->codec[M_SGU], true, m->m[M_SGU], x, true, H, sg, acts, S, T, s);
         if (e == cudaSuccess) e = launch_gemv(m->codec[M_SDOWN], false, m->m[M_SDOWN], acts, false, S, sg, ys, H, T, s);
     }
+    if (e != cudaSuccess) return e;
+    if (small) return launch_down_combine(m->codec[M_DOWN], m->m[M_DOWN], act, r, T, k, max_groups, ys, out, s);
+    g.pos_entry = nullptr;
+    e = launch_gemv(m->codec[M_DOWN], false, m->m[M_DOWN], act, false, I, g, y, H, T, s);
     if (e != cudaSuccess) return e;
     launch_combine(r, y, ys, T, H, k, out, s);
     return cudaGetLastError();
