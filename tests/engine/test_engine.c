@@ -1,0 +1,112 @@
+/* The engine on small random artifacts (tests/model/synth.h) of every architecture, bf16 and q8_0
+ * weights: the same sequence through different paths must give the same logits.
+ *   - threads 1 vs 3: bit-identical (each output element is computed by one worker in a fixed order);
+ *   - prefill in one chunk vs chunks of 3 vs one token at a time (decode path: SIMD matvec instead of
+ *     dequantized f32 tiles): rel-L2 <= 1e-5 (the same products summed in another f32 order: at most
+ *     ~n 2^-24 = 1.5e-5 of sum|w x| per dot in the worst case, typically 100x less);
+ *   - the fast path vs the reference path (dequantize + double dot): rel-L2 <= 1e-5, same argument;
+ *   - errors: a sequence past the context and a token id outside the vocabulary are refused with
+ *     the numbers in the message, and the session is still usable afterwards. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <unistd.h>
+
+#include "engine/engine.h"
+#include "model/synth.h"
+#include "nf_test.h"
+
+enum { N = 21 };
+
+static double rel_l2(const float *a, const float *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) num += pow((double)a[i] - b[i], 2), den += (double)b[i] * b[i];
+    return sqrt(num / den);
+}
+
+/* logits [N][V] of ids through an engine with these options; by_token: decode one at a time */
+static void run(const nf_model *m, int threads, uint32_t chunk, int reference, int by_token, const int32_t *ids, float *out)
+{
+    nf_engine_opts o = {.threads = threads, .ctx = 64, .chunk = chunk, .reference = reference};
+    nf_engine *e;
+    nf_error err;
+    CHECK(nf_engine_create(m, &o, &e, &err) == NF_OK);
+    if (by_token)
+        for (int t = 0; t < N; t++) {
+            CHECK(nf_engine_decode(e, ids[t], &err) == NF_OK);
+            memcpy(out + (size_t)t * SY_V, e->logits, SY_V * sizeof(float));
+        }
+    else
+        CHECK(nf_engine_prefill(e, ids, N, out, &err) == NF_OK);
+    nf_engine_free(e);
+}
+
+static void errors(const nf_model *m)
+{
+    nf_engine_opts o = {.threads = 2, .ctx = 16};
+    nf_engine *e;
+    nf_error err;
+    CHECK(nf_engine_create(m, &o, &e, &err) == NF_OK);
+    int32_t ids[20] = {0};
+    CHECK(nf_engine_prefill(e, ids, 20, NULL, &err) == NF_ERR_INVALID_ARG);
+    CHECK_CONTAINS(err.msg, "20 tokens");
+    CHECK_CONTAINS(err.msg, "context of 16 tokens");
+    ids[3] = SY_V;
+    CHECK(nf_engine_prefill(e, ids, 5, NULL, &err) == NF_ERR_INVALID_ARG);
+    CHECK_CONTAINS(err.msg, "token 3 is id 96, outside the vocabulary of 96");
+    CHECK_EQ_INT(e->n_past, 0);
+    ids[3] = 1;
+    CHECK(nf_engine_prefill(e, ids, 16, NULL, &err) == NF_OK);
+    CHECK(nf_engine_decode(e, 1, &err) == NF_ERR_INVALID_ARG);
+    CHECK_CONTAINS(err.msg, "after 16 already in the sequence");
+    nf_engine_free(e);
+    o.device = "tpu";
+    CHECK(nf_engine_create(m, &o, &e, &err) == NF_ERR_UNSUPPORTED);
+    CHECK_CONTAINS(err.msg, "device 'tpu'");
+}
+
+int main(void)
+{
+    char path[] = "/tmp/nf_test_engine_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    const char *arch[] = {"llama", "qwen2_moe", "qwen3_moe"};
+    const nf_codec_id codecs[] = {NF_CODEC_BF16, NF_CODEC_Q8_0};
+    int32_t ids[N];
+    for (int t = 0; t < N; t++) ids[t] = (t * 37 + 11) % SY_V;
+    float *a = malloc(N * SY_V * sizeof(float)), *b = malloc(N * SY_V * sizeof(float));
+    for (int i = 0; i < 3; i++)
+        for (int c = 0; c < 2; c++) {
+            synth_opts so = {.arch = arch[i], .codec = codecs[c], .seed = (uint32_t)(i * 2 + c)};
+            CHECK(synth_write(path, &so));
+            nf_model *m;
+            nf_error err;
+            if (nf_model_load(path, &m, &err)) {
+                CHECK_MSG(0, "%s", err.msg);
+                continue;
+            }
+            const char *cn = nf_codec_get(codecs[c])->name;
+            run(m, 1, 64, 0, 0, ids, a);
+            run(m, 3, 64, 0, 0, ids, b);
+            CHECK_MSG(memcmp(a, b, N * SY_V * sizeof(float)) == 0, "%s %s: 1 and 3 threads differ", arch[i], cn);
+            run(m, 2, 3, 0, 0, ids, b);
+            double d = rel_l2(b, a, N * SY_V);
+            CHECK_MSG(d <= 1e-5, "%s %s: chunks of 3 vs one chunk: rel-L2 %.3g", arch[i], cn, d);
+            run(m, 2, 64, 0, 1, ids, b);
+            d = rel_l2(b, a, N * SY_V);
+            CHECK_MSG(d <= 1e-5, "%s %s: token by token vs one chunk: rel-L2 %.3g", arch[i], cn, d);
+            run(m, 2, 64, 1, 0, ids, b);
+            d = rel_l2(b, a, N * SY_V);
+            CHECK_MSG(d <= 1e-5, "%s %s: reference path vs fast: rel-L2 %.3g", arch[i], cn, d);
+            double mx = 0, sd = 0;
+            for (int k = 0; k < N * SY_V; k++) mx = fmax(mx, fabs(a[k])), sd += a[k] * a[k];
+            CHECK_MSG(mx > 0.5 && isfinite(sd), "%s %s: logits flat or not finite (max %g)", arch[i], cn, mx);
+            if (c == 0) errors(m);
+            nf_model_free(m);
+        }
+    unlink(path);
+    free(a);
+    free(b);
+    return nf_test_report();
+}
