@@ -12,6 +12,7 @@ typedef struct nf_command {
 
 int nf_cmd_version(int argc, char **argv);
 int nf_cmd_inspect(int argc, char **argv); /* tools/cmd_inspect.c */
+int nf_cmd_convert(int argc, char **argv); /* tools/cmd_convert.c */
 int nf_cmd_bench(int argc, char **argv);       /* dispatcher: tools/cmd_bench.c */
 int nf_cmd_bench_codec(int argc, char **argv); /* ninfer bench codec */
 int nf_cmd_bench_sparse_moe(int argc, char **argv); /* ninfer bench sparse-moe */

@@ -1,0 +1,407 @@
+/* Executing a conversion plan: see convert.h and docs/convert.md. */
+#define _DEFAULT_SOURCE /* madvise */
+#include "convert/convert.h"
+
+/* Tensor names are built into fixed buffers far longer than any checkpoint key; an over-long name would
+ * truncate and then be reported as a missing tensor, which is the right outcome. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/fnv.h"
+#include "base/log.h"
+#include "base/parallel.h"
+#include "base/timer.h"
+#include "codec/nvfp4.h"
+#include "convert/tokmeta.h"
+#include "format/artifact.h"
+
+enum { BATCH_BYTES = 4u << 20 };
+
+/* ---- source access --------------------------------------------------------------------------- */
+
+static const nf_st_tensor *st_key(const nf_plan *p, const char *m, const char *suffix)
+{
+    char key[320];
+    snprintf(key, sizeof key, "%s%s", m, suffix);
+    return nf_st_set_find(p->st, key);
+}
+
+/* The source row of part row r: llama.cpp permuted GGUF llama q/k rows within each head as
+ * (pair index, half) -> 2 * pair + half; the HF order is half * hd/2 + pair. */
+static uint64_t src_row(const nf_plan_part *q, uint64_t r)
+{
+    if (!q->rope_heads) return q->row0 + r;
+    uint64_t hd = q->rows / q->rope_heads, h = r / hd, i = r % hd, half = i / (hd / 2), pair = i % (hd / 2);
+    return q->row0 + h * hd + 2 * pair + half;
+}
+
+/* Encoded bytes of the part's source row (dense and GGUF kinds), and their codec. */
+static const uint8_t *part_bytes(const nf_plan *p, const nf_plan_part *q, uint64_t cols, uint64_t r, size_t *n)
+{
+    const nf_codec *c = nf_codec_get(q->src_codec);
+    size_t rb = nf_codec_row_bytes(c, cols);
+    *n = rb;
+    const uint8_t *base;
+    if (q->kind == NF_PART_GGUF) base = nf_gguf_find_tensor(p->gguf, q->src)->data;
+    else base = nf_st_set_find(p->st, q->src)->data;
+    return base + src_row(q, r) * rb;
+}
+
+/* One row of an NVFP4 source: e2m1 * (e4m3 / divisor), each step in fp32. */
+static void nvfp4_src_row(const nf_plan *p, const nf_plan_part *q, uint64_t cols, uint64_t r, float *y)
+{
+    const nf_st_tensor *w = st_key(p, q->src, q->kind == NF_PART_CT_NVFP4 ? ".weight_packed" : ".weight");
+    const nf_st_tensor *sc = st_key(p, q->src, ".weight_scale");
+    uint64_t sr = src_row(q, r);
+    const uint8_t *d = (const uint8_t *)w->data + sr * (cols / 2), *s = (const uint8_t *)sc->data + sr * (cols / 16);
+    for (uint64_t k = 0; k < cols; k++) {
+        uint8_t nib = (uint8_t)((d[k / 2] >> (4 * (k & 1))) & 15);
+        float scale = nf_e4m3_to_f32(s[k / 16]) / q->divisor;
+        y[k] = nf_e2m1_to_f32(nib) * scale;
+    }
+}
+
+nf_status nf_convert_part_row(const nf_plan *p, const nf_plan_part *q, uint64_t cols, uint64_t r, float *y,
+                              nf_error *err)
+{
+    if (r >= q->rows) return nf_error_set(err, NF_ERR_INVALID_ARG, "%s: row %llu of %llu", q->src,
+                                          (unsigned long long)r, (unsigned long long)q->rows);
+    if (q->kind == NF_PART_CT_NVFP4 || q->kind == NF_PART_MO_NVFP4) {
+        nvfp4_src_row(p, q, cols, r, y);
+        return NF_OK;
+    }
+    size_t n;
+    const uint8_t *b = part_bytes(p, q, cols, r, &n);
+    nf_codec_get(q->src_codec)->dequantize_row(b, y, cols);
+    return NF_OK;
+}
+
+/* Drops the mapped source pages of a tensor's parts: they were read once and are not needed again,
+ * so they should not stay in this process's resident set. */
+static void drop_pages(const void *data, uint64_t n)
+{
+    if (!data || !n) return;
+    long pg = sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)data & ~(uintptr_t)(pg - 1), hi = (uintptr_t)data + n;
+    (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+static uint64_t part_src_bytes(const nf_plan *p, const nf_plan_part *q, int drop)
+{
+    const char *const sfx[] = {".weight_packed", ".weight", ".weight_scale"};
+    uint64_t tot = 0;
+    if (q->kind == NF_PART_GGUF) {
+        const nf_gguf_tensor *g = nf_gguf_find_tensor(p->gguf, q->src);
+        if (drop) drop_pages(g->data, g->nbytes);
+        return g->nbytes;
+    }
+    if (q->kind == NF_PART_DENSE) {
+        const nf_st_tensor *s = nf_st_set_find(p->st, q->src);
+        if (drop) drop_pages(s->data, s->nbytes);
+        return s->nbytes;
+    }
+    for (int i = 0; i < 3; i++) {
+        const nf_st_tensor *s = st_key(p, q->src, sfx[i]);
+        if (s && (i != 1 || s->dtype == NF_ST_U8)) {
+            if (drop) drop_pages(s->data, s->nbytes);
+            tot += s->nbytes;
+        }
+    }
+    return tot;
+}
+
+/* ---- encoding -------------------------------------------------------------------------------- */
+
+typedef struct enc_job {
+    const nf_plan *p;
+    const nf_plan_tensor *t;
+    uint64_t row0;      /* first output row of the batch */
+    uint64_t cols;
+    size_t row_bytes;
+    uint8_t *out;       /* [batch rows][row_bytes] */
+    float *scratch;     /* [workers][cols] */
+} enc_job;
+
+/* Output row -> (part, row in part). */
+static const nf_plan_part *locate(const nf_plan_tensor *t, uint64_t row, uint64_t *r)
+{
+    for (uint32_t i = 0; i < t->n_parts; i++) {
+        if (row < t->parts[i].rows) {
+            *r = row;
+            return &t->parts[i];
+        }
+        row -= t->parts[i].rows;
+    }
+    return NULL;
+}
+
+static void enc_rows(void *ctx, size_t b, size_t e, int worker)
+{
+    enc_job *j = ctx;
+    float *y = j->scratch + (size_t)worker * j->cols;
+    const nf_codec *c = nf_codec_get(j->t->codec);
+    for (size_t i = b; i < e; i++) {
+        uint64_t r = 0;
+        const nf_plan_part *q = locate(j->t, j->row0 + i, &r);
+        nf_convert_part_row(j->p, q, j->cols, r, y, NULL);
+        c->quantize_row(y, j->out + i * j->row_bytes, j->cols);
+    }
+}
+
+static uint64_t tensor_rows(const nf_plan_tensor *t)
+{
+    uint64_t rows = 1;
+    for (uint32_t i = 0; i + 1 < t->n_dims; i++) rows *= t->dims[i];
+    return rows;
+}
+
+/* ENCODE and COPY: rows in batches of about BATCH_BYTES. */
+static nf_status write_rows(const nf_plan *p, const nf_plan_tensor *t, nf_artifact_writer *w, nf_pool *pool,
+                            nf_error *err)
+{
+    uint64_t rows = tensor_rows(t), cols = t->dims[t->n_dims - 1];
+    size_t rb = nf_codec_row_bytes(nf_codec_get(t->codec), cols);
+    uint64_t batch = BATCH_BYTES / rb ? BATCH_BYTES / rb : 1;
+    uint8_t *out = malloc((size_t)(batch < rows ? batch : rows) * rb);
+    float *scratch = malloc((size_t)nf_pool_size(pool) * cols * sizeof(float));
+    nf_status s = out && scratch ? NF_OK : nf_error_set(err, NF_ERR_NOMEM, "%s: out of memory", t->name);
+    for (uint64_t r0 = 0; r0 < rows && s == NF_OK; r0 += batch) {
+        uint64_t n = rows - r0 < batch ? rows - r0 : batch;
+        if (t->action == NF_ACT_COPY) {
+            for (uint64_t i = 0; i < n; i++) {
+                uint64_t r = 0;
+                size_t nb;
+                const nf_plan_part *q = locate(t, r0 + i, &r);
+                memcpy(out + i * rb, part_bytes(p, q, cols, r, &nb), rb);
+            }
+        } else {
+            enc_job j = {p, t, r0, cols, rb, out, scratch};
+            nf_parallel_for(pool, (size_t)n, 8, enc_rows, &j);
+        }
+        s = nf_artifact_writer_write(w, out, (size_t)(n * rb), err);
+    }
+    free(out);
+    free(scratch);
+    return s;
+}
+
+/* NVFP4_COPY: data rows copied, row-major scales swizzled into the tile plane, divisor words. */
+static void nvfp4_copy(const nf_plan *p, const nf_plan_tensor *t, const nf_nvfp4_layout *l, uint8_t *pay)
+{
+    uint64_t cols = l->cols, row = 0;
+    for (uint32_t i = 0; i < t->n_parts; i++) {
+        const nf_plan_part *q = &t->parts[i];
+        const nf_st_tensor *w = st_key(p, q->src, q->kind == NF_PART_CT_NVFP4 ? ".weight_packed" : ".weight");
+        const nf_st_tensor *sc = st_key(p, q->src, ".weight_scale");
+        for (uint64_t r = 0; r < q->rows; r++, row++) {
+            uint64_t sr = src_row(q, r);
+            memcpy(pay + row * (cols / 2), (const uint8_t *)w->data + sr * (cols / 2), cols / 2);
+            const uint8_t *s = (const uint8_t *)sc->data + sr * (cols / 16);
+            for (uint64_t k = 0; k < cols / 16; k++) pay[l->scale_offset + nf_nvfp4_scale_index(row, k, cols)] = s[k];
+        }
+        memcpy(pay + l->divisor_offset + 4 * (uint64_t)i, &q->divisor, 4);
+    }
+}
+
+/* NVFP4_QUANT: each source matrix quantized with its own divisor (from its amax). */
+static nf_status nvfp4_quant(const nf_plan *p, const nf_plan_tensor *t, const nf_nvfp4_layout *l, uint8_t *pay,
+                             nf_error *err)
+{
+    uint64_t cols = l->cols, row = 0;
+    for (uint32_t i = 0; i < t->n_parts; i++) {
+        const nf_plan_part *q = &t->parts[i];
+        float *w = malloc((size_t)(q->rows * cols) * sizeof(float));
+        if (!w) return nf_error_set(err, NF_ERR_NOMEM, "%s: out of memory", t->name);
+        float amax = 0;
+        for (uint64_t r = 0; r < q->rows; r++) {
+            nf_convert_part_row(p, q, cols, r, w + r * cols, NULL);
+            for (uint64_t k = 0; k < cols; k++) amax = fmaxf(amax, fabsf(w[r * cols + k]));
+        }
+        float g = nf_nvfp4_global_from_amax(amax);
+        nf_nvfp4_quantize_rows(w, row, q->rows, g, l, pay);
+        memcpy(pay + l->divisor_offset + 4 * (uint64_t)i, &g, 4);
+        row += q->rows;
+        free(w);
+    }
+    return NF_OK;
+}
+
+static nf_status write_tensor(const nf_plan *p, const nf_plan_tensor *t, nf_artifact_writer *w, nf_pool *pool,
+                              nf_error *err)
+{
+    nf_tensor_desc d = {.name = t->name, .codec = t->codec, .n_dims = t->n_dims, .divisors = t->divisors,
+                        .flags = t->flags, .n_input_divisors = t->n_input_divisors, .input_divisors = t->input_divisors};
+    memcpy(d.dims, t->dims, sizeof d.dims);
+    if (t->codec != NF_CODEC_NVFP4) {
+        nf_status s = nf_artifact_writer_begin_tensor(w, &d, err);
+        if (s == NF_OK) s = write_rows(p, t, w, pool, err);
+        if (s == NF_OK) s = nf_artifact_writer_end_tensor(w, err);
+        return s;
+    }
+    nf_nvfp4_layout l;
+    nf_status s = nf_nvfp4_layout_of(tensor_rows(t), t->dims[t->n_dims - 1], t->divisors, &l, err);
+    if (s) return nf_error_prefix(err, "%s", t->name);
+    uint8_t *pay = calloc(1, (size_t)l.payload_bytes);
+    if (!pay) return nf_error_set(err, NF_ERR_NOMEM, "%s: out of memory (%llu bytes)", t->name,
+                                  (unsigned long long)l.payload_bytes);
+    if (t->action == NF_ACT_NVFP4_COPY) nvfp4_copy(p, t, &l, pay);
+    else s = nvfp4_quant(p, t, &l, pay, err);
+    if (s == NF_OK) s = nf_artifact_writer_add_tensor(w, &d, pay, l.payload_bytes, err);
+    free(pay);
+    return s;
+}
+
+/* ---- metadata -------------------------------------------------------------------------------- */
+
+static const char *rope_name(const char *t)
+{
+    if (!t[0] || strcmp(t, "default") == 0) return "none";
+    return t;
+}
+
+static nf_status model_meta(const nf_plan *p, nf_artifact_writer *w, nf_error *err)
+{
+    const nf_hf_config *c = &p->cfg;
+    nf_status s = nf_artifact_writer_add_str(w, "model.arch", nf_hf_arch_name(c->arch), err);
+#define U32(k, v) if (s == NF_OK) s = nf_artifact_writer_add_u32(w, k, v, err)
+#define BOOL(k, v) if (s == NF_OK) s = nf_artifact_writer_add_bool(w, k, v, err)
+    U32("model.hidden", c->hidden_size);
+    U32("model.layers", c->n_layers);
+    U32("model.heads", c->n_heads);
+    U32("model.kv_heads", c->n_kv_heads);
+    U32("model.head_dim", c->head_dim);
+    U32("model.vocab", c->vocab_size);
+    if (s == NF_OK) s = nf_artifact_writer_add_f32(w, "model.rms_eps", (float)c->rms_eps, err);
+    if (s == NF_OK) s = nf_artifact_writer_add_f64(w, "model.rope_theta", c->rope.theta, err);
+    const char *rt = rope_name(c->rope.type);
+    if (s == NF_OK) s = nf_artifact_writer_add_str(w, "model.rope_scaling", rt, err);
+    int none = strcmp(rt, "none") == 0;
+    if (s == NF_OK) s = nf_artifact_writer_add_f32(w, "model.rope_factor", none || !c->rope.factor ? 1.0f : (float)c->rope.factor, err);
+    U32("model.rope_orig_ctx", none ? 0 : (uint32_t)c->rope.original_max_position);
+    if (s == NF_OK && strcmp(rt, "llama3") == 0) {
+        s = nf_artifact_writer_add_f32(w, "model.rope_low_freq_factor", (float)c->rope.low_freq_factor, err);
+        if (s == NF_OK) s = nf_artifact_writer_add_f32(w, "model.rope_high_freq_factor", (float)c->rope.high_freq_factor, err);
+    }
+    U32("model.max_ctx", c->max_position);
+    BOOL("model.tie_embeddings", c->tie_word_embeddings);
+    BOOL("model.qkv_bias", c->arch == NF_HF_QWEN2_MOE);
+    BOOL("model.qk_norm", c->arch == NF_HF_QWEN3_MOE);
+    U32("model.dense_inter", c->intermediate_size);
+    U32("model.experts", c->n_experts);
+    U32("model.top_k", c->n_experts_used);
+    U32("model.moe_inter", c->moe_intermediate_size);
+    U32("model.shared_inter", c->arch == NF_HF_QWEN2_MOE ? c->shared_intermediate_size : 0);
+    BOOL("model.norm_topk", c->norm_topk_prob);
+#undef U32
+#undef BOOL
+    int32_t *moe = malloc((c->n_layers ? c->n_layers : 1) * sizeof *moe);
+    if (!moe) return nf_error_set(err, NF_ERR_NOMEM, "out of memory");
+    for (uint32_t i = 0; i < c->n_layers; i++) moe[i] = nf_hf_config_layer_is_moe(c, i);
+    if (s == NF_OK) s = nf_artifact_writer_add_array(w, "model.moe_layers", NF_META_I32, moe, c->n_layers, err);
+    free(moe);
+    return s;
+}
+
+/* FNV-1a over the source files' names, sizes and mtimes (a fast identity, not a content hash). */
+static void source_hash(const nf_plan *p, char out[17])
+{
+    uint64_t h = NF_FNV1A64_INIT;
+    struct stat st;
+    if (p->src_kind == NF_SRC_GGUF) {
+        if (stat(p->source, &st) == 0) {
+            h = nf_fnv1a64_update(h, &st.st_size, sizeof st.st_size);
+            h = nf_fnv1a64_update(h, &st.st_mtime, sizeof st.st_mtime);
+        }
+    } else {
+        for (size_t i = 0; i < nf_st_set_shard_count(p->st); i++) {
+            const char *f = nf_safetensors_path(nf_st_set_shard(p->st, i));
+            h = nf_fnv1a64_update(h, f, strlen(f));
+            if (stat(f, &st) == 0) {
+                h = nf_fnv1a64_update(h, &st.st_size, sizeof st.st_size);
+                h = nf_fnv1a64_update(h, &st.st_mtime, sizeof st.st_mtime);
+            }
+        }
+    }
+    snprintf(out, 17, "%016llx", (unsigned long long)h);
+}
+
+static nf_status provenance(const nf_plan *p, nf_artifact_writer *w, nf_error *err)
+{
+    char hash[17], date[32];
+    source_hash(p, hash);
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    nf_status s = nf_artifact_writer_add_str(w, "provenance.source", p->source, err);
+    if (s == NF_OK) s = nf_artifact_writer_add_str(w, "provenance.source_hash", hash, err);
+    if (s == NF_OK) s = nf_artifact_writer_add_str(w, "provenance.recipe", p->recipe, err);
+    if (s == NF_OK) s = nf_artifact_writer_add_str(w, "provenance.ninfer_version", nf_version(), err);
+    if (s == NF_OK) s = nf_artifact_writer_add_str(w, "provenance.date", date, err);
+    return s;
+}
+
+/* ---- the run --------------------------------------------------------------------------------- */
+
+nf_status nf_convert_run(const nf_plan *p, const char *out, const nf_convert_opts *o, nf_convert_stats *stats,
+                         nf_error *err)
+{
+    nf_pool *pool = NULL;
+    nf_status s = nf_pool_create(o ? o->threads : 0, &pool, err);
+    if (s) return s;
+    nf_artifact_writer *w = NULL;
+    if ((s = nf_artifact_writer_open(out, &w, err)) != NF_OK) {
+        nf_pool_destroy(pool);
+        return s;
+    }
+    s = model_meta(p, w, err);
+    if (s == NF_OK) s = nf_convert_tokenizer_meta(p, w, err);
+    if (s == NF_OK) s = provenance(p, w, err);
+    uint64_t t0 = nf_time_ns(), in = 0, outb = 0, last = t0;
+    for (size_t i = 0; i < p->n && s == NF_OK; i++) {
+        const nf_plan_tensor *t = &p->t[i];
+        s = write_tensor(p, t, w, pool, err);
+        for (uint32_t k = 0; k < t->n_parts; k++) {
+            /* parts of one source tensor repeat: count and drop each source once */
+            int seen = 0;
+            for (uint32_t m = 0; m < k && !seen; m++) seen = strcmp(t->parts[m].src, t->parts[k].src) == 0;
+            if (!seen) in += part_src_bytes(p, &t->parts[k], 1);
+        }
+        uint64_t now = nf_time_ns();
+        if (!(o && o->quiet) && (now - last > 500000000ull || i + 1 == p->n)) {
+            double sec = (double)(now - t0) * 1e-9;
+            fprintf(stderr, "\rconvert: tensor %zu/%zu %-26s %.1f MB/s in", i + 1, p->n, t->name,
+                    sec > 0 ? (double)in / 1e6 / sec : 0.0);
+            if (i + 1 == p->n) fputc('\n', stderr);
+            last = now;
+        }
+    }
+    if (s == NF_OK) {
+        for (size_t i = 0; i < p->n; i++) {
+            const nf_plan_tensor *t = &p->t[i];
+            nf_tensor_desc d = {.codec = t->codec, .n_dims = t->n_dims, .divisors = t->divisors};
+            memcpy(d.dims, t->dims, sizeof d.dims);
+            nf_tensor_layout l;
+            if (nf_tensor_layout_of(&d, &l, NULL) == NF_OK) outb += l.payload_bytes;
+        }
+        s = nf_artifact_writer_finish(w, err);
+    } else
+        nf_artifact_writer_abort(w);
+    nf_pool_destroy(pool);
+    if (stats) {
+        stats->bytes_in = in;
+        stats->bytes_out = outb;
+        stats->seconds = (double)(nf_time_ns() - t0) * 1e-9;
+    }
+    return s;
+}

@@ -1,0 +1,872 @@
+/* The conversion plan: see plan.h and docs/convert.md. */
+#define _POSIX_C_SOURCE 200809L
+#include "convert/plan.h"
+
+/* Tensor names are built into fixed buffers far longer than any checkpoint key; an over-long name would
+ * truncate and then be reported as a missing tensor, which is the right outcome. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/log.h"
+#include "codec/nvfp4.h"
+#include "format/tensor.h"
+
+const char *nf_plan_action_name(nf_plan_action a)
+{
+    static const char *const n[] = {"encode", "copy", "nvfp4-copy", "nvfp4-quant"};
+    return (unsigned)a < 4 ? n[a] : "?";
+}
+
+int nf_recipe_known(const char *name)
+{
+    static const char *const r[] = {"bf16", "q8q8", "q4q6", "q4q5", "nvfp4", "source"};
+    for (size_t i = 0; i < sizeof r / sizeof r[0]; i++)
+        if (strcmp(name, r[i]) == 0) return 1;
+    return 0;
+}
+
+/* ---- plan storage ---------------------------------------------------------------------------- */
+
+static nf_plan_tensor *add_tensor(nf_plan *p, const char *name, uint32_t n_dims, const uint64_t *dims, nf_error *err)
+{
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? 2 * p->cap : 64;
+        nf_plan_tensor *t = realloc(p->t, cap * sizeof *t);
+        if (!t) {
+            nf_error_set(err, NF_ERR_NOMEM, "plan: out of memory");
+            return NULL;
+        }
+        p->t = t;
+        p->cap = cap;
+    }
+    nf_plan_tensor *t = &p->t[p->n++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->n_dims = n_dims;
+    for (uint32_t i = 0; i < n_dims; i++) t->dims[i] = dims[i];
+    t->divisors = 1;
+    return t;
+}
+
+static nf_plan_part *add_part(nf_plan_tensor *t, nf_error *err)
+{
+    nf_plan_part *q = realloc(t->parts, (t->n_parts + 1) * sizeof *q);
+    if (!q) {
+        nf_error_set(err, NF_ERR_NOMEM, "plan: out of memory");
+        return NULL;
+    }
+    t->parts = q;
+    memset(&q[t->n_parts], 0, sizeof *q);
+    return &q[t->n_parts++];
+}
+
+void nf_plan_free(nf_plan *p)
+{
+    if (!p) return;
+    for (size_t i = 0; i < p->n; i++) {
+        free(p->t[i].parts);
+        free(p->t[i].input_divisors);
+    }
+    free(p->t);
+    nf_hf_config_free(&p->cfg);
+    nf_st_set_close(p->st);
+    nf_gguf_close(p->gguf);
+    memset(p, 0, sizeof *p);
+}
+
+const nf_plan_tensor *nf_plan_find(const nf_plan *p, const char *name)
+{
+    for (size_t i = 0; i < p->n; i++)
+        if (strcmp(p->t[i].name, name) == 0) return &p->t[i];
+    return NULL;
+}
+
+/* ---- recipes --------------------------------------------------------------------------------- */
+
+/* Roles decide codecs; the recipe table in docs/convert.md lists them. */
+typedef enum role {
+    R_VECTOR = 0, /* norms, biases, shared-expert gate: f32 */
+    R_ROUTER,     /* ffn_gate_inp: f32 (llama.cpp never quantizes it) */
+    R_EMBD, R_OUTPUT, R_ATTN_Q, R_ATTN_K, R_ATTN_V, R_ATTN_O,
+    R_FFN_GATE_UP, R_FFN_DOWN,           /* dense MLP, shared expert */
+    R_EXP_GATE_UP, R_EXP_DOWN,           /* routed expert banks */
+} role;
+
+/* llama.cpp's use_more_bits: the first and last eighth of the layers and every third between. */
+static int more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+/* The recipe's codec for an unquantized matrix (before the row-length fallback). */
+static nf_codec_id recipe_codec(const nf_plan *p, role r, int layer)
+{
+    const char *rc = p->recipe;
+    if (r == R_VECTOR || r == R_ROUTER) return NF_CODEC_F32;
+    if (strcmp(rc, "bf16") == 0) return NF_CODEC_BF16;
+    if (strcmp(rc, "q8q8") == 0 || strcmp(rc, "source") == 0) return NF_CODEC_Q8_0;
+    if (strcmp(rc, "nvfp4") == 0) return (r == R_EXP_GATE_UP || r == R_EXP_DOWN) ? NF_CODEC_NVFP4 : NF_CODEC_BF16;
+    int q6 = strcmp(rc, "q4q6") == 0; /* q4q6: llama.cpp Q4_K_M mix; q4q5: Q5_K_M */
+    nf_codec_id base = q6 ? NF_CODEC_Q4_K : NF_CODEC_Q5_K;
+    int n = (int)p->cfg.n_layers, e8 = p->cfg.n_experts == 8;
+    switch (r) {
+    case R_OUTPUT: return NF_CODEC_Q6_K;
+    case R_EMBD: return p->cfg.tie_word_embeddings ? NF_CODEC_Q6_K : base;
+    case R_ATTN_V: return e8 ? NF_CODEC_Q8_0 : more_bits(layer, n) ? NF_CODEC_Q6_K : base;
+    case R_ATTN_K: return e8 ? NF_CODEC_Q8_0 : base;
+    case R_ATTN_O: return (e8 && q6) ? NF_CODEC_Q5_K : base;
+    case R_FFN_DOWN: return more_bits(layer, n) ? NF_CODEC_Q6_K : base;
+    case R_EXP_GATE_UP: return NF_CODEC_Q4_K;
+    case R_EXP_DOWN: return q6 ? NF_CODEC_Q6_K : NF_CODEC_Q5_K;
+    default: return base;
+    }
+}
+
+/* A codec that cannot take the row length falls back to q8_0 (then bf16), with a warning. */
+static nf_codec_id fit_codec(nf_plan *p, nf_plan_tensor *t, nf_codec_id c)
+{
+    uint64_t cols = t->dims[t->n_dims - 1];
+    if (cols % nf_codec_get(c)->block_elems == 0) return c;
+    nf_codec_id f = cols % 32 == 0 ? NF_CODEC_Q8_0 : NF_CODEC_BF16;
+    NF_WARN("convert: %s: row length %llu is not a multiple of %s's %u-element block; using %s", t->name,
+            (unsigned long long)cols, nf_codec_get(c)->name, nf_codec_get(c)->block_elems, nf_codec_get(f)->name);
+    t->fallback = 1;
+    p->n_warnings++;
+    return f;
+}
+
+/* ---- reading small source values ------------------------------------------------------------- */
+
+/* A scalar (or [1]) safetensors tensor of F32/BF16/F16 as a float. */
+static nf_status st_scalar(const nf_st_tensor *s, float *out, nf_error *err)
+{
+    if (s->n_elems != 1)
+        return nf_error_set(err, NF_ERR_FORMAT, "tensor '%s': expected one value, has %llu", s->name,
+                            (unsigned long long)s->n_elems);
+    const uint8_t *b = s->data;
+    if (s->dtype == NF_ST_F32) memcpy(out, b, 4);
+    else if (s->dtype == NF_ST_BF16 || s->dtype == NF_ST_F16) {
+        uint16_t h;
+        memcpy(&h, b, 2);
+        *out = s->dtype == NF_ST_BF16 ? nf_bf16_to_f32(h) : nf_f16_to_f32(h);
+    } else
+        return nf_error_set(err, NF_ERR_FORMAT, "tensor '%s': dtype %s, expected F32/BF16/F16", s->name,
+                            nf_st_dtype_name(s->dtype));
+    if (!(isfinite(*out) && *out > 0))
+        return nf_error_set(err, NF_ERR_FORMAT, "tensor '%s': value %g is not finite and > 0", s->name, (double)*out);
+    return NF_OK;
+}
+
+static const nf_st_tensor *stf(const nf_plan *p, const char *fmt, const char *m)
+{
+    char key[320];
+    snprintf(key, sizeof key, fmt, m);
+    return nf_st_set_find(p->st, key);
+}
+
+static nf_status shape_err(const char *what, const nf_st_tensor *s, uint64_t rows, uint64_t cols, nf_error *err)
+{
+    char got[96] = "";
+    size_t o = 0;
+    for (int i = 0; i < s->n_dims && o < sizeof got - 24; i++)
+        o += (size_t)snprintf(got + o, sizeof got - o, "%s%llu", i ? ", " : "", (unsigned long long)s->shape[i]);
+    return nf_error_set(err, NF_ERR_FORMAT, "tensor '%s' (%s): shape [%s], but config.json implies [%llu, %llu]",
+                        s->name, what, got, (unsigned long long)rows, (unsigned long long)cols);
+}
+
+/* Rows x cols of a safetensors tensor viewed as a matrix (leading dims flattened). */
+static void st_matrix(const nf_st_tensor *s, uint64_t *rows, uint64_t *cols)
+{
+    *cols = s->n_dims ? s->shape[s->n_dims - 1] : 1;
+    *rows = *cols ? s->n_elems / *cols : 0;
+}
+
+/* ---- HF parts -------------------------------------------------------------------------------- */
+
+/* Adds module `m`'s weight ([rows][cols], rows [row0, row0+rows) of the key when `fused`) as a part of
+ * t: dense, compressed-tensors NVFP4 or ModelOpt NVFP4, whichever the checkpoint holds. */
+static nf_status hf_part(nf_plan *p, nf_plan_tensor *t, const char *m, uint64_t row0, uint64_t rows, uint64_t cols,
+                         uint64_t src_rows, nf_error *err)
+{
+    nf_plan_part *q = add_part(t, err);
+    if (!q) return NF_ERR_NOMEM;
+    q->row0 = row0;
+    q->rows = rows;
+    const nf_st_tensor *w;
+    uint64_t r, c;
+    if ((w = stf(p, "%s.weight_packed", m)) != NULL) {
+        const nf_st_tensor *sc = stf(p, "%s.weight_scale", m), *gs = stf(p, "%s.weight_global_scale", m);
+        if (!sc || !gs)
+            return nf_error_set(err, NF_ERR_FORMAT, "module '%s': weight_packed without weight_scale/weight_global_scale",
+                                m);
+        q->kind = NF_PART_CT_NVFP4;
+        nf_status s = st_scalar(gs, &q->divisor, err);
+        const nf_st_tensor *ig = stf(p, "%s.input_global_scale", m);
+        if (s == NF_OK && ig) s = st_scalar(ig, &q->input_divisor, err);
+        if (s) return s;
+        st_matrix(w, &r, &c);
+        if (w->dtype != NF_ST_U8 || r != src_rows || c * 2 != cols) return shape_err("packed nvfp4", w, src_rows, cols / 2, err);
+        st_matrix(sc, &r, &c);
+        if (sc->dtype != NF_ST_F8_E4M3 || r != src_rows || c * 16 != cols)
+            return shape_err("e4m3 block scales", sc, src_rows, cols / 16, err);
+        snprintf(q->src, sizeof q->src, "%s", m);
+        q->src_codec = NF_CODEC_NVFP4;
+        return NF_OK;
+    }
+    if ((w = stf(p, "%s.weight", m)) == NULL)
+        return nf_error_set(err, NF_ERR_FORMAT, "tensor '%s.weight' is missing from the checkpoint (needed for %s)", m,
+                            t->name);
+    if (w->dtype == NF_ST_U8) { /* ModelOpt NVFP4 */
+        const nf_st_tensor *sc = stf(p, "%s.weight_scale", m), *s2 = stf(p, "%s.weight_scale_2", m);
+        if (!sc || !s2)
+            return nf_error_set(err, NF_ERR_FORMAT, "module '%s': u8 weight without weight_scale/weight_scale_2", m);
+        q->kind = NF_PART_MO_NVFP4;
+        float mul, in = 0;
+        nf_status s = st_scalar(s2, &mul, err);
+        const nf_st_tensor *is = stf(p, "%s.input_scale", m);
+        if (s == NF_OK && is) s = st_scalar(is, &in, err);
+        if (s) return s;
+        q->divisor = 1.0f / mul; /* weight_scale_2 multiplies; our word divides */
+        q->input_divisor = in > 0 ? 1.0f / in : 0;
+        st_matrix(w, &r, &c);
+        if (r != src_rows || c * 2 != cols) return shape_err("packed nvfp4", w, src_rows, cols / 2, err);
+        st_matrix(sc, &r, &c);
+        if (sc->dtype != NF_ST_F8_E4M3 || r != src_rows || c * 16 != cols)
+            return shape_err("e4m3 block scales", sc, src_rows, cols / 16, err);
+        snprintf(q->src, sizeof q->src, "%s", m);
+        q->src_codec = NF_CODEC_NVFP4;
+        return NF_OK;
+    }
+    if (w->dtype != NF_ST_BF16 && w->dtype != NF_ST_F16 && w->dtype != NF_ST_F32)
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "tensor '%s': dtype %s, expected BF16, F16 or F32", w->name,
+                            nf_st_dtype_name(w->dtype));
+    st_matrix(w, &r, &c);
+    if (r != src_rows || c != cols) return shape_err(t->name, w, src_rows, cols, err);
+    q->kind = NF_PART_DENSE;
+    q->src_codec = w->dtype == NF_ST_BF16 ? NF_CODEC_BF16 : w->dtype == NF_ST_F16 ? NF_CODEC_F16 : NF_CODEC_F32;
+    snprintf(q->src, sizeof q->src, "%s", w->name);
+    return NF_OK;
+}
+
+/* A vector or matrix from one HF module (or one plain key when `key` ends in .weight/.bias). */
+static nf_status hf_simple(nf_plan *p, const char *name, role r, int layer, const char *m, uint64_t rows,
+                           uint64_t cols, int group, nf_error *err)
+{
+    uint64_t dims[2] = {rows, cols};
+    int vec = r == R_VECTOR;
+    nf_plan_tensor *t = add_tensor(p, name, vec ? 1 : 2, vec ? dims + 1 : dims, err);
+    if (!t) return NF_ERR_NOMEM;
+    t->unify_group = group;
+    if (vec) { /* m is the full key */
+        nf_plan_part *q = add_part(t, err);
+        if (!q) return NF_ERR_NOMEM;
+        const nf_st_tensor *s = nf_st_set_find(p->st, m);
+        if (!s) return nf_error_set(err, NF_ERR_FORMAT, "tensor '%s' is missing from the checkpoint (needed for %s)", m, name);
+        if (s->n_elems != cols || (s->dtype != NF_ST_BF16 && s->dtype != NF_ST_F16 && s->dtype != NF_ST_F32))
+            return shape_err(name, s, 1, cols, err);
+        snprintf(q->src, sizeof q->src, "%s", m);
+        q->kind = NF_PART_DENSE;
+        q->src_codec = s->dtype == NF_ST_BF16 ? NF_CODEC_BF16 : s->dtype == NF_ST_F16 ? NF_CODEC_F16 : NF_CODEC_F32;
+        q->rows = 1;
+        t->codec = NF_CODEC_F32;
+        return NF_OK;
+    }
+    nf_status s = hf_part(p, t, m, 0, rows, cols, rows, err);
+    if (s) return s;
+    (void)r;
+    (void)layer;
+    return NF_OK;
+}
+
+/* ---- codec decisions ------------------------------------------------------------------------- */
+
+/* Decides codec and action of a tensor whose parts are known. */
+static nf_status decide(nf_plan *p, nf_plan_tensor *t, role r, int layer, nf_error *err)
+{
+    if (t->n_dims == 1) {
+        t->codec = NF_CODEC_F32;
+        t->action = NF_ACT_ENCODE;
+        return NF_OK;
+    }
+    int nv = 0, same = 1;
+    for (uint32_t i = 0; i < t->n_parts; i++) {
+        nv += t->parts[i].src_codec == NF_CODEC_NVFP4;
+        same &= t->parts[i].src_codec == t->parts[0].src_codec;
+    }
+    if (nv && nv != (int)t->n_parts)
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "%s: mixes NVFP4 and non-NVFP4 source matrices (%s is %s)", t->name,
+                            t->parts[0].src, nf_codec_get(t->parts[0].src_codec)->name);
+    if (nv) {
+        if (strcmp(p->recipe, "nvfp4") != 0 && !p->requantize)
+            return nf_error_set(err, NF_ERR_REFUSED,
+                                "%s: source '%s' is NVFP4 and recipe '%s' is not; re-quantizing an NVFP4 checkpoint "
+                                "loses accuracy: use --recipe nvfp4, or --requantize to do it anyway",
+                                t->name, t->parts[0].src, p->recipe);
+        if (strcmp(p->recipe, "nvfp4") == 0) {
+            t->codec = NF_CODEC_NVFP4;
+            t->action = NF_ACT_NVFP4_COPY;
+            t->divisors = t->n_parts;
+            return NF_OK;
+        }
+    }
+    const nf_codec *sc = nf_codec_get(t->parts[0].src_codec);
+    int legacy = sc->flags & NF_CODEC_DEQUANT_ONLY;
+    int quantized = !nv && sc->id != NF_CODEC_F32 && sc->id != NF_CODEC_F16 && sc->id != NF_CODEC_BF16;
+    if (p->src_kind == NF_SRC_GGUF && quantized && !legacy && same) { /* k-quants, q8_0: carried over */
+        t->codec = sc->id;
+        t->action = NF_ACT_COPY;
+        return NF_OK;
+    }
+    if (p->src_kind == NF_SRC_GGUF && strcmp(p->recipe, "source") == 0 && same && !legacy) {
+        t->codec = sc->id; /* f32/f16/bf16 as the file has them */
+        t->action = NF_ACT_COPY;
+        return NF_OK;
+    }
+    if (legacy || (quantized && !same)) {
+        NF_WARN("convert: %s: source '%s' is %s; dequantized and re-encoded by recipe '%s'", t->name, t->parts[0].src,
+                sc->name, p->recipe);
+        p->n_warnings++;
+    }
+    nf_codec_id c = fit_codec(p, t, recipe_codec(p, r, layer));
+    t->codec = c;
+    t->action = NF_ACT_ENCODE;
+    if (c == NF_CODEC_NVFP4) {
+        t->action = NF_ACT_NVFP4_QUANT;
+        t->divisors = t->n_parts;
+    }
+    return NF_OK;
+}
+
+/* nvfp4 tile rule and the W4A4 policy of a bank or matrix. */
+static nf_status nvfp4_rules(nf_plan *p, nf_plan_tensor *t, role r, nf_error *err)
+{
+    if (t->codec != NF_CODEC_NVFP4) return NF_OK;
+    uint64_t rows = 1;
+    for (uint32_t i = 0; i + 1 < t->n_dims; i++) rows *= t->dims[i];
+    if (t->divisors > 1)
+        for (uint32_t i = 0; i < t->n_parts; i++)
+            if (t->parts[i].rows % 128 != 0)
+                return nf_error_set(err, NF_ERR_REFUSED,
+                                    "%s: NVFP4 share '%s' has %llu rows, not a whole number of 128-row scale tiles; a "
+                                    "bank of separately quantized matrices needs each share in whole tiles",
+                                    t->name, t->parts[i].src, (unsigned long long)t->parts[i].rows);
+    nf_nvfp4_layout l;
+    nf_status s = nf_nvfp4_layout_of(rows, t->dims[t->n_dims - 1], t->divisors, &l, err);
+    if (s) return nf_error_prefix(err, "%s", t->name);
+    if (t->action != NF_ACT_NVFP4_COPY || !p->w4a4) return NF_OK;
+    for (uint32_t i = 0; i < t->n_parts; i++)
+        if (!(t->parts[i].input_divisor > 0)) return NF_OK; /* weight-only matrix: no A4 */
+    t->flags |= NF_TENSOR_ALLOW_A4;
+    if (r == R_EXP_DOWN) { /* each expert's intermediate is its own: one input divisor per expert */
+        t->n_input_divisors = (uint32_t)t->dims[0];
+        t->input_divisors = malloc(t->n_input_divisors * sizeof(float));
+        if (!t->input_divisors) return nf_error_set(err, NF_ERR_NOMEM, "plan: out of memory");
+        for (uint32_t e = 0; e < t->n_input_divisors; e++) t->input_divisors[e] = t->parts[e].input_divisor;
+        return NF_OK;
+    }
+    t->n_input_divisors = 1;
+    t->input_divisors = malloc(sizeof(float));
+    if (!t->input_divisors) return nf_error_set(err, NF_ERR_NOMEM, "plan: out of memory");
+    float lo = INFINITY, hi = 0;
+    for (uint32_t i = 0; i < t->n_parts; i++) {
+        lo = fminf(lo, t->parts[i].input_divisor);
+        hi = fmaxf(hi, t->parts[i].input_divisor);
+    }
+    t->input_divisors[0] = lo;
+    t->in_spread_min = lo;
+    t->in_spread_max = hi;
+    return NF_OK;
+}
+
+/* Tensors of one unify group read one encoded input: they all take the smallest input divisor (the
+ * largest calibrated amax, so nothing saturates); the spread it replaced is recorded. */
+static void unify_inputs(nf_plan *p)
+{
+    for (size_t i = 0; i < p->n; i++) {
+        int g = p->t[i].unify_group;
+        if (!g || p->t[i].n_input_divisors != 1) continue;
+        float lo = INFINITY, hi = 0;
+        for (size_t j = 0; j < p->n; j++)
+            if (p->t[j].unify_group == g && p->t[j].n_input_divisors == 1) {
+                lo = fminf(lo, p->t[j].in_spread_min);
+                hi = fmaxf(hi, p->t[j].in_spread_max);
+            }
+        for (size_t j = 0; j < p->n; j++)
+            if (p->t[j].unify_group == g && p->t[j].n_input_divisors == 1) {
+                p->t[j].input_divisors[0] = lo;
+                p->t[j].in_spread_min = lo;
+                p->t[j].in_spread_max = hi;
+            }
+    }
+}
+
+/* ---- the Hugging Face plan ------------------------------------------------------------------- */
+
+static nf_status hf_matrix(nf_plan *p, const char *name, role r, int layer, const char *m, uint64_t rows,
+                           uint64_t cols, int group, nf_error *err)
+{
+    nf_status s = hf_simple(p, name, r, layer, m, rows, cols, group, err);
+    if (s) return s;
+    nf_plan_tensor *t = &p->t[p->n - 1];
+    if ((s = decide(p, t, r, layer, err)) != NF_OK) return s;
+    return nvfp4_rules(p, t, r, err);
+}
+
+/* The routed expert banks of layer i, per-expert or fused keys. */
+static nf_status hf_experts(nf_plan *p, int i, const char *pre, int group, nf_error *err)
+{
+    const nf_hf_config *c = &p->cfg;
+    uint64_t E = c->n_experts, I = c->moe_intermediate_size, H = c->hidden_size;
+    char name[64], m[320];
+    snprintf(m, sizeof m, "%s.mlp.experts.gate_up_proj", pre);
+    const nf_st_tensor *fgu = nf_st_set_find(p->st, m);
+    uint64_t d3[3] = {E, 2 * I, H};
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_up_exps", i);
+    nf_plan_tensor *t = add_tensor(p, name, 3, d3, err);
+    if (!t) return NF_ERR_NOMEM;
+    t->unify_group = group;
+    nf_status s = NF_OK;
+    for (uint64_t j = 0; j < E && s == NF_OK; j++) {
+        if (fgu) { /* fused [E, 2I, H]: gate rows first */
+            snprintf(m, sizeof m, "%s.mlp.experts.gate_up_proj", pre);
+            if (fgu->n_dims != 3 || fgu->shape[0] != E || fgu->shape[1] != 2 * I || fgu->shape[2] != H)
+                return nf_error_set(err, NF_ERR_FORMAT, "tensor '%s': expected [%llu, %llu, %llu] from config.json", m,
+                                    (unsigned long long)E, (unsigned long long)(2 * I), (unsigned long long)H);
+            for (int h = 0; h < 2 && s == NF_OK; h++) {
+                nf_plan_part *q = add_part(t, err);
+                if (!q) return NF_ERR_NOMEM;
+                snprintf(q->src, sizeof q->src, "%s", m);
+                q->kind = NF_PART_DENSE;
+                q->src_codec = fgu->dtype == NF_ST_BF16 ? NF_CODEC_BF16 : fgu->dtype == NF_ST_F16 ? NF_CODEC_F16 : NF_CODEC_F32;
+                q->row0 = j * 2 * I + (uint64_t)h * I;
+                q->rows = I;
+            }
+        } else {
+            snprintf(m, sizeof m, "%s.mlp.experts.%llu.gate_proj", pre, (unsigned long long)j);
+            s = hf_part(p, t, m, 0, I, H, I, err);
+            snprintf(m, sizeof m, "%s.mlp.experts.%llu.up_proj", pre, (unsigned long long)j);
+            if (s == NF_OK) s = hf_part(p, t, m, 0, I, H, I, err);
+        }
+    }
+    if (s == NF_OK) s = decide(p, t, R_EXP_GATE_UP, i, err);
+    if (s == NF_OK) s = nvfp4_rules(p, t, R_EXP_GATE_UP, err);
+    if (s) return s;
+
+    snprintf(m, sizeof m, "%s.mlp.experts.down_proj", pre);
+    const nf_st_tensor *fd = nf_st_set_find(p->st, m);
+    uint64_t dd[3] = {E, H, I};
+    snprintf(name, sizeof name, "blk.%d.ffn_down_exps", i);
+    if (!(t = add_tensor(p, name, 3, dd, err))) return NF_ERR_NOMEM;
+    for (uint64_t j = 0; j < E && s == NF_OK; j++) {
+        if (fd) {
+            if (fd->n_dims != 3 || fd->shape[0] != E || fd->shape[1] != H || fd->shape[2] != I)
+                return nf_error_set(err, NF_ERR_FORMAT, "tensor '%s': expected [%llu, %llu, %llu] from config.json", m,
+                                    (unsigned long long)E, (unsigned long long)H, (unsigned long long)I);
+            nf_plan_part *q = add_part(t, err);
+            if (!q) return NF_ERR_NOMEM;
+            snprintf(q->src, sizeof q->src, "%s", m);
+            q->kind = NF_PART_DENSE;
+            q->src_codec = fd->dtype == NF_ST_BF16 ? NF_CODEC_BF16 : fd->dtype == NF_ST_F16 ? NF_CODEC_F16 : NF_CODEC_F32;
+            q->row0 = j * H;
+            q->rows = H;
+        } else {
+            char mm[320];
+            snprintf(mm, sizeof mm, "%s.mlp.experts.%llu.down_proj", pre, (unsigned long long)j);
+            s = hf_part(p, t, mm, 0, H, I, H, err);
+        }
+    }
+    if (s == NF_OK) s = decide(p, t, R_EXP_DOWN, i, err);
+    if (s == NF_OK) s = nvfp4_rules(p, t, R_EXP_DOWN, err);
+    return s;
+}
+
+/* A gate/up pair of one MLP (dense or shared expert) stacked as [2N][H], and its down [H][N]. */
+static nf_status hf_mlp(nf_plan *p, int i, const char *m, const char *gu_name, const char *down_name, uint64_t N,
+                        int group, nf_error *err)
+{
+    uint64_t H = p->cfg.hidden_size;
+    char key[320];
+    uint64_t d[2] = {2 * N, H};
+    nf_plan_tensor *t = add_tensor(p, gu_name, 2, d, err);
+    if (!t) return NF_ERR_NOMEM;
+    t->unify_group = group;
+    snprintf(key, sizeof key, "%s.gate_proj", m);
+    nf_status s = hf_part(p, t, key, 0, N, H, N, err);
+    snprintf(key, sizeof key, "%s.up_proj", m);
+    if (s == NF_OK) s = hf_part(p, t, key, 0, N, H, N, err);
+    if (s == NF_OK) s = decide(p, t, R_FFN_GATE_UP, i, err);
+    if (s == NF_OK) s = nvfp4_rules(p, t, R_FFN_GATE_UP, err);
+    if (s) return s;
+    snprintf(key, sizeof key, "%s.down_proj", m);
+    return hf_matrix(p, down_name, R_FFN_DOWN, i, key, H, N, 0, err);
+}
+
+static nf_status hf_layer(nf_plan *p, int i, nf_error *err)
+{
+    const nf_hf_config *c = &p->cfg;
+    uint64_t H = c->hidden_size, q = (uint64_t)c->n_heads * c->head_dim, kv = (uint64_t)c->n_kv_heads * c->head_dim;
+    char pre[64], key[320], name[64];
+    snprintf(pre, sizeof pre, "model.layers.%d", i);
+    int g_attn = 1000 + 2 * i, g_ffn = 1001 + 2 * i;
+#define NAME(fmt) (snprintf(name, sizeof name, "blk.%d." fmt, i), name)
+#define KEY(fmt) (snprintf(key, sizeof key, "%s." fmt, pre), key)
+    nf_status s = hf_matrix(p, NAME("attn_norm"), R_VECTOR, i, KEY("input_layernorm.weight"), 1, H, 0, err);
+    if (s == NF_OK) s = hf_matrix(p, NAME("attn_q"), R_ATTN_Q, i, KEY("self_attn.q_proj"), q, H, g_attn, err);
+    if (s == NF_OK) s = hf_matrix(p, NAME("attn_k"), R_ATTN_K, i, KEY("self_attn.k_proj"), kv, H, g_attn, err);
+    if (s == NF_OK) s = hf_matrix(p, NAME("attn_v"), R_ATTN_V, i, KEY("self_attn.v_proj"), kv, H, g_attn, err);
+    if (s == NF_OK) s = hf_matrix(p, NAME("attn_output"), R_ATTN_O, i, KEY("self_attn.o_proj"), H, q, 0, err);
+    if (s == NF_OK && c->arch == NF_HF_QWEN2_MOE) {
+        s = hf_matrix(p, NAME("attn_q_bias"), R_VECTOR, i, KEY("self_attn.q_proj.bias"), 1, q, 0, err);
+        if (s == NF_OK) s = hf_matrix(p, NAME("attn_k_bias"), R_VECTOR, i, KEY("self_attn.k_proj.bias"), 1, kv, 0, err);
+        if (s == NF_OK) s = hf_matrix(p, NAME("attn_v_bias"), R_VECTOR, i, KEY("self_attn.v_proj.bias"), 1, kv, 0, err);
+    }
+    if (s == NF_OK && c->arch == NF_HF_QWEN3_MOE) {
+        s = hf_matrix(p, NAME("attn_q_norm"), R_VECTOR, i, KEY("self_attn.q_norm.weight"), 1, c->head_dim, 0, err);
+        if (s == NF_OK)
+            s = hf_matrix(p, NAME("attn_k_norm"), R_VECTOR, i, KEY("self_attn.k_norm.weight"), 1, c->head_dim, 0, err);
+    }
+    if (s == NF_OK) s = hf_matrix(p, NAME("ffn_norm"), R_VECTOR, i, KEY("post_attention_layernorm.weight"), 1, H, 0, err);
+    if (s) return s;
+    if (!nf_hf_config_layer_is_moe(c, (uint32_t)i)) { /* dense: ffn_gate, ffn_up, ffn_down apart */
+        uint64_t D = c->intermediate_size;
+        s = hf_matrix(p, NAME("ffn_gate"), R_FFN_GATE_UP, i, KEY("mlp.gate_proj"), D, H, g_ffn, err);
+        if (s == NF_OK) s = hf_matrix(p, NAME("ffn_up"), R_FFN_GATE_UP, i, KEY("mlp.up_proj"), D, H, g_ffn, err);
+        if (s == NF_OK) s = hf_matrix(p, NAME("ffn_down"), R_FFN_DOWN, i, KEY("mlp.down_proj"), H, D, 0, err);
+        return s;
+    }
+    s = hf_matrix(p, NAME("ffn_gate_inp"), R_ROUTER, i, KEY("mlp.gate"), c->n_experts, H, 0, err);
+    if (s == NF_OK) s = hf_experts(p, i, pre, g_ffn, err);
+    if (s == NF_OK && c->arch == NF_HF_QWEN2_MOE && c->shared_intermediate_size) {
+        char gu[64], dn[64];
+        snprintf(gu, sizeof gu, "blk.%d.ffn_gate_up_shexp", i);
+        snprintf(dn, sizeof dn, "blk.%d.ffn_down_shexp", i);
+        s = hf_mlp(p, i, KEY("mlp.shared_expert"), gu, dn, c->shared_intermediate_size, g_ffn, err);
+        if (s == NF_OK)
+            s = hf_matrix(p, NAME("ffn_gate_inp_shexp"), R_VECTOR, i, KEY("mlp.shared_expert_gate.weight"), 1, H, 0, err);
+    }
+#undef NAME
+#undef KEY
+    return s;
+}
+
+static nf_status hf_plan(nf_plan *p, const char *dir, nf_error *err)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    nf_status s = nf_hf_config_load(path, &p->cfg, err);
+    if (s) return s;
+    if ((s = nf_st_set_open(dir, &p->st, err)) != NF_OK) return s;
+    const nf_hf_config *c = &p->cfg;
+    /* the source's quantization */
+    char probe[320];
+    snprintf(probe, sizeof probe, "model.layers.0.self_attn.o_proj");
+    for (size_t i = 0; i < nf_st_set_count(p->st); i++) {
+        const char *k = nf_st_set_at(p->st, i)->name;
+        size_t L = strlen(k);
+        if (L > 14 && strcmp(k + L - 14, ".weight_packed") == 0) p->src_quant = NF_SQ_CT_NVFP4;
+        if (L > 15 && strcmp(k + L - 15, ".weight_scale_2") == 0) p->src_quant = NF_SQ_MO_NVFP4;
+        if ((L > 19 && strcmp(k + L - 19, ".input_global_scale") == 0) || (L > 12 && strcmp(k + L - 12, ".input_scale") == 0))
+            p->w4a4 = 1;
+    }
+    if (!p->recipe[0]) snprintf(p->recipe, sizeof p->recipe, "%s", p->src_quant ? "nvfp4" : "bf16");
+    if (strcmp(p->recipe, "source") == 0)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "recipe 'source' is for GGUF sources; choose bf16, q8q8, q4q6, q4q5 or nvfp4");
+    uint64_t V = c->vocab_size, H = c->hidden_size;
+    s = hf_matrix(p, "token_embd", R_EMBD, 0, "model.embed_tokens", V, H, 0, err);
+    for (uint32_t i = 0; i < c->n_layers && s == NF_OK; i++) s = hf_layer(p, (int)i, err);
+    if (s == NF_OK) s = hf_matrix(p, "output_norm", R_VECTOR, 0, "model.norm.weight", 1, H, 0, err);
+    if (s == NF_OK && !c->tie_word_embeddings) s = hf_matrix(p, "output", R_OUTPUT, 0, "lm_head", V, H, 0, err);
+    return s;
+}
+
+/* ---- the GGUF plan --------------------------------------------------------------------------- */
+
+typedef struct gguf_arch {
+    const char *gguf, *hf; /* general.architecture, our model.arch */
+    nf_hf_arch arch;
+} gguf_arch;
+
+static const gguf_arch gguf_archs[] = {
+    {"qwen3moe", "qwen3_moe", NF_HF_QWEN3_MOE},
+    {"qwen2moe", "qwen2_moe", NF_HF_QWEN2_MOE},
+    {"llama", "llama", NF_HF_LLAMA},
+};
+
+static nf_status gguf_u32(const nf_plan *p, const char *a, const char *k, uint32_t *v, int required, nf_error *err)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", a, k);
+    if (!nf_gguf_find_kv(p->gguf, key)) {
+        if (required) return nf_error_set(err, NF_ERR_FORMAT, "%s: metadata key '%s' is missing", p->source, key);
+        return NF_OK;
+    }
+    nf_status s = nf_gguf_get_u32(p->gguf, key, v, err);
+    return s ? nf_error_prefix(err, "%s", p->source) : NF_OK;
+}
+
+static nf_status gguf_f(const nf_plan *p, const char *a, const char *k, double *v, nf_error *err)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", a, k);
+    if (!nf_gguf_find_kv(p->gguf, key)) return NF_OK;
+    nf_status s = nf_gguf_get_float(p->gguf, key, v, err);
+    return s ? nf_error_prefix(err, "%s", p->source) : NF_OK;
+}
+
+/* Hyperparameters from GGUF metadata into cfg. */
+static nf_status gguf_config(nf_plan *p, nf_error *err)
+{
+    nf_gguf_str as;
+    nf_status s = nf_gguf_get_str(p->gguf, "general.architecture", &as, err);
+    if (s) return nf_error_prefix(err, "%s", p->source);
+    char a[64];
+    snprintf(a, sizeof a, "%.*s", (int)(as.len < 63 ? as.len : 63), as.ptr);
+    const gguf_arch *ga = NULL;
+    for (size_t i = 0; i < sizeof gguf_archs / sizeof gguf_archs[0]; i++)
+        if (strcmp(a, gguf_archs[i].gguf) == 0) ga = &gguf_archs[i];
+    if (!ga)
+        return nf_error_set(err, NF_ERR_UNSUPPORTED,
+                            "%s: architecture '%s' is not supported (supported: qwen3moe, qwen2moe, llama)", p->source, a);
+    nf_hf_config *c = &p->cfg;
+    c->arch = ga->arch;
+    c->rms_eps = 1e-6;
+    c->rope.theta = 10000;
+    snprintf(c->rope.type, sizeof c->rope.type, "default");
+    c->decoder_sparse_step = 1;
+    s = gguf_u32(p, a, "embedding_length", &c->hidden_size, 1, err);
+    if (!s) s = gguf_u32(p, a, "block_count", &c->n_layers, 1, err);
+    if (!s) s = gguf_u32(p, a, "attention.head_count", &c->n_heads, 1, err);
+    c->n_kv_heads = c->n_heads;
+    if (!s) s = gguf_u32(p, a, "attention.head_count_kv", &c->n_kv_heads, 0, err);
+    if (!s && c->n_heads) c->head_dim = c->hidden_size / c->n_heads;
+    if (!s) s = gguf_u32(p, a, "attention.key_length", &c->head_dim, 0, err);
+    if (!s) s = gguf_u32(p, a, "context_length", &c->max_position, 0, err);
+    if (!s) s = gguf_u32(p, a, "feed_forward_length", &c->intermediate_size, 0, err);
+    if (!s) s = gguf_u32(p, a, "expert_count", &c->n_experts, 0, err);
+    if (!s) s = gguf_u32(p, a, "expert_used_count", &c->n_experts_used, 0, err);
+    if (!s) s = gguf_u32(p, a, "expert_feed_forward_length", &c->moe_intermediate_size, 0, err);
+    if (!s) s = gguf_u32(p, a, "expert_shared_feed_forward_length", &c->shared_intermediate_size, 0, err);
+    if (!s) s = gguf_f(p, a, "attention.layer_norm_rms_epsilon", &c->rms_eps, err);
+    if (!s) s = gguf_f(p, a, "rope.freq_base", &c->rope.theta, err);
+    if (s) return s;
+    /* llama.cpp: qwen3moe renormalises the top-k weights, qwen2moe does not */
+    c->norm_topk_prob = c->arch == NF_HF_QWEN3_MOE;
+    const nf_gguf_tensor *e = nf_gguf_find_tensor(p->gguf, "token_embd.weight");
+    if (!e) return nf_error_set(err, NF_ERR_FORMAT, "%s: tensor 'token_embd.weight' is missing", p->source);
+    c->vocab_size = (uint32_t)e->ne[1];
+    c->tie_word_embeddings = nf_gguf_find_tensor(p->gguf, "output.weight") == NULL;
+    if (c->arch == NF_HF_QWEN2_MOE && !c->shared_intermediate_size) {
+        const nf_gguf_tensor *sh = nf_gguf_find_tensor(p->gguf, "blk.0.ffn_down_shexp.weight");
+        if (sh) c->shared_intermediate_size = (uint32_t)sh->ne[0];
+    }
+    if (c->arch != NF_HF_LLAMA && (!c->n_experts || !c->moe_intermediate_size))
+        return nf_error_set(err, NF_ERR_FORMAT, "%s: '%s.expert_count' / '%s.expert_feed_forward_length' missing", p->source,
+                            a, a);
+    /* MoE layers: those holding a router */
+    if (c->arch != NF_HF_LLAMA) {
+        c->mlp_only_layers = calloc(c->n_layers ? c->n_layers : 1, sizeof(uint32_t));
+        if (!c->mlp_only_layers) return nf_error_set(err, NF_ERR_NOMEM, "plan: out of memory");
+        for (uint32_t i = 0; i < c->n_layers; i++) {
+            char n[64];
+            snprintf(n, sizeof n, "blk.%u.ffn_gate_inp.weight", i);
+            if (!nf_gguf_find_tensor(p->gguf, n)) c->mlp_only_layers[c->n_mlp_only++] = i;
+        }
+    }
+    return NF_OK;
+}
+
+/* One GGUF tensor (or a row range) as a part; checks it against the expected [rows][cols] (of the
+ * whole source when stacked: src_rows). */
+static nf_status gguf_part(nf_plan *p, nf_plan_tensor *t, const char *gname, uint64_t row0, uint64_t rows,
+                           uint64_t src_rows, uint64_t cols, nf_error *err)
+{
+    const nf_gguf_tensor *g = nf_gguf_find_tensor(p->gguf, gname);
+    if (!g) return nf_error_set(err, NF_ERR_FORMAT, "%s: tensor '%s' is missing (needed for %s)", p->source, gname, t->name);
+    uint64_t gr = g->ne[0] ? g->n_elems / g->ne[0] : 0;
+    if (g->ne[0] != cols || gr != src_rows)
+        return nf_error_set(err, NF_ERR_FORMAT,
+                            "%s: tensor '%s' has %llu rows of %llu, but the metadata implies %llu rows of %llu", p->source,
+                            gname, (unsigned long long)gr, (unsigned long long)g->ne[0], (unsigned long long)src_rows,
+                            (unsigned long long)cols);
+    nf_plan_part *q = add_part(t, err);
+    if (!q) return NF_ERR_NOMEM;
+    snprintf(q->src, sizeof q->src, "%s", gname);
+    q->kind = NF_PART_GGUF;
+    q->src_codec = g->codec->id;
+    q->row0 = row0;
+    q->rows = rows;
+    return NF_OK;
+}
+
+static nf_status gguf_simple(nf_plan *p, const char *name, role r, int layer, const char *gname, uint64_t rows,
+                             uint64_t cols, nf_error *err)
+{
+    uint64_t dims[2] = {rows, cols};
+    int vec = r == R_VECTOR;
+    nf_plan_tensor *t = add_tensor(p, name, vec ? 1 : 2, vec ? dims + 1 : dims, err);
+    if (!t) return NF_ERR_NOMEM;
+    nf_status s = gguf_part(p, t, gname, 0, rows, rows, cols, err);
+    if (s) return s;
+    return decide(p, t, r, layer, err);
+}
+
+/* gate and up banks [E][I][H] stacked into [E][2I][H]: gate_j, up_j for each expert j. */
+static nf_status gguf_exp_bank(nf_plan *p, int i, const char *gu_name, const char *gate, const char *up, uint64_t E,
+                               uint64_t N, uint64_t H, nf_error *err)
+{
+    uint64_t d3[3] = {E, 2 * N, H}, d2[2] = {2 * N, H};
+    nf_plan_tensor *t = add_tensor(p, gu_name, E ? 3 : 2, E ? d3 : d2, err);
+    if (!t) return NF_ERR_NOMEM;
+    uint64_t n = E ? E : 1;
+    nf_status s = NF_OK;
+    for (uint64_t j = 0; j < n && s == NF_OK; j++) {
+        s = gguf_part(p, t, gate, j * N, N, n * N, H, err);
+        if (s == NF_OK) s = gguf_part(p, t, up, j * N, N, n * N, H, err);
+    }
+    return s ? s : decide(p, t, E ? R_EXP_GATE_UP : R_FFN_GATE_UP, i, err);
+}
+
+static nf_status gguf_layer(nf_plan *p, int i, nf_error *err)
+{
+    const nf_hf_config *c = &p->cfg;
+    uint64_t H = c->hidden_size, q = (uint64_t)c->n_heads * c->head_dim, kv = (uint64_t)c->n_kv_heads * c->head_dim;
+    uint64_t E = c->n_experts, I = c->moe_intermediate_size, S = c->shared_intermediate_size;
+    char n1[64], g1[96], g2[96];
+#define N(fmt) (snprintf(n1, sizeof n1, "blk.%d." fmt, i), n1)
+#define G(fmt) (snprintf(g1, sizeof g1, "blk.%d." fmt, i), g1)
+#define G2(fmt) (snprintf(g2, sizeof g2, "blk.%d." fmt, i), g2)
+    nf_status s = gguf_simple(p, N("attn_norm"), R_VECTOR, i, G("attn_norm.weight"), 1, H, err);
+    if (!s) s = gguf_simple(p, N("attn_q"), R_ATTN_Q, i, G("attn_q.weight"), q, H, err);
+    if (!s) s = gguf_simple(p, N("attn_k"), R_ATTN_K, i, G("attn_k.weight"), kv, H, err);
+    if (!s && c->arch == NF_HF_LLAMA) { /* undo llama.cpp's q/k row permutation (rotary pairs) */
+        p->t[p->n - 2].parts[0].rope_heads = c->n_heads;
+        p->t[p->n - 1].parts[0].rope_heads = c->n_kv_heads;
+    }
+    if (!s) s = gguf_simple(p, N("attn_v"), R_ATTN_V, i, G("attn_v.weight"), kv, H, err);
+    if (!s) s = gguf_simple(p, N("attn_output"), R_ATTN_O, i, G("attn_output.weight"), H, q, err);
+    if (!s && c->arch == NF_HF_QWEN2_MOE) {
+        s = gguf_simple(p, N("attn_q_bias"), R_VECTOR, i, G("attn_q.bias"), 1, q, err);
+        if (!s) s = gguf_simple(p, N("attn_k_bias"), R_VECTOR, i, G("attn_k.bias"), 1, kv, err);
+        if (!s) s = gguf_simple(p, N("attn_v_bias"), R_VECTOR, i, G("attn_v.bias"), 1, kv, err);
+    }
+    if (!s && c->arch == NF_HF_QWEN3_MOE) {
+        s = gguf_simple(p, N("attn_q_norm"), R_VECTOR, i, G("attn_q_norm.weight"), 1, c->head_dim, err);
+        if (!s) s = gguf_simple(p, N("attn_k_norm"), R_VECTOR, i, G("attn_k_norm.weight"), 1, c->head_dim, err);
+    }
+    if (!s) s = gguf_simple(p, N("ffn_norm"), R_VECTOR, i, G("ffn_norm.weight"), 1, H, err);
+    if (s) return s;
+    if (!nf_hf_config_layer_is_moe(c, (uint32_t)i)) {
+        uint64_t D = c->intermediate_size;
+        s = gguf_simple(p, N("ffn_gate"), R_FFN_GATE_UP, i, G("ffn_gate.weight"), D, H, err);
+        if (!s) s = gguf_simple(p, N("ffn_up"), R_FFN_GATE_UP, i, G("ffn_up.weight"), D, H, err);
+        if (!s) s = gguf_simple(p, N("ffn_down"), R_FFN_DOWN, i, G("ffn_down.weight"), H, D, err);
+        return s;
+    }
+    s = gguf_simple(p, N("ffn_gate_inp"), R_ROUTER, i, G("ffn_gate_inp.weight"), E, H, err);
+    if (!s) s = gguf_exp_bank(p, i, N("ffn_gate_up_exps"), G("ffn_gate_exps.weight"), G2("ffn_up_exps.weight"), E, I, H, err);
+    if (!s) {
+        uint64_t dd[3] = {E, H, I};
+        nf_plan_tensor *t = add_tensor(p, N("ffn_down_exps"), 3, dd, err);
+        if (!t) return NF_ERR_NOMEM;
+        for (uint64_t j = 0; j < E && !s; j++) s = gguf_part(p, t, G("ffn_down_exps.weight"), j * H, H, E * H, I, err);
+        if (!s) s = decide(p, t, R_EXP_DOWN, i, err);
+    }
+    if (!s && S && c->arch == NF_HF_QWEN2_MOE) {
+        s = gguf_exp_bank(p, i, N("ffn_gate_up_shexp"), G("ffn_gate_shexp.weight"), G2("ffn_up_shexp.weight"), 0, S, H, err);
+        if (!s) s = gguf_simple(p, N("ffn_down_shexp"), R_FFN_DOWN, i, G("ffn_down_shexp.weight"), H, S, err);
+        if (!s) s = gguf_simple(p, N("ffn_gate_inp_shexp"), R_VECTOR, i, G("ffn_gate_inp_shexp.weight"), 1, H, err);
+    }
+#undef N
+#undef G
+#undef G2
+    return s;
+}
+
+static nf_status gguf_plan(nf_plan *p, nf_error *err)
+{
+    nf_status s = nf_gguf_open(p->source, 0, &p->gguf, err);
+    if (s) return s;
+    if ((s = gguf_config(p, err)) != NF_OK) return s;
+    p->src_quant = NF_SQ_GGUF;
+    if (!p->recipe[0]) snprintf(p->recipe, sizeof p->recipe, "source");
+    if (strcmp(p->recipe, "nvfp4") == 0)
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "recipe 'nvfp4' needs an unquantized source; a GGUF converts with "
+                                                     "'source', bf16, q8q8, q4q6 or q4q5");
+    const nf_hf_config *c = &p->cfg;
+    uint64_t V = c->vocab_size, H = c->hidden_size;
+    s = gguf_simple(p, "token_embd", R_EMBD, 0, "token_embd.weight", V, H, err);
+    for (uint32_t i = 0; i < c->n_layers && !s; i++) s = gguf_layer(p, (int)i, err);
+    if (!s) s = gguf_simple(p, "output_norm", R_VECTOR, 0, "output_norm.weight", 1, H, err);
+    if (!s && !c->tie_word_embeddings) s = gguf_simple(p, "output", R_OUTPUT, 0, "output.weight", V, H, err);
+    return s;
+}
+
+/* ---- entry ------------------------------------------------------------------------------------ */
+
+nf_status nf_plan_build(const char *source, const nf_convert_opts *o, nf_plan *p, nf_error *err)
+{
+    memset(p, 0, sizeof *p);
+    snprintf(p->source, sizeof p->source, "%s", source);
+    if (o && o->recipe) {
+        if (!nf_recipe_known(o->recipe))
+            return nf_error_set(err, NF_ERR_INVALID_ARG, "unknown recipe '%s' (bf16, q8q8, q4q6, q4q5, nvfp4, source)",
+                                o->recipe);
+        snprintf(p->recipe, sizeof p->recipe, "%s", o->recipe);
+    }
+    p->requantize = o ? o->requantize : 0;
+    struct stat st;
+    if (stat(source, &st) != 0) return nf_error_set(err, NF_ERR_IO, "%s: no such file or folder", source);
+    nf_status s;
+    if (S_ISDIR(st.st_mode)) {
+        p->src_kind = NF_SRC_HF;
+        s = hf_plan(p, source, err);
+    } else {
+        p->src_kind = NF_SRC_GGUF;
+        s = gguf_plan(p, err);
+    }
+    if (s == NF_OK) unify_inputs(p);
+    return s;
+}
+
+void nf_plan_print(const nf_plan *p, FILE *f)
+{
+    static const char *const sq[] = {"unquantized", "compressed-tensors nvfp4", "modelopt nvfp4", "gguf"};
+    fprintf(f, "source: %s (%s%s), arch %s, recipe %s, %zu tensors\n", p->source, sq[p->src_quant],
+            p->w4a4 ? ", W4A4" : "", nf_hf_arch_name(p->cfg.arch), p->recipe, p->n);
+    for (size_t i = 0; i < p->n; i++) {
+        const nf_plan_tensor *t = &p->t[i];
+        char shape[80];
+        size_t o = 0;
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            o += (size_t)snprintf(shape + o, sizeof shape - o, "%s%llu", d ? ", " : "[", (unsigned long long)t->dims[d]);
+        snprintf(shape + o, sizeof shape - o, "]");
+        fprintf(f, "%-26s %-6s %-16s %-11s <- ", t->name, nf_codec_get(t->codec)->name, shape, nf_plan_action_name(t->action));
+        if (t->n_parts == 1) fprintf(f, "%s (%s)", t->parts[0].src, nf_codec_get(t->parts[0].src_codec)->name);
+        else
+            fprintf(f, "%u sources: %s[%llu..] ... %s[%llu..] (%s)", t->n_parts, t->parts[0].src,
+                    (unsigned long long)t->parts[0].row0, t->parts[t->n_parts - 1].src,
+                    (unsigned long long)t->parts[t->n_parts - 1].row0, nf_codec_get(t->parts[0].src_codec)->name);
+        if (t->fallback) fprintf(f, " [fallback]");
+        fputc('\n', f);
+        if (t->codec == NF_CODEC_NVFP4 && t->action == NF_ACT_NVFP4_COPY) {
+            fprintf(f, "    divisors %u:", t->divisors);
+            for (uint32_t k = 0; k < t->n_parts && k < 8; k++) fprintf(f, " %.6g", (double)t->parts[k].divisor);
+            if (t->n_parts > 8) fprintf(f, " ...");
+            fputc('\n', f);
+        } else if (t->codec == NF_CODEC_NVFP4)
+            fprintf(f, "    divisors %u: one per source, from its amax (weight-only)\n", t->divisors);
+        if (t->flags & NF_TENSOR_ALLOW_A4) {
+            fprintf(f, "    allow_a4, input divisors %u:", t->n_input_divisors);
+            for (uint32_t k = 0; k < t->n_input_divisors && k < 8; k++) fprintf(f, " %.6g", (double)t->input_divisors[k]);
+            if (t->n_input_divisors == 1)
+                fprintf(f, " (unified: smallest of calibrated %.6g..%.6g)", (double)t->in_spread_min,
+                        (double)t->in_spread_max);
+            fputc('\n', f);
+        }
+    }
+    fprintf(f, "%zu warnings\n", p->n_warnings);
+}
