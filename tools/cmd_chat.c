@@ -91,6 +91,7 @@ static int turn(nf_gen_session *gs, const nf_chat_template *ct, chat_state *c, n
         rc = nf_cli_fail("%s", e->msg);
     else {
         fputc('\n', stdout);
+        fflush(stdout);
         nf_gen_print_stats(&st, gs->eng);
         if (!chat_push(c, "assistant", r.s ? r.s : "", r.len)) rc = nf_cli_fail("out of memory");
     }

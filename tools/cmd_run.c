@@ -73,6 +73,7 @@ int nf_cmd_run(int argc, char **argv)
         rc = nf_cli_fail("%s", e.msg);
     if (!rc) {
         fputc('\n', stdout);
+        fflush(stdout);
         nf_gen_print_stats(&st, gs.eng);
     }
     nf_tok_ids_free(&ids);
