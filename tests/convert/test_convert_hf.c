@@ -1,0 +1,355 @@
+/* ninfer convert on Hugging Face fixtures: tiny transformers checkpoints (tests/oracle/tiny_models.py)
+ * and compressed-tensors / ModelOpt NVFP4 checkpoints (tests/oracle/convert_fixtures.py). Every
+ * artifact tensor is decoded and compared with the oracle: the source safetensors values (bf16,
+ * bit-exact), compressed-tensors' float32 dequantization (nvfp4, bit-exact), the q8_0 error bound
+ * for re-encoded tensors; the plan's stacking, divisors, allow_a4 and unified input divisors; and
+ * every refusal. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "codec/nvfp4.h"
+#include "convert/convert.h"
+#include "convert/plan.h"
+#include "format/artifact.h"
+#include "nf_test.h"
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation" /* fixture names are short */
+#endif
+
+static char tmpdir[256];
+
+/* Row r of an artifact tensor decoded to f32. */
+static void art_row(const nf_tensor *t, uint64_t r, float *y)
+{
+    uint64_t cols = t->layout.cols;
+    if (t->desc.codec == NF_CODEC_NVFP4) {
+        nf_nvfp4_planes p;
+        nf_nvfp4_view(t->data, t->layout.payload_bytes, t->layout.rows, cols, t->desc.divisors ? t->desc.divisors : 1, &p,
+                      NULL);
+        nf_nvfp4_dequantize_row(&p, r, y);
+        return;
+    }
+    size_t rb = nf_codec_row_bytes(t->codec, cols);
+    t->codec->dequantize_row(t->data + r * rb, y, cols);
+}
+
+/* Row r of a safetensors float tensor (any leading dims flattened). */
+static void st_row(const nf_st_tensor *s, uint64_t r, float *y)
+{
+    uint64_t cols = s->shape[s->n_dims - 1];
+    const uint8_t *b = s->data;
+    for (uint64_t k = 0; k < cols; k++) {
+        uint64_t i = r * cols + k;
+        if (s->dtype == NF_ST_F32) memcpy(&y[k], b + 4 * i, 4);
+        else {
+            uint16_t h;
+            memcpy(&h, b + 2 * i, 2);
+            y[k] = s->dtype == NF_ST_BF16 ? nf_bf16_to_f32(h) : nf_f16_to_f32(h);
+        }
+    }
+}
+
+static nf_status convert(const char *src, const char *recipe, int requantize, const char *out, nf_error *err)
+{
+    nf_convert_opts o = {recipe, requantize, 2, 1};
+    nf_plan p;
+    nf_status s = nf_plan_build(src, &o, &p, err);
+    if (s == NF_OK) s = nf_convert_run(&p, out, &o, NULL, err);
+    nf_plan_free(&p);
+    return s;
+}
+
+/* The artifact rows of `name` starting at row0 equal the source key's rows exactly (or within
+ * `tol` x the row's amax / 127 for q8_0). */
+static int rows_match(const nf_artifact *a, const char *name, uint64_t row0, const nf_st_tensor *s, double tol)
+{
+    const nf_tensor *t = nf_artifact_find_tensor(a, name);
+    if (!t) return 0;
+    uint64_t cols = s->shape[s->n_dims - 1], rows = s->n_elems / cols;
+    if (cols != t->layout.cols) return 0;
+    float *x = malloc(cols * sizeof *x), *y = malloc(cols * sizeof *y);
+    int ok = 1;
+    for (uint64_t r = 0; r < rows && ok; r++) {
+        st_row(s, r, x);
+        art_row(t, row0 + r, y);
+        for (uint64_t k = 0; k < cols && ok; k += 32) {
+            float amax = 0;
+            for (uint64_t i = k; i < k + 32 && i < cols; i++) amax = fmaxf(amax, fabsf(x[i]));
+            for (uint64_t i = k; i < k + 32 && i < cols; i++)
+                ok = tol == 0 ? memcmp(&x[i], &y[i], 4) == 0 : fabs((double)x[i] - y[i]) <= tol * amax / 127 + 1e-7;
+        }
+    }
+    free(x);
+    free(y);
+    return ok;
+}
+
+static void check_qwen3(const char *dir, const char *recipe, double tol)
+{
+    char out[512];
+    snprintf(out, sizeof out, "%s/q3-%s.nf", tmpdir, recipe);
+    nf_error err = {0};
+    CHECK_MSG(convert(dir, recipe, 0, out, &err) == NF_OK, "%s", err.msg);
+    nf_artifact *a = NULL;
+    CHECK_MSG(nf_artifact_open(out, &a, &err) == NF_OK, "%s", err.msg);
+    nf_st_set *st = NULL;
+    char src[512];
+    snprintf(src, sizeof src, NF_TEST_DATA "/fixtures/models/qwen3_moe");
+    CHECK(nf_st_set_open(src, &st, &err) == NF_OK);
+    if (!a || !st) return;
+    CHECK(rows_match(a, "token_embd", 0, nf_st_set_find(st, "model.embed_tokens.weight"), tol));
+    CHECK(rows_match(a, "output", 0, nf_st_set_find(st, "lm_head.weight"), tol));
+    CHECK(rows_match(a, "output_norm", 0, nf_st_set_find(st, "model.norm.weight"), 0));
+    char key[256], name[64];
+    for (int l = 0; l < 2; l++) {
+        static const char *const attn[][2] = {{"attn_q", "q_proj"}, {"attn_k", "k_proj"}, {"attn_v", "v_proj"},
+                                              {"attn_output", "o_proj"}};
+        for (int i = 0; i < 4; i++) {
+            snprintf(key, sizeof key, "model.layers.%d.self_attn.%s.weight", l, attn[i][1]);
+            snprintf(name, sizeof name, "blk.%d.%s", l, attn[i][0]);
+            CHECK_MSG(rows_match(a, name, 0, nf_st_set_find(st, key), tol), "%s", name);
+        }
+        snprintf(key, sizeof key, "model.layers.%d.self_attn.q_norm.weight", l);
+        snprintf(name, sizeof name, "blk.%d.attn_q_norm", l);
+        CHECK(rows_match(a, name, 0, nf_st_set_find(st, key), 0));
+        snprintf(key, sizeof key, "model.layers.%d.mlp.gate.weight", l);
+        snprintf(name, sizeof name, "blk.%d.ffn_gate_inp", l);
+        CHECK(rows_match(a, name, 0, nf_st_set_find(st, key), 0)); /* router stays exact (f32) */
+        for (int j = 0; j < 8; j++) { /* stacking: expert j's gate rows, then its up rows */
+            snprintf(name, sizeof name, "blk.%d.ffn_gate_up_exps", l);
+            snprintf(key, sizeof key, "model.layers.%d.mlp.experts.%d.gate_proj.weight", l, j);
+            CHECK_MSG(rows_match(a, name, (uint64_t)j * 64, nf_st_set_find(st, key), tol), "%s", key);
+            snprintf(key, sizeof key, "model.layers.%d.mlp.experts.%d.up_proj.weight", l, j);
+            CHECK_MSG(rows_match(a, name, (uint64_t)j * 64 + 32, nf_st_set_find(st, key), tol), "%s", key);
+            snprintf(name, sizeof name, "blk.%d.ffn_down_exps", l);
+            snprintf(key, sizeof key, "model.layers.%d.mlp.experts.%d.down_proj.weight", l, j);
+            CHECK_MSG(rows_match(a, name, (uint64_t)j * 64, nf_st_set_find(st, key), tol), "%s", key);
+        }
+    }
+    uint32_t v;
+    CHECK(nf_artifact_get_u32(a, "model.experts", &v, NULL) == NF_OK && v == 8);
+    CHECK(nf_artifact_get_u32(a, "model.head_dim", &v, NULL) == NF_OK && v == 32);
+    const int32_t *moe;
+    size_t n;
+    CHECK(nf_artifact_get_i32_array(a, "model.moe_layers", &moe, &n, NULL) == NF_OK && n == 2 && moe[0] == 1);
+    CHECK(nf_artifact_find_meta(a, "tokenizer.tokens") == NULL); /* no tokenizer.json: none */
+    nf_st_set_close(st);
+    nf_artifact_close(a);
+}
+
+/* Per-expert and fused expert keys give byte-identical artifacts tensor by tensor. */
+static void check_fused(void)
+{
+    char a1[512], a2[512];
+    snprintf(a1, sizeof a1, "%s/q3-bf16.nf", tmpdir);
+    snprintf(a2, sizeof a2, "%s/q3f.nf", tmpdir);
+    nf_error err = {0};
+    CHECK_MSG(convert(NF_TEST_DATA "/fixtures/models/qwen3_moe_fused", "bf16", 0, a2, &err) == NF_OK, "%s", err.msg);
+    nf_artifact *x = NULL, *y = NULL;
+    CHECK(nf_artifact_open(a1, &x, NULL) == NF_OK && nf_artifact_open(a2, &y, NULL) == NF_OK);
+    if (!x || !y) return;
+    CHECK_EQ_U64(nf_artifact_n_tensors(x), nf_artifact_n_tensors(y));
+    for (size_t i = 0; i < nf_artifact_n_tensors(x); i++) {
+        const nf_tensor *t = nf_artifact_tensor(x, i), *u = nf_artifact_find_tensor(y, t->desc.name);
+        CHECK_MSG(u && u->layout.payload_bytes == t->layout.payload_bytes &&
+                      memcmp(u->data, t->data, t->layout.payload_bytes) == 0, "%s", t->desc.name);
+    }
+    nf_artifact_close(x);
+    nf_artifact_close(y);
+}
+
+static void check_other_archs(void)
+{
+    nf_error err = {0};
+    char out[512];
+    snprintf(out, sizeof out, "%s/q2.nf", tmpdir);
+    CHECK_MSG(convert(NF_TEST_DATA "/fixtures/models/qwen2_moe", "bf16", 0, out, &err) == NF_OK, "%s", err.msg);
+    nf_artifact *a = NULL;
+    nf_st_set *st = NULL;
+    CHECK(nf_artifact_open(out, &a, NULL) == NF_OK);
+    CHECK(nf_st_set_open(NF_TEST_DATA "/fixtures/models/qwen2_moe", &st, NULL) == NF_OK);
+    if (a && st) {
+        CHECK(nf_artifact_find_tensor(a, "output") == NULL); /* tied */
+        CHECK(nf_artifact_find_tensor(a, "blk.1.ffn_gate") && nf_artifact_find_tensor(a, "blk.1.ffn_up"));
+        CHECK(nf_artifact_find_tensor(a, "blk.1.ffn_gate_up_exps") == NULL); /* mlp_only_layers=[1] */
+        CHECK(rows_match(a, "blk.0.ffn_gate_up_shexp", 0,
+                         nf_st_set_find(st, "model.layers.0.mlp.shared_expert.gate_proj.weight"), 0));
+        CHECK(rows_match(a, "blk.0.ffn_gate_up_shexp", 48,
+                         nf_st_set_find(st, "model.layers.0.mlp.shared_expert.up_proj.weight"), 0));
+        CHECK(rows_match(a, "blk.2.ffn_gate_inp_shexp", 0,
+                         nf_st_set_find(st, "model.layers.2.mlp.shared_expert_gate.weight"), 0));
+        CHECK(rows_match(a, "blk.0.attn_q_bias", 0, nf_st_set_find(st, "model.layers.0.self_attn.q_proj.bias"), 0));
+        const int32_t *moe;
+        size_t n;
+        CHECK(nf_artifact_get_i32_array(a, "model.moe_layers", &moe, &n, NULL) == NF_OK && n == 3 && moe[0] == 1 &&
+              moe[1] == 0 && moe[2] == 1);
+    }
+    nf_st_set_close(st);
+    nf_artifact_close(a);
+    snprintf(out, sizeof out, "%s/llama.nf", tmpdir);
+    CHECK_MSG(convert(NF_TEST_DATA "/fixtures/models/llama", "q8q8", 0, out, &err) == NF_OK, "%s", err.msg);
+}
+
+/* ---- NVFP4 sources ---------------------------------------------------------------------------- */
+
+static float exp_scalar(const nf_st_set *e, const char *m, const char *sfx)
+{
+    char key[256];
+    snprintf(key, sizeof key, "%s.%s", m, sfx);
+    const nf_st_tensor *t = nf_st_set_find(e, key);
+    float v = NAN;
+    if (t) memcpy(&v, t->data, 4);
+    return v;
+}
+
+static void check_nvfp4_source(const char *dir, int modelopt)
+{
+    char out[512];
+    snprintf(out, sizeof out, "%s/nv%d.nf", tmpdir, modelopt);
+    nf_error err = {0};
+    CHECK_MSG(convert(dir, NULL, 0, out, &err) == NF_OK, "%s", err.msg);
+    nf_artifact *a = NULL;
+    nf_st_set *e = NULL;
+    CHECK(nf_artifact_open(out, &a, NULL) == NF_OK);
+    CHECK(nf_st_set_open(NF_TEST_DATA "/fixtures/convert/expected.safetensors", &e, NULL) == NF_OK);
+    if (!a || !e) return;
+    const nf_tensor *gu = nf_artifact_find_tensor(a, "blk.0.ffn_gate_up_exps");
+    const nf_tensor *dn = nf_artifact_find_tensor(a, "blk.0.ffn_down_exps");
+    CHECK(gu && dn && gu->desc.codec == NF_CODEC_NVFP4 && gu->desc.divisors == 8 && dn->desc.divisors == 4);
+    if (!gu || !dn) return;
+    CHECK(gu->desc.flags & NF_TENSOR_ALLOW_A4);
+    nf_nvfp4_planes p;
+    CHECK(nf_nvfp4_view(gu->data, gu->layout.payload_bytes, gu->layout.rows, gu->layout.cols, 8, &p, NULL) == NF_OK);
+    float minin = INFINITY;
+    char m[256];
+    for (int j = 0; j < 4; j++) {
+        for (int h = 0; h < 2; h++) {
+            snprintf(m, sizeof m, "model.layers.0.mlp.experts.%d.%s", j, h ? "up_proj" : "gate_proj");
+            float div;
+            memcpy(&div, (const uint8_t *)p.divisors + 4 * (2 * j + h), 4);
+            float want = modelopt ? exp_scalar(e, m, "mo_divisor") : exp_scalar(e, m, "global");
+            CHECK_MSG(memcmp(&div, &want, 4) == 0, "%s divisor %g want %g", m, (double)div, (double)want);
+            minin = fminf(minin, exp_scalar(e, m, "input_global"));
+            if (!modelopt) { /* bit-exact against compressed-tensors' dequantization */
+                char key[300];
+                snprintf(key, sizeof key, "%s.dequant", m);
+                CHECK_MSG(rows_match(a, "blk.0.ffn_gate_up_exps", (uint64_t)(2 * j + h) * 128, nf_st_set_find(e, key), 0),
+                          "%s", key);
+            }
+        }
+        float dg, du;
+        memcpy(&dg, (const uint8_t *)p.divisors + 8 * j, 4);
+        memcpy(&du, (const uint8_t *)p.divisors + 8 * j + 4, 4);
+        if (j == 1 || j == 3) CHECK_MSG(dg != du, "expert %d: gate and up divisors kept apart", j);
+        snprintf(m, sizeof m, "model.layers.0.mlp.experts.%d.down_proj", j);
+        float want_in = modelopt ? 1.0f / (1.0f / exp_scalar(e, m, "input_global")) : exp_scalar(e, m, "input_global");
+        CHECK(dn->desc.n_input_divisors == 4 && fabsf(dn->desc.input_divisors[j] - want_in) <= 1e-6f * want_in);
+    }
+    /* one input divisor for the whole gate/up bank: the smallest calibrated one */
+    CHECK(gu->desc.n_input_divisors == 1);
+    if (gu->desc.n_input_divisors == 1)
+        CHECK_MSG(fabsf(gu->desc.input_divisors[0] - minin) <= (modelopt ? 1e-6f * minin : 0), "unified %g want %g",
+                  (double)gu->desc.input_divisors[0], (double)minin);
+    const nf_tensor *q = nf_artifact_find_tensor(a, "blk.0.attn_q"), *o = nf_artifact_find_tensor(a, "output");
+    CHECK(q && q->desc.codec == NF_CODEC_NVFP4 && o && o->desc.codec == NF_CODEC_BF16); /* ignore list stays bf16 */
+    if (!modelopt && q) CHECK(rows_match(a, "blk.0.attn_q", 0, nf_st_set_find(e, "model.layers.0.self_attn.q_proj.dequant"), 0));
+    nf_st_set_close(e);
+    nf_artifact_close(a);
+}
+
+/* ModelOpt and compressed-tensors hold the same packed bytes: the data and scale planes agree. */
+static void check_modelopt_planes(void)
+{
+    char a1[512], a2[512];
+    snprintf(a1, sizeof a1, "%s/nv0.nf", tmpdir);
+    snprintf(a2, sizeof a2, "%s/nv1.nf", tmpdir);
+    nf_artifact *x = NULL, *y = NULL;
+    CHECK(nf_artifact_open(a1, &x, NULL) == NF_OK && nf_artifact_open(a2, &y, NULL) == NF_OK);
+    if (!x || !y) return;
+    const nf_tensor *t = nf_artifact_find_tensor(x, "blk.0.ffn_down_exps"), *u = nf_artifact_find_tensor(y, "blk.0.ffn_down_exps");
+    CHECK(t && u && memcmp(t->data, u->data, t->layout.planes[2].offset) == 0);
+    nf_artifact_close(x);
+    nf_artifact_close(y);
+}
+
+/* ---- refusals --------------------------------------------------------------------------------- */
+
+static void expect_refusal(const char *src, const char *recipe, nf_status code, const char *needle1, const char *needle2)
+{
+    nf_convert_opts o = {recipe, 0, 1, 1};
+    nf_plan p;
+    nf_error err = {0};
+    nf_status s = nf_plan_build(src, &o, &p, &err);
+    nf_plan_free(&p);
+    CHECK_MSG(s == code, "%s/%s: status %d want %d (%s)", src, recipe ? recipe : "-", (int)s, (int)code, err.msg);
+    CHECK_CONTAINS(err.msg, needle1);
+    if (needle2) CHECK_CONTAINS(err.msg, needle2);
+}
+
+/* A copy of the qwen3_moe fixture with config.json edited by `from` -> `to`. */
+static void edited_copy(const char *dst, const char *from, const char *to)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "rm -rf %s && mkdir -p %s && cp " NF_TEST_DATA "/fixtures/models/qwen3_moe/model.safetensors %s/ && "
+             "sed 's/%s/%s/' " NF_TEST_DATA "/fixtures/models/qwen3_moe/config.json > %s/config.json",
+             dst, dst, dst, from, to, dst);
+    CHECK(system(cmd) == 0);
+}
+
+static void check_refusals(void)
+{
+    expect_refusal(NF_TEST_DATA "/fixtures/convert/ct_nvfp4", "q8q8", NF_ERR_REFUSED, "blk.0.attn_q", "--requantize");
+    expect_refusal(NF_TEST_DATA "/fixtures/convert/modelopt_nvfp4", "bf16", NF_ERR_REFUSED, "NVFP4", "--requantize");
+    expect_refusal(NF_TEST_DATA "/fixtures/models/qwen3_moe", "nvfp4", NF_ERR_REFUSED, "blk.0.ffn_gate_up_exps",
+                   "128-row");
+    expect_refusal(NF_TEST_DATA "/fixtures/models/qwen3_moe", "q9", NF_ERR_INVALID_ARG, "unknown recipe", "q9");
+    char d[512];
+    snprintf(d, sizeof d, "%s/arch", tmpdir);
+    edited_copy(d, "\"qwen3_moe\"", "\"mistral\"");
+    expect_refusal(d, NULL, NF_ERR_UNSUPPORTED, "mistral", "qwen3_moe");
+    snprintf(d, sizeof d, "%s/layers", tmpdir);
+    edited_copy(d, "\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3");
+    expect_refusal(d, NULL, NF_ERR_FORMAT, "model.layers.2.input_layernorm.weight", "missing");
+    snprintf(d, sizeof d, "%s/shape", tmpdir);
+    edited_copy(d, "\"moe_intermediate_size\": 32", "\"moe_intermediate_size\": 16");
+    expect_refusal(d, NULL, NF_ERR_FORMAT, "experts.0.gate_proj.weight", "config.json implies [16, 64]");
+    /* --requantize lets an NVFP4 source through a non-NVFP4 recipe, re-encoded from its values */
+    char out[512];
+    snprintf(out, sizeof out, "%s/rq.nf", tmpdir);
+    nf_error err = {0};
+    CHECK_MSG(convert(NF_TEST_DATA "/fixtures/convert/ct_nvfp4", "bf16", 1, out, &err) == NF_OK, "%s", err.msg);
+    nf_artifact *a = NULL;
+    nf_st_set *e = NULL;
+    CHECK(nf_artifact_open(out, &a, NULL) == NF_OK);
+    CHECK(nf_st_set_open(NF_TEST_DATA "/fixtures/convert/expected.safetensors", &e, NULL) == NF_OK);
+    /* e2m1 * e4m3 / divisor rounded to bf16: within bf16's half-ulp (2^-9 relative) */
+    if (a && e)
+        CHECK(rows_match(a, "blk.0.ffn_down_exps", 256,
+                         nf_st_set_find(e, "model.layers.0.mlp.experts.1.down_proj.dequant"), 127.0 / 256));
+    nf_st_set_close(e);
+    nf_artifact_close(a);
+}
+
+int main(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/nf_convert_test.XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
+    check_qwen3(NF_TEST_DATA "/fixtures/models/qwen3_moe", "bf16", 0);
+    check_qwen3(NF_TEST_DATA "/fixtures/models/qwen3_moe", "q8q8", 1.0);
+    check_fused();
+    check_other_archs();
+    check_nvfp4_source(NF_TEST_DATA "/fixtures/convert/ct_nvfp4", 0);
+    check_nvfp4_source(NF_TEST_DATA "/fixtures/convert/modelopt_nvfp4", 1);
+    check_modelopt_planes();
+    check_refusals();
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd) != 0) return 1;
+    return nf_test_report();
+}
