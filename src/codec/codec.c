@@ -3,6 +3,9 @@
 #include "codec/codec.h"
 
 #include <stdlib.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <string.h>
 
 #include "codec/nvfp4.h"
@@ -64,11 +67,21 @@ const nf_codec *nf_codec_by_ggml_type(int type)
     return NULL;
 }
 
+/* AVX2, FMA and F16C from CPUID, plus the OS saving AVX state (XGETBV): clang-14 does not accept
+ * __builtin_cpu_supports("f16c"). */
 int nf_cpu_has_avx2_fma_f16c(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    const int fma = (c >> 12) & 1, osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, f16c = (c >> 29) & 1;
+    if (!(fma && osxsave && avx && f16c)) return 0;
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    if ((xlo & 6) != 6) return 0; /* XMM and YMM state enabled */
+    if (__get_cpuid_max(0, NULL) < 7) return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    return (b >> 5) & 1; /* AVX2 */
 #else
     return 0;
 #endif

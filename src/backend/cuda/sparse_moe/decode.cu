@@ -11,14 +11,33 @@ namespace {
 
 constexpr int kWarps = 8; // output rows per CTA
 
+constexpr size_t kActSmem = 96 * 1024; // act planes up to this size are staged in shared memory
+
 template <class C, int MAXT>
 __global__ void __launch_bounds__(kWarps * 32) down_combine_kernel(DevMat W, const float *act, Routing r, uint32_t T,
-                                                                  uint32_t k, const float *ys, uint16_t *out)
+                                                                  uint32_t k, const float *ys, uint16_t *out, int staged)
 {
+    extern __shared__ float acts[]; // [T*k][I] when staged
+    const int I = (int)W.cols, pieces = I / C::BLK * C::PIECES, groups = *r.n_groups;
+    if (staged) { // every CTA reads all of act: take it once into shared memory, 16-byte loads in flight
+        const uint32_t vecs = T * k * (uint32_t)I / 4;
+        const uint4 *src = reinterpret_cast<const uint4 *>(act);
+        uint4 *dst = reinterpret_cast<uint4 *>(acts);
+        for (uint32_t v0 = threadIdx.x; v0 < vecs; v0 += blockDim.x * 4) {
+            uint4 buf[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                if (v0 + u * blockDim.x < vecs) buf[u] = src[v0 + u * blockDim.x];
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                if (v0 + u * blockDim.x < vecs) dst[v0 + u * blockDim.x] = buf[u];
+        }
+        __syncthreads();
+        act = acts;
+    }
     const uint32_t h = blockIdx.x * kWarps + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (h >= W.rows) return;
-    const int I = (int)W.cols, pieces = I / C::BLK * C::PIECES, groups = *r.n_groups;
     const int items = groups * pieces;
     float acc[MAXT] = {};
     for (int i0 = lane; i0 < items; i0 += 32 * kLoadBatch) {
@@ -47,7 +66,7 @@ __global__ void __launch_bounds__(kWarps * 32) down_combine_kernel(DevMat W, con
                 for (int run = 0; run < C::RUNS; run++) {
                     const int e0 = C::elem(q, run);
 #pragma unroll
-                    for (int j = 0; j < C::RUN; j++) d = fmaf(w[run * C::RUN + j], __ldg(a + e0 + j), d);
+                    for (int j = 0; j < C::RUN; j++) d = fmaf(w[run * C::RUN + j], a[e0 + j], d);
                 }
                 const int entry = r.pos_entry[p];
                 const int t = entry / (int)k;
@@ -71,7 +90,11 @@ template <class C, int MAXT>
 cudaError_t launch_t(const DevMat &W, const float *act, const Routing &r, uint32_t T, uint32_t k, const float *ys,
                      uint16_t *out, cudaStream_t s)
 {
-    down_combine_kernel<C, MAXT><<<(W.rows + kWarps - 1) / kWarps, kWarps * 32, 0, s>>>(W, act, r, T, k, ys, out);
+    const size_t bytes = (size_t)T * k * W.cols * sizeof(float);
+    const int staged = bytes <= kActSmem;
+    auto kern = down_combine_kernel<C, MAXT>;
+    if (staged) cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kActSmem);
+    kern<<<(W.rows + kWarps - 1) / kWarps, kWarps * 32, staged ? bytes : 0, s>>>(W, act, r, T, k, ys, out, staged);
     return cudaGetLastError();
 }
 

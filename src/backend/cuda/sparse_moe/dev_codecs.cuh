@@ -39,14 +39,18 @@ __device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_
 __device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 
 // ---- q4_k: fields qs[128], scales[12], d/dmin[4] -------------------------------------------------
-__device__ __forceinline__ void k4_scale_min(const uint8_t *q, int j, int &sc, int &m)
+// The 6-bit scale and min of sub-block s (get_scale_min_k4), from the 12 scale bytes held as three
+// words: shifts only, so nothing is indexed at run time (which would put the bytes in local memory).
+__device__ __forceinline__ void k4_scale_min(uint32_t w0, uint32_t w1, uint32_t w2, int s, int &sc, int &m)
 {
-    if (j < 4) {
-        sc = q[j] & 63;
-        m = q[j + 4] & 63;
+    const int sh = 8 * (s & 3);
+    const int lo = (w0 >> sh) & 0xFF, mid = (w1 >> sh) & 0xFF, hi = (w2 >> sh) & 0xFF;
+    if (s < 4) {
+        sc = lo & 63;
+        m = mid & 63;
     } else {
-        sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-        m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+        sc = (hi & 0xF) | ((lo >> 6) << 4);
+        m = (hi >> 4) | ((mid >> 6) << 4);
     }
 }
 
@@ -79,11 +83,10 @@ struct CQ4K {
     __device__ static void decode(const Row &, const Raw &w, int q, float *out)
     {
         const int j = (q & 15) >> 2;
-        const uint8_t *sc = reinterpret_cast<const uint8_t *>(w.sc);
         float d = h2f((uint16_t)w.dm), dmin = h2f((uint16_t)(w.dm >> 16));
         int s1, m1, s2, m2;
-        k4_scale_min(sc, 2 * j, s1, m1);
-        k4_scale_min(sc, 2 * j + 1, s2, m2);
+        k4_scale_min(w.sc[0], w.sc[1], w.sc[2], 2 * j, s1, m1);
+        k4_scale_min(w.sc[0], w.sc[1], w.sc[2], 2 * j + 1, s2, m2);
         const float d1 = d * s1, mm1 = dmin * m1, d2 = d * s2, mm2 = dmin * m2;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
@@ -126,11 +129,10 @@ struct CQ5K {
     __device__ static void decode(const Row &, const Raw &w, int q, float *out)
     {
         const int j = (q & 15) >> 2;
-        const uint8_t *sc = reinterpret_cast<const uint8_t *>(w.sc);
         float d = h2f((uint16_t)w.dm), dmin = h2f((uint16_t)(w.dm >> 16));
         int s1, m1, s2, m2;
-        k4_scale_min(sc, 2 * j, s1, m1);
-        k4_scale_min(sc, 2 * j + 1, s2, m2);
+        k4_scale_min(w.sc[0], w.sc[1], w.sc[2], 2 * j, s1, m1);
+        k4_scale_min(w.sc[0], w.sc[1], w.sc[2], 2 * j + 1, s2, m2);
         const float d1 = d * s1, mm1 = dmin * m1, d2 = d * s2, mm2 = dmin * m2;
         const int b1 = 2 * j, b2 = 2 * j + 1;
 #pragma unroll
@@ -176,10 +178,10 @@ struct CQ6K {
     }
     __device__ static void decode(const Row &, const Raw &w, int q, float *out)
     {
-        const int is = ((q & 7) * 4) >> 4; // l0 / 16
-        const int8_t *sc = reinterpret_cast<const int8_t *>(&w.sc) + is;
+        const int is = ((q & 7) * 4) >> 4; // l0 / 16: scales is, is+2 (word x) and is+4, is+6 (word y)
         const float d = h2f(w.d);
-        const float s0 = d * sc[0], s1 = d * sc[2], s2 = d * sc[4], s3 = d * sc[6];
+        const float s0 = d * (int8_t)(w.sc.x >> (8 * is)), s1 = d * (int8_t)(w.sc.x >> (8 * is + 16));
+        const float s2 = d * (int8_t)(w.sc.y >> (8 * is)), s3 = d * (int8_t)(w.sc.y >> (8 * is + 16));
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const int a = (w.qa >> (8 * i)) & 0xFF, c = (w.qb >> (8 * i)) & 0xFF, h = (w.qh >> (8 * i)) & 0xFF;

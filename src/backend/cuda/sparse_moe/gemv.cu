@@ -11,6 +11,43 @@ namespace {
 constexpr int kWarps = 8; // output rows (row pairs) per CTA
 constexpr size_t kSmemBudget = 200 * 1024;
 
+// Stages nt input rows (positions pos0..) as f32 into xs[nt][cols] with 16-byte loads, all of a
+// thread's loads issued before its stores (a load-use chain per element costs a DRAM latency each).
+// cols is a multiple of 8 (every codec's block is).
+template <bool IN_BF16>
+__device__ __forceinline__ void stage_rows(const void *in, uint32_t in_stride, const Groups &g, int pos0, int nt,
+                                           uint32_t cols, float *xs)
+{
+    constexpr int PER = IN_BF16 ? 8 : 4; // elements per 16-byte load
+    const uint32_t vecs = cols / PER, total = (uint32_t)nt * vecs;
+    for (uint32_t v0 = threadIdx.x; v0 < total; v0 += blockDim.x * 4) {
+        uint4 buf[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const uint32_t v = v0 + u * blockDim.x;
+            if (v < total) {
+                const int t = (int)(v / vecs), pos = pos0 + t;
+                const int row = g.pos_entry ? g.pos_entry[pos] / (int)g.entry_div : pos;
+                const uint8_t *src = (const uint8_t *)in + ((size_t)row * in_stride + (v % vecs) * PER) * (IN_BF16 ? 2 : 4);
+                buf[u] = *reinterpret_cast<const uint4 *>(src);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const uint32_t v = v0 + u * blockDim.x;
+            if (v >= total) break;
+            float *dst = xs + (size_t)(v / vecs) * cols + (v % vecs) * PER;
+            if (IN_BF16) {
+                const uint32_t w[4] = {buf[u].x, buf[u].y, buf[u].z, buf[u].w};
+#pragma unroll
+                for (int i = 0; i < 4; i++) dst[2 * i] = __uint_as_float(w[i] << 16), dst[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+            } else {
+                *reinterpret_cast<uint4 *>(dst) = buf[u];
+            }
+        }
+    }
+}
+
 // grid: x = row blocks of kWarps output rows, y = group slots. Block: kWarps warps.
 template <class C, int MAXT, bool GLU, bool IN_BF16>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(DevMat W, const void *in, uint32_t in_stride, Groups g,
@@ -28,17 +65,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(DevMat W, const void 
     for (int c0 = 0; c0 < count; c0 += tchunk) {
         const int nt = min(tchunk, count - c0);
         __syncthreads(); // the previous chunk's readers are done with xs
-        for (int t = 0; t < nt; t++) {
-            const int pos = start + c0 + t;
-            const int row = g.pos_entry ? g.pos_entry[pos] / g.entry_div : pos;
-            if (IN_BF16) {
-                const uint16_t *src = (const uint16_t *)in + (size_t)row * in_stride;
-                for (uint32_t i = threadIdx.x; i < cols; i += blockDim.x) xs[(size_t)t * cols + i] = bf2f(src[i]);
-            } else {
-                const float *src = (const float *)in + (size_t)row * in_stride;
-                for (uint32_t i = threadIdx.x; i < cols; i += blockDim.x) xs[(size_t)t * cols + i] = src[i];
-            }
-        }
+        stage_rows<IN_BF16>(in, in_stride, g, start + c0, nt, cols, xs);
         __syncthreads();
         if (r >= out_rows) continue;
         const typename C::Row Ra = C::row(W, expert, r);

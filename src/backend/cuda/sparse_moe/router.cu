@@ -54,8 +54,26 @@ __device__ void logits_tile(const W *w, const G *gw, const uint16_t *x, uint32_t
 {
     const uint32_t t0 = blockIdx.y * kRouterTokens;
     const uint32_t nt = min((uint32_t)kRouterTokens, T - t0);
-    for (uint32_t i = threadIdx.x; i < kRouterTokens * H; i += blockDim.x)
-        xs[i] = i < nt * H ? bf2f(x[(uint64_t)t0 * H + i]) : 0.f; // rows past T feed discarded sums
+    // stage the tile: 8 bf16 per 16-byte load, loads issued before stores; rows past T are zero
+    // (they feed sums that are discarded)
+    const uint32_t vecs = kRouterTokens * H / 8, live = nt * H / 8;
+    const uint4 *xv = reinterpret_cast<const uint4 *>(x + (uint64_t)t0 * H);
+    for (uint32_t v0 = threadIdx.x; v0 < vecs; v0 += blockDim.x * 4) {
+        uint4 buf[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const uint32_t v = v0 + u * blockDim.x;
+            buf[u] = v < live ? xv[v] : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const uint32_t v = v0 + u * blockDim.x;
+            if (v >= vecs) break;
+            const uint32_t w[4] = {buf[u].x, buf[u].y, buf[u].z, buf[u].w};
+#pragma unroll
+            for (int i = 0; i < 4; i++) xs[v * 8 + 2 * i] = __uint_as_float(w[i] << 16), xs[v * 8 + 2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+        }
+    }
     __syncthreads();
     const int lane = threadIdx.x % 32;
     const uint32_t e = blockIdx.x * kRouterWarps + threadIdx.x / 32;
