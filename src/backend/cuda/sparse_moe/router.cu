@@ -48,15 +48,15 @@ constexpr int kRouterChunks = 16; // 16-byte chunks per lane in flight (a 4096-w
 // (blockIdx.x; row E is the shared gate, stored as sigmoid in shared_g). Each warp takes one row and
 // issues all its 16-byte loads before the first FMA: at decode sizes the router is a latency
 // problem, not a bandwidth one. Rows are 16-byte aligned (bind checks H % 8 == 0).
-template <typename W, typename G>
+template <int TT, typename W, typename G>
 __device__ void logits_tile(const W *w, const G *gw, const uint16_t *x, uint32_t T, uint32_t H, uint32_t E,
                             float *logits, float *shared_g, float *xs)
 {
-    const uint32_t t0 = blockIdx.y * kRouterTokens;
-    const uint32_t nt = min((uint32_t)kRouterTokens, T - t0);
+    const uint32_t t0 = blockIdx.y * TT;
+    const uint32_t nt = min((uint32_t)TT, T - t0);
     // stage the tile: 8 bf16 per 16-byte load, loads issued before stores; rows past T are zero
     // (they feed sums that are discarded)
-    const uint32_t vecs = kRouterTokens * H / 8, live = nt * H / 8;
+    const uint32_t vecs = TT * H / 8, live = nt * H / 8;
     const uint4 *xv = reinterpret_cast<const uint4 *>(x + (uint64_t)t0 * H);
     for (uint32_t v0 = threadIdx.x; v0 < vecs; v0 += blockDim.x * 4) {
         uint4 buf[4];
@@ -78,7 +78,7 @@ __device__ void logits_tile(const W *w, const G *gw, const uint16_t *x, uint32_t
     const int lane = threadIdx.x % 32;
     const uint32_t e = blockIdx.x * kRouterWarps + threadIdx.x / 32;
     if (e >= E + (gw ? 1 : 0)) return;
-    float acc[kRouterTokens] = {};
+    float acc[TT] = {};
     if (e < E) {
         constexpr int N = Vec16<W>::N;
         const uint4 *row = reinterpret_cast<const uint4 *>(w + (uint64_t)e * H);
@@ -95,7 +95,7 @@ __device__ void logits_tile(const W *w, const G *gw, const uint16_t *x, uint32_t
                 float f[N];
                 Vec16<W>::unpack(v[u], f);
 #pragma unroll
-                for (int t = 0; t < kRouterTokens; t++)
+                for (int t = 0; t < TT; t++)
 #pragma unroll
                     for (int i = 0; i < N; i++) acc[t] = fmaf(f[i], xs[t * H + c * N + i], acc[t]);
             }
@@ -104,11 +104,11 @@ __device__ void logits_tile(const W *w, const G *gw, const uint16_t *x, uint32_t
         for (uint32_t h = lane; h < H; h += 32) {
             const float wv = wval(gw, h);
 #pragma unroll
-            for (int t = 0; t < kRouterTokens; t++) acc[t] = fmaf(wv, xs[t * H + h], acc[t]);
+            for (int t = 0; t < TT; t++) acc[t] = fmaf(wv, xs[t * H + h], acc[t]);
         }
     }
 #pragma unroll
-    for (int t = 0; t < kRouterTokens; t++) {
+    for (int t = 0; t < TT; t++) {
         float v = acc[t];
         for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
         if (lane == 0 && t < (int)nt) {
@@ -125,7 +125,7 @@ __global__ void router_logits_kernel(const W *w, const G *gw, const uint16_t *x,
                                      float *logits, float *shared_g)
 {
     extern __shared__ float xs[]; // [kRouterTokens][H]
-    logits_tile(w, gw, x, T, H, E, logits, shared_g, xs);
+    logits_tile<kRouterTokens>(w, gw, x, T, H, E, logits, shared_g, xs);
 }
 
 // One warp: softmax over E in fp32 and the k largest logits of token t, ties to the lower index.
@@ -261,14 +261,14 @@ __global__ void worklist_kernel(const int32_t *ids, uint32_t T, uint32_t k, uint
 }
 
 // The decode/small-token router: logits over the grid, then the last CTA routes and sorts.
-template <typename W, typename G>
+template <int TT, typename W, typename G>
 __global__ void router_small_kernel(const W *w, const G *gw, const uint16_t *x, uint32_t T, uint32_t H, uint32_t E,
                                     uint32_t k, int norm, Routing r, const int32_t *forced, int *counter)
 {
-    extern __shared__ float xs[]; // [kRouterTokens][H]
+    extern __shared__ float xs[]; // [TT][H]
     __shared__ int cnt[512], cur[512];
     __shared__ int last;
-    logits_tile(w, gw, x, T, H, E, r.logits, r.shared_g, xs);
+    logits_tile<TT>(w, gw, x, T, H, E, r.logits, r.shared_g, xs);
     __threadfence(); // this CTA's logits are visible device-wide before it is counted
     __syncthreads();
     if (threadIdx.x == 0) last = atomicAdd(counter, 1) == (int)(gridDim.x * gridDim.y) - 1;
@@ -285,14 +285,17 @@ template <typename W, typename G>
 void launch_logits(const W *w, const G *gw, const uint16_t *x, uint32_t T, uint32_t H, uint32_t E, uint32_t k,
                    int norm, const Routing &r, const int32_t *forced, int *counter, bool small, cudaStream_t s)
 {
-    const size_t smem = (size_t)kRouterTokens * H * sizeof(float);
-    const dim3 grid((E + 1 + kRouterWarps - 1) / kRouterWarps, (T + kRouterTokens - 1) / kRouterTokens);
-    if (small) {
-        auto kern = router_small_kernel<W, G>;
+    if (small) { // one token a CTA at T = 1 (all the work is one row per warp), else tiles of 8
+        const int tt = T == 1 ? 1 : kRouterTokens;
+        const size_t smem = (size_t)tt * H * sizeof(float);
+        const dim3 grid((E + 1 + kRouterWarps - 1) / kRouterWarps, (T + tt - 1) / tt);
+        auto kern = T == 1 ? router_small_kernel<1, W, G> : router_small_kernel<kRouterTokens, W, G>;
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         kern<<<grid, kRouterWarps * 32, smem, s>>>(w, gw, x, T, H, E, k, norm, r, forced, counter);
         return;
     }
+    const size_t smem = (size_t)kRouterTokens * H * sizeof(float);
+    const dim3 grid((E + 1 + kRouterWarps - 1) / kRouterWarps, (T + kRouterTokens - 1) / kRouterTokens);
     auto kern = router_logits_kernel<W, G>;
     cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     kern<<<grid, kRouterWarps * 32, smem, s>>>(w, gw, x, T, H, E, r.logits, r.shared_g);
