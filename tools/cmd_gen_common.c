@@ -68,9 +68,11 @@ void nf_gen_session_close(nf_gen_session *s)
 void nf_gen_print_stats(const nf_gen_stats *st, const nf_engine *e)
 {
     static const char *why[] = {"length", "end-of-generation token", "stop string", "context full"};
-    fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f tokens/s) | generation: %zu tokens in %.3f s (%.1f tokens/s) | "
-            "%d threads | ended by %s\n",
+    /* weights streamed per decoded token: every dense byte, k/E of each expert bank, one embedding row */
+    const double gb = (double)nf_model_bytes_per_token(e->model) * 1e-9;
+    const double gen_tps = st->gen_s > 0 ? (double)st->gen_tokens / st->gen_s : 0.0;
+    fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f tokens/s) | generation: %zu tokens in %.3f s (%.1f tokens/s, "
+            "%.3f GB of weights per token = %.2f GB/s) | %d threads | ended by %s\n",
             st->prompt_tokens, st->prompt_s, st->prompt_s > 0 ? (double)st->prompt_tokens / st->prompt_s : 0.0,
-            st->gen_tokens, st->gen_s, st->gen_s > 0 ? (double)st->gen_tokens / st->gen_s : 0.0,
-            e->opts.threads, why[st->end]);
+            st->gen_tokens, st->gen_s, gen_tps, gb, gb * gen_tps, e->opts.threads, why[st->end]);
 }
