@@ -46,8 +46,8 @@ static size_t argmax(const float *l, size_t n)
 
 static int load_npy(const char *dir, const char *name, nf_npy *a)
 {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+    char path[1100];
+    snprintf(path, sizeof path, "%.1024s/%.64s", dir, name);
     nf_error e;
     if (nf_npy_read(path, a, &e)) {
         CHECK_MSG(0, "%s", e.msg);
