@@ -1,0 +1,349 @@
+#!/usr/bin/env python3
+"""Writes tests/fixtures/gguf/: tiny GGUF files written with llama.cpp's gguf-py (PyPI `gguf`) for
+tests/convert/test_convert_gguf.c, and gguf-py's dequantization of every tensor as the oracle.
+
+  qwen3moe.gguf   a 2-layer qwen3moe model with llama.cpp tensor names and the qwen3moe.* keys
+                  llama.cpp's convert_hf_to_gguf.py writes (Qwen2MoeModel.set_gguf_parameters and
+                  TextModel's): layer 0 sparse (ffn_gate_inp, ffn_{gate,up,down}_exps), layer 1 a
+                  dense MLP (no router), untied output.
+  llama.gguf      a 2-layer llama (GQA, tied embeddings); attn_q/attn_k rows are in llama.cpp's
+                  permuted rotary order, as convert_hf_to_gguf.py's LlamaModel.permute leaves them.
+  *.expected.safetensors
+                  f32, one entry per ARTIFACT tensor name (docs/model_schema.md) in artifact shape:
+                  gguf.quants.dequantize of the source bytes; expert gate/up banks stacked here per
+                  expert (gate rows, then up rows); llama q/k un-permuted here with numpy (the inverse
+                  of llama.cpp's permute); plus "<name>.src_rows" (i32): for llama q/k, the GGUF row
+                  each artifact row comes from.
+  *.meta.txt      the metadata the artifact must carry, one key a line: `TYPE KEY VALUE...` with
+                  TYPE in u32 i32 bool f32 f64 str i32[] str[]; strings hex-encoded (UTF-8 bytes).
+  bad_type.gguf   a llama whose token_embd is IQ2_XXS (ggml type 16, which ninfer cannot decode).
+  missing.gguf    a tiny llama without blk.0.ffn_up.weight.
+  bad_shape.gguf  a tiny llama whose blk.0.attn_k.weight has 4 heads' rows while head_count_kv = 2.
+  bad_arch.gguf   general.architecture = phi3.
+
+gguf-py has no k-quant quantizer: quantized tensors are random blocks (sane fp16 scales) written as
+raw bytes with the declared ggml type (add_tensor(..., raw_dtype=)).
+
+Usage: python tests/oracle/gguf_fixture.py [--out tests/fixtures/gguf]   (deterministic: fixed seed)
+"""
+import argparse
+import json
+import os
+import struct
+
+import numpy as np
+import gguf
+from gguf import GGMLQuantizationType as T
+from gguf.constants import GGML_QUANT_SIZES
+
+RNG = np.random.default_rng(20250805)
+
+# Offsets of each block type's fp16 scale fields (ggml's block structs): random bytes elsewhere.
+SCALES = {T.Q8_0: (0,), T.Q4_1: (0, 2), T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,), T.IQ2_XXS: (0,)}
+
+
+def random_blocks(qtype, rows, cols):
+    """[rows][row_bytes] uint8 of random blocks with fp16 scales in [2e-3, 2e-2)."""
+    be, bb = GGML_QUANT_SIZES[qtype]
+    assert cols % be == 0, (qtype, cols)
+    nb = rows * cols // be
+    b = RNG.integers(0, 256, size=(nb, bb), dtype=np.uint8)
+    for off in SCALES[qtype]:
+        d = RNG.uniform(2e-3, 2e-2, size=nb).astype(np.float16)
+        b[:, off:off + 2] = d.view(np.uint8).reshape(nb, 2)
+    return b.reshape(rows, cols // be * bb)
+
+
+class Model:
+    """Collects tensors (GGUF name -> (numpy data for the writer, raw_dtype, dequantized f32))."""
+
+    def __init__(self):
+        self.tensors = {}
+
+    def add(self, name, qtype, shape):
+        """shape outermost first ([E][rows][cols] or [rows][cols] or [n]); returns the f32 values."""
+        cols = shape[-1]
+        rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+        if qtype == T.F32:
+            data = RNG.standard_normal(size=shape).astype(np.float32) * 0.5
+            raw = None
+        elif qtype == T.F16:
+            data = (RNG.standard_normal(size=shape) * 0.1).astype(np.float16)
+            raw = None
+        else:
+            data = random_blocks(qtype, rows, cols).reshape(*shape[:-1], -1)
+            raw = qtype
+        deq = gguf.quants.dequantize(data, qtype if raw else (T.F32 if qtype == T.F32 else T.F16))
+        deq = np.asarray(deq, dtype=np.float32).reshape(shape)
+        self.tensors[name + ".weight"] = (data, raw, deq)
+        return deq
+
+    def write(self, path, arch, kv):
+        w = gguf.GGUFWriter(path, arch)
+        kv(w)
+        for name, (data, raw, _) in self.tensors.items():
+            if raw is None:
+                w.add_tensor(name, data)
+            else:
+                w.add_tensor(name, data, raw_dtype=raw)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+
+
+# ---- tokenizer metadata (gpt2 byte-level BPE) ----------------------------------------------------
+
+def tokenizer(vocab, pre, with_eot):
+    """A small vocab of `vocab` tokens: 3 control tokens, byte-level letters, merged tokens."""
+    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    base = list("abcdefghij") + ["\u0120"]  # \u0120 = GPT-2's byte-level space
+    merges = ["a b", "\u0120 a", "c d", "ab c", "\u0120a b", "e f"]
+    merged = [m.replace(" ", "") for m in merges]
+    tokens = special + base + merged
+    tokens += ["x%d" % i for i in range(vocab - len(tokens) - 2)] + ["<tool>", "\u00e9t\u00e9"]
+    assert len(tokens) == vocab
+    types = [3, 3, 3] + [1] * (vocab - 5) + [4, 1]
+    tok = dict(model="gpt2", pre=pre, tokens=tokens, types=types, merges=merges, bos=0, eos=2,
+               pad=0, eot=1 if with_eot else None, add_bos=not with_eot,
+               template="{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+                        "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    return tok
+
+
+def add_tokenizer(w, t):
+    w.add_tokenizer_model(t["model"])
+    w.add_tokenizer_pre(t["pre"])
+    w.add_token_list(t["tokens"])
+    w.add_token_types(t["types"])
+    w.add_token_merges(t["merges"])
+    w.add_bos_token_id(t["bos"])
+    w.add_eos_token_id(t["eos"])
+    w.add_pad_token_id(t["pad"])
+    if t["eot"] is not None:
+        w.add_eot_token_id(t["eot"])
+    w.add_add_bos_token(t["add_bos"])
+    w.add_chat_template(t["template"])
+
+
+def tokenizer_meta(t):
+    eos_ids = [t["eos"]] + ([t["eot"]] if t["eot"] is not None and t["eot"] != t["eos"] else [])
+    return [("str", "tokenizer.model", t["model"]), ("str", "tokenizer.pre", t["pre"]),
+            ("str[]", "tokenizer.tokens", t["tokens"]), ("i32[]", "tokenizer.token_type", t["types"]),
+            ("str[]", "tokenizer.merges", t["merges"]), ("i32", "tokenizer.bos_id", t["bos"]),
+            ("i32", "tokenizer.eos_id", t["eos"]), ("i32", "tokenizer.pad_id", t["pad"]),
+            ("i32[]", "tokenizer.eos_ids", eos_ids), ("bool", "tokenizer.add_bos", int(t["add_bos"])),
+            ("str", "tokenizer.chat_template", t["template"])]
+
+
+# ---- output files --------------------------------------------------------------------------------
+
+def write_safetensors(path, arrays):
+    """The safetensors layout (8-byte header length, JSON header, raw little-endian data)."""
+    header, blobs, off = {}, [], 0
+    for k, a in arrays.items():
+        a = np.ascontiguousarray(a)
+        dt = {np.dtype(np.float32): "F32", np.dtype(np.int32): "I32"}[a.dtype]
+        header[k] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
+        blobs.append(a.astype(a.dtype.newbyteorder("<")).tobytes())
+        off += a.nbytes
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for b in blobs:
+            f.write(b)
+
+
+def write_meta(path, entries):
+    def enc(s):
+        return s.encode("utf-8").hex() or "-"
+    with open(path, "w") as f:
+        for typ, key, v in entries:
+            if typ == "str":
+                f.write("%s %s %s\n" % (typ, key, enc(v)))
+            elif typ == "str[]":
+                f.write("%s %s %d %s\n" % (typ, key, len(v), " ".join(enc(x) for x in v)))
+            elif typ == "i32[]":
+                f.write("%s %s %d %s\n" % (typ, key, len(v), " ".join(str(int(x)) for x in v)))
+            elif typ in ("f32", "f64"):
+                f.write("%s %s %s\n" % (typ, key, float(v).hex()))
+            else:
+                f.write("%s %s %d\n" % (typ, key, int(v)))
+
+
+# ---- the models ----------------------------------------------------------------------------------
+
+def qwen3moe(out):
+    H, V, L, NH, NKV, HD, D, E, K, I = 256, 32, 2, 2, 1, 16, 32, 4, 2, 32
+    m, exp = Model(), {}
+    exp["token_embd"] = m.add("token_embd", T.Q8_0, [V, H])
+    codecs = [dict(q=T.Q4_K, k=T.Q5_K, v=T.Q6_K, o=T.Q4_1),
+              dict(q=T.Q6_K, k=T.Q4_K, v=T.Q8_0, o=T.F16)]
+    for i in range(L):
+        c = codecs[i]
+        b = "blk.%d." % i
+        exp[b + "attn_norm"] = m.add(b + "attn_norm", T.F32, [H])
+        exp[b + "attn_q"] = m.add(b + "attn_q", c["q"], [NH * HD, H])
+        exp[b + "attn_k"] = m.add(b + "attn_k", c["k"], [NKV * HD, H])
+        exp[b + "attn_v"] = m.add(b + "attn_v", c["v"], [NKV * HD, H])
+        exp[b + "attn_output"] = m.add(b + "attn_output", c["o"], [H, NH * HD])
+        exp[b + "attn_q_norm"] = m.add(b + "attn_q_norm", T.F32, [HD])
+        exp[b + "attn_k_norm"] = m.add(b + "attn_k_norm", T.F32, [HD])
+        exp[b + "ffn_norm"] = m.add(b + "ffn_norm", T.F32, [H])
+        if i == 0:  # the sparse-MoE block
+            exp[b + "ffn_gate_inp"] = m.add(b + "ffn_gate_inp", T.F32, [E, H])
+            gate = m.add(b + "ffn_gate_exps", T.Q4_K, [E, I, H])
+            up = m.add(b + "ffn_up_exps", T.Q4_K, [E, I, H])
+            exp[b + "ffn_gate_up_exps"] = np.concatenate([gate, up], axis=1)  # [E][2I][H]: gate_j, up_j
+            exp[b + "ffn_down_exps"] = m.add(b + "ffn_down_exps", T.Q8_0, [E, H, I])
+        else:  # a dense MLP layer (mlp_only_layers)
+            exp[b + "ffn_gate"] = m.add(b + "ffn_gate", T.Q5_K, [D, H])
+            exp[b + "ffn_up"] = m.add(b + "ffn_up", T.Q4_1, [D, H])
+            exp[b + "ffn_down"] = m.add(b + "ffn_down", T.F16, [H, D])
+    exp["output_norm"] = m.add("output_norm", T.F32, [H])
+    exp["output"] = m.add("output", T.Q6_K, [V, H])
+    tok = tokenizer(V, "qwen2", with_eot=False)
+    eps, theta, ctx = 1e-6, 1000000.0, 4096
+
+    def kv(w):  # the keys convert_hf_to_gguf.py's TextModel + Qwen2MoeModel write for Qwen3-MoE
+        w.add_block_count(L)
+        w.add_context_length(ctx)
+        w.add_embedding_length(H)
+        w.add_feed_forward_length(D)
+        w.add_head_count(NH)
+        w.add_head_count_kv(NKV)
+        w.add_rope_freq_base(theta)
+        w.add_layer_norm_rms_eps(eps)
+        w.add_expert_used_count(K)
+        w.add_key_length(HD)
+        w.add_value_length(HD)
+        w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
+        w.add_expert_count(E)
+        w.add_expert_feed_forward_length(I)
+        add_tokenizer(w, tok)
+        w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+
+    m.write(os.path.join(out, "qwen3moe.gguf"), "qwen3moe", kv)
+    write_safetensors(os.path.join(out, "qwen3moe.expected.safetensors"), exp)
+    meta = [("str", "model.arch", "qwen3_moe"), ("u32", "model.hidden", H), ("u32", "model.layers", L),
+            ("u32", "model.heads", NH), ("u32", "model.kv_heads", NKV), ("u32", "model.head_dim", HD),
+            ("u32", "model.vocab", V), ("f32", "model.rms_eps", np.float32(eps)), ("f64", "model.rope_theta", theta),
+            ("str", "model.rope_scaling", "none"), ("u32", "model.max_ctx", ctx),
+            ("bool", "model.tie_embeddings", 0), ("bool", "model.qkv_bias", 0), ("bool", "model.qk_norm", 1),
+            ("u32", "model.dense_inter", D), ("u32", "model.experts", E), ("u32", "model.top_k", K),
+            ("u32", "model.moe_inter", I), ("u32", "model.shared_inter", 0), ("bool", "model.norm_topk", 1),
+            ("i32[]", "model.moe_layers", [1, 0])]
+    write_meta(os.path.join(out, "qwen3moe.meta.txt"), meta + tokenizer_meta(tok))
+
+
+def llama_permute(w, n_head):
+    """convert_hf_to_gguf.py's LlamaModel.permute: HF rows -> llama.cpp's rotary row order."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def llama_unpermute(w, n_head):
+    """The inverse, written independently: rows (head, pair, half) back to (head, half, pair)."""
+    hd = w.shape[0] // n_head
+    return w.reshape(n_head, hd // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def llama(out):
+    H, V, L, NH, NKV, HD, D = 256, 32, 2, 4, 2, 8, 32
+    m, exp = Model(), {}
+    exp["token_embd"] = m.add("token_embd", T.F16, [V, H])  # tied: no output tensor
+    codecs = [dict(q=T.Q4_K, k=T.Q5_K, v=T.Q8_0, o=T.Q4_1, g=T.Q6_K, u=T.Q4_K, d=T.Q8_0),
+              dict(q=T.Q4_1, k=T.F32, v=T.F16, o=T.Q8_0, g=T.Q4_K, u=T.Q4_K, d=T.F32)]
+    for i in range(L):
+        c = codecs[i]
+        b = "blk.%d." % i
+        exp[b + "attn_norm"] = m.add(b + "attn_norm", T.F32, [H])
+        for n, heads, rows in (("attn_q", NH, NH * HD), ("attn_k", NKV, NKV * HD)):
+            g = m.add(b + n, c[n[-1]], [rows, H])  # as stored: permuted rows
+            exp[b + n] = llama_unpermute(g, heads)
+            hf_of_gguf = llama_permute(np.arange(rows), heads)  # gguf row g holds HF row hf_of_gguf[g]
+            src = np.empty(rows, dtype=np.int32)
+            src[hf_of_gguf] = np.arange(rows, dtype=np.int32)
+            assert np.array_equal(g[src], exp[b + n])
+            exp[b + n + ".src_rows"] = src
+        exp[b + "attn_v"] = m.add(b + "attn_v", c["v"], [NKV * HD, H])
+        exp[b + "attn_output"] = m.add(b + "attn_output", c["o"], [H, NH * HD])
+        exp[b + "ffn_norm"] = m.add(b + "ffn_norm", T.F32, [H])
+        exp[b + "ffn_gate"] = m.add(b + "ffn_gate", c["g"], [D, H])
+        exp[b + "ffn_up"] = m.add(b + "ffn_up", c["u"], [D, H])
+        exp[b + "ffn_down"] = m.add(b + "ffn_down", c["d"], [H, D])
+    exp["output_norm"] = m.add("output_norm", T.F32, [H])
+    tok = tokenizer(V, "smollm", with_eot=True)
+    eps, theta, ctx = 1e-5, 100000.0, 8192
+
+    def kv(w):  # TextModel + LlamaModel.set_gguf_parameters
+        w.add_block_count(L)
+        w.add_context_length(ctx)
+        w.add_embedding_length(H)
+        w.add_feed_forward_length(D)
+        w.add_head_count(NH)
+        w.add_head_count_kv(NKV)
+        w.add_rope_freq_base(theta)
+        w.add_layer_norm_rms_eps(eps)
+        w.add_key_length(HD)  # TextModel writes these when config.json has head_dim
+        w.add_value_length(HD)
+        w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_1)
+        w.add_vocab_size(V)
+        w.add_rope_dimension_count(HD)
+        add_tokenizer(w, tok)
+        w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+
+    m.write(os.path.join(out, "llama.gguf"), "llama", kv)
+    write_safetensors(os.path.join(out, "llama.expected.safetensors"), exp)
+    meta = [("str", "model.arch", "llama"), ("u32", "model.hidden", H), ("u32", "model.layers", L),
+            ("u32", "model.heads", NH), ("u32", "model.kv_heads", NKV), ("u32", "model.head_dim", HD),
+            ("u32", "model.vocab", V), ("f32", "model.rms_eps", np.float32(eps)), ("f64", "model.rope_theta", theta),
+            ("str", "model.rope_scaling", "none"), ("u32", "model.max_ctx", ctx),
+            ("bool", "model.tie_embeddings", 1), ("bool", "model.qkv_bias", 0), ("bool", "model.qk_norm", 0),
+            ("u32", "model.dense_inter", D), ("u32", "model.experts", 0), ("u32", "model.top_k", 0),
+            ("u32", "model.moe_inter", 0), ("u32", "model.shared_inter", 0), ("bool", "model.norm_topk", 0),
+            ("i32[]", "model.moe_layers", [0] * L)]
+    write_meta(os.path.join(out, "llama.meta.txt"), meta + tokenizer_meta(tok))
+
+
+def tiny_llama(path, arch="llama", skip=(), k_rows=None, embd_type=T.F32):
+    """A minimal 1-layer llama-shaped GGUF for the refusal tests (f32; token_embd of embd_type, with
+    256-element rows when that is a block type, which the reader refuses before any shape check)."""
+    H, V, NH, NKV, HD, D = 32, 8, 4, 2, 8, 32
+    m = Model()
+    m.add("token_embd", embd_type, [V, H if embd_type == T.F32 else 256])
+    names = dict(attn_norm=[H], attn_q=[NH * HD, H], attn_k=[k_rows or NKV * HD, H], attn_v=[NKV * HD, H],
+                 attn_output=[H, NH * HD], ffn_norm=[H], ffn_gate=[D, H], ffn_up=[D, H], ffn_down=[H, D])
+    for n, shape in names.items():
+        if n not in skip:
+            m.add("blk.0." + n, T.F32, shape)
+    m.add("output_norm", T.F32, [H])
+
+    def kv(w):
+        w.add_block_count(1)
+        w.add_context_length(256)
+        w.add_embedding_length(H)
+        w.add_feed_forward_length(D)
+        w.add_head_count(NH)
+        w.add_head_count_kv(NKV)
+        w.add_layer_norm_rms_eps(1e-5)
+    m.write(path, arch, kv)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "fixtures", "gguf"))
+    out = ap.parse_args().out
+    os.makedirs(out, exist_ok=True)
+    qwen3moe(out)
+    llama(out)
+    tiny_llama(os.path.join(out, "bad_type.gguf"), embd_type=T.IQ2_XXS)
+    tiny_llama(os.path.join(out, "missing.gguf"), skip=("ffn_up",))
+    tiny_llama(os.path.join(out, "bad_shape.gguf"), k_rows=4 * 8)
+    tiny_llama(os.path.join(out, "bad_arch.gguf"), arch="phi3")
+    for f in sorted(os.listdir(out)):
+        print("%8d %s" % (os.path.getsize(os.path.join(out, f)), f))
+
+
+if __name__ == "__main__":
+    main()
