@@ -326,9 +326,8 @@ static nf_status decide(nf_plan *p, nf_plan_tensor *t, role r, int layer, nf_err
         t->action = NF_ACT_COPY;
         return NF_OK;
     }
-    if (legacy || (quantized && !same)) {
-        NF_WARN("convert: %s: source '%s' is %s; dequantized and re-encoded by recipe '%s'", t->name, t->parts[0].src,
-                sc->name, p->recipe);
+    if (legacy || (quantized && !same)) { /* warned about, grouped, once the plan is complete */
+        t->reencoded = 1;
         p->n_warnings++;
     }
     nf_codec_id c = fit_codec(p, t, recipe_codec(p, r, layer));
@@ -807,6 +806,28 @@ static nf_status gguf_plan(nf_plan *p, nf_error *err)
 
 /* ---- entry ------------------------------------------------------------------------------------ */
 
+/* One warning per source codec naming the quantized tensors the recipe re-encodes (a real GGUF has
+ * hundreds: the first few are named, --plan marks every one). */
+static void warn_reencoded(const nf_plan *p)
+{
+    enum { SHOW = 8 };
+    for (int c = 0; c < NF_CODEC_COUNT; c++) {
+        char names[SHOW * 72] = "";
+        size_t o = 0, n = 0;
+        for (size_t i = 0; i < p->n; i++) {
+            const nf_plan_tensor *t = &p->t[i];
+            if (!t->reencoded || (int)t->parts[0].src_codec != c) continue;
+            if (n++ < SHOW) o += (size_t)snprintf(names + o, sizeof names - o, "%s%s (as %s)", n > 1 ? ", " : "", t->name,
+                                                  nf_codec_get(t->codec)->name);
+        }
+        if (!n) continue;
+        const nf_codec *sc = nf_codec_get((nf_codec_id)c);
+        NF_WARN("convert: %zu tensor%s stored as %s %s dequantized and re-encoded by recipe '%s': %s%s", n, n > 1 ? "s" : "",
+                sc->name, sc->flags & NF_CODEC_DEQUANT_ONLY ? "(decode-only in ninfer) are" : "(stacked with other codecs) are",
+                p->recipe, names, n > SHOW ? ", ... (--plan marks every one [re-encoded])" : "");
+    }
+}
+
 nf_status nf_plan_build(const char *source, const nf_convert_opts *o, nf_plan *p, nf_error *err)
 {
     memset(p, 0, sizeof *p);
@@ -829,6 +850,7 @@ nf_status nf_plan_build(const char *source, const nf_convert_opts *o, nf_plan *p
         s = gguf_plan(p, err);
     }
     if (s == NF_OK) unify_inputs(p);
+    if (s == NF_OK) warn_reencoded(p);
     return s;
 }
 
@@ -851,6 +873,7 @@ void nf_plan_print(const nf_plan *p, FILE *f)
                     (unsigned long long)t->parts[0].row0, t->parts[t->n_parts - 1].src,
                     (unsigned long long)t->parts[t->n_parts - 1].row0, nf_codec_get(t->parts[0].src_codec)->name);
         if (t->fallback) fprintf(f, " [fallback]");
+        if (t->reencoded) fprintf(f, " [re-encoded]");
         fputc('\n', f);
         if (t->codec == NF_CODEC_NVFP4 && t->action == NF_ACT_NVFP4_COPY) {
             fprintf(f, "    divisors %u:", t->divisors);

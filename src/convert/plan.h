@@ -64,6 +64,8 @@ typedef struct nf_plan_tensor {
     int unify_group;          /* tensors of one layer reading one encoded input share a group (> 0) */
     float in_spread_min, in_spread_max; /* the calibrated input divisors the unified value replaced */
     int fallback;             /* the recipe's codec could not take the row length: q8_0 instead */
+    int reencoded;            /* a quantized source re-encoded: a legacy ggml type (q4_0..q5_1, decode
+                               * only), or stacked sources of different codecs; warned about */
 } nf_plan_tensor;
 
 typedef struct nf_convert_opts {
