@@ -1,4 +1,4 @@
-/* `ninfer convert <hf-dir|file.gguf> -o model.nf [--recipe R] [--plan] [--requantize] [--threads N]`:
+/* `ninfer convert <hf-dir|file.gguf> -o model.nf [--recipe R] [--plan] [--requantize] [--threads N] [--hash-bytes]`:
  * a Hugging Face checkpoint or a GGUF file into an artifact (docs/convert.md). --plan prints what
  * would be written (codecs, stacking, divisors, input divisors) and writes nothing. */
 #include <stdio.h>
@@ -12,7 +12,7 @@
 int nf_cmd_convert(int argc, char **argv)
 {
     const char *out = NULL, *recipe = NULL;
-    int plan_only = 0, requantize = 0, quiet = 0;
+    int plan_only = 0, requantize = 0, quiet = 0, hash_bytes = 0;
     long threads = 0;
     const nf_opt opts[] = {
         {"--output", 'o', NF_OPT_STRING, &out, "FILE", "the artifact to write (required unless --plan)", 0, 0},
@@ -21,6 +21,8 @@ int nf_cmd_convert(int argc, char **argv)
         {"--plan", 0, NF_OPT_FLAG, &plan_only, NULL, "print the plan and write nothing", 0, 0},
         {"--requantize", 0, NF_OPT_FLAG, &requantize, NULL, "allow an NVFP4 source into a non-NVFP4 recipe", 0, 0},
         {"--threads", 't', NF_OPT_INT, &threads, "N", "encoding threads (default: all CPUs)", 0, 4096},
+        {"--hash-bytes", 0, NF_OPT_FLAG, &hash_bytes, NULL,
+         "provenance.source_hash over the source bytes (a full extra read; default: names, sizes, mtimes)", 0, 0},
         {"--quiet", 'q', NF_OPT_FLAG, &quiet, NULL, "no progress on stderr", 0, 0},
     };
     const nf_cmd_usage u = {"convert", "<hf-dir|file.gguf> -o model.nf [--recipe R] [--plan] [--requantize]",
@@ -42,6 +44,7 @@ int nf_cmd_convert(int argc, char **argv)
         nf_plan_free(&p);
         return nf_cli_fail("convert: %s", err.msg);
     }
+    p.hash_bytes = hash_bytes;
     if (plan_only) {
         nf_plan_print(&p, stdout);
         nf_plan_free(&p);

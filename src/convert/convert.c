@@ -312,33 +312,74 @@ static nf_status model_meta(const nf_plan *p, nf_artifact_writer *w, nf_error *e
     return s;
 }
 
-/* FNV-1a over the source files' names, sizes and mtimes (a fast identity, not a content hash). */
-static void source_hash(const nf_plan *p, char out[17])
+/* The files a conversion reads: the GGUF, or the safetensors shards then config.json and the tokenizer
+ * files of an HF folder (those present). */
+static size_t source_files(const nf_plan *p, char (*f)[1200], size_t cap)
 {
-    uint64_t h = NF_FNV1A64_INIT;
-    struct stat st;
+    static const char *const extra[] = {"config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"};
+    size_t n = 0;
     if (p->src_kind == NF_SRC_GGUF) {
-        if (stat(p->source, &st) == 0) {
-            h = nf_fnv1a64_update(h, &st.st_size, sizeof st.st_size);
-            h = nf_fnv1a64_update(h, &st.st_mtime, sizeof st.st_mtime);
-        }
-    } else {
-        for (size_t i = 0; i < nf_st_set_shard_count(p->st); i++) {
-            const char *f = nf_safetensors_path(nf_st_set_shard(p->st, i));
-            h = nf_fnv1a64_update(h, f, strlen(f));
-            if (stat(f, &st) == 0) {
-                h = nf_fnv1a64_update(h, &st.st_size, sizeof st.st_size);
-                h = nf_fnv1a64_update(h, &st.st_mtime, sizeof st.st_mtime);
+        snprintf(f[n++], sizeof f[0], "%s", p->source);
+        return n;
+    }
+    for (size_t i = 0; i < nf_st_set_shard_count(p->st) && n < cap; i++)
+        snprintf(f[n++], sizeof f[0], "%s", nf_safetensors_path(nf_st_set_shard(p->st, i)));
+    for (size_t i = 0; i < 4 && n < cap; i++) {
+        snprintf(f[n], sizeof f[0], "%s/%s", p->source, extra[i]);
+        if (access(f[n], R_OK) == 0) n++;
+    }
+    return n;
+}
+
+/* provenance.source_hash, FNV-1a 64 in hex with its kind: "stat:" over each source file's base name,
+ * size and mtime (a fast identity: no extra read of a checkpoint of many GB), or "bytes:" over the
+ * files' contents in source_files order (p->hash_bytes; a full read, in 1 MiB chunks). */
+static nf_status source_hash(const nf_plan *p, char out[32], nf_error *err)
+{
+    enum { MAX_FILES = 1024, CHUNK = 1u << 20 };
+    char (*f)[1200] = malloc(MAX_FILES * sizeof *f);
+    uint8_t *buf = p->hash_bytes ? malloc(CHUNK) : NULL;
+    if (!f || (p->hash_bytes && !buf)) {
+        free(f);
+        free(buf);
+        return nf_error_set(err, NF_ERR_NOMEM, "source hash: out of memory");
+    }
+    size_t n = source_files(p, f, MAX_FILES);
+    uint64_t h = NF_FNV1A64_INIT;
+    nf_status s = NF_OK;
+    for (size_t i = 0; i < n && s == NF_OK; i++) {
+        if (p->hash_bytes) {
+            FILE *fp = fopen(f[i], "rb");
+            if (!fp) {
+                s = nf_error_set(err, NF_ERR_IO, "%s: cannot open to hash it", f[i]);
+                break;
             }
+            size_t got;
+            while ((got = fread(buf, 1, CHUNK, fp)) > 0) h = nf_fnv1a64_update(h, buf, got);
+            if (ferror(fp)) s = nf_error_set(err, NF_ERR_IO, "%s: read error while hashing", f[i]);
+            fclose(fp);
+            continue;
+        }
+        struct stat st;
+        const char *base = strrchr(f[i], '/') ? strrchr(f[i], '/') + 1 : f[i];
+        h = nf_fnv1a64_update(h, base, strlen(base) + 1);
+        if (stat(f[i], &st) == 0) {
+            int64_t sz = (int64_t)st.st_size, mt = (int64_t)st.st_mtime;
+            h = nf_fnv1a64_update(h, &sz, sizeof sz);
+            h = nf_fnv1a64_update(h, &mt, sizeof mt);
         }
     }
-    snprintf(out, 17, "%016llx", (unsigned long long)h);
+    snprintf(out, 32, "%s:%016llx", p->hash_bytes ? "bytes" : "stat", (unsigned long long)h);
+    free(f);
+    free(buf);
+    return s;
 }
 
 static nf_status provenance(const nf_plan *p, nf_artifact_writer *w, nf_error *err)
 {
-    char hash[17], date[32];
-    source_hash(p, hash);
+    char hash[32], date[32];
+    nf_status hs = source_hash(p, hash, err);
+    if (hs) return hs;
     time_t now = time(NULL);
     struct tm tm;
     gmtime_r(&now, &tm);

@@ -90,6 +90,9 @@ typedef struct nf_plan {
     nf_st_set *st;            /* HF source */
     nf_gguf *gguf;            /* GGUF source */
     int requantize;
+    int hash_bytes;           /* provenance.source_hash over the source files' bytes (a full extra read)
+                               * instead of their names, sizes and mtimes; the caller sets it after
+                               * nf_plan_build (ninfer convert --hash-bytes) */
 } nf_plan;
 
 /* Opens the source and computes the plan. Refusals (unknown architecture, missing tensors, shapes

@@ -323,6 +323,36 @@ static void check_plan_print(void)
     free(buf);
 }
 
+/* provenance.source_hash: "bytes:" + FNV-1a 64 of the file (the script's value) under hash_bytes,
+ * "stat:" + a 16-digit identity otherwise. */
+static void check_source_hash(const char *stem)
+{
+    char src[300], out[400], want[64] = "bytes:", path[300];
+    snprintf(src, sizeof src, FIX "%s.gguf", stem);
+    snprintf(path, sizeof path, FIX "%s.fnv1a64", stem);
+    FILE *f = fopen(path, "r");
+    CHECK(f && fscanf(f, "%16s", want + 6) == 1);
+    if (f) fclose(f);
+    for (int bytes = 0; bytes < 2; bytes++) {
+        snprintf(out, sizeof out, "%s/hash%d.nf", tmpdir, bytes);
+        nf_convert_opts o = {NULL, 0, 1, 1};
+        nf_plan p;
+        nf_error err = {0};
+        nf_status s = nf_plan_build(src, &o, &p, &err);
+        p.hash_bytes = bytes;
+        if (s == NF_OK) s = nf_convert_run(&p, out, &o, NULL, &err);
+        nf_plan_free(&p);
+        CHECK_MSG(s == NF_OK, "%s", err.msg);
+        nf_artifact *a = NULL;
+        const char *h = "";
+        size_t len = 0;
+        if (nf_artifact_open(out, &a, NULL) == NF_OK) nf_artifact_get_str(a, "provenance.source_hash", &h, &len, NULL);
+        if (bytes) CHECK_MSG(strcmp(h, want) == 0, "source_hash '%s', expected '%s'", h, want);
+        else CHECK_MSG(len == 21 && strncmp(h, "stat:", 5) == 0, "source_hash '%s'", h);
+        nf_artifact_close(a);
+    }
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/nf_convert_gguf.XXXXXX");
@@ -337,6 +367,8 @@ int main(void)
     check_fixture("llama", "source", 13, 2, q41_llama);
     check_fixture("llama", "q8q8", 9, 6, q41_llama);
     check_plan_print();
+    check_source_hash("qwen3moe");
+    check_source_hash("llama");
     check_refusals();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);

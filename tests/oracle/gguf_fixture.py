@@ -16,6 +16,7 @@ tests/convert/test_convert_gguf.c, and gguf-py's dequantization of every tensor 
                   each artifact row comes from.
   *.meta.txt      the metadata the artifact must carry, one key a line: `TYPE KEY VALUE...` with
                   TYPE in u32 i32 bool f32 f64 str i32[] str[]; strings hex-encoded (UTF-8 bytes).
+  *.fnv1a64      FNV-1a 64 of the .gguf file's bytes (hex): provenance.source_hash under --hash-bytes.
   bad_type.gguf   a llama whose token_embd is IQ2_XXS (ggml type 16, which ninfer cannot decode).
   missing.gguf    a tiny llama without blk.0.ffn_up.weight.
   bad_shape.gguf  a tiny llama whose blk.0.attn_k.weight has 4 heads' rows while head_count_kv = 2.
@@ -330,6 +331,13 @@ def tiny_llama(path, arch="llama", skip=(), k_rows=None, embd_type=T.F32):
     m.write(path, arch, kv)
 
 
+def fnv1a64(path):
+    h = 0xcbf29ce484222325
+    for b in open(path, "rb").read():
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return "%016x" % h
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "fixtures", "gguf"))
@@ -337,6 +345,9 @@ def main():
     os.makedirs(out, exist_ok=True)
     qwen3moe(out)
     llama(out)
+    for stem in ("qwen3moe", "llama"):
+        with open(os.path.join(out, stem + ".fnv1a64"), "w") as f:
+            f.write(fnv1a64(os.path.join(out, stem + ".gguf")) + "\n")
     tiny_llama(os.path.join(out, "bad_type.gguf"), embd_type=T.IQ2_XXS)
     tiny_llama(os.path.join(out, "missing.gguf"), skip=("ffn_up",))
     tiny_llama(os.path.join(out, "bad_shape.gguf"), k_rows=4 * 8)
