@@ -41,6 +41,86 @@ static nf_status gguf_strs(const nf_gguf *g, const char *key, nf_artifact_writer
     return s;
 }
 
+/* A GGUF string array as NUL-terminated copies: (*v)[i] points into *store. */
+static nf_status gguf_cstrs(const nf_gguf *g, const char *key, char ***v, char **store, uint64_t *n, nf_error *err)
+{
+    const nf_gguf_kv *a;
+    *v = NULL;
+    *store = NULL;
+    *n = 0;
+    nf_status s = nf_gguf_get_array(g, key, NF_GGUF_STRING, &a, err);
+    if (s) return s;
+    size_t total = 1;
+    for (uint64_t i = 0; i < a->n; i++) total += (size_t)nf_gguf_arr_str(a, i).len + 1;
+    *v = malloc((a->n ? a->n : 1) * sizeof **v);
+    *store = malloc(total);
+    if (!*v || !*store) return nf_error_set(err, NF_ERR_NOMEM, "out of memory");
+    char *o = *store;
+    for (uint64_t i = 0; i < a->n; i++) {
+        nf_gguf_str x = nf_gguf_arr_str(a, i);
+        if (memchr(x.ptr, 0, (size_t)x.len))
+            return nf_error_set(err, NF_ERR_FORMAT, "%s[%llu] holds a NUL byte", key, (unsigned long long)i);
+        (*v)[i] = o;
+        memcpy(o, x.ptr, (size_t)x.len);
+        o += x.len;
+        *o++ = 0;
+    }
+    *n = a->n;
+    return NF_OK;
+}
+
+/* ggml's pre-tokenizer names where the tokenizer library spells them differently. */
+static const char *gguf_pre_name(const char *pre) { return strcmp(pre, "gpt-2") == 0 ? "gpt2" : pre; }
+
+/* The tokenizer library must build a tokenizer from what the artifact will carry (as it must load an HF
+ * folder's tokenizer.json), so a GGUF whose vocabulary, merges, types, ids or pre-tokenizer it cannot
+ * take fails here, naming the field, rather than when the artifact is run. */
+static nf_status gguf_tok_check(const nf_plan *p, const char *pre, int32_t bos, int32_t eos, int32_t pad, int add_bos,
+                                nf_error *err)
+{
+    const nf_gguf *g = p->gguf;
+    char **tokens = NULL, **merges = NULL, *ts = NULL, *ms = NULL;
+    uint64_t nt = 0, nm = 0;
+    int32_t *types = NULL;
+    nf_status s = gguf_cstrs(g, "tokenizer.ggml.tokens", &tokens, &ts, &nt, err);
+    if (s == NF_OK && nf_gguf_find_kv(g, "tokenizer.ggml.merges"))
+        s = gguf_cstrs(g, "tokenizer.ggml.merges", &merges, &ms, &nm, err);
+    if (s == NF_OK && nf_gguf_find_kv(g, "tokenizer.ggml.token_type")) {
+        const nf_gguf_kv *a;
+        s = nf_gguf_get_array(g, "tokenizer.ggml.token_type", NF_GGUF_INT64, &a, err);
+        if (s == NF_OK && a->n != nt)
+            s = nf_error_set(err, NF_ERR_FORMAT, "tokenizer.ggml.token_type has %llu entries, tokenizer.ggml.tokens %llu",
+                             (unsigned long long)a->n, (unsigned long long)nt);
+        if (s == NF_OK && !(types = malloc((nt ? nt : 1) * sizeof *types))) s = nf_error_set(err, NF_ERR_NOMEM, "out of memory");
+        for (uint64_t i = 0; s == NF_OK && i < nt; i++) types[i] = (int32_t)nf_gguf_arr_int(a, i);
+    }
+    if (s == NF_OK && (nt == 0 || nt > (1u << 24)))
+        s = nf_error_set(err, NF_ERR_FORMAT, "tokenizer.ggml.tokens has %llu entries", (unsigned long long)nt);
+    if (s == NF_OK) {
+        nf_tok_desc d = nf_tok_desc_empty();
+        d.source = "tokenizer.ggml";
+        d.n_vocab = (uint32_t)nt;
+        d.tokens = (const char *const *)tokens;
+        d.types = types;
+        d.n_merges = (uint32_t)nm;
+        d.merges = (const char *const *)merges;
+        d.pre = pre;
+        d.bos_id = bos;
+        d.eos_id = eos;
+        d.pad_id = pad;
+        d.add_bos = add_bos;
+        nf_tokenizer *tk = NULL;
+        s = nf_tok_create(&d, &tk, err);
+        nf_tok_free(tk);
+    }
+    free(tokens);
+    free(merges);
+    free(ts);
+    free(ms);
+    free(types);
+    return s ? nf_error_prefix(err, "%s", p->source) : NF_OK;
+}
+
 static nf_status gguf_tok(const nf_plan *p, nf_artifact_writer *w, nf_error *err)
 {
     const nf_gguf *g = p->gguf;
@@ -54,10 +134,21 @@ static nf_status gguf_tok(const nf_plan *p, nf_artifact_writer *w, nf_error *err
     if (m.len != 4 || memcmp(m.ptr, "gpt2", 4) != 0)
         return nf_error_set(err, NF_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model '%.*s' is not supported (gpt2 byte-level BPE only)",
                             p->source, (int)m.len, m.ptr);
-    s = nf_artifact_writer_add_str(w, "tokenizer.model", "gpt2", err);
     nf_gguf_str pre = {"gpt2", 4};
     if (nf_gguf_find_kv(g, "tokenizer.ggml.pre")) nf_gguf_get_str(g, "tokenizer.ggml.pre", &pre, NULL);
-    if (s == NF_OK) s = nf_artifact_writer_add_strn(w, "tokenizer.pre", pre.ptr, (size_t)pre.len, err);
+    char pre_s[64];
+    snprintf(pre_s, sizeof pre_s, "%.*s", (int)(pre.len < 63 ? pre.len : 63), pre.ptr);
+    const char *pre_name = gguf_pre_name(pre_s);
+    int32_t bos, eos, pad, eot;
+    gguf_id(g, "tokenizer.ggml.bos_token_id", &bos);
+    gguf_id(g, "tokenizer.ggml.eos_token_id", &eos);
+    gguf_id(g, "tokenizer.ggml.padding_token_id", &pad);
+    gguf_id(g, "tokenizer.ggml.eot_token_id", &eot);
+    int add_bos = 0;
+    if (nf_gguf_find_kv(g, "tokenizer.ggml.add_bos_token")) nf_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos, NULL);
+    if ((s = gguf_tok_check(p, pre_name, bos, eos, pad, add_bos, err)) != NF_OK) return s;
+    s = nf_artifact_writer_add_str(w, "tokenizer.model", "gpt2", err);
+    if (s == NF_OK) s = nf_artifact_writer_add_str(w, "tokenizer.pre", pre_name, err);
     if (s == NF_OK) s = gguf_strs(g, "tokenizer.ggml.tokens", w, "tokenizer.tokens", err);
     if (s == NF_OK && nf_gguf_find_kv(g, "tokenizer.ggml.merges"))
         s = gguf_strs(g, "tokenizer.ggml.merges", w, "tokenizer.merges", err);
@@ -70,13 +161,6 @@ static nf_status gguf_tok(const nf_plan *p, nf_artifact_writer *w, nf_error *err
         if (s == NF_OK) s = nf_artifact_writer_add_array(w, "tokenizer.token_type", NF_META_I32, tt, (size_t)a->n, err);
         free(tt);
     }
-    int32_t bos, eos, pad, eot;
-    gguf_id(g, "tokenizer.ggml.bos_token_id", &bos);
-    gguf_id(g, "tokenizer.ggml.eos_token_id", &eos);
-    gguf_id(g, "tokenizer.ggml.padding_token_id", &pad);
-    gguf_id(g, "tokenizer.ggml.eot_token_id", &eot);
-    int add_bos = 0;
-    if (nf_gguf_find_kv(g, "tokenizer.ggml.add_bos_token")) nf_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos, NULL);
     if (s == NF_OK) s = nf_artifact_writer_add_i32(w, "tokenizer.bos_id", bos, err);
     if (s == NF_OK) s = nf_artifact_writer_add_i32(w, "tokenizer.eos_id", eos, err);
     if (s == NF_OK) s = nf_artifact_writer_add_i32(w, "tokenizer.pad_id", pad, err);

@@ -299,6 +299,18 @@ static void check_refusals(void)
                    "metadata implies 16 rows of 32");
     expect_refusal(FIX "bad_arch.gguf", NULL, NF_ERR_UNSUPPORTED, "'phi3' is not supported", "qwen3moe, qwen2moe, llama");
     expect_refusal(FIX "llama.gguf", "nvfp4", NF_ERR_UNSUPPORTED, "nvfp4", "unquantized source");
+    /* the tokenizer library must accept the GGUF tokenizer: checked when the artifact is written */
+    char out[400];
+    snprintf(out, sizeof out, "%s/bad_tok.nf", tmpdir);
+    nf_convert_opts o = {NULL, 0, 1, 1};
+    nf_plan p;
+    nf_error err = {0};
+    nf_status s = nf_plan_build(FIX "bad_tok.gguf", &o, &p, &err);
+    if (s == NF_OK) s = nf_convert_run(&p, out, &o, NULL, &err);
+    nf_plan_free(&p);
+    CHECK(s == NF_ERR_UNSUPPORTED);
+    CHECK_CONTAINS(err.msg, "bad_tok.gguf: tokenizer.ggml: pre-tokenizer 'default' is not supported");
+    CHECK(access(out, F_OK) != 0); /* nothing written under the name */
 }
 
 /* --plan lists the stacked bank as a copy of the q4_k sources, the q4_1 re-encode and the warnings. */

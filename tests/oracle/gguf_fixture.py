@@ -21,6 +21,8 @@ tests/convert/test_convert_gguf.c, and gguf-py's dequantization of every tensor 
   missing.gguf    a tiny llama without blk.0.ffn_up.weight.
   bad_shape.gguf  a tiny llama whose blk.0.attn_k.weight has 4 heads' rows while head_count_kv = 2.
   bad_arch.gguf   general.architecture = phi3.
+  bad_tok.gguf    a tiny llama whose tokenizer.ggml.pre is llama.cpp's "default" (not a pre-tokenizer
+                  ninfer has).
 
 gguf-py has no k-quant quantizer: quantized tensors are random blocks (sane fp16 scales) written as
 raw bytes with the declared ggml type (add_tensor(..., raw_dtype=)).
@@ -307,7 +309,7 @@ def llama(out):
     write_meta(os.path.join(out, "llama.meta.txt"), meta + tokenizer_meta(tok))
 
 
-def tiny_llama(path, arch="llama", skip=(), k_rows=None, embd_type=T.F32):
+def tiny_llama(path, arch="llama", skip=(), k_rows=None, embd_type=T.F32, tok=None):
     """A minimal 1-layer llama-shaped GGUF for the refusal tests (f32; token_embd of embd_type, with
     256-element rows when that is a block type, which the reader refuses before any shape check)."""
     H, V, NH, NKV, HD, D = 32, 8, 4, 2, 8, 32
@@ -328,6 +330,8 @@ def tiny_llama(path, arch="llama", skip=(), k_rows=None, embd_type=T.F32):
         w.add_head_count(NH)
         w.add_head_count_kv(NKV)
         w.add_layer_norm_rms_eps(1e-5)
+        if tok:
+            add_tokenizer(w, tok)
     m.write(path, arch, kv)
 
 
@@ -352,6 +356,7 @@ def main():
     tiny_llama(os.path.join(out, "missing.gguf"), skip=("ffn_up",))
     tiny_llama(os.path.join(out, "bad_shape.gguf"), k_rows=4 * 8)
     tiny_llama(os.path.join(out, "bad_arch.gguf"), arch="phi3")
+    tiny_llama(os.path.join(out, "bad_tok.gguf"), tok=tokenizer(32, "default", with_eot=False))
     for f in sorted(os.listdir(out)):
         print("%8d %s" % (os.path.getsize(os.path.join(out, f)), f))
 
