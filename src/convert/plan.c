@@ -616,6 +616,50 @@ static nf_status gguf_f(const nf_plan *p, const char *a, const char *k, double *
     return s ? nf_error_prefix(err, "%s", p->source) : NF_OK;
 }
 
+/* RoPE beyond the base: <arch>.rope.scaling.{type,factor,original_context_length} (linear, yarn; the
+ * older rope.scale_linear), checked against what the engines implement: a rotary dimension other than
+ * head_dim (partial RoPE) and llama3's scaling (which llama.cpp's converter bakes into a
+ * rope_freqs.weight tensor of per-frequency divisors) are refused. */
+static nf_status gguf_rope(const nf_plan *p, const char *a, nf_hf_config *c, nf_error *err)
+{
+    uint32_t rot = c->head_dim, orig = 0;
+    nf_status s = gguf_u32(p, a, "rope.dimension_count", &rot, 0, err);
+    if (s) return s;
+    if (rot != c->head_dim)
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "%s: '%s.rope.dimension_count' is %u but head_dim is %u: partial RoPE "
+                            "is not supported", p->source, a, rot, c->head_dim);
+    if (nf_gguf_find_tensor(p->gguf, "rope_freqs.weight"))
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "%s: tensor 'rope_freqs.weight' (llama3 RoPE scaling as per-frequency "
+                            "factors) is not supported from GGUF; convert the Hugging Face checkpoint", p->source);
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+    double factor = 0;
+    if ((s = gguf_f(p, a, "rope.scaling.factor", &factor, err)) != NF_OK) return s;
+    if ((s = gguf_u32(p, a, "rope.scaling.original_context_length", &orig, 0, err)) != NF_OK) return s;
+    if (nf_gguf_find_kv(p->gguf, key)) {
+        nf_gguf_str t;
+        if ((s = nf_gguf_get_str(p->gguf, key, &t, err)) != NF_OK) return nf_error_prefix(err, "%s", p->source);
+        snprintf(c->rope.type, sizeof c->rope.type, "%.*s", (int)(t.len < 31 ? t.len : 31), t.ptr);
+    } else {
+        double lin = 0; /* before rope.scaling.*: a linear factor alone */
+        if ((s = gguf_f(p, a, "rope.scale_linear", &lin, err)) != NF_OK) return s;
+        if (lin > 0 && lin != 1) {
+            snprintf(c->rope.type, sizeof c->rope.type, "linear");
+            factor = lin;
+        }
+    }
+    if (strcmp(c->rope.type, "none") == 0) snprintf(c->rope.type, sizeof c->rope.type, "default");
+    if (strcmp(c->rope.type, "default") != 0 && strcmp(c->rope.type, "linear") != 0 && strcmp(c->rope.type, "yarn") != 0)
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "%s: '%s' is '%s' (supported: none, linear, yarn)", p->source, key,
+                            c->rope.type);
+    if (strcmp(c->rope.type, "default") != 0 && !(factor > 0))
+        return nf_error_set(err, NF_ERR_FORMAT, "%s: '%s' is '%s' without a '%s.rope.scaling.factor'", p->source, key,
+                            c->rope.type, a);
+    c->rope.factor = factor;
+    c->rope.original_max_position = orig;
+    return NF_OK;
+}
+
 /* Hyperparameters from GGUF metadata into cfg. */
 static nf_status gguf_config(nf_plan *p, nf_error *err)
 {
@@ -651,6 +695,7 @@ static nf_status gguf_config(nf_plan *p, nf_error *err)
     if (!s) s = gguf_u32(p, a, "expert_shared_feed_forward_length", &c->shared_intermediate_size, 0, err);
     if (!s) s = gguf_f(p, a, "attention.layer_norm_rms_epsilon", &c->rms_eps, err);
     if (!s) s = gguf_f(p, a, "rope.freq_base", &c->rope.theta, err);
+    if (!s) s = gguf_rope(p, a, c, err);
     if (s) return s;
     /* llama.cpp: qwen3moe renormalises the top-k weights, qwen2moe does not */
     c->norm_topk_prob = c->arch == NF_HF_QWEN3_MOE;

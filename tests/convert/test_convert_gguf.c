@@ -299,6 +299,8 @@ static void check_refusals(void)
                    "metadata implies 16 rows of 32");
     expect_refusal(FIX "bad_arch.gguf", NULL, NF_ERR_UNSUPPORTED, "'phi3' is not supported", "qwen3moe, qwen2moe, llama");
     expect_refusal(FIX "llama.gguf", "nvfp4", NF_ERR_UNSUPPORTED, "nvfp4", "unquantized source");
+    expect_refusal(FIX "partial_rope.gguf", NULL, NF_ERR_UNSUPPORTED, "'llama.rope.dimension_count' is 4 but head_dim is 8",
+                   "partial RoPE");
     /* the tokenizer library must accept the GGUF tokenizer: checked when the artifact is written */
     char out[400];
     snprintf(out, sizeof out, "%s/bad_tok.nf", tmpdir);
@@ -365,6 +367,30 @@ static void check_source_hash(const char *stem)
     }
 }
 
+/* rope.scaling.* keys reach model.rope_* (written by gguf-py's add_rope_scaling_*). */
+static void check_yarn(void)
+{
+    char out[400];
+    snprintf(out, sizeof out, "%s/yarn.nf", tmpdir);
+    nf_convert_opts o = {NULL, 0, 1, 1};
+    nf_plan p;
+    nf_error err = {0};
+    nf_status s = nf_plan_build(FIX "yarn.gguf", &o, &p, &err);
+    if (s == NF_OK) s = nf_convert_run(&p, out, &o, NULL, &err);
+    nf_plan_free(&p);
+    CHECK_MSG(s == NF_OK, "%s", err.msg);
+    nf_artifact *a = NULL;
+    if (nf_artifact_open(out, &a, &err) != NF_OK) return;
+    const char *t = "";
+    size_t len;
+    float f = 0;
+    uint32_t orig = 0;
+    CHECK(nf_artifact_get_str(a, "model.rope_scaling", &t, &len, NULL) == NF_OK && strcmp(t, "yarn") == 0);
+    CHECK(nf_artifact_get_f32(a, "model.rope_factor", &f, NULL) == NF_OK && f == 4.0f);
+    CHECK(nf_artifact_get_u32(a, "model.rope_orig_ctx", &orig, NULL) == NF_OK && orig == 32768);
+    nf_artifact_close(a);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/nf_convert_gguf.XXXXXX");
@@ -379,6 +405,7 @@ int main(void)
     check_fixture("llama", "source", 13, 2, q41_llama);
     check_fixture("llama", "q8q8", 9, 6, q41_llama);
     check_plan_print();
+    check_yarn();
     check_source_hash("qwen3moe");
     check_source_hash("llama");
     check_refusals();

@@ -21,6 +21,8 @@ tests/convert/test_convert_gguf.c, and gguf-py's dequantization of every tensor 
   missing.gguf    a tiny llama without blk.0.ffn_up.weight.
   bad_shape.gguf  a tiny llama whose blk.0.attn_k.weight has 4 heads' rows while head_count_kv = 2.
   bad_arch.gguf   general.architecture = phi3.
+  yarn.gguf       a tiny llama with rope.scaling.type yarn, factor 4, original context 32768.
+  partial_rope.gguf  a tiny llama with rope.dimension_count 4 < head_dim 8 (refused).
   bad_tok.gguf    a tiny llama whose tokenizer.ggml.pre is llama.cpp's "default" (not a pre-tokenizer
                   ninfer has).
 
@@ -309,7 +311,7 @@ def llama(out):
     write_meta(os.path.join(out, "llama.meta.txt"), meta + tokenizer_meta(tok))
 
 
-def tiny_llama(path, arch="llama", skip=(), k_rows=None, embd_type=T.F32, tok=None):
+def tiny_llama(path, arch="llama", skip=(), k_rows=None, embd_type=T.F32, tok=None, extra=None):
     """A minimal 1-layer llama-shaped GGUF for the refusal tests (f32; token_embd of embd_type, with
     256-element rows when that is a block type, which the reader refuses before any shape check)."""
     H, V, NH, NKV, HD, D = 32, 8, 4, 2, 8, 32
@@ -332,6 +334,8 @@ def tiny_llama(path, arch="llama", skip=(), k_rows=None, embd_type=T.F32, tok=No
         w.add_layer_norm_rms_eps(1e-5)
         if tok:
             add_tokenizer(w, tok)
+        if extra:
+            extra(w)
     m.write(path, arch, kv)
 
 
@@ -357,6 +361,13 @@ def main():
     tiny_llama(os.path.join(out, "bad_shape.gguf"), k_rows=4 * 8)
     tiny_llama(os.path.join(out, "bad_arch.gguf"), arch="phi3")
     tiny_llama(os.path.join(out, "bad_tok.gguf"), tok=tokenizer(32, "default", with_eot=False))
+
+    def yarn(w):  # as Qwen2MoeModel.set_gguf_parameters writes a yarn rope_scaling
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(4.0)
+        w.add_rope_scaling_orig_ctx_len(32768)
+    tiny_llama(os.path.join(out, "yarn.gguf"), extra=yarn)
+    tiny_llama(os.path.join(out, "partial_rope.gguf"), extra=lambda w: w.add_rope_dimension_count(4))
     for f in sorted(os.listdir(out)):
         print("%8d %s" % (os.path.getsize(os.path.join(out, f)), f))
 
