@@ -24,4 +24,14 @@ void nf_moe_ref_route(const nf_moe_ref *m, const float *x, int32_t *ids, double 
 /* out[H] for one token with the given routing (ids/weights of k experts). */
 void nf_moe_ref_token(const nf_moe_ref *m, const float *x, const int32_t *ids, const double *weights, double *out);
 
+/* A first-order bound on |computed - out| per element for a computation that rounds the
+ * dequantized weights to a format of unit roundoff wq (0: exact weights) and the SwiGLU
+ * intermediate to unit roundoff ar (0: kept in fp32), accumulating in fp32 (neglected here; the
+ * caller adds a small absolute slack). Output rounding is the caller's. With g = w_g.x, u = w_u.x,
+ * a = silu(g) u, |silu'| <= 1.1:
+ *   |da_r| <= wq (1.1 |u_r| sum|w_g x| + |silu(g_r)| sum|w_u x|) + ar |a_r|
+ *   |dy_h| <= sum_r |W_hr| |da_r| + wq sum_r |W_hr a_r|,  bound_h = sum_j p_j |dy_jh| (+ shared). */
+void nf_moe_ref_bound(const nf_moe_ref *m, const float *x, const int32_t *ids, const double *weights, double wq,
+                      double ar, double *bound);
+
 #endif

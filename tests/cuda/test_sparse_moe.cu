@@ -2,11 +2,19 @@
 // accumulation over the dequantized weights), for every profile and for T on both sides of every
 // route threshold, plus determinism, graph replay, guard bytes and bind refusals.
 //
-// Tolerance (W4A16 and the bf16/GGUF profiles, where the kernels see exactly the reference's
-// weights and inputs): the kernels accumulate in fp32 and round the output once to bf16, whose
-// half-ulp is at most 2^-8 of the value. Every element must satisfy
-//     |gpu - ref| <= 2^-8 |ref| + 1e-5 max|ref|
-// (the second term covers fp32 accumulation over a few thousand terms) and rel-L2 <= 2^-8.
+// Tolerances, one per route (the routes compute in different forms):
+//  decode / small-token: the kernels see exactly the reference's weights and inputs, accumulate in
+//    fp32 and round the output once to bf16, whose unit roundoff is 2^-8. Every element must satisfy
+//        |gpu - ref| <= 2^-8 |ref| + 1e-5 max|ref|
+//    (the second term covers fp32 accumulation over a few thousand terms), and rel-L2 <= 2^-8.
+//  prefill: the tensor cores take bf16 operands: the dequantized weights are rounded to bf16 (a
+//    property of the route, exact for the bf16 profile), so the reference for this route uses the
+//    same bf16-rounded weights; the SwiGLU intermediate is rounded to bf16 (unit roundoff 2^-8),
+//    which the reference propagates to a first-order bound B_h per element (nf_moe_ref_bound):
+//        |gpu - ref| <= 1.01 B_h + 2^-8 |ref| + 1e-5 max|ref|,  rel-L2 <= (1.01 ||B|| + 2^-8 ||ref||) / ||ref||
+//    (1.01 absorbs the second-order terms, all below 2^-16 relative). The kernels' decode may round
+//    a weight differently from the CPU before the bf16 rounding (fused multiply-add), which moves a
+//    rare weight by one bf16 ulp: far inside B_h.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -29,6 +37,9 @@ namespace {
 constexpr uint32_t H = 256, E = 16, K = 4, I = 256, S = 256, CHUNK = 4096;
 constexpr uint32_t TMAX = 4097;
 
+uint16_t f2bf(float f);
+float bf2f(uint16_t h);
+
 uint64_t rng = 0x9E3779B97F4A7C15ull;
 double urand()
 {
@@ -48,7 +59,8 @@ struct Mat {
     int codec = -1;
     uint32_t experts = 0, rows = 0, cols = 0, divisors = 1;
     std::vector<uint8_t> payload;
-    std::vector<float> deq; // [experts*rows][cols]
+    std::vector<float> deq;    // [experts*rows][cols]
+    std::vector<float> deq_bf; // the same rounded to bf16: what the prefill route's tensor cores see
     nf_moe_matrix desc() const
     {
         nf_moe_matrix m;
@@ -98,6 +110,8 @@ Mat make_mat(int codec, uint32_t experts, uint32_t rows, uint32_t cols, float sd
             c->dequantize_row(&m.payload[r * rb], &m.deq[r * cols], cols);
         }
     }
+    m.deq_bf.resize(m.deq.size());
+    for (size_t i = 0; i < m.deq.size(); i++) m.deq_bf[i] = bf2f(f2bf(m.deq[i]));
     return m;
 }
 
@@ -160,9 +174,11 @@ float bf2f(uint16_t h)
 }
 
 struct Ref {
-    std::vector<double> out;   // [TMAX][H]
-    std::vector<int32_t> ids;  // [TMAX][K]
-    std::vector<double> gap;   // [TMAX]
+    std::vector<double> out;    // [TMAX][H]
+    std::vector<double> pout;   // [TMAX][H]: with bf16-rounded weights (the prefill route's operands)
+    std::vector<double> pbound; // [TMAX][H]: the prefill route's rounding bound B_h
+    std::vector<int32_t> ids;   // [TMAX][K]
+    std::vector<double> gap;    // [TMAX]
 };
 
 Ref reference(const Bank &b, const Profile &p, const std::vector<float> &xf)
@@ -170,14 +186,25 @@ Ref reference(const Bank &b, const Profile &p, const std::vector<float> &xf)
     nf_moe_ref m = {H, E, K, I, p.sgu >= 0 ? S : 0, p.norm, b.router.deq.data(), b.gu.deq.data(), b.dn.deq.data(),
                     p.sgu >= 0 ? b.sgu.deq.data() : nullptr, p.sgu >= 0 ? b.sdn.deq.data() : nullptr,
                     p.sgu >= 0 ? b.sg.deq.data() : nullptr};
+    nf_moe_ref mb = m; // the prefill route's operands: expert weights rounded to bf16
+    mb.gate_up = b.gu.deq_bf.data();
+    mb.down = b.dn.deq_bf.data();
+    if (p.sgu >= 0) mb.sgate_up = b.sgu.deq_bf.data(), mb.sdown = b.sdn.deq_bf.data();
     Ref r;
     r.out.resize((size_t)TMAX * H);
+    r.pout.resize((size_t)TMAX * H);
+    r.pbound.resize((size_t)TMAX * H);
     r.ids.resize((size_t)TMAX * K);
     r.gap.resize(TMAX);
     std::vector<double> w(K);
+    const double eps = ldexp(1.0, -8);
     for (uint32_t t = 0; t < TMAX; t++) {
-        nf_moe_ref_route(&m, &xf[(size_t)t * H], &r.ids[(size_t)t * K], w.data(), &r.gap[t]);
-        nf_moe_ref_token(&m, &xf[(size_t)t * H], &r.ids[(size_t)t * K], w.data(), &r.out[(size_t)t * H]);
+        const float *xt = &xf[(size_t)t * H];
+        int32_t *id = &r.ids[(size_t)t * K];
+        nf_moe_ref_route(&m, xt, id, w.data(), &r.gap[t]);
+        nf_moe_ref_token(&m, xt, id, w.data(), &r.out[(size_t)t * H]);
+        nf_moe_ref_token(&mb, xt, id, w.data(), &r.pout[(size_t)t * H]);
+        nf_moe_ref_bound(&mb, xt, id, w.data(), 0.0, eps, &r.pbound[(size_t)t * H]);
     }
     return r;
 }
@@ -241,23 +268,32 @@ void check_case(const Profile &p, nf_sparse_moe *m, void *ws, const uint16_t *dx
 {
     Run a = run_forward(m, ws, dx, T, false);
     Run b = run_forward(m, ws, dx, T, true);
-    double num = 0, den = 0, maxref = 0;
+    double num = 0, den = 0, maxref = 0, bnum = 0;
     for (size_t i = 0; i < (size_t)T * H; i++) maxref = fmax(maxref, fabs(ref.out[i]));
+    // Which reference each token is held to: its slice's route decides (a T = 4097 call is a prefill
+    // slice of 4096 and a decode slice of 1).
+    auto is_prefill = [&](uint32_t t) {
+        const uint32_t slice = t / CHUNK * CHUNK, sliceT = T - slice < CHUNK ? T - slice : CHUNK;
+        return nf_sparse_moe_route(m, sliceT) == NF_MOE_ROUTE_PREFILL;
+    };
     size_t bad = 0, nonfinite = 0, worst_i = 0;
-    double worst = 0;
+    double worst = 0; // largest |gpu - ref| as a fraction of its allowance
     for (size_t i = 0; i < (size_t)T * H; i++) {
-        double g = bf2f(a.out[i]), r = ref.out[i], d = fabs(g - r);
+        const bool prefill = is_prefill((uint32_t)(i / H));
+        const double g = bf2f(a.out[i]), r = prefill ? ref.pout[i] : ref.out[i], d = fabs(g - r);
+        const double b = prefill ? 1.01 * ref.pbound[i] : 0.0;
         if (!isfinite(g)) nonfinite++;
         num += d * d;
         den += r * r;
-        double lim = ldexp(fabs(r), -8) + 1e-5 * maxref;
+        bnum += b * b;
+        const double lim = b + ldexp(fabs(r), -8) + 1e-5 * maxref;
         if (d > lim) bad++;
-        if (d / (fabs(r) + 1e-30) > worst && d > 1e-5 * maxref) {
-            worst = d / (fabs(r) + 1e-30);
+        if (d / lim > worst) {
+            worst = d / lim;
             worst_i = i;
         }
     }
-    double rel = sqrt(num / (den + 1e-300));
+    const double rel = sqrt(num / (den + 1e-300)), rel_lim = (sqrt(bnum) + ldexp(sqrt(den), -8)) / (sqrt(den) + 1e-300);
     // Routing of the last slice: identical to the reference except where the reference's own
     // logit gap is within fp32 rounding (reported, not failed).
     uint32_t last = T % CHUNK ? T % CHUNK : CHUNK, base = T - last, flips = 0, near = 0;
@@ -271,12 +307,13 @@ void check_case(const Profile &p, nf_sparse_moe *m, void *ws, const uint16_t *dx
     uint64_t wa = nf_fnv1a64(a.out.data(), a.out.size() * 2), wb = nf_fnv1a64(b.out.data(), b.out.size() * 2);
     Run c = run_forward(m, ws, dx, T, false);
     uint64_t wc = nf_fnv1a64(c.out.data(), c.out.size() * 2);
-    printf("  %-22s T=%5u route=%-11s rel_l2=%.3e worst_rel=%.3e (at %zu) bad=%zu witness=%016llx%s\n", p.name, T,
-           nf_moe_route_name(nf_sparse_moe_route(m, T % CHUNK ? T % CHUNK : CHUNK)), rel, worst, worst_i, bad,
-           (unsigned long long)wa, near ? " (near-tie routing differences)" : "");
+    printf("  %-22s T=%5u route=%-11s rel_l2=%.3e (limit %.3e) worst=%.2f of its allowance (at %zu) bad=%zu "
+           "witness=%016llx%s\n",
+           p.name, T, nf_moe_route_name(nf_sparse_moe_route(m, T < CHUNK ? T : CHUNK)), rel, rel_lim, worst, worst_i,
+           bad, (unsigned long long)wa, near ? " (near-tie routing differences)" : "");
     CHECK_MSG(nonfinite == 0, "%s T=%u: %zu non-finite outputs", p.name, T, nonfinite);
-    CHECK_MSG(rel <= ldexp(1.0, -8), "%s T=%u: rel-L2 %.3e > 2^-8", p.name, T, rel);
-    CHECK_MSG(bad == 0, "%s T=%u: %zu elements outside 2^-8|ref| + 1e-5 max|ref|", p.name, T, bad);
+    CHECK_MSG(rel <= rel_lim, "%s T=%u: rel-L2 %.3e > its limit %.3e", p.name, T, rel, rel_lim);
+    CHECK_MSG(bad == 0, "%s T=%u: %zu elements outside their allowance (worst %.2f x)", p.name, T, bad, worst);
     CHECK_MSG(flips == 0, "%s T=%u: routing differs from the reference for %u tokens", p.name, T, flips);
     CHECK_MSG(a.guard_ok && b.guard_ok, "%s T=%u: guard bytes around the output were overwritten", p.name, T);
     CHECK_MSG(wa == wb, "%s T=%u: graph replay differs from stream execution", p.name, T);

@@ -25,7 +25,13 @@ struct Routing {
     int32_t *n_groups;
     int32_t *g_expert, *g_start, *g_count;
     int32_t *shared_group; // [4]: n_groups = 1, expert 0, start 0, count T (set per slice)
+    // prefill tile tables (routed; shared expert): tile i covers positions tile_m0[i] .. +127 of
+    // group tile_group[i]; n_tiles live entries
+    int32_t *n_tiles, *tile_group, *tile_m0;
+    int32_t *sh_n_tiles, *sh_tile_group, *sh_tile_m0;
 };
+
+constexpr int kPrefillTileM = 128; // positions per prefill tile (prefill.cu's BM)
 
 // A group list for the grouped GEMV/GEMM kernels: (n_groups on device, expert, start, count).
 struct Groups {
@@ -68,6 +74,14 @@ cudaError_t dispatch_codec(int codec, F &&f)
 // in: bf16 rows (x, addressed through pos_entry) or f32 rows (act, addressed by position).
 cudaError_t launch_gemv(int codec, bool glu, const DevMat &W, const void *in, bool in_bf16, uint32_t in_stride,
                         const Groups &g, float *out, uint32_t out_stride, uint32_t max_tokens, cudaStream_t s);
+
+// prefill.cu: the tensor-core grouped GEMM. glu: in = x rows through pos_entry, out = act (bf16,
+// [pos][W.rows / 2]); else in = act (bf16), out = y (f32, [pos][W.rows]).
+bool prefill_supported(const DevMat &gate_up, const DevMat &down);
+cudaError_t launch_prefill_gemm(int codec, bool glu, const DevMat &W, const uint16_t *in, uint32_t in_stride,
+                                const Groups &g, const int32_t *n_tiles, const int32_t *tile_group,
+                                const int32_t *tile_m0, uint32_t max_tiles, void *out, uint32_t out_stride,
+                                cudaStream_t s);
 
 // combine.cu: out[t] = bf16( sum_j w[t,j] * y[slot(t,j)] + shared_g[t] * ys[t] )
 void launch_combine(const Routing &r, const float *y, const float *ys, uint32_t T, uint32_t H, uint32_t k,

@@ -44,6 +44,14 @@ struct Vec16<float> {
 
 constexpr int kRouterChunks = 16; // 16-byte chunks per lane in flight (a 4096-wide bf16 row at once)
 
+template <int TT, typename W, typename G>
+__device__ __forceinline__ void logits_row(const W *w, const G *gw, uint32_t e, uint32_t t0, uint32_t nt, uint32_t H,
+                                           uint32_t E, float *logits, float *shared_g, const float *xs, int lane);
+
+// xs holds each token's row chunk-transposed: element h at (h % 8) * (H / 8) + h / 8, so the lanes of
+// a warp, which take consecutive 8-element chunks, read consecutive words (no bank conflicts).
+__device__ __forceinline__ uint32_t xs_at(uint32_t t, uint32_t h, uint32_t H) { return t * H + (h & 7) * (H / 8) + (h >> 3); }
+
 // logits[t][e] = sum_h x[t][h] * W[e][h] for the CTA's token tile (blockIdx.y) and expert rows
 // (blockIdx.x; row E is the shared gate, stored as sigmoid in shared_g). Each warp takes one row and
 // issues all its 16-byte loads before the first FMA: at decode sizes the router is a latency
@@ -70,14 +78,27 @@ __device__ void logits_tile(const W *w, const G *gw, const uint16_t *x, uint32_t
             const uint32_t v = v0 + u * blockDim.x;
             if (v >= vecs) break;
             const uint32_t w[4] = {buf[u].x, buf[u].y, buf[u].z, buf[u].w};
+            const uint32_t t = v / (H / 8), c = v % (H / 8); // token, 8-element chunk
+            float *dst = xs + t * H + c;
 #pragma unroll
-            for (int i = 0; i < 4; i++) xs[v * 8 + 2 * i] = __uint_as_float(w[i] << 16), xs[v * 8 + 2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+            for (int i = 0; i < 4; i++)
+                dst[(2 * i) * (H / 8)] = __uint_as_float(w[i] << 16), dst[(2 * i + 1) * (H / 8)] = __uint_as_float(w[i] & 0xFFFF0000u);
         }
     }
     __syncthreads();
     const int lane = threadIdx.x % 32;
-    const uint32_t e = blockIdx.x * kRouterWarps + threadIdx.x / 32;
-    if (e >= E + (gw ? 1 : 0)) return;
+    // gridDim.x == 1: this CTA covers every expert row (prefill: x staged once per token tile);
+    // otherwise one row per warp of the CTA's block of kRouterWarps rows (decode: spread the rows)
+    const uint32_t e0 = gridDim.x == 1 ? threadIdx.x / 32 : blockIdx.x * kRouterWarps + threadIdx.x / 32;
+    const uint32_t estep = gridDim.x == 1 ? blockDim.x / 32 : E + 1;
+    for (uint32_t e = e0; e < E + (gw ? 1 : 0); e += estep)
+        logits_row<TT>(w, gw, e, t0, nt, H, E, logits, shared_g, xs, lane);
+}
+
+template <int TT, typename W, typename G>
+__device__ __forceinline__ void logits_row(const W *w, const G *gw, uint32_t e, uint32_t t0, uint32_t nt, uint32_t H,
+                                           uint32_t E, float *logits, float *shared_g, const float *xs, int lane)
+{
     float acc[TT] = {};
     if (e < E) {
         constexpr int N = Vec16<W>::N;
@@ -97,14 +118,14 @@ __device__ void logits_tile(const W *w, const G *gw, const uint16_t *x, uint32_t
 #pragma unroll
                 for (int t = 0; t < TT; t++)
 #pragma unroll
-                    for (int i = 0; i < N; i++) acc[t] = fmaf(f[i], xs[t * H + c * N + i], acc[t]);
+                    for (int i = 0; i < N; i++) acc[t] = fmaf(f[i], xs[xs_at(t, c * N + i, H)], acc[t]);
             }
         }
     } else {
         for (uint32_t h = lane; h < H; h += 32) {
             const float wv = wval(gw, h);
 #pragma unroll
-            for (int t = 0; t < TT; t++) acc[t] = fmaf(wv, xs[t * H + h], acc[t]);
+            for (int t = 0; t < TT; t++) acc[t] = fmaf(wv, xs[xs_at(t, h, H)], acc[t]);
         }
     }
 #pragma unroll
@@ -258,6 +279,23 @@ __global__ void worklist_kernel(const int32_t *ids, uint32_t T, uint32_t k, uint
 {
     __shared__ int cnt[512], cur[512];
     build_worklist(ids, T * k, E, r, T, 0, cnt, cur);
+    if (threadIdx.x == 0) { // prefill tile tables: a few hundred entries at most
+        int n = 0;
+        for (int g = 0; g < *r.n_groups; g++)
+            for (int m0 = 0; m0 < r.g_count[g]; m0 += kPrefillTileM) {
+                r.tile_group[n] = g;
+                r.tile_m0[n] = m0;
+                n++;
+            }
+        *r.n_tiles = n;
+        n = 0;
+        for (uint32_t m0 = 0; m0 < T; m0 += kPrefillTileM) {
+            r.sh_tile_group[n] = 0;
+            r.sh_tile_m0[n] = (int)m0;
+            n++;
+        }
+        *r.sh_n_tiles = n;
+    }
 }
 
 // The decode/small-token router: logits over the grid, then the last CTA routes and sorts.
@@ -295,7 +333,10 @@ void launch_logits(const W *w, const G *gw, const uint16_t *x, uint32_t T, uint3
         return;
     }
     const size_t smem = (size_t)kRouterTokens * H * sizeof(float);
-    const dim3 grid((E + 1 + kRouterWarps - 1) / kRouterWarps, (T + kRouterTokens - 1) / kRouterTokens);
+    // Many token tiles: one CTA per tile covering every expert (x staged once); few: spread the
+    // expert rows over CTAs too, or a handful of CTAs would walk all rows alone.
+    const uint32_t tiles = (T + kRouterTokens - 1) / kRouterTokens;
+    const dim3 grid(tiles >= 256 ? 1 : (E + 1 + kRouterWarps - 1) / kRouterWarps, tiles);
     auto kern = router_logits_kernel<W, G>;
     cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     kern<<<grid, kRouterWarps * 32, smem, s>>>(w, gw, x, T, H, E, r.logits, r.shared_g);

@@ -60,6 +60,8 @@ struct nf_sparse_moe {
     const int32_t *forced_ids; // benchmarks: route by these ids (device, [max_tokens][k]) instead of the router's
     // workspace layout (byte offsets)
     size_t o_logits, o_id, o_w, o_sg, o_slot, o_pos, o_ng, o_ge, o_gs, o_gc, o_sgrp, o_act, o_y, o_acts, o_ys;
+    size_t o_tiles, o_acth, o_actsh; // prefill: tile tables; bf16 act planes (routed, shared)
+    uint32_t max_tiles;              // tile-table capacity: ceil(T*k / 128) + E
     size_t ws_bytes;
 };
 
@@ -256,6 +258,11 @@ static void layout_workspace(nf_sparse_moe *m, size_t T)
     m->o_gs = take(&a, E * 4);
     m->o_gc = take(&a, E * 4);
     m->o_sgrp = take(&a, 16);
+    const size_t max_tiles = (T * k + kPrefillTileM - 1) / kPrefillTileM + E;
+    m->max_tiles = (uint32_t)max_tiles;
+    m->o_tiles = take(&a, (2 * max_tiles + 1 + 2 * ((T + kPrefillTileM - 1) / kPrefillTileM) + 1) * 4);
+    m->o_acth = take(&a, T * k * I * 2);
+    m->o_actsh = m->has_shared ? take(&a, T * S * 2) : 0;
     m->o_act = take(&a, T * k * I * 4);
     m->o_y = take(&a, T * k * H * 4);
     m->o_acts = m->has_shared ? take(&a, T * S * 4) : 0;
@@ -395,6 +402,13 @@ static Routing routing_at(const nf_sparse_moe *m, uint8_t *ws)
     r.g_start = (int32_t *)(ws + m->o_gs);
     r.g_count = (int32_t *)(ws + m->o_gc);
     r.shared_group = (int32_t *)(ws + m->o_sgrp);
+    int32_t *tiles = (int32_t *)(ws + m->o_tiles);
+    r.n_tiles = tiles;
+    r.tile_group = tiles + 1;
+    r.tile_m0 = r.tile_group + m->max_tiles;
+    r.sh_n_tiles = r.tile_m0 + m->max_tiles;
+    r.sh_tile_group = r.sh_n_tiles + 1;
+    r.sh_tile_m0 = r.sh_tile_group + (m->max_tokens + kPrefillTileM - 1) / kPrefillTileM;
     return r;
 }
 
@@ -404,6 +418,39 @@ extern "C" void nf_sparse_moe_routing(const nf_sparse_moe *m, void *workspace, c
     Routing r = routing_at(m, (uint8_t *)workspace);
     *ids = r.topk_id;
     *weights = r.topk_w;
+}
+
+// The prefill route's slice: tensor-core grouped GEMMs for gate/up (SwiGLU epilogue, bf16 act) and
+// down (fp32 y per position), the same for the shared expert over all T tokens, then the combine.
+static cudaError_t prefill_slice(const nf_sparse_moe *m, const uint16_t *x, uint32_t T, uint16_t *out, uint8_t *ws,
+                                 const Routing &r, Groups g, cudaStream_t s)
+{
+    const nf_moe_bank &b = m->bank;
+    const uint32_t k = b.top_k, H = b.hidden, I = b.inter, S = b.shared_inter;
+    uint16_t *acth = (uint16_t *)(ws + m->o_acth);
+    float *y = (float *)(ws + m->o_y);
+    const uint32_t max_tiles = (T * k + kPrefillTileM - 1) / kPrefillTileM + (g.max_groups);
+    cudaError_t e = launch_prefill_gemm(m->codec[M_GATE_UP], true, m->m[M_GATE_UP], x, H, g, r.n_tiles, r.tile_group,
+                                        r.tile_m0, max_tiles, acth, I, s);
+    if (e != cudaSuccess) return e;
+    g.pos_entry = nullptr;
+    e = launch_prefill_gemm(m->codec[M_DOWN], false, m->m[M_DOWN], acth, I, g, r.n_tiles, r.tile_group, r.tile_m0,
+                            max_tiles, y, H, s);
+    float *ys = nullptr;
+    if (e == cudaSuccess && m->has_shared) {
+        uint16_t *actsh = (uint16_t *)(ws + m->o_actsh);
+        ys = (float *)(ws + m->o_ys);
+        const uint32_t sh_tiles = (T + kPrefillTileM - 1) / kPrefillTileM;
+        Groups sg{r.shared_group, r.shared_group + 1, r.shared_group + 2, r.shared_group + 3, nullptr, 1, 1};
+        e = launch_prefill_gemm(m->codec[M_SGU], true, m->m[M_SGU], x, H, sg, r.sh_n_tiles, r.sh_tile_group,
+                                r.sh_tile_m0, sh_tiles, actsh, S, s);
+        if (e == cudaSuccess)
+            e = launch_prefill_gemm(m->codec[M_SDOWN], false, m->m[M_SDOWN], actsh, S, sg, r.sh_n_tiles,
+                                    r.sh_tile_group, r.sh_tile_m0, sh_tiles, ys, H, s);
+    }
+    if (e != cudaSuccess) return e;
+    launch_combine(r, y, ys, T, H, k, out, s);
+    return cudaGetLastError();
 }
 
 // One slice of T <= max_tokens tokens.
@@ -419,6 +466,9 @@ static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint
     float *act = (float *)(ws + m->o_act), *y = (float *)(ws + m->o_y);
     const uint32_t max_groups = T * k < E ? T * k : E;
     Groups g{r.n_groups, r.g_expert, r.g_start, r.g_count, r.pos_entry, k, max_groups};
+    if (!small && prefill_supported(m->m[M_GATE_UP], m->m[M_DOWN]) &&
+        (!m->has_shared || prefill_supported(m->m[M_SGU], m->m[M_SDOWN])))
+        return prefill_slice(m, x, T, out, ws, r, g, s);
     cudaError_t e = launch_gemv(m->codec[M_GATE_UP], true, m->m[M_GATE_UP], x, true, H, g, act, I, T, s);
     float *ys = nullptr;
     if (e == cudaSuccess && m->has_shared) {

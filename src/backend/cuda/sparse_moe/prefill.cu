@@ -1,0 +1,238 @@
+// The prefill route: grouped GEMMs on tensor cores (mma.sync m16n8k16, bf16 in, fp32 accumulate).
+//
+// A CTA computes a 128 x 128 tile: 128 positions of one expert's group (A, bf16 activations
+// gathered by position) against 128 weight rows (B), over K in slices of 128. Each slice of B is
+// decoded from the expert bank's codec to bf16 in shared memory by the same device codecs the
+// CUDA-core routes use (a 128-element slice of a row is always a whole run of pieces), while the
+// next slice's raw bytes are already in flight. A is copied with cp.async. Shared tiles keep rows of
+// 128 bf16 (16 chunks of 16 bytes) with chunk c of row r stored at c ^ (r & 7), so ldmatrix reads
+// hit eight different bank groups.
+//
+// gate/up: B's row 2i is gate row n0 + i and row 2i + 1 is up row n0 + i, so each thread's
+// accumulator pair (c0, c1) is (gate, up) of one intermediate element and the SwiGLU epilogue
+// needs no data exchange; it writes act as bf16 for the down GEMM. down: the epilogue writes
+// fp32 y[pos][h] for the combine.
+//
+// The tile list comes from the work list (device): CTAs past the live tile count exit at once, so
+// the launch shape depends only on T, never on routing results.
+#include "internal.cuh"
+#include "rowdot.cuh"
+
+namespace nf {
+
+namespace {
+
+constexpr int BM = 128, BN = 128, BK = 128, kThreads = 256;
+constexpr int kTileBytes = BM * BK * 2;        // one operand tile, bf16
+constexpr int kSmem = 2 * 2 * kTileBytes;      // A and B, two stages: 128 KiB
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+// byte offset of element (r, k) in a swizzled [128][128] bf16 tile
+__device__ __forceinline__ uint32_t swz(int r, int k) { return r * 256 + ((((k >> 3) ^ (r & 7)) << 4) | ((k & 7) << 1)); }
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void mma_bf16(float *c, const uint32_t *a, const uint32_t *b)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
+{
+    return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
+           ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
+}
+
+// A slice: 128 rows x 128 bf16 of the CTA's positions (rows past `count` are zero-filled).
+// Each thread copies 8 chunks of 16 bytes.
+__device__ __forceinline__ void load_a(uint8_t *sa, const uint16_t *in, uint32_t in_stride, const int32_t *rows,
+                                       int count, int kk)
+{
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const int c = threadIdx.x + i * kThreads, r = c >> 4, ch = c & 15;
+        const bool live = r < count;
+        const uint16_t *src = in + (size_t)(live ? rows[r] : 0) * in_stride + kk * BK + ch * 8;
+        cp_async16(smem_u32(sa + r * 256 + ((ch ^ (r & 7)) << 4)), src, live ? 16 : 0);
+    }
+}
+
+// B slice: thread t decodes half of weight row t / 2's pieces of the slice.
+template <class C>
+struct BSlice {
+    static constexpr int P = BK / C::PE;     // pieces per row per slice
+    static constexpr int PT = P / 2;          // per thread
+    typename C::Raw raw[PT];
+    typename C::Row row;
+
+    __device__ void load(const DevMat &W, uint32_t expert, uint32_t wrow, int kk)
+    {
+        row = C::row(W, expert, wrow);
+        const int q0 = kk * P + (threadIdx.x & 1) * PT;
+#pragma unroll
+        for (int i = 0; i < PT; i++) raw[i] = C::load(row, q0 + i);
+    }
+    __device__ void store(uint8_t *sb, int kk) const
+    {
+        const int r = threadIdx.x >> 1, q0 = kk * P + (threadIdx.x & 1) * PT;
+#pragma unroll
+        for (int i = 0; i < PT; i++) {
+            float w[C::PE];
+            C::decode(row, raw[i], q0 + i, w);
+#pragma unroll
+            for (int run = 0; run < C::RUNS; run++) {
+                const int k0 = C::elem(q0 + i, run) - kk * BK; // within the slice; runs are 4, 8 or 16 long
+#pragma unroll
+                for (int j = 0; j < C::RUN; j += 4) {
+                    uint2 v = make_uint2(pack_bf16(w[run * C::RUN + j], w[run * C::RUN + j + 1]),
+                                         pack_bf16(w[run * C::RUN + j + 2], w[run * C::RUN + j + 3]));
+                    *reinterpret_cast<uint2 *>(sb + swz(r, k0 + j)) = v;
+                }
+            }
+        }
+    }
+};
+
+// Tile table entries (built by the work list): tile i covers positions m0 .. m0+127 of group g.
+template <class C, bool GLU>
+__global__ void __launch_bounds__(kThreads, 1)
+    prefill_gemm_kernel(DevMat W, const uint16_t *in, uint32_t in_stride, Groups g, const int32_t *n_tiles,
+                        const int32_t *tile_group, const int32_t *tile_m0, void *out, uint32_t out_stride)
+{
+    extern __shared__ __align__(128) uint8_t smem[];
+    __shared__ int32_t rows[BM];
+    const int tile = blockIdx.x;
+    if (tile >= *n_tiles) return;
+    const int gi = tile_group[tile], m0 = tile_m0[tile];
+    const int expert = g.expert[gi], start = g.start[gi] + m0, count = min(BM, g.count[gi] - m0);
+    if (threadIdx.x < BM) {
+        const int p = start + (int)threadIdx.x;
+        rows[threadIdx.x] = threadIdx.x < (unsigned)count ? (g.pos_entry ? g.pos_entry[p] / (int)g.entry_div : p) : 0;
+    }
+    __syncthreads();
+
+    const int half = (int)W.rows / 2;
+    const int n0 = blockIdx.y * (GLU ? BN / 2 : BN); // first output column of the tile
+    const int br = threadIdx.x >> 1;                  // the B row this thread decodes
+    const uint32_t wrow = GLU ? (uint32_t)(n0 + (br >> 1) + ((br & 1) ? half : 0)) : (uint32_t)(n0 + br);
+    const int nk = (int)W.cols / BK;
+
+    uint8_t *sA[2] = {smem, smem + 2 * kTileBytes};
+    uint8_t *sB[2] = {smem + kTileBytes, smem + 3 * kTileBytes};
+    BSlice<C> b;
+    load_a(sA[0], in, in_stride, rows, count, 0);
+    asm volatile("cp.async.commit_group;\n" ::);
+    b.load(W, expert, wrow, 0);
+    b.store(sB[0], 0);
+    cp_async_wait_all();
+    __syncthreads();
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int wm = (warp & 1) * 64, wn = (warp >> 1) * 32; // warp tile: 64 x 32
+    float acc[4][4][4] = {};                               // [m16 tile][n8 tile][fragment]
+
+    for (int kk = 0; kk < nk; kk++) {
+        const int s = kk & 1;
+        if (kk + 1 < nk) { // next slice in flight while this one multiplies
+            load_a(sA[s ^ 1], in, in_stride, rows, count, kk + 1);
+            asm volatile("cp.async.commit_group;\n" ::);
+            b.load(W, expert, wrow, kk + 1);
+        }
+        const uint32_t a_base = smem_u32(sA[s]), b_base = smem_u32(sB[s]);
+#pragma unroll
+        for (int k16 = 0; k16 < BK / 16; k16++) {
+            uint32_t af[4][4], bfr[4][2];
+#pragma unroll
+            for (int mi = 0; mi < 4; mi++) {
+                const int r = wm + mi * 16 + (lane & 15), k = k16 * 16 + (lane >> 4) * 8;
+                ldmatrix_x4(a_base + swz(r, k), af[mi][0], af[mi][1], af[mi][2], af[mi][3]);
+            }
+#pragma unroll
+            for (int nj = 0; nj < 2; nj++) {
+                const int r = wn + nj * 16 + (lane & 7) + ((lane >> 4) << 3), k = k16 * 16 + ((lane >> 3) & 1) * 8;
+                ldmatrix_x4(b_base + swz(r, k), bfr[2 * nj][0], bfr[2 * nj][1], bfr[2 * nj + 1][0], bfr[2 * nj + 1][1]);
+            }
+#pragma unroll
+            for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++) mma_bf16(acc[mi][ni], af[mi], bfr[ni]);
+        }
+        if (kk + 1 < nk) {
+            b.store(sB[s ^ 1], kk + 1);
+            cp_async_wait_all();
+        }
+        __syncthreads();
+    }
+
+    // epilogue
+#pragma unroll
+    for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+        for (int hrow = 0; hrow < 2; hrow++) {
+            const int r = wm + mi * 16 + (lane >> 2) + hrow * 8;
+            if (r >= count) continue;
+            const size_t pos = (size_t)start + r;
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++) {
+                const float c0 = acc[mi][ni][2 * hrow], c1 = acc[mi][ni][2 * hrow + 1];
+                const int col = wn + ni * 8 + (lane & 3) * 2; // tile column of c0
+                if (GLU) {
+                    const float v = silu(c0) * c1;
+                    ((uint16_t *)out)[pos * out_stride + n0 + col / 2] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+                } else {
+                    *reinterpret_cast<float2 *>((float *)out + pos * out_stride + n0 + col) = make_float2(c0, c1);
+                }
+            }
+        }
+}
+
+template <class C, bool GLU>
+cudaError_t launch_t(const DevMat &W, const uint16_t *in, uint32_t in_stride, const Groups &g, const int32_t *n_tiles,
+                     const int32_t *tile_group, const int32_t *tile_m0, uint32_t max_tiles, void *out,
+                     uint32_t out_stride, cudaStream_t s)
+{
+    auto k = prefill_gemm_kernel<C, GLU>;
+    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    if (e != cudaSuccess) return e;
+    const uint32_t ntiles_n = GLU ? W.rows / BN : W.rows / BN; // GLU: 2I rows -> I/64 tiles of 128 B rows
+    k<<<dim3(max_tiles, ntiles_n), kThreads, kSmem, s>>>(W, in, in_stride, g, n_tiles, tile_group, tile_m0, out,
+                                                         out_stride);
+    return cudaGetLastError();
+}
+
+} // namespace
+
+bool prefill_supported(const DevMat &gate_up, const DevMat &down)
+{
+    // tiles: K slices of 128 and B tiles of 128 rows (for GLU 64 gate + 64 up rows)
+    return gate_up.cols % BK == 0 && down.cols % BK == 0 && (gate_up.rows / 2) % (BN / 2) == 0 && down.rows % BN == 0;
+}
+
+cudaError_t launch_prefill_gemm(int codec, bool glu, const DevMat &W, const uint16_t *in, uint32_t in_stride,
+                                const Groups &g, const int32_t *n_tiles, const int32_t *tile_group,
+                                const int32_t *tile_m0, uint32_t max_tiles, void *out, uint32_t out_stride,
+                                cudaStream_t s)
+{
+    return dispatch_codec(codec, [&](auto c) {
+        using C = decltype(c);
+        return glu ? launch_t<C, true>(W, in, in_stride, g, n_tiles, tile_group, tile_m0, max_tiles, out, out_stride, s)
+                   : launch_t<C, false>(W, in, in_stride, g, n_tiles, tile_group, tile_m0, max_tiles, out, out_stride, s);
+    });
+}
+
+} // namespace nf
