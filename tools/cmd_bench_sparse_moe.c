@@ -19,7 +19,7 @@
 enum { MAX_T = 4096, MAX_PROFILES = 16, MAX_DISTS = 4 };
 
 typedef struct opts {
-    const char *codec, *geometry, *sweep, *tokens, *dist, *execution, *cache, *format, *out;
+    const char *codec, *geometry, *sweep, *tokens, *dist, *execution, *cache, *format, *out, *route;
     long H, E, k, I, S, flush_mib, warmup, repeat, seed, chunk;
     int null_arm, peer;
 } opts;
@@ -121,7 +121,7 @@ static int cmp_dbl(const void *a, const void *b)
 int nf_cmd_bench_sparse_moe(int argc, char **argv)
 {
     opts o = {.codec = "q4_k+q6_k", .geometry = "qwen3-30b-a3b", .dist = "trace-like", .execution = "graph",
-              .cache = "cold", .format = "table", .flush_mib = 256, .warmup = 5, .repeat = 20, .seed = 1, .chunk = 4096};
+              .cache = "cold", .format = "table", .route = "auto", .flush_mib = 256, .warmup = 5, .repeat = 20, .seed = 1, .chunk = 4096};
     const nf_opt table[] = {
         {"--codec", 0, NF_OPT_STRING, &o.codec, "P", "profiles, comma-separated (q4_k+q6_k, q8_0+q8_0, bf16, nvfp4, ...[/shared]) or all", 0, 0},
         {"--geometry", 0, NF_OPT_STRING, &o.geometry, "G", "qwen3-30b-a3b (default), qwen3.5-35b-a3b, qwen2-57b-a14b, tiny", 0, 0},
@@ -141,6 +141,7 @@ int nf_cmd_bench_sparse_moe(int argc, char **argv)
         {"--null-arm", 0, NF_OPT_FLAG, &o.null_arm, NULL, "measure every row twice and report |delta|", 0, 0},
         {"--peer", 0, NF_OPT_FLAG, &o.peer, NULL, "also time per-expert cuBLAS bf16 GEMMs (the naive way)", 0, 0},
         {"--chunk", 0, NF_OPT_INT, &o.chunk, "N", "the operator's bound chunk (default 4096)", 1, 65536},
+        {"--route", 0, NF_OPT_STRING, &o.route, "R", "auto (the profile's thresholds), small (decode/small-token up to 16) or prefill", 0, 0},
         {"--seed", 0, NF_OPT_INT, &o.seed, "N", "weights and routing seed (default 1)", 0, 0},
         {"--format", 0, NF_OPT_STRING, &o.format, "F", "table (default), csv, json", 0, 0},
         {"--out", 0, NF_OPT_STRING, &o.out, "FILE", "write the rows there (stdout otherwise)", 0, 0},
@@ -170,6 +171,8 @@ int nf_cmd_bench_sparse_moe(int argc, char **argv)
     if (strcmp(o.execution, "graph") && strcmp(o.execution, "stream"))
         return nf_cli_fail("--execution: '%s' is not graph or stream", o.execution) * 2;
     if (strcmp(o.cache, "cold") && strcmp(o.cache, "warm")) return nf_cli_fail("--cache: '%s' is not cold or warm", o.cache) * 2;
+    if (strcmp(o.route, "auto") && strcmp(o.route, "small") && strcmp(o.route, "prefill"))
+        return nf_cli_fail("--route: '%s' is not auto, small or prefill", o.route) * 2;
     if (strcmp(o.format, "table") && strcmp(o.format, "csv") && strcmp(o.format, "json"))
         return nf_cli_fail("--format: '%s' is not table, csv or json", o.format) * 2;
 
@@ -286,6 +289,8 @@ int nf_cmd_bench_sparse_moe(int argc, char **argv)
                 nf_sparse_moe_profile(m), nf_sparse_moe_weight_bytes(m) / 1e6, nf_sparse_moe_workspace_bytes(m, 1),
                 ws_bytes, chunk);
         nf_sparse_moe_force_routing(m, dids);
+        if (strcmp(o.route, "small") == 0) nf_sparse_moe_set_thresholds(m, 1, 16); /* the frontier sweep's arms */
+        if (strcmp(o.route, "prefill") == 0) nf_sparse_moe_set_thresholds(m, 0, 0);
         for (int d = 0; d < ndist && rc == 0; d++)
             for (int i = 0; i < nT && rc == 0; i++) {
                 const uint32_t T = Ts[i], slice = T < chunk ? T : chunk;

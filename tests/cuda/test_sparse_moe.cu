@@ -417,7 +417,20 @@ int main(void)
     cudaMalloc(&dx, xb.size() * 2);
     cudaMemcpy(dx, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice);
 
-    const std::vector<uint32_t> Ts = {1, 2, 3, 8, 13, 16, 17, 64, 768, 4097};
+    // T on both sides of every route threshold (decode <= 1; small-token <= 2, 10 or 11 by profile;
+    // the fused small-token kernels end at 16), a ragged
+    // tail past the chunk (4097 = 4096 + 1). NF_TEST_TOKENS=1,13,4097 narrows the list (sanitizer runs).
+    std::vector<uint32_t> Ts = {1, 2, 3, 8, 10, 11, 12, 13, 16, 17, 64, 768, 4097};
+    if (const char *env = getenv("NF_TEST_TOKENS")) {
+        Ts.clear();
+        for (const char *p = env; *p;) {
+            char *end;
+            long t = strtol(p, &end, 10);
+            if (end == p || t < 1 || t > (long)TMAX) break;
+            Ts.push_back((uint32_t)t);
+            p = *end ? end + 1 : end;
+        }
+    }
     const Profile profiles[] = {
         {"bf16", NF_CODEC_BF16, NF_CODEC_BF16, -1, -1, 1},
         {"q4_k+q6_k", NF_CODEC_Q4_K, NF_CODEC_Q6_K, -1, -1, 1},

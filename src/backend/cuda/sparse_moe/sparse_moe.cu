@@ -46,6 +46,20 @@ static int planar_layout(int codec, PlanarLayout *pl)
     }
 }
 
+// The small-token/prefill frontier per profile: the largest T at which the CUDA-core route beats the
+// tensor-core one, from the recorded sweep in docs/sparse_moe.md (H200, qwen3-30b-a3b geometry,
+// trace-like routing, cold L2, graph replay). q4_k+q6_k stands for the k-quant gate/up profiles, which
+// share its kernels' per-byte cost; the other k-quant mixes were not swept apart.
+static uint32_t small_route_max(int gate_up_codec)
+{
+    switch (gate_up_codec) {
+    case NF_CODEC_BF16: return 11;  // 462 vs 476 us at 11; 496 vs 482 at 12
+    case NF_CODEC_Q8_0: return 2;   // 140 vs 164 us at 2; 203 vs 182 at 3
+    case NF_CODEC_NVFP4: return 2;  // 138 vs 167 us at 2; 194 vs 186 at 3
+    default: return 10;             // q4_k+q6_k: 453 vs 464 us at 10; 501 vs 489 at 11
+    }
+}
+
 struct nf_sparse_moe {
     nf_moe_bank bank;      // shapes and policies (host data pointers cleared)
     uint32_t max_tokens;   // the chunk
@@ -315,9 +329,8 @@ extern "C" nf_status nf_sparse_moe_bind(const nf_moe_bank *b, uint32_t max_token
     m->max_tokens = max_tokens;
     m->has_shared = has_shared;
     snprintf(m->profile, sizeof m->profile, "%s", profile);
-    // Until the sweep (ninfer bench sparse-moe --sweep) records per-profile thresholds.
     m->decode_max = 1;
-    m->small_max = kSmallRouteMax;
+    m->small_max = small_route_max(b->gate_up.codec);
 
     size_t off[6] = {}, total = 0;
     for (int i = 0; i < nmat; i++) {
