@@ -10,43 +10,7 @@
 #include "base/fnv.h"
 #include "format/gguf.h"
 #include "nf_test.h"
-
-#define SRC NF_TEST_DATA "/fixtures/sources"
-
-static char tmpdir[64];
-
-static unsigned char *read_all(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)len + 1);
-    *n = fread(b, 1, (size_t)len, f);
-    b[*n] = 0;
-    fclose(f);
-    return b;
-}
-
-static const char *write_tmp(const char *name, const void *data, size_t n)
-{
-    static char path[512];
-    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
-    FILE *f = fopen(path, "wb");
-    fwrite(data, 1, n, f);
-    fclose(f);
-    return path;
-}
-
-static cJSON *manifest(void)
-{
-    size_t n = 0;
-    unsigned char *b = read_all(SRC "/manifest.json", &n);
-    cJSON *m = b ? cJSON_ParseWithLength((const char *)b, n) : NULL;
-    free(b);
-    return m;
-}
+#include "test_sources_util.h"
 
 static const cJSON *get(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
 static uint64_t num(const cJSON *o, const char *k) { return (uint64_t)get(o, k)->valuedouble; }
