@@ -4,6 +4,7 @@
 # hash and the CUDA state.
 set -u
 bin=$1
+data=${2:-}
 pass=0 fail=0
 expect() { # expect DESCRIPTION WANT_STATUS GREP_PATTERN STREAM -- ARGS...
     local desc=$1 want=$2 pat=$3 stream=$4
@@ -32,6 +33,20 @@ expect "--version names cuda state" 0 "^cuda: " out -- --version
 expect "command --help" 0 "^usage: ninfer version" out -- version --help
 expect "unknown command flag" 2 "unknown option '--bogus'" err -- version --bogus
 expect "unexpected positional" 2 "unexpected argument 'x'" err -- version x
+# every command in the table answers --help with its usage
+for cmd in $("$bin" --help | awk '/^commands:/{on=1; next} on && /^  [a-z]/ {print $1}'); do
+    expect "$cmd --help" 0 "^usage: ninfer $cmd" out -- "$cmd" --help
+done
+if [ -n "$data" ]; then # inspect on the committed reference artifact (tests/fixtures/format)
+    ref=$data/fixtures/format/ref_v1.nf
+    expect "inspect" 0 "tensors" out -- inspect "$ref"
+    expect "inspect --json" 0 '^\{' out -- inspect --json "$ref"
+    expect "inspect --verify" 0 "checksum" out -- inspect --verify "$ref"
+    head -c 1000 "$ref" > /tmp/nf_cli_trunc.$$
+    expect "inspect truncated" 1 "error" err -- inspect /tmp/nf_cli_trunc.$$
+    expect "inspect missing" 1 "cannot open" err -- inspect /nonexistent.nf
+    rm -f /tmp/nf_cli_trunc.$$
+fi
 rm -f /tmp/nf_cli_err.$$
 echo "cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
