@@ -3,7 +3,7 @@
 tests/fixtures/models/. CI never runs this; the converter and the CPU engine tests read what it wrote.
 
     python3 -m venv /tmp/venv && /tmp/venv/bin/pip install -r tests/oracle/requirements-convert.txt
-    /tmp/venv/bin/python tests/oracle/tiny_models.py
+    /tmp/venv/bin/python tests/oracle/tiny_models.py [qwen3_moe_256]   (that one alone)
 
 Models (all saved as bf16 safetensors with config.json, no tokenizer):
   qwen3_moe        2 layers, both sparse-MoE, 8 experts top-2, norm_topk_prob, q/k norm,
@@ -17,6 +17,11 @@ Models (all saved as bf16 safetensors with config.json, no tokenizer):
   qwen2_moe        3 layers, layer 1 dense (mlp_only_layers=[1]), 8 experts top-2 without
                    renormalisation, a shared expert with its sigmoid gate, q/k/v biases, tied embeddings
   llama            2 layers dense, GQA, tied embeddings (SmolLM2-like)
+  qwen3_moe_256    1 layer, 4 experts, hidden = moe_intermediate = 256 (rows that k-quants and
+                   128-row nvfp4 tiles take, so the q4q6/q4q5/nvfp4 recipes are exercised instead
+                   of their q8_0 fallback), vocab 256, tied embeddings, head_dim 64 (attn_output's
+                   rows are 128 long: it stays on the q8_0 fallback on purpose). No reference
+                   data (the converter tests compare against model.safetensors itself); 1.9 MB.
 
 Weights are initialised wider than transformers' default (std 0.15, routers 0.6, norms 1 +- 0.2)
 so routing and logits are not flat, then ROUNDED TO BF16; the float32 reference runs on the rounded
@@ -33,6 +38,7 @@ Reference data (float32, eager attention, computed by transformers on CPU):
 import json
 import os
 import shutil
+import sys
 
 import numpy as np
 import torch
@@ -69,6 +75,15 @@ def llama_config():
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
         rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True, attention_bias=False,
         mlp_bias=False)
+
+
+def qwen3_moe_256_config():
+    return transformers.Qwen3MoeConfig(
+        vocab_size=256, hidden_size=256, intermediate_size=512, moe_intermediate_size=256,
+        num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=64,
+        num_experts=4, num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1,
+        mlp_only_layers=[], max_position_embeddings=512, rms_norm_eps=1e-6, rope_theta=1000000.0,
+        tie_word_embeddings=True, attention_bias=False, use_sliding_window=False)
 
 
 def init_weights(model, seed):
@@ -197,11 +212,19 @@ def check_reload(folder, model, sd_saved):
     assert np.array_equal(a, b), (folder, float(np.abs(a - b).max()))
 
 
-def build(name, cfg, cls, seed, layouts):
+def build(name, cfg, cls, seed, layouts, with_reference=True):
     torch.manual_seed(seed)
     cfg._attn_implementation = "eager"
     model = cls(cfg).eval().float()
     init_weights(model, seed)
+    if not with_reference:
+        folder = os.path.join(OUT, name)
+        if os.path.isdir(folder):
+            shutil.rmtree(folder)
+        sd = save(model, cfg, folder, layouts[0][1])
+        check_reload(folder, model, sd)
+        print(f"{name}: {os.path.getsize(os.path.join(folder, 'model.safetensors'))} bytes (no reference data)")
+        return
     ref = reference(model, cfg.vocab_size, seed + 1)
     for folder_name, layout in layouts:
         folder = os.path.join(OUT, folder_name)
@@ -223,10 +246,17 @@ def build(name, cfg, cls, seed, layouts):
 
 def main():
     os.makedirs(OUT, exist_ok=True)
+    only = sys.argv[1:]  # model names to (re)write; none: all
+    if only == ["qwen3_moe_256"]:
+        build("qwen3_moe_256", qwen3_moe_256_config(), transformers.Qwen3MoeForCausalLM, 4000,
+              [("qwen3_moe_256", "per_expert")], with_reference=False)
+        return
     build("qwen3_moe", qwen3_moe_config(), transformers.Qwen3MoeForCausalLM, 1000,
           [("qwen3_moe", "per_expert"), ("qwen3_moe_fused", "fused")])
     build("qwen2_moe", qwen2_moe_config(), transformers.Qwen2MoeForCausalLM, 2000, [("qwen2_moe", "per_expert")])
     build("llama", llama_config(), transformers.LlamaForCausalLM, 3000, [("llama", "dense")])
+    build("qwen3_moe_256", qwen3_moe_256_config(), transformers.Qwen3MoeForCausalLM, 4000,
+          [("qwen3_moe_256", "per_expert")], with_reference=False)
 
 
 if __name__ == "__main__":
