@@ -1,6 +1,7 @@
 /* `ninfer bench sparse-moe`: the operator benchmark (docs/bench.md). For each profile, routing
  * distribution and token count: the median, p10 and p90 of CUDA-event timings of one forward
- * (graph replay by default, L2 flushed before each repeat by default), the unique weight bytes the
+ * (graph replay by default, L2 flushed before each repeat by default) on synthetic weights or one
+ * layer of a model artifact (-m, --layer), the unique weight bytes the
  * routed experts make it read, GB/s and % of the DRAM read peak measured at start in the same run,
  * logical TFLOP/s and % of the cuBLAS bf16 GEMM rate measured at start, the arena bytes, and
  * optionally a null arm (the same row measured twice) and the peer arm (per-expert cuBLAS). */
@@ -11,6 +12,7 @@
 
 #include "backend/cuda/sparse_moe/sparse_moe.h"
 #include "cli.h"
+#include "engine/moe_bank.h"
 #include "codec/codec.h"
 #include "commands.h"
 #include "gpu_bench.h"
@@ -19,8 +21,8 @@
 enum { MAX_T = 4096, MAX_PROFILES = 16, MAX_DISTS = 4 };
 
 typedef struct opts {
-    const char *codec, *geometry, *sweep, *tokens, *dist, *execution, *cache, *format, *out, *route;
-    long H, E, k, I, S, flush_mib, warmup, repeat, seed, chunk;
+    const char *codec, *geometry, *sweep, *tokens, *dist, *execution, *cache, *format, *out, *route, *model;
+    long H, E, k, I, S, flush_mib, warmup, repeat, seed, chunk, layer;
     int null_arm, peer;
 } opts;
 
@@ -123,6 +125,8 @@ int nf_cmd_bench_sparse_moe(int argc, char **argv)
     opts o = {.codec = "q4_k+q6_k", .geometry = "qwen3-30b-a3b", .dist = "trace-like", .execution = "graph",
               .cache = "cold", .format = "table", .route = "auto", .flush_mib = 256, .warmup = 5, .repeat = 20, .seed = 1, .chunk = 4096};
     const nf_opt table[] = {
+        {"--model", 'm', NF_OPT_STRING, &o.model, "FILE", "take the bank from this artifact (with --layer) instead of synthetic weights", 0, 0},
+        {"--layer", 0, NF_OPT_INT, &o.layer, "N", "the MoE layer of --model (default 0)", 0, 1 << 20},
         {"--codec", 0, NF_OPT_STRING, &o.codec, "P", "profiles, comma-separated (q4_k+q6_k, q8_0+q8_0, bf16, nvfp4, ...[/shared]) or all", 0, 0},
         {"--geometry", 0, NF_OPT_STRING, &o.geometry, "G", "qwen3-30b-a3b (default), qwen3.5-35b-a3b, qwen2-57b-a14b, tiny", 0, 0},
         {"-H", 0, NF_OPT_INT, &o.H, "N", "hidden size (overrides the geometry)", 1, 65536},
@@ -178,7 +182,20 @@ int nf_cmd_bench_sparse_moe(int argc, char **argv)
 
     nf_moe_profile profiles[MAX_PROFILES];
     int nprof = 0;
-    if (strcmp(o.codec, "all") == 0) {
+    nf_model *model = NULL;
+    nf_moe_bank real;
+    if (o.model) { /* a real layer: its geometry and codecs replace --geometry and --codec */
+        if (nf_model_load(o.model, &model, &err) != NF_OK) return nf_cli_fail("%s", err.msg);
+        if (nf_moe_bank_of_layer(model, (uint32_t)o.layer, &real, &err) != NF_OK) {
+            nf_model_free(model);
+            return nf_cli_fail("%s: %s", o.model, err.msg);
+        }
+        g = (nf_moe_geometry){o.model, real.hidden, real.experts, real.top_k, real.inter, real.shared_inter};
+        profiles[0] = (nf_moe_profile){.gu = real.gate_up.codec, .dn = real.down.codec,
+                                       .sgu = real.shared_gate_up.codec, .sdn = real.shared_down.codec};
+        snprintf(profiles[0].name, sizeof profiles[0].name, "layer %ld", o.layer);
+        nprof = 1;
+    } else if (strcmp(o.codec, "all") == 0) {
         nprof = nf_bench_all_profiles(g.S != 0, profiles, MAX_PROFILES);
     } else {
         char buf[512];
@@ -274,7 +291,9 @@ int nf_cmd_bench_sparse_moe(int argc, char **argv)
         void *keep[6] = {0};
         nf_sparse_moe *m = NULL;
         size_t ws_bytes = 0;
-        if (bind_synthetic(&g, &profiles[pi], chunk, (uint64_t)o.seed, &m, &ws_bytes, keep, &err) != NF_OK) {
+        nf_status bst = model ? nf_sparse_moe_bind(&real, chunk, &m, &ws_bytes, &err)
+                              : bind_synthetic(&g, &profiles[pi], chunk, (uint64_t)o.seed, &m, &ws_bytes, keep, &err);
+        if (bst != NF_OK) {
             fprintf(stderr, "ninfer: error: %s: %s\n", profiles[pi].name, err.msg);
             rc = 1;
         }
@@ -338,6 +357,7 @@ int nf_cmd_bench_sparse_moe(int argc, char **argv)
     }
     if (out != stdout) fclose(out);
     for (int d = 0; d < ndist; d++) nf_bench_dist_free(&dists[d]);
+    nf_model_free(model);
     nf_gpu_peer_destroy(peer);
     free(peer_us);
     nf_gpu_free(dx);

@@ -22,5 +22,6 @@ check "bad tokens" 2 "comma-separated list" --tokens 1,x
 check "bad execution" 2 "is not graph or stream" --execution async
 check "k > E" 2 "exceeds -E" -E 4 -k 8
 check "unknown flag" 2 "unknown option '--fast'" --fast
+check "missing model" 1 "cannot open" -m /nonexistent/model.nf
 echo "bench cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -1,0 +1,47 @@
+#include "engine/moe_bank.h"
+
+#include <string.h>
+
+/* A tensor as one of the operator's matrices: [E][rows][cols], [rows][cols] or [cols] (as 1 x 1 x
+ * cols). NULL gives an absent matrix (codec -1). */
+static nf_moe_matrix matrix_of(const nf_tensor *t)
+{
+    nf_moe_matrix m;
+    memset(&m, 0, sizeof m);
+    m.codec = -1;
+    if (!t) return m;
+    const nf_tensor_desc *d = &t->desc;
+    m.codec = (int)d->codec;
+    m.data = t->data;
+    m.experts = d->n_dims == 3 ? (uint32_t)d->dims[0] : 1;
+    m.rows = d->n_dims >= 2 ? (uint32_t)d->dims[d->n_dims - 2] : 1;
+    m.cols = (uint32_t)d->dims[d->n_dims - 1];
+    m.divisors = d->divisors ? d->divisors : 1;
+    m.allow_a4 = (d->flags & NF_TENSOR_ALLOW_A4) != 0;
+    m.input_divisor = d->n_input_divisors ? d->input_divisors[0] : 0.0f;
+    return m;
+}
+
+nf_status nf_moe_bank_of_layer(const nf_model *m, uint32_t layer, nf_moe_bank *bank, nf_error *err)
+{
+    memset(bank, 0, sizeof *bank);
+    const nf_model_config *c = &m->cfg;
+    if (layer >= c->layers)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "layer %u: the model has %u layers", layer, c->layers);
+    const nf_model_layer *L = &m->layers[layer];
+    if (!L->is_moe)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "layer %u is a dense MLP layer, not a sparse-MoE block", layer);
+    bank->hidden = c->hidden;
+    bank->experts = c->experts;
+    bank->top_k = c->top_k;
+    bank->inter = c->moe_inter;
+    bank->shared_inter = L->ffn_gate_up_shexp ? c->shared_inter : 0;
+    bank->norm_topk = c->norm_topk;
+    bank->router = matrix_of(L->ffn_gate_inp);
+    bank->gate_up = matrix_of(L->ffn_gate_up_exps);
+    bank->down = matrix_of(L->ffn_down_exps);
+    bank->shared_gate_up = matrix_of(L->ffn_gate_up_shexp);
+    bank->shared_down = matrix_of(L->ffn_down_shexp);
+    bank->shared_gate = matrix_of(L->ffn_gate_inp_shexp);
+    return NF_OK;
+}

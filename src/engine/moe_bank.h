@@ -1,0 +1,15 @@
+/* The sparse-MoE operator's view of one layer of a loaded model: host pointers into the mapped
+ * artifact, shapes, divisors and policies, ready for nf_sparse_moe_bind (the GPU engine and
+ * `ninfer bench sparse-moe -m model.nf --layer N` use it). */
+#ifndef NF_ENGINE_MOE_BANK_H
+#define NF_ENGINE_MOE_BANK_H
+
+#include "backend/cuda/sparse_moe/sparse_moe.h"
+#include "model/model.h"
+
+/* Fills *bank for MoE layer `layer`. Fails naming the layer when it is out of range or dense.
+ * Input divisors: the first of a tensor's W4A4 input divisors (down banks carry one per expert in
+ * the artifact; the operator's W4A4 route, which would take them all, does not exist yet). */
+nf_status nf_moe_bank_of_layer(const nf_model *m, uint32_t layer, nf_moe_bank *bank, nf_error *err);
+
+#endif
