@@ -96,28 +96,76 @@ static void drop_pages(const void *data, uint64_t n)
     (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
-static uint64_t part_src_bytes(const nf_plan *p, const nf_plan_part *q, int drop)
+/* Source bytes a part reads (the progress figure). */
+static uint64_t part_src_bytes(const nf_plan *p, const nf_plan_part *q)
 {
     const char *const sfx[] = {".weight_packed", ".weight", ".weight_scale"};
     uint64_t tot = 0;
     if (q->kind == NF_PART_GGUF) {
         const nf_gguf_tensor *g = nf_gguf_find_tensor(p->gguf, q->src);
-        if (drop) drop_pages(g->data, g->nbytes);
         return g->nbytes;
     }
     if (q->kind == NF_PART_DENSE) {
         const nf_st_tensor *s = nf_st_set_find(p->st, q->src);
-        if (drop) drop_pages(s->data, s->nbytes);
         return s->nbytes;
     }
     for (int i = 0; i < 3; i++) {
         const nf_st_tensor *s = st_key(p, q->src, sfx[i]);
-        if (s && (i != 1 || s->dtype == NF_ST_U8)) {
-            if (drop) drop_pages(s->data, s->nbytes);
-            tot += s->nbytes;
-        }
+        if (s && (i != 1 || s->dtype == NF_ST_U8)) tot += s->nbytes;
     }
     return tot;
+}
+
+/* The mapped extent of every source file: [lo, lo + n) covers all its tensors' bytes. */
+typedef struct src_span {
+    const uint8_t *lo;
+    uint64_t n;
+} src_span;
+
+static void span_add(src_span *sp, const void *data, uint64_t n)
+{
+    const uint8_t *a = data, *b = a + n, *end = sp->lo ? sp->lo + sp->n : NULL;
+    if (!n) return;
+    if (!sp->lo || a < sp->lo) sp->lo = a;
+    if (!end || b > end) end = b;
+    sp->n = (uint64_t)(end - sp->lo);
+}
+
+/* Drops every mapped source page. Called after each batch of output rows: a stacked tensor (an
+ * expert bank of hundreds of MB from hundreds of sources) then never holds more than about a batch
+ * of its source resident. All sources, not only the batch's rows: the kernel maps pages around each
+ * fault (fault-around, whole large folios), so reading a source also maps the edges of its
+ * neighbours in the file, some already converted, a few hundred KiB per source matrix, without
+ * bound over a checkpoint of thousands of them. Pages needed again fault back in from the page
+ * cache; the walk over a mostly unmapped range costs little next to a 4 MiB batch. */
+static void drop_sources(const src_span *sp, size_t n)
+{
+    for (size_t k = 0; k < n; k++) drop_pages(sp[k].lo, sp[k].n);
+}
+
+/* One span per safetensors shard, or one for the GGUF. *n_out = 0 when out of memory (the per-part
+ * drops still apply). */
+static src_span *source_spans(const nf_plan *p, size_t *n_out)
+{
+    size_t n = p->src_kind == NF_SRC_GGUF ? 1 : nf_st_set_shard_count(p->st);
+    src_span *sp = calloc(n ? n : 1, sizeof *sp);
+    *n_out = sp ? n : 0;
+    if (!sp) return NULL;
+    if (p->src_kind == NF_SRC_GGUF) {
+        for (size_t i = 0; i < nf_gguf_tensor_count(p->gguf); i++) {
+            const nf_gguf_tensor *g = nf_gguf_tensor_at(p->gguf, i);
+            span_add(&sp[0], g->data, g->nbytes);
+        }
+        return sp;
+    }
+    for (size_t k = 0; k < n; k++) {
+        const nf_safetensors *f = nf_st_set_shard(p->st, k);
+        for (size_t i = 0; i < nf_safetensors_count(f); i++) {
+            const nf_st_tensor *t = nf_safetensors_at(f, i);
+            span_add(&sp[k], t->data, t->nbytes);
+        }
+    }
+    return sp;
 }
 
 /* ---- encoding -------------------------------------------------------------------------------- */
@@ -167,7 +215,7 @@ static uint64_t tensor_rows(const nf_plan_tensor *t)
 
 /* ENCODE and COPY: rows in batches of about BATCH_BYTES. */
 static nf_status write_rows(const nf_plan *p, const nf_plan_tensor *t, nf_artifact_writer *w, nf_pool *pool,
-                            nf_error *err)
+                            const src_span *sp, size_t n_sp, nf_error *err)
 {
     uint64_t rows = tensor_rows(t), cols = t->dims[t->n_dims - 1];
     size_t rb = nf_codec_row_bytes(nf_codec_get(t->codec), cols);
@@ -189,6 +237,7 @@ static nf_status write_rows(const nf_plan *p, const nf_plan_tensor *t, nf_artifa
             nf_parallel_for(pool, (size_t)n, 8, enc_rows, &j);
         }
         s = nf_artifact_writer_write(w, out, (size_t)(n * rb), err);
+        drop_sources(sp, n_sp);
     }
     free(out);
     free(scratch);
@@ -237,14 +286,14 @@ static nf_status nvfp4_quant(const nf_plan *p, const nf_plan_tensor *t, const nf
 }
 
 static nf_status write_tensor(const nf_plan *p, const nf_plan_tensor *t, nf_artifact_writer *w, nf_pool *pool,
-                              nf_error *err)
+                              const src_span *sp, size_t n_sp, nf_error *err)
 {
     nf_tensor_desc d = {.name = t->name, .codec = t->codec, .n_dims = t->n_dims, .divisors = t->divisors,
                         .flags = t->flags, .n_input_divisors = t->n_input_divisors, .input_divisors = t->input_divisors};
     memcpy(d.dims, t->dims, sizeof d.dims);
     if (t->codec != NF_CODEC_NVFP4) {
         nf_status s = nf_artifact_writer_begin_tensor(w, &d, err);
-        if (s == NF_OK) s = write_rows(p, t, w, pool, err);
+        if (s == NF_OK) s = write_rows(p, t, w, pool, sp, n_sp, err);
         if (s == NF_OK) s = nf_artifact_writer_end_tensor(w, err);
         return s;
     }
@@ -408,16 +457,19 @@ nf_status nf_convert_run(const nf_plan *p, const char *out, const nf_convert_opt
     s = model_meta(p, w, err);
     if (s == NF_OK) s = nf_convert_tokenizer_meta(p, w, err);
     if (s == NF_OK) s = provenance(p, w, err);
+    size_t n_spans = 0;
+    src_span *spans = source_spans(p, &n_spans);
     uint64_t t0 = nf_time_ns(), in = 0, outb = 0, last = t0;
     for (size_t i = 0; i < p->n && s == NF_OK; i++) {
         const nf_plan_tensor *t = &p->t[i];
-        s = write_tensor(p, t, w, pool, err);
+        s = write_tensor(p, t, w, pool, spans, n_spans, err);
         for (uint32_t k = 0; k < t->n_parts; k++) {
-            /* parts of one source tensor repeat: count and drop each source once */
+            /* parts of one source tensor repeat: count each source once */
             int seen = 0;
             for (uint32_t m = 0; m < k && !seen; m++) seen = strcmp(t->parts[m].src, t->parts[k].src) == 0;
-            if (!seen) in += part_src_bytes(p, &t->parts[k], 1);
+            if (!seen) in += part_src_bytes(p, &t->parts[k]);
         }
+        drop_sources(spans, n_spans);
         uint64_t now = nf_time_ns();
         if (!(o && o->quiet) && (now - last > 500000000ull || i + 1 == p->n)) {
             double sec = (double)(now - t0) * 1e-9;
@@ -439,6 +491,7 @@ nf_status nf_convert_run(const nf_plan *p, const char *out, const nf_convert_opt
     } else
         nf_artifact_writer_abort(w);
     nf_pool_destroy(pool);
+    free(spans);
     if (stats) {
         stats->bytes_in = in;
         stats->bytes_out = outb;
