@@ -245,7 +245,8 @@ static nf_status write_rows(const nf_plan *p, const nf_plan_tensor *t, nf_artifa
 }
 
 /* NVFP4_COPY: data rows copied, row-major scales swizzled into the tile plane, divisor words. */
-static void nvfp4_copy(const nf_plan *p, const nf_plan_tensor *t, const nf_nvfp4_layout *l, uint8_t *pay)
+static void nvfp4_copy(const nf_plan *p, const nf_plan_tensor *t, const nf_nvfp4_layout *l, uint8_t *pay,
+                       const src_span *sp, size_t n_sp)
 {
     uint64_t cols = l->cols, row = 0;
     for (uint32_t i = 0; i < t->n_parts; i++) {
@@ -259,12 +260,13 @@ static void nvfp4_copy(const nf_plan *p, const nf_plan_tensor *t, const nf_nvfp4
             for (uint64_t k = 0; k < cols / 16; k++) pay[l->scale_offset + nf_nvfp4_scale_index(row, k, cols)] = s[k];
         }
         memcpy(pay + l->divisor_offset + 4 * (uint64_t)i, &q->divisor, 4);
+        drop_sources(sp, n_sp);
     }
 }
 
 /* NVFP4_QUANT: each source matrix quantized with its own divisor (from its amax). */
 static nf_status nvfp4_quant(const nf_plan *p, const nf_plan_tensor *t, const nf_nvfp4_layout *l, uint8_t *pay,
-                             nf_error *err)
+                             const src_span *sp, size_t n_sp, nf_error *err)
 {
     uint64_t cols = l->cols, row = 0;
     for (uint32_t i = 0; i < t->n_parts; i++) {
@@ -276,6 +278,7 @@ static nf_status nvfp4_quant(const nf_plan *p, const nf_plan_tensor *t, const nf
             nf_convert_part_row(p, q, cols, r, w + r * cols, NULL);
             for (uint64_t k = 0; k < cols; k++) amax = fmaxf(amax, fabsf(w[r * cols + k]));
         }
+        drop_sources(sp, n_sp); /* this part's source is in w now */
         float g = nf_nvfp4_global_from_amax(amax);
         nf_nvfp4_quantize_rows(w, row, q->rows, g, l, pay);
         memcpy(pay + l->divisor_offset + 4 * (uint64_t)i, &g, 4);
@@ -303,8 +306,8 @@ static nf_status write_tensor(const nf_plan *p, const nf_plan_tensor *t, nf_arti
     uint8_t *pay = calloc(1, (size_t)l.payload_bytes);
     if (!pay) return nf_error_set(err, NF_ERR_NOMEM, "%s: out of memory (%llu bytes)", t->name,
                                   (unsigned long long)l.payload_bytes);
-    if (t->action == NF_ACT_NVFP4_COPY) nvfp4_copy(p, t, &l, pay);
-    else s = nvfp4_quant(p, t, &l, pay, err);
+    if (t->action == NF_ACT_NVFP4_COPY) nvfp4_copy(p, t, &l, pay, sp, n_sp);
+    else s = nvfp4_quant(p, t, &l, pay, sp, n_sp, err);
     if (s == NF_OK) s = nf_artifact_writer_add_tensor(w, &d, pay, l.payload_bytes, err);
     free(pay);
     return s;

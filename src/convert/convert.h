@@ -1,7 +1,8 @@
 /* Executing a conversion plan (plan.h): tensor by tensor into an artifact through the artifact
  * writer (temporary name, then rename), with bounded memory: one output tensor's encoded rows are
  * produced in batches of a few MiB (an nvfp4 tensor is assembled whole: its scale plane is
- * swizzled across 128-row tiles), and the source pages a tensor used are dropped after it. */
+ * swizzled across 128-row tiles), and the mapped source pages are dropped after every batch (nvfp4:
+ * every source matrix), so the resident set is about one batch, or one nvfp4 tensor's payload. */
 #ifndef NF_CONVERT_CONVERT_H
 #define NF_CONVERT_CONVERT_H
 
