@@ -703,8 +703,12 @@ static nf_status gguf_config(nf_plan *p, nf_error *err)
     if (!e) return nf_error_set(err, NF_ERR_FORMAT, "%s: tensor 'token_embd.weight' is missing", p->source);
     c->vocab_size = (uint32_t)e->ne[1];
     c->tie_word_embeddings = nf_gguf_find_tensor(p->gguf, "output.weight") == NULL;
-    if (c->arch == NF_HF_QWEN2_MOE && !c->shared_intermediate_size) {
-        const nf_gguf_tensor *sh = nf_gguf_find_tensor(p->gguf, "blk.0.ffn_down_shexp.weight");
+    /* No expert_shared_feed_forward_length: the row length of the first ffn_down_shexp (layer 0 may
+     * be a dense one) */
+    for (uint32_t i = 0; c->arch == NF_HF_QWEN2_MOE && !c->shared_intermediate_size && i < c->n_layers; i++) {
+        char n[64];
+        snprintf(n, sizeof n, "blk.%u.ffn_down_shexp.weight", i);
+        const nf_gguf_tensor *sh = nf_gguf_find_tensor(p->gguf, n);
         if (sh) c->shared_intermediate_size = (uint32_t)sh->ne[0];
     }
     if (c->arch != NF_HF_LLAMA && (!c->n_experts || !c->moe_intermediate_size))

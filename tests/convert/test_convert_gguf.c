@@ -1,4 +1,4 @@
-/* ninfer convert on GGUF sources: tiny qwen3moe and llama files written with gguf-py
+/* ninfer convert on GGUF sources: tiny qwen3moe, qwen2moe and llama files written with gguf-py
  * (tests/oracle/gguf_fixture.py, tests/fixtures/gguf/). Each is converted with recipe `source`
  * (carry-over) and `q8q8` (re-encoding). Every artifact tensor is compared with gguf-py's
  * dequantization of the source (the .expected.safetensors, in artifact names and shapes, stacked and
@@ -72,8 +72,11 @@ static nf_status conv_run(void *ctx)
 static const nf_gguf_tensor *gguf_src(const nf_gguf *g, const char *name, int half)
 {
     char gn[96];
-    const char *p = strstr(name, "ffn_gate_up_exps");
+    const char *p = strstr(name, "ffn_gate_up_exps"), *sh = strstr(name, "ffn_gate_up_shexp");
+    size_t n = strlen(name);
     if (p) snprintf(gn, sizeof gn, "%.*s%s", (int)(p - name), name, half ? "ffn_up_exps.weight" : "ffn_gate_exps.weight");
+    else if (sh) snprintf(gn, sizeof gn, "%.*s%s", (int)(sh - name), name, half ? "ffn_up_shexp.weight" : "ffn_gate_shexp.weight");
+    else if (n > 5 && strcmp(name + n - 5, "_bias") == 0) snprintf(gn, sizeof gn, "%.*s.bias", (int)(n - 5), name);
     else snprintf(gn, sizeof gn, "%s.weight", name);
     return nf_gguf_find_tensor(g, gn);
 }
@@ -88,6 +91,11 @@ static uint64_t gguf_row(const char *name, const nf_tensor *t, const nf_st_tenso
         uint64_t I = t->desc.dims[1] / 2, j = r / (2 * I), k = r % (2 * I);
         *half = k >= I;
         return j * I + k % I;
+    }
+    if (strstr(name, "ffn_gate_up_shexp")) { /* [2S][H]: the shared gate's S rows, then up's */
+        uint64_t S = t->desc.dims[0] / 2;
+        *half = r >= S;
+        return r % S;
     }
     if (src_rows) {
         int32_t v;
@@ -402,12 +410,18 @@ int main(void)
      * and four f16/f32 matrices */
     check_fixture("qwen3moe", "source", 14, 2, q41_qwen);
     check_fixture("qwen3moe", "q8q8", 12, 4, q41_qwen);
+    /* qwen2moe: 17, two q4_1 and two f16 (blk.1.attn_q, blk.1.ffn_up); biases and the shared gate
+     * are vectors; the shared expert's gate/up stacked into blk.0.ffn_gate_up_shexp */
+    static const char *const q41_qwen2[] = {"blk.0.attn_output", "blk.1.ffn_down", NULL};
+    check_fixture("qwen2moe", "source", 15, 2, q41_qwen2);
+    check_fixture("qwen2moe", "q8q8", 13, 4, q41_qwen2);
     check_fixture("llama", "source", 13, 2, q41_llama);
     check_fixture("llama", "q8q8", 9, 6, q41_llama);
     check_plan_print();
     check_yarn();
     check_source_hash("qwen3moe");
     check_source_hash("llama");
+    check_source_hash("qwen2moe");
     check_refusals();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);

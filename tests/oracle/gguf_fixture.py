@@ -6,6 +6,11 @@ tests/convert/test_convert_gguf.c, and gguf-py's dequantization of every tensor 
                   llama.cpp's convert_hf_to_gguf.py writes (Qwen2MoeModel.set_gguf_parameters and
                   TextModel's): layer 0 sparse (ffn_gate_inp, ffn_{gate,up,down}_exps), layer 1 a
                   dense MLP (no router), untied output.
+  qwen2moe.gguf   a 2-layer qwen2moe model with the keys and names convert_hf_to_gguf.py's
+                  Qwen2MoeModel writes: q/k/v biases (attn_{q,k,v}.bias), layer 0 sparse with a
+                  shared expert (ffn_{gate,up,down}_shexp, ffn_gate_inp_shexp [1, H] as HF's
+                  shared_expert_gate.weight converts), expert_shared_feed_forward_length; layer 1 a
+                  dense MLP; tied embeddings. The shared gate/up are stacked here (gate rows, then up).
   llama.gguf      a 2-layer llama (GQA, tied embeddings); attn_q/attn_k rows are in llama.cpp's
                   permuted rotary order, as convert_hf_to_gguf.py's LlamaModel.permute leaves them.
   *.expected.safetensors
@@ -65,7 +70,7 @@ class Model:
     def __init__(self):
         self.tensors = {}
 
-    def add(self, name, qtype, shape):
+    def add(self, name, qtype, shape, suffix=".weight"):
         """shape outermost first ([E][rows][cols] or [rows][cols] or [n]); returns the f32 values."""
         cols = shape[-1]
         rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
@@ -80,7 +85,7 @@ class Model:
             raw = qtype
         deq = gguf.quants.dequantize(data, qtype if raw else (T.F32 if qtype == T.F32 else T.F16))
         deq = np.asarray(deq, dtype=np.float32).reshape(shape)
-        self.tensors[name + ".weight"] = (data, raw, deq)
+        self.tensors[name + suffix] = (data, raw, deq)
         return deq
 
     def write(self, path, arch, kv):
@@ -242,6 +247,73 @@ def qwen3moe(out):
     write_meta(os.path.join(out, "qwen3moe.meta.txt"), meta + tokenizer_meta(tok))
 
 
+def qwen2moe(out):
+    H, V, L, NH, NKV, HD, D, E, K, I, S = 256, 32, 2, 2, 1, 16, 32, 4, 2, 32, 64
+    m, exp = Model(), {}
+    exp["token_embd"] = m.add("token_embd", T.Q8_0, [V, H])  # tied: no output tensor
+    codecs = [dict(q=T.Q5_K, k=T.Q8_0, v=T.Q4_K, o=T.Q4_1), dict(q=T.F16, k=T.Q6_K, v=T.Q8_0, o=T.Q8_0)]
+    for i in range(L):
+        c = codecs[i]
+        b = "blk.%d." % i
+        exp[b + "attn_norm"] = m.add(b + "attn_norm", T.F32, [H])
+        for n, rows in (("attn_q", NH * HD), ("attn_k", NKV * HD), ("attn_v", NKV * HD)):
+            exp[b + n] = m.add(b + n, c[n[-1]], [rows, H])
+            exp[b + n + "_bias"] = m.add(b + n, T.F32, [rows], suffix=".bias")
+        exp[b + "attn_output"] = m.add(b + "attn_output", c["o"], [H, NH * HD])
+        exp[b + "ffn_norm"] = m.add(b + "ffn_norm", T.F32, [H])
+        if i == 0:  # sparse MoE with the shared expert
+            exp[b + "ffn_gate_inp"] = m.add(b + "ffn_gate_inp", T.F32, [E, H])
+            gate = m.add(b + "ffn_gate_exps", T.Q8_0, [E, I, H])
+            up = m.add(b + "ffn_up_exps", T.Q8_0, [E, I, H])
+            exp[b + "ffn_gate_up_exps"] = np.concatenate([gate, up], axis=1)
+            exp[b + "ffn_down_exps"] = m.add(b + "ffn_down_exps", T.Q8_0, [E, H, I])
+            sg = m.add(b + "ffn_gate_shexp", T.Q6_K, [S, H])
+            su = m.add(b + "ffn_up_shexp", T.Q6_K, [S, H])
+            exp[b + "ffn_gate_up_shexp"] = np.concatenate([sg, su], axis=0)  # [2S][H]: gate rows, then up
+            exp[b + "ffn_down_shexp"] = m.add(b + "ffn_down_shexp", T.Q8_0, [H, S])
+            exp[b + "ffn_gate_inp_shexp"] = m.add(b + "ffn_gate_inp_shexp", T.F32, [1, H]).reshape(H)
+        else:
+            exp[b + "ffn_gate"] = m.add(b + "ffn_gate", T.Q4_K, [D, H])
+            exp[b + "ffn_up"] = m.add(b + "ffn_up", T.F16, [D, H])
+            exp[b + "ffn_down"] = m.add(b + "ffn_down", T.Q4_1, [H, D])
+    exp["output_norm"] = m.add("output_norm", T.F32, [H])
+    tok = tokenizer(V, "qwen2", with_eot=True)
+    eps, theta, ctx = 1e-6, 1000000.0, 4096
+
+    def kv(w):  # TextModel + Qwen2MoeModel.set_gguf_parameters
+        w.add_block_count(L)
+        w.add_context_length(ctx)
+        w.add_embedding_length(H)
+        w.add_feed_forward_length(D)
+        w.add_head_count(NH)
+        w.add_head_count_kv(NKV)
+        w.add_rope_freq_base(theta)
+        w.add_layer_norm_rms_eps(eps)
+        w.add_expert_used_count(K)
+        w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
+        w.add_expert_count(E)
+        w.add_expert_feed_forward_length(I)
+        w.add_expert_shared_feed_forward_length(S)
+        # Qwen2-MoE's config.json has no head_dim, so real files leave key_length out (head_dim =
+        # hidden / heads, exercised by the tiny llamas); written here to keep q/o small.
+        w.add_key_length(HD)
+        w.add_value_length(HD)
+        add_tokenizer(w, tok)
+        w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+
+    m.write(os.path.join(out, "qwen2moe.gguf"), "qwen2moe", kv)
+    write_safetensors(os.path.join(out, "qwen2moe.expected.safetensors"), exp)
+    meta = [("str", "model.arch", "qwen2_moe"), ("u32", "model.hidden", H), ("u32", "model.layers", L),
+            ("u32", "model.heads", NH), ("u32", "model.kv_heads", NKV), ("u32", "model.head_dim", HD),
+            ("u32", "model.vocab", V), ("f32", "model.rms_eps", np.float32(eps)), ("f64", "model.rope_theta", theta),
+            ("str", "model.rope_scaling", "none"), ("u32", "model.max_ctx", ctx),
+            ("bool", "model.tie_embeddings", 1), ("bool", "model.qkv_bias", 1), ("bool", "model.qk_norm", 0),
+            ("u32", "model.dense_inter", D), ("u32", "model.experts", E), ("u32", "model.top_k", K),
+            ("u32", "model.moe_inter", I), ("u32", "model.shared_inter", S), ("bool", "model.norm_topk", 0),
+            ("i32[]", "model.moe_layers", [1, 0])]
+    write_meta(os.path.join(out, "qwen2moe.meta.txt"), meta + tokenizer_meta(tok))
+
+
 def llama_permute(w, n_head):
     """convert_hf_to_gguf.py's LlamaModel.permute: HF rows -> llama.cpp's rotary row order."""
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
@@ -368,6 +440,9 @@ def main():
         w.add_rope_scaling_orig_ctx_len(32768)
     tiny_llama(os.path.join(out, "yarn.gguf"), extra=yarn)
     tiny_llama(os.path.join(out, "partial_rope.gguf"), extra=lambda w: w.add_rope_dimension_count(4))
+    qwen2moe(out)  # last: the files above keep the bytes they had before it was added (one RNG stream)
+    with open(os.path.join(out, "qwen2moe.fnv1a64"), "w") as f:
+        f.write(fnv1a64(os.path.join(out, "qwen2moe.gguf")) + "\n")
     for f in sorted(os.listdir(out)):
         print("%8d %s" % (os.path.getsize(os.path.join(out, f)), f))
 
