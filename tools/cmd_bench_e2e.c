@@ -1,0 +1,303 @@
+/* `ninfer bench e2e -m model.nf -p 512 -n 128 -r 5`: llama-bench-style end-to-end speed of a model.
+ * pp<P>: a prompt of P pseudo-random ids prefilled into an empty context; tg<N>: N tokens decoded one
+ * at a time from an empty context, each the argmax of the previous step's logits. Each test runs
+ * --warmup times untimed, then -r times; tokens/s is reported as mean +- sample sd, with the device,
+ * the profile (codecs of the expert banks and of the rest, by bytes) and the model's size.
+ *
+ * The bench knows nothing about devices: --device goes to nf_engine_opts.device and the engine picks
+ * the backend (CPU now; the GPU engine registers "cuda" there). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/timer.h"
+#include "cli.h"
+#include "commands.h"
+#include "engine/engine.h"
+
+typedef struct result {
+    char test[32];
+    size_t tokens;
+    double mean, sd;
+    double *samples; /* [reps] tokens/s */
+} result;
+
+typedef struct info {
+    char model[128], profile[160], device[192];
+    uint64_t file_bytes, params;
+    double gb_per_token; /* weights read per decoded token */
+    int synthetic;
+} info;
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static int32_t argmax(const float *x, size_t n)
+{
+    size_t b = 0;
+    for (size_t i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return (int32_t)b;
+}
+
+/* One timed repetition: tokens/s, or a negative value on error (err filled). */
+static double run_pp(nf_engine *e, const int32_t *ids, size_t n, nf_error *err)
+{
+    nf_engine_reset(e);
+    uint64_t t0 = nf_time_ns();
+    if (nf_engine_prefill(e, ids, n, NULL, err)) return -1;
+    return (double)n / ((double)(nf_time_ns() - t0) * 1e-9);
+}
+
+static double run_tg(nf_engine *e, int32_t first, size_t n, nf_error *err)
+{
+    nf_engine_reset(e);
+    int32_t tok = first;
+    uint64_t t0 = nf_time_ns();
+    for (size_t i = 0; i < n; i++) {
+        if (nf_engine_decode(e, tok, err)) return -1;
+        tok = argmax(e->logits, e->model->cfg.vocab);
+    }
+    return (double)n / ((double)(nf_time_ns() - t0) * 1e-9);
+}
+
+static void stats(result *r, size_t reps)
+{
+    double s = 0, q = 0;
+    for (size_t i = 0; i < reps; i++) s += r->samples[i];
+    r->mean = s / (double)reps;
+    for (size_t i = 0; i < reps; i++) q += (r->samples[i] - r->mean) * (r->samples[i] - r->mean);
+    r->sd = reps > 1 ? sqrt(q / (double)(reps - 1)) : 0.0;
+}
+
+/* "cpu: <model name from /proc/cpuinfo>"; another backend: its name. */
+static void device_desc(const nf_engine *e, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s", e->ops->name);
+    if (strcmp(e->ops->name, "cpu") != 0) return;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f)) {
+        char *c = strchr(line, ':');
+        if (strncmp(line, "model name", 10) == 0 && c) {
+            c += 1 + (c[1] == ' ');
+            c[strcspn(c, "\n")] = 0;
+            snprintf(out, cap, "cpu: %s", c);
+            break;
+        }
+    }
+    if (f) fclose(f);
+}
+
+/* Expert-bank codecs (gate_up/down) and the rest's codecs by share of bytes. */
+static void profile(const nf_model *m, char *out, size_t cap)
+{
+    uint64_t by[NF_CODEC_COUNT] = {0}, total = 0;
+    const char *gu = NULL, *dn = NULL;
+    for (size_t i = 0; i < nf_artifact_n_tensors(m->art); i++) {
+        const nf_tensor *t = nf_artifact_tensor(m->art, i);
+        if (strstr(t->desc.name, "_exps")) {
+            if (!gu && strstr(t->desc.name, "gate_up")) gu = t->codec->name;
+            if (!dn && strstr(t->desc.name, "down")) dn = t->codec->name;
+            continue;
+        }
+        by[t->desc.codec] += t->layout.payload_bytes;
+        total += t->layout.payload_bytes;
+    }
+    size_t o = 0;
+    if (gu) o += (size_t)snprintf(out + o, cap - o, "exps %s/%s, ", gu, dn ? dn : "?");
+    o += (size_t)snprintf(out + o, cap - o, "rest");
+    for (int k = 0; k < 2 * NF_CODEC_COUNT && o < cap; k++) { /* largest share first */
+        int best = -1;
+        for (int c = 0; c < NF_CODEC_COUNT; c++)
+            if (by[c] && (best < 0 || by[c] > by[best])) best = c;
+        if (best < 0) break;
+        double pct = total ? 100.0 * (double)by[best] / (double)total : 0;
+        if (pct >= 0.5) o += (size_t)snprintf(out + o, cap - o, " %s %.0f%%", nf_codec_get(best)->name, pct);
+        by[best] = 0;
+    }
+}
+
+static void model_info(const nf_model *m, const nf_engine *e, info *in)
+{
+    memset(in, 0, sizeof *in);
+    const char *src = NULL, *path = nf_artifact_path(m->art), *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    if (nf_artifact_find_meta(m->art, "provenance.source")) nf_artifact_get_str(m->art, "provenance.source", &src, NULL, NULL);
+    in->synthetic = src && strncmp(src, "synth:", 6) == 0;
+    if (in->synthetic)
+        snprintf(in->model, sizeof in->model, "%s %uL (%.*s)", nf_arch_name(m->cfg.arch), m->cfg.layers,
+                 (int)strcspn(src, " "), src);
+    else
+        snprintf(in->model, sizeof in->model, "%s %uL (%s)", nf_arch_name(m->cfg.arch), m->cfg.layers, base);
+    in->file_bytes = nf_artifact_get_info(m->art)->file_bytes;
+    for (size_t i = 0; i < nf_artifact_n_tensors(m->art); i++) {
+        const nf_tensor *t = nf_artifact_tensor(m->art, i);
+        uint64_t n = 1;
+        for (uint32_t k = 0; k < t->desc.n_dims; k++) n *= t->desc.dims[k];
+        in->params += n;
+    }
+    in->gb_per_token = (double)nf_model_bytes_per_token(m) * 1e-9;
+    profile(m, in->profile, sizeof in->profile);
+    device_desc(e, in->device, sizeof in->device);
+}
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fputc('\\', f);
+        if ((unsigned char)*s >= 0x20) fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+/* "17.69 GiB", or MiB below one GiB. */
+static const char *size_str(uint64_t b, char *buf, size_t cap)
+{
+    const double gib = (double)b / (1024.0 * 1024 * 1024);
+    if (gib >= 1) snprintf(buf, cap, "%.2f GiB", gib);
+    else snprintf(buf, cap, "%.2f MiB", (double)b / (1024.0 * 1024));
+    return buf;
+}
+
+static void print_results(const char *fmt, const info *in, const result *r, size_t nr, size_t reps, int threads)
+{
+    if (strcmp(fmt, "table") == 0) {
+        char sz[32];
+        size_str(in->file_bytes, sz, sizeof sz);
+        printf("device: %s, %d threads | model: %s, %.3f B parameters, %.4f GB of weights per decoded token\n",
+               in->device, threads, sz, (double)in->params * 1e-9, in->gb_per_token);
+        if (in->synthetic)
+            printf("note: synthetic model (random weights): random routers spread tokens near-uniformly over the "
+                   "experts, unlike a trained model\n");
+        printf("| model | size | params | profile | device | threads | test | t/s |\n");
+        printf("| --- | ---: | ---: | --- | --- | ---: | ---: | ---: |\n");
+        for (size_t i = 0; i < nr; i++)
+            printf("| %s | %s | %.3f B | %s | %.24s | %d | %s | %.2f ± %.2f |\n", in->model, sz,
+                   (double)in->params * 1e-9, in->profile, in->device, threads, r[i].test, r[i].mean, r[i].sd);
+        return;
+    }
+    if (strcmp(fmt, "csv") == 0) {
+        printf("model,file_bytes,params,profile,device,threads,test,n_tokens,reps,mean_tps,sd_tps,gb_per_token,synthetic,"
+               "samples_tps\n");
+        for (size_t i = 0; i < nr; i++) {
+            printf("\"%s\",%llu,%llu,\"%s\",\"%s\",%d,%s,%zu,%zu,%.4f,%.4f,%.6f,%d,", in->model,
+                   (unsigned long long)in->file_bytes, (unsigned long long)in->params, in->profile, in->device, threads,
+                   r[i].test, r[i].tokens, reps, r[i].mean, r[i].sd, in->gb_per_token, in->synthetic);
+            for (size_t k = 0; k < reps; k++) printf("%s%.4f", k ? ";" : "", r[i].samples[k]);
+            printf("\n");
+        }
+        return;
+    }
+    printf("[\n");
+    for (size_t i = 0; i < nr; i++) {
+        printf("  {\"model\": ");
+        json_str(stdout, in->model);
+        printf(", \"file_bytes\": %llu, \"params\": %llu, \"profile\": ", (unsigned long long)in->file_bytes,
+               (unsigned long long)in->params);
+        json_str(stdout, in->profile);
+        printf(", \"device\": ");
+        json_str(stdout, in->device);
+        printf(", \"threads\": %d, \"test\": \"%s\", \"n_tokens\": %zu, \"reps\": %zu, \"mean_tps\": %.4f, "
+               "\"sd_tps\": %.4f, \"gb_per_token\": %.6f, \"synthetic\": %s, \"samples_tps\": [",
+               threads, r[i].test, r[i].tokens, reps, r[i].mean, r[i].sd, in->gb_per_token,
+               in->synthetic ? "true" : "false");
+        for (size_t k = 0; k < reps; k++) printf("%s%.4f", k ? ", " : "", r[i].samples[k]);
+        printf("]}%s\n", i + 1 < nr ? "," : "");
+    }
+    printf("]\n");
+}
+
+/* Runs warm-ups and reps of one test into r; 0 or 1 (error printed). */
+static int measure(nf_engine *e, int pp, const int32_t *ids, size_t n, long warmup, size_t reps, result *r)
+{
+    nf_error err;
+    snprintf(r->test, sizeof r->test, "%s%zu", pp ? "pp" : "tg", n);
+    r->tokens = n;
+    r->samples = calloc(reps, sizeof *r->samples);
+    if (!r->samples) return nf_cli_fail("out of memory");
+    for (long i = 0; i < warmup + (long)reps; i++) {
+        double tps = pp ? run_pp(e, ids, n, &err) : run_tg(e, ids[0], n, &err);
+        if (tps < 0) return nf_cli_fail("bench e2e: %s: %s", r->test, err.msg);
+        if (i >= warmup) r->samples[i - warmup] = tps;
+    }
+    stats(r, reps);
+    return 0;
+}
+
+int nf_cmd_bench_e2e(int argc, char **argv)
+{
+    const char *model_path = NULL, *device = "cpu", *format = "table";
+    long n_prompt = 512, n_gen = 128, reps = 5, warmup = 1, threads = 0, chunk = 0, seed = 0;
+    int kv_bf16 = 0;
+    const nf_opt opts[] = {
+        {"--model", 'm', NF_OPT_STRING, &model_path, "FILE", "the .nf model (required)", 0, 0},
+        {"--n-prompt", 'p', NF_OPT_INT, &n_prompt, "N", "prompt tokens of the pp test; 0 = no pp test (default 512)", 0, 1 << 20},
+        {"--n-gen", 'n', NF_OPT_INT, &n_gen, "N", "generated tokens of the tg test; 0 = no tg test (default 128)", 0, 1 << 20},
+        {"--repetitions", 'r', NF_OPT_INT, &reps, "N", "timed repetitions of each test (default 5)", 1, 10000},
+        {"--warmup", 0, NF_OPT_INT, &warmup, "N", "untimed runs before the timed ones (default 1)", 0, 1000},
+        {"--device", 0, NF_OPT_STRING, &device, "DEV", "the engine's backend: cpu (default)", 0, 0},
+        {"--threads", 't', NF_OPT_INT, &threads, "N", "CPU worker threads (default: all CPUs)", 0, 4096},
+        {"--chunk", 0, NF_OPT_INT, &chunk, "N", "prefill chunk in tokens (default: the engine's, 128)", 0, 1 << 20},
+        {"--kv-bf16", 0, NF_OPT_FLAG, &kv_bf16, NULL, "keep the KV cache in bf16 (default f32)", 0, 0},
+        {"--seed", 's', NF_OPT_INT, &seed, "S", "seed of the prompt's pseudo-random ids (default 0)", 0, 9.0e15},
+        {"--format", 'o', NF_OPT_STRING, &format, "F", "table (default), csv or json, on stdout", 0, 0},
+    };
+    const nf_cmd_usage u = {
+        "e2e", "-m MODEL [-p 512] [-n 128] [-r 5] [--device cpu] [--threads N] [--format table|csv|json]",
+        "llama-bench-style prompt processing (pp: -p pseudo-random ids into an empty context) and text\n"
+        "generation (tg: -n tokens decoded one by one from an empty context, greedy) tokens/s, mean +- sd\n"
+        "over -r repetitions after --warmup untimed runs, with the device, the model's profile (codecs of\n"
+        "the expert banks and of the rest) and size.",
+        opts, NF_CLI_COUNT(opts), 0, 0};
+    int npos = 0;
+    int r = nf_cli_parse(&u, argc, argv, NULL, &npos);
+    if (r) return r == NF_CLI_HELP ? 0 : 2;
+    if (!model_path) {
+        fprintf(stderr, "ninfer: error: bench e2e needs -m MODEL\n");
+        nf_cli_print_help(&u, stderr);
+        return 2;
+    }
+    if (strcmp(format, "table") && strcmp(format, "csv") && strcmp(format, "json")) {
+        fprintf(stderr, "ninfer: error: --format '%s' is not table, csv or json\n", format);
+        return 2;
+    }
+    if (!n_prompt && !n_gen) {
+        fprintf(stderr, "ninfer: error: -p 0 and -n 0 leave nothing to measure\n");
+        return 2;
+    }
+    nf_error err;
+    nf_model *m;
+    if (nf_model_load(model_path, &m, &err)) return nf_cli_fail("%s", err.msg);
+    const size_t ctx = (size_t)(n_prompt > n_gen ? n_prompt : n_gen);
+    nf_engine_opts eo = {.device = device, .threads = (int)threads, .ctx = (uint32_t)ctx, .chunk = (uint32_t)chunk,
+                         .kv_bf16 = kv_bf16};
+    nf_engine *e = NULL;
+    int32_t *ids = malloc(ctx * sizeof *ids);
+    result res[2] = {0};
+    size_t nr = 0;
+    int rc = 0;
+    if (!ids) rc = nf_cli_fail("out of memory");
+    else if (nf_engine_create(m, &eo, &e, &err)) rc = nf_cli_fail("%s", err.msg);
+    uint64_t s = (uint64_t)seed;
+    for (size_t i = 0; !rc && i < ctx; i++) ids[i] = (int32_t)(splitmix(&s) % m->cfg.vocab);
+    if (!rc && n_prompt) rc = measure(e, 1, ids, (size_t)n_prompt, warmup, (size_t)reps, &res[nr++]);
+    if (!rc && n_gen) rc = measure(e, 0, ids, (size_t)n_gen, warmup, (size_t)reps, &res[nr++]);
+    if (!rc) {
+        info in;
+        model_info(m, e, &in);
+        print_results(format, &in, res, nr, (size_t)reps, e->opts.threads);
+    }
+    for (size_t i = 0; i < 2; i++) free(res[i].samples);
+    free(ids);
+    nf_engine_free(e);
+    nf_model_free(m);
+    return rc;
+}
