@@ -1,4 +1,5 @@
-/* The conversion plan: see plan.h and docs/convert.md. */
+/* The conversion plan: storage, codec decisions, the Hugging Face plan and the entry; the GGUF plan
+ * is plan_gguf.c, the recipe table recipe.c. See plan.h and docs/convert.md. */
 #define _POSIX_C_SOURCE 200809L
 #include "convert/plan.h"
 
@@ -16,6 +17,7 @@
 
 #include "base/log.h"
 #include "codec/nvfp4.h"
+#include "convert/plan_internal.h"
 #include "format/tensor.h"
 
 const char *nf_plan_action_name(nf_plan_action a)
@@ -24,17 +26,9 @@ const char *nf_plan_action_name(nf_plan_action a)
     return (unsigned)a < 4 ? n[a] : "?";
 }
 
-int nf_recipe_known(const char *name)
-{
-    static const char *const r[] = {"bf16", "q8q8", "q4q6", "q4q5", "nvfp4", "source"};
-    for (size_t i = 0; i < sizeof r / sizeof r[0]; i++)
-        if (strcmp(name, r[i]) == 0) return 1;
-    return 0;
-}
-
 /* ---- plan storage ---------------------------------------------------------------------------- */
 
-static nf_plan_tensor *add_tensor(nf_plan *p, const char *name, uint32_t n_dims, const uint64_t *dims, nf_error *err)
+nf_plan_tensor *nf_plan_add_tensor(nf_plan *p, const char *name, uint32_t n_dims, const uint64_t *dims, nf_error *err)
 {
     if (p->n == p->cap) {
         size_t cap = p->cap ? 2 * p->cap : 64;
@@ -55,7 +49,7 @@ static nf_plan_tensor *add_tensor(nf_plan *p, const char *name, uint32_t n_dims,
     return t;
 }
 
-static nf_plan_part *add_part(nf_plan_tensor *t, nf_error *err)
+nf_plan_part *nf_plan_add_part(nf_plan_tensor *t, nf_error *err)
 {
     nf_plan_part *q = realloc(t->parts, (t->n_parts + 1) * sizeof *q);
     if (!q) {
@@ -90,51 +84,21 @@ const nf_plan_tensor *nf_plan_find(const nf_plan *p, const char *name)
 
 /* ---- recipes --------------------------------------------------------------------------------- */
 
-/* Roles decide codecs; the recipe table in docs/convert.md lists them. */
-typedef enum role {
-    R_VECTOR = 0, /* norms, biases, shared-expert gate: f32 */
-    R_ROUTER,     /* ffn_gate_inp: f32 (llama.cpp never quantizes it) */
-    R_EMBD, R_OUTPUT, R_ATTN_Q, R_ATTN_K, R_ATTN_V, R_ATTN_O,
-    R_FFN_GATE_UP, R_FFN_DOWN,           /* dense MLP, shared expert */
-    R_EXP_GATE_UP, R_EXP_DOWN,           /* routed expert banks */
-} role;
-
-/* llama.cpp's use_more_bits: the first and last eighth of the layers and every third between. */
-static int more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
-
-/* The recipe's codec for an unquantized matrix (before the row-length fallback). */
-static nf_codec_id recipe_codec(const nf_plan *p, role r, int layer)
+/* The recipe's codec for an unquantized matrix (before the row-length fallback): recipe.h. */
+static nf_codec_id recipe_codec(const nf_plan *p, nf_role r, int layer)
 {
-    const char *rc = p->recipe;
-    if (r == R_VECTOR || r == R_ROUTER) return NF_CODEC_F32;
-    if (strcmp(rc, "bf16") == 0) return NF_CODEC_BF16;
-    if (strcmp(rc, "q8q8") == 0 || strcmp(rc, "source") == 0) return NF_CODEC_Q8_0;
-    if (strcmp(rc, "nvfp4") == 0) return (r == R_EXP_GATE_UP || r == R_EXP_DOWN) ? NF_CODEC_NVFP4 : NF_CODEC_BF16;
-    int q6 = strcmp(rc, "q4q6") == 0; /* q4q6: llama.cpp Q4_K_M mix; q4q5: Q5_K_M */
-    nf_codec_id base = q6 ? NF_CODEC_Q4_K : NF_CODEC_Q5_K;
-    int n = (int)p->cfg.n_layers, e8 = p->cfg.n_experts == 8;
-    switch (r) {
-    case R_OUTPUT: return NF_CODEC_Q6_K;
-    case R_EMBD: return p->cfg.tie_word_embeddings ? NF_CODEC_Q6_K : base;
-    case R_ATTN_V: return e8 ? NF_CODEC_Q8_0 : more_bits(layer, n) ? NF_CODEC_Q6_K : base;
-    case R_ATTN_K: return e8 ? NF_CODEC_Q8_0 : base;
-    case R_ATTN_O: return (e8 && q6) ? NF_CODEC_Q5_K : base;
-    case R_FFN_DOWN: return more_bits(layer, n) ? NF_CODEC_Q6_K : base;
-    case R_EXP_GATE_UP: return NF_CODEC_Q4_K;
-    case R_EXP_DOWN: return q6 ? NF_CODEC_Q6_K : NF_CODEC_Q5_K;
-    default: return base;
-    }
+    const nf_recipe_model m = {p->cfg.n_layers, p->cfg.n_experts, p->cfg.tie_word_embeddings};
+    return nf_recipe_codec(nf_recipe_find(p->recipe), r, layer, &m);
 }
 
 /* A codec that cannot take the row length falls back to q8_0 (then bf16), with a warning. */
 static nf_codec_id fit_codec(nf_plan *p, nf_plan_tensor *t, nf_codec_id c)
 {
     uint64_t cols = t->dims[t->n_dims - 1];
-    if (cols % nf_codec_get(c)->block_elems == 0) return c;
-    nf_codec_id f = cols % 32 == 0 ? NF_CODEC_Q8_0 : NF_CODEC_BF16;
+    nf_codec_id f = nf_recipe_fit(c, cols, &t->fallback);
+    if (!t->fallback) return c;
     NF_WARN("convert: %s: row length %llu is not a multiple of %s's %u-element block; using %s", t->name,
             (unsigned long long)cols, nf_codec_get(c)->name, nf_codec_get(c)->block_elems, nf_codec_get(f)->name);
-    t->fallback = 1;
     p->n_warnings++;
     return f;
 }
@@ -192,7 +156,7 @@ static void st_matrix(const nf_st_tensor *s, uint64_t *rows, uint64_t *cols)
 static nf_status hf_part(nf_plan *p, nf_plan_tensor *t, const char *m, uint64_t row0, uint64_t rows, uint64_t cols,
                          uint64_t src_rows, nf_error *err)
 {
-    nf_plan_part *q = add_part(t, err);
+    nf_plan_part *q = nf_plan_add_part(t, err);
     if (!q) return NF_ERR_NOMEM;
     q->row0 = row0;
     q->rows = rows;
@@ -253,16 +217,16 @@ static nf_status hf_part(nf_plan *p, nf_plan_tensor *t, const char *m, uint64_t 
 }
 
 /* A vector or matrix from one HF module (or one plain key when `key` ends in .weight/.bias). */
-static nf_status hf_simple(nf_plan *p, const char *name, role r, int layer, const char *m, uint64_t rows,
+static nf_status hf_simple(nf_plan *p, const char *name, nf_role r, int layer, const char *m, uint64_t rows,
                            uint64_t cols, int group, nf_error *err)
 {
     uint64_t dims[2] = {rows, cols};
-    int vec = r == R_VECTOR;
-    nf_plan_tensor *t = add_tensor(p, name, vec ? 1 : 2, vec ? dims + 1 : dims, err);
+    int vec = r == NF_ROLE_VECTOR;
+    nf_plan_tensor *t = nf_plan_add_tensor(p, name, vec ? 1 : 2, vec ? dims + 1 : dims, err);
     if (!t) return NF_ERR_NOMEM;
     t->unify_group = group;
     if (vec) { /* m is the full key */
-        nf_plan_part *q = add_part(t, err);
+        nf_plan_part *q = nf_plan_add_part(t, err);
         if (!q) return NF_ERR_NOMEM;
         const nf_st_tensor *s = nf_st_set_find(p->st, m);
         if (!s) return nf_error_set(err, NF_ERR_FORMAT, "tensor '%s' is missing from the checkpoint (needed for %s)", m, name);
@@ -285,7 +249,7 @@ static nf_status hf_simple(nf_plan *p, const char *name, role r, int layer, cons
 /* ---- codec decisions ------------------------------------------------------------------------- */
 
 /* Decides codec and action of a tensor whose parts are known. */
-static nf_status decide(nf_plan *p, nf_plan_tensor *t, role r, int layer, nf_error *err)
+nf_status nf_plan_decide(nf_plan *p, nf_plan_tensor *t, nf_role r, int layer, nf_error *err)
 {
     if (t->n_dims == 1) {
         t->codec = NF_CODEC_F32;
@@ -341,7 +305,7 @@ static nf_status decide(nf_plan *p, nf_plan_tensor *t, role r, int layer, nf_err
 }
 
 /* nvfp4 tile rule and the W4A4 policy of a bank or matrix. */
-static nf_status nvfp4_rules(nf_plan *p, nf_plan_tensor *t, role r, nf_error *err)
+static nf_status nvfp4_rules(nf_plan *p, nf_plan_tensor *t, nf_role r, nf_error *err)
 {
     if (t->codec != NF_CODEC_NVFP4) return NF_OK;
     uint64_t rows = 1;
@@ -360,7 +324,7 @@ static nf_status nvfp4_rules(nf_plan *p, nf_plan_tensor *t, role r, nf_error *er
     for (uint32_t i = 0; i < t->n_parts; i++)
         if (!(t->parts[i].input_divisor > 0)) return NF_OK; /* weight-only matrix: no A4 */
     t->flags |= NF_TENSOR_ALLOW_A4;
-    if (r == R_EXP_DOWN) { /* each expert's intermediate is its own: one input divisor per expert */
+    if (r == NF_ROLE_EXP_DOWN) { /* each expert's intermediate is its own: one input divisor per expert */
         t->n_input_divisors = (uint32_t)t->dims[0];
         t->input_divisors = malloc(t->n_input_divisors * sizeof(float));
         if (!t->input_divisors) return nf_error_set(err, NF_ERR_NOMEM, "plan: out of memory");
@@ -405,13 +369,13 @@ static void unify_inputs(nf_plan *p)
 
 /* ---- the Hugging Face plan ------------------------------------------------------------------- */
 
-static nf_status hf_matrix(nf_plan *p, const char *name, role r, int layer, const char *m, uint64_t rows,
+static nf_status hf_matrix(nf_plan *p, const char *name, nf_role r, int layer, const char *m, uint64_t rows,
                            uint64_t cols, int group, nf_error *err)
 {
     nf_status s = hf_simple(p, name, r, layer, m, rows, cols, group, err);
     if (s) return s;
     nf_plan_tensor *t = &p->t[p->n - 1];
-    if ((s = decide(p, t, r, layer, err)) != NF_OK) return s;
+    if ((s = nf_plan_decide(p, t, r, layer, err)) != NF_OK) return s;
     return nvfp4_rules(p, t, r, err);
 }
 
@@ -425,7 +389,7 @@ static nf_status hf_experts(nf_plan *p, int i, const char *pre, int group, nf_er
     const nf_st_tensor *fgu = nf_st_set_find(p->st, m);
     uint64_t d3[3] = {E, 2 * I, H};
     snprintf(name, sizeof name, "blk.%d.ffn_gate_up_exps", i);
-    nf_plan_tensor *t = add_tensor(p, name, 3, d3, err);
+    nf_plan_tensor *t = nf_plan_add_tensor(p, name, 3, d3, err);
     if (!t) return NF_ERR_NOMEM;
     t->unify_group = group;
     nf_status s = NF_OK;
@@ -436,7 +400,7 @@ static nf_status hf_experts(nf_plan *p, int i, const char *pre, int group, nf_er
                 return nf_error_set(err, NF_ERR_FORMAT, "tensor '%s': expected [%llu, %llu, %llu] from config.json", m,
                                     (unsigned long long)E, (unsigned long long)(2 * I), (unsigned long long)H);
             for (int h = 0; h < 2 && s == NF_OK; h++) {
-                nf_plan_part *q = add_part(t, err);
+                nf_plan_part *q = nf_plan_add_part(t, err);
                 if (!q) return NF_ERR_NOMEM;
                 snprintf(q->src, sizeof q->src, "%s", m);
                 q->kind = NF_PART_DENSE;
@@ -451,21 +415,21 @@ static nf_status hf_experts(nf_plan *p, int i, const char *pre, int group, nf_er
             if (s == NF_OK) s = hf_part(p, t, m, 0, I, H, I, err);
         }
     }
-    if (s == NF_OK) s = decide(p, t, R_EXP_GATE_UP, i, err);
-    if (s == NF_OK) s = nvfp4_rules(p, t, R_EXP_GATE_UP, err);
+    if (s == NF_OK) s = nf_plan_decide(p, t, NF_ROLE_EXP_GATE_UP, i, err);
+    if (s == NF_OK) s = nvfp4_rules(p, t, NF_ROLE_EXP_GATE_UP, err);
     if (s) return s;
 
     snprintf(m, sizeof m, "%s.mlp.experts.down_proj", pre);
     const nf_st_tensor *fd = nf_st_set_find(p->st, m);
     uint64_t dd[3] = {E, H, I};
     snprintf(name, sizeof name, "blk.%d.ffn_down_exps", i);
-    if (!(t = add_tensor(p, name, 3, dd, err))) return NF_ERR_NOMEM;
+    if (!(t = nf_plan_add_tensor(p, name, 3, dd, err))) return NF_ERR_NOMEM;
     for (uint64_t j = 0; j < E && s == NF_OK; j++) {
         if (fd) {
             if (fd->n_dims != 3 || fd->shape[0] != E || fd->shape[1] != H || fd->shape[2] != I)
                 return nf_error_set(err, NF_ERR_FORMAT, "tensor '%s': expected [%llu, %llu, %llu] from config.json", m,
                                     (unsigned long long)E, (unsigned long long)H, (unsigned long long)I);
-            nf_plan_part *q = add_part(t, err);
+            nf_plan_part *q = nf_plan_add_part(t, err);
             if (!q) return NF_ERR_NOMEM;
             snprintf(q->src, sizeof q->src, "%s", m);
             q->kind = NF_PART_DENSE;
@@ -478,8 +442,8 @@ static nf_status hf_experts(nf_plan *p, int i, const char *pre, int group, nf_er
             s = hf_part(p, t, mm, 0, H, I, H, err);
         }
     }
-    if (s == NF_OK) s = decide(p, t, R_EXP_DOWN, i, err);
-    if (s == NF_OK) s = nvfp4_rules(p, t, R_EXP_DOWN, err);
+    if (s == NF_OK) s = nf_plan_decide(p, t, NF_ROLE_EXP_DOWN, i, err);
+    if (s == NF_OK) s = nvfp4_rules(p, t, NF_ROLE_EXP_DOWN, err);
     return s;
 }
 
@@ -490,18 +454,18 @@ static nf_status hf_mlp(nf_plan *p, int i, const char *m, const char *gu_name, c
     uint64_t H = p->cfg.hidden_size;
     char key[320];
     uint64_t d[2] = {2 * N, H};
-    nf_plan_tensor *t = add_tensor(p, gu_name, 2, d, err);
+    nf_plan_tensor *t = nf_plan_add_tensor(p, gu_name, 2, d, err);
     if (!t) return NF_ERR_NOMEM;
     t->unify_group = group;
     snprintf(key, sizeof key, "%s.gate_proj", m);
     nf_status s = hf_part(p, t, key, 0, N, H, N, err);
     snprintf(key, sizeof key, "%s.up_proj", m);
     if (s == NF_OK) s = hf_part(p, t, key, 0, N, H, N, err);
-    if (s == NF_OK) s = decide(p, t, R_FFN_GATE_UP, i, err);
-    if (s == NF_OK) s = nvfp4_rules(p, t, R_FFN_GATE_UP, err);
+    if (s == NF_OK) s = nf_plan_decide(p, t, NF_ROLE_FFN_GATE_UP, i, err);
+    if (s == NF_OK) s = nvfp4_rules(p, t, NF_ROLE_FFN_GATE_UP, err);
     if (s) return s;
     snprintf(key, sizeof key, "%s.down_proj", m);
-    return hf_matrix(p, down_name, R_FFN_DOWN, i, key, H, N, 0, err);
+    return hf_matrix(p, down_name, NF_ROLE_FFN_DOWN, i, key, H, N, 0, err);
 }
 
 static nf_status hf_layer(nf_plan *p, int i, nf_error *err)
@@ -513,31 +477,31 @@ static nf_status hf_layer(nf_plan *p, int i, nf_error *err)
     int g_attn = 1000 + 2 * i, g_ffn = 1001 + 2 * i;
 #define NAME(fmt) (snprintf(name, sizeof name, "blk.%d." fmt, i), name)
 #define KEY(fmt) (snprintf(key, sizeof key, "%s." fmt, pre), key)
-    nf_status s = hf_matrix(p, NAME("attn_norm"), R_VECTOR, i, KEY("input_layernorm.weight"), 1, H, 0, err);
-    if (s == NF_OK) s = hf_matrix(p, NAME("attn_q"), R_ATTN_Q, i, KEY("self_attn.q_proj"), q, H, g_attn, err);
-    if (s == NF_OK) s = hf_matrix(p, NAME("attn_k"), R_ATTN_K, i, KEY("self_attn.k_proj"), kv, H, g_attn, err);
-    if (s == NF_OK) s = hf_matrix(p, NAME("attn_v"), R_ATTN_V, i, KEY("self_attn.v_proj"), kv, H, g_attn, err);
-    if (s == NF_OK) s = hf_matrix(p, NAME("attn_output"), R_ATTN_O, i, KEY("self_attn.o_proj"), H, q, 0, err);
+    nf_status s = hf_matrix(p, NAME("attn_norm"), NF_ROLE_VECTOR, i, KEY("input_layernorm.weight"), 1, H, 0, err);
+    if (s == NF_OK) s = hf_matrix(p, NAME("attn_q"), NF_ROLE_ATTN_Q, i, KEY("self_attn.q_proj"), q, H, g_attn, err);
+    if (s == NF_OK) s = hf_matrix(p, NAME("attn_k"), NF_ROLE_ATTN_K, i, KEY("self_attn.k_proj"), kv, H, g_attn, err);
+    if (s == NF_OK) s = hf_matrix(p, NAME("attn_v"), NF_ROLE_ATTN_V, i, KEY("self_attn.v_proj"), kv, H, g_attn, err);
+    if (s == NF_OK) s = hf_matrix(p, NAME("attn_output"), NF_ROLE_ATTN_O, i, KEY("self_attn.o_proj"), H, q, 0, err);
     if (s == NF_OK && c->arch == NF_HF_QWEN2_MOE) {
-        s = hf_matrix(p, NAME("attn_q_bias"), R_VECTOR, i, KEY("self_attn.q_proj.bias"), 1, q, 0, err);
-        if (s == NF_OK) s = hf_matrix(p, NAME("attn_k_bias"), R_VECTOR, i, KEY("self_attn.k_proj.bias"), 1, kv, 0, err);
-        if (s == NF_OK) s = hf_matrix(p, NAME("attn_v_bias"), R_VECTOR, i, KEY("self_attn.v_proj.bias"), 1, kv, 0, err);
+        s = hf_matrix(p, NAME("attn_q_bias"), NF_ROLE_VECTOR, i, KEY("self_attn.q_proj.bias"), 1, q, 0, err);
+        if (s == NF_OK) s = hf_matrix(p, NAME("attn_k_bias"), NF_ROLE_VECTOR, i, KEY("self_attn.k_proj.bias"), 1, kv, 0, err);
+        if (s == NF_OK) s = hf_matrix(p, NAME("attn_v_bias"), NF_ROLE_VECTOR, i, KEY("self_attn.v_proj.bias"), 1, kv, 0, err);
     }
     if (s == NF_OK && c->arch == NF_HF_QWEN3_MOE) {
-        s = hf_matrix(p, NAME("attn_q_norm"), R_VECTOR, i, KEY("self_attn.q_norm.weight"), 1, c->head_dim, 0, err);
+        s = hf_matrix(p, NAME("attn_q_norm"), NF_ROLE_VECTOR, i, KEY("self_attn.q_norm.weight"), 1, c->head_dim, 0, err);
         if (s == NF_OK)
-            s = hf_matrix(p, NAME("attn_k_norm"), R_VECTOR, i, KEY("self_attn.k_norm.weight"), 1, c->head_dim, 0, err);
+            s = hf_matrix(p, NAME("attn_k_norm"), NF_ROLE_VECTOR, i, KEY("self_attn.k_norm.weight"), 1, c->head_dim, 0, err);
     }
-    if (s == NF_OK) s = hf_matrix(p, NAME("ffn_norm"), R_VECTOR, i, KEY("post_attention_layernorm.weight"), 1, H, 0, err);
+    if (s == NF_OK) s = hf_matrix(p, NAME("ffn_norm"), NF_ROLE_VECTOR, i, KEY("post_attention_layernorm.weight"), 1, H, 0, err);
     if (s) return s;
     if (!nf_hf_config_layer_is_moe(c, (uint32_t)i)) { /* dense: ffn_gate, ffn_up, ffn_down apart */
         uint64_t D = c->intermediate_size;
-        s = hf_matrix(p, NAME("ffn_gate"), R_FFN_GATE_UP, i, KEY("mlp.gate_proj"), D, H, g_ffn, err);
-        if (s == NF_OK) s = hf_matrix(p, NAME("ffn_up"), R_FFN_GATE_UP, i, KEY("mlp.up_proj"), D, H, g_ffn, err);
-        if (s == NF_OK) s = hf_matrix(p, NAME("ffn_down"), R_FFN_DOWN, i, KEY("mlp.down_proj"), H, D, 0, err);
+        s = hf_matrix(p, NAME("ffn_gate"), NF_ROLE_FFN_GATE_UP, i, KEY("mlp.gate_proj"), D, H, g_ffn, err);
+        if (s == NF_OK) s = hf_matrix(p, NAME("ffn_up"), NF_ROLE_FFN_GATE_UP, i, KEY("mlp.up_proj"), D, H, g_ffn, err);
+        if (s == NF_OK) s = hf_matrix(p, NAME("ffn_down"), NF_ROLE_FFN_DOWN, i, KEY("mlp.down_proj"), H, D, 0, err);
         return s;
     }
-    s = hf_matrix(p, NAME("ffn_gate_inp"), R_ROUTER, i, KEY("mlp.gate"), c->n_experts, H, 0, err);
+    s = hf_matrix(p, NAME("ffn_gate_inp"), NF_ROLE_ROUTER, i, KEY("mlp.gate"), c->n_experts, H, 0, err);
     if (s == NF_OK) s = hf_experts(p, i, pre, g_ffn, err);
     if (s == NF_OK && c->arch == NF_HF_QWEN2_MOE && c->shared_intermediate_size) {
         char gu[64], dn[64];
@@ -545,7 +509,7 @@ static nf_status hf_layer(nf_plan *p, int i, nf_error *err)
         snprintf(dn, sizeof dn, "blk.%d.ffn_down_shexp", i);
         s = hf_mlp(p, i, KEY("mlp.shared_expert"), gu, dn, c->shared_intermediate_size, g_ffn, err);
         if (s == NF_OK)
-            s = hf_matrix(p, NAME("ffn_gate_inp_shexp"), R_VECTOR, i, KEY("mlp.shared_expert_gate.weight"), 1, H, 0, err);
+            s = hf_matrix(p, NAME("ffn_gate_inp_shexp"), NF_ROLE_VECTOR, i, KEY("mlp.shared_expert_gate.weight"), 1, H, 0, err);
     }
 #undef NAME
 #undef KEY
@@ -575,281 +539,10 @@ static nf_status hf_plan(nf_plan *p, const char *dir, nf_error *err)
     if (strcmp(p->recipe, "source") == 0)
         return nf_error_set(err, NF_ERR_INVALID_ARG, "recipe 'source' is for GGUF sources; choose bf16, q8q8, q4q6, q4q5 or nvfp4");
     uint64_t V = c->vocab_size, H = c->hidden_size;
-    s = hf_matrix(p, "token_embd", R_EMBD, 0, "model.embed_tokens", V, H, 0, err);
+    s = hf_matrix(p, "token_embd", NF_ROLE_EMBD, 0, "model.embed_tokens", V, H, 0, err);
     for (uint32_t i = 0; i < c->n_layers && s == NF_OK; i++) s = hf_layer(p, (int)i, err);
-    if (s == NF_OK) s = hf_matrix(p, "output_norm", R_VECTOR, 0, "model.norm.weight", 1, H, 0, err);
-    if (s == NF_OK && !c->tie_word_embeddings) s = hf_matrix(p, "output", R_OUTPUT, 0, "lm_head", V, H, 0, err);
-    return s;
-}
-
-/* ---- the GGUF plan --------------------------------------------------------------------------- */
-
-typedef struct gguf_arch {
-    const char *gguf, *hf; /* general.architecture, our model.arch */
-    nf_hf_arch arch;
-} gguf_arch;
-
-static const gguf_arch gguf_archs[] = {
-    {"qwen3moe", "qwen3_moe", NF_HF_QWEN3_MOE},
-    {"qwen2moe", "qwen2_moe", NF_HF_QWEN2_MOE},
-    {"llama", "llama", NF_HF_LLAMA},
-};
-
-static nf_status gguf_u32(const nf_plan *p, const char *a, const char *k, uint32_t *v, int required, nf_error *err)
-{
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", a, k);
-    if (!nf_gguf_find_kv(p->gguf, key)) {
-        if (required) return nf_error_set(err, NF_ERR_FORMAT, "%s: metadata key '%s' is missing", p->source, key);
-        return NF_OK;
-    }
-    nf_status s = nf_gguf_get_u32(p->gguf, key, v, err);
-    return s ? nf_error_prefix(err, "%s", p->source) : NF_OK;
-}
-
-static nf_status gguf_f(const nf_plan *p, const char *a, const char *k, double *v, nf_error *err)
-{
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", a, k);
-    if (!nf_gguf_find_kv(p->gguf, key)) return NF_OK;
-    nf_status s = nf_gguf_get_float(p->gguf, key, v, err);
-    return s ? nf_error_prefix(err, "%s", p->source) : NF_OK;
-}
-
-/* RoPE beyond the base: <arch>.rope.scaling.{type,factor,original_context_length} (linear, yarn; the
- * older rope.scale_linear), checked against what the engines implement: a rotary dimension other than
- * head_dim (partial RoPE) and llama3's scaling (which llama.cpp's converter bakes into a
- * rope_freqs.weight tensor of per-frequency divisors) are refused. */
-static nf_status gguf_rope(const nf_plan *p, const char *a, nf_hf_config *c, nf_error *err)
-{
-    uint32_t rot = c->head_dim, orig = 0;
-    nf_status s = gguf_u32(p, a, "rope.dimension_count", &rot, 0, err);
-    if (s) return s;
-    if (rot != c->head_dim)
-        return nf_error_set(err, NF_ERR_UNSUPPORTED, "%s: '%s.rope.dimension_count' is %u but head_dim is %u: partial RoPE "
-                            "is not supported", p->source, a, rot, c->head_dim);
-    if (nf_gguf_find_tensor(p->gguf, "rope_freqs.weight"))
-        return nf_error_set(err, NF_ERR_UNSUPPORTED, "%s: tensor 'rope_freqs.weight' (llama3 RoPE scaling as per-frequency "
-                            "factors) is not supported from GGUF; convert the Hugging Face checkpoint", p->source);
-    char key[128];
-    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
-    double factor = 0;
-    if ((s = gguf_f(p, a, "rope.scaling.factor", &factor, err)) != NF_OK) return s;
-    if ((s = gguf_u32(p, a, "rope.scaling.original_context_length", &orig, 0, err)) != NF_OK) return s;
-    if (nf_gguf_find_kv(p->gguf, key)) {
-        nf_gguf_str t;
-        if ((s = nf_gguf_get_str(p->gguf, key, &t, err)) != NF_OK) return nf_error_prefix(err, "%s", p->source);
-        snprintf(c->rope.type, sizeof c->rope.type, "%.*s", (int)(t.len < 31 ? t.len : 31), t.ptr);
-    } else {
-        double lin = 0; /* before rope.scaling.*: a linear factor alone */
-        if ((s = gguf_f(p, a, "rope.scale_linear", &lin, err)) != NF_OK) return s;
-        if (lin > 0 && lin != 1) {
-            snprintf(c->rope.type, sizeof c->rope.type, "linear");
-            factor = lin;
-        }
-    }
-    if (strcmp(c->rope.type, "none") == 0) snprintf(c->rope.type, sizeof c->rope.type, "default");
-    if (strcmp(c->rope.type, "default") != 0 && strcmp(c->rope.type, "linear") != 0 && strcmp(c->rope.type, "yarn") != 0)
-        return nf_error_set(err, NF_ERR_UNSUPPORTED, "%s: '%s' is '%s' (supported: none, linear, yarn)", p->source, key,
-                            c->rope.type);
-    if (strcmp(c->rope.type, "default") != 0 && !(factor > 0))
-        return nf_error_set(err, NF_ERR_FORMAT, "%s: '%s' is '%s' without a '%s.rope.scaling.factor'", p->source, key,
-                            c->rope.type, a);
-    c->rope.factor = factor;
-    c->rope.original_max_position = orig;
-    return NF_OK;
-}
-
-/* Hyperparameters from GGUF metadata into cfg. */
-static nf_status gguf_config(nf_plan *p, nf_error *err)
-{
-    nf_gguf_str as;
-    nf_status s = nf_gguf_get_str(p->gguf, "general.architecture", &as, err);
-    if (s) return nf_error_prefix(err, "%s", p->source);
-    char a[64];
-    snprintf(a, sizeof a, "%.*s", (int)(as.len < 63 ? as.len : 63), as.ptr);
-    const gguf_arch *ga = NULL;
-    for (size_t i = 0; i < sizeof gguf_archs / sizeof gguf_archs[0]; i++)
-        if (strcmp(a, gguf_archs[i].gguf) == 0) ga = &gguf_archs[i];
-    if (!ga)
-        return nf_error_set(err, NF_ERR_UNSUPPORTED,
-                            "%s: architecture '%s' is not supported (supported: qwen3moe, qwen2moe, llama)", p->source, a);
-    nf_hf_config *c = &p->cfg;
-    c->arch = ga->arch;
-    c->rms_eps = 1e-6;
-    c->rope.theta = 10000;
-    snprintf(c->rope.type, sizeof c->rope.type, "default");
-    c->decoder_sparse_step = 1;
-    s = gguf_u32(p, a, "embedding_length", &c->hidden_size, 1, err);
-    if (!s) s = gguf_u32(p, a, "block_count", &c->n_layers, 1, err);
-    if (!s) s = gguf_u32(p, a, "attention.head_count", &c->n_heads, 1, err);
-    c->n_kv_heads = c->n_heads;
-    if (!s) s = gguf_u32(p, a, "attention.head_count_kv", &c->n_kv_heads, 0, err);
-    if (!s && c->n_heads) c->head_dim = c->hidden_size / c->n_heads;
-    if (!s) s = gguf_u32(p, a, "attention.key_length", &c->head_dim, 0, err);
-    if (!s) s = gguf_u32(p, a, "context_length", &c->max_position, 0, err);
-    if (!s) s = gguf_u32(p, a, "feed_forward_length", &c->intermediate_size, 0, err);
-    if (!s) s = gguf_u32(p, a, "expert_count", &c->n_experts, 0, err);
-    if (!s) s = gguf_u32(p, a, "expert_used_count", &c->n_experts_used, 0, err);
-    if (!s) s = gguf_u32(p, a, "expert_feed_forward_length", &c->moe_intermediate_size, 0, err);
-    if (!s) s = gguf_u32(p, a, "expert_shared_feed_forward_length", &c->shared_intermediate_size, 0, err);
-    if (!s) s = gguf_f(p, a, "attention.layer_norm_rms_epsilon", &c->rms_eps, err);
-    if (!s) s = gguf_f(p, a, "rope.freq_base", &c->rope.theta, err);
-    if (!s) s = gguf_rope(p, a, c, err);
-    if (s) return s;
-    /* llama.cpp: qwen3moe renormalises the top-k weights, qwen2moe does not */
-    c->norm_topk_prob = c->arch == NF_HF_QWEN3_MOE;
-    const nf_gguf_tensor *e = nf_gguf_find_tensor(p->gguf, "token_embd.weight");
-    if (!e) return nf_error_set(err, NF_ERR_FORMAT, "%s: tensor 'token_embd.weight' is missing", p->source);
-    c->vocab_size = (uint32_t)e->ne[1];
-    c->tie_word_embeddings = nf_gguf_find_tensor(p->gguf, "output.weight") == NULL;
-    /* No expert_shared_feed_forward_length: the row length of the first ffn_down_shexp (layer 0 may
-     * be a dense one) */
-    for (uint32_t i = 0; c->arch == NF_HF_QWEN2_MOE && !c->shared_intermediate_size && i < c->n_layers; i++) {
-        char n[64];
-        snprintf(n, sizeof n, "blk.%u.ffn_down_shexp.weight", i);
-        const nf_gguf_tensor *sh = nf_gguf_find_tensor(p->gguf, n);
-        if (sh) c->shared_intermediate_size = (uint32_t)sh->ne[0];
-    }
-    if (c->arch != NF_HF_LLAMA && (!c->n_experts || !c->moe_intermediate_size))
-        return nf_error_set(err, NF_ERR_FORMAT, "%s: '%s.expert_count' / '%s.expert_feed_forward_length' missing", p->source,
-                            a, a);
-    /* MoE layers: those holding a router */
-    if (c->arch != NF_HF_LLAMA) {
-        c->mlp_only_layers = calloc(c->n_layers ? c->n_layers : 1, sizeof(uint32_t));
-        if (!c->mlp_only_layers) return nf_error_set(err, NF_ERR_NOMEM, "plan: out of memory");
-        for (uint32_t i = 0; i < c->n_layers; i++) {
-            char n[64];
-            snprintf(n, sizeof n, "blk.%u.ffn_gate_inp.weight", i);
-            if (!nf_gguf_find_tensor(p->gguf, n)) c->mlp_only_layers[c->n_mlp_only++] = i;
-        }
-    }
-    return NF_OK;
-}
-
-/* One GGUF tensor (or a row range) as a part; checks it against the expected [rows][cols] (of the
- * whole source when stacked: src_rows). */
-static nf_status gguf_part(nf_plan *p, nf_plan_tensor *t, const char *gname, uint64_t row0, uint64_t rows,
-                           uint64_t src_rows, uint64_t cols, nf_error *err)
-{
-    const nf_gguf_tensor *g = nf_gguf_find_tensor(p->gguf, gname);
-    if (!g) return nf_error_set(err, NF_ERR_FORMAT, "%s: tensor '%s' is missing (needed for %s)", p->source, gname, t->name);
-    uint64_t gr = g->ne[0] ? g->n_elems / g->ne[0] : 0;
-    if (g->ne[0] != cols || gr != src_rows)
-        return nf_error_set(err, NF_ERR_FORMAT,
-                            "%s: tensor '%s' has %llu rows of %llu, but the metadata implies %llu rows of %llu", p->source,
-                            gname, (unsigned long long)gr, (unsigned long long)g->ne[0], (unsigned long long)src_rows,
-                            (unsigned long long)cols);
-    nf_plan_part *q = add_part(t, err);
-    if (!q) return NF_ERR_NOMEM;
-    snprintf(q->src, sizeof q->src, "%s", gname);
-    q->kind = NF_PART_GGUF;
-    q->src_codec = g->codec->id;
-    q->row0 = row0;
-    q->rows = rows;
-    return NF_OK;
-}
-
-static nf_status gguf_simple(nf_plan *p, const char *name, role r, int layer, const char *gname, uint64_t rows,
-                             uint64_t cols, nf_error *err)
-{
-    uint64_t dims[2] = {rows, cols};
-    int vec = r == R_VECTOR;
-    nf_plan_tensor *t = add_tensor(p, name, vec ? 1 : 2, vec ? dims + 1 : dims, err);
-    if (!t) return NF_ERR_NOMEM;
-    nf_status s = gguf_part(p, t, gname, 0, rows, rows, cols, err);
-    if (s) return s;
-    return decide(p, t, r, layer, err);
-}
-
-/* gate and up banks [E][I][H] stacked into [E][2I][H]: gate_j, up_j for each expert j. */
-static nf_status gguf_exp_bank(nf_plan *p, int i, const char *gu_name, const char *gate, const char *up, uint64_t E,
-                               uint64_t N, uint64_t H, nf_error *err)
-{
-    uint64_t d3[3] = {E, 2 * N, H}, d2[2] = {2 * N, H};
-    nf_plan_tensor *t = add_tensor(p, gu_name, E ? 3 : 2, E ? d3 : d2, err);
-    if (!t) return NF_ERR_NOMEM;
-    uint64_t n = E ? E : 1;
-    nf_status s = NF_OK;
-    for (uint64_t j = 0; j < n && s == NF_OK; j++) {
-        s = gguf_part(p, t, gate, j * N, N, n * N, H, err);
-        if (s == NF_OK) s = gguf_part(p, t, up, j * N, N, n * N, H, err);
-    }
-    return s ? s : decide(p, t, E ? R_EXP_GATE_UP : R_FFN_GATE_UP, i, err);
-}
-
-static nf_status gguf_layer(nf_plan *p, int i, nf_error *err)
-{
-    const nf_hf_config *c = &p->cfg;
-    uint64_t H = c->hidden_size, q = (uint64_t)c->n_heads * c->head_dim, kv = (uint64_t)c->n_kv_heads * c->head_dim;
-    uint64_t E = c->n_experts, I = c->moe_intermediate_size, S = c->shared_intermediate_size;
-    char n1[64], g1[96], g2[96];
-#define N(fmt) (snprintf(n1, sizeof n1, "blk.%d." fmt, i), n1)
-#define G(fmt) (snprintf(g1, sizeof g1, "blk.%d." fmt, i), g1)
-#define G2(fmt) (snprintf(g2, sizeof g2, "blk.%d." fmt, i), g2)
-    nf_status s = gguf_simple(p, N("attn_norm"), R_VECTOR, i, G("attn_norm.weight"), 1, H, err);
-    if (!s) s = gguf_simple(p, N("attn_q"), R_ATTN_Q, i, G("attn_q.weight"), q, H, err);
-    if (!s) s = gguf_simple(p, N("attn_k"), R_ATTN_K, i, G("attn_k.weight"), kv, H, err);
-    if (!s && c->arch == NF_HF_LLAMA) { /* undo llama.cpp's q/k row permutation (rotary pairs) */
-        p->t[p->n - 2].parts[0].rope_heads = c->n_heads;
-        p->t[p->n - 1].parts[0].rope_heads = c->n_kv_heads;
-    }
-    if (!s) s = gguf_simple(p, N("attn_v"), R_ATTN_V, i, G("attn_v.weight"), kv, H, err);
-    if (!s) s = gguf_simple(p, N("attn_output"), R_ATTN_O, i, G("attn_output.weight"), H, q, err);
-    if (!s && c->arch == NF_HF_QWEN2_MOE) {
-        s = gguf_simple(p, N("attn_q_bias"), R_VECTOR, i, G("attn_q.bias"), 1, q, err);
-        if (!s) s = gguf_simple(p, N("attn_k_bias"), R_VECTOR, i, G("attn_k.bias"), 1, kv, err);
-        if (!s) s = gguf_simple(p, N("attn_v_bias"), R_VECTOR, i, G("attn_v.bias"), 1, kv, err);
-    }
-    if (!s && c->arch == NF_HF_QWEN3_MOE) {
-        s = gguf_simple(p, N("attn_q_norm"), R_VECTOR, i, G("attn_q_norm.weight"), 1, c->head_dim, err);
-        if (!s) s = gguf_simple(p, N("attn_k_norm"), R_VECTOR, i, G("attn_k_norm.weight"), 1, c->head_dim, err);
-    }
-    if (!s) s = gguf_simple(p, N("ffn_norm"), R_VECTOR, i, G("ffn_norm.weight"), 1, H, err);
-    if (s) return s;
-    if (!nf_hf_config_layer_is_moe(c, (uint32_t)i)) {
-        uint64_t D = c->intermediate_size;
-        s = gguf_simple(p, N("ffn_gate"), R_FFN_GATE_UP, i, G("ffn_gate.weight"), D, H, err);
-        if (!s) s = gguf_simple(p, N("ffn_up"), R_FFN_GATE_UP, i, G("ffn_up.weight"), D, H, err);
-        if (!s) s = gguf_simple(p, N("ffn_down"), R_FFN_DOWN, i, G("ffn_down.weight"), H, D, err);
-        return s;
-    }
-    s = gguf_simple(p, N("ffn_gate_inp"), R_ROUTER, i, G("ffn_gate_inp.weight"), E, H, err);
-    if (!s) s = gguf_exp_bank(p, i, N("ffn_gate_up_exps"), G("ffn_gate_exps.weight"), G2("ffn_up_exps.weight"), E, I, H, err);
-    if (!s) {
-        uint64_t dd[3] = {E, H, I};
-        nf_plan_tensor *t = add_tensor(p, N("ffn_down_exps"), 3, dd, err);
-        if (!t) return NF_ERR_NOMEM;
-        for (uint64_t j = 0; j < E && !s; j++) s = gguf_part(p, t, G("ffn_down_exps.weight"), j * H, H, E * H, I, err);
-        if (!s) s = decide(p, t, R_EXP_DOWN, i, err);
-    }
-    if (!s && S && c->arch == NF_HF_QWEN2_MOE) {
-        s = gguf_exp_bank(p, i, N("ffn_gate_up_shexp"), G("ffn_gate_shexp.weight"), G2("ffn_up_shexp.weight"), 0, S, H, err);
-        if (!s) s = gguf_simple(p, N("ffn_down_shexp"), R_FFN_DOWN, i, G("ffn_down_shexp.weight"), H, S, err);
-        if (!s) s = gguf_simple(p, N("ffn_gate_inp_shexp"), R_VECTOR, i, G("ffn_gate_inp_shexp.weight"), 1, H, err);
-    }
-#undef N
-#undef G
-#undef G2
-    return s;
-}
-
-static nf_status gguf_plan(nf_plan *p, nf_error *err)
-{
-    nf_status s = nf_gguf_open(p->source, 0, &p->gguf, err);
-    if (s) return s;
-    if ((s = gguf_config(p, err)) != NF_OK) return s;
-    p->src_quant = NF_SQ_GGUF;
-    if (!p->recipe[0]) snprintf(p->recipe, sizeof p->recipe, "source");
-    if (strcmp(p->recipe, "nvfp4") == 0)
-        return nf_error_set(err, NF_ERR_UNSUPPORTED, "recipe 'nvfp4' needs an unquantized source; a GGUF converts with "
-                                                     "'source', bf16, q8q8, q4q6 or q4q5");
-    const nf_hf_config *c = &p->cfg;
-    uint64_t V = c->vocab_size, H = c->hidden_size;
-    s = gguf_simple(p, "token_embd", R_EMBD, 0, "token_embd.weight", V, H, err);
-    for (uint32_t i = 0; i < c->n_layers && !s; i++) s = gguf_layer(p, (int)i, err);
-    if (!s) s = gguf_simple(p, "output_norm", R_VECTOR, 0, "output_norm.weight", 1, H, err);
-    if (!s && !c->tie_word_embeddings) s = gguf_simple(p, "output", R_OUTPUT, 0, "output.weight", V, H, err);
+    if (s == NF_OK) s = hf_matrix(p, "output_norm", NF_ROLE_VECTOR, 0, "model.norm.weight", 1, H, 0, err);
+    if (s == NF_OK && !c->tie_word_embeddings) s = hf_matrix(p, "output", NF_ROLE_OUTPUT, 0, "lm_head", V, H, 0, err);
     return s;
 }
 
@@ -882,7 +575,7 @@ nf_status nf_plan_build(const char *source, const nf_convert_opts *o, nf_plan *p
     memset(p, 0, sizeof *p);
     snprintf(p->source, sizeof p->source, "%s", source);
     if (o && o->recipe) {
-        if (!nf_recipe_known(o->recipe))
+        if (!nf_recipe_find(o->recipe))
             return nf_error_set(err, NF_ERR_INVALID_ARG, "unknown recipe '%s' (bf16, q8q8, q4q6, q4q5, nvfp4, source)",
                                 o->recipe);
         snprintf(p->recipe, sizeof p->recipe, "%s", o->recipe);
@@ -896,7 +589,7 @@ nf_status nf_plan_build(const char *source, const nf_convert_opts *o, nf_plan *p
         s = hf_plan(p, source, err);
     } else {
         p->src_kind = NF_SRC_GGUF;
-        s = gguf_plan(p, err);
+        s = nf_plan_gguf(p, err);
     }
     if (s == NF_OK) unify_inputs(p);
     if (s == NF_OK) warn_reencoded(p);

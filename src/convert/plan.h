@@ -104,7 +104,4 @@ void nf_plan_free(nf_plan *p);
 void nf_plan_print(const nf_plan *p, FILE *f);
 const nf_plan_tensor *nf_plan_find(const nf_plan *p, const char *name);
 
-/* Recipe names: "bf16", "q8q8", "q4q6", "q4q5", "nvfp4", "source". */
-int nf_recipe_known(const char *name);
-
 #endif
