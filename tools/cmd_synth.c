@@ -1,5 +1,5 @@
 /* `ninfer synth --geometry G --recipe R -o model.nf [--layers N] [--seed S] [--vocab V]`: a full-size
- * artifact with deterministic random weights for a named geometry (src/model/synth.h,
+ * artifact with deterministic random weights for a named geometry (src/convert/synth.h,
  * docs/synth.md), so full-size speed can be measured with no download. */
 #include <stdio.h>
 #include <string.h>
@@ -7,7 +7,7 @@
 
 #include "cli.h"
 #include "commands.h"
-#include "model/synth.h"
+#include "convert/synth.h"
 
 static int usage_error(const nf_cmd_usage *u, const char *msg, const char *value, const char *choices)
 {

@@ -23,7 +23,7 @@
 #include "convert/plan.h"
 #include "engine/engine.h"
 #include "model/model.h"
-#include "model/synth.h"
+#include "convert/synth.h"
 #include "nf_test.h"
 
 static const char *recipes[] = {"bf16", "q8q8", "q4q6", "q4q5", "nvfp4"};

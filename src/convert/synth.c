@@ -1,5 +1,5 @@
 /* Synthetic model artifacts (synth.h, docs/synth.md). */
-#include "model/synth.h"
+#include "convert/synth.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -10,6 +10,7 @@
 #include "base/parallel.h"
 #include "base/timer.h"
 #include "codec/nvfp4.h"
+#include "convert/recipe.h"
 #include "format/artifact.h"
 
 /* ---- geometries -------------------------------------------------------------------------------- */
@@ -54,73 +55,10 @@ const nf_synth_geometry *nf_synth_geometry_find(const char *name)
 
 const char *nf_synth_geometry_names(void) { return "qwen3-30b-a3b, qwen3.5-35b-a3b, qwen2-57b-a14b, tiny, tiny-qwen2"; }
 
-/* ---- the recipe table (docs/convert.md; the converter's plan.c decides the same) ---------------- */
+/* ---- codecs: the converter's recipe table (recipe.h) -------------------------------------------- */
 
-typedef enum role {
-    R_VECTOR = 0, R_ROUTER, R_EMBD, R_OUTPUT, R_ATTN_Q, R_ATTN_K, R_ATTN_V, R_ATTN_O,
-    R_FFN_GATE_UP, R_FFN_DOWN, /* dense MLP, shared expert */
-    R_EXP_GATE_UP, R_EXP_DOWN, /* routed expert banks */
-} role;
-
-/* The role of a schema tensor name; *layer = N for "blk.N.*", -1 otherwise. -1 when unknown. */
-static int role_of(const char *name, int *layer)
-{
-    static const struct {
-        const char *suffix;
-        role r;
-    } blk[] = {
-        {"attn_norm", R_VECTOR}, {"ffn_norm", R_VECTOR}, {"attn_q", R_ATTN_Q}, {"attn_k", R_ATTN_K},
-        {"attn_v", R_ATTN_V}, {"attn_output", R_ATTN_O}, {"attn_q_bias", R_VECTOR}, {"attn_k_bias", R_VECTOR},
-        {"attn_v_bias", R_VECTOR}, {"attn_q_norm", R_VECTOR}, {"attn_k_norm", R_VECTOR}, {"ffn_gate", R_FFN_GATE_UP},
-        {"ffn_up", R_FFN_GATE_UP}, {"ffn_down", R_FFN_DOWN}, {"ffn_gate_inp", R_ROUTER},
-        {"ffn_gate_up_exps", R_EXP_GATE_UP}, {"ffn_down_exps", R_EXP_DOWN}, {"ffn_gate_up_shexp", R_FFN_GATE_UP},
-        {"ffn_down_shexp", R_FFN_DOWN}, {"ffn_gate_inp_shexp", R_VECTOR},
-    };
-    *layer = -1;
-    if (strcmp(name, "token_embd") == 0) return R_EMBD;
-    if (strcmp(name, "output") == 0) return R_OUTPUT;
-    if (strcmp(name, "output_norm") == 0) return R_VECTOR;
-    if (strncmp(name, "blk.", 4) != 0) return -1;
-    char *end;
-    long l = strtol(name + 4, &end, 10);
-    if (end == name + 4 || *end != '.' || l < 0 || l > 1000000) return -1;
-    for (size_t i = 0; i < sizeof blk / sizeof blk[0]; i++)
-        if (strcmp(end + 1, blk[i].suffix) == 0) {
-            *layer = (int)l;
-            return (int)blk[i].r;
-        }
-    return -1;
-}
-
-/* llama.cpp's use_more_bits: the first and last eighth of the layers and every third between. */
-static int more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
-
-static nf_codec_id recipe_codec(const char *rc, role r, int layer, uint32_t layers, uint32_t experts, int tied)
-{
-    if (r == R_VECTOR || r == R_ROUTER) return NF_CODEC_F32;
-    if (strcmp(rc, "bf16") == 0) return NF_CODEC_BF16;
-    if (strcmp(rc, "q8q8") == 0) return NF_CODEC_Q8_0;
-    if (strcmp(rc, "nvfp4") == 0) return (r == R_EXP_GATE_UP || r == R_EXP_DOWN) ? NF_CODEC_NVFP4 : NF_CODEC_BF16;
-    const int q6 = strcmp(rc, "q4q6") == 0, n = (int)layers, e8 = experts == 8; /* q4q6: Q4_K_M-like; q4q5: Q5_K_M */
-    const nf_codec_id base = q6 ? NF_CODEC_Q4_K : NF_CODEC_Q5_K;
-    switch (r) {
-    case R_OUTPUT: return NF_CODEC_Q6_K;
-    case R_EMBD: return tied ? NF_CODEC_Q6_K : base;
-    case R_ATTN_V: return e8 ? NF_CODEC_Q8_0 : more_bits(layer, n) ? NF_CODEC_Q6_K : base;
-    case R_ATTN_K: return e8 ? NF_CODEC_Q8_0 : base;
-    case R_ATTN_O: return (e8 && q6) ? NF_CODEC_Q5_K : base;
-    case R_FFN_DOWN: return more_bits(layer, n) ? NF_CODEC_Q6_K : base;
-    case R_EXP_GATE_UP: return NF_CODEC_Q4_K;
-    case R_EXP_DOWN: return q6 ? NF_CODEC_Q6_K : NF_CODEC_Q5_K;
-    default: return base;
-    }
-}
-
-static int recipe_ok(const char *r)
-{
-    return r && (!strcmp(r, "bf16") || !strcmp(r, "q8q8") || !strcmp(r, "q4q6") || !strcmp(r, "q4q5") ||
-                 !strcmp(r, "nvfp4"));
-}
+/* The recipes synth writes: every one but "source" (GGUF only). */
+static int recipe_ok(const char *r) { return nf_recipe_find(r) && strcmp(r, "source") != 0; }
 
 nf_status nf_synth_codec(const char *recipe, const char *name, uint32_t layers, uint32_t experts, int tied,
                          uint64_t cols, nf_codec_id *out, int *fallback, nf_error *err)
@@ -128,13 +66,10 @@ nf_status nf_synth_codec(const char *recipe, const char *name, uint32_t layers, 
     if (!recipe_ok(recipe))
         return nf_error_set(err, NF_ERR_INVALID_ARG, "unknown recipe '%s' (bf16, q8q8, q4q6, q4q5, nvfp4)",
                             recipe ? recipe : "(null)");
-    int layer, r = role_of(name, &layer);
+    int layer, r = nf_recipe_role_of(name, &layer);
     if (r < 0) return nf_error_set(err, NF_ERR_INVALID_ARG, "'%s' is not a tensor name of docs/model_schema.md", name);
-    nf_codec_id c = recipe_codec(recipe, (role)r, layer, layers, experts, tied);
-    int fb = cols % nf_codec_get(c)->block_elems != 0;
-    if (fb) c = cols % 32 == 0 ? NF_CODEC_Q8_0 : NF_CODEC_BF16;
-    *out = c;
-    if (fallback) *fallback = fb;
+    const nf_recipe_model m = {layers, experts, tied};
+    *out = nf_recipe_fit(nf_recipe_codec(nf_recipe_find(recipe), (nf_role)r, layer, &m), cols, fallback);
     return NF_OK;
 }
 

@@ -3,8 +3,8 @@
  * can be measured with no download (`ninfer synth`, docs/synth.md).
  *
  * What is stored follows docs/model_schema.md exactly: every model.* key, every tensor under its
- * schema name and shape, codecs as the converter's recipe table assigns them (docs/convert.md;
- * nf_synth_codec below, cross-checked against the converter's plan by tests/synth). Values:
+ * schema name and shape, codecs from the converter's recipe table (recipe.h, docs/convert.md;
+ * nf_synth_codec below looks a schema name up in it). Values:
  * matrices ~ N(0, 0.02^2) (an Irwin-Hall sum of four uniforms, which is normal to within a few
  * percent and bounded at +-3.46 sd), norm weights 1, biases and the shared-expert gate
  * N(0, 0.02^2), routers N(0, (2/sqrt(H))^2) so that a unit-RMS input gives router logits of sd ~2
@@ -21,8 +21,8 @@
  * The output is a pure function of (geometry, recipe, seed, layers, vocab, fresh, tokenizer, ninfer
  * version): no date is stored and every row has its own random stream, so the thread count does
  * not change a byte. */
-#ifndef NF_MODEL_SYNTH_H
-#define NF_MODEL_SYNTH_H
+#ifndef NF_CONVERT_SYNTH_H
+#define NF_CONVERT_SYNTH_H
 
 #include <stdint.h>
 
@@ -66,9 +66,10 @@ typedef struct nf_synth_stats {
 nf_status nf_synth_write(const char *path, const nf_synth_opts *o, nf_synth_stats *st, nf_error *err);
 
 /* The recipe's codec for the schema tensor `name` ("token_embd", "blk.3.attn_v", ...) of a model with
- * `layers` layers and `experts` experts, tied embeddings or not, row length `cols`: the table in
- * docs/convert.md, with its fallback (a row length the codec's block does not divide: q8_0, then
- * bf16; *fallback set). Unknown recipe or name: NF_ERR_INVALID_ARG naming it. */
+ * `layers` layers and `experts` experts, tied embeddings or not, row length `cols`: recipe.h's table
+ * (docs/convert.md), with its fallback (a row length the codec's block does not divide: q8_0, then
+ * bf16; *fallback set). Unknown recipe (or "source", which is for GGUF
+ * sources) or name: NF_ERR_INVALID_ARG naming it. */
 nf_status nf_synth_codec(const char *recipe, const char *name, uint32_t layers, uint32_t experts, int tied,
                          uint64_t cols, nf_codec_id *out, int *fallback, nf_error *err);
 
