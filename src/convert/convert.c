@@ -22,6 +22,7 @@
 #include "base/parallel.h"
 #include "base/timer.h"
 #include "codec/nvfp4.h"
+#include "convert/modelmeta.h"
 #include "convert/tokmeta.h"
 #include "format/artifact.h"
 
@@ -324,42 +325,24 @@ static const char *rope_name(const char *t)
 static nf_status model_meta(const nf_plan *p, nf_artifact_writer *w, nf_error *err)
 {
     const nf_hf_config *c = &p->cfg;
-    nf_status s = nf_artifact_writer_add_str(w, "model.arch", nf_hf_arch_name(c->arch), err);
-#define U32(k, v) if (s == NF_OK) s = nf_artifact_writer_add_u32(w, k, v, err)
-#define BOOL(k, v) if (s == NF_OK) s = nf_artifact_writer_add_bool(w, k, v, err)
-    U32("model.hidden", c->hidden_size);
-    U32("model.layers", c->n_layers);
-    U32("model.heads", c->n_heads);
-    U32("model.kv_heads", c->n_kv_heads);
-    U32("model.head_dim", c->head_dim);
-    U32("model.vocab", c->vocab_size);
-    if (s == NF_OK) s = nf_artifact_writer_add_f32(w, "model.rms_eps", (float)c->rms_eps, err);
-    if (s == NF_OK) s = nf_artifact_writer_add_f64(w, "model.rope_theta", c->rope.theta, err);
     const char *rt = rope_name(c->rope.type);
-    if (s == NF_OK) s = nf_artifact_writer_add_str(w, "model.rope_scaling", rt, err);
-    int none = strcmp(rt, "none") == 0;
-    if (s == NF_OK) s = nf_artifact_writer_add_f32(w, "model.rope_factor", none || !c->rope.factor ? 1.0f : (float)c->rope.factor, err);
-    U32("model.rope_orig_ctx", none ? 0 : (uint32_t)c->rope.original_max_position);
-    if (s == NF_OK && strcmp(rt, "llama3") == 0) {
-        s = nf_artifact_writer_add_f32(w, "model.rope_low_freq_factor", (float)c->rope.low_freq_factor, err);
-        if (s == NF_OK) s = nf_artifact_writer_add_f32(w, "model.rope_high_freq_factor", (float)c->rope.high_freq_factor, err);
-    }
-    U32("model.max_ctx", c->max_position);
-    BOOL("model.tie_embeddings", c->tie_word_embeddings);
-    BOOL("model.qkv_bias", c->arch == NF_HF_QWEN2_MOE);
-    BOOL("model.qk_norm", c->arch == NF_HF_QWEN3_MOE);
-    U32("model.dense_inter", c->intermediate_size);
-    U32("model.experts", c->n_experts);
-    U32("model.top_k", c->n_experts_used);
-    U32("model.moe_inter", c->moe_intermediate_size);
-    U32("model.shared_inter", c->arch == NF_HF_QWEN2_MOE ? c->shared_intermediate_size : 0);
-    BOOL("model.norm_topk", c->norm_topk_prob);
-#undef U32
-#undef BOOL
+    const int none = strcmp(rt, "none") == 0;
     int32_t *moe = malloc((c->n_layers ? c->n_layers : 1) * sizeof *moe);
     if (!moe) return nf_error_set(err, NF_ERR_NOMEM, "out of memory");
     for (uint32_t i = 0; i < c->n_layers; i++) moe[i] = nf_hf_config_layer_is_moe(c, i);
-    if (s == NF_OK) s = nf_artifact_writer_add_array(w, "model.moe_layers", NF_META_I32, moe, c->n_layers, err);
+    const nf_model_keys k = {
+        .arch = nf_hf_arch_name(c->arch), .hidden = c->hidden_size, .layers = c->n_layers, .heads = c->n_heads,
+        .kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .vocab = c->vocab_size, .rms_eps = (float)c->rms_eps,
+        .rope_theta = c->rope.theta, .rope_scaling = rt,
+        .rope_factor = none || !c->rope.factor ? 1.0f : (float)c->rope.factor,
+        .rope_orig_ctx = none ? 0 : (uint32_t)c->rope.original_max_position,
+        .rope_low_freq_factor = (float)c->rope.low_freq_factor, .rope_high_freq_factor = (float)c->rope.high_freq_factor,
+        .max_ctx = c->max_position, .tie_embeddings = c->tie_word_embeddings, .qkv_bias = c->arch == NF_HF_QWEN2_MOE,
+        .qk_norm = c->arch == NF_HF_QWEN3_MOE, .dense_inter = c->intermediate_size, .experts = c->n_experts,
+        .top_k = c->n_experts_used, .moe_inter = c->moe_intermediate_size,
+        .shared_inter = c->arch == NF_HF_QWEN2_MOE ? c->shared_intermediate_size : 0, .norm_topk = c->norm_topk_prob,
+        .moe_layers = moe};
+    nf_status s = nf_convert_model_meta(w, &k, err);
     free(moe);
     return s;
 }
@@ -436,12 +419,7 @@ static nf_status provenance(const nf_plan *p, nf_artifact_writer *w, nf_error *e
     struct tm tm;
     gmtime_r(&now, &tm);
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    nf_status s = nf_artifact_writer_add_str(w, "provenance.source", p->source, err);
-    if (s == NF_OK) s = nf_artifact_writer_add_str(w, "provenance.source_hash", hash, err);
-    if (s == NF_OK) s = nf_artifact_writer_add_str(w, "provenance.recipe", p->recipe, err);
-    if (s == NF_OK) s = nf_artifact_writer_add_str(w, "provenance.ninfer_version", nf_version(), err);
-    if (s == NF_OK) s = nf_artifact_writer_add_str(w, "provenance.date", date, err);
-    return s;
+    return nf_convert_provenance(w, p->source, hash, p->recipe, date, err);
 }
 
 /* ---- the run --------------------------------------------------------------------------------- */

@@ -10,6 +10,7 @@
 #include "base/parallel.h"
 #include "base/timer.h"
 #include "codec/nvfp4.h"
+#include "convert/modelmeta.h"
 #include "convert/recipe.h"
 #include "format/artifact.h"
 
@@ -520,35 +521,14 @@ static nf_status model_meta(nf_artifact_writer *w, const nf_synth_geometry *g, n
     int32_t *moe = malloc(g->layers * sizeof *moe);
     if (!moe) return nf_error_set(err, NF_ERR_NOMEM, "out of memory");
     for (uint32_t l = 0; l < g->layers; l++) moe[l] = 1; /* every layer of these geometries is MoE */
-    nf_status st = nf_artifact_writer_add_str(w, "model.arch", g->arch, err);
-#define U32(k, v) \
-    if (!st) st = nf_artifact_writer_add_u32(w, k, v, err)
-#define BOOL(k, v) \
-    if (!st) st = nf_artifact_writer_add_bool(w, k, v, err)
-    U32("model.hidden", g->hidden);
-    U32("model.layers", g->layers);
-    U32("model.heads", g->heads);
-    U32("model.kv_heads", g->kv_heads);
-    U32("model.head_dim", g->head_dim);
-    U32("model.vocab", g->vocab);
-    if (!st) st = nf_artifact_writer_add_f32(w, "model.rms_eps", g->rms_eps, err);
-    if (!st) st = nf_artifact_writer_add_f64(w, "model.rope_theta", g->rope_theta, err);
-    if (!st) st = nf_artifact_writer_add_str(w, "model.rope_scaling", "none", err);
-    if (!st) st = nf_artifact_writer_add_f32(w, "model.rope_factor", 1.0f, err);
-    U32("model.rope_orig_ctx", 0);
-    U32("model.max_ctx", g->max_ctx);
-    BOOL("model.tie_embeddings", g->tie);
-    BOOL("model.qkv_bias", g->qkv_bias);
-    BOOL("model.qk_norm", g->qk_norm);
-    U32("model.dense_inter", g->dense_inter);
-    U32("model.experts", g->experts);
-    U32("model.top_k", g->top_k);
-    U32("model.moe_inter", g->moe_inter);
-    U32("model.shared_inter", g->shared_inter);
-    BOOL("model.norm_topk", g->norm_topk);
-#undef U32
-#undef BOOL
-    if (!st) st = nf_artifact_writer_add_array(w, "model.moe_layers", NF_META_I32, moe, g->layers, err);
+    const nf_model_keys k = {
+        .arch = g->arch, .hidden = g->hidden, .layers = g->layers, .heads = g->heads, .kv_heads = g->kv_heads,
+        .head_dim = g->head_dim, .vocab = g->vocab, .rms_eps = g->rms_eps, .rope_theta = g->rope_theta,
+        .rope_scaling = "none", .rope_factor = 1.0f, .rope_orig_ctx = 0, .max_ctx = g->max_ctx,
+        .tie_embeddings = g->tie, .qkv_bias = g->qkv_bias, .qk_norm = g->qk_norm, .dense_inter = g->dense_inter,
+        .experts = g->experts, .top_k = g->top_k, .moe_inter = g->moe_inter, .shared_inter = g->shared_inter,
+        .norm_topk = g->norm_topk, .moe_layers = moe};
+    nf_status st = nf_convert_model_meta(w, &k, err);
     free(moe);
     return st;
 }
@@ -561,11 +541,7 @@ static nf_status provenance(nf_artifact_writer *w, const nf_synth_geometry *g, c
              (unsigned long long)o->seed, g->layers, g->vocab, o->fresh ? "fresh" : "permuted",
              o->no_tokenizer ? " tokenizer=none" : "");
     snprintf(hash, sizeof hash, "synth:%016llx", (unsigned long long)nf_fnv1a64(src, strlen(src)));
-    nf_status st = nf_artifact_writer_add_str(w, "provenance.source", src, err);
-    if (!st) st = nf_artifact_writer_add_str(w, "provenance.source_hash", hash, err);
-    if (!st) st = nf_artifact_writer_add_str(w, "provenance.recipe", o->recipe, err);
-    if (!st) st = nf_artifact_writer_add_str(w, "provenance.ninfer_version", nf_version(), err);
-    return st;
+    return nf_convert_provenance(w, src, hash, o->recipe, NULL, err);
 }
 
 /* ---- entry ------------------------------------------------------------------------------------- */
