@@ -1,6 +1,9 @@
-/* ninfer synth's generator (src/model/synth.c):
- * - the recipe table (nf_synth_codec) agrees with the converter's plan on every tensor of the
- *   fixture checkpoints in every recipe (the converter is the reference: docs/convert.md);
+/* ninfer synth's generator (src/convert/synth.c):
+ * - synth and the converter read one recipe table (recipe.h; tests/convert/test_recipe checks it
+ *   against docs/convert.md), but reach it differently: synth maps a schema name to its role
+ *   (nf_recipe_role_of), the plan passes the role where it builds each tensor. nf_synth_codec
+ *   agrees with the converter's plan (codec and fallback flag) on every tensor of the fixture
+ *   checkpoints in every recipe;
  * - tiny geometries in every recipe load with nf_model_load; the tensor list is exactly the schema's
  *   (names and shapes computed here from docs/model_schema.md); codecs are the table's, with spot
  *   checks from docs/convert.md; nvfp4 banks carry one divisor per source (2E, E), and each divisor
@@ -50,9 +53,9 @@ static int write_synth(const char *path, const char *geom, const char *recipe, u
     return s == NF_OK;
 }
 
-/* ---- the recipe table against the converter's plan --------------------------------------------- */
+/* ---- tensor roles against the converter's plan ------------------------------------------------ */
 
-static void test_table_vs_converter(void)
+static void test_roles_vs_converter(void)
 {
     static const char *fixtures[] = {"llama", "qwen2_moe", "qwen3_moe", "qwen3_moe_256"};
     int compared = 0;
@@ -84,7 +87,7 @@ static void test_table_vs_converter(void)
             }
             nf_plan_free(&p);
         }
-    printf("recipe table: %d tensors compared with the converter's plan\n", compared);
+    printf("roles: %d tensors compared with the converter's plan\n", compared);
     CHECK_MSG(compared > 150, "only %d tensors compared", compared);
 }
 
@@ -397,7 +400,7 @@ int main(void)
     char cmd[300];
     snprintf(cmd, sizeof cmd, "mkdir -p %s", tmpdir);
     if (system(cmd) != 0) return 1;
-    test_table_vs_converter();
+    test_roles_vs_converter();
     test_geometry("tiny");
     test_geometry("tiny-qwen2");
     test_determinism();
