@@ -1,5 +1,7 @@
 #include "cli.h"
 
+#include "commands.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -134,4 +136,30 @@ int nf_cli_parse(const nf_cmd_usage *u, int argc, char **argv, char **pos, int *
     }
     if (*npos < u->min_pos) return usage_error(u, "missing argument (expected %d, got %d)", u->min_pos, *npos);
     return NF_CLI_OK;
+}
+
+static void dispatch_usage(const nf_dispatch *d, FILE *f)
+{
+    fprintf(f, "%s\n%s:\n", d->usage, d->heading);
+    for (size_t i = 0; i < d->n; i++) fprintf(f, "  %-12s %s\n", d->table[i].name, d->table[i].summary);
+    fprintf(f, "\n%s\n", d->footer);
+}
+
+int nf_cli_dispatch(const nf_dispatch *d, int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "%s: error: no %s given\n", d->prog, d->noun);
+        dispatch_usage(d, stderr);
+        return 2;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
+        dispatch_usage(d, stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < d->n; i++)
+        if (strcmp(name, d->table[i].name) == 0) return d->table[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "%s: error: unknown %s '%s'\n", d->prog, name[0] == '-' ? "option" : d->noun, name);
+    dispatch_usage(d, stderr);
+    return 2;
 }

@@ -11,29 +11,16 @@ static const nf_command benches[] = {
     {"e2e", "llama-bench-style prompt (pp) and generation (tg) tokens/s of a model", nf_cmd_bench_e2e},
 };
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: ninfer bench <benchmark> [options]\n\nbenchmarks:\n");
-    for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++)
-        fprintf(f, "  %-12s %s\n", benches[i].name, benches[i].summary);
-    fprintf(f, "\n'ninfer bench <benchmark> --help' describes its options.\n");
-}
-
 int nf_cmd_bench(int argc, char **argv)
 {
-    if (argc < 2) {
-        fprintf(stderr, "ninfer bench: error: no benchmark given\n");
-        usage(stderr);
-        return 2;
-    }
-    const char *what = argv[1];
-    if (strcmp(what, "--help") == 0 || strcmp(what, "-h") == 0) {
-        usage(stdout);
-        return 0;
-    }
-    for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++)
-        if (strcmp(what, benches[i].name) == 0) return benches[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "ninfer bench: error: unknown benchmark '%s'\n", what);
-    usage(stderr);
-    return 2;
+    static const nf_dispatch d = {
+        .prog = "ninfer bench",
+        .noun = "benchmark",
+        .usage = "usage: ninfer bench <benchmark> [options]\n",
+        .heading = "benchmarks",
+        .footer = "'ninfer bench <benchmark> --help' describes its options.",
+        .table = benches,
+        .n = sizeof benches / sizeof benches[0],
+    };
+    return nf_cli_dispatch(&d, argc, argv);
 }

@@ -4,11 +4,27 @@
 #ifndef NF_TOOLS_COMMANDS_H
 #define NF_TOOLS_COMMANDS_H
 
+#include <stddef.h>
+
 typedef struct nf_command {
     const char *name;
     const char *summary;
     int (*run)(int argc, char **argv);
 } nf_command;
+
+/* "PROG <name> [args]" over a table of commands (tools/cli.c): --help/-h prints the listing and
+ * returns 0; no name or an unknown one prints an error and the listing and returns 2; otherwise the
+ * command runs with argv[0] = its name. */
+typedef struct nf_dispatch {
+    const char *prog;    /* "ninfer", "ninfer bench" */
+    const char *noun;    /* "command", "benchmark" */
+    const char *usage;   /* the usage lines */
+    const char *heading; /* "commands", "benchmarks" */
+    const char *footer;  /* a closing line */
+    const nf_command *table;
+    size_t n;
+} nf_dispatch;
+int nf_cli_dispatch(const nf_dispatch *d, int argc, char **argv);
 
 int nf_cmd_version(int argc, char **argv);
 int nf_cmd_inspect(int argc, char **argv); /* tools/cmd_inspect.c */

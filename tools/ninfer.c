@@ -17,30 +17,17 @@ static const nf_command commands[] = {
     {"synth", "write a full-size model of a named geometry with random weights (no download)", nf_cmd_synth},
 };
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: ninfer <command> [options]\n       ninfer --version | --help\n\ncommands:\n");
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
-    fprintf(f, "\n'ninfer <command> --help' describes a command. NF_LOG=debug|info|warn|error sets the log level.\n");
-}
-
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        fprintf(stderr, "ninfer: error: no command given\n");
-        usage(stderr);
-        return 2;
-    }
-    const char *cmd = argv[1];
-    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
-        usage(stdout);
-        return 0;
-    }
-    if (strcmp(cmd, "--version") == 0) return nf_cmd_version(1, argv + 1);
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (strcmp(cmd, commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "ninfer: error: unknown %s '%s'\n", cmd[0] == '-' ? "option" : "command", cmd);
-    usage(stderr);
-    return 2;
+    static const nf_dispatch d = {
+        .prog = "ninfer",
+        .noun = "command",
+        .usage = "usage: ninfer <command> [options]\n       ninfer --version | --help\n",
+        .heading = "commands",
+        .footer = "'ninfer <command> --help' describes a command. NF_LOG=debug|info|warn|error sets the log level.",
+        .table = commands,
+        .n = sizeof commands / sizeof commands[0],
+    };
+    if (argc >= 2 && strcmp(argv[1], "--version") == 0) return nf_cmd_version(1, argv + 1);
+    return nf_cli_dispatch(&d, argc, argv);
 }
