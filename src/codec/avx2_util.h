@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "codec/ggml_blocks.h"
+
 #define NF_INLINE static inline __attribute__((always_inline))
 
 /* Sum of the 8 lanes: pairwise, (0+4, 1+5, 2+6, 3+7), then (01, 23), then the last pair. */
@@ -40,5 +42,33 @@ NF_INLINE float nf_f16_at(const uint8_t *p)
 /* Rows are processed NF_MV_ROWS at a time, interleaved block by block, so several weight streams
  * are in flight and each slice of x is loaded into L1 once per group. */
 #define NF_MV_ROWS 4
+
+/* q4_k and q5_k: sub-blocks 2p and 2p+1 of a block (scales at `scales`, 12 bytes) contribute
+ * d*sc*(q . x) to acc and dmin*m*sum(x) to macc, given their q . x sums sl, sh and the x sums xs. */
+NF_INLINE void nf_k4_apply_scales(const uint8_t *scales, int p, float d, float dmin, __m256 sl, __m256 sh,
+                                  const __m256 *xs, __m256 *acc, __m256 *macc)
+{
+    uint8_t s0, m0, s1, m1;
+    nf_k4_scale_min(2 * p, scales, &s0, &m0);
+    nf_k4_scale_min(2 * p + 1, scales, &s1, &m1);
+    *acc = _mm256_fmadd_ps(_mm256_set1_ps(d * s0), sl, *acc);
+    *acc = _mm256_fmadd_ps(_mm256_set1_ps(d * s1), sh, *acc);
+    *macc = _mm256_fmadd_ps(_mm256_set1_ps(dmin * m0), xs[2 * p], *macc);
+    *macc = _mm256_fmadd_ps(_mm256_set1_ps(dmin * m1), xs[2 * p + 1], *macc);
+}
+
+/* A codec's kernel over R <= NF_MV_ROWS consecutive rows rb bytes apart. */
+typedef void (*nf_rows_kernel)(const uint8_t *w, size_t rb, int R, const float *x, float *y, size_t n);
+
+/* The matvec every row codec shares: groups of NF_MV_ROWS rows, then the remainder one at a time.
+ * Inlined with a constant kernel, so each codec keeps its own specialised loop. */
+NF_INLINE void nf_matvec_rows(nf_rows_kernel kernel, const void *w, size_t rb, size_t rows, const float *x, float *y,
+                              size_t n)
+{
+    const uint8_t *p = w;
+    size_t r = 0;
+    for (; r + NF_MV_ROWS <= rows; r += NF_MV_ROWS) kernel(p + r * rb, rb, NF_MV_ROWS, x, y + r, n);
+    for (; r < rows; r++) kernel(p + r * rb, rb, 1, x, y + r, n);
+}
 
 #endif

@@ -32,13 +32,7 @@ NF_INLINE void rows_kernel(const uint8_t *w, size_t rb, int R, const float *x, f
                     sl = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ql), _mm256_loadu_ps(xl + k), sl);
                     sh = _mm256_fmadd_ps(_mm256_cvtepi32_ps(qu), _mm256_loadu_ps(xh + k), sh);
                 }
-                uint8_t s0, m0, s1, m1;
-                nf_k4_scale_min(2 * p, b + 4, &s0, &m0);
-                nf_k4_scale_min(2 * p + 1, b + 4, &s1, &m1);
-                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * s0), sl, acc[r]);
-                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * s1), sh, acc[r]);
-                macc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dmin * m0), xs[2 * p], macc[r]);
-                macc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dmin * m1), xs[2 * p + 1], macc[r]);
+                nf_k4_apply_scales(b + 4, p, d, dmin, sl, sh, xs, &acc[r], &macc[r]);
             }
         }
     }
@@ -47,8 +41,5 @@ NF_INLINE void rows_kernel(const uint8_t *w, size_t rb, int R, const float *x, f
 
 void nf_q5_k_matvec_avx2(const void *w, size_t rb, size_t rows, const float *x, float *y, size_t n)
 {
-    const uint8_t *p = w;
-    size_t r = 0;
-    for (; r + NF_MV_ROWS <= rows; r += NF_MV_ROWS) rows_kernel(p + r * rb, rb, NF_MV_ROWS, x, y + r, n);
-    for (; r < rows; r++) rows_kernel(p + r * rb, rb, 1, x, y + r, n);
+    nf_matvec_rows(rows_kernel, w, rb, rows, x, y, n);
 }

@@ -28,8 +28,5 @@ NF_INLINE void rows_kernel(const uint8_t *w, size_t rb, int R, const float *x, f
 
 void nf_q8_0_matvec_avx2(const void *w, size_t rb, size_t rows, const float *x, float *y, size_t n)
 {
-    const uint8_t *p = w;
-    size_t r = 0;
-    for (; r + NF_MV_ROWS <= rows; r += NF_MV_ROWS) rows_kernel(p + r * rb, rb, NF_MV_ROWS, x, y + r, n);
-    for (; r < rows; r++) rows_kernel(p + r * rb, rb, 1, x, y + r, n);
+    nf_matvec_rows(rows_kernel, w, rb, rows, x, y, n);
 }
