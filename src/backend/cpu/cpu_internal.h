@@ -9,7 +9,7 @@ struct nf_cpu {
     int n_threads;
     uint32_t max_cols, max_ctx;
     float *block;    /* [n_threads][NF_CPU_RB][max_cols]: dequantized row blocks */
-    float *scores;   /* [n_threads][max_ctx]: attention scores */
+    float *scores;   /* [n_threads][NF_CPU_ATTN_SC * max_ctx]: attention scores */
     int matvec_simd; /* the AVX2 tile kernel may run */
     int reference;   /* dequantize + double dot everywhere */
 };
@@ -20,5 +20,15 @@ void nf_cpu_tile_scalar(const float *blk, size_t nb, size_t cols, const float *x
 /* Only after nf_cpu_has_avx2_fma_f16c() (compiled with -mavx2 -mfma -mf16c). */
 void nf_cpu_tile_avx2(const float *blk, size_t nb, size_t cols, const float *x, size_t ldx, size_t n, float *y,
                       size_t ldy);
+
+/* Attention scratch per thread in units of max_ctx: one query's weights + 8 queries' scores. */
+#define NF_CPU_ATTN_SC 9
+/* The AVX2 attention takes head_dim % 8 == 0 and head_dim <= this (its transposed q is on the stack). */
+#define NF_CPU_ATTN_MAX_HD 512
+/* Causal attention of nq <= 8 consecutive query tokens of one head over kv head kh: token j's q
+ * at q + j*q_row, it sees positions 0 .. n0 + j - 1, its output at out + j*q_row. sc: the
+ * thread's NF_CPU_ATTN_SC * max_ctx scratch. Bit-identical to ops.c's scalar attention. */
+void nf_cpu_attn_block_avx2(const nf_cpu_kv *kv, const float *q, size_t q_row, uint32_t kh, uint32_t n0, uint32_t nq,
+                            float scale, float *sc, float *out);
 
 #endif

@@ -35,7 +35,7 @@ nf_status nf_cpu_create(int n_threads, uint32_t max_cols, uint32_t max_ctx, nf_c
     c->max_cols = max_cols;
     c->max_ctx = max_ctx;
     c->block = calloc((size_t)c->n_threads * NF_CPU_RB * (max_cols ? max_cols : 1), sizeof(float));
-    c->scores = calloc((size_t)c->n_threads * (max_ctx ? max_ctx : 1), sizeof(float));
+    c->scores = calloc((size_t)c->n_threads * NF_CPU_ATTN_SC * (max_ctx ? max_ctx : 1), sizeof(float));
     if (!c->block || !c->scores) {
         nf_cpu_free(c);
         return nf_error_set(err, NF_ERR_NOMEM, "cpu backend: out of memory for %d threads x %u columns scratch",

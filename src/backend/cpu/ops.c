@@ -164,41 +164,64 @@ typedef struct attn_ctx {
     float *out;
     uint32_t n_heads, pos0;
     float scale;
+    size_t T;
 } attn_ctx;
 
-/* One (token, head) pair: softmax(q . K^T * scale) V over positions 0 .. pos0 + t. */
+/* Token t, head h: softmax(q . K^T * scale) V over positions 0 .. pos0 + t. */
+static void attn_one(const attn_ctx *a, size_t t, uint32_t h, float *sc)
+{
+    const nf_cpu_kv *kv = a->kv;
+    const uint32_t hd = kv->head_dim, kh = h / (a->n_heads / kv->kv_heads);
+    const size_t kv_row = (size_t)kv->kv_heads * hd, q_row = (size_t)a->n_heads * hd;
+    const float *q = a->q + t * q_row + (size_t)h * hd;
+    uint32_t n = a->pos0 + (uint32_t)t + 1;
+    for (uint32_t p = 0; p < n; p++) {
+        size_t base = (size_t)p * kv_row + (size_t)kh * hd;
+        float s = 0;
+        for (uint32_t i = 0; i < hd; i++) s += q[i] * kv_get(kv, kv->k, base + i);
+        sc[p] = s * a->scale;
+    }
+    nf_cpu_softmax(sc, n);
+    float *o = a->out + t * q_row + (size_t)h * hd;
+    memset(o, 0, hd * sizeof(float));
+    for (uint32_t p = 0; p < n; p++) {
+        size_t base = (size_t)p * kv_row + (size_t)kh * hd;
+        const float w = sc[p];
+        for (uint32_t i = 0; i < hd; i++) o[i] += w * kv_get(kv, kv->v, base + i);
+    }
+}
+
+/* Scalar: one item per (token, head). */
 static void attn_fn(void *ctx, size_t begin, size_t end, int worker)
+{
+    attn_ctx *a = ctx;
+    float *sc = a->c->scores + (size_t)worker * NF_CPU_ATTN_SC * a->c->max_ctx;
+    for (size_t it = begin; it < end; it++) attn_one(a, it / a->n_heads, (uint32_t)(it % a->n_heads), sc);
+}
+
+/* AVX2: one item per (block of 8 tokens, head); same numbers as attn_one. */
+static void attn8_fn(void *ctx, size_t begin, size_t end, int worker)
 {
     attn_ctx *a = ctx;
     const nf_cpu_kv *kv = a->kv;
     const uint32_t hd = kv->head_dim, group = a->n_heads / kv->kv_heads;
-    const size_t kv_row = (size_t)kv->kv_heads * hd, q_row = (size_t)a->n_heads * hd;
-    float *sc = a->c->scores + (size_t)worker * a->c->max_ctx;
+    const size_t q_row = (size_t)a->n_heads * hd;
+    float *sc = a->c->scores + (size_t)worker * NF_CPU_ATTN_SC * a->c->max_ctx;
     for (size_t it = begin; it < end; it++) {
-        size_t t = it / a->n_heads;
-        uint32_t h = (uint32_t)(it % a->n_heads), kh = h / group;
-        const float *q = a->q + t * q_row + (size_t)h * hd;
-        uint32_t n = a->pos0 + (uint32_t)t + 1;
-        for (uint32_t p = 0; p < n; p++) {
-            size_t base = (size_t)p * kv_row + (size_t)kh * hd;
-            float s = 0;
-            for (uint32_t i = 0; i < hd; i++) s += q[i] * kv_get(kv, kv->k, base + i);
-            sc[p] = s * a->scale;
-        }
-        nf_cpu_softmax(sc, n);
-        float *o = a->out + t * q_row + (size_t)h * hd;
-        memset(o, 0, hd * sizeof(float));
-        for (uint32_t p = 0; p < n; p++) {
-            size_t base = (size_t)p * kv_row + (size_t)kh * hd;
-            const float w = sc[p];
-            for (uint32_t i = 0; i < hd; i++) o[i] += w * kv_get(kv, kv->v, base + i);
-        }
+        size_t t0 = it / a->n_heads * 8;
+        uint32_t h = (uint32_t)(it % a->n_heads);
+        uint32_t nq = a->T - t0 < 8 ? (uint32_t)(a->T - t0) : 8;
+        size_t off = t0 * q_row + (size_t)h * hd;
+        nf_cpu_attn_block_avx2(kv, a->q + off, q_row, h / group, a->pos0 + (uint32_t)t0 + 1, nq, a->scale, sc,
+                               a->out + off);
     }
 }
 
 void nf_cpu_attention(nf_cpu *c, const nf_cpu_kv *kv, const float *q, uint32_t n_heads, uint32_t pos0, size_t T,
                       float scale, float *out)
 {
-    attn_ctx a = {c, kv, q, out, n_heads, pos0, scale};
-    nf_parallel_for(c->pool, T * n_heads, 1, attn_fn, &a);
+    attn_ctx a = {c, kv, q, out, n_heads, pos0, scale, T};
+    if (c->matvec_simd && kv->head_dim % 8 == 0 && kv->head_dim <= NF_CPU_ATTN_MAX_HD)
+        nf_parallel_for(c->pool, (T + 7) / 8 * n_heads, 1, attn8_fn, &a);
+    else nf_parallel_for(c->pool, T * n_heads, 1, attn_fn, &a);
 }

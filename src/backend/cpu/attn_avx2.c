@@ -1,0 +1,108 @@
+/* AVX2 causal attention for up to 8 consecutive query tokens of one head (prefill).
+ *
+ * The scalar kernel (ops.c) computes each score as a sequential f32 sum over the head dimension,
+ * a chain of head_dim dependent adds per score. Here the 8 lanes are 8 queries: q is transposed
+ * to qt[i][lane], each key element is broadcast, and lane j runs exactly the scalar's sequence
+ * s = s + q_j[i] * k[i] for i = 0 .. head_dim - 1 (separate mul and add, no FMA: the build's
+ * -std=c11 keeps the scalar code uncontracted). Eight positions are in flight to hide the add
+ * latency. The weighted V sum runs 8 elements of the head dimension per vector, each element
+ * summed over positions in order as the scalar does. The results are bit-identical to the
+ * scalar kernel's for any token block or thread split. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_internal.h"
+
+/* k or v element idx of the cache as f32 (bf16 widens exactly). */
+static inline float kv_at(const nf_cpu_kv *kv, const void *base, size_t idx)
+{
+    if (!kv->bf16) return ((const float *)base)[idx];
+    uint32_t u = (uint32_t)((const uint16_t *)base)[idx] << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* 8 consecutive k or v elements from idx as f32. */
+static inline __m256 kv_at8(const nf_cpu_kv *kv, const void *base, size_t idx)
+{
+    if (!kv->bf16) return _mm256_loadu_ps((const float *)base + idx);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)base + idx));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* sct[p][lane] = scale * sum_i qt[i][lane] * k[p][i] for p < np, positions 8 at a time. */
+static void scores8(const nf_cpu_kv *kv, const float *qt, uint32_t hd, size_t kv_row, size_t koff, uint32_t np,
+                    float scale, float *sct)
+{
+    const __m256 vs = _mm256_set1_ps(scale);
+    uint32_t p = 0;
+    for (; p + 8 <= np; p += 8) {
+        __m256 acc[8];
+        for (int u = 0; u < 8; u++) acc[u] = _mm256_setzero_ps();
+        const size_t base = (size_t)p * kv_row + koff;
+        for (uint32_t i = 0; i < hd; i++) {
+            const __m256 qv = _mm256_loadu_ps(qt + (size_t)i * 8);
+            for (int u = 0; u < 8; u++) {
+                __m256 kb = _mm256_set1_ps(kv_at(kv, kv->k, base + u * kv_row + i));
+                acc[u] = _mm256_add_ps(acc[u], _mm256_mul_ps(qv, kb));
+            }
+        }
+        for (int u = 0; u < 8; u++) _mm256_storeu_ps(sct + (size_t)(p + u) * 8, _mm256_mul_ps(acc[u], vs));
+    }
+    for (; p < np; p++) {
+        __m256 acc = _mm256_setzero_ps();
+        const size_t base = (size_t)p * kv_row + koff;
+        for (uint32_t i = 0; i < hd; i++)
+            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(qt + (size_t)i * 8),
+                                                   _mm256_set1_ps(kv_at(kv, kv->k, base + i))));
+        _mm256_storeu_ps(sct + (size_t)p * 8, _mm256_mul_ps(acc, vs));
+    }
+}
+
+/* o[i] = sum_p w[p] * v[p][i] over p < n in order, 8 elements of i per vector (hd % 8 == 0). */
+static void weighted_v(const nf_cpu_kv *kv, const float *w, uint32_t n, uint32_t hd, size_t kv_row, size_t koff,
+                       float *o)
+{
+    uint32_t i = 0;
+    for (; i + 32 <= hd; i += 32) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (uint32_t p = 0; p < n; p++) {
+            const size_t base = (size_t)p * kv_row + koff + i;
+            const __m256 wb = _mm256_set1_ps(w[p]);
+            a0 = _mm256_add_ps(a0, _mm256_mul_ps(wb, kv_at8(kv, kv->v, base)));
+            a1 = _mm256_add_ps(a1, _mm256_mul_ps(wb, kv_at8(kv, kv->v, base + 8)));
+            a2 = _mm256_add_ps(a2, _mm256_mul_ps(wb, kv_at8(kv, kv->v, base + 16)));
+            a3 = _mm256_add_ps(a3, _mm256_mul_ps(wb, kv_at8(kv, kv->v, base + 24)));
+        }
+        _mm256_storeu_ps(o + i, a0);
+        _mm256_storeu_ps(o + i + 8, a1);
+        _mm256_storeu_ps(o + i + 16, a2);
+        _mm256_storeu_ps(o + i + 24, a3);
+    }
+    for (; i < hd; i += 8) {
+        __m256 a = _mm256_setzero_ps();
+        for (uint32_t p = 0; p < n; p++)
+            a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_set1_ps(w[p]), kv_at8(kv, kv->v, (size_t)p * kv_row + koff + i)));
+        _mm256_storeu_ps(o + i, a);
+    }
+}
+
+void nf_cpu_attn_block_avx2(const nf_cpu_kv *kv, const float *q, size_t q_row, uint32_t kh, uint32_t n0, uint32_t nq,
+                            float scale, float *sc, float *out)
+{
+    const uint32_t hd = kv->head_dim;
+    const size_t kv_row = (size_t)kv->kv_heads * hd, koff = (size_t)kh * hd;
+    float qt[NF_CPU_ATTN_MAX_HD * 8]; /* [hd][8]: query lane j = token j, unused lanes zero */
+    for (uint32_t i = 0; i < hd; i++)
+        for (uint32_t j = 0; j < 8; j++) qt[(size_t)i * 8 + j] = j < nq ? q[j * q_row + i] : 0.0f;
+    const uint32_t np = n0 + nq - 1; /* positions the last query sees */
+    float *w = sc, *sct = sc + np;     /* w [np]: one query's weights; sct [np][8]: all scores */
+    scores8(kv, qt, hd, kv_row, koff, np, scale, sct);
+    for (uint32_t j = 0; j < nq; j++) {
+        const uint32_t n = n0 + j;
+        for (uint32_t p = 0; p < n; p++) w[p] = sct[(size_t)p * 8 + j];
+        nf_cpu_softmax(w, n);
+        weighted_v(kv, w, n, hd, kv_row, koff, out + j * q_row);
+    }
+}
