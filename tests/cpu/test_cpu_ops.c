@@ -120,6 +120,40 @@ static void test_gemm(nf_cpu *c1, nf_cpu *c3)
     free(y3);
 }
 
+/* Ragged shapes for the prefill tile (4 rows x 3 tokens of 8-float vectors): row counts that leave
+ * 1-3 rows over, token counts that leave 1-2 over, and row lengths with a tail past the last full
+ * 8-float vector (for the codecs whose block allows it). */
+static void test_gemm_ragged(nf_cpu *c1, nf_cpu *c3)
+{
+    const struct { nf_codec_id id; uint32_t cols; } shapes[] = {
+        {NF_CODEC_F32, 517}, {NF_CODEC_F16, 517}, {NF_CODEC_BF16, 517}, {NF_CODEC_Q8_0, 544}, {NF_CODEC_Q4_K, 768},
+    };
+    const uint32_t row_counts[] = {250, 7, 1};
+    const size_t ns[] = {2, 4, 5, 7};
+    float *x = malloc(7 * 768 * sizeof(float)), *y1 = malloc(7 * 250 * sizeof(float)),
+          *y3 = malloc(7 * 250 * sizeof(float));
+    for (size_t i = 0; i < 7 * 768; i++) x[i] = frand();
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (size_t r = 0; r < sizeof row_counts / sizeof row_counts[0]; r++) {
+            enc e;
+            encode(&e, shapes[s].id, row_counts[r], shapes[s].cols, 1);
+            for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++) {
+                const size_t n = ns[j];
+                nf_cpu_gemm(c1, &e.w, x, shapes[s].cols, y1, row_counts[r], n);
+                nf_cpu_gemm(c3, &e.w, x, shapes[s].cols, y3, row_counts[r], n);
+                const double err = gemm_err(&e, x, n, y1, 0), err3 = gemm_err(&e, x, n, y3, 0);
+                CHECK_MSG(err < 4e-6 && err3 < 4e-6, "%s %u x %u, n=%zu: error %.3g / %.3g of sum|wx|", e.w.codec->name,
+                          row_counts[r], shapes[s].cols, n, err, err3);
+                CHECK_MSG(memcmp(y1, y3, n * row_counts[r] * sizeof(float)) == 0, "%s %u x %u, n=%zu: threads differ",
+                          e.w.codec->name, row_counts[r], shapes[s].cols, n);
+            }
+            enc_free(&e);
+        }
+    free(x);
+    free(y1);
+    free(y3);
+}
+
 static void test_small_ops(void)
 {
     float x[67], w[67], y[67];
@@ -321,9 +355,10 @@ static void test_moe(nf_cpu *c, nf_codec_id codec, int shared, int norm)
 int main(void)
 {
     nf_cpu *c1, *c3;
-    CHECK(nf_cpu_create(1, 512, 64, &c1, NULL) == NF_OK);
-    CHECK(nf_cpu_create(3, 512, 64, &c3, NULL) == NF_OK);
+    CHECK(nf_cpu_create(1, 768, 64, &c1, NULL) == NF_OK); /* max_cols: the widest row test_gemm_ragged uses */
+    CHECK(nf_cpu_create(3, 768, 64, &c3, NULL) == NF_OK);
     test_gemm(c1, c3);
+    test_gemm_ragged(c1, c3);
     test_small_ops();
     test_rope();
     test_attention(c3, 0);

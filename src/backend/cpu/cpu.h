@@ -49,7 +49,9 @@ void nf_cpu_weight_row(const nf_cpu_weight *w, uint32_t r, float *y);
 typedef struct nf_cpu nf_cpu;
 
 /* A pool of n_threads (<= 0: all CPUs) and per-thread scratch for blocks of up to max_cols
- * columns and attention over up to max_ctx positions. */
+ * columns and attention over up to max_ctx positions. Every product run on it must have
+ * w.cols <= max_cols: the scratch is sized from it and not re-checked per call (the engine sizes it
+ * from the model's widest row). */
 nf_status nf_cpu_create(int n_threads, uint32_t max_cols, uint32_t max_ctx, nf_cpu **out, nf_error *err);
 void nf_cpu_free(nf_cpu *c);
 int nf_cpu_threads(const nf_cpu *c);
