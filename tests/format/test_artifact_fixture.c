@@ -150,24 +150,9 @@ static int write_fixture(const char *path)
 {
     static ta_tensor ts[32];
     int n = ta_reference_tensors(ts);
-    nf_artifact_writer *w;
-    nf_error e;
     for (int i = 0; i < n; i++)
         if (ta_make_payload(&ts[i])) return 1;
-    if (nf_artifact_writer_open(path, &w, &e) || nf_artifact_writer_set_alignment(w, 64, &e) ||
-        ta_add_metadata(w, &e))
-        goto fail;
-    for (int i = 0; i < n; i++)
-        if (nf_artifact_writer_add_tensor(w, &ts[i].d, ts[i].payload, ts[i].bytes, &e)) goto fail;
-    if (nf_artifact_writer_finish(w, &e)) {
-        fprintf(stderr, "%s\n", e.msg);
-        return 1;
-    }
-    return 0;
-fail:
-    fprintf(stderr, "%s\n", e.msg);
-    nf_artifact_writer_abort(w);
-    return 1;
+    return ta_write_artifact(path, ts, n, 64, 1) ? 1 : 0;
 }
 
 int main(int argc, char **argv)

@@ -214,8 +214,9 @@ static inline int ta_add_metadata(nf_artifact_writer *w, nf_error *e)
     return r;
 }
 
-/* Writes the reference artifact to path; returns 0 on success. */
-static inline int ta_write_reference(const char *path, ta_tensor *ts, int n)
+/* Writes tensors ts[0..n) (payloads made) to path, with the reference metadata when with_meta, at
+ * payload alignment `align` (0: the writer's default, 4096); returns 0 on success. */
+static inline int ta_write_artifact(const char *path, const ta_tensor *ts, int n, uint32_t align, int with_meta)
 {
     nf_artifact_writer *w;
     nf_error e;
@@ -223,7 +224,7 @@ static inline int ta_write_reference(const char *path, ta_tensor *ts, int n)
         fprintf(stderr, "%s\n", e.msg);
         return -1;
     }
-    if (ta_add_metadata(w, &e)) goto fail;
+    if ((align && nf_artifact_writer_set_alignment(w, align, &e)) || (with_meta && ta_add_metadata(w, &e))) goto fail;
     for (int i = 0; i < n; i++)
         if (nf_artifact_writer_add_tensor(w, &ts[i].d, ts[i].payload, ts[i].bytes, &e)) goto fail;
     if (nf_artifact_writer_finish(w, &e)) {
@@ -235,6 +236,12 @@ fail:
     fprintf(stderr, "%s\n", e.msg);
     nf_artifact_writer_abort(w);
     return -1;
+}
+
+/* The reference artifact: every reference tensor and the metadata, default alignment. */
+static inline int ta_write_reference(const char *path, ta_tensor *ts, int n)
+{
+    return ta_write_artifact(path, ts, n, 0, 1);
 }
 
 #endif

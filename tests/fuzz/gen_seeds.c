@@ -6,22 +6,8 @@
 static int write_seed(const char *dir, const char *name, ta_tensor *ts, int from, int to, int with_meta)
 {
     char path[512];
-    nf_artifact_writer *w;
-    nf_error e;
     snprintf(path, sizeof path, "%s/%s.nf", dir, name);
-    if (nf_artifact_writer_open(path, &w, &e) || nf_artifact_writer_set_alignment(w, 64, &e)) goto fail;
-    if (with_meta && ta_add_metadata(w, &e)) goto fail;
-    for (int i = from; i < to; i++)
-        if (nf_artifact_writer_add_tensor(w, &ts[i].d, ts[i].payload, ts[i].bytes, &e)) goto fail;
-    if (nf_artifact_writer_finish(w, &e)) {
-        fprintf(stderr, "%s\n", e.msg);
-        return 1;
-    }
-    return 0;
-fail:
-    fprintf(stderr, "%s\n", e.msg);
-    nf_artifact_writer_abort(w);
-    return 1;
+    return ta_write_artifact(path, ts + from, to - from, 64, with_meta) ? 1 : 0;
 }
 
 int main(int argc, char **argv)
