@@ -93,77 +93,50 @@ static void f32_matvec(const void *w, size_t row_bytes, size_t rows, const float
     for (size_t r = 0; r < rows; r++) y[r] = f32_dot((const uint8_t *)w + r * row_bytes, x, n);
 }
 
-/* ---- f16 ------------------------------------------------------------------------------------ */
+/* ---- f16 and bf16: 2-byte values that differ only in their scalar conversion ------------------ */
 
-static void f16_quantize(const float *x, void *dst, size_t n)
+static void half_quantize(const float *x, void *dst, size_t n, uint16_t (*to)(float))
 {
     uint8_t *d = dst;
     for (size_t i = 0; i < n; i++) {
-        uint16_t h = nf_f32_to_f16(x[i]);
+        uint16_t h = to(x[i]);
         memcpy(d + 2 * i, &h, 2);
     }
 }
 
-static void f16_dequantize(const void *src, float *y, size_t n)
+static void half_dequantize(const void *src, float *y, size_t n, float (*from)(uint16_t))
 {
     const uint8_t *s = src;
     for (size_t i = 0; i < n; i++) {
         uint16_t h;
         memcpy(&h, s + 2 * i, 2);
-        y[i] = nf_f16_to_f32(h);
+        y[i] = from(h);
     }
 }
 
-static float f16_dot(const void *w, const float *x, size_t n)
+static float half_dot(const void *w, const float *x, size_t n, float (*from)(uint16_t))
 {
     const uint8_t *p = w;
     double s = 0;
     for (size_t i = 0; i < n; i++) {
         uint16_t h;
         memcpy(&h, p + 2 * i, 2);
-        s += (double)nf_f16_to_f32(h) * x[i];
+        s += (double)from(h) * x[i];
     }
     return (float)s;
 }
 
+static void f16_quantize(const float *x, void *dst, size_t n) { half_quantize(x, dst, n, nf_f32_to_f16); }
+static void f16_dequantize(const void *src, float *y, size_t n) { half_dequantize(src, y, n, nf_f16_to_f32); }
+static float f16_dot(const void *w, const float *x, size_t n) { return half_dot(w, x, n, nf_f16_to_f32); }
 static void f16_matvec(const void *w, size_t row_bytes, size_t rows, const float *x, float *y, size_t n)
 {
     for (size_t r = 0; r < rows; r++) y[r] = f16_dot((const uint8_t *)w + r * row_bytes, x, n);
 }
 
-/* ---- bf16 ----------------------------------------------------------------------------------- */
-
-static void bf16_quantize(const float *x, void *dst, size_t n)
-{
-    uint8_t *d = dst;
-    for (size_t i = 0; i < n; i++) {
-        uint16_t h = nf_f32_to_bf16(x[i]);
-        memcpy(d + 2 * i, &h, 2);
-    }
-}
-
-static void bf16_dequantize(const void *src, float *y, size_t n)
-{
-    const uint8_t *s = src;
-    for (size_t i = 0; i < n; i++) {
-        uint16_t h;
-        memcpy(&h, s + 2 * i, 2);
-        y[i] = nf_bf16_to_f32(h);
-    }
-}
-
-static float bf16_dot(const void *w, const float *x, size_t n)
-{
-    const uint8_t *p = w;
-    double s = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint16_t h;
-        memcpy(&h, p + 2 * i, 2);
-        s += (double)nf_bf16_to_f32(h) * x[i];
-    }
-    return (float)s;
-}
-
+static void bf16_quantize(const float *x, void *dst, size_t n) { half_quantize(x, dst, n, nf_f32_to_bf16); }
+static void bf16_dequantize(const void *src, float *y, size_t n) { half_dequantize(src, y, n, nf_bf16_to_f32); }
+static float bf16_dot(const void *w, const float *x, size_t n) { return half_dot(w, x, n, nf_bf16_to_f32); }
 static void bf16_matvec(const void *w, size_t row_bytes, size_t rows, const float *x, float *y, size_t n)
 {
     for (size_t r = 0; r < rows; r++) y[r] = bf16_dot((const uint8_t *)w + r * row_bytes, x, n);
