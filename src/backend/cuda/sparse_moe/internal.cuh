@@ -5,6 +5,11 @@
 
 #include "dev_codecs.cuh"
 
+extern "C" {
+#include "base/error.h"
+#include "sparse_moe.h"
+}
+
 namespace nf {
 
 // Routing and the expert-sorted work list, all in the workspace (device memory).
@@ -32,6 +37,12 @@ struct Routing {
 };
 
 constexpr int kPrefillTileM = 128; // positions per prefill tile (prefill.cu's BM)
+
+// devmat.cu: one matrix (experts x rows x cols) in the kernels' layout. devmat_bytes: the device
+// bytes it takes (NF_ERR_REFUSED for an nvfp4 plane set breaking its layout rules); devmat_upload
+// copies it to dst (that many bytes) and fills the descriptor. Errors name the matrix by `name`.
+nf_status devmat_bytes(const nf_moe_matrix *mm, const char *name, size_t *bytes, nf_error *err);
+nf_status devmat_upload(const nf_moe_matrix *mm, uint8_t *dst, DevMat *d, const char *name, nf_error *err);
 
 // A group list for the grouped GEMV/GEMM kernels: (n_groups on device, expert, start, count).
 struct Groups {

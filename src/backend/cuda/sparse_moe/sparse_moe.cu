@@ -23,29 +23,6 @@ static_assert(NF_CODEC_F32 == 0 && NF_CODEC_BF16 == 2 && NF_CODEC_Q8_0 == 3 && N
 // instantiation); thresholds never exceed it.
 static const uint32_t kSmallRouteMax = 16;
 
-// Field layout of each GGUF block (offset, size), largest field first: the order of the planes in
-// the kernels' row-planar layout (dev_codecs.cuh). Must match the Row constructors there.
-struct Field {
-    uint32_t off, size;
-};
-struct PlanarLayout {
-    int n;
-    Field f[4];
-};
-
-static int planar_layout(int codec, PlanarLayout *pl)
-{
-    switch (codec) {
-    case NF_CODEC_Q4_K: *pl = {3, {{16, 128}, {4, 12}, {0, 4}}}; return 1;
-    case NF_CODEC_Q5_K: *pl = {4, {{48, 128}, {16, 32}, {4, 12}, {0, 4}}}; return 1;
-    case NF_CODEC_Q6_K: *pl = {4, {{0, 128}, {128, 64}, {192, 16}, {208, 2}}}; return 1;
-    case NF_CODEC_Q8_0: *pl = {2, {{2, 32}, {0, 2}}}; return 1;
-    case NF_CODEC_BF16: *pl = {1, {{0, 2}}}; return 1;
-    case NF_CODEC_F32: *pl = {1, {{0, 4}}}; return 1;
-    default: return 0;
-    }
-}
-
 // The small-token/prefill frontier per profile: the largest T at which the CUDA-core route beats the
 // tensor-core one, from the recorded sweep in docs/sparse_moe.md (H200, qwen3-30b-a3b geometry,
 // trace-like routing, cold L2, graph replay). q4_k+q6_k stands for the k-quant gate/up profiles, which
@@ -173,81 +150,6 @@ static nf_status admit(const nf_moe_bank *b, int has_shared, char *profile, size
     return NF_OK;
 }
 
-// Device bytes of one matrix in the kernels' layout; refuses an nvfp4 plane set whose layout rules
-// (divisor count, 128-row shares) fail.
-static nf_status dev_size(const nf_moe_matrix *mm, int idx, size_t *bytes, nf_error *err)
-{
-    if (mm->codec == NF_CODEC_NVFP4) {
-        nf_nvfp4_layout nl;
-        if (nf_nvfp4_layout_of((uint64_t)mm->experts * mm->rows, mm->cols, mm->divisors, &nl, err) != NF_OK) {
-            nf_error_prefix(err, "sparse_moe bind: %s", mat_name[idx]);
-            return err ? (err->code = NF_ERR_REFUSED) : NF_ERR_REFUSED;
-        }
-        *bytes = nl.payload_bytes;
-        return NF_OK;
-    }
-    const nf_codec *c = nf_codec_get((nf_codec_id)mm->codec);
-    size_t row = nf_codec_row_bytes(c, mm->cols);
-    *bytes = (size_t)mm->experts * mm->rows * ((row + 15) & ~(size_t)15);
-    return NF_OK;
-}
-
-// Copies one matrix to the device at `dst`, repacking row codecs to the row-planar layout one
-// expert at a time (host staging stays one expert large). Fills the descriptor.
-static nf_status upload(const nf_moe_matrix *mm, uint8_t *dst, DevMat *d, nf_error *err, const char *name)
-{
-    memset(d, 0, sizeof *d);
-    d->data = dst;
-    d->rows = mm->rows;
-    d->cols = mm->cols;
-    if (mm->codec == NF_CODEC_NVFP4) {
-        nf_nvfp4_planes p;
-        nf_nvfp4_layout l;
-        const uint64_t R = (uint64_t)mm->experts * mm->rows;
-        nf_status s = nf_nvfp4_layout_of(R, mm->cols, mm->divisors, &l, err);
-        if (s == NF_OK) s = nf_nvfp4_view(mm->data, l.payload_bytes, R, mm->cols, mm->divisors, &p, err);
-        if (s == NF_OK) s = nf_nvfp4_validate(&p, err);
-        if (s) {
-            nf_error_prefix(err, "sparse_moe bind: %s", name);
-            if (err) err->code = NF_ERR_REFUSED;
-            return NF_ERR_REFUSED;
-        }
-        d->row_stride = mm->cols / 2;
-        d->scales = dst + p.layout.scale_offset;
-        d->divisors = (const float *)(dst + p.layout.divisor_offset);
-        d->rows_per_div = (uint32_t)((uint64_t)mm->experts * mm->rows / mm->divisors);
-        d->kt = (mm->cols / 16 + 3) / 4;
-        if (cudaMemcpy(dst, mm->data, p.layout.payload_bytes, cudaMemcpyHostToDevice) != cudaSuccess)
-            return nf_error_set(err, NF_ERR_CUDA, "sparse_moe bind: %s: upload failed", name);
-        return NF_OK;
-    }
-    const nf_codec *c = nf_codec_get((nf_codec_id)mm->codec);
-    PlanarLayout pl = {};
-    if (!planar_layout(mm->codec, &pl))
-        return nf_error_set(err, NF_ERR_INTERNAL, "sparse_moe bind: %s: no device layout for %s", name, c->name);
-    const size_t nb = mm->cols / c->block_elems, row = nb * c->block_bytes, stride = (row + 15) & ~(size_t)15;
-    d->row_stride = stride;
-    d->nb = (uint32_t)nb;
-    for (int i = 0, off = 0; i < pl.n; off += (int)(nb * pl.f[i].size), i++) d->plane[i] = (uint32_t)off;
-    uint8_t *stage = (uint8_t *)calloc(mm->rows, stride);
-    if (!stage) return nf_error_set(err, NF_ERR_NOMEM, "sparse_moe bind: %s: no host memory for staging", name);
-    for (uint32_t e = 0; e < mm->experts; e++) {
-        const uint8_t *src = (const uint8_t *)mm->data + (size_t)e * mm->rows * row;
-        for (uint32_t r = 0; r < mm->rows; r++)
-            for (int f = 0; f < pl.n; f++)
-                for (size_t b = 0; b < nb; b++)
-                    memcpy(stage + r * stride + d->plane[f] + b * pl.f[f].size,
-                           src + r * row + b * c->block_bytes + pl.f[f].off, pl.f[f].size);
-        if (cudaMemcpy(dst + (size_t)e * mm->rows * stride, stage, mm->rows * stride, cudaMemcpyHostToDevice) !=
-            cudaSuccess) {
-            free(stage);
-            return nf_error_set(err, NF_ERR_CUDA, "sparse_moe bind: %s: upload failed", name);
-        }
-    }
-    free(stage);
-    return NF_OK;
-}
-
 static size_t take(nf_arena *a, size_t bytes)
 {
     size_t off = 0;
@@ -335,8 +237,9 @@ extern "C" nf_status nf_sparse_moe_bind(const nf_moe_bank *b, uint32_t max_token
     size_t off[6] = {}, total = 0;
     for (int i = 0; i < nmat; i++) {
         size_t bytes = 0;
-        if ((s = dev_size(want[i].mm, i, &bytes, err)) != NF_OK) {
+        if ((s = devmat_bytes(want[i].mm, mat_name[i], &bytes, err)) != NF_OK) {
             free(m);
+            nf_error_prefix(err, "sparse_moe bind");
             return s;
         }
         off[i] = total;
@@ -358,8 +261,9 @@ extern "C" nf_status nf_sparse_moe_bind(const nf_moe_bank *b, uint32_t max_token
         return nf_error_set(err, NF_ERR_CUDA, "sparse_moe bind: cannot clear the operator state");
     }
     for (int i = 0; i < nmat; i++) {
-        s = upload(want[i].mm, m->dev + off[i], &m->m[i], err, mat_name[i]);
+        s = devmat_upload(want[i].mm, m->dev + off[i], &m->m[i], mat_name[i], err);
         if (s) {
+            nf_error_prefix(err, "sparse_moe bind");
             nf_sparse_moe_free(m);
             return s;
         }
