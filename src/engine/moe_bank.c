@@ -2,9 +2,7 @@
 
 #include <string.h>
 
-/* A tensor as one of the operator's matrices: [E][rows][cols], [rows][cols] or [cols] (as 1 x 1 x
- * cols). NULL gives an absent matrix (codec -1). */
-static nf_moe_matrix matrix_of(const nf_tensor *t)
+nf_moe_matrix nf_moe_matrix_of(const nf_tensor *t)
 {
     nf_moe_matrix m;
     memset(&m, 0, sizeof m);
@@ -37,11 +35,11 @@ nf_status nf_moe_bank_of_layer(const nf_model *m, uint32_t layer, nf_moe_bank *b
     bank->inter = c->moe_inter;
     bank->shared_inter = L->ffn_gate_up_shexp ? c->shared_inter : 0;
     bank->norm_topk = c->norm_topk;
-    bank->router = matrix_of(L->ffn_gate_inp);
-    bank->gate_up = matrix_of(L->ffn_gate_up_exps);
-    bank->down = matrix_of(L->ffn_down_exps);
-    bank->shared_gate_up = matrix_of(L->ffn_gate_up_shexp);
-    bank->shared_down = matrix_of(L->ffn_down_shexp);
-    bank->shared_gate = matrix_of(L->ffn_gate_inp_shexp);
+    bank->router = nf_moe_matrix_of(L->ffn_gate_inp);
+    bank->gate_up = nf_moe_matrix_of(L->ffn_gate_up_exps);
+    bank->down = nf_moe_matrix_of(L->ffn_down_exps);
+    bank->shared_gate_up = nf_moe_matrix_of(L->ffn_gate_up_shexp);
+    bank->shared_down = nf_moe_matrix_of(L->ffn_down_shexp);
+    bank->shared_gate = nf_moe_matrix_of(L->ffn_gate_inp_shexp);
     return NF_OK;
 }
