@@ -16,6 +16,10 @@ nf_moe_matrix nf_moe_matrix_of(const nf_tensor *t)
     m.cols = (uint32_t)d->dims[d->n_dims - 1];
     m.divisors = d->divisors ? d->divisors : 1;
     m.allow_a4 = (d->flags & NF_TENSOR_ALLOW_A4) != 0;
+    /* all of them: a down bank carries one per expert (the operator's W4A4 route encodes each
+     * expert's intermediate with its own) */
+    m.n_input_divisors = d->n_input_divisors;
+    m.input_divisors = d->input_divisors;
     m.input_divisor = d->n_input_divisors ? d->input_divisors[0] : 0.0f;
     return m;
 }

@@ -8,8 +8,8 @@
 #include "model/model.h"
 
 /* Fills *bank for MoE layer `layer`. Fails naming the layer when it is out of range or dense.
- * Input divisors: the first of a tensor's W4A4 input divisors (down banks carry one per expert in
- * the artifact; the operator's W4A4 route, which would take them all, does not exist yet). */
+ * W4A4 input divisors: every matrix points at its tensor's (one for gate/up, one per expert for a
+ * down bank); input_divisor repeats the first. */
 /* A tensor as one of the operator's matrices: [E][rows][cols], [rows][cols] (1 expert) or [cols]
  * (1 x 1 x cols). NULL gives an absent matrix (codec -1). The GPU engine's dense layers use it too. */
 nf_moe_matrix nf_moe_matrix_of(const nf_tensor *t);

@@ -15,12 +15,24 @@
 //    (1.01 absorbs the second-order terms, all below 2^-16 relative). The kernels' decode may round
 //    a weight differently from the CPU before the bf16 rounding (fused multiply-add), which moves a
 //    rare weight by one bf16 ulp: far inside B_h.
+//  W4A4 prefill (nvfp4-w4a4): the reference (nf_moe_ref_token_a4) encodes x and the intermediate
+//    exactly as the device does and accumulates in double over the dequantized weights. The device's
+//    MMA operands are the encoded values themselves (exact in bf16), so it differs only by fp32
+//    accumulation order and the output's bf16 rounding -- except that an intermediate lying within
+//    that accumulation error of an e2m1/e4m3 rounding threshold may encode one step away. The
+//    reference enumerates those encodings and propagates the largest departure (plus the fp32
+//    accumulation terms) into a per-element bound A_h, so
+//        |gpu - ref| <= A_h + 2^-8 |ref| + 1e-5 max|ref|,  rel-L2 <= (||A|| + 2^-8 ||ref||) / ||ref||
+//    with 2^-8 the output's bf16 rounding and 1e-5 max|ref| the fp32 router weights (as above).
+//    No bf16 rounding of anything else enters: the intermediate is never held in bf16.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <vector>
+
+#include "backend/cuda/sparse_moe/a4.cuh" // the W4A4 chunk encoder, checked against the CPU's
 
 extern "C" {
 #include "backend/cuda/sparse_moe/sparse_moe.h"
@@ -119,10 +131,14 @@ struct Profile {
     const char *name;
     int gu, dn, sgu, sdn; // sgu < 0: no shared expert
     int norm;
+    int a4; // nvfp4 with AllowA4 on every expert input: W4A4 prefill
 };
 
 struct Bank {
     Mat router, gu, dn, sgu, sdn, sg;
+    // W4A4 input divisors: gate/up (routed and shared), each expert's down, the shared down's
+    float ga = 0, gsd = 0;
+    std::vector<float> gd;
     nf_moe_bank desc(const Profile &p) const
     {
         nf_moe_bank b;
@@ -139,6 +155,16 @@ struct Bank {
         b.shared_gate_up = sgu.desc();
         b.shared_down = sdn.desc();
         b.shared_gate = sg.desc();
+        if (p.a4) { // both forms of the divisor fields: a scalar, one word, one per expert
+            b.gate_up.allow_a4 = b.down.allow_a4 = b.shared_gate_up.allow_a4 = b.shared_down.allow_a4 = 1;
+            b.gate_up.input_divisors = &ga;
+            b.gate_up.n_input_divisors = 1;
+            b.shared_gate_up.input_divisor = ga;
+            b.down.input_divisors = gd.data();
+            b.down.n_input_divisors = E;
+            b.shared_down.input_divisors = &gsd;
+            b.shared_down.n_input_divisors = 1;
+        }
         return b;
     }
 };
@@ -173,19 +199,69 @@ float bf2f(uint16_t h)
     return f;
 }
 
+nf_moe_ref ref_of(const Bank &b, const Profile &p)
+{
+    nf_moe_ref m = {H, E, K, I, p.sgu >= 0 ? S : 0, p.norm, b.router.deq.data(), b.gu.deq.data(), b.dn.deq.data(),
+                    p.sgu >= 0 ? b.sgu.deq.data() : nullptr, p.sgu >= 0 ? b.sdn.deq.data() : nullptr,
+                    p.sgu >= 0 ? b.sg.deq.data() : nullptr};
+    return m;
+}
+
+// |silu(gate . xq) * (up . xq)| maximum over the rows of one expert (gu [2n][H]).
+double inter_amax(const float *gu, uint32_t n, const double *xq)
+{
+    double mx = 0;
+    for (uint32_t r = 0; r < n; r++) {
+        double g = 0, u = 0;
+        for (uint32_t c = 0; c < H; c++) g += gu[(size_t)r * H + c] * xq[c], u += gu[(size_t)(n + r) * H + c] * xq[c];
+        mx = fmax(mx, fabs(g / (1.0 + exp(-g)) * u));
+    }
+    return mx;
+}
+
+// W4A4 divisors as a calibration would set them (compressed-tensors: 448 * 6 / amax of the input):
+// gate/up from x's amax; each expert's down from its intermediates' amax over the first 256 tokens,
+// times a per-expert factor in {1, 1/2, 1/3, 1/4} so the down divisors spread over at least a
+// fourfold range (a smaller divisor only leaves headroom: nothing saturates).
+void calibrate_a4(Bank &b, const Profile &p, const std::vector<float> &xf)
+{
+    float amax = 0;
+    for (float v : xf) amax = fmaxf(amax, fabsf(v));
+    b.ga = 2688.0f / amax;
+    nf_moe_ref m = ref_of(b, p);
+    std::vector<double> ea(E, 0.0), xq(H), w(K);
+    std::vector<int32_t> ids(K);
+    double sa = 0, gap;
+    for (uint32_t t = 0; t < 256; t++) {
+        nf_moe_ref_encode_a4(&xf[(size_t)t * H], H, b.ga, nullptr, nullptr, xq.data());
+        nf_moe_ref_route(&m, &xf[(size_t)t * H], ids.data(), w.data(), &gap);
+        for (uint32_t j = 0; j < K; j++)
+            ea[ids[j]] = fmax(ea[ids[j]], inter_amax(&b.gu.deq[(size_t)ids[j] * 2 * I * H], I, xq.data()));
+        if (p.sgu >= 0) sa = fmax(sa, inter_amax(b.sgu.deq.data(), S, xq.data()));
+    }
+    double all = 0;
+    for (double v : ea) all = fmax(all, v);
+    b.gd.resize(E);
+    for (uint32_t e = 0; e < E; e++) b.gd[e] = (float)(2688.0 / (ea[e] > 0 ? ea[e] : all) / (1 + e % 4));
+    b.gsd = p.sgu >= 0 ? (float)(2688.0 / sa) : 1.0f;
+    float lo = b.gd[0], hi = b.gd[0];
+    for (float v : b.gd) lo = fminf(lo, v), hi = fmaxf(hi, v);
+    printf("W4A4 divisors: gate/up %.6g, down %.6g .. %.6g (%.2fx), shared down %.6g\n", (double)b.ga, (double)lo,
+           (double)hi, (double)(hi / lo), (double)b.gsd);
+}
+
 struct Ref {
     std::vector<double> out;    // [TMAX][H]
     std::vector<double> pout;   // [TMAX][H]: with bf16-rounded weights (the prefill route's operands)
     std::vector<double> pbound; // [TMAX][H]: the prefill route's rounding bound B_h
     std::vector<int32_t> ids;   // [TMAX][K]
     std::vector<double> gap;    // [TMAX]
+    std::vector<double> aout, abound; // W4A4 profiles: the W4A4 reference and its bound A_h
 };
 
 Ref reference(const Bank &b, const Profile &p, const std::vector<float> &xf)
 {
-    nf_moe_ref m = {H, E, K, I, p.sgu >= 0 ? S : 0, p.norm, b.router.deq.data(), b.gu.deq.data(), b.dn.deq.data(),
-                    p.sgu >= 0 ? b.sgu.deq.data() : nullptr, p.sgu >= 0 ? b.sdn.deq.data() : nullptr,
-                    p.sgu >= 0 ? b.sg.deq.data() : nullptr};
+    nf_moe_ref m = ref_of(b, p);
     nf_moe_ref mb = m; // the prefill route's operands: expert weights rounded to bf16
     mb.gate_up = b.gu.deq_bf.data();
     mb.down = b.dn.deq_bf.data();
@@ -196,6 +272,8 @@ Ref reference(const Bank &b, const Profile &p, const std::vector<float> &xf)
     r.pbound.resize((size_t)TMAX * H);
     r.ids.resize((size_t)TMAX * K);
     r.gap.resize(TMAX);
+    if (p.a4) r.aout.resize((size_t)TMAX * H), r.abound.resize((size_t)TMAX * H);
+    const nf_moe_ref_a4 a4 = {b.ga, b.gd.data(), b.gsd};
     std::vector<double> w(K);
     const double eps = ldexp(1.0, -8);
     for (uint32_t t = 0; t < TMAX; t++) {
@@ -205,6 +283,7 @@ Ref reference(const Bank &b, const Profile &p, const std::vector<float> &xf)
         nf_moe_ref_token(&m, xt, id, w.data(), &r.out[(size_t)t * H]);
         nf_moe_ref_token(&mb, xt, id, w.data(), &r.pout[(size_t)t * H]);
         nf_moe_ref_bound(&mb, xt, id, w.data(), 0.0, eps, &r.pbound[(size_t)t * H]);
+        if (p.a4) nf_moe_ref_token_a4(&m, &a4, xt, id, w.data(), &r.aout[(size_t)t * H], &r.abound[(size_t)t * H]);
     }
     return r;
 }
@@ -280,8 +359,9 @@ void check_case(const Profile &p, nf_sparse_moe *m, void *ws, const uint16_t *dx
     double worst = 0; // largest |gpu - ref| as a fraction of its allowance
     for (size_t i = 0; i < (size_t)T * H; i++) {
         const bool prefill = is_prefill((uint32_t)(i / H));
-        const double g = bf2f(a.out[i]), r = prefill ? ref.pout[i] : ref.out[i], d = fabs(g - r);
-        const double b = prefill ? 1.01 * ref.pbound[i] : 0.0;
+        const double g = bf2f(a.out[i]);
+        const double r = prefill ? (p.a4 ? ref.aout[i] : ref.pout[i]) : ref.out[i], d = fabs(g - r);
+        const double b = prefill ? (p.a4 ? ref.abound[i] : 1.01 * ref.pbound[i]) : 0.0;
         if (!isfinite(g)) nonfinite++;
         num += d * d;
         den += r * r;
@@ -323,6 +403,7 @@ void check_case(const Profile &p, nf_sparse_moe *m, void *ws, const uint16_t *dx
 void test_profile(const Profile &p, const std::vector<uint32_t> &Ts, const std::vector<float> &xf, const uint16_t *dx)
 {
     Bank b = make_bank(p);
+    if (p.a4) calibrate_a4(b, p, xf);
     nf_moe_bank desc = b.desc(p);
     nf_sparse_moe *m = nullptr;
     size_t ws_bytes = 0;
@@ -330,14 +411,72 @@ void test_profile(const Profile &p, const std::vector<uint32_t> &Ts, const std::
     nf_status st = nf_sparse_moe_bind(&desc, CHUNK, &m, &ws_bytes, &err);
     CHECK_MSG(st == NF_OK, "%s: bind: %s", p.name, err.msg);
     if (st != NF_OK) return;
-    printf("profile %s (admitted as %s), weights %zu bytes, workspace %zu bytes at T=%u\n", p.name,
-           nf_sparse_moe_profile(m), nf_sparse_moe_weight_bytes(m), ws_bytes, CHUNK);
+    printf("profile %s (admitted as %s), weights %zu bytes, workspace %zu bytes at T=%u (%zu at T=1)\n", p.name,
+           nf_sparse_moe_profile(m), nf_sparse_moe_weight_bytes(m), ws_bytes, CHUNK, nf_sparse_moe_workspace_bytes(m, 1));
+    CHECK_MSG(strcmp(nf_sparse_moe_profile(m), p.name) == 0 || !strstr(p.name, "nvfp4"), "%s admitted as %s", p.name,
+              nf_sparse_moe_profile(m));
     void *ws;
     CHECK(cudaMalloc(&ws, ws_bytes) == cudaSuccess);
     Ref ref = reference(b, p, xf);
     for (uint32_t T : Ts) check_case(p, m, ws, dx, ref, T);
     cudaFree(ws);
     nf_sparse_moe_free(m);
+}
+
+// The device's chunk encoder (a4.cu) against the CPU's (the codec's rules, nf_moe_ref_encode_a4),
+// byte for byte: the test's x with a calibrated divisor, and crafted blocks under divisor 1 (every
+// e2m1 tie and its neighbours, tiny negatives that become -0, an all-zero block, subnormal e4m3
+// scales, a scale that rounds to 0 and becomes 0x20, the 448 clamp).
+void check_encoder(const char *what, const std::vector<float> &x, uint32_t rows, float divisor)
+{
+    std::vector<uint16_t> xb(x.size());
+    for (size_t i = 0; i < x.size(); i++) xb[i] = f2bf(x[i]);
+    const size_t n = x.size();
+    uint16_t *dx;
+    float *ddiv;
+    uint8_t *dq;
+    cudaMalloc(&dx, n * 2);
+    cudaMalloc(&ddiv, 4);
+    cudaMalloc(&dq, n / 2 + n / 16);
+    cudaMemcpy(dx, xb.data(), n * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(ddiv, &divisor, 4, cudaMemcpyHostToDevice);
+    CHECK(nf::launch_a4_encode(dx, rows, H, ddiv, nf::a4_plane(dq, rows, H), 0) == cudaSuccess);
+    std::vector<uint8_t> got(n / 2 + n / 16), want(n / 2 + n / 16);
+    CHECK(cudaMemcpy(got.data(), dq, got.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
+    std::vector<float> xr(n);
+    for (size_t i = 0; i < n; i++) xr[i] = bf2f(xb[i]);
+    nf_moe_ref_encode_a4(xr.data(), (uint32_t)n, divisor, want.data(), want.data() + n / 2, nullptr);
+    size_t diff = 0, first = 0;
+    for (size_t i = 0; i < got.size(); i++)
+        if (got[i] != want[i] && !diff++) first = i;
+    printf("a4 encoder (%s, %u x %u, divisor %g): %zu of %zu bytes differ from the CPU encoder\n", what, rows, H,
+           (double)divisor, diff, got.size());
+    CHECK_MSG(diff == 0, "%s: device byte %zu is %02x, CPU %02x", what, first, got[first], want[first]);
+    cudaFree(dx);
+    cudaFree(ddiv);
+    cudaFree(dq);
+}
+
+void test_a4_encoder(const std::vector<float> &xf, const uint16_t *)
+{
+    float amax = 0;
+    for (float v : xf) amax = fmaxf(amax, fabsf(v));
+    check_encoder("x", xf, TMAX, 2688.0f / amax);
+    // crafted rows of H under divisor 1: block b of row 0 has amax 6 (eff 1) and the e2m1 ties
+    const float ties[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f, -0.25f, -0.75f, -1.25f, -1.75f, -2.5f,
+                          -3.5f, -5.0f, -1e-9f};
+    std::vector<float> c((size_t)8 * H, 0.0f);
+    for (uint32_t blk = 0; blk < 8 * H / 16; blk++) {
+        // amax 6 * 2^e over e in [-14, 9]: subnormal scales, the 2^-10 tie, ... up to the clamp
+        const float sc = ldexpf(1.0f, (int)(blk % 24) - 14);
+        for (int i = 0; i < 16; i++) {
+            float v = blk % 5 == 0 ? ties[i] * sc : nrand() * sc * 2.0f;
+            if (blk % 5 == 1) v = bf2f((uint16_t)(f2bf(ties[i] * sc) + 1)); // one bf16 step beyond a tie
+            if (blk % 31 == 3) v = 0.0f;              // an all-zero block
+            c[(size_t)blk * 16 + i] = v;
+        }
+    }
+    check_encoder("crafted", c, 8, 1.0f);
 }
 
 void expect_refusal(const char *what, const nf_moe_bank &b, const char *needle)
@@ -387,6 +526,22 @@ void test_refusals()
     x.down.input_divisor = x.shared_down.input_divisor = 50.f;
     x.shared_gate_up.input_divisor = 90.f;
     expect_refusal("divisor disagreement", x, "activation divisors disagree");
+    // per-expert input divisors: a count that is neither 1 nor E, a missing one, gate/up ones that
+    // differ between experts (the chunk is encoded once)
+    x.shared_gate_up.input_divisor = 100.f;
+    std::vector<float> per(E, 50.f);
+    x.down.input_divisors = per.data();
+    x.down.n_input_divisors = 3;
+    expect_refusal("divisor count", x, "down has 3 input divisors");
+    x.down.n_input_divisors = E;
+    per[5] = 0.0f;
+    expect_refusal("missing divisor", x, "input divisor of expert 5 is missing");
+    per[5] = 50.f;
+    std::vector<float> gper(E, 100.f);
+    gper[7] = 120.f;
+    x.gate_up.input_divisors = gper.data();
+    x.gate_up.n_input_divisors = E;
+    expect_refusal("gate/up per expert", x, "gate_up input divisors differ between experts");
     // A corrupt divisor word is caught by plane validation at bind.
     x = nb.desc(n);
     Mat broken = nb.dn;
@@ -440,10 +595,13 @@ int main(void)
         {"q4_k+q4_k/q6_k+q5_k", NF_CODEC_Q4_K, NF_CODEC_Q4_K, NF_CODEC_Q6_K, NF_CODEC_Q5_K, 1},
         {"bf16/bf16", NF_CODEC_BF16, NF_CODEC_BF16, NF_CODEC_BF16, NF_CODEC_BF16, 0},
         {"nvfp4-w4a16", NF_CODEC_NVFP4, NF_CODEC_NVFP4, NF_CODEC_NVFP4, NF_CODEC_NVFP4, 1},
+        {"nvfp4-w4a4", NF_CODEC_NVFP4, NF_CODEC_NVFP4, NF_CODEC_NVFP4, NF_CODEC_NVFP4, 1, 1},
     };
+    // NF_TEST_PROFILE=nvfp4 runs every profile whose name starts with it
     const char *only = getenv("NF_TEST_PROFILE");
     for (const Profile &p : profiles)
-        if (!only || strcmp(only, p.name) == 0) test_profile(p, Ts, xf, dx);
+        if (!only || strncmp(only, p.name, strlen(only)) == 0) test_profile(p, Ts, xf, dx);
+    test_a4_encoder(xf, dx);
     test_refusals();
     cudaFree(dx);
     return nf_test_report();

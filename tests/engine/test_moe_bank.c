@@ -84,6 +84,31 @@ int main(void)
         nf_model_free(m);
     }
     unlink(out);
+
+    /* a compressed-tensors W4A4 checkpoint: AllowA4 on the expert inputs, one gate/up input divisor,
+     * one down input divisor per expert, all passed through (the operator's W4A4 route reads them) */
+    snprintf(out, sizeof out, "%s/nv.nf", dir);
+    if (convert(NF_TEST_DATA "/fixtures/convert/ct_nvfp4", NULL, out)) {
+        nf_model *m;
+        CHECK_EQ_INT(nf_model_load(out, &m, &e), NF_OK);
+        nf_moe_bank b;
+        CHECK_EQ_INT(nf_moe_bank_of_layer(m, 0, &b, &e), NF_OK);
+        const nf_tensor *gu = nf_artifact_find_tensor(m->art, "blk.0.ffn_gate_up_exps");
+        const nf_tensor *dn = nf_artifact_find_tensor(m->art, "blk.0.ffn_down_exps");
+        CHECK(gu && dn);
+        if (gu && dn) {
+            CHECK_EQ_INT(b.gate_up.codec, NF_CODEC_NVFP4);
+            CHECK(b.gate_up.allow_a4 && b.down.allow_a4);
+            CHECK_EQ_INT(b.gate_up.n_input_divisors, 1);
+            CHECK(b.gate_up.input_divisors == gu->desc.input_divisors);
+            CHECK_EQ_INT(b.down.n_input_divisors, b.experts);
+            CHECK(b.down.input_divisors == dn->desc.input_divisors);
+            CHECK(b.down.input_divisor == dn->desc.input_divisors[0]);
+            same(m, &b.down, "blk.0.ffn_down_exps", m->cfg.experts, m->cfg.hidden, m->cfg.moe_inter);
+        }
+        nf_model_free(m);
+    }
+    unlink(out);
     rmdir(dir);
     return nf_test_report();
 }

@@ -15,6 +15,16 @@
 //
 // The tile list comes from the work list (device): CTAs past the live tile count exit at once, so
 // the launch shape depends only on T, never on routing results.
+//
+// W4A4 (A4 = true, nvfp4 banks): A is nvfp4 (a4.cuh) and is decoded into the same swizzled bf16
+// tile as B, both WITHOUT their divisors: e2m1 * e4m3 is exact in bf16 (2 + 4 significant bits
+// <= 8), so every MMA product is the exact product of the two encoded values and only the fp32
+// accumulation rounds. The epilogue divides by the weight row's divisor (gate and up rows of one
+// expert have their own) and the activation's; gate/up then applies SwiGLU and encodes the
+// intermediate per 16 elements with the expert's down input divisor (a warp's 32 B rows are 16
+// intermediate elements of each of its positions, held by the 4 lanes of a quad: two shuffles
+// give the block amax, two more gather the 8 data bytes).
+#include "a4.cuh"
 #include "internal.cuh"
 #include "rowdot.cuh"
 
@@ -108,11 +118,128 @@ struct BSlice {
     }
 };
 
+// W4A4 A slice: 128 rows x 8 blocks of 16 from an nvfp4 plane; thread t holds 4 (row, block)
+// pairs, raw bytes in registers while the current slice multiplies. Rows past `count` decode as 0.
+struct A4Slice {
+    uint2 v[4];
+    uint32_t s[4];
+    __device__ void load(const A4Plane &P, const int32_t *rows, int count, int kk)
+    {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int c = threadIdx.x + i * kThreads, r = c >> 3, b = c & 7;
+            v[i] = make_uint2(0, 0);
+            s[i] = 0;
+            if (r < count) {
+                const size_t row = (size_t)rows[r];
+                v[i] = *reinterpret_cast<const uint2 *>(P.q + row * (P.cols / 2) + kk * (BK / 2) + b * 8);
+                s[i] = P.s[row * (P.cols / 16) + kk * (BK / 16) + b];
+            }
+        }
+    }
+    __device__ void store(uint8_t *sa) const
+    {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int c = threadIdx.x + i * kThreads, r = c >> 3, b = c & 7;
+            const float sc = e4m3_f(s[i]);
+            uint32_t p[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const uint32_t byte = ((j < 4 ? v[i].x : v[i].y) >> (8 * (j & 3))) & 0xFF;
+                p[j] = pack_bf16(e2m1_f(byte & 0xF) * sc, e2m1_f(byte >> 4) * sc); // exact (a4.cuh)
+            }
+            *reinterpret_cast<uint4 *>(sa + r * 256 + (((2 * b) ^ (r & 7)) << 4)) = make_uint4(p[0], p[1], p[2], p[3]);
+            *reinterpret_cast<uint4 *>(sa + r * 256 + (((2 * b + 1) ^ (r & 7)) << 4)) = make_uint4(p[4], p[5], p[6], p[7]);
+        }
+    }
+};
+
+// 1 / (divisor of weight row wrow of `expert`)
+__device__ __forceinline__ float inv_row_div(const DevMat &W, int expert, uint32_t wrow)
+{
+    return 1.0f / W.divisors[((uint64_t)expert * W.rows + wrow) / W.rows_per_div];
+}
+
+// The W4A4 gate/up epilogue for one position row: v[ni] are the quad's SwiGLU values (element
+// ni * 4 + lane % 4 of the warp's block of 16); encodes the block with divisor gd and, when
+// `live`, stores it (8 data bytes and the scale byte) at row `pos`, block `blk` of `out`. All 32
+// lanes must call it (shuffles).
+__device__ __forceinline__ void a4_store_block(const float v[4], float gd, bool live, size_t pos, int blk,
+                                               const A4Plane &out)
+{
+    const int lane = threadIdx.x & 31;
+    float am = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+    am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
+    am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
+    const uint32_t sb = a4_scale_byte(am, gd);
+    const float eff = a4_eff(sb, gd);
+    uint32_t P = 0; // lanes 0 and 2 of the quad: bytes 2 ni (lane 0) or 2 ni + 1 (lane 2)
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++) {
+        const uint32_t nib = a4_nibble(v[ni], eff), hi = __shfl_xor_sync(0xffffffffu, nib, 1);
+        P |= (nib | (hi << 4)) << (8 * ni);
+    }
+    const uint32_t P2 = __shfl_xor_sync(0xffffffffu, P, 2);
+    if (live && (lane & 3) == 0) {
+        *reinterpret_cast<uint2 *>(out.q + pos * (out.cols / 2) + blk * 8) =
+            make_uint2(__byte_perm(P, P2, 0x5140), __byte_perm(P, P2, 0x7362));
+        out.s[pos * (out.cols / 16) + blk] = (uint8_t)sb;
+    }
+}
+
+// The W4A4 epilogue. Column col of the warp tile (0..31) is B row wn + col of the CTA tile; the
+// thread's columns are wn + ni * 8 + (lane % 4) * 2 and + 1.
+template <bool GLU>
+__device__ __forceinline__ void a4_epilogue(const float (&acc)[4][4][4], const DevMat &W, int expert, int n0, int wm,
+                                            int wn, int start, int count, const A4Args &a4, float *y,
+                                            uint32_t y_stride)
+{
+    const int lane = threadIdx.x & 31;
+    const float ga = a4.in_div[(uint32_t)expert * a4.in_div_stride];
+    float s0[4], s1[4]; // per ni: the scale of the thread's two accumulator columns
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++) {
+        const int col = wn + ni * 8 + (lane & 3) * 2;
+        if (GLU) { // (gate, up) rows of intermediate element n0 + col / 2
+            const uint32_t i = (uint32_t)(n0 + col / 2);
+            s0[ni] = inv_row_div(W, expert, i) / ga;
+            s1[ni] = inv_row_div(W, expert, i + W.rows / 2) / ga;
+        } else {
+            s0[ni] = inv_row_div(W, expert, (uint32_t)(n0 + col)) / ga;
+            s1[ni] = inv_row_div(W, expert, (uint32_t)(n0 + col + 1)) / ga;
+        }
+    }
+    const float gd = GLU ? a4.out_div[expert] : 0.0f;
+#pragma unroll
+    for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+        for (int hrow = 0; hrow < 2; hrow++) {
+            const int r = wm + mi * 16 + (lane >> 2) + hrow * 8;
+            const size_t pos = (size_t)start + r;
+            if (GLU) {
+                float v[4];
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++)
+                    v[ni] = silu(acc[mi][ni][2 * hrow] * s0[ni]) * (acc[mi][ni][2 * hrow + 1] * s1[ni]);
+                a4_store_block(v, gd, r < count, pos, (n0 + wn / 2) / 16, a4.out);
+            } else if (r < count) {
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++) {
+                    const int col = wn + ni * 8 + (lane & 3) * 2;
+                    *reinterpret_cast<float2 *>(y + pos * y_stride + n0 + col) =
+                        make_float2(acc[mi][ni][2 * hrow] * s0[ni], acc[mi][ni][2 * hrow + 1] * s1[ni]);
+                }
+            }
+        }
+}
+
 // Tile table entries (built by the work list): tile i covers positions m0 .. m0+127 of group g.
-template <class C, bool GLU>
+// A4: C is CNVFP4Raw, `in` is unused (A comes from a4.in) and GLU writes a4.out.
+template <class C, bool GLU, bool A4>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_gemm_kernel(DevMat W, const uint16_t *in, uint32_t in_stride, Groups g, const int32_t *n_tiles,
-                        const int32_t *tile_group, const int32_t *tile_m0, void *out, uint32_t out_stride)
+                        const int32_t *tile_group, const int32_t *tile_m0, void *out, uint32_t out_stride, A4Args a4)
 {
     extern __shared__ __align__(128) uint8_t smem[];
     __shared__ int32_t rows[BM];
@@ -135,11 +262,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint8_t *sA[2] = {smem, smem + 2 * kTileBytes};
     uint8_t *sB[2] = {smem + kTileBytes, smem + 3 * kTileBytes};
     BSlice<C> b;
-    load_a(sA[0], in, in_stride, rows, count, 0);
-    asm volatile("cp.async.commit_group;\n" ::);
+    A4Slice a;
+    if (A4) {
+        a.load(a4.in, rows, count, 0);
+        a.store(sA[0]);
+    } else {
+        load_a(sA[0], in, in_stride, rows, count, 0);
+        asm volatile("cp.async.commit_group;\n" ::);
+    }
     b.load(W, expert, wrow, 0);
     b.store(sB[0], 0);
-    cp_async_wait_all();
+    if (!A4) cp_async_wait_all();
     __syncthreads();
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -149,8 +282,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int kk = 0; kk < nk; kk++) {
         const int s = kk & 1;
         if (kk + 1 < nk) { // next slice in flight while this one multiplies
-            load_a(sA[s ^ 1], in, in_stride, rows, count, kk + 1);
-            asm volatile("cp.async.commit_group;\n" ::);
+            if (A4) {
+                a.load(a4.in, rows, count, kk + 1);
+            } else {
+                load_a(sA[s ^ 1], in, in_stride, rows, count, kk + 1);
+                asm volatile("cp.async.commit_group;\n" ::);
+            }
             b.load(W, expert, wrow, kk + 1);
         }
         const uint32_t a_base = smem_u32(sA[s]), b_base = smem_u32(sB[s]);
@@ -174,44 +311,48 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         if (kk + 1 < nk) {
             b.store(sB[s ^ 1], kk + 1);
-            cp_async_wait_all();
+            if (A4) a.store(sA[s ^ 1]);
+            else cp_async_wait_all();
         }
         __syncthreads();
     }
 
-    // epilogue
+    if constexpr (A4) {
+        a4_epilogue<GLU>(acc, W, expert, n0, wm, wn, start, count, a4, (float *)out, out_stride);
+    } else { // bf16 act (GLU) or fp32 y
 #pragma unroll
-    for (int mi = 0; mi < 4; mi++)
+        for (int mi = 0; mi < 4; mi++)
 #pragma unroll
-        for (int hrow = 0; hrow < 2; hrow++) {
-            const int r = wm + mi * 16 + (lane >> 2) + hrow * 8;
-            if (r >= count) continue;
-            const size_t pos = (size_t)start + r;
+            for (int hrow = 0; hrow < 2; hrow++) {
+                const int r = wm + mi * 16 + (lane >> 2) + hrow * 8;
+                if (r >= count) continue;
+                const size_t pos = (size_t)start + r;
 #pragma unroll
-            for (int ni = 0; ni < 4; ni++) {
-                const float c0 = acc[mi][ni][2 * hrow], c1 = acc[mi][ni][2 * hrow + 1];
-                const int col = wn + ni * 8 + (lane & 3) * 2; // tile column of c0
-                if (GLU) {
-                    const float v = silu(c0) * c1;
-                    ((uint16_t *)out)[pos * out_stride + n0 + col / 2] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
-                } else {
-                    *reinterpret_cast<float2 *>((float *)out + pos * out_stride + n0 + col) = make_float2(c0, c1);
+                for (int ni = 0; ni < 4; ni++) {
+                    const float c0 = acc[mi][ni][2 * hrow], c1 = acc[mi][ni][2 * hrow + 1];
+                    const int col = wn + ni * 8 + (lane & 3) * 2; // tile column of c0
+                    if (GLU) {
+                        const float v = silu(c0) * c1;
+                        ((uint16_t *)out)[pos * out_stride + n0 + col / 2] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+                    } else {
+                        *reinterpret_cast<float2 *>((float *)out + pos * out_stride + n0 + col) = make_float2(c0, c1);
+                    }
                 }
             }
-        }
+    }
 }
 
-template <class C, bool GLU>
+template <class C, bool GLU, bool A4 = false>
 cudaError_t launch_t(const DevMat &W, const uint16_t *in, uint32_t in_stride, const Groups &g, const int32_t *n_tiles,
                      const int32_t *tile_group, const int32_t *tile_m0, uint32_t max_tiles, void *out,
-                     uint32_t out_stride, cudaStream_t s)
+                     uint32_t out_stride, cudaStream_t s, const A4Args &a4 = A4Args{})
 {
-    auto k = prefill_gemm_kernel<C, GLU>;
+    auto k = prefill_gemm_kernel<C, GLU, A4>;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
     if (e != cudaSuccess) return e;
     const uint32_t ntiles_n = GLU ? W.rows / BN : W.rows / BN; // GLU: 2I rows -> I/64 tiles of 128 B rows
     k<<<dim3(max_tiles, ntiles_n), kThreads, kSmem, s>>>(W, in, in_stride, g, n_tiles, tile_group, tile_m0, out,
-                                                         out_stride);
+                                                         out_stride, a4);
     return cudaGetLastError();
 }
 
@@ -233,6 +374,16 @@ cudaError_t launch_prefill_gemm(int codec, bool glu, const DevMat &W, const uint
         return glu ? launch_t<C, true>(W, in, in_stride, g, n_tiles, tile_group, tile_m0, max_tiles, out, out_stride, s)
                    : launch_t<C, false>(W, in, in_stride, g, n_tiles, tile_group, tile_m0, max_tiles, out, out_stride, s);
     });
+}
+
+cudaError_t launch_prefill_gemm_a4(bool glu, const DevMat &W, const A4Args &a, const Groups &g, const int32_t *n_tiles,
+                                   const int32_t *tile_group, const int32_t *tile_m0, uint32_t max_tiles, float *y,
+                                   uint32_t y_stride, cudaStream_t s)
+{
+    return glu ? launch_t<CNVFP4Raw, true, true>(W, nullptr, 0, g, n_tiles, tile_group, tile_m0, max_tiles, nullptr, 0,
+                                                 s, a)
+               : launch_t<CNVFP4Raw, false, true>(W, nullptr, 0, g, n_tiles, tile_group, tile_m0, max_tiles, y,
+                                                  y_stride, s, a);
 }
 
 } // namespace nf

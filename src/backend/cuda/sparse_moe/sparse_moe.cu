@@ -1,8 +1,10 @@
 // Bind (admission, upload in the kernels' layout, workspace sizing) and the forward's orchestration.
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "a4.cuh"
 #include "internal.cuh"
 
 extern "C" {
@@ -48,10 +50,13 @@ struct nf_sparse_moe {
     char profile[64];
     uint32_t decode_max, small_max;
     int *counter;              // device int, 0 between forwards: the small router's grid-wide count
+    int a4;                    // nvfp4-w4a4: the prefill route runs W4A4 (a4.cuh)
+    const float *a4div;        // device [2 + E]: gate/up input divisor, shared down's, each expert's down
     const int32_t *forced_ids; // benchmarks: route by these ids (device, [max_tokens][k]) instead of the router's
     // workspace layout (byte offsets)
     size_t o_logits, o_id, o_w, o_sg, o_slot, o_pos, o_ng, o_ge, o_gs, o_gc, o_sgrp, o_act, o_y, o_acts, o_ys;
     size_t o_tiles, o_acth, o_actsh; // prefill: tile tables; bf16 act planes (routed, shared)
+    size_t o_xq, o_aq, o_saq;        // W4A4 prefill: nvfp4 planes of x, act, shared act (A4Plane)
     uint32_t max_tiles;              // tile-table capacity: ceil(T*k / 128) + E
     size_t ws_bytes;
 };
@@ -81,6 +86,49 @@ static nf_status check_shape(const nf_moe_matrix *mm, int idx, uint32_t experts,
     if (mm->codec != NF_CODEC_NVFP4 && mm->divisors != 1)
         return nf_error_set(err, NF_ERR_REFUSED, "sparse_moe bind: %s is %s with divisors = %u (only nvfp4 has divisors)",
                             mat_name[idx], c->name, mm->divisors);
+    return NF_OK;
+}
+
+// Expert e's W4A4 input divisor (sparse_moe.h: input_divisor, or one word, or one per expert).
+static float input_divisor_of(const nf_moe_matrix *mm, uint32_t e)
+{
+    if (mm->n_input_divisors == 0) return mm->input_divisor;
+    if (!mm->input_divisors) return 0.0f;
+    return mm->input_divisors[mm->n_input_divisors == 1 ? 0 : e];
+}
+
+// W4A4 divisors: a count the operator can read (0, 1 or one per expert), every one finite and > 0,
+// one gate/up divisor for the whole chunk (the prefill route encodes x once), equal for the routed
+// and the shared expert.
+static nf_status admit_a4_divisors(const nf_moe_bank *b, int has_shared, nf_error *err)
+{
+    const nf_moe_matrix *ex[4] = {&b->gate_up, &b->down, &b->shared_gate_up, &b->shared_down};
+    for (int i = 0; i < (has_shared ? 4 : 2); i++) {
+        const nf_moe_matrix *mm = ex[i];
+        if (mm->n_input_divisors > 1 && mm->n_input_divisors != mm->experts)
+            return nf_error_set(err, NF_ERR_REFUSED,
+                                "sparse_moe bind: %s has %u input divisors (W4A4 takes 1 or one per expert, %u)",
+                                mat_name[1 + i], mm->n_input_divisors, mm->experts);
+        for (uint32_t e = 0; e < mm->experts; e++) {
+            const float d = input_divisor_of(mm, e);
+            if (!(d > 0) || !isfinite(d))
+                return nf_error_set(err, NF_ERR_REFUSED,
+                                    "sparse_moe bind: %s allows A4 but the input divisor of expert %u is missing or "
+                                    "not finite and > 0 (%g)",
+                                    mat_name[1 + i], e, (double)d);
+        }
+    }
+    for (uint32_t e = 1; e < b->gate_up.experts; e++)
+        if (input_divisor_of(&b->gate_up, e) != input_divisor_of(&b->gate_up, 0))
+            return nf_error_set(err, NF_ERR_REFUSED,
+                                "sparse_moe bind: gate_up input divisors differ between experts (%g for 0, %g for %u); "
+                                "the prefill route encodes the chunk once for all of them",
+                                (double)input_divisor_of(&b->gate_up, 0), (double)input_divisor_of(&b->gate_up, e), e);
+    if (has_shared && input_divisor_of(&b->shared_gate_up, 0) != input_divisor_of(&b->gate_up, 0))
+        return nf_error_set(err, NF_ERR_REFUSED,
+                            "sparse_moe bind: routed and shared gate/up activation divisors disagree (%g vs %g); "
+                            "the prefill route encodes the chunk once for both",
+                            (double)input_divisor_of(&b->gate_up, 0), (double)input_divisor_of(&b->shared_gate_up, 0));
     return NF_OK;
 }
 
@@ -115,15 +163,8 @@ static nf_status admit(const nf_moe_bank *b, int has_shared, char *profile, size
                                 "sparse_moe bind: W4A4 needs AllowA4 on every expert input, but only %d of %d have it",
                                 a4, nex);
         if (a4) {
-            for (int i = 0; i < nex; i++)
-                if (!(ex[i]->input_divisor > 0))
-                    return nf_error_set(err, NF_ERR_REFUSED,
-                                        "sparse_moe bind: %s allows A4 but has no input divisor", mat_name[1 + i]);
-            if (has_shared && b->shared_gate_up.input_divisor != b->gate_up.input_divisor)
-                return nf_error_set(err, NF_ERR_REFUSED,
-                                    "sparse_moe bind: routed and shared gate/up activation divisors disagree (%g vs %g); "
-                                    "the prefill route encodes the chunk once for both",
-                                    (double)b->gate_up.input_divisor, (double)b->shared_gate_up.input_divisor);
+            nf_status s = admit_a4_divisors(b, has_shared, err);
+            if (s) return s;
         }
         snprintf(profile, n, "nvfp4-%s", a4 ? "w4a4" : "w4a16");
         return NF_OK;
@@ -177,8 +218,13 @@ static void layout_workspace(nf_sparse_moe *m, size_t T)
     const size_t max_tiles = (T * k + kPrefillTileM - 1) / kPrefillTileM + E;
     m->max_tiles = (uint32_t)max_tiles;
     m->o_tiles = take(&a, (2 * max_tiles + 1 + 2 * ((T + kPrefillTileM - 1) / kPrefillTileM) + 1) * 4);
-    m->o_acth = take(&a, T * k * I * 2);
-    m->o_actsh = m->has_shared ? take(&a, T * S * 2) : 0;
+    // The W4A4 prefill keeps x and the intermediates as nvfp4 (data [rows][cols/2] then scales
+    // [rows][cols/16], a4.cuh) instead of the bf16 act planes, which only the W4A16 prefill reads.
+    m->o_acth = m->a4 ? 0 : take(&a, T * k * I * 2);
+    m->o_actsh = m->has_shared && !m->a4 ? take(&a, T * S * 2) : 0;
+    m->o_xq = m->a4 ? take(&a, T * H / 2 + T * H / 16) : 0;
+    m->o_aq = m->a4 ? take(&a, T * k * I / 2 + T * k * I / 16) : 0;
+    m->o_saq = m->a4 && m->has_shared ? take(&a, T * S / 2 + T * S / 16) : 0;
     m->o_act = take(&a, T * k * I * 4);
     m->o_y = take(&a, T * k * H * 4);
     m->o_acts = m->has_shared ? take(&a, T * S * 4) : 0;
@@ -248,7 +294,7 @@ extern "C" nf_status nf_sparse_moe_bind(const nf_moe_bank *b, uint32_t max_token
     }
     for (int i = nmat; i < 6; i++) m->codec[i] = -1;
     const size_t state_off = total;
-    total += 256; // operator state: the small router's counter
+    total += 256 + 4 * (2 + (size_t)E); // operator state: the small router's counter; W4A4 divisors
     if (cudaMalloc(&m->dev, total) != cudaSuccess) {
         free(m);
         cudaGetLastError();
@@ -259,6 +305,24 @@ extern "C" nf_status nf_sparse_moe_bind(const nf_moe_bank *b, uint32_t max_token
     if (cudaMemset(m->counter, 0, 256) != cudaSuccess) {
         nf_sparse_moe_free(m);
         return nf_error_set(err, NF_ERR_CUDA, "sparse_moe bind: cannot clear the operator state");
+    }
+    m->a4 = strcmp(profile, "nvfp4-w4a4") == 0;
+    if (m->a4) {
+        float *h = (float *)calloc(2 + E, sizeof(float));
+        if (!h) {
+            nf_sparse_moe_free(m);
+            return nf_error_set(err, NF_ERR_NOMEM, "sparse_moe bind: out of memory");
+        }
+        h[0] = input_divisor_of(&b->gate_up, 0);
+        h[1] = has_shared ? input_divisor_of(&b->shared_down, 0) : 1.0f;
+        for (uint32_t e = 0; e < E; e++) h[2 + e] = input_divisor_of(&b->down, e);
+        m->a4div = (const float *)(m->dev + state_off + 256);
+        const cudaError_t ce = cudaMemcpy((void *)m->a4div, h, 4 * (2 + (size_t)E), cudaMemcpyHostToDevice);
+        free(h);
+        if (ce != cudaSuccess) {
+            nf_sparse_moe_free(m);
+            return nf_error_set(err, NF_ERR_CUDA, "sparse_moe bind: cannot upload the W4A4 divisors");
+        }
     }
     for (int i = 0; i < nmat; i++) {
         s = devmat_upload(want[i].mm, m->dev + off[i], &m->m[i], mat_name[i], err);
@@ -337,11 +401,50 @@ extern "C" void nf_sparse_moe_routing(const nf_sparse_moe *m, void *workspace, c
     *weights = r.topk_w;
 }
 
+// The W4A4 prefill slice (nvfp4-w4a4): x encoded once with the gate/up input divisor; the gate/up
+// GEMMs write the intermediate encoded with each expert's down input divisor (the shared expert's:
+// shared_down's); the down GEMMs write fp32 y with both divisors applied; the combine weights it.
+static cudaError_t prefill_slice_a4(const nf_sparse_moe *m, const uint16_t *x, uint32_t T, uint16_t *out,
+                                    uint8_t *ws, const Routing &r, Groups g, cudaStream_t s)
+{
+    const nf_moe_bank &b = m->bank;
+    const uint32_t k = b.top_k, H = b.hidden, I = b.inter, S = b.shared_inter;
+    const A4Plane xq = a4_plane(ws + m->o_xq, T, H), aq = a4_plane(ws + m->o_aq, (size_t)T * k, I);
+    float *y = (float *)(ws + m->o_y);
+    const uint32_t max_tiles = (T * k + kPrefillTileM - 1) / kPrefillTileM + g.max_groups;
+    const float *ga = m->a4div, *gsd = m->a4div + 1, *gd = m->a4div + 2;
+    cudaError_t e = launch_a4_encode(x, T, H, ga, xq, s);
+    if (e == cudaSuccess)
+        e = launch_prefill_gemm_a4(true, m->m[M_GATE_UP], A4Args{xq, ga, 0, aq, gd}, g, r.n_tiles, r.tile_group,
+                                   r.tile_m0, max_tiles, nullptr, 0, s);
+    g.pos_entry = nullptr;
+    if (e == cudaSuccess)
+        e = launch_prefill_gemm_a4(false, m->m[M_DOWN], A4Args{aq, gd, 1, A4Plane{}, nullptr}, g, r.n_tiles,
+                                   r.tile_group, r.tile_m0, max_tiles, y, H, s);
+    float *ys = nullptr;
+    if (e == cudaSuccess && m->has_shared) {
+        const A4Plane saq = a4_plane(ws + m->o_saq, T, S);
+        ys = (float *)(ws + m->o_ys);
+        const uint32_t sh_tiles = (T + kPrefillTileM - 1) / kPrefillTileM;
+        Groups sg{r.shared_group, r.shared_group + 1, r.shared_group + 2, r.shared_group + 3, nullptr, 1, 1};
+        // the shared group is expert 0, so gsd[0] is shared_down's divisor
+        e = launch_prefill_gemm_a4(true, m->m[M_SGU], A4Args{xq, ga, 0, saq, gsd}, sg, r.sh_n_tiles, r.sh_tile_group,
+                                   r.sh_tile_m0, sh_tiles, nullptr, 0, s);
+        if (e == cudaSuccess)
+            e = launch_prefill_gemm_a4(false, m->m[M_SDOWN], A4Args{saq, gsd, 1, A4Plane{}, nullptr}, sg,
+                                       r.sh_n_tiles, r.sh_tile_group, r.sh_tile_m0, sh_tiles, ys, H, s);
+    }
+    if (e != cudaSuccess) return e;
+    launch_combine(r, y, ys, T, H, k, out, s);
+    return cudaGetLastError();
+}
+
 // The prefill route's slice: tensor-core grouped GEMMs for gate/up (SwiGLU epilogue, bf16 act) and
 // down (fp32 y per position), the same for the shared expert over all T tokens, then the combine.
 static cudaError_t prefill_slice(const nf_sparse_moe *m, const uint16_t *x, uint32_t T, uint16_t *out, uint8_t *ws,
                                  const Routing &r, Groups g, cudaStream_t s)
 {
+    if (m->a4) return prefill_slice_a4(m, x, T, out, ws, r, g, s);
     const nf_moe_bank &b = m->bank;
     const uint32_t k = b.top_k, H = b.hidden, I = b.inter, S = b.shared_inter;
     uint16_t *acth = (uint16_t *)(ws + m->o_acth);

@@ -36,7 +36,13 @@ typedef struct nf_moe_matrix {
     uint32_t rows, cols;   /* per expert */
     uint32_t divisors;     /* nvfp4: separately quantized sources stacked in this plane (else 1) */
     int allow_a4;          /* policy: this matrix's input may be quantized to four bits */
-    float input_divisor;   /* nvfp4 W4A4: the activation divisor of this input (0 = none) */
+    /* nvfp4 W4A4: the activation divisor(s) of this input (compressed-tensors' input_global_scale).
+     * n_input_divisors = 0: input_divisor is the one divisor (0 = none); 1: input_divisors[0];
+     * = experts: input_divisors[e] is expert e's (a down bank: each expert's intermediate is its own
+     * input). Bind copies them; the pointer need not outlive it. */
+    float input_divisor;
+    const float *input_divisors;
+    uint32_t n_input_divisors;
 } nf_moe_matrix;
 
 /* A layer's bank.
