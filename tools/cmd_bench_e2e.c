@@ -1,11 +1,12 @@
 /* `ninfer bench e2e -m model.nf -p 512 -n 128 -r 5`: llama-bench-style end-to-end speed of a model.
  * pp<P>: a prompt of P pseudo-random ids prefilled into an empty context; tg<N>: N tokens decoded one
- * at a time from an empty context, each the argmax of the previous step's logits. Each test runs
+ * at a time from an empty context, each the argmax of the previous step's logits (picked on the device
+ * when the backend keeps logits there). Each test runs
  * --warmup times untimed, then -r times; tokens/s is reported as mean +- sample sd, with the device,
  * the profile (codecs of the expert banks and of the rest, by bytes) and the model's size.
  *
  * The bench knows nothing about devices: --device goes to nf_engine_opts.device and the engine picks
- * the backend (CPU now; the GPU engine registers "cuda" there). */
+ * the backend. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "engine/engine.h"
+#include "engine/sampler.h"
 
 typedef struct result {
     char test[32];
@@ -38,14 +40,6 @@ static uint64_t splitmix(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-static int32_t argmax(const float *x, size_t n)
-{
-    size_t b = 0;
-    for (size_t i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return (int32_t)b;
-}
-
 /* One timed repetition: tokens/s, or a negative value on error (err filled). */
 static double run_pp(nf_engine *e, const int32_t *ids, size_t n, nf_error *err)
 {
@@ -55,15 +49,16 @@ static double run_pp(nf_engine *e, const int32_t *ids, size_t n, nf_error *err)
     return (double)n / ((double)(nf_time_ns() - t0) * 1e-9);
 }
 
-static double run_tg(nf_engine *e, int32_t first, size_t n, nf_error *err)
+/* Greedy decoding as `ninfer run --temp 0` does it: the logits stay on the device, the pick crosses. */
+static double run_tg(nf_engine *e, nf_sampler *greedy, int32_t first, size_t n, nf_error *err)
 {
     nf_engine_reset(e);
     int32_t tok = first;
+    e->defer_logits = 1;
     uint64_t t0 = nf_time_ns();
-    for (size_t i = 0; i < n; i++) {
-        if (nf_engine_decode(e, tok, err)) return -1;
-        tok = argmax(e->logits, e->model->cfg.vocab);
-    }
+    for (size_t i = 0; i < n; i++)
+        if (nf_engine_decode(e, tok, err) || nf_engine_next(e, greedy, NULL, 0, &tok, err)) return -1;
+    e->defer_logits = 0;
     return (double)n / ((double)(nf_time_ns() - t0) * 1e-9);
 }
 
@@ -219,22 +214,27 @@ static void print_results(const char *fmt, const info *in, const result *r, size
 static int measure(nf_engine *e, int pp, const int32_t *ids, size_t n, long warmup, size_t reps, result *r)
 {
     nf_error err;
+    nf_sampler_params gp = nf_sampler_defaults();
+    gp.temp = 0;
+    nf_sampler *greedy = NULL;
+    if (nf_sampler_create(&gp, e->model->cfg.vocab, &greedy, &err)) return nf_cli_fail("%s", err.msg);
     snprintf(r->test, sizeof r->test, "%s%zu", pp ? "pp" : "tg", n);
     r->tokens = n;
     r->samples = calloc(reps, sizeof *r->samples);
-    if (!r->samples) return nf_cli_fail("out of memory");
-    for (long i = 0; i < warmup + (long)reps; i++) {
-        double tps = pp ? run_pp(e, ids, n, &err) : run_tg(e, ids[0], n, &err);
-        if (tps < 0) return nf_cli_fail("bench e2e: %s: %s", r->test, err.msg);
-        if (i >= warmup) r->samples[i - warmup] = tps;
+    int rc = r->samples ? 0 : nf_cli_fail("out of memory");
+    for (long i = 0; !rc && i < warmup + (long)reps; i++) {
+        double tps = pp ? run_pp(e, ids, n, &err) : run_tg(e, greedy, ids[0], n, &err);
+        if (tps < 0) rc = nf_cli_fail("bench e2e: %s: %s", r->test, err.msg);
+        else if (i >= warmup) r->samples[i - warmup] = tps;
     }
-    stats(r, reps);
-    return 0;
+    nf_sampler_free(greedy);
+    if (!rc) stats(r, reps);
+    return rc;
 }
 
 int nf_cmd_bench_e2e(int argc, char **argv)
 {
-    const char *model_path = NULL, *device = "cpu", *format = "table";
+    const char *model_path = NULL, *device = "auto", *format = "table";
     long n_prompt = 512, n_gen = 128, reps = 5, warmup = 1, threads = 0, chunk = 0, seed = 0;
     int kv_bf16 = 0;
     const nf_opt opts[] = {
@@ -243,15 +243,15 @@ int nf_cmd_bench_e2e(int argc, char **argv)
         {"--n-gen", 'n', NF_OPT_INT, &n_gen, "N", "generated tokens of the tg test; 0 = no tg test (default 128)", 0, 1 << 20},
         {"--repetitions", 'r', NF_OPT_INT, &reps, "N", "timed repetitions of each test (default 5)", 1, 10000},
         {"--warmup", 0, NF_OPT_INT, &warmup, "N", "untimed runs before the timed ones (default 1)", 0, 1000},
-        {"--device", 0, NF_OPT_STRING, &device, "DEV", "the engine's backend: cpu (default)", 0, 0},
+        {"--device", 0, NF_OPT_STRING, &device, "DEV", "cpu, cuda or auto (default: cuda when a GPU is visible)", 0, 0},
         {"--threads", 't', NF_OPT_INT, &threads, "N", "CPU worker threads (default: all CPUs)", 0, 4096},
-        {"--chunk", 0, NF_OPT_INT, &chunk, "N", "prefill chunk in tokens (default: the engine's, 128)", 0, 1 << 20},
+        {"--chunk", 0, NF_OPT_INT, &chunk, "N", "prefill chunk in tokens (default: the engine's: cpu 128, cuda 2048)", 0, 1 << 20},
         {"--kv-bf16", 0, NF_OPT_FLAG, &kv_bf16, NULL, "keep the KV cache in bf16 (default f32)", 0, 0},
         {"--seed", 's', NF_OPT_INT, &seed, "S", "seed of the prompt's pseudo-random ids (default 0)", 0, 9.0e15},
         {"--format", 'o', NF_OPT_STRING, &format, "F", "table (default), csv or json, on stdout", 0, 0},
     };
     const nf_cmd_usage u = {
-        "e2e", "-m MODEL [-p 512] [-n 128] [-r 5] [--device cpu] [--threads N] [--format table|csv|json]",
+        "e2e", "-m MODEL [-p 512] [-n 128] [-r 5] [--device auto] [--threads N] [--format table|csv|json]",
         "llama-bench-style prompt processing (pp: -p pseudo-random ids into an empty context) and text\n"
         "generation (tg: -n tokens decoded one by one from an empty context, greedy) tokens/s, mean +- sd\n"
         "over -r repetitions after --warmup untimed runs, with the device, the model's profile (codecs of\n"

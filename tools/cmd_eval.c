@@ -66,7 +66,7 @@ static int ids_from_npy(const char *path, int32_t **ids, size_t *n)
 
 int nf_cmd_eval(int argc, char **argv)
 {
-    const char *model_path = NULL, *tokens = NULL, *tokens_file = NULL, *out_path = NULL;
+    const char *model_path = NULL, *tokens = NULL, *tokens_file = NULL, *out_path = NULL, *device = "cpu";
     long threads = 0, ctx = 0, chunk = 0;
     int reference = 0, kv_bf16 = 0;
     const nf_opt opts[] = {
@@ -79,6 +79,7 @@ int nf_cmd_eval(int argc, char **argv)
         {"--chunk", 0, NF_OPT_INT, &chunk, "N", "prefill chunk in tokens (default 128)", 0, 1 << 20},
         {"--kv-bf16", 0, NF_OPT_FLAG, &kv_bf16, NULL, "keep the KV cache in bf16 (default f32)", 0, 0},
         {"--reference", 0, NF_OPT_FLAG, &reference, NULL, "dequantize + double dot for every product (slow)", 0, 0},
+        {"--device", 0, NF_OPT_STRING, &device, "DEV", "cpu (default: the reference), cuda or auto", 0, 0},
     };
     const nf_cmd_usage u = {
         .name = "eval",
@@ -115,7 +116,7 @@ int nf_cmd_eval(int argc, char **argv)
         free(ids);
         return nf_cli_fail("%s", e.msg);
     }
-    nf_engine_opts eo = {.threads = (int)threads, .ctx = (uint32_t)(ctx ? ctx : (long)n), .chunk = (uint32_t)chunk,
+    nf_engine_opts eo = {.device = device, .threads = (int)threads, .ctx = (uint32_t)(ctx ? ctx : (long)n), .chunk = (uint32_t)chunk,
                          .kv_bf16 = kv_bf16, .reference = reference};
     const size_t V = m->cfg.vocab;
     logits = malloc(n * V * sizeof(float));

@@ -2,13 +2,14 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "gpu_bench.h"
 #include "engine/text.h"
 #include "gen_common.h"
 
 void nf_gen_cli_defaults(nf_gen_cli *g)
 {
     nf_sampler_params d = nf_sampler_defaults();
-    *g = (nf_gen_cli){.n_predict = 128, .top_k = d.top_k, .seed = 0, .repeat_last_n = d.repeat_last_n,
+    *g = (nf_gen_cli){.device = "auto", .n_predict = 128, .top_k = d.top_k, .seed = 0, .repeat_last_n = d.repeat_last_n,
                       .temp = d.temp, .top_p = d.top_p, .min_p = d.min_p, .repeat_penalty = d.repeat_penalty};
 }
 
@@ -27,8 +28,8 @@ int nf_gen_cli_opts(nf_gen_cli *g, nf_opt *o)
     o[n++] = (nf_opt){"--threads", 't', NF_OPT_INT, &g->threads, "N", "worker threads (default: all CPUs)", 0, 1024};
     o[n++] = (nf_opt){"--ctx", 'c', NF_OPT_INT, &g->ctx, "N", "context length (default: the model's, at most 4096)", 0, 1 << 24};
     o[n++] = (nf_opt){"--stop", 0, NF_OPT_STRING, &g->stop, "TEXT", "stop when this text is generated", 0, 0};
-    o[n++] = (nf_opt){"--kv-bf16", 0, NF_OPT_FLAG, &g->kv_bf16, NULL, "keep the KV cache in bf16 (default f32)", 0, 0};
-    o[n++] = (nf_opt){"--device", 0, NF_OPT_STRING, &g->device, "DEV", "cpu (default)", 0, 0};
+    o[n++] = (nf_opt){"--kv-bf16", 0, NF_OPT_FLAG, &g->kv_bf16, NULL, "CPU: keep the KV cache in bf16 (default f32; cuda is always bf16)", 0, 0};
+    o[n++] = (nf_opt){"--device", 0, NF_OPT_STRING, &g->device, "DEV", "cpu, cuda or auto (default: cuda when a GPU is visible)", 0, 0};
     return n;
 }
 
@@ -65,14 +66,37 @@ void nf_gen_session_close(nf_gen_session *s)
     memset(s, 0, sizeof *s);
 }
 
+/* Bytes of K and V one decoded token reads on average over the generation (the cache grows from
+ * prompt to prompt + gen tokens). */
+static double kv_bytes_per_token(const nf_gen_stats *st, const nf_engine *e)
+{
+    const nf_model_config *c = &e->model->cfg;
+    const double esz = strcmp(e->ops->name, "cuda") == 0 || e->opts.kv_bf16 ? 2 : 4;
+    const double avg_len = (double)st->prompt_tokens + (double)st->gen_tokens / 2;
+    return avg_len * c->layers * 2.0 * c->kv_heads * c->head_dim * esz;
+}
+
 void nf_gen_print_stats(const nf_gen_stats *st, const nf_engine *e)
 {
     static const char *why[] = {"length", "end-of-generation token", "stop string", "context full"};
     /* weights streamed per decoded token: every dense byte, k/E of each expert bank, one embedding row */
-    const double gb = (double)nf_model_bytes_per_token(e->model) * 1e-9;
+    const double gbw = (double)nf_model_bytes_per_token(e->model) * 1e-9, gbkv = kv_bytes_per_token(st, e) * 1e-9;
     const double gen_tps = st->gen_s > 0 ? (double)st->gen_tokens / st->gen_s : 0.0;
+    const double gbs = (gbw + gbkv) * gen_tps;
+    char peak[96] = "";
+    if (strcmp(e->ops->name, "cuda") == 0) {
+        /* the device's read bandwidth, measured now: the figure the GB/s is a share of */
+        nf_gpu_bench *b = NULL;
+        nf_error err;
+        double p = nf_gpu_bench_create(0, &b, &err) ? -1 : nf_gpu_bench_dram_read(b, (size_t)1 << 30, 5);
+        nf_gpu_bench_destroy(b);
+        if (p > 0) snprintf(peak, sizeof peak, " = %.1f%% of the %.0f GB/s measured DRAM read peak", 100 * gbs / p, p);
+    }
+    char dev[48];
+    if (strcmp(e->ops->name, "cpu") == 0) snprintf(dev, sizeof dev, "cpu, %d threads", e->opts.threads);
+    else snprintf(dev, sizeof dev, "%s", e->ops->name);
     fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f tokens/s) | generation: %zu tokens in %.3f s (%.1f tokens/s, "
-            "%.3f GB of weights per token = %.2f GB/s) | %d threads | ended by %s\n",
+            "%.3f GB of weights + %.3f GB of KV per token = %.1f GB/s%s) | %s | ended by %s\n",
             st->prompt_tokens, st->prompt_s, st->prompt_s > 0 ? (double)st->prompt_tokens / st->prompt_s : 0.0,
-            st->gen_tokens, st->gen_s, gen_tps, gb, gb * gen_tps, e->opts.threads, why[st->end]);
+            st->gen_tokens, st->gen_s, gen_tps, gbw, gbkv, gbs, peak, dev, why[st->end]);
 }

@@ -88,13 +88,14 @@ static int score(nf_engine *eng, const nf_tokenizer *tok, const int32_t *ids, si
 
 int nf_cmd_perplexity(int argc, char **argv)
 {
-    const char *model_path = NULL, *file = NULL;
+    const char *model_path = NULL, *file = NULL, *device = "auto";
     long ctx = 512, threads = 0;
     const nf_opt opts[] = {
         {"--model", 'm', NF_OPT_STRING, &model_path, "FILE", "the .nf model (required)", 0, 0},
         {"--file", 'f', NF_OPT_STRING, &file, "TEXT", "the text file to score (required)", 0, 0},
         {"--ctx", 'c', NF_OPT_INT, &ctx, "N", "window length in tokens (default 512)", 4, 1 << 20},
         {"--threads", 't', NF_OPT_INT, &threads, "N", "worker threads (default: all CPUs)", 0, 1024},
+        {"--device", 0, NF_OPT_STRING, &device, "DEV", "cpu, cuda or auto (default: cuda when a GPU is visible)", 0, 0},
     };
     const nf_cmd_usage u = {
         .name = "perplexity",
@@ -120,7 +121,7 @@ int nf_cmd_perplexity(int argc, char **argv)
     nf_tok_ids ids = {0};
     nf_error e;
     int rc = 0;
-    nf_engine_opts eo = {.threads = (int)threads, .ctx = (uint32_t)ctx, .chunk = (uint32_t)ctx};
+    nf_engine_opts eo = {.device = device, .threads = (int)threads, .ctx = (uint32_t)ctx, .chunk = (uint32_t)ctx};
     if (nf_model_load(model_path, &m, &e) || nf_text_tokenizer(m->art, &tok, &e) ||
         nf_tok_encode(tok, text, len, NF_TOK_ADD_SPECIAL, &ids, &e) || nf_engine_create(m, &eo, &eng, &e))
         rc = nf_cli_fail("%s", e.msg);

@@ -268,4 +268,4 @@ static nf_status cpu_forward(void *state, const int32_t *tokens, size_t T, uint3
     return NF_OK;
 }
 
-const nf_backend_ops nf_cpu_backend = {"cpu", cpu_create, cpu_destroy, cpu_forward};
+const nf_backend_ops nf_cpu_backend = {.name = "cpu", .create = cpu_create, .destroy = cpu_destroy, .forward = cpu_forward};

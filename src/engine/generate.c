@@ -97,8 +97,10 @@ nf_status nf_generate(nf_engine *e, const nf_tokenizer *tok, nf_sampler *s, cons
     st->prompt_s = (double)(nf_time_ns() - t0) * 1e-9;
     uint64_t t1 = nf_time_ns();
     st->end = NF_GEN_LENGTH;
+    const int defer = e->defer_logits;
     for (size_t i = 0; !rc && i < p->max_new; i++) {
-        int32_t id = nf_sampler_sample(s, e->logits, seq ? seq->ids : NULL, seq ? seq->n : 0);
+        int32_t id;
+        if ((rc = nf_engine_next(e, s, seq ? seq->ids : NULL, seq ? seq->n : 0, &id, err))) break;
         st->gen_tokens++;
         if (is_eos(p, id)) {
             st->end = NF_GEN_EOS;
@@ -120,7 +122,10 @@ nf_status nf_generate(nf_engine *e, const nf_tokenizer *tok, nf_sampler *s, cons
             st->end = NF_GEN_CONTEXT;
             break;
         }
-        if ((rc = nf_engine_decode(e, id, err)) || (rc = push_id(seq, id, err))) break;
+        e->defer_logits = 1; /* decode steps: the next nf_engine_next reads what it needs from the device */
+        rc = nf_engine_decode(e, id, err);
+        e->defer_logits = defer;
+        if (rc || (rc = push_id(seq, id, err))) break;
     }
     if (!rc && st->end != NF_GEN_STOP) {
         size_t len;

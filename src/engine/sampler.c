@@ -135,12 +135,10 @@ static void softmax_of(nf_sampler *s, size_t n, float inv_temp)
     for (size_t i = 0; i < n; i++) s->prob[i] = (float)(s->prob[i] / sum);
 }
 
-/* Leaves the kept candidates in cand[0..n) with their final probabilities in prob. */
-static size_t candidates(nf_sampler *s)
+/* Applies top-p, min-p and the temperature to the k candidates in cand[0..n) (best first, their
+ * logits in work): leaves the kept ones with their final probabilities in prob; returns how many. */
+static size_t keep_candidates(nf_sampler *s, size_t n)
 {
-    size_t k = s->p.top_k > 0 && (uint32_t)s->p.top_k < s->vocab ? (size_t)s->p.top_k : s->vocab;
-    size_t n = k < 256 ? top_candidates(s, k) : all_candidates(s);
-    if (n > k) n = k;
     softmax_of(s, n, 1.0f);
     if (s->p.top_p < 1.0f) {
         double cum = 0;
@@ -163,6 +161,19 @@ static size_t candidates(nf_sampler *s)
     return n;
 }
 
+static size_t top_k_of(const nf_sampler *s)
+{
+    return s->p.top_k > 0 && (uint32_t)s->p.top_k < s->vocab ? (size_t)s->p.top_k : s->vocab;
+}
+
+/* Leaves the kept candidates in cand[0..n) with their final probabilities in prob. */
+static size_t candidates(nf_sampler *s)
+{
+    size_t k = top_k_of(s);
+    size_t n = k < 256 ? top_candidates(s, k) : all_candidates(s);
+    return keep_candidates(s, n > k ? k : n);
+}
+
 static int32_t argmax(const nf_sampler *s)
 {
     int32_t best = 0;
@@ -171,17 +182,46 @@ static int32_t argmax(const nf_sampler *s)
     return best;
 }
 
-int32_t nf_sampler_sample(nf_sampler *s, const float *logits, const int32_t *hist, size_t n_hist)
+static int32_t draw(nf_sampler *s, size_t n)
 {
-    penalise(s, logits, hist, n_hist);
-    if (!(s->p.temp > 0)) return argmax(s);
-    size_t n = candidates(s);
     double u = uniform01(&s->rng), cum = 0;
     for (size_t i = 0; i < n; i++) {
         cum += s->prob[i];
         if (u < cum) return s->cand[i];
     }
     return s->cand[n - 1];
+}
+
+int32_t nf_sampler_sample(nf_sampler *s, const float *logits, const int32_t *hist, size_t n_hist)
+{
+    penalise(s, logits, hist, n_hist);
+    if (!(s->p.temp > 0)) return argmax(s);
+    return draw(s, candidates(s));
+}
+
+/* The penalty changes no logit: off, or no history in its window. */
+static int penalty_idle(const nf_sampler *s, size_t n_hist)
+{
+    return s->p.repeat_penalty == 1.0f || s->p.repeat_last_n <= 0 || n_hist == 0;
+}
+
+uint32_t nf_sampler_device_k(const nf_sampler *s, const int32_t *history, size_t n_hist)
+{
+    (void)history;
+    if (!penalty_idle(s, n_hist)) return 0;
+    if (!(s->p.temp > 0)) return 1;
+    const size_t k = top_k_of(s);
+    return k <= NF_SAMPLER_DEVICE_MAX_K ? (uint32_t)k : 0;
+}
+
+int32_t nf_sampler_sample_top(nf_sampler *s, const int32_t *ids, const float *vals, size_t k)
+{
+    if (!(s->p.temp > 0)) return ids[0];
+    for (size_t i = 0; i < k; i++) {
+        s->cand[i] = ids[i];
+        s->work[ids[i]] = vals[i];
+    }
+    return draw(s, keep_candidates(s, k));
 }
 
 void nf_sampler_probs(nf_sampler *s, const float *logits, const int32_t *hist, size_t n_hist, float *probs)

@@ -33,6 +33,15 @@ void nf_sampler_free(nf_sampler *s);
 /* Picks the next id from logits[vocab] (not modified) given the ids so far (history[n_hist]). */
 int32_t nf_sampler_sample(nf_sampler *s, const float *logits, const int32_t *history, size_t n_hist);
 
+/* Device-side selection (engine.h nf_engine_next): how many best (id, logit) pairs a device must
+ * select for the sampler to decide from them alone: 1 when greedy, top_k when 1 <= top_k <= 256 and
+ * the repetition penalty changes nothing; 0 when it needs every logit. */
+#define NF_SAMPLER_DEVICE_MAX_K 256
+uint32_t nf_sampler_device_k(const nf_sampler *s, const int32_t *history, size_t n_hist);
+/* The same draw as nf_sampler_sample from the k best pairs (best first, ties to the lower id) that
+ * nf_sampler_device_k asked for. */
+int32_t nf_sampler_sample_top(nf_sampler *s, const int32_t *ids, const float *vals, size_t k);
+
 /* The probabilities the sampler draws from for these logits (0 outside the kept set); for tests. */
 void nf_sampler_probs(nf_sampler *s, const float *logits, const int32_t *history, size_t n_hist, float *probs);
 

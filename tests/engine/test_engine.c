@@ -11,6 +11,7 @@
 #include <math.h>
 #include <unistd.h>
 
+#include "backend/cuda/cuda_backend.h"
 #include "engine/engine.h"
 #include "model/synth.h"
 #include "nf_test.h"
@@ -61,8 +62,17 @@ static void errors(const nf_model *m)
     CHECK_CONTAINS(err.msg, "after 16 already in the sequence");
     nf_engine_free(e);
     o.device = "tpu";
-    CHECK(nf_engine_create(m, &o, &e, &err) == NF_ERR_UNSUPPORTED);
-    CHECK_CONTAINS(err.msg, "device 'tpu'");
+    CHECK(nf_engine_create(m, &o, &e, &err) == NF_ERR_INVALID_ARG);
+    CHECK_CONTAINS(err.msg, "unknown device 'tpu'");
+    if (nf_cuda_device_count(NULL, 0) == 0) { /* no GPU: cuda is refused with the reason, auto is the CPU */
+        o.device = "cuda";
+        CHECK(nf_engine_create(m, &o, &e, &err) == NF_ERR_UNSUPPORTED);
+        CHECK_CONTAINS(err.msg, "device 'cuda'");
+        o.device = "auto";
+        CHECK(nf_engine_create(m, &o, &e, &err) == NF_OK);
+        CHECK(strcmp(e->ops->name, "cpu") == 0);
+        nf_engine_free(e);
+    }
 }
 
 int main(void)

@@ -20,6 +20,9 @@ int nf_cuda_device_count(char *why, size_t why_size);
 /* Name and compute capability of device `dev` ("NVIDIA H200, sm_90"); returns 0 on success. */
 int nf_cuda_device_describe(int dev, char *buf, size_t size);
 
+/* Free and total device memory of the current device; returns 0 on success. */
+int nf_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
+
 #ifdef __cplusplus
 }
 #endif

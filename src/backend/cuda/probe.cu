@@ -29,3 +29,8 @@ extern "C" int nf_cuda_device_describe(int dev, char *buf, size_t size)
              (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
     return 0;
 }
+
+extern "C" int nf_cuda_mem_info(size_t *free_bytes, size_t *total_bytes)
+{
+    return cudaMemGetInfo(free_bytes, total_bytes) == cudaSuccess ? 0 : -1;
+}

@@ -20,6 +20,12 @@ int nf_cuda_device_describe(int dev, char *buf, size_t size)
     return -1;
 }
 
+int nf_cuda_mem_info(size_t *free_bytes, size_t *total_bytes)
+{
+    *free_bytes = *total_bytes = 0;
+    return -1;
+}
+
 /* The sparse-MoE operator's entry points: binding is refused, so nothing else is reachable. */
 #include "backend/cuda/sparse_moe/sparse_moe.h"
 
@@ -51,3 +57,38 @@ void nf_sparse_moe_routing(const nf_sparse_moe *m, void *ws, const int32_t **ids
     *w = NULL;
 }
 void nf_sparse_moe_force_routing(nf_sparse_moe *m, const int32_t *ids) { (void)m, (void)ids; }
+
+/* The decoder: creation is refused, so nothing else is reachable. */
+#include "backend/cuda/decoder/decoder.h"
+
+nf_status nf_cuda_decoder_create(const nf_cuda_decoder_desc *d, nf_cuda_decoder **out, nf_error *err)
+{
+    (void)d;
+    *out = NULL;
+    return nf_error_set(err, NF_ERR_UNSUPPORTED, "device 'cuda': this build has no CUDA backend");
+}
+void nf_cuda_decoder_free(nf_cuda_decoder *dec) { (void)dec; }
+static nf_status no_cuda(nf_error *err) { return nf_error_set(err, NF_ERR_UNSUPPORTED, "this build has no CUDA backend"); }
+nf_status nf_cuda_decoder_set_rope(nf_cuda_decoder *dec, const float *f, float a, nf_error *err)
+{
+    (void)dec, (void)f, (void)a;
+    return no_cuda(err);
+}
+nf_status nf_cuda_decoder_forward(nf_cuda_decoder *dec, const int32_t *t, uint32_t T, uint32_t p, float *l, int all,
+                                  nf_error *err)
+{
+    (void)dec, (void)t, (void)T, (void)p, (void)l, (void)all;
+    return no_cuda(err);
+}
+nf_status nf_cuda_decoder_topk(nf_cuda_decoder *dec, uint32_t k, int32_t *ids, float *vals, nf_error *err)
+{
+    (void)dec, (void)k, (void)ids, (void)vals;
+    return no_cuda(err);
+}
+nf_status nf_cuda_decoder_logits(nf_cuda_decoder *dec, float *logits, nf_error *err)
+{
+    (void)dec, (void)logits;
+    return no_cuda(err);
+}
+size_t nf_cuda_decoder_weight_bytes(const nf_cuda_decoder *dec) { (void)dec; return 0; }
+size_t nf_cuda_decoder_kv_bytes(const nf_cuda_decoder *dec) { (void)dec; return 0; }

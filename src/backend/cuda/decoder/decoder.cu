@@ -1,0 +1,289 @@
+// The decoder's creation: weights uploaded in the kernels' layout (one allocation for the dense
+// matrices and vectors, one per sparse-MoE bank), the bf16 KV cache, and the chunk's buffers carved
+// from one allocation.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "impl.cuh"
+
+extern "C" {
+#include "base/arena.h"
+#include "codec/codec.h"
+}
+
+using namespace nf;
+using namespace nf::dec;
+
+namespace {
+
+size_t up256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+bool device_codec(int c)
+{
+    return c == NF_CODEC_BF16 || c == NF_CODEC_Q8_0 || c == NF_CODEC_Q4_K || c == NF_CODEC_Q5_K ||
+           c == NF_CODEC_Q6_K || c == NF_CODEC_NVFP4;
+}
+
+// The dense weights in two passes over the same walk: sizing (dst == NULL) then upload.
+struct Uploader {
+    uint8_t *base;
+    size_t off;
+    nf_error *err;
+
+    nf_status matrix(const nf_moe_matrix *mm, const char *what, uint32_t layer, Linear *L)
+    {
+        char name[64];
+        if (layer == UINT32_MAX) snprintf(name, sizeof name, "%s", what);
+        else snprintf(name, sizeof name, "layer %u %s", layer, what);
+        memset(L, 0, sizeof *L);
+        L->codec = -1;
+        if (mm->codec < 0) return NF_OK;
+        if (!device_codec(mm->codec)) {
+            const nf_codec *c = nf_codec_get((nf_codec_id)mm->codec);
+            return nf_error_set(err, NF_ERR_UNSUPPORTED, "cuda decoder: %s is %s, which has no CUDA kernel "
+                                "(bf16, q8_0, q4_k, q5_k, q6_k, nvfp4 have)", name, c ? c->name : "an unknown codec");
+        }
+        size_t bytes = 0;
+        nf_status st = devmat_bytes(mm, name, &bytes, err);
+        if (st) return st;
+        if (base && (st = devmat_upload(mm, base + off, &L->m, name, err))) return st;
+        L->codec = mm->codec;
+        L->gemm = prefill_supported(L->m, L->m);
+        off += up256(bytes);
+        return NF_OK;
+    }
+
+    nf_status vec(const float *host, size_t n, const float **dev)
+    {
+        *dev = nullptr;
+        if (!host) return NF_OK;
+        if (base) {
+            if (cudaMemcpy(base + off, host, n * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess)
+                return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: vector upload failed");
+            *dev = (const float *)(base + off);
+        }
+        off += up256(n * sizeof(float));
+        return NF_OK;
+    }
+};
+
+nf_status walk_layer(Uploader &u, const nf_cuda_decoder_desc *d, uint32_t l, Layer *L)
+{
+    const nf_cuda_layer_desc *ld = &d->layer[l];
+    const size_t H = d->hidden, qd = (size_t)d->heads * d->head_dim, kvd = (size_t)d->kv_heads * d->head_dim;
+    nf_status st;
+    if ((st = u.vec(ld->attn_norm, H, &L->attn_norm)) || (st = u.vec(ld->ffn_norm, H, &L->ffn_norm)) ||
+        (st = u.vec(ld->q_bias, qd, &L->q_bias)) || (st = u.vec(ld->k_bias, kvd, &L->k_bias)) ||
+        (st = u.vec(ld->v_bias, kvd, &L->v_bias)) || (st = u.vec(ld->q_norm, d->head_dim, &L->q_norm)) ||
+        (st = u.vec(ld->k_norm, d->head_dim, &L->k_norm)))
+        return st;
+    if ((st = u.matrix(&ld->q, "attn_q", l, &L->q)) || (st = u.matrix(&ld->k, "attn_k", l, &L->k)) ||
+        (st = u.matrix(&ld->v, "attn_v", l, &L->v)) || (st = u.matrix(&ld->o, "attn_output", l, &L->o)))
+        return st;
+    if (ld->moe) return NF_OK;
+    return (st = u.matrix(&ld->gate, "ffn_gate", l, &L->gate)) ? st
+           : (st = u.matrix(&ld->up, "ffn_up", l, &L->up))     ? st
+                                                                : u.matrix(&ld->down, "ffn_down", l, &L->down);
+}
+
+nf_status walk(Uploader &u, const nf_cuda_decoder_desc *d, nf_cuda_decoder *dec)
+{
+    nf_status st = u.matrix(&d->embd, "token_embd", UINT32_MAX, &dec->embd);
+    if (st) return st;
+    if (d->head.data == d->embd.data && d->head.codec == d->embd.codec) dec->head = dec->embd; // tied
+    else if ((st = u.matrix(&d->head, "output", UINT32_MAX, &dec->head)))
+        return st;
+    if ((st = u.vec(d->out_norm, d->hidden, &dec->out_norm))) return st;
+    for (uint32_t l = 0; l < d->layers; l++)
+        if ((st = walk_layer(u, d, l, &dec->L[l]))) return st;
+    return NF_OK;
+}
+
+nf_status check_desc(const nf_cuda_decoder_desc *d, nf_error *err)
+{
+    if (!d->hidden || !d->layers || !d->heads || !d->kv_heads || !d->vocab || !d->ctx || !d->chunk)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: a zero dimension (hidden %u, layers %u, heads %u, "
+                            "kv heads %u, vocab %u, ctx %u, chunk %u)", d->hidden, d->layers, d->heads, d->kv_heads,
+                            d->vocab, d->ctx, d->chunk);
+    if (d->head_dim % 8 || d->head_dim > 256 || d->heads % d->kv_heads)
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "cuda decoder: head_dim %u (needs a multiple of 8, <= 256) with %u "
+                            "heads over %u kv heads (needs a whole number of q heads per kv head)",
+                            d->head_dim, d->heads, d->kv_heads);
+    if (d->hidden % 8) return nf_error_set(err, NF_ERR_UNSUPPORTED, "cuda decoder: hidden %u is not a multiple of 8", d->hidden);
+    return NF_OK;
+}
+
+size_t take(nf_arena *a, size_t bytes)
+{
+    size_t off = 0;
+    nf_arena_take(a, bytes ? bytes : 1, 256, &off, NULL);
+    return off;
+}
+
+size_t part_floats(const nf_cuda_decoder_desc *d)
+{
+    size_t most = 0;
+    for (uint32_t T = 1; T <= d->chunk && T <= 264; T++) {
+        const uint32_t s = attention_splits(T, d->ctx, d->heads);
+        if (s > 1 && (size_t)T * d->heads * s > most) most = (size_t)T * d->heads * s;
+    }
+    return most * (d->head_dim + 2);
+}
+
+// Lays out (base == NULL: sizes) the chunk buffers; returns the bytes.
+size_t layout_buffers(nf_cuda_decoder *dec, uint8_t *base, size_t moe_ws)
+{
+    const nf_cuda_decoder_desc *d = &dec->d;
+    const size_t C = d->chunk, H = d->hidden, qd = (size_t)d->heads * d->head_dim, kvd = (size_t)d->kv_heads * d->head_dim;
+    const size_t D = dec->dense_inter, V = d->vocab, tiles = (C + kPrefillTileM - 1) / kPrefillTileM;
+    nf_arena ar;
+    nf_arena_sizing(&ar);
+    size_t o[22];
+    int n = 0;
+    o[n++] = take(&ar, C * H * 4);     // x
+    o[n++] = take(&ar, C * H * 4);     // delta
+    o[n++] = take(&ar, C * qd * 4);    // q
+    o[n++] = take(&ar, C * kvd * 4);   // k
+    o[n++] = take(&ar, C * kvd * 4);   // v
+    o[n++] = take(&ar, C * D * 4);     // g
+    o[n++] = take(&ar, C * D * 4);     // u
+    o[n++] = take(&ar, C * V * 4);     // logits
+    o[n++] = take(&ar, part_floats(d) * 4);
+    o[n++] = take(&ar, C * H * 2);     // xn
+    o[n++] = take(&ar, C * H * 2);     // moe_out
+    o[n++] = take(&ar, C * qd * 2);    // att
+    o[n++] = take(&ar, C * D * 2);     // act
+    o[n++] = take(&ar, moe_ws);        // moe workspace
+    o[n++] = take(&ar, (7 + 2 * tiles) * 4); // tab
+    o[n++] = take(&ar, (7 + 2) * 4);         // tab1
+    o[n++] = take(&ar, sizeof(Step) + C * 4);
+    o[n++] = take(&ar, topk_scratch_floats() * 8 + kSampleMaxK * 8);
+    if (!base) return ar.peak;
+    Acts &a = dec->a;
+    float **f[] = {&a.x, &a.delta, &a.q, &a.k, &a.v, &a.g, &a.u, &a.logits, &a.part};
+    for (int i = 0; i < 9; i++) *f[i] = (float *)(base + o[i]);
+    uint16_t **h[] = {&a.xn, &a.moe_out, &a.att, &a.act};
+    for (int i = 0; i < 4; i++) *h[i] = (uint16_t *)(base + o[9 + i]);
+    a.moe_ws = base + o[13];
+    DenseTables *tb[] = {&dec->tab, &dec->tab1};
+    const uint32_t mt[] = {(uint32_t)tiles, 1};
+    for (int i = 0; i < 2; i++) {
+        int32_t *p = (int32_t *)(base + o[14 + i]);
+        *tb[i] = DenseTables{p, p + 1, p + 2, p + 3, p + 4, p + 5, p + 5 + mt[i], mt[i]};
+    }
+    dec->step = (Step *)(base + o[16]);
+    float *t = (float *)(base + o[17]);
+    const size_t sc = topk_scratch_floats();
+    dec->tk = TopK{(int32_t *)(t + 2 * sc + kSampleMaxK), t + 2 * sc, t, (int32_t *)(t + sc)};
+    return ar.peak;
+}
+
+nf_status bind_moe(nf_cuda_decoder *dec, size_t *ws, nf_error *err)
+{
+    *ws = 0;
+    for (uint32_t l = 0; l < dec->d.layers; l++) {
+        const nf_moe_bank *b = dec->d.layer[l].moe;
+        if (!b) continue;
+        size_t w = 0;
+        nf_status st = nf_sparse_moe_bind(b, dec->d.chunk, &dec->L[l].moe, &w, err);
+        if (st) return nf_error_prefix(err, "cuda decoder: layer %u", l);
+        dec->moe_bytes += nf_sparse_moe_weight_bytes(dec->L[l].moe);
+        if (w > *ws) *ws = w;
+    }
+    return NF_OK;
+}
+
+nf_status cuda_fail(nf_error *err, const char *what, size_t bytes)
+{
+    cudaGetLastError();
+    return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: cannot allocate %zu MiB for %s", bytes >> 20, what);
+}
+
+nf_status create_memory(nf_cuda_decoder *dec, const nf_cuda_decoder_desc *d, nf_error *err)
+{
+    Uploader u{nullptr, 0, err};
+    nf_status st = walk(u, d, dec);
+    if (st) return st;
+    dec->weight_bytes = u.off + up256((d->head_dim / 2 + 1) * sizeof(float));
+    if (cudaMalloc(&dec->weights, dec->weight_bytes) != cudaSuccess) return cuda_fail(err, "the dense weights", dec->weight_bytes);
+    u = Uploader{dec->weights, 0, err};
+    if ((st = walk(u, d, dec))) return st;
+    dec->rope = (float *)(dec->weights + u.off);
+    size_t ws = 0;
+    if ((st = bind_moe(dec, &ws, err))) return st;
+    const size_t kvd = (size_t)d->kv_heads * d->head_dim, per = (size_t)d->ctx * kvd * 2;
+    dec->kv_bytes = (size_t)d->layers * 2 * per;
+    if (cudaMalloc(&dec->kv, dec->kv_bytes) != cudaSuccess) return cuda_fail(err, "the KV cache", dec->kv_bytes);
+    for (uint32_t l = 0; l < d->layers; l++) {
+        dec->L[l].kc = (uint16_t *)(dec->kv + 2 * l * per);
+        dec->L[l].vc = (uint16_t *)(dec->kv + (2 * l + 1) * per);
+    }
+    dec->buffer_bytes = layout_buffers(dec, nullptr, ws);
+    if (cudaMalloc(&dec->buffers, dec->buffer_bytes) != cudaSuccess) return cuda_fail(err, "the chunk buffers", dec->buffer_bytes);
+    layout_buffers(dec, dec->buffers, ws);
+    return NF_OK;
+}
+
+uint32_t dense_inter_of(const nf_cuda_decoder_desc *d)
+{
+    uint32_t D = 0;
+    for (uint32_t l = 0; l < d->layers; l++)
+        if (!d->layer[l].moe && d->layer[l].gate.rows > D) D = d->layer[l].gate.rows;
+    return D;
+}
+
+} // namespace
+
+extern "C" nf_status nf_cuda_decoder_create(const nf_cuda_decoder_desc *d, nf_cuda_decoder **out, nf_error *err)
+{
+    *out = nullptr;
+    nf_status st = check_desc(d, err);
+    if (st) return st;
+    nf_cuda_decoder *dec = (nf_cuda_decoder *)calloc(1, sizeof *dec);
+    if (!dec || !(dec->L = (Layer *)calloc(d->layers, sizeof(Layer)))) {
+        free(dec);
+        return nf_error_set(err, NF_ERR_NOMEM, "cuda decoder: out of host memory");
+    }
+    dec->d = *d;
+    dec->dense_inter = dense_inter_of(d);
+    st = create_memory(dec, d, err);
+    dec->d.layer = nullptr; // host pointers are not kept past create
+    if (!st && (cudaStreamCreateWithFlags(&dec->stream, cudaStreamNonBlocking) != cudaSuccess ||
+                cudaEventCreateWithFlags(&dec->step_copied, cudaEventDisableTiming) != cudaSuccess ||
+                cudaMallocHost(&dec->h_step, sizeof(Step) + d->chunk * 4) != cudaSuccess ||
+                cudaMallocHost(&dec->h_ids, kSampleMaxK * 8) != cudaSuccess))
+        st = nf_error_set(err, NF_ERR_CUDA, "cuda decoder: cannot create its stream, event or pinned buffers");
+    if (st) {
+        nf_cuda_decoder_free(dec);
+        return st;
+    }
+    dec->h_vals = (float *)(dec->h_ids + kSampleMaxK);
+    prep_tables(dec->tab1, 1, dec->stream);
+    if (cudaStreamSynchronize(dec->stream) != cudaSuccess) {
+        nf_cuda_decoder_free(dec);
+        return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: %s", cudaGetErrorString(cudaGetLastError()));
+    }
+    *out = dec;
+    return NF_OK;
+}
+
+extern "C" void nf_cuda_decoder_free(nf_cuda_decoder *dec)
+{
+    if (!dec) return;
+    if (dec->stream) cudaStreamSynchronize(dec->stream);
+    if (dec->graph) cudaGraphExecDestroy(dec->graph);
+    for (uint32_t l = 0; dec->L && l < dec->d.layers; l++) nf_sparse_moe_free(dec->L[l].moe);
+    cudaFree(dec->weights);
+    cudaFree(dec->kv);
+    cudaFree(dec->buffers);
+    if (dec->h_step) cudaFreeHost(dec->h_step);
+    if (dec->h_ids) cudaFreeHost(dec->h_ids);
+    if (dec->step_copied) cudaEventDestroy(dec->step_copied);
+    if (dec->stream) cudaStreamDestroy(dec->stream);
+    free(dec->L);
+    free(dec);
+}
+
+extern "C" size_t nf_cuda_decoder_weight_bytes(const nf_cuda_decoder *dec) { return dec->weight_bytes + dec->moe_bytes; }
+extern "C" size_t nf_cuda_decoder_kv_bytes(const nf_cuda_decoder *dec) { return dec->kv_bytes; }

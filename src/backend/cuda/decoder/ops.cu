@@ -1,0 +1,167 @@
+// The decoder's row kernels (embedding, fused residual add + RMSNorm, qk-norm + rope + cache store,
+// SwiGLU) and the dense linear layer over the sparse-MoE operator's grouped GEMV/GEMM.
+#include "ops.cuh"
+
+namespace nf {
+namespace dec {
+
+namespace {
+
+__global__ void prep_kernel(DenseTables t, uint32_t T)
+{
+    const uint32_t tiles = (T + kPrefillTileM - 1) / kPrefillTileM;
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        *t.n_groups = 1, *t.expert = 0, *t.start = 0, *t.count = (int32_t)T;
+        *t.n_tiles = (int32_t)tiles;
+    }
+    for (uint32_t i = threadIdx.x; i < tiles; i += blockDim.x) t.tile_group[i] = 0, t.tile_m0[i] = (int32_t)(i * kPrefillTileM);
+}
+
+// One CTA per token: each thread decodes pieces of the embedding row.
+template <class C>
+__global__ void embed_kernel(DevMat E, const Step *step, uint32_t H, float *x)
+{
+    const uint32_t t = blockIdx.x;
+    const typename C::Row R = C::row(E, 0, (uint32_t)step->tokens[t]);
+    const int pieces = (int)(H / C::BLK) * C::PIECES;
+    float *dst = x + (size_t)t * H;
+    for (int q = threadIdx.x; q < pieces; q += blockDim.x) {
+        float w[C::PE];
+        C::decode(R, C::load(R, q), q, w);
+#pragma unroll
+        for (int run = 0; run < C::RUNS; run++) {
+            const int e0 = C::elem(q, run);
+#pragma unroll
+            for (int i = 0; i < C::RUN; i++) dst[e0 + i] = w[run * C::RUN + i];
+        }
+    }
+}
+
+__device__ __forceinline__ float block_sum(float v, float *red)
+{
+    v = warp_sum(v);
+    const int lane = threadIdx.x % 32, wid = threadIdx.x / 32, nw = blockDim.x / 32;
+    __syncthreads(); // red may still be read from a previous call
+    if (lane == 0) red[wid] = v;
+    __syncthreads();
+    float s = 0;
+    for (int i = 0; i < nw; i++) s += red[i];
+    return s;
+}
+
+__device__ __forceinline__ uint16_t f2bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+
+// One CTA per token. The sum of squares in f32 over the row (as the CPU reference).
+__global__ void add_rmsnorm_kernel(float *x, const float *df, const uint16_t *db, const float *w, uint32_t H,
+                                   float eps, uint16_t *xn)
+{
+    __shared__ float red[32];
+    float *xr = x + (size_t)blockIdx.x * H;
+    float ss = 0;
+    for (uint32_t i = threadIdx.x; i < H; i += blockDim.x) {
+        float v = xr[i];
+        if (df) v += df[(size_t)blockIdx.x * H + i];
+        if (db) v += bf2f(db[(size_t)blockIdx.x * H + i]);
+        if (df || db) xr[i] = v;
+        ss += v * v;
+    }
+    const float inv = 1.0f / sqrtf(block_sum(ss, red) / (float)H + eps);
+    for (uint32_t i = threadIdx.x; i < H; i += blockDim.x) xn[(size_t)blockIdx.x * H + i] = f2bf(xr[i] * inv * w[i]);
+}
+
+// One warp per (token, head) over q heads then kv heads; lane owns rope pairs (i, i + hd/2) for
+// i = lane, lane + 32, ... The angle is pos * inv_freq[i] in f32 and its cos/sin in double, as the
+// CPU reference computes them.
+__global__ void qkv_kernel(QkvArgs a, const Step *step)
+{
+    const uint32_t t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, hd = a.hd, half = hd / 2;
+    const bool is_q = h < a.heads;
+    const uint32_t kvh = is_q ? 0 : h - a.heads;
+    const uint32_t qd = a.heads * hd, kvd = a.kv_heads * hd;
+    const int pos = step->pos0 + (int)t;
+    const float *src = is_q ? a.q + (size_t)t * qd + h * hd : a.k + (size_t)t * kvd + kvh * hd;
+    const float *bias = is_q ? (a.q_bias ? a.q_bias + h * hd : nullptr) : (a.k_bias ? a.k_bias + kvh * hd : nullptr);
+    const float *norm = is_q ? a.q_norm : a.k_norm;
+    float ss = 0;
+    for (uint32_t i = lane; i < hd; i += 32) {
+        const float v = src[i] + (bias ? bias[i] : 0.0f);
+        ss += v * v;
+    }
+    const float inv = norm ? 1.0f / sqrtf(warp_sum(ss) / (float)hd + a.eps) : 1.0f;
+    const float fac = a.rope[half];
+    for (uint32_t i = lane; i < half; i += 32) {
+        float x0 = src[i] + (bias ? bias[i] : 0.0f), x1 = src[i + half] + (bias ? bias[i + half] : 0.0f);
+        if (norm) x0 = x0 * inv * norm[i], x1 = x1 * inv * norm[i + half];
+        const float ang = (float)pos * a.rope[i];
+        double sd, cd;
+        sincos((double)ang, &sd, &cd);
+        const float c = (float)cd * fac, sn = (float)sd * fac;
+        const float y0 = x0 * c - x1 * sn, y1 = x1 * c + x0 * sn;
+        if (is_q) {
+            a.q[(size_t)t * qd + h * hd + i] = y0;
+            a.q[(size_t)t * qd + h * hd + i + half] = y1;
+        } else {
+            uint16_t *k = a.kc + (size_t)pos * kvd + kvh * hd;
+            k[i] = f2bf(y0), k[i + half] = f2bf(y1);
+        }
+    }
+    if (!is_q) {
+        const float *vs = a.v + (size_t)t * kvd + kvh * hd;
+        const float *vb = a.v_bias ? a.v_bias + kvh * hd : nullptr;
+        uint16_t *vd = a.vc + (size_t)pos * kvd + kvh * hd;
+        for (uint32_t i = lane; i < hd; i += 32) vd[i] = f2bf(vs[i] + (vb ? vb[i] : 0.0f));
+    }
+}
+
+__global__ void swiglu_kernel(const float *g, const float *u, size_t n, uint16_t *out)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = f2bf(silu(g[i]) * u[i]);
+}
+
+// Tokens at or below which the dense layers use the CUDA-core GEMV (each weight row read once for
+// all tokens); above, the tensor-core GEMM when the shape takes it.
+constexpr uint32_t kGemvMaxT = 16;
+
+} // namespace
+
+void prep_tables(const DenseTables &t, uint32_t T, cudaStream_t s) { prep_kernel<<<1, 256, 0, s>>>(t, T); }
+
+cudaError_t linear(const Linear &L, const DenseTables &t, const uint16_t *in, uint32_t T, float *out, cudaStream_t s)
+{
+    Groups g{t.n_groups, t.expert, t.start, t.count, nullptr, 1, 1};
+    if (L.gemm && T > kGemvMaxT) {
+        const uint32_t tiles = (T + kPrefillTileM - 1) / kPrefillTileM;
+        return launch_prefill_gemm(L.codec, false, L.m, in, L.m.cols, g, t.n_tiles, t.tile_group, t.tile_m0, tiles,
+                                   out, L.m.rows, s);
+    }
+    return launch_gemv(L.codec, false, L.m, in, true, L.m.cols, g, out, L.m.rows, T, s);
+}
+
+cudaError_t embed(const Linear &E, const Step *step, uint32_t T, uint32_t H, float *x, cudaStream_t s)
+{
+    return dispatch_codec(E.codec, [&](auto c) {
+        embed_kernel<decltype(c)><<<T, 128, 0, s>>>(E.m, step, H, x);
+        return cudaGetLastError();
+    });
+}
+
+void add_rmsnorm(float *x, const float *delta_f32, const uint16_t *delta_bf16, const float *w, uint32_t T,
+                 uint32_t H, float eps, uint16_t *xn, cudaStream_t s)
+{
+    add_rmsnorm_kernel<<<T, 256, 0, s>>>(x, delta_f32, delta_bf16, w, H, eps, xn);
+}
+
+void qkv_rope_store(const QkvArgs &a, const Step *step, uint32_t T, cudaStream_t s)
+{
+    qkv_kernel<<<dim3(T, a.heads + a.kv_heads), 32, 0, s>>>(a, step);
+}
+
+void swiglu(const float *g, const float *u, size_t n, uint16_t *out, cudaStream_t s)
+{
+    const size_t blocks = (n + 255) / 256;
+    swiglu_kernel<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, s>>>(g, u, n, out);
+}
+
+} // namespace dec
+} // namespace nf

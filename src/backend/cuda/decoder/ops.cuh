@@ -1,0 +1,91 @@
+// The decoder's element-wise and row kernels and the dense linear layer (C++; internal).
+// Every kernel that depends on the position reads it from device memory (`Step`), so a captured
+// decode graph stays valid as the sequence grows.
+#pragma once
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "../sparse_moe/internal.cuh"
+#include "../sparse_moe/rowdot.cuh" // warp_sum, silu
+
+namespace nf {
+namespace dec {
+
+// What a forward reads from device memory: written by the host (an async copy) before the launch.
+struct Step {
+    int32_t pos0;       // position of the chunk's first token
+    int32_t T;          // tokens in the chunk
+    int32_t tokens[1];  // [chunk] (over-allocated)
+};
+
+// The one-group tables the grouped GEMV/GEMM kernels take for a dense matrix: group 0 = expert 0,
+// positions 0..T-1; prefill tiles of kPrefillTileM positions. Written by prep_tables each forward.
+struct DenseTables {
+    int32_t *n_groups, *expert, *start, *count; // [1] each
+    int32_t *n_tiles, *tile_group, *tile_m0;    // [1], [max_tiles] x2
+    uint32_t max_tiles;
+};
+
+// A dense matrix on the device and how to run it.
+struct Linear {
+    DevMat m;
+    int codec;         // nf_codec_id; -1 absent
+    bool gemm;         // the tensor-core path takes its shape
+};
+
+void prep_tables(const DenseTables &t, uint32_t T, cudaStream_t s);
+
+// out[T][m.rows] (f32) = W in[T][m.cols] (bf16 rows of stride m.cols): GEMV for small T, GEMM else.
+cudaError_t linear(const Linear &L, const DenseTables &t, const uint16_t *in, uint32_t T, float *out, cudaStream_t s);
+
+// x[t] = embedding row tokens[t] (f32), for t < T.
+cudaError_t embed(const Linear &E, const Step *step, uint32_t T, uint32_t H, float *x, cudaStream_t s);
+
+// x += delta (f32 or bf16, NULL: none); xn = bf16(x * rsqrt(mean(x^2) + eps) * w), per token.
+void add_rmsnorm(float *x, const float *delta_f32, const uint16_t *delta_bf16, const float *w, uint32_t T,
+                 uint32_t H, float eps, uint16_t *xn, cudaStream_t s);
+
+// The attention input: q, k, v [T][heads*hd | kv*hd] f32 as the projections wrote them. Adds the
+// biases, normalises q and k per head (qk norm), rotates them (neox rope), writes q back (f32) and
+// k, v as bf16 into the cache rows pos0 + t.
+struct QkvArgs {
+    float *q;
+    const float *k, *v;
+    const float *q_bias, *k_bias, *v_bias, *q_norm, *k_norm; // NULL when absent
+    uint16_t *kc, *vc;                                      // [ctx][kv*hd]
+    const float *rope;                                      // [hd / 2] inv_freq, then attn_factor
+    uint32_t heads, kv_heads, hd;
+    float eps;
+};
+void qkv_rope_store(const QkvArgs &a, const Step *step, uint32_t T, cudaStream_t s);
+
+// att[t] (bf16 [T][heads*hd]) = softmax(q_t K^T / sqrt(hd)) V over cache rows 0 .. pos0 + t,
+// kv head = head / (heads / kv_heads). splits > 1 divides the keys (split-K) and merges through
+// `part` ([T][heads][splits][hd + 2] f32).
+struct AttnArgs {
+    const float *q;
+    const uint16_t *kc, *vc;
+    uint16_t *out;
+    float *part;
+    uint32_t heads, kv_heads, hd, splits;
+};
+cudaError_t attention(const AttnArgs &a, const Step *step, uint32_t T, cudaStream_t s);
+uint32_t attention_splits(uint32_t T, uint32_t ctx, uint32_t heads);
+
+// out[i] = bf16(silu(g[i]) * u[i]), i < n.
+void swiglu(const float *g, const float *u, size_t n, uint16_t *out, cudaStream_t s);
+
+// Sampling (sample.cu): the `k` best logits of [vocab] (ties to the lower id), best first, into
+// ids/vals; then the host-side rule in decoder.cu picks one. cand: scratch of candidates_scratch().
+struct TopK {
+    int32_t *ids;
+    float *vals;
+    float *cand_vals;
+    int32_t *cand_ids;
+};
+constexpr uint32_t kSampleMaxK = 256;
+size_t topk_scratch_floats();
+cudaError_t topk(const float *logits, uint32_t vocab, uint32_t k, const TopK &t, cudaStream_t s);
+
+} // namespace dec
+} // namespace nf

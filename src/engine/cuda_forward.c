@@ -1,0 +1,127 @@
+/* The CUDA backend of the engine: describes the model to the CUDA decoder (backend/cuda/decoder)
+ * in its own terms and forwards the engine's calls. The math is the CPU backend's (cpu_forward.c);
+ * what differs is documented in decoder.h (bf16 activations into every product, bf16 KV cache). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/decoder/decoder.h"
+#include "engine/engine.h"
+#include "engine/moe_bank.h"
+
+typedef struct cuda_state {
+    const nf_model *m;
+    nf_cuda_decoder *dec;
+    nf_rope_config rope;
+    uint32_t rope_seq; /* the seq_len inv_freq was computed for (dynamic scaling) */
+    float *inv_freq;   /* [head_dim / 2] */
+} cuda_state;
+
+static const float *f32_of(const nf_tensor *t) { return t ? (const float *)(const void *)t->data : NULL; }
+
+static nf_status describe_layer(const nf_model *m, uint32_t l, nf_cuda_layer_desc *d, nf_moe_bank *bank,
+                                nf_error *err)
+{
+    const nf_model_layer *ly = &m->layers[l];
+    *d = (nf_cuda_layer_desc){
+        .attn_norm = f32_of(ly->attn_norm), .ffn_norm = f32_of(ly->ffn_norm), .q_bias = f32_of(ly->attn_q_bias),
+        .k_bias = f32_of(ly->attn_k_bias), .v_bias = f32_of(ly->attn_v_bias), .q_norm = f32_of(ly->attn_q_norm),
+        .k_norm = f32_of(ly->attn_k_norm), .q = nf_moe_matrix_of(ly->attn_q), .k = nf_moe_matrix_of(ly->attn_k),
+        .v = nf_moe_matrix_of(ly->attn_v), .o = nf_moe_matrix_of(ly->attn_output),
+        .gate = nf_moe_matrix_of(ly->ffn_gate), .up = nf_moe_matrix_of(ly->ffn_up),
+        .down = nf_moe_matrix_of(ly->ffn_down)};
+    if (!ly->is_moe) return NF_OK;
+    d->moe = bank;
+    return nf_moe_bank_of_layer(m, l, bank, err);
+}
+
+static nf_status set_rope(cuda_state *s, uint32_t seq, nf_error *err)
+{
+    float factor = 1;
+    nf_rope_inv_freq(&s->rope, seq, s->inv_freq, &factor);
+    s->rope_seq = seq;
+    return nf_cuda_decoder_set_rope(s->dec, s->inv_freq, factor, err);
+}
+
+static void cuda_destroy(void *state)
+{
+    cuda_state *s = state;
+    if (!s) return;
+    nf_cuda_decoder_free(s->dec);
+    free(s->inv_freq);
+    free(s);
+}
+
+static nf_status cuda_create(const nf_model *m, const nf_engine_opts *o, void **out, nf_error *err)
+{
+    *out = NULL;
+    char why[160];
+    if (nf_cuda_device_count(why, sizeof why) < 1)
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "device 'cuda': no GPU is visible (%s)", why);
+    const nf_model_config *c = &m->cfg;
+    cuda_state *s = calloc(1, sizeof *s);
+    nf_cuda_layer_desc *ld = calloc(c->layers, sizeof *ld);
+    nf_moe_bank *banks = calloc(c->layers, sizeof *banks);
+    if (s) s->inv_freq = malloc(c->head_dim / 2 * sizeof(float));
+    nf_status st = NF_OK;
+    if (!s || !ld || !banks || !s->inv_freq) st = nf_error_set(err, NF_ERR_NOMEM, "cuda backend: out of memory");
+    for (uint32_t l = 0; !st && l < c->layers; l++) st = describe_layer(m, l, &ld[l], &banks[l], err);
+    if (!st) {
+        nf_cuda_decoder_desc d = {.hidden = c->hidden, .layers = c->layers, .heads = c->heads,
+                                  .kv_heads = c->kv_heads, .head_dim = c->head_dim, .vocab = c->vocab,
+                                  .rms_eps = c->rms_eps, .embd = nf_moe_matrix_of(m->token_embd),
+                                  .head = nf_moe_matrix_of(m->output), .out_norm = f32_of(m->output_norm),
+                                  .layer = ld, .ctx = o->ctx, .chunk = o->chunk, .no_graphs = o->no_graphs};
+        s->m = m;
+        st = nf_cuda_decoder_create(&d, &s->dec, err);
+    }
+    free(ld);
+    free(banks);
+    if (!st) {
+        static const nf_rope_kind kinds[] = {NF_ROPE_NONE, NF_ROPE_LINEAR, NF_ROPE_DYNAMIC, NF_ROPE_YARN,
+                                             NF_ROPE_LLAMA3};
+        s->rope = (nf_rope_config){kinds[c->rope_scaling], c->rope_theta, c->rope_factor,
+                                   c->rope_orig_ctx ? c->rope_orig_ctx : c->max_ctx, c->rope_low_freq_factor,
+                                   c->rope_high_freq_factor, c->head_dim};
+        st = set_rope(s, 0, err);
+    }
+    if (st) {
+        cuda_destroy(s);
+        return st;
+    }
+    *out = s;
+    return NF_OK;
+}
+
+static nf_status cuda_forward(void *state, const int32_t *tokens, size_t T, uint32_t pos0, float *logits,
+                              int all_logits, nf_error *err)
+{
+    cuda_state *s = state;
+    if (s->rope.kind == NF_ROPE_DYNAMIC && pos0 + T > s->rope_seq) { /* HF's dynamic update */
+        nf_status st = set_rope(s, pos0 + (uint32_t)T, err);
+        if (st) return st;
+    }
+    return nf_cuda_decoder_forward(s->dec, tokens, (uint32_t)T, pos0, logits, all_logits, err);
+}
+
+static nf_status cuda_logits(void *state, float *out, nf_error *err)
+{
+    return nf_cuda_decoder_logits(((cuda_state *)state)->dec, out, err);
+}
+
+static nf_status cuda_topk(void *state, uint32_t k, int32_t *ids, float *vals, nf_error *err)
+{
+    return nf_cuda_decoder_topk(((cuda_state *)state)->dec, k, ids, vals, err);
+}
+
+static void cuda_describe(void *state, nf_backend_info *info)
+{
+    cuda_state *s = state;
+    info->weight_bytes = nf_cuda_decoder_weight_bytes(s->dec);
+    info->kv_bytes = nf_cuda_decoder_kv_bytes(s->dec);
+}
+
+const nf_backend_ops nf_cuda_backend = {.name = "cuda", .create = cuda_create, .destroy = cuda_destroy,
+                                        .forward = cuda_forward, .logits = cuda_logits, .topk = cuda_topk,
+                                        .describe = cuda_describe};
