@@ -38,6 +38,8 @@ typedef struct cpu_state {
     float *inv_freq;         /* [head_dim / 2] */
     float attn_factor;
     uint32_t rope_seq;       /* the seq_len inv_freq was computed for (dynamic scaling) */
+    int32_t *trace;          /* [layers][chunk][top_k] with trace_routing, else NULL */
+    size_t trace_T;          /* tokens of the last forward */
     float *x, *xn, *q, *k, *v, *att, *tmp, *g, *u; /* [chunk][...] activations */
     void *kv_mem;
 } cpu_state;
@@ -120,6 +122,7 @@ static void cpu_destroy(void *state)
     free(s->g);
     free(s->u);
     free(s->kv_mem);
+    free(s->trace);
     nf_cpu_free(s->cpu);
     free(s);
 }
@@ -175,6 +178,9 @@ static nf_status cpu_create(const nf_model *m, const nf_engine_opts *o, void **o
         nf_cpu_set_reference(s->cpu, o->reference);
         st = alloc_buffers(s, o, err);
     }
+    if (!st && o->trace_routing && c->top_k &&
+        !(s->trace = malloc((size_t)c->layers * s->chunk * c->top_k * sizeof(int32_t))))
+        st = nf_error_set(err, NF_ERR_NOMEM, "cpu backend: out of memory");
     if (!st) st = bind_weight(s, m->token_embd, &s->embd, err);
     if (!st) st = bind_weight(s, m->output, &s->head, err);
     for (uint32_t l = 0; !st && l < c->layers; l++) st = bind_layer(s, &m->layers[l], &s->layers[l], err);
@@ -228,14 +234,15 @@ static void attention_block(cpu_state *s, cpu_layer *L, size_t T, uint32_t pos0)
     add_rows(s->x, s->tmp, T * H);
 }
 
-static void mlp_block(cpu_state *s, cpu_layer *L, size_t T)
+static void mlp_block(cpu_state *s, cpu_layer *L, size_t T, int32_t *trace)
 {
     const nf_model_config *c = &s->m->cfg;
     const size_t H = c->hidden, D = c->dense_inter;
     for (size_t t = 0; t < T; t++) nf_cpu_rmsnorm(s->xn + t * H, s->x + t * H, L->ffn_norm, H, c->rms_eps);
     if (L->is_moe) {
-        nf_cpu_moe_forward(s->cpu, &L->moe, L->moe_ws, s->xn, T, s->tmp, NULL, NULL);
+        nf_cpu_moe_forward(s->cpu, &L->moe, L->moe_ws, s->xn, T, s->tmp, trace, NULL);
     } else {
+        if (trace) memset(trace, 0xff, T * c->top_k * sizeof(int32_t)); /* -1: no routing */
         nf_cpu_gemm_job jobs[2] = {{L->gate, s->xn, H, s->g, D, T}, {L->up, s->xn, H, s->u, D, T}};
         nf_cpu_gemm_batch(s->cpu, jobs, 2);
         nf_cpu_swiglu(s->g, s->g, s->u, T * D);
@@ -260,12 +267,22 @@ static nf_status cpu_forward(void *state, const int32_t *tokens, size_t T, uint3
     for (size_t t = 0; t < T; t++) nf_cpu_weight_row(&s->embd, (uint32_t)tokens[t], s->x + t * H);
     for (uint32_t l = 0; l < c->layers; l++) {
         attention_block(s, &s->layers[l], T, pos0);
-        mlp_block(s, &s->layers[l], T);
+        mlp_block(s, &s->layers[l], T, s->trace ? s->trace + (size_t)l * T * c->top_k : NULL);
     }
+    s->trace_T = T;
     const size_t first = all_logits ? 0 : T - 1, n = T - first;
     for (size_t t = first; t < T; t++) nf_cpu_rmsnorm(s->xn + t * H, s->x + t * H, s->out_norm, H, c->rms_eps);
     nf_cpu_gemm(s->cpu, &s->head, s->xn + first * H, H, logits, c->vocab, n);
     return NF_OK;
 }
 
-const nf_backend_ops nf_cpu_backend = {.name = "cpu", .create = cpu_create, .destroy = cpu_destroy, .forward = cpu_forward};
+static nf_status cpu_routing(void *state, int32_t *ids, nf_error *err)
+{
+    cpu_state *s = state;
+    if (!s->trace) return nf_error_set(err, NF_ERR_INVALID_ARG, "routing: a dense model has none");
+    memcpy(ids, s->trace, (size_t)s->m->cfg.layers * s->trace_T * s->m->cfg.top_k * sizeof(int32_t));
+    return NF_OK;
+}
+
+const nf_backend_ops nf_cpu_backend = {.name = "cpu", .create = cpu_create, .destroy = cpu_destroy,
+                                       .forward = cpu_forward, .routing = cpu_routing};

@@ -72,7 +72,8 @@ static nf_status cuda_create(const nf_model *m, const nf_engine_opts *o, void **
                                   .kv_heads = c->kv_heads, .head_dim = c->head_dim, .vocab = c->vocab,
                                   .rms_eps = c->rms_eps, .embd = nf_moe_matrix_of(m->token_embd),
                                   .head = nf_moe_matrix_of(m->output), .out_norm = f32_of(m->output_norm),
-                                  .layer = ld, .ctx = o->ctx, .chunk = o->chunk, .no_graphs = o->no_graphs};
+                                  .layer = ld, .ctx = o->ctx, .chunk = o->chunk, .no_graphs = o->no_graphs,
+                                  .trace_routing = o->trace_routing};
         s->m = m;
         st = nf_cuda_decoder_create(&d, &s->dec, err);
     }
@@ -115,6 +116,11 @@ static nf_status cuda_topk(void *state, uint32_t k, int32_t *ids, float *vals, n
     return nf_cuda_decoder_topk(((cuda_state *)state)->dec, k, ids, vals, err);
 }
 
+static nf_status cuda_routing(void *state, int32_t *ids, nf_error *err)
+{
+    return nf_cuda_decoder_routing(((cuda_state *)state)->dec, ids, err);
+}
+
 static void cuda_describe(void *state, nf_backend_info *info)
 {
     cuda_state *s = state;
@@ -124,4 +130,4 @@ static void cuda_describe(void *state, nf_backend_info *info)
 
 const nf_backend_ops nf_cuda_backend = {.name = "cuda", .create = cuda_create, .destroy = cuda_destroy,
                                         .forward = cuda_forward, .logits = cuda_logits, .topk = cuda_topk,
-                                        .describe = cuda_describe};
+                                        .describe = cuda_describe, .routing = cuda_routing};

@@ -106,3 +106,10 @@ nf_status nf_engine_next(nf_engine *e, nf_sampler *s, const int32_t *history, si
     *id = nf_sampler_sample(s, l, history, n_hist);
     return NF_OK;
 }
+
+nf_status nf_engine_routing(nf_engine *e, int32_t *ids, nf_error *err)
+{
+    if (!e->opts.trace_routing || !e->ops->routing)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "routing: the engine was created without trace_routing");
+    return e->ops->routing(e->state, ids, err);
+}

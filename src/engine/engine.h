@@ -27,6 +27,7 @@ typedef struct nf_engine_opts {
     int kv_bf16;        /* KV cache elements in bf16 (else f32) */
     int reference;      /* CPU: dequantize + double dot for every product (tests) */
     int no_graphs;      /* CUDA: run decode steps as plain launches, not a replayed graph (tests) */
+    int trace_routing;  /* keep each MoE layer's expert choices of the last forward (nf_engine_routing) */
 } nf_engine_opts;
 
 /* What a backend holds on its device, for the bytes-per-token figures. */
@@ -48,6 +49,8 @@ typedef struct nf_backend_ops {
     nf_status (*logits)(void *state, float *out, nf_error *err);
     nf_status (*topk)(void *state, uint32_t k, int32_t *ids, float *vals, nf_error *err);
     void (*describe)(void *state, nf_backend_info *info); /* optional */
+    /* With trace_routing: the last forward's expert ids, [layers][T][top_k] (-1 on dense layers). */
+    nf_status (*routing)(void *state, int32_t *ids, nf_error *err);
 } nf_backend_ops;
 
 extern const nf_backend_ops nf_cpu_backend;
@@ -79,6 +82,10 @@ nf_status nf_engine_decode(nf_engine *e, int32_t token, nf_error *err);
 
 /* The last token's logits (fetched from the device when deferred); NULL on error. */
 const float *nf_engine_logits(nf_engine *e, nf_error *err);
+
+/* With opts.trace_routing: the expert ids each MoE layer chose for the tokens of the last forward,
+ * ids[layers][T][top_k] (T of that forward; -1 rows on dense layers). */
+nf_status nf_engine_routing(nf_engine *e, int32_t *ids, nf_error *err);
 
 struct nf_sampler;
 /* The next token from the last forward's logits by the sampler (history: the ids so far). On a

@@ -77,7 +77,25 @@ static int convert(const char *src, const char *recipe, const char *out)
 typedef struct run_out {
     float *pre, *gl;
     int32_t greedy[G];
+    int32_t *route; /* [P + G][layers][top_k]: each position's expert ids per layer (-1: dense layer) */
 } run_out;
+
+static uint32_t top_k_of(const nf_model *m) { return m->cfg.top_k ? m->cfg.top_k : 1; }
+
+/* Copies the last forward's routing ([layers][T][k]) to route rows pos0 .. pos0 + T - 1. */
+static int keep_routing(nf_engine *eng, size_t pos0, size_t T, int32_t *route)
+{
+    const nf_model_config *c = &eng->model->cfg;
+    if (!c->top_k) return 1;
+    const size_t L = c->layers, k = c->top_k;
+    int32_t *ids = malloc(L * T * k * sizeof *ids);
+    nf_error e;
+    int ok = ids && nf_engine_routing(eng, ids, &e) == NF_OK;
+    for (size_t l = 0; ok && l < L; l++)
+        for (size_t t = 0; t < T; t++) memcpy(route + ((pos0 + t) * L + l) * k, ids + (l * T + t) * k, k * 4);
+    free(ids);
+    return ok;
+}
 
 /* 1 on success; 0 on failure (a CHECK fails) or when the CUDA engine refuses a bank the operator
  * does not admit (a mixed bf16/quantized bank: tiny shared experts fall back to bf16), printed. */
@@ -86,7 +104,7 @@ static int run(const nf_model *m, const char *device, int no_graphs, const int32
     nf_engine *eng;
     nf_error e;
     nf_engine_opts eo = {.device = device, .threads = 2, .ctx = P + G, .chunk = CHUNK, .kv_bf16 = 1,
-                         .no_graphs = no_graphs};
+                         .no_graphs = no_graphs, .trace_routing = 1};
     nf_status st = nf_engine_create(m, &eo, &eng, &e);
     if (st == NF_ERR_REFUSED && strstr(e.msg, "mixed")) {
         printf("  refused as the operator admits no such bank: %s\n", e.msg);
@@ -97,11 +115,14 @@ static int run(const nf_model *m, const char *device, int no_graphs, const int32
         return 0;
     }
     const size_t V = m->cfg.vocab;
-    int ok = nf_engine_prefill(eng, prompt, P, o->pre, &e) == NF_OK;
+    int ok = 1;
+    for (size_t p = 0; ok && p < P; p += CHUNK) /* one forward per call, so each chunk's routing is kept */
+        ok = nf_engine_prefill(eng, prompt + p, CHUNK, o->pre + p * V, &e) == NF_OK && keep_routing(eng, p, CHUNK, o->route);
     for (size_t g = 0; ok && g < G; g++) {
         memcpy(o->gl + g * V, eng->logits, V * sizeof(float));
         o->greedy[g] = argmax(eng->logits, V);
-        if (g + 1 < G) ok = nf_engine_decode(eng, o->greedy[g], &e) == NF_OK;
+        if (g + 1 < G)
+            ok = nf_engine_decode(eng, o->greedy[g], &e) == NF_OK && keep_routing(eng, P + g, 1, o->route);
     }
     CHECK_MSG(ok, "%s engine forward: %s", device, e.msg);
     nf_engine_free(eng);
@@ -137,6 +158,58 @@ static void check_sampling(const nf_model *m, const int32_t *prompt, const char 
     nf_engine_free(eng);
 }
 
+/* The first position (prompt, then greedy steps: P + g) whose expert set differs between the two
+ * engines at some layer; P + G when none. Sets, not orders: two near-equal logits may swap places
+ * without changing the block's output beyond rounding. */
+static size_t first_flip(const nf_model *m, const run_out *a, const run_out *b)
+{
+    const size_t L = m->cfg.layers, k = top_k_of(m);
+    for (size_t p = 0; p < P + G; p++)
+        for (size_t l = 0; l < L; l++) {
+            const int32_t *x = a->route + (p * L + l) * k, *y = b->route + (p * L + l) * k;
+            for (size_t i = 0; i < k; i++) {
+                int found = 0;
+                for (size_t j = 0; j < k; j++) found |= x[i] == y[j];
+                if (!found) return p;
+            }
+        }
+    return P + G;
+}
+
+/* GPU (graphs: g, stream: s) against CPU (c). Positions before the first routing difference must be
+ * within the rounding bound; a routing difference is a near-tie of two experts' router logits that
+ * the bf16 roundings tipped (both engines are right): from there on the sequences legitimately
+ * differ and are only reported. Greedy tokens (bf16, q8q8) must agree for 16 steps unless routing
+ * differed before the first disagreement. */
+static void compare(const char *name, const char *recipe, const nf_model *m, const int32_t *prompt, const run_out *c,
+                    const run_out *g, const run_out *s)
+{
+    const size_t V = m->cfg.vocab, flip = first_flip(m, c, g);
+    double wp = 0, wg = 0, err[P];
+    size_t at = 0;
+    for (size_t t = 0; t < P; t++)
+        if ((err[t] = rel_l2(g->pre + t * V, c->pre + t * V, V)) > wp && t < flip) wp = err[t], at = t;
+    if (getenv("NF_TEST_VERBOSE"))
+        for (size_t t = 0; t < P; t++) printf("    position %zu: rel-L2 %.2e%s\n", t, err[t], t == flip ? " (routing differs)" : "");
+    int same = 0;
+    while (same < G && g->greedy[same] == c->greedy[same]) same++;
+    for (int t = 0; t < same && P + (size_t)t < flip; t++) wg = fmax(wg, rel_l2(g->gl + t * V, c->gl + t * V, V));
+    const int graph_same = memcmp(g->gl, s->gl, G * V * 4) == 0 && memcmp(g->greedy, s->greedy, sizeof g->greedy) == 0 &&
+                           memcmp(g->pre, s->pre, P * V * 4) == 0;
+    char fl[48] = "none";
+    if (flip < P + G) snprintf(fl, sizeof fl, flip < P ? "prompt position %zu" : "greedy step %zu", flip < P ? flip : flip - P);
+    printf("%-14s %-5s gpu vs cpu: prefill rel-L2 %.2e (worst, position %zu), decode %.2e, greedy %d/%d equal, "
+           "first routing difference: %s; graph = stream: %s\n", name, recipe, wp, at, wg, same, G, fl,
+           graph_same ? "yes" : "NO");
+    CHECK_MSG(wp <= 4e-2, "%s %s: prefill logits rel-L2 %.3g > 4e-2", name, recipe, wp);
+    CHECK_MSG(wg <= 4e-2, "%s %s: decode logits rel-L2 %.3g > 4e-2", name, recipe, wg);
+    CHECK_MSG(graph_same, "%s %s: graph replay differs from stream execution", name, recipe);
+    if (!strcmp(recipe, "bf16") || !strcmp(recipe, "q8q8"))
+        CHECK_MSG(same >= 16 || flip <= P + (size_t)same, "%s %s: greedy continuation diverges at token %d (< 16) with "
+                  "identical routing", name, recipe, same);
+    if (!strcmp(recipe, "q8q8")) check_sampling(m, prompt, name);
+}
+
 static void check_model(const char *name, const char *recipe, const char *tmp)
 {
     char dir[1024], out[1200];
@@ -152,29 +225,13 @@ static void check_model(const char *name, const char *recipe, const char *tmp)
     const size_t V = m->cfg.vocab;
     int32_t prompt[P];
     for (int i = 0; i < P; i++) prompt[i] = (int32_t)((i * 7919u + 13u) % V);
-    run_out c = {malloc(P * V * 4), malloc(G * V * 4), {0}}, g = {malloc(P * V * 4), malloc(G * V * 4), {0}},
-            s = {malloc(P * V * 4), malloc(G * V * 4), {0}};
-    if (run(m, "cpu", 0, prompt, &c) && run(m, "cuda", 0, prompt, &g) && run(m, "cuda", 1, prompt, &s)) {
-        double wp = 0, wg = 0, err[P];
-        size_t at = 0;
-        for (size_t t = 0; t < P; t++)
-            if ((err[t] = rel_l2(g.pre + t * V, c.pre + t * V, V)) > wp) wp = err[t], at = t;
-        if (getenv("NF_TEST_VERBOSE"))
-            for (size_t t = 0; t < P; t++) printf("    position %zu: rel-L2 %.2e\n", t, err[t]);
-        int same = 0;
-        while (same < G && g.greedy[same] == c.greedy[same]) same++;
-        for (int t = 0; t < same; t++) wg = fmax(wg, rel_l2(g.gl + t * V, c.gl + t * V, V));
-        const int graph_same = memcmp(g.gl, s.gl, G * V * 4) == 0 && memcmp(g.greedy, s.greedy, sizeof g.greedy) == 0;
-        printf("%-14s %-5s gpu vs cpu: prefill rel-L2 %.2e (worst, position %zu), decode %.2e, greedy %d/%d equal; "
-               "graph = stream: %s\n", name, recipe, wp, at, wg, same, G, graph_same ? "yes" : "NO");
-        CHECK_MSG(wp <= 4e-2, "%s %s: prefill logits rel-L2 %.3g > 4e-2", name, recipe, wp);
-        CHECK_MSG(wg <= 4e-2, "%s %s: decode logits rel-L2 %.3g > 4e-2", name, recipe, wg);
-        CHECK_MSG(graph_same, "%s %s: graph replay differs from stream execution", name, recipe);
-        if (!strcmp(recipe, "bf16") || !strcmp(recipe, "q8q8"))
-            CHECK_MSG(same >= 16, "%s %s: greedy continuation diverges from the CPU at token %d (< 16)", name, recipe,
-                      same);
-        if (!strcmp(recipe, "q8q8")) check_sampling(m, prompt, name);
-    }
+    const size_t RK = (P + G) * m->cfg.layers * top_k_of(m);
+    run_out c = {malloc(P * V * 4), malloc(G * V * 4), {0}, calloc(RK, 4)},
+            g = {malloc(P * V * 4), malloc(G * V * 4), {0}, calloc(RK, 4)},
+            s = {malloc(P * V * 4), malloc(G * V * 4), {0}, calloc(RK, 4)};
+    if (run(m, "cpu", 0, prompt, &c) && run(m, "cuda", 0, prompt, &g) && run(m, "cuda", 1, prompt, &s))
+        compare(name, recipe, m, prompt, &c, &g, &s);
+    free(c.route), free(g.route), free(s.route);
     free(c.pre), free(c.gl), free(g.pre), free(g.gl), free(s.pre), free(s.gl);
     nf_model_free(m);
     remove(out);
@@ -224,7 +281,8 @@ int main(void)
     const char *models[] = {"qwen3_moe", "qwen2_moe", "llama", "qwen3_moe_256"};
     const char *recipes[] = {"bf16", "q8q8", "q4q6", "q4q5", "nvfp4"};
     for (int i = 0; i < 4; i++)
-        for (int r = 0; r < 5; r++) check_model(models[i], recipes[r], tmp);
+        for (int r = 0; r < 5; r++) /* nvfp4 needs 128-row expert shares: the 32-row tiny MoE banks refuse it */
+            if (r < 4 || i >= 2) check_model(models[i], recipes[r], tmp);
     check_sessions(tmp);
     rmdir(tmp);
     return nf_test_report();

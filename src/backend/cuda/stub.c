@@ -90,5 +90,10 @@ nf_status nf_cuda_decoder_logits(nf_cuda_decoder *dec, float *logits, nf_error *
     (void)dec, (void)logits;
     return no_cuda(err);
 }
+nf_status nf_cuda_decoder_routing(nf_cuda_decoder *dec, int32_t *ids, nf_error *err)
+{
+    (void)dec, (void)ids;
+    return no_cuda(err);
+}
 size_t nf_cuda_decoder_weight_bytes(const nf_cuda_decoder *dec) { (void)dec; return 0; }
 size_t nf_cuda_decoder_kv_bytes(const nf_cuda_decoder *dec) { (void)dec; return 0; }

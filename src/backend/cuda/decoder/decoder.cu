@@ -139,7 +139,7 @@ size_t layout_buffers(nf_cuda_decoder *dec, uint8_t *base, size_t moe_ws)
     const size_t D = dec->dense_inter, V = d->vocab, tiles = (C + kPrefillTileM - 1) / kPrefillTileM;
     nf_arena ar;
     nf_arena_sizing(&ar);
-    size_t o[22];
+    size_t o[24];
     int n = 0;
     o[n++] = take(&ar, C * H * 4);     // x
     o[n++] = take(&ar, C * H * 4);     // delta
@@ -159,6 +159,7 @@ size_t layout_buffers(nf_cuda_decoder *dec, uint8_t *base, size_t moe_ws)
     o[n++] = take(&ar, (7 + 2) * 4);         // tab1
     o[n++] = take(&ar, sizeof(Step) + C * 4);
     o[n++] = take(&ar, topk_scratch_floats() * 8 + kSampleMaxK * 8);
+    o[n++] = take(&ar, d->trace_routing ? (size_t)d->layers * C * dec->top_k * 4 : 0);
     if (!base) return ar.peak;
     Acts &a = dec->a;
     float **f[] = {&a.x, &a.delta, &a.q, &a.k, &a.v, &a.g, &a.u, &a.logits, &a.part};
@@ -176,6 +177,7 @@ size_t layout_buffers(nf_cuda_decoder *dec, uint8_t *base, size_t moe_ws)
     float *t = (float *)(base + o[17]);
     const size_t sc = topk_scratch_floats();
     dec->tk = TopK{(int32_t *)(t + 2 * sc + kSampleMaxK), t + 2 * sc, t, (int32_t *)(t + sc)};
+    dec->trace = d->trace_routing ? (int32_t *)(base + o[18]) : nullptr;
     return ar.peak;
 }
 
@@ -189,6 +191,7 @@ nf_status bind_moe(nf_cuda_decoder *dec, size_t *ws, nf_error *err)
         nf_status st = nf_sparse_moe_bind(b, dec->d.chunk, &dec->L[l].moe, &w, err);
         if (st) return nf_error_prefix(err, "cuda decoder: layer %u", l);
         dec->moe_bytes += nf_sparse_moe_weight_bytes(dec->L[l].moe);
+        if (b->top_k > dec->top_k) dec->top_k = b->top_k;
         if (w > *ws) *ws = w;
     }
     return NF_OK;

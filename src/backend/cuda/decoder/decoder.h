@@ -48,6 +48,7 @@ typedef struct nf_cuda_decoder_desc {
     uint32_t ctx;                    /* KV cache length in tokens */
     uint32_t chunk;                  /* the most tokens one forward takes */
     int no_graphs;                   /* tests: run decode steps as plain stream launches */
+    int trace_routing;               /* keep each MoE layer's expert ids of the last forward */
 } nf_cuda_decoder_desc;
 
 typedef struct nf_cuda_decoder nf_cuda_decoder;
@@ -73,6 +74,9 @@ nf_status nf_cuda_decoder_forward(nf_cuda_decoder *dec, const int32_t *tokens, u
 nf_status nf_cuda_decoder_topk(nf_cuda_decoder *dec, uint32_t k, int32_t *ids, float *vals, nf_error *err);
 /* The last forward's last-token logits [vocab] to the host. */
 nf_status nf_cuda_decoder_logits(nf_cuda_decoder *dec, float *logits, nf_error *err);
+
+/* With trace_routing: the last forward's expert ids [layers][T][top_k] (-1 on dense layers). */
+nf_status nf_cuda_decoder_routing(nf_cuda_decoder *dec, int32_t *ids, nf_error *err);
 
 /* Device bytes held: weights (dense + every MoE bank) and the KV cache. */
 size_t nf_cuda_decoder_weight_bytes(const nf_cuda_decoder *dec);

@@ -53,8 +53,16 @@ Fail mlp_block(nf_cuda_decoder *dec, uint32_t l, uint32_t T, bool *delta_bf16)
         nf_error err;
         if (nf_sparse_moe_forward(L.moe, a.xn, T, a.moe_out, a.moe_ws, s, &err)) return Fail{"sparse-MoE", l, cudaErrorUnknown};
         *delta_bf16 = true;
+        if (dec->trace) { // the workspace is shared by the layers: keep this layer's choice
+            const int32_t *ids;
+            const float *w;
+            nf_sparse_moe_routing(L.moe, a.moe_ws, &ids, &w);
+            TRY(cudaMemcpyAsync(dec->trace + (size_t)l * T * dec->top_k, ids, (size_t)T * dec->top_k * 4,
+                                cudaMemcpyDeviceToDevice, s), "routing trace", l);
+        }
         return Fail{nullptr, 0, cudaSuccess};
     }
+    if (dec->trace) TRY(cudaMemsetAsync(dec->trace + (size_t)l * T * dec->top_k, 0xff, (size_t)T * dec->top_k * 4, s), "routing trace", l);
     TRY(linear(L.gate, dec->tab, a.xn, T, a.g, s), "ffn_gate", l);
     TRY(linear(L.up, dec->tab, a.xn, T, a.u, s), "ffn_up", l);
     swiglu(a.g, a.u, (size_t)T * dec->dense_inter, a.act, s);
@@ -163,6 +171,7 @@ extern "C" nf_status nf_cuda_decoder_forward(nf_cuda_decoder *dec, const int32_t
     }
     if (st) return st;
     dec->last_logits = dec->a.logits + (all_logits ? (size_t)(T - 1) * d.vocab : 0);
+    dec->last_T = T;
     if (!logits) return NF_OK;
     const size_t n = (all_logits ? (size_t)T : 1) * d.vocab;
     if (cudaMemcpyAsync(logits, dec->a.logits, n * sizeof(float), cudaMemcpyDeviceToHost, dec->stream) != cudaSuccess ||
@@ -194,5 +203,15 @@ extern "C" nf_status nf_cuda_decoder_logits(nf_cuda_decoder *dec, float *logits,
             cudaSuccess ||
         cudaStreamSynchronize(dec->stream) != cudaSuccess)
         return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: logits copy: %s", cudaGetErrorString(cudaGetLastError()));
+    return NF_OK;
+}
+
+extern "C" nf_status nf_cuda_decoder_routing(nf_cuda_decoder *dec, int32_t *ids, nf_error *err)
+{
+    if (!dec->trace || !dec->top_k) return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: no routing trace");
+    const size_t n = (size_t)dec->d.layers * dec->last_T * dec->top_k;
+    if (cudaMemcpyAsync(ids, dec->trace, n * 4, cudaMemcpyDeviceToHost, dec->stream) != cudaSuccess ||
+        cudaStreamSynchronize(dec->stream) != cudaSuccess)
+        return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: routing copy: %s", cudaGetErrorString(cudaGetLastError()));
     return NF_OK;
 }

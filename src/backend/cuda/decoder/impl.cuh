@@ -48,6 +48,8 @@ struct nf_cuda_decoder {
     cudaStream_t stream;
     cudaGraphExec_t graph;          // the T = 1 forward, captured on first use
     const float *last_logits;       // device row of the last forward's last token
+    int32_t *trace;                 // device [layers][T][top_k] with trace_routing, else NULL
+    uint32_t top_k, last_T;
     uint8_t *weights, *buffers, *kv; // the three device allocations
     size_t weight_bytes, moe_bytes, buffer_bytes, kv_bytes;
 };
