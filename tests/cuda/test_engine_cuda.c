@@ -2,15 +2,22 @@
  * recipe (label cuda; exits 77 = skipped without a GPU). Data dir: $NF_TEST_DATA, else the source
  * tree's tests/.
  *
- * Logits bound. Both engines read the same artifact and the CPU keeps its KV cache in bf16 as the
+ * Logits bounds. Both engines read the same artifact and the CPU keeps its KV cache in bf16 as the
  * GPU does. The GPU additionally rounds to bf16 (unit roundoff u = 2^-9) the input of every
  * product (the normed residual before attention and before the MLP, the attention output, the
  * SwiGLU intermediate) and the sparse-MoE block's output: about R = 6 rounding sites per layer plus
- * the final norm. Each perturbs its vector by at most u in relative L2 and a product passes a
- * relative perturbation on with a gain of about one, so the logits move by at most ~R u in relative
- * L2: with L <= 3 layers R = 19 and R u = 3.7e-2. Per position the bound is 4e-2; f32 accumulation
- * order differences (~1e-6) are far below. A router decision flipped by such a perturbation would
- * break the bound: that is a real divergence and is reported.
+ * the final norm, R = 19 for L <= 3 layers. Each perturbs its vector by at most u in relative L2;
+ * independent roundings add like a random walk, sqrt(R) u = 8.5e-3, and a product passes a relative
+ * perturbation on with a gain of about one. So the MEDIAN position must be within 1.5e-2. A single
+ * position can exceed that where the residual stream nearly cancels (x = a + b with |a + b| << |a|:
+ * the error is relative to |a|): measured up to 6.9e-2 (qwen3_moe_256, position 13, with identical
+ * routing on both engines). EVERY position must be within 1e-1: wrong kernels (a position off by
+ * one in the rope, a wrong cache row, a wrong divisor) give errors of order one. f32 accumulation
+ * order differences (~1e-6) are far below both.
+ *
+ * Routing: a near-tie of two experts' router logits that the roundings tip selects different
+ * experts (both engines are right); from the first position whose expert sets differ at some layer
+ * (both engines trace their routing) the sequences legitimately differ and are only reported.
  *
  * Also: greedy continuations (32 tokens decoded one at a time after a 64-token prompt prefilled in
  * chunks of 16) identical for >= 16 tokens with bf16 and q8q8 (printed for every recipe); a decode
@@ -48,6 +55,12 @@ static double rel_l2(const float *a, const float *b, size_t n)
         den += (double)b[i] * b[i];
     }
     return sqrt(num / (den + 1e-300));
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
 }
 
 static int32_t argmax(const float *l, size_t n)
@@ -185,10 +198,16 @@ static void compare(const char *name, const char *recipe, const nf_model *m, con
                     const run_out *g, const run_out *s)
 {
     const size_t V = m->cfg.vocab, flip = first_flip(m, c, g);
-    double wp = 0, wg = 0, err[P];
-    size_t at = 0;
-    for (size_t t = 0; t < P; t++)
-        if ((err[t] = rel_l2(g->pre + t * V, c->pre + t * V, V)) > wp && t < flip) wp = err[t], at = t;
+    double wp = 0, wg = 0, err[P], sorted[P];
+    size_t at = 0, n = 0;
+    for (size_t t = 0; t < P; t++) {
+        err[t] = rel_l2(g->pre + t * V, c->pre + t * V, V);
+        if (t >= flip) continue;
+        sorted[n++] = err[t];
+        if (err[t] > wp) wp = err[t], at = t;
+    }
+    qsort(sorted, n, sizeof *sorted, cmp_double);
+    const double median = n ? sorted[n / 2] : 0;
     if (getenv("NF_TEST_VERBOSE"))
         for (size_t t = 0; t < P; t++) printf("    position %zu: rel-L2 %.2e%s\n", t, err[t], t == flip ? " (routing differs)" : "");
     int same = 0;
@@ -198,11 +217,12 @@ static void compare(const char *name, const char *recipe, const nf_model *m, con
                            memcmp(g->pre, s->pre, P * V * 4) == 0;
     char fl[48] = "none";
     if (flip < P + G) snprintf(fl, sizeof fl, flip < P ? "prompt position %zu" : "greedy step %zu", flip < P ? flip : flip - P);
-    printf("%-14s %-5s gpu vs cpu: prefill rel-L2 %.2e (worst, position %zu), decode %.2e, greedy %d/%d equal, "
-           "first routing difference: %s; graph = stream: %s\n", name, recipe, wp, at, wg, same, G, fl,
-           graph_same ? "yes" : "NO");
-    CHECK_MSG(wp <= 4e-2, "%s %s: prefill logits rel-L2 %.3g > 4e-2", name, recipe, wp);
-    CHECK_MSG(wg <= 4e-2, "%s %s: decode logits rel-L2 %.3g > 4e-2", name, recipe, wg);
+    printf("%-14s %-5s gpu vs cpu: prefill rel-L2 median %.2e, worst %.2e (position %zu), decode worst %.2e, greedy "
+           "%d/%d equal, first routing difference: %s; graph = stream: %s\n", name, recipe, median, wp, at, wg, same, G,
+           fl, graph_same ? "yes" : "NO");
+    CHECK_MSG(median <= 1.5e-2, "%s %s: median prefill logits rel-L2 %.3g > 1.5e-2", name, recipe, median);
+    CHECK_MSG(wp <= 1e-1, "%s %s: prefill logits rel-L2 %.3g > 1e-1 at position %zu", name, recipe, wp, at);
+    CHECK_MSG(wg <= 1e-1, "%s %s: decode logits rel-L2 %.3g > 1e-1", name, recipe, wg);
     CHECK_MSG(graph_same, "%s %s: graph replay differs from stream execution", name, recipe);
     if (!strcmp(recipe, "bf16") || !strcmp(recipe, "q8q8"))
         CHECK_MSG(same >= 16 || flip <= P + (size_t)same, "%s %s: greedy continuation diverges at token %d (< 16) with "
