@@ -49,9 +49,10 @@ int nf_cmd_run(int argc, char **argv)
     const nf_cmd_usage u = {
         .name = "run",
         .synopsis = "-m MODEL -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] ...",
-        .description = "Generate text from a prompt on the CPU. The continuation streams to stdout; prompt and\n"
-                       "generation speed go to stderr. Generation stops after -n tokens, at an end-of-generation\n"
-                       "token or at a --stop string.",
+        .description = "Generate text from a prompt (on the GPU when one is visible, else the CPU; --device). The\n"
+                       "continuation streams to stdout; prompt and generation speed (tokens/s, bytes moved per token,\n"
+                       "GB/s and, on the GPU, the share of its DRAM read peak measured after the run) go to stderr.\n"
+                       "Generation stops after -n tokens, at an end-of-generation token or at a --stop string.",
         .opts = opts,
         .n_opts = n,
     };

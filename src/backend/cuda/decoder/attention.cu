@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a, const Ste
     const int n_keys = step->pos0 + (int)t + 1;
     const int per = (n_keys + (int)a.splits - 1) / (int)a.splits;
     const int kb = (int)split * per, ke = min(n_keys, kb + per);
-    const float *q = a.q + ((size_t)t * a.heads + h) * hd;
+    const float *q = a.q + (size_t)t * a.q_stride + h * hd;
     for (uint32_t i = threadIdx.x; i < hd; i += blockDim.x) qs[i] = q[i];
     __syncthreads();
     Online<NP> st;

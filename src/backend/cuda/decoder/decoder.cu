@@ -54,6 +54,38 @@ struct Uploader {
         return NF_OK;
     }
 
+    // q, k and v as one stacked matrix: row codecs keep each row whole, so the three uploads laid one
+    // after another are the stacked matrix. Leaves L absent (codec -1) when they do not share a codec.
+    nf_status stacked(const nf_moe_matrix *const m[3], uint32_t layer, Linear *L)
+    {
+        memset(L, 0, sizeof *L);
+        L->codec = -1;
+        for (int i = 0; i < 3; i++)
+            if (m[i]->codec != m[0]->codec || m[i]->cols != m[0]->cols || m[i]->experts != 1 ||
+                !device_codec(m[i]->codec) || m[i]->codec == NF_CODEC_NVFP4)
+                return NF_OK;
+        static const char *const names[3] = {"attn_q", "attn_k", "attn_v"};
+        size_t at = off;
+        uint32_t rows = 0;
+        for (int i = 0; i < 3; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "layer %u %s", layer, names[i]);
+            size_t bytes = 0;
+            DevMat d;
+            nf_status st = devmat_bytes(m[i], name, &bytes, err);
+            if (!st && base) st = devmat_upload(m[i], base + at, &d, name, err);
+            if (st) return st;
+            if (base && i == 0) L->m = d;
+            at += bytes;
+            rows += m[i]->rows;
+        }
+        L->m.rows = rows;
+        L->codec = m[0]->codec;
+        L->gemm = prefill_supported(L->m, L->m);
+        off = (at + 255) & ~(size_t)255;
+        return NF_OK;
+    }
+
     nf_status vec(const float *host, size_t n, const float **dev)
     {
         *dev = nullptr;
@@ -78,9 +110,12 @@ nf_status walk_layer(Uploader &u, const nf_cuda_decoder_desc *d, uint32_t l, Lay
         (st = u.vec(ld->v_bias, kvd, &L->v_bias)) || (st = u.vec(ld->q_norm, d->head_dim, &L->q_norm)) ||
         (st = u.vec(ld->k_norm, d->head_dim, &L->k_norm)))
         return st;
-    if ((st = u.matrix(&ld->q, "attn_q", l, &L->q)) || (st = u.matrix(&ld->k, "attn_k", l, &L->k)) ||
-        (st = u.matrix(&ld->v, "attn_v", l, &L->v)) || (st = u.matrix(&ld->o, "attn_output", l, &L->o)))
+    const nf_moe_matrix *const qkv[3] = {&ld->q, &ld->k, &ld->v};
+    if ((st = u.stacked(qkv, l, &L->qkv))) return st;
+    if (L->qkv.codec < 0 && ((st = u.matrix(&ld->q, "attn_q", l, &L->q)) || (st = u.matrix(&ld->k, "attn_k", l, &L->k)) ||
+                             (st = u.matrix(&ld->v, "attn_v", l, &L->v))))
         return st;
+    if ((st = u.matrix(&ld->o, "attn_output", l, &L->o))) return st;
     if (ld->moe) return NF_OK;
     return (st = u.matrix(&ld->gate, "ffn_gate", l, &L->gate)) ? st
            : (st = u.matrix(&ld->up, "ffn_up", l, &L->up))     ? st
@@ -143,9 +178,7 @@ size_t layout_buffers(nf_cuda_decoder *dec, uint8_t *base, size_t moe_ws)
     int n = 0;
     o[n++] = take(&ar, C * H * 4);     // x
     o[n++] = take(&ar, C * H * 4);     // delta
-    o[n++] = take(&ar, C * qd * 4);    // q
-    o[n++] = take(&ar, C * kvd * 4);   // k
-    o[n++] = take(&ar, C * kvd * 4);   // v
+    o[n++] = take(&ar, C * (qd + 2 * kvd) * 4); // qkv
     o[n++] = take(&ar, C * D * 4);     // g
     o[n++] = take(&ar, C * D * 4);     // u
     o[n++] = take(&ar, C * V * 4);     // logits
@@ -162,22 +195,22 @@ size_t layout_buffers(nf_cuda_decoder *dec, uint8_t *base, size_t moe_ws)
     o[n++] = take(&ar, d->trace_routing ? (size_t)d->layers * C * dec->top_k * 4 : 0);
     if (!base) return ar.peak;
     Acts &a = dec->a;
-    float **f[] = {&a.x, &a.delta, &a.q, &a.k, &a.v, &a.g, &a.u, &a.logits, &a.part};
-    for (int i = 0; i < 9; i++) *f[i] = (float *)(base + o[i]);
+    float **f[] = {&a.x, &a.delta, &a.qkv, &a.g, &a.u, &a.logits, &a.part};
+    for (int i = 0; i < 7; i++) *f[i] = (float *)(base + o[i]);
     uint16_t **h[] = {&a.xn, &a.moe_out, &a.att, &a.act};
-    for (int i = 0; i < 4; i++) *h[i] = (uint16_t *)(base + o[9 + i]);
-    a.moe_ws = base + o[13];
+    for (int i = 0; i < 4; i++) *h[i] = (uint16_t *)(base + o[7 + i]);
+    a.moe_ws = base + o[11];
     DenseTables *tb[] = {&dec->tab, &dec->tab1};
     const uint32_t mt[] = {(uint32_t)tiles, 1};
     for (int i = 0; i < 2; i++) {
-        int32_t *p = (int32_t *)(base + o[14 + i]);
+        int32_t *p = (int32_t *)(base + o[12 + i]);
         *tb[i] = DenseTables{p, p + 1, p + 2, p + 3, p + 4, p + 5, p + 5 + mt[i], mt[i]};
     }
-    dec->step = (Step *)(base + o[16]);
-    float *t = (float *)(base + o[17]);
+    dec->step = (Step *)(base + o[14]);
+    float *t = (float *)(base + o[15]);
     const size_t sc = topk_scratch_floats();
     dec->tk = TopK{(int32_t *)(t + 2 * sc + kSampleMaxK), t + 2 * sc, t, (int32_t *)(t + sc)};
-    dec->trace = d->trace_routing ? (int32_t *)(base + o[18]) : nullptr;
+    dec->trace = d->trace_routing ? (int32_t *)(base + o[16]) : nullptr;
     return ar.peak;
 }
 

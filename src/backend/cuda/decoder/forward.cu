@@ -30,17 +30,22 @@ Fail attention_block(nf_cuda_decoder *dec, uint32_t l, uint32_t T)
     const Layer &L = dec->L[l];
     Acts &a = dec->a;
     cudaStream_t s = dec->stream;
-    TRY(linear(L.q, dec->tab, a.xn, T, a.q, s), "attn_q", l);
-    TRY(linear(L.k, dec->tab, a.xn, T, a.k, s), "attn_k", l);
-    TRY(linear(L.v, dec->tab, a.xn, T, a.v, s), "attn_v", l);
-    QkvArgs qa{a.q, a.k, a.v, L.q_bias, L.k_bias, L.v_bias, L.q_norm, L.k_norm, L.kc, L.vc, dec->rope,
+    const uint32_t qd = d.heads * d.head_dim, kvd = d.kv_heads * d.head_dim, S = qd + 2 * kvd;
+    if (L.qkv.codec >= 0) {
+        TRY(linear(L.qkv, dec->tab, a.xn, T, a.qkv, S, s), "attn_qkv", l);
+    } else {
+        TRY(linear(L.q, dec->tab, a.xn, T, a.qkv, S, s), "attn_q", l);
+        TRY(linear(L.k, dec->tab, a.xn, T, a.qkv + qd, S, s), "attn_k", l);
+        TRY(linear(L.v, dec->tab, a.xn, T, a.qkv + qd + kvd, S, s), "attn_v", l);
+    }
+    QkvArgs qa{a.qkv, S, L.q_bias, L.k_bias, L.v_bias, L.q_norm, L.k_norm, L.kc, L.vc, dec->rope,
                d.heads, d.kv_heads, d.head_dim, d.rms_eps};
     qkv_rope_store(qa, dec->step, T, s);
     TRY(cudaGetLastError(), "qk norm + rope", l);
-    AttnArgs at{a.q, L.kc, L.vc, a.att, a.part, d.heads, d.kv_heads, d.head_dim,
+    AttnArgs at{a.qkv, S, L.kc, L.vc, a.att, a.part, d.heads, d.kv_heads, d.head_dim,
                 attention_splits(T, d.ctx, d.heads)};
     TRY(attention(at, dec->step, T, s), "attention", l);
-    TRY(linear(L.o, dec->tab, a.att, T, a.delta, s), "attn_output", l);
+    TRY(linear(L.o, dec->tab, a.att, T, a.delta, d.hidden, s), "attn_output", l);
     return Fail{nullptr, 0, cudaSuccess};
 }
 
@@ -63,10 +68,10 @@ Fail mlp_block(nf_cuda_decoder *dec, uint32_t l, uint32_t T, bool *delta_bf16)
         return Fail{nullptr, 0, cudaSuccess};
     }
     if (dec->trace) TRY(cudaMemsetAsync(dec->trace + (size_t)l * T * dec->top_k, 0xff, (size_t)T * dec->top_k * 4, s), "routing trace", l);
-    TRY(linear(L.gate, dec->tab, a.xn, T, a.g, s), "ffn_gate", l);
-    TRY(linear(L.up, dec->tab, a.xn, T, a.u, s), "ffn_up", l);
+    TRY(linear(L.gate, dec->tab, a.xn, T, a.g, dec->dense_inter, s), "ffn_gate", l);
+    TRY(linear(L.up, dec->tab, a.xn, T, a.u, dec->dense_inter, s), "ffn_up", l);
     swiglu(a.g, a.u, (size_t)T * dec->dense_inter, a.act, s);
-    TRY(linear(L.down, dec->tab, a.act, T, a.delta, s), "ffn_down", l);
+    TRY(linear(L.down, dec->tab, a.act, T, a.delta, dec->d.hidden, s), "ffn_down", l);
     *delta_bf16 = false;
     return Fail{nullptr, 0, cudaSuccess};
 }
@@ -93,8 +98,8 @@ Fail run(nf_cuda_decoder *dec, uint32_t T, bool all)
     }
     add_rmsnorm(a.x, delta_bf16 ? nullptr : a.delta, delta_bf16 ? a.moe_out : nullptr, dec->out_norm, T, d.hidden,
                 d.rms_eps, a.xn, s);
-    if (all) TRY(linear(dec->head, dec->tab, a.xn, T, a.logits, s), "output", UINT32_MAX);
-    else TRY(linear(dec->head, dec->tab1, a.xn + (T - 1) * H, 1, a.logits, s), "output", UINT32_MAX);
+    if (all) TRY(linear(dec->head, dec->tab, a.xn, T, a.logits, d.vocab, s), "output", UINT32_MAX);
+    else TRY(linear(dec->head, dec->tab1, a.xn + (T - 1) * H, 1, a.logits, d.vocab, s), "output", UINT32_MAX);
     return Fail{nullptr, 0, cudaSuccess};
 }
 

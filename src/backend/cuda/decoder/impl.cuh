@@ -13,16 +13,17 @@ struct Layer {
     const float *attn_norm, *ffn_norm;     // device [H]
     const float *q_bias, *k_bias, *v_bias; // device or NULL
     const float *q_norm, *k_norm;          // device [hd] or NULL
+    Linear qkv;                            // q, k, v stacked (one GEMV) when they share a row codec, else absent
     Linear q, k, v, o, gate, up, down;     // gate/up/down: dense layers only
     nf_sparse_moe *moe;                    // MoE layers
     uint16_t *kc, *vc;                     // [ctx][kv_heads * hd] bf16
 };
 
 // Activations for a chunk of C tokens (device). Shapes: x, delta [C][H] f32; xn, moe_out [C][H] bf16;
-// q [C][heads*hd] f32, k, v [C][kv*hd] f32; att [C][heads*hd] bf16; g, u [C][D] f32, act [C][D]
-// bf16; logits [C][vocab] f32; part: attention split partials.
+// qkv [C][heads*hd + 2*kv*hd] f32; att [C][heads*hd] bf16; g, u [C][D] f32, act [C][D] bf16; logits
+// [C][vocab] f32; part: attention split partials.
 struct Acts {
-    float *x, *delta, *q, *k, *v, *g, *u, *logits, *part;
+    float *x, *delta, *qkv, *g, *u, *logits, *part;
     uint16_t *xn, *moe_out, *att, *act;
     void *moe_ws; // the sparse-MoE workspace (one for all layers: they run one after another)
 };

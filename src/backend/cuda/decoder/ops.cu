@@ -79,7 +79,8 @@ __global__ void qkv_kernel(QkvArgs a, const Step *step)
     const uint32_t kvh = is_q ? 0 : h - a.heads;
     const uint32_t qd = a.heads * hd, kvd = a.kv_heads * hd;
     const int pos = step->pos0 + (int)t;
-    const float *src = is_q ? a.q + (size_t)t * qd + h * hd : a.k + (size_t)t * kvd + kvh * hd;
+    float *row = a.qkv + (size_t)t * a.stride;
+    const float *src = is_q ? row + h * hd : row + qd + kvh * hd;
     const float *bias = is_q ? (a.q_bias ? a.q_bias + h * hd : nullptr) : (a.k_bias ? a.k_bias + kvh * hd : nullptr);
     const float *norm = is_q ? a.q_norm : a.k_norm;
     float ss = 0;
@@ -98,15 +99,15 @@ __global__ void qkv_kernel(QkvArgs a, const Step *step)
         const float c = (float)cd * fac, sn = (float)sd * fac;
         const float y0 = x0 * c - x1 * sn, y1 = x1 * c + x0 * sn;
         if (is_q) {
-            a.q[(size_t)t * qd + h * hd + i] = y0;
-            a.q[(size_t)t * qd + h * hd + i + half] = y1;
+            row[h * hd + i] = y0;
+            row[h * hd + i + half] = y1;
         } else {
             uint16_t *k = a.kc + (size_t)pos * kvd + kvh * hd;
             k[i] = f2bf(y0), k[i + half] = f2bf(y1);
         }
     }
     if (!is_q) {
-        const float *vs = a.v + (size_t)t * kvd + kvh * hd;
+        const float *vs = row + qd + kvd + kvh * hd;
         const float *vb = a.v_bias ? a.v_bias + kvh * hd : nullptr;
         uint16_t *vd = a.vc + (size_t)pos * kvd + kvh * hd;
         for (uint32_t i = lane; i < hd; i += 32) vd[i] = f2bf(vs[i] + (vb ? vb[i] : 0.0f));
@@ -127,15 +128,16 @@ constexpr uint32_t kGemvMaxT = 16;
 
 void prep_tables(const DenseTables &t, uint32_t T, cudaStream_t s) { prep_kernel<<<1, 256, 0, s>>>(t, T); }
 
-cudaError_t linear(const Linear &L, const DenseTables &t, const uint16_t *in, uint32_t T, float *out, cudaStream_t s)
+cudaError_t linear(const Linear &L, const DenseTables &t, const uint16_t *in, uint32_t T, float *out,
+                   uint32_t out_stride, cudaStream_t s)
 {
     Groups g{t.n_groups, t.expert, t.start, t.count, nullptr, 1, 1};
     if (L.gemm && T > kGemvMaxT) {
         const uint32_t tiles = (T + kPrefillTileM - 1) / kPrefillTileM;
         return launch_prefill_gemm(L.codec, false, L.m, in, L.m.cols, g, t.n_tiles, t.tile_group, t.tile_m0, tiles,
-                                   out, L.m.rows, s);
+                                   out, out_stride, s);
     }
-    return launch_gemv(L.codec, false, L.m, in, true, L.m.cols, g, out, L.m.rows, T, s);
+    return launch_gemv(L.codec, false, L.m, in, true, L.m.cols, g, out, out_stride, T, s);
 }
 
 cudaError_t embed(const Linear &E, const Step *step, uint32_t T, uint32_t H, float *x, cudaStream_t s)

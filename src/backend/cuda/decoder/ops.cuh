@@ -35,8 +35,10 @@ struct Linear {
 
 void prep_tables(const DenseTables &t, uint32_t T, cudaStream_t s);
 
-// out[T][m.rows] (f32) = W in[T][m.cols] (bf16 rows of stride m.cols): GEMV for small T, GEMM else.
-cudaError_t linear(const Linear &L, const DenseTables &t, const uint16_t *in, uint32_t T, float *out, cudaStream_t s);
+// out[T][m.rows] (f32, rows out_stride apart) = W in[T][m.cols] (bf16 rows of stride m.cols): GEMV for
+// small T, GEMM else.
+cudaError_t linear(const Linear &L, const DenseTables &t, const uint16_t *in, uint32_t T, float *out,
+                   uint32_t out_stride, cudaStream_t s);
 
 // x[t] = embedding row tokens[t] (f32), for t < T.
 cudaError_t embed(const Linear &E, const Step *step, uint32_t T, uint32_t H, float *x, cudaStream_t s);
@@ -45,12 +47,12 @@ cudaError_t embed(const Linear &E, const Step *step, uint32_t T, uint32_t H, flo
 void add_rmsnorm(float *x, const float *delta_f32, const uint16_t *delta_bf16, const float *w, uint32_t T,
                  uint32_t H, float eps, uint16_t *xn, cudaStream_t s);
 
-// The attention input: q, k, v [T][heads*hd | kv*hd] f32 as the projections wrote them. Adds the
-// biases, normalises q and k per head (qk norm), rotates them (neox rope), writes q back (f32) and
-// k, v as bf16 into the cache rows pos0 + t.
+// The attention input: qkv [T][stride] f32 as the projections wrote it (q: heads*hd, then k, then v:
+// kv*hd each). Adds the biases, normalises q and k per head (qk norm), rotates them (neox rope),
+// writes q back in place (f32) and k, v as bf16 into the cache rows pos0 + t.
 struct QkvArgs {
-    float *q;
-    const float *k, *v;
+    float *qkv;
+    uint32_t stride;
     const float *q_bias, *k_bias, *v_bias, *q_norm, *k_norm; // NULL when absent
     uint16_t *kc, *vc;                                      // [ctx][kv*hd]
     const float *rope;                                      // [hd / 2] inv_freq, then attn_factor
@@ -63,7 +65,8 @@ void qkv_rope_store(const QkvArgs &a, const Step *step, uint32_t T, cudaStream_t
 // kv head = head / (heads / kv_heads). splits > 1 divides the keys (split-K) and merges through
 // `part` ([T][heads][splits][hd + 2] f32).
 struct AttnArgs {
-    const float *q;
+    const float *q; // [T][q_stride], heads * hd used
+    uint32_t q_stride;
     const uint16_t *kc, *vc;
     uint16_t *out;
     float *part;
