@@ -20,7 +20,8 @@
  * (both engines trace their routing) the sequences legitimately differ and are only reported.
  *
  * Also: greedy continuations (32 tokens decoded one at a time after a 64-token prompt prefilled in
- * chunks of 16) identical for >= 16 tokens with bf16 and q8q8 (printed for every recipe); a decode
+ * chunks of 16) identical for >= 16 tokens with bf16 and q8q8 (printed for every recipe) unless the
+ * routing differed first or the CPU's two best logits are closer than the engines' logits differ; a decode
  * step replayed from the captured graph gives the same bits as stream launches; sampling from the
  * device's top-k gives the same tokens as the host sampler over the full logits (same seed); 100
  * sessions in one process leave no device memory behind. */
@@ -189,6 +190,24 @@ static size_t first_flip(const nf_model *m, const run_out *a, const run_out *b)
     return P + G;
 }
 
+/* A greedy choice either engine may make: the CPU's two best logits are closer than twice the largest
+ * difference between the engines' logits at that step. */
+static int logit_tie(const float *cpu, const float *gpu, size_t V)
+{
+    size_t a = 0, b = 1;
+    if (cpu[b] > cpu[a]) a = 1, b = 0;
+    double diff = 0;
+    for (size_t v = 0; v < V; v++) {
+        diff = fmax(diff, fabs((double)cpu[v] - gpu[v]));
+        if (v < 2) continue;
+        if (cpu[v] > cpu[a]) b = a, a = v;
+        else if (cpu[v] > cpu[b]) b = v;
+    }
+    const double gap = (double)cpu[a] - cpu[b];
+    printf("  greedy divergence: the CPU's top two logits differ by %.3g, the engines' logits by up to %.3g\n", gap, diff);
+    return gap <= 2 * diff;
+}
+
 /* GPU (graphs: g, stream: s) against CPU (c). Positions before the first routing difference must be
  * within the rounding bound; a routing difference is a near-tie of two experts' router logits that
  * the bf16 roundings tipped (both engines are right): from there on the sequences legitimately
@@ -225,8 +244,9 @@ static void compare(const char *name, const char *recipe, const nf_model *m, con
     CHECK_MSG(wg <= 1e-1, "%s %s: decode logits rel-L2 %.3g > 1e-1", name, recipe, wg);
     CHECK_MSG(graph_same, "%s %s: graph replay differs from stream execution", name, recipe);
     if (!strcmp(recipe, "bf16") || !strcmp(recipe, "q8q8"))
-        CHECK_MSG(same >= 16 || flip <= P + (size_t)same, "%s %s: greedy continuation diverges at token %d (< 16) with "
-                  "identical routing", name, recipe, same);
+        CHECK_MSG(same >= 16 || flip <= P + (size_t)same || logit_tie(c->gl + same * V, g->gl + same * V, V),
+                  "%s %s: greedy continuation diverges at token %d (< 16) with identical routing and no near-tie", name,
+                  recipe, same);
     if (!strcmp(recipe, "q8q8")) check_sampling(m, prompt, name);
 }
 

@@ -1,7 +1,8 @@
-// Causal GQA attention over the bf16 KV cache, flash-decoding style: one CTA per (token, q head,
-// key split); its warps take blocks of 32 keys (a lane per key for the scores, a lane per pair of
-// dimensions for the values) with an online softmax, so no T x T matrix exists anywhere. With more
-// than one split the partial (max, sum, acc) triples are merged by a second kernel.
+// Causal GQA attention over the bf16 KV cache with an online softmax, so no T x T matrix exists
+// anywhere. Decode and small chunks, flash-decoding style: one CTA per (token, q head, key split); its
+// warps take blocks of 32 keys (a lane per key for the scores, a lane per pair of dimensions for the
+// values); with more than one split the partial (max, sum, acc) triples are merged by a second
+// kernel. Prefill chunks (T >= 16): one CTA per tile of 16 tokens and a q head (attn_prefill_kernel).
 #include <math.h>
 
 #include "ops.cuh"
@@ -141,6 +142,127 @@ __global__ void merge_kernel(AttnArgs a)
     }
 }
 
+// ---- prefill: a tile of query tokens per CTA -------------------------------------------------------
+// One CTA per (tile of kTileQ consecutive tokens, q head): the key/value blocks are staged in shared
+// memory once for the whole tile (kTileQ times less cache traffic than a CTA per token); each warp
+// owns kQPerWarp queries, a lane a key for the scores (its K row read from shared memory once for
+// all the warp's queries) and a pair of dimensions for the values.
+constexpr int kQPerWarp = 4, kTileQ = kWarps * kQPerWarp, kKeyBlock = 32;
+
+// Shared layout: q [kTileQ][hd] f32, then K and V [kKeyBlock][hd + 8] bf16 (the 16-byte pad puts the
+// rows a quarter-warp reads with 16-byte loads on distinct banks).
+size_t prefill_smem(uint32_t hd) { return (size_t)kTileQ * hd * 4 + 2 * (size_t)kKeyBlock * (hd + 8) * 2; }
+
+template <int NP>
+__global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(AttnArgs a, const Step *step, uint32_t T)
+{
+    extern __shared__ float smem[];
+    const uint32_t hd = a.hd, ks = hd + 8, t0 = blockIdx.x * kTileQ, h = blockIdx.y;
+    const uint32_t kvh = h / (a.heads / a.kv_heads), kvd = a.kv_heads * hd;
+    float *qs = smem;
+    uint16_t *Ks = reinterpret_cast<uint16_t *>(qs + kTileQ * hd), *Vs = Ks + kKeyBlock * ks;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, pos0 = step->pos0;
+    for (uint32_t i = threadIdx.x; i < kTileQ * hd; i += blockDim.x) {
+        const uint32_t t = t0 + i / hd;
+        qs[i] = t < T ? a.q[(size_t)t * a.q_stride + h * hd + i % hd] : 0.0f;
+    }
+    const int n_tile_keys = pos0 + (int)min(T, t0 + kTileQ); // keys the tile's last query sees
+    const int qlast = pos0 + (int)t0 + warp * kQPerWarp + kQPerWarp - 1; // this warp's last query position
+    const float scale = 1.0f / sqrtf((float)hd);
+    float m[kQPerWarp], l[kQPerWarp], acc[kQPerWarp][2 * NP];
+#pragma unroll
+    for (int i = 0; i < kQPerWarp; i++) {
+        m[i] = -INFINITY, l[i] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 2 * NP; j++) acc[i][j] = 0.0f;
+    }
+    for (int kb = 0; kb < n_tile_keys; kb += kKeyBlock) {
+        __syncthreads(); // the previous block's readers are done (and q is staged, the first time)
+        const uint32_t vecs = hd / 8;
+        for (uint32_t i = threadIdx.x; i < kKeyBlock * vecs; i += blockDim.x) {
+            const uint32_t r = i / vecs, c = i % vecs;
+            uint4 kv = {0, 0, 0, 0}, vv = {0, 0, 0, 0};
+            if (kb + (int)r < n_tile_keys) {
+                kv = *reinterpret_cast<const uint4 *>(a.kc + (size_t)(kb + r) * kvd + kvh * hd + c * 8);
+                vv = *reinterpret_cast<const uint4 *>(a.vc + (size_t)(kb + r) * kvd + kvh * hd + c * 8);
+            }
+            *reinterpret_cast<uint4 *>(Ks + r * ks + c * 8) = kv;
+            *reinterpret_cast<uint4 *>(Vs + r * ks + c * 8) = vv;
+        }
+        __syncthreads();
+        if (kb > qlast) continue; // every query of this warp is before the block (causal)
+        const int key = kb + lane;
+        float sc[kQPerWarp] = {};
+        for (uint32_t c = 0; c < vecs; c++) {
+            const uint4 v = *reinterpret_cast<const uint4 *>(Ks + lane * ks + c * 8);
+            const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int i = 0; i < kQPerWarp; i++) {
+                const float *q = qs + (warp * kQPerWarp + i) * hd + c * 8;
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    sc[i] = fmaf(__uint_as_float(w[e] << 16), q[2 * e], sc[i]);
+                    sc[i] = fmaf(__uint_as_float(w[e] & 0xFFFF0000u), q[2 * e + 1], sc[i]);
+                }
+            }
+        }
+        float p[kQPerWarp];
+#pragma unroll
+        for (int i = 0; i < kQPerWarp; i++) {
+            const int qpos = pos0 + (int)t0 + warp * kQPerWarp + i;
+            const bool ok = key <= qpos && key < n_tile_keys;
+            const float s = ok ? sc[i] * scale : -INFINITY;
+            const float mn = fmaxf(m[i], warp_max(s));
+            const float corr = mn == -INFINITY ? 1.0f : expf(m[i] - mn);
+            p[i] = ok ? expf(s - mn) : 0.0f;
+            l[i] = l[i] * corr + warp_sum(p[i]);
+            m[i] = mn;
+#pragma unroll
+            for (int j = 0; j < 2 * NP; j++) acc[i][j] *= corr;
+        }
+        const int nk = min(kKeyBlock, n_tile_keys - kb);
+        for (int j = 0; j < nk; j++) {
+            float pj[kQPerWarp];
+#pragma unroll
+            for (int i = 0; i < kQPerWarp; i++) pj[i] = __shfl_sync(0xffffffffu, p[i], j);
+            const uint32_t *vr = reinterpret_cast<const uint32_t *>(Vs + j * ks);
+#pragma unroll
+            for (int u = 0; u < NP; u++) {
+                const uint32_t pr = lane + 32 * u;
+                if (2 * pr >= hd) break;
+                const uint32_t w = vr[pr];
+                const float v0 = __uint_as_float(w << 16), v1 = __uint_as_float(w & 0xFFFF0000u);
+#pragma unroll
+                for (int i = 0; i < kQPerWarp; i++) {
+                    acc[i][2 * u] = fmaf(pj[i], v0, acc[i][2 * u]);
+                    acc[i][2 * u + 1] = fmaf(pj[i], v1, acc[i][2 * u + 1]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < kQPerWarp; i++) {
+        const uint32_t t = t0 + warp * kQPerWarp + i;
+        if (t >= T) break;
+        uint16_t *o = a.out + ((size_t)t * a.heads + h) * hd;
+#pragma unroll
+        for (int u = 0; u < NP; u++) {
+            const uint32_t pr = lane + 32 * u;
+            if (2 * pr < hd) o[2 * pr] = f2bf(acc[i][2 * u] / l[i]), o[2 * pr + 1] = f2bf(acc[i][2 * u + 1] / l[i]);
+        }
+    }
+}
+
+template <int NP>
+cudaError_t launch_prefill(const AttnArgs &a, const Step *step, uint32_t T, cudaStream_t s)
+{
+    const size_t smem = prefill_smem(a.hd);
+    cudaError_t e = cudaFuncSetAttribute(attn_prefill_kernel<NP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) return e;
+    attn_prefill_kernel<NP><<<dim3((T + kTileQ - 1) / kTileQ, a.heads), kWarps * 32, smem, s>>>(a, step, T);
+    return cudaGetLastError();
+}
+
 } // namespace
 
 uint32_t attention_splits(uint32_t T, uint32_t ctx, uint32_t heads)
@@ -155,8 +277,16 @@ uint32_t attention_splits(uint32_t T, uint32_t ctx, uint32_t heads)
 cudaError_t attention(const AttnArgs &a, const Step *step, uint32_t T, cudaStream_t s)
 {
     if (a.hd % 8 || a.hd > kMaxHd || a.heads % a.kv_heads) return cudaErrorInvalidValue;
-    const dim3 grid(T, a.heads, a.splits);
     const int np = (int)((a.hd + 63) / 64);
+    if (T >= (uint32_t)kTileQ && a.splits == 1) { // prefill chunks: a tile of queries shares each key block
+        switch (np) {
+        case 1: return launch_prefill<1>(a, step, T, s);
+        case 2: return launch_prefill<2>(a, step, T, s);
+        case 3: return launch_prefill<3>(a, step, T, s);
+        default: return launch_prefill<4>(a, step, T, s);
+        }
+    }
+    const dim3 grid(T, a.heads, a.splits);
     switch (np) {
     case 1: attn_kernel<1><<<grid, kWarps * 32, 0, s>>>(a, step); break;
     case 2: attn_kernel<2><<<grid, kWarps * 32, 0, s>>>(a, step); break;

@@ -145,7 +145,9 @@ nf_status check_desc(const nf_cuda_decoder_desc *d, nf_error *err)
         return nf_error_set(err, NF_ERR_UNSUPPORTED, "cuda decoder: head_dim %u (needs a multiple of 8, <= 256) with %u "
                             "heads over %u kv heads (needs a whole number of q heads per kv head)",
                             d->head_dim, d->heads, d->kv_heads);
-    if (d->hidden % 8) return nf_error_set(err, NF_ERR_UNSUPPORTED, "cuda decoder: hidden %u is not a multiple of 8", d->hidden);
+    if (d->hidden % 8 || d->hidden > kNormMaxH)
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "cuda decoder: hidden %u (needs a multiple of 8, <= %u)", d->hidden,
+                            kNormMaxH);
     return NF_OK;
 }
 

@@ -51,22 +51,36 @@ __device__ __forceinline__ float block_sum(float v, float *red)
 
 __device__ __forceinline__ uint16_t f2bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
 
-// One CTA per token. The sum of squares in f32 over the row (as the CPU reference).
-__global__ void add_rmsnorm_kernel(float *x, const float *df, const uint16_t *db, const float *w, uint32_t H,
-                                   float eps, uint16_t *xn)
+// One CTA per token, the row held in registers: every load is issued before any is used (a loop
+// that stores x between loads would wait a memory round trip per element). The sum of squares in
+// f32 over the row, as the CPU reference.
+__global__ void __launch_bounds__(kNormThreads) add_rmsnorm_kernel(float *__restrict__ x, const float *__restrict__ df,
+                                                                   const uint16_t *__restrict__ db,
+                                                                   const float *__restrict__ w, uint32_t H, float eps,
+                                                                   uint16_t *__restrict__ xn)
 {
     __shared__ float red[32];
     float *xr = x + (size_t)blockIdx.x * H;
+    const size_t base = (size_t)blockIdx.x * H;
+    float v[kNormPer];
+#pragma unroll
+    for (int j = 0; j < kNormPer; j++) {
+        const uint32_t i = threadIdx.x + j * kNormThreads;
+        v[j] = i < H ? xr[i] + (df ? df[base + i] : 0.0f) + (db ? bf2f(db[base + i]) : 0.0f) : 0.0f;
+    }
     float ss = 0;
-    for (uint32_t i = threadIdx.x; i < H; i += blockDim.x) {
-        float v = xr[i];
-        if (df) v += df[(size_t)blockIdx.x * H + i];
-        if (db) v += bf2f(db[(size_t)blockIdx.x * H + i]);
-        if (df || db) xr[i] = v;
-        ss += v * v;
+#pragma unroll
+    for (int j = 0; j < kNormPer; j++) {
+        const uint32_t i = threadIdx.x + j * kNormThreads;
+        if (i < H && (df || db)) xr[i] = v[j];
+        ss += v[j] * v[j];
     }
     const float inv = 1.0f / sqrtf(block_sum(ss, red) / (float)H + eps);
-    for (uint32_t i = threadIdx.x; i < H; i += blockDim.x) xn[(size_t)blockIdx.x * H + i] = f2bf(xr[i] * inv * w[i]);
+#pragma unroll
+    for (int j = 0; j < kNormPer; j++) {
+        const uint32_t i = threadIdx.x + j * kNormThreads;
+        if (i < H) xn[base + i] = f2bf(v[j] * inv * w[i]);
+    }
 }
 
 // One warp per (token, head) over q heads then kv heads; lane owns rope pairs (i, i + hd/2) for
@@ -151,7 +165,7 @@ cudaError_t embed(const Linear &E, const Step *step, uint32_t T, uint32_t H, flo
 void add_rmsnorm(float *x, const float *delta_f32, const uint16_t *delta_bf16, const float *w, uint32_t T,
                  uint32_t H, float eps, uint16_t *xn, cudaStream_t s)
 {
-    add_rmsnorm_kernel<<<T, 256, 0, s>>>(x, delta_f32, delta_bf16, w, H, eps, xn);
+    add_rmsnorm_kernel<<<T, kNormThreads, 0, s>>>(x, delta_f32, delta_bf16, w, H, eps, xn);
 }
 
 void qkv_rope_store(const QkvArgs &a, const Step *step, uint32_t T, cudaStream_t s)

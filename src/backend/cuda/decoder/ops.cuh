@@ -43,7 +43,10 @@ cudaError_t linear(const Linear &L, const DenseTables &t, const uint16_t *in, ui
 // x[t] = embedding row tokens[t] (f32), for t < T.
 cudaError_t embed(const Linear &E, const Step *step, uint32_t T, uint32_t H, float *x, cudaStream_t s);
 
-// x += delta (f32 or bf16, NULL: none); xn = bf16(x * rsqrt(mean(x^2) + eps) * w), per token.
+// x += delta (f32 or bf16, NULL: none); xn = bf16(x * rsqrt(mean(x^2) + eps) * w), per token;
+// H <= kNormMaxH (create refuses larger).
+constexpr int kNormThreads = 512, kNormPer = 16;
+constexpr uint32_t kNormMaxH = kNormThreads * kNormPer;
 void add_rmsnorm(float *x, const float *delta_f32, const uint16_t *delta_bf16, const float *w, uint32_t T,
                  uint32_t H, float eps, uint16_t *xn, cudaStream_t s);
 
