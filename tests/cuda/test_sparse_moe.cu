@@ -25,6 +25,14 @@
 //        |gpu - ref| <= A_h + 2^-8 |ref| + 1e-5 max|ref|,  rel-L2 <= (||A|| + 2^-8 ||ref||) / ||ref||
 //    with 2^-8 the output's bf16 rounding and 1e-5 max|ref| the fp32 router weights (as above).
 //    No bf16 rounding of anything else enters: the intermediate is never held in bf16.
+//  decode / small-token with q4_k or q8_0 gate/up (W4A8/W8A8, gemv_a8.cu): the routed gate/up quantises x to
+//    int8 per 32-element block (d = max|x| / 127 in f32, q = rint(x / d) with an IEEE division,
+//    ties to even), which the reference repeats bit for bit (quantize_a8): its routed experts take
+//    x~ = d q (rounded once to f32, 2^-24 relative, inside the fp32 slack) and its router and shared
+//    expert take x, as the kernels do. The kernels then see exactly the reference's operands again,
+//    so the decode tolerance above applies unchanged. (A worst-case bound over the quantisation
+//    error instead, sum |w| d / 2 propagated through SwiGLU and down, came out ~300x the actual
+//    error and let a wrong sub-block scale pass: it was not a test.)
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -257,7 +265,19 @@ struct Ref {
     std::vector<int32_t> ids;   // [TMAX][K]
     std::vector<double> gap;    // [TMAX]
     std::vector<double> aout, abound; // W4A4 profiles: the W4A4 reference and its bound A_h
+    std::vector<double> qout;         // [TMAX][H]: the W4A8 routes' reference (tokens 0..16, TMAX-1)
 };
+
+// The W4A8 kernels' activations (gemv_a8.cu's stage_q8, bit for bit): x~ = d q per 32-element block.
+void quantize_a8(const float *x, float *xq)
+{
+    for (uint32_t b0 = 0; b0 < H; b0 += 32) {
+        float am = 0.f;
+        for (uint32_t i = b0; i < b0 + 32; i++) am = fmaxf(am, fabsf(x[i]));
+        const float d = am / 127.0f;
+        for (uint32_t i = b0; i < b0 + 32; i++) xq[i] = am > 0.f ? d * rintf(x[i] / d) : 0.f;
+    }
+}
 
 Ref reference(const Bank &b, const Profile &p, const std::vector<float> &xf)
 {
@@ -273,6 +293,14 @@ Ref reference(const Bank &b, const Profile &p, const std::vector<float> &xf)
     r.ids.resize((size_t)TMAX * K);
     r.gap.resize(TMAX);
     if (p.a4) r.aout.resize((size_t)TMAX * H), r.abound.resize((size_t)TMAX * H);
+    // the decode/small routes quantise the routed gate/up input (gemv_a8_supported)
+    const bool a8 = p.gu == NF_CODEC_Q4_K || p.gu == NF_CODEC_Q8_0;
+    if (a8) r.qout.assign((size_t)TMAX * H, 0.0);
+    nf_moe_ref routed = m, shared = m; // routed experts alone (S = 0); the shared expert alone (k = 0)
+    routed.S = 0;
+    shared.k = 0;
+    std::vector<float> xq(H);
+    std::vector<double> part(H);
     const nf_moe_ref_a4 a4 = {b.ga, b.gd.data(), b.gsd};
     std::vector<double> w(K);
     const double eps = ldexp(1.0, -8);
@@ -284,6 +312,14 @@ Ref reference(const Bank &b, const Profile &p, const std::vector<float> &xf)
         nf_moe_ref_token(&mb, xt, id, w.data(), &r.pout[(size_t)t * H]);
         nf_moe_ref_bound(&mb, xt, id, w.data(), 0.0, eps, &r.pbound[(size_t)t * H]);
         if (p.a4) nf_moe_ref_token_a4(&m, &a4, xt, id, w.data(), &r.aout[(size_t)t * H], &r.abound[(size_t)t * H]);
+        // the decode/small-token tokens of the T list (<= 16, and the decode slice of 4097)
+        if (a8 && (t <= 16 || t == TMAX - 1)) {
+            double *q = &r.qout[(size_t)t * H];
+            quantize_a8(xt, xq.data());
+            nf_moe_ref_token(&routed, xq.data(), id, w.data(), q);
+            nf_moe_ref_token(&shared, xt, id, w.data(), part.data());
+            for (uint32_t h = 0; h < H; h++) q[h] += part[h];
+        }
     }
     return r;
 }
@@ -360,7 +396,8 @@ void check_case(const Profile &p, nf_sparse_moe *m, void *ws, const uint16_t *dx
     for (size_t i = 0; i < (size_t)T * H; i++) {
         const bool prefill = is_prefill((uint32_t)(i / H));
         const double g = bf2f(a.out[i]);
-        const double r = prefill ? (p.a4 ? ref.aout[i] : ref.pout[i]) : ref.out[i], d = fabs(g - r);
+        const double r = prefill ? (p.a4 ? ref.aout[i] : ref.pout[i]) : ref.qout.empty() ? ref.out[i] : ref.qout[i],
+                     d = fabs(g - r);
         const double b = prefill ? (p.a4 ? ref.abound[i] : 1.01 * ref.pbound[i]) : 0.0;
         if (!isfinite(g)) nonfinite++;
         num += d * d;

@@ -1,7 +1,14 @@
-// Down projection and weighted combine fused, for the decode and small-token routes. A warp owns one
-// output row h of every token: its lanes take the (group, piece) items of row h across all active
-// experts, so a decode step's handful of experts still gives each lane several loads in flight,
-// and each token's sum over its experts happens in registers instead of through a [T*k][H] plane.
+// Down projection and weighted combine fused, for the decode and small-token routes. A CTA owns
+// kRows output rows h of every token; the kThreads threads of a row spread over the (group, piece)
+// items of that row across all active experts, so even one token's 8 experts give every thread a
+// few loads in flight and a small-token step's ~50 experts are walked by 128 threads, not 32. Each
+// token's sum over its experts happens in registers and a block reduction (a fixed order, so the
+// result is deterministic), instead of through a [T*k][H] plane.
+//
+// Under programmatic dependent launch (pdl = 1) the kernel starts while gate/up is still running:
+// the routing it reads was complete before gate/up passed its own grid-dependency wait (gate/up
+// triggers this launch only after it), so the first batch of weight loads is issued before the
+// wait, and only the act reads come after it.
 #include "internal.cuh"
 #include "rowdot.cuh"
 
@@ -9,51 +16,61 @@ namespace nf {
 
 namespace {
 
-constexpr int kWarps = 8; // output rows per CTA
+constexpr int kRows = 2;                  // output rows per CTA
+constexpr int kThreads = 128;             // threads per row (4 warps)
+constexpr int kBatch = 4;                 // items per thread in flight
+constexpr int kWarpsPerRow = kThreads / 32;
 
-constexpr size_t kActSmem = 96 * 1024; // act planes up to this size are staged in shared memory
+// act[p][e0 .. e0 + RUN) . w[run] for one run; act is read through L1 (every row of the CTA and
+// every CTA on the SM reads the same small plane), 16 bytes at a time.
+template <class C>
+__device__ __forceinline__ float dot_run(const float *w, const float *a)
+{
+    float d = 0.f;
+#pragma unroll
+    for (int j = 0; j < C::RUN; j += 4) {
+        const float4 v = __ldg(reinterpret_cast<const float4 *>(a + j));
+        d = fmaf(w[j], v.x, d);
+        d = fmaf(w[j + 1], v.y, d);
+        d = fmaf(w[j + 2], v.z, d);
+        d = fmaf(w[j + 3], v.w, d);
+    }
+    return d;
+}
 
 template <class C, int MAXT>
-__global__ void __launch_bounds__(kWarps * 32) down_combine_kernel(DevMat W, const float *act, Routing r, uint32_t T,
-                                                                  uint32_t k, const float *ys, uint16_t *out, int staged)
+__global__ void __launch_bounds__(kRows *kThreads) down_combine_kernel(DevMat W, const float *act, Routing r, uint32_t T,
+                                                                      uint32_t k, const float *ys, uint16_t *out)
 {
-    extern __shared__ float acts[]; // [T*k][I] when staged
-    const int I = (int)W.cols, pieces = I / C::BLK * C::PIECES, groups = *r.n_groups;
-    if (staged) { // every CTA reads all of act: take it once into shared memory, 16-byte loads in flight
-        const uint32_t vecs = T * k * (uint32_t)I / 4;
-        const uint4 *src = reinterpret_cast<const uint4 *>(act);
-        uint4 *dst = reinterpret_cast<uint4 *>(acts);
-        for (uint32_t v0 = threadIdx.x; v0 < vecs; v0 += blockDim.x * 4) {
-            uint4 buf[4];
+    static_assert(C::RUN % 4 == 0, "runs are read as float4");
+    __shared__ float red[kRows][kWarpsPerRow][MAXT];
+    const int I = (int)W.cols, pieces = I / C::BLK * C::PIECES;
+    const int sub = threadIdx.x / kThreads, tid = threadIdx.x % kThreads;
+    const uint32_t h = blockIdx.x * kRows + sub;
+    const bool live = h < W.rows;
+    const int items = live ? *r.n_groups * pieces : 0;
+
+    typename C::Raw raw[kBatch];
+    typename C::Row row[kBatch];
+    auto load = [&](int i0) {
 #pragma unroll
-            for (int u = 0; u < 4; u++)
-                if (v0 + u * blockDim.x < vecs) buf[u] = src[v0 + u * blockDim.x];
-#pragma unroll
-            for (int u = 0; u < 4; u++)
-                if (v0 + u * blockDim.x < vecs) dst[v0 + u * blockDim.x] = buf[u];
-        }
-        __syncthreads();
-        act = acts;
-    }
-    const uint32_t h = blockIdx.x * kWarps + threadIdx.x / 32;
-    const int lane = threadIdx.x % 32;
-    if (h >= W.rows) return;
-    const int items = groups * pieces;
-    float acc[MAXT] = {};
-    for (int i0 = lane; i0 < items; i0 += 32 * kLoadBatch) {
-        typename C::Raw raw[kLoadBatch];
-        typename C::Row row[kLoadBatch];
-#pragma unroll
-        for (int u = 0; u < kLoadBatch; u++) {
-            const int i = i0 + 32 * u;
+        for (int u = 0; u < kBatch; u++) {
+            const int i = i0 + kThreads * u;
             if (i < items) {
                 row[u] = C::row(W, (uint32_t)r.g_expert[i / pieces], h);
                 raw[u] = C::load(row[u], i % pieces);
             }
         }
+    };
+    load(tid); // weights and routing only: before the wait on gate/up
+    cudaGridDependencySynchronize();
+
+    float acc[MAXT] = {};
+    for (int i0 = tid; i0 < items; i0 += kThreads * kBatch) {
+        if (i0 != tid) load(i0);
 #pragma unroll
-        for (int u = 0; u < kLoadBatch; u++) {
-            const int i = i0 + 32 * u;
+        for (int u = 0; u < kBatch; u++) {
+            const int i = i0 + kThreads * u;
             if (i >= items) break;
             const int g = i / pieces, q = i % pieces;
             float w[C::PE];
@@ -63,11 +80,7 @@ __global__ void __launch_bounds__(kWarps * 32) down_combine_kernel(DevMat W, con
                 const float *a = act + (size_t)p * I;
                 float d = 0.f;
 #pragma unroll
-                for (int run = 0; run < C::RUNS; run++) {
-                    const int e0 = C::elem(q, run);
-#pragma unroll
-                    for (int j = 0; j < C::RUN; j++) d = fmaf(w[run * C::RUN + j], a[e0 + j], d);
-                }
+                for (int run = 0; run < C::RUNS; run++) d += dot_run<C>(w + run * C::RUN, a + C::elem(q, run));
                 const int entry = r.pos_entry[p];
                 const int t = entry / (int)k;
                 const float v = r.topk_w[entry] * d;
@@ -77,39 +90,52 @@ __global__ void __launch_bounds__(kWarps * 32) down_combine_kernel(DevMat W, con
             }
         }
     }
+    const int warp = tid / 32, lane = tid % 32;
 #pragma unroll
     for (int t = 0; t < MAXT; t++) {
-        if (t >= (int)T) break;
-        float v = warp_sum(acc[t]);
+        const float v = warp_sum(acc[t]);
+        if (lane == 0) red[sub][warp][t] = v;
+    }
+    __syncthreads();
+    if (!live) return;
+    for (int t = tid; t < (int)T && t < MAXT; t += kThreads) {
+        float v = 0.f;
+#pragma unroll
+        for (int w = 0; w < kWarpsPerRow; w++) v += red[sub][w][t];
         if (ys) v = fmaf(r.shared_g[t], ys[(size_t)t * W.rows + h], v);
-        if (lane == 0) out[(size_t)t * W.rows + h] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+        out[(size_t)t * W.rows + h] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
     }
 }
 
 template <class C, int MAXT>
 cudaError_t launch_t(const DevMat &W, const float *act, const Routing &r, uint32_t T, uint32_t k, const float *ys,
-                     uint16_t *out, cudaStream_t s)
+                     uint16_t *out, bool pdl, cudaStream_t s)
 {
-    const size_t bytes = (size_t)T * k * W.cols * sizeof(float);
-    const int staged = bytes <= kActSmem;
-    auto kern = down_combine_kernel<C, MAXT>;
-    if (staged) cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kActSmem);
-    kern<<<(W.rows + kWarps - 1) / kWarps, kWarps * 32, staged ? bytes : 0, s>>>(W, act, r, T, k, ys, out, staged);
-    return cudaGetLastError();
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((W.rows + kRows - 1) / kRows);
+    cfg.blockDim = dim3(kRows * kThreads);
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, down_combine_kernel<C, MAXT>, W, act, r, T, k, ys, out);
 }
 
 } // namespace
 
 cudaError_t launch_down_combine(int codec, const DevMat &W, const float *act, const Routing &r, uint32_t T,
-                                uint32_t k, uint32_t /*max_groups*/, const float *ys, uint16_t *out, cudaStream_t s)
+                                uint32_t k, uint32_t /*max_groups*/, const float *ys, uint16_t *out, bool pdl,
+                                cudaStream_t s)
 {
     return dispatch_codec(codec, [&](auto c) {
         using C = decltype(c);
-        if (T <= 1) return launch_t<C, 1>(W, act, r, T, k, ys, out, s);
-        if (T <= 2) return launch_t<C, 2>(W, act, r, T, k, ys, out, s);
-        if (T <= 4) return launch_t<C, 4>(W, act, r, T, k, ys, out, s);
-        if (T <= 8) return launch_t<C, 8>(W, act, r, T, k, ys, out, s);
-        if (T <= 16) return launch_t<C, 16>(W, act, r, T, k, ys, out, s);
+        if (T <= 1) return launch_t<C, 1>(W, act, r, T, k, ys, out, pdl, s);
+        if (T <= 2) return launch_t<C, 2>(W, act, r, T, k, ys, out, pdl, s);
+        if (T <= 4) return launch_t<C, 4>(W, act, r, T, k, ys, out, pdl, s);
+        if (T <= 8) return launch_t<C, 8>(W, act, r, T, k, ys, out, pdl, s);
+        if (T <= 16) return launch_t<C, 16>(W, act, r, T, k, ys, out, pdl, s);
         return cudaErrorInvalidValue; // the small-token route ends at 16 tokens
     });
 }

@@ -49,27 +49,51 @@ __device__ __forceinline__ void stage_rows(const void *in, uint32_t in_stride, c
 }
 
 // grid: x = row blocks of kWarps output rows, y = group slots. Block: kWarps warps.
-template <class C, int MAXT, bool GLU, bool IN_BF16>
-__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(DevMat W, const void *in, uint32_t in_stride, Groups g,
-                                                          float *out, uint32_t out_stride, int tchunk)
+// EARLY (one token whose row is x[0], the decode route): the activations are staged before the
+// grid-dependency wait, i.e. while the router still runs under programmatic dependent launch.
+template <class C, int MAXT, bool GLU, bool IN_BF16, bool EARLY>
+__global__ void __launch_bounds__(kWarps * 32, MAXT == 1 ? 2 : 1) gemv_kernel(DevMat W, const void *in, uint32_t in_stride, Groups g,
+                                                          float *out, uint32_t out_stride, int tchunk, NextMat nx)
 {
     extern __shared__ float xs[]; // [tchunk][W.cols]
+    const uint32_t cols = W.cols;
+    if (EARLY) {
+        const Groups g0{nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1};
+        stage_rows<IN_BF16>(in, in_stride, g0, 0, 1, cols, xs);
+    }
+    // Under programmatic dependent launch: wait for the router, then let the next launch start
+    // (it reads routing only before its own wait); both are no-ops in a plain launch.
+    cudaGridDependencySynchronize();
+    cudaTriggerProgrammaticLaunchCompletion();
     const int gi = blockIdx.y;
     if (gi >= *g.n) return;
     const int expert = g.expert[gi], start = g.start[gi], count = g.count[gi];
     const uint32_t out_rows = GLU ? W.rows / 2 : W.rows;
     const uint32_t r = blockIdx.x * kWarps + threadIdx.x / 32;
-    const uint32_t cols = W.cols;
     const int pieces = (int)(cols / C::BLK) * C::PIECES;
+    const typename C::Row Ra = C::row(W, expert, r < out_rows ? r : 0);
+    const typename C::Row Rb = C::row(W, expert, GLU ? (r < out_rows ? r : 0) + out_rows : r < out_rows ? r : 0);
+    // The warp's rows travel to L1 while the activations are staged (the two latencies overlap);
+    // an L1 prefetch costs no registers, where holding a batch of raw pieces across the staging
+    // costs the gate/up kernels their occupancy. Whole rows: the row-planar layout keeps every
+    // field of a row inside [row, row + row_stride) (nvfp4: its data plane).
+    if (r < out_rows) {
+        const uint8_t *pa = row_ptr(W, expert, r), *pb = row_ptr(W, expert, GLU ? r + out_rows : r);
+        for (uint32_t off = (threadIdx.x % 32) * 128; off < W.row_stride; off += 32 * 128) {
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(pa + off));
+            if (GLU) asm volatile("prefetch.global.L1 [%0];" ::"l"(pb + off));
+        }
+    }
+    prefetch_expert(nx, (uint32_t)expert);
 
     for (int c0 = 0; c0 < count; c0 += tchunk) {
         const int nt = min(tchunk, count - c0);
-        __syncthreads(); // the previous chunk's readers are done with xs
-        stage_rows<IN_BF16>(in, in_stride, g, start + c0, nt, cols, xs);
+        if (!EARLY) {
+            __syncthreads(); // the previous chunk's readers are done with xs
+            stage_rows<IN_BF16>(in, in_stride, g, start + c0, nt, cols, xs);
+        }
         __syncthreads();
         if (r >= out_rows) continue;
-        const typename C::Row Ra = C::row(W, expert, r);
-        const typename C::Row Rb = C::row(W, expert, GLU ? r + out_rows : r);
         for (int t0 = 0; t0 < nt; t0 += MAXT) {
             const int n = min(MAXT, nt - t0);
             float a[MAXT] = {}, b[MAXT] = {};
@@ -85,9 +109,21 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(DevMat W, const void 
     }
 }
 
+template <class C, int MAXT, bool GLU, bool IN_BF16>
+using GemvKernel = void (*)(DevMat, const void *, uint32_t, Groups, float *, uint32_t, int, NextMat);
+
+template <class C, int MAXT, bool GLU, bool IN_BF16>
+GemvKernel<C, MAXT, GLU, IN_BF16> pick(bool early)
+{
+    if constexpr (MAXT == 1) {
+        if (early) return gemv_kernel<C, MAXT, GLU, IN_BF16, true>;
+    }
+    return gemv_kernel<C, MAXT, GLU, IN_BF16, false>;
+}
+
 template <class C, int MAXT>
 cudaError_t launch_t(bool glu, const DevMat &W, const void *in, bool in_bf16, uint32_t in_stride, const Groups &g,
-                     float *out, uint32_t out_stride, uint32_t max_tokens, cudaStream_t s)
+                     float *out, uint32_t out_stride, uint32_t max_tokens, const GemvLaunch &opt, cudaStream_t s)
 {
     const uint32_t out_rows = glu ? W.rows / 2 : W.rows;
     // Tokens staged per pass: no more than a group can hold (the slice's T), the shared-memory
@@ -97,37 +133,56 @@ cudaError_t launch_t(bool glu, const DevMat &W, const void *in, bool in_bf16, ui
     if (tchunk > 64) tchunk = 64;
     if (tchunk > (int)max_tokens) tchunk = (int)max_tokens;
     size_t smem = (size_t)tchunk * W.cols * sizeof(float);
-    dim3 grid((out_rows + kWarps - 1) / kWarps, g.max_groups);
-    void (*k)(DevMat, const void *, uint32_t, Groups, float *, uint32_t, int);
+    // EARLY staging needs every position's input row to be row 0 (the caller says so)
+    const bool early = opt.rows_are_x0 && max_tokens == 1;
+    void (*k)(DevMat, const void *, uint32_t, Groups, float *, uint32_t, int, NextMat);
     if (glu)
-        k = in_bf16 ? gemv_kernel<C, MAXT, true, true> : gemv_kernel<C, MAXT, true, false>;
+        k = in_bf16 ? pick<C, MAXT, true, true>(early) : pick<C, MAXT, true, false>(early);
     else
-        k = in_bf16 ? gemv_kernel<C, MAXT, false, true> : gemv_kernel<C, MAXT, false, false>;
+        k = in_bf16 ? pick<C, MAXT, false, true>(early) : pick<C, MAXT, false, false>(early);
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
-    k<<<grid, kWarps * 32, smem, s>>>(W, in, in_stride, g, out, out_stride, tchunk);
-    return cudaGetLastError();
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((out_rows + kWarps - 1) / kWarps, g.max_groups);
+    cfg.blockDim = dim3(kWarps * 32);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = opt.pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, k, W, in, in_stride, g, out, out_stride, tchunk, opt.next);
 }
 
 template <class C>
 cudaError_t launch_c(bool glu, const DevMat &W, const void *in, bool in_bf16, uint32_t in_stride, const Groups &g,
-                     float *out, uint32_t out_stride, uint32_t max_tokens, cudaStream_t s)
+                     float *out, uint32_t out_stride, uint32_t max_tokens, const GemvLaunch &opt, cudaStream_t s)
 {
     // Registers hold MAXT accumulators per row; pick the smallest instantiation that covers the
     // tokens one group can have (a group never has more positions than the slice has tokens).
-    if (max_tokens <= 1) return launch_t<C, 1>(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, s);
-    if (max_tokens <= 4) return launch_t<C, 4>(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, s);
-    return launch_t<C, 8>(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, s);
+    if (max_tokens <= 1) return launch_t<C, 1>(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, opt, s);
+    if (max_tokens <= 4) return launch_t<C, 4>(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, opt, s);
+    return launch_t<C, 8>(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, opt, s);
 }
 
 } // namespace
 
+cudaError_t launch_gemv_ex(int codec, bool glu, const DevMat &W, const void *in, bool in_bf16, uint32_t in_stride,
+                           const Groups &g, float *out, uint32_t out_stride, uint32_t max_tokens,
+                           const GemvLaunch &opt, cudaStream_t s)
+{
+    if (opt.a8 && glu && in_bf16 && gemv_a8_supported(codec, W))
+        return launch_gemv_a8(codec, W, (const uint16_t *)in, in_stride, g, out, out_stride, max_tokens, opt, s);
+    return dispatch_codec(codec, [&](auto c) {
+        return launch_c<decltype(c)>(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, opt, s);
+    });
+}
+
 cudaError_t launch_gemv(int codec, bool glu, const DevMat &W, const void *in, bool in_bf16, uint32_t in_stride,
                         const Groups &g, float *out, uint32_t out_stride, uint32_t max_tokens, cudaStream_t s)
 {
-    return dispatch_codec(codec, [&](auto c) {
-        return launch_c<decltype(c)>(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, s);
-    });
+    return launch_gemv_ex(codec, glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, GemvLaunch{}, s);
 }
 
 } // namespace nf

@@ -60,8 +60,10 @@ void launch_routing(const DevMat &router, int router_codec, const DevMat *shared
 
 // decode.cu: down projection and combine in one pass for the decode and small-token routes:
 // out[t][h] = bf16( sum over t's positions p of w(p) * (down_e(p)[h] . act[p]) + shared_g[t] * ys[t][h] )
+// pdl: launched with programmatic dependent launch after gate/up (see decode.cu for what that needs).
 cudaError_t launch_down_combine(int codec, const DevMat &W, const float *act, const Routing &r, uint32_t T,
-                                uint32_t k, uint32_t max_groups, const float *ys, uint16_t *out, cudaStream_t s);
+                                uint32_t k, uint32_t max_groups, const float *ys, uint16_t *out, bool pdl,
+                                cudaStream_t s);
 
 // Calls f(Codec{}) with the device codec of an nf_codec_id; cudaErrorInvalidValue for others.
 // nf_codec_id values (codec/codec.h): BF16 2, Q8_0 3, Q4_K 4, Q5_K 5, Q6_K 6, NVFP4 11.
@@ -85,6 +87,30 @@ cudaError_t dispatch_codec(int codec, F &&f)
 // in: bf16 rows (x, addressed through pos_entry) or f32 rows (act, addressed by position).
 cudaError_t launch_gemv(int codec, bool glu, const DevMat &W, const void *in, bool in_bf16, uint32_t in_stride,
                         const Groups &g, float *out, uint32_t out_stride, uint32_t max_tokens, cudaStream_t s);
+
+// The same with the decode route's options. next: the matrix the following launch reads, whose
+// routed experts' bytes gate/up prefetches into L2 (data NULL: none); expert e's bytes are
+// [data + e * expert_bytes, + expert_bytes). pdl: programmatic dependent launch (the kernel waits
+// for its predecessor on the device). rows_are_x0: every position's input row is row 0 (one token),
+// so a T = 1 launch may stage it before that wait. a8: the caller accepts int8-quantised
+// activations (gemv_a8.cu: q4_k and q8_0 gate/up, 32-element blocks, W4A8 / W8A8).
+struct NextMat {
+    const uint8_t *data;
+    uint64_t expert_bytes;
+};
+struct GemvLaunch {
+    NextMat next;
+    bool pdl, rows_are_x0, a8;
+};
+cudaError_t launch_gemv_ex(int codec, bool glu, const DevMat &W, const void *in, bool in_bf16, uint32_t in_stride,
+                           const Groups &g, float *out, uint32_t out_stride, uint32_t max_tokens,
+                           const GemvLaunch &opt, cudaStream_t s);
+
+// gemv_a8.cu: the GLU gate/up GEMV for q4_k or q8_0 weights and bf16 inputs with the activations
+// quantised to int8 per 32 elements (W4A8 / W8A8, dp4a); same arguments as launch_gemv_ex.
+bool gemv_a8_supported(int codec, const DevMat &W);
+cudaError_t launch_gemv_a8(int codec, const DevMat &W, const uint16_t *in, uint32_t in_stride, const Groups &g,
+                           float *out, uint32_t out_stride, uint32_t max_tokens, const GemvLaunch &opt, cudaStream_t s);
 
 // prefill.cu: the tensor-core grouped GEMM. glu: in = x rows through pos_entry, out = act (bf16,
 // [pos][W.rows / 2]); else in = act (bf16), out = y (f32, [pos][W.rows]).

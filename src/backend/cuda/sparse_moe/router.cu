@@ -46,7 +46,19 @@ constexpr int kRouterChunks = 16; // 16-byte chunks per lane in flight (a 4096-w
 
 template <int TT, typename W, typename G>
 __device__ __forceinline__ void logits_row(const W *w, const G *gw, uint32_t e, uint32_t t0, uint32_t nt, uint32_t H,
-                                           uint32_t E, float *logits, float *shared_g, const float *xs, int lane);
+                                           uint32_t E, float *logits, float *shared_g, const float *xs, int lane,
+                                           const uint4 (&pre)[kRouterChunks], bool use_pre);
+
+// The first kRouterChunks 16-byte chunks of router row e a lane reads (lane, lane + 32, ...).
+template <typename W>
+__device__ __forceinline__ void row_chunks(const W *w, uint32_t e, uint32_t H, int lane, uint4 *v)
+{
+    const uint4 *row = reinterpret_cast<const uint4 *>(w + (uint64_t)e * H);
+    const int chunks = (int)(H / Vec16<W>::N);
+#pragma unroll
+    for (int u = 0; u < kRouterChunks; u++)
+        if (lane + 32 * u < chunks) v[u] = row[lane + 32 * u];
+}
 
 // xs holds each token's row chunk-transposed: element h at (h % 8) * (H / 8) + h / 8, so the lanes of
 // a warp, which take consecutive 8-element chunks, read consecutive words (no bank conflicts).
@@ -62,6 +74,14 @@ __device__ void logits_tile(const W *w, const G *gw, const uint16_t *x, uint32_t
 {
     const uint32_t t0 = blockIdx.y * TT;
     const uint32_t nt = min((uint32_t)TT, T - t0);
+    const int lane = threadIdx.x % 32;
+    // gridDim.x == 1: this CTA covers every expert row (prefill: x staged once per token tile);
+    // otherwise one row per warp of the CTA's block of kRouterWarps rows (decode: spread the rows)
+    const uint32_t e0 = gridDim.x == 1 ? threadIdx.x / 32 : blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const uint32_t estep = gridDim.x == 1 ? blockDim.x / 32 : E + 1;
+    // the warp's first row is in flight while the activations are staged (two latencies overlap)
+    uint4 pre[kRouterChunks];
+    if (e0 < E) row_chunks(w, e0, H, lane, pre);
     // stage the tile: 8 bf16 per 16-byte load, loads issued before stores; rows past T are zero
     // (they feed sums that are discarded)
     const uint32_t vecs = TT * H / 8, live = nt * H / 8;
@@ -86,18 +106,14 @@ __device__ void logits_tile(const W *w, const G *gw, const uint16_t *x, uint32_t
         }
     }
     __syncthreads();
-    const int lane = threadIdx.x % 32;
-    // gridDim.x == 1: this CTA covers every expert row (prefill: x staged once per token tile);
-    // otherwise one row per warp of the CTA's block of kRouterWarps rows (decode: spread the rows)
-    const uint32_t e0 = gridDim.x == 1 ? threadIdx.x / 32 : blockIdx.x * kRouterWarps + threadIdx.x / 32;
-    const uint32_t estep = gridDim.x == 1 ? blockDim.x / 32 : E + 1;
     for (uint32_t e = e0; e < E + (gw ? 1 : 0); e += estep)
-        logits_row<TT>(w, gw, e, t0, nt, H, E, logits, shared_g, xs, lane);
+        logits_row<TT>(w, gw, e, t0, nt, H, E, logits, shared_g, xs, lane, pre, e == e0);
 }
 
 template <int TT, typename W, typename G>
 __device__ __forceinline__ void logits_row(const W *w, const G *gw, uint32_t e, uint32_t t0, uint32_t nt, uint32_t H,
-                                           uint32_t E, float *logits, float *shared_g, const float *xs, int lane)
+                                           uint32_t E, float *logits, float *shared_g, const float *xs, int lane,
+                                           const uint4 (&pre)[kRouterChunks], bool use_pre)
 {
     float acc[TT] = {};
     if (e < E) {
@@ -108,7 +124,7 @@ __device__ __forceinline__ void logits_row(const W *w, const G *gw, uint32_t e, 
             uint4 v[kRouterChunks];
 #pragma unroll
             for (int u = 0; u < kRouterChunks; u++)
-                if (c0 + 32 * u < chunks) v[u] = row[c0 + 32 * u];
+                if (c0 + 32 * u < chunks) v[u] = use_pre && c0 == lane ? pre[u] : row[c0 + 32 * u];
 #pragma unroll
             for (int u = 0; u < kRouterChunks; u++) {
                 const int c = c0 + 32 * u;
@@ -150,15 +166,17 @@ __global__ void router_logits_kernel(const W *w, const G *gw, const uint16_t *x,
 }
 
 // One warp: softmax over E in fp32 and the k largest logits of token t, ties to the lower index.
+// NS: logits per lane (E <= 32 * NS), so E = 128 walks 4 registers, not 16.
+template <int NS>
 __device__ void topk_warp(const float *logits, uint32_t t, uint32_t E, uint32_t k, int norm, int32_t *ids,
                           float *wts)
 {
     const int lane = threadIdx.x % 32;
     const float *l = logits + (uint64_t)t * E;
-    float v[16]; // this lane's logits: experts lane, lane + 32, ... (E <= 512)
+    float v[NS]; // this lane's logits: experts lane, lane + 32, ...
     float mx = -INFINITY;
 #pragma unroll
-    for (int s = 0; s < 16; s++) {
+    for (int s = 0; s < NS; s++) {
         const uint32_t e = lane + 32 * s;
         v[s] = e < E ? __ldcg(l + e) : -INFINITY;
         mx = fmaxf(mx, v[s]);
@@ -166,7 +184,7 @@ __device__ void topk_warp(const float *logits, uint32_t t, uint32_t E, uint32_t 
     for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     float sum = 0.f;
 #pragma unroll
-    for (int s = 0; s < 16; s++)
+    for (int s = 0; s < NS; s++)
         if (lane + 32 * s < E) sum += expf(v[s] - mx);
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
 
@@ -177,7 +195,7 @@ __device__ void topk_warp(const float *logits, uint32_t t, uint32_t E, uint32_t 
         float best = -INFINITY;
         int bi = 0x7fffffff;
 #pragma unroll
-        for (int s = 0; s < 16; s++) {
+        for (int s = 0; s < NS; s++) {
             const int e = lane + 32 * s;
             if (e < (int)E && (v[s] > best || (v[s] == best && e < bi))) {
                 best = v[s];
@@ -193,7 +211,7 @@ __device__ void topk_warp(const float *logits, uint32_t t, uint32_t E, uint32_t 
             }
         }
 #pragma unroll
-        for (int s = 0; s < 16; s++)
+        for (int s = 0; s < NS; s++)
             if (lane + 32 * s == bi) v[s] = -INFINITY; // taken (logits are finite, so never chosen again)
         const float p = expf(best - mx) / sum;
         psum += p;
@@ -212,7 +230,7 @@ __global__ void topk_kernel(const float *logits, uint32_t T, uint32_t E, uint32_
                             float *wts)
 {
     const uint32_t t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    if (t < T) topk_warp(logits, t, E, k, norm, ids, wts);
+    if (t < T) topk_warp<16>(logits, t, E, k, norm, ids, wts);
 }
 
 // Counts per expert, exclusive scan, active-expert groups in increasing expert id, then each
@@ -298,14 +316,62 @@ __global__ void worklist_kernel(const int32_t *ids, uint32_t T, uint32_t k, uint
     }
 }
 
-// The decode/small-token router: logits over the grid, then the last CTA routes and sorts.
-template <int TT, typename W, typename G>
+// The small route's work list (n = T * k <= 256 entries, one CTA): entry i's position is the number
+// of entries with a lower expert id or the same id and a lower index (stable, as the reference
+// orders them); groups in increasing expert id. O(n) per entry over ids in shared memory: one
+// pass and two barriers, where the general builder's counts and scans take several.
+__device__ void small_worklist(const int32_t *ids, uint32_t n, uint32_t T, const Routing &r, int *sid, int *sfirst)
+{
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) sid[i] = ids[i];
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const int id = sid[i];
+        int pos = 0, same_before = 0;
+        for (uint32_t j = 0; j < n; j++) {
+            const int o = sid[j];
+            pos += o < id;
+            same_before += o == id && j < i;
+        }
+        pos += same_before;
+        r.slot[i] = pos;
+        r.pos_entry[pos] = (int)i;
+        sfirst[i] = same_before == 0 ? pos : -1; // a group starts here
+    }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+        if (sfirst[i] < 0) continue;
+        const int id = sid[i];
+        int grp = 0, count = 0;
+        for (uint32_t j = 0; j < n; j++) {
+            grp += sfirst[j] >= 0 && sid[j] < id;
+            count += sid[j] == id;
+        }
+        r.g_expert[grp] = id;
+        r.g_start[grp] = sfirst[i];
+        r.g_count[grp] = count;
+    }
+    if (threadIdx.x == 0) {
+        int groups = 0;
+        for (uint32_t j = 0; j < n; j++) groups += sfirst[j] >= 0;
+        *r.n_groups = groups;
+        r.shared_group[0] = 1;
+        r.shared_group[1] = 0;
+        r.shared_group[2] = 0;
+        r.shared_group[3] = (int)T;
+    }
+}
+
+// The decode/small-token router: logits over the grid, then the last CTA routes and sorts. It lets
+// the next launch (gate/up, under programmatic dependent launch) start at once: that kernel waits
+// on the device for this one to finish before it reads anything routed.
+template <int TT, int NS, typename W, typename G>
 __global__ void router_small_kernel(const W *w, const G *gw, const uint16_t *x, uint32_t T, uint32_t H, uint32_t E,
                                     uint32_t k, int norm, Routing r, const int32_t *forced, int *counter)
 {
     extern __shared__ float xs[]; // [TT][H]
-    __shared__ int cnt[512], cur[512];
+    __shared__ int sid[256], sfirst[256];
     __shared__ int last;
+    cudaTriggerProgrammaticLaunchCompletion();
     logits_tile<TT>(w, gw, x, T, H, E, r.logits, r.shared_g, xs);
     __threadfence(); // this CTA's logits are visible device-wide before it is counted
     __syncthreads();
@@ -313,10 +379,25 @@ __global__ void router_small_kernel(const W *w, const G *gw, const uint16_t *x, 
     __syncthreads();
     if (!last) return;
     __threadfence();
-    for (uint32_t t = threadIdx.x / 32; t < T; t += blockDim.x / 32) topk_warp(r.logits, t, E, k, norm, r.topk_id, r.topk_w);
+    for (uint32_t t = threadIdx.x / 32; t < T; t += blockDim.x / 32)
+        topk_warp<NS>(r.logits, t, E, k, norm, r.topk_id, r.topk_w);
     __syncthreads();
-    build_worklist(forced ? forced : r.topk_id, T * k, E, r, T, 1, cnt, cur);
+    small_worklist(forced ? forced : r.topk_id, T * k, T, r, sid, sfirst);
     if (threadIdx.x == 0) *counter = 0; // ready for the next forward (or graph replay)
+}
+
+constexpr int kSmallRouterWarps = 4; // expert rows per CTA of the small router: 33 CTAs for E = 128
+
+template <int TT, typename W, typename G>
+void launch_small(const W *w, const G *gw, const uint16_t *x, uint32_t T, uint32_t H, uint32_t E, uint32_t k, int norm,
+                  const Routing &r, const int32_t *forced, int *counter, cudaStream_t s)
+{
+    auto kern = E <= 128 ? router_small_kernel<TT, 4, W, G>
+                : E <= 256 ? router_small_kernel<TT, 8, W, G> : router_small_kernel<TT, 16, W, G>;
+    const size_t smem = (size_t)TT * H * sizeof(float);
+    const dim3 grid((E + 1 + kSmallRouterWarps - 1) / kSmallRouterWarps, (T + TT - 1) / TT);
+    cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    kern<<<grid, kSmallRouterWarps * 32, smem, s>>>(w, gw, x, T, H, E, k, norm, r, forced, counter);
 }
 
 template <typename W, typename G>
@@ -324,12 +405,8 @@ void launch_logits(const W *w, const G *gw, const uint16_t *x, uint32_t T, uint3
                    int norm, const Routing &r, const int32_t *forced, int *counter, bool small, cudaStream_t s)
 {
     if (small) { // one token a CTA at T = 1 (all the work is one row per warp), else tiles of 8
-        const int tt = T == 1 ? 1 : kRouterTokens;
-        const size_t smem = (size_t)tt * H * sizeof(float);
-        const dim3 grid((E + 1 + kRouterWarps - 1) / kRouterWarps, (T + tt - 1) / tt);
-        auto kern = T == 1 ? router_small_kernel<1, W, G> : router_small_kernel<kRouterTokens, W, G>;
-        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        kern<<<grid, kRouterWarps * 32, smem, s>>>(w, gw, x, T, H, E, k, norm, r, forced, counter);
+        if (T == 1) launch_small<1>(w, gw, x, T, H, E, k, norm, r, forced, counter, s);
+        else launch_small<kRouterTokens>(w, gw, x, T, H, E, k, norm, r, forced, counter, s);
         return;
     }
     const size_t smem = (size_t)kRouterTokens * H * sizeof(float);

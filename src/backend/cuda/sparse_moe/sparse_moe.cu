@@ -489,7 +489,13 @@ static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint
     if (!small && prefill_supported(m->m[M_GATE_UP], m->m[M_DOWN]) &&
         (!m->has_shared || prefill_supported(m->m[M_SGU], m->m[M_SDOWN])))
         return prefill_slice(m, x, T, out, ws, r, g, s);
-    cudaError_t e = launch_gemv(m->codec[M_GATE_UP], true, m->m[M_GATE_UP], x, true, H, g, act, I, T, s);
+    // decode/small-token: gate/up waits for the router on the device (programmatic dependent
+    // launch), prefetches the routed experts' down bytes into L2 for the fused down kernel and
+    // may quantise the activations to int8 (q4_k / q8_0 gate/up: gemv_a8.cu)
+    const DevMat &dn = m->m[M_DOWN];
+    const GemvLaunch gl{small ? NextMat{dn.data, (uint64_t)dn.rows * dn.row_stride} : NextMat{nullptr, 0}, small,
+                        T == 1, small};
+    cudaError_t e = launch_gemv_ex(m->codec[M_GATE_UP], true, m->m[M_GATE_UP], x, true, H, g, act, I, T, gl, s);
     float *ys = nullptr;
     if (e == cudaSuccess && m->has_shared) {
         float *acts = (float *)(ws + m->o_acts);
@@ -499,7 +505,7 @@ static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint
         if (e == cudaSuccess) e = launch_gemv(m->codec[M_SDOWN], false, m->m[M_SDOWN], acts, false, S, sg, ys, H, T, s);
     }
     if (e != cudaSuccess) return e;
-    if (small) return launch_down_combine(m->codec[M_DOWN], m->m[M_DOWN], act, r, T, k, max_groups, ys, out, s);
+    if (small) return launch_down_combine(m->codec[M_DOWN], m->m[M_DOWN], act, r, T, k, max_groups, ys, out, true, s);
     g.pos_entry = nullptr;
     e = launch_gemv(m->codec[M_DOWN], false, m->m[M_DOWN], act, false, I, g, y, H, T, s);
     if (e != cudaSuccess) return e;
