@@ -195,6 +195,7 @@ size_t layout_buffers(nf_cuda_decoder *dec, uint8_t *base, size_t moe_ws)
     o[n++] = take(&ar, sizeof(Step) + C * 4);
     o[n++] = take(&ar, topk_scratch_floats() * 8 + kSampleMaxK * 8);
     o[n++] = take(&ar, d->trace_routing ? (size_t)d->layers * C * dec->top_k * 4 : 0);
+    o[n++] = take(&ar, (size_t)d->ctx * (d->head_dim / 2) * sizeof(float2));
     if (!base) return ar.peak;
     Acts &a = dec->a;
     float **f[] = {&a.x, &a.delta, &a.qkv, &a.g, &a.u, &a.logits, &a.part};
@@ -213,6 +214,7 @@ size_t layout_buffers(nf_cuda_decoder *dec, uint8_t *base, size_t moe_ws)
     const size_t sc = topk_scratch_floats();
     dec->tk = TopK{(int32_t *)(t + 2 * sc + kSampleMaxK), t + 2 * sc, t, (int32_t *)(t + sc)};
     dec->trace = d->trace_routing ? (int32_t *)(base + o[16]) : nullptr;
+    dec->rope_tab = (float2 *)(base + o[17]);
     return ar.peak;
 }
 

@@ -38,7 +38,7 @@ Fail attention_block(nf_cuda_decoder *dec, uint32_t l, uint32_t T)
         TRY(linear(L.k, dec->tab, a.xn, T, a.qkv + qd, S, s), "attn_k", l);
         TRY(linear(L.v, dec->tab, a.xn, T, a.qkv + qd + kvd, S, s), "attn_v", l);
     }
-    QkvArgs qa{a.qkv, S, L.q_bias, L.k_bias, L.v_bias, L.q_norm, L.k_norm, L.kc, L.vc, dec->rope,
+    QkvArgs qa{a.qkv, S, L.q_bias, L.k_bias, L.v_bias, L.q_norm, L.k_norm, L.kc, L.vc, dec->rope_tab,
                d.heads, d.kv_heads, d.head_dim, d.rms_eps};
     qkv_rope_store(qa, dec->step, T, s);
     TRY(cudaGetLastError(), "qk norm + rope", l);
@@ -148,6 +148,9 @@ extern "C" nf_status nf_cuda_decoder_set_rope(nf_cuda_decoder *dec, const float 
         cudaMemcpy(dec->rope, inv_freq, half * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess ||
         cudaMemcpy(dec->rope + half, &attn_factor, sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess)
         return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: rope table upload failed");
+    rope_table(dec->rope, dec->d.ctx, half, dec->rope_tab, dec->stream);
+    if (cudaStreamSynchronize(dec->stream) != cudaSuccess)
+        return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: rope table: %s", cudaGetErrorString(cudaGetLastError()));
     return NF_OK;
 }
 

@@ -37,7 +37,8 @@ struct nf_cuda_decoder {
     nf::dec::Layer *L;      // [layers]
     nf::dec::Linear embd, head;
     const float *out_norm;  // device [H]
-    float *rope;            // device: inv_freq [hd / 2], attn_factor
+    float *rope;            // device: inv_freq [hd / 2], attn_factor (set_rope's input)
+    float2 *rope_tab;       // device [ctx][hd / 2]: the rotations (ops.cuh rope_table)
     nf::dec::Acts a;
     nf::dec::DenseTables tab, tab1; // count = T of the forward; count = 1 (the LM head of the last token)
     nf::dec::Step *step;            // device

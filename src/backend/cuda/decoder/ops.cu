@@ -83,9 +83,19 @@ __global__ void __launch_bounds__(kNormThreads) add_rmsnorm_kernel(float *__rest
     }
 }
 
+__global__ void rope_table_kernel(const float *src, uint32_t ctx, uint32_t half, float2 *tab)
+{
+    const float fac = src[half];
+    for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < (size_t)ctx * half; j += (size_t)gridDim.x * blockDim.x) {
+        const float ang = (float)(j / half) * src[j % half];
+        double sd, cd;
+        sincos((double)ang, &sd, &cd);
+        tab[j] = make_float2((float)cd * fac, (float)sd * fac);
+    }
+}
+
 // One warp per (token, head) over q heads then kv heads; lane owns rope pairs (i, i + hd/2) for
-// i = lane, lane + 32, ... The angle is pos * inv_freq[i] in f32 and its cos/sin in double, as the
-// CPU reference computes them.
+// i = lane, lane + 32, ..., their rotation from the table.
 __global__ void qkv_kernel(QkvArgs a, const Step *step)
 {
     const uint32_t t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, hd = a.hd, half = hd / 2;
@@ -103,14 +113,11 @@ __global__ void qkv_kernel(QkvArgs a, const Step *step)
         ss += v * v;
     }
     const float inv = norm ? 1.0f / sqrtf(warp_sum(ss) / (float)hd + a.eps) : 1.0f;
-    const float fac = a.rope[half];
+    const float2 *rot = a.rope + (size_t)pos * half;
     for (uint32_t i = lane; i < half; i += 32) {
         float x0 = src[i] + (bias ? bias[i] : 0.0f), x1 = src[i + half] + (bias ? bias[i + half] : 0.0f);
         if (norm) x0 = x0 * inv * norm[i], x1 = x1 * inv * norm[i + half];
-        const float ang = (float)pos * a.rope[i];
-        double sd, cd;
-        sincos((double)ang, &sd, &cd);
-        const float c = (float)cd * fac, sn = (float)sd * fac;
+        const float c = rot[i].x, sn = rot[i].y;
         const float y0 = x0 * c - x1 * sn, y1 = x1 * c + x0 * sn;
         if (is_q) {
             row[h * hd + i] = y0;
@@ -171,6 +178,11 @@ void add_rmsnorm(float *x, const float *delta_f32, const uint16_t *delta_bf16, c
 void qkv_rope_store(const QkvArgs &a, const Step *step, uint32_t T, cudaStream_t s)
 {
     qkv_kernel<<<dim3(T, a.heads + a.kv_heads), 32, 0, s>>>(a, step);
+}
+
+void rope_table(const float *src, uint32_t ctx, uint32_t half, float2 *tab, cudaStream_t s)
+{
+    rope_table_kernel<<<256, 256, 0, s>>>(src, ctx, half, tab);
 }
 
 void swiglu(const float *g, const float *u, size_t n, uint16_t *out, cudaStream_t s)

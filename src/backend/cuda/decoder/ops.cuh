@@ -58,11 +58,15 @@ struct QkvArgs {
     uint32_t stride;
     const float *q_bias, *k_bias, *v_bias, *q_norm, *k_norm; // NULL when absent
     uint16_t *kc, *vc;                                      // [ctx][kv*hd]
-    const float *rope;                                      // [hd / 2] inv_freq, then attn_factor
+    const float2 *rope;                                     // [ctx][hd / 2] (cos, sin) * attn_factor
     uint32_t heads, kv_heads, hd;
     float eps;
 };
 void qkv_rope_store(const QkvArgs &a, const Step *step, uint32_t T, cudaStream_t s);
+// The rotation table: tab[p][i] = (cos, sin)(p * inv_freq[i]) * factor for p < ctx, i < half, the
+// angle in f32 and its cos/sin in double, as the CPU reference computes them. src: inv_freq[half],
+// then the factor.
+void rope_table(const float *src, uint32_t ctx, uint32_t half, float2 *tab, cudaStream_t s);
 
 // att[t] (bf16 [T][heads*hd]) = softmax(q_t K^T / sqrt(hd)) V over cache rows 0 .. pos0 + t,
 // kv head = head / (heads / kv_heads). splits > 1 divides the keys (split-K) and merges through
