@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_backend.h"
 #include "base/timer.h"
+#include "gpu_bench.h"
 #include "cli.h"
 #include "commands.h"
 #include "engine/engine.h"
@@ -71,10 +73,13 @@ static void stats(result *r, size_t reps)
     r->sd = reps > 1 ? sqrt(q / (double)(reps - 1)) : 0.0;
 }
 
-/* "cpu: <model name from /proc/cpuinfo>"; another backend: its name. */
+/* "cpu: <model name from /proc/cpuinfo>", "cuda: <GPU, sm, SMs, memory>". */
 static void device_desc(const nf_engine *e, char *out, size_t cap)
 {
     snprintf(out, cap, "%s", e->ops->name);
+    char gpu[160];
+    if (strcmp(e->ops->name, "cuda") == 0 && nf_cuda_device_describe(0, gpu, sizeof gpu) == 0)
+        snprintf(out, cap, "cuda: %s", gpu);
     if (strcmp(e->ops->name, "cpu") != 0) return;
     FILE *f = fopen("/proc/cpuinfo", "r");
     char line[256];
@@ -210,6 +215,21 @@ static void print_results(const char *fmt, const info *in, const result *r, size
     printf("]\n");
 }
 
+/* tg against the bandwidth bound: the weight bytes a decoded token reads over the DRAM read peak
+ * measured now (1 GiB streamed, median of 5), so the figure is a share of this device's ceiling. */
+static void print_bound(const info *in, const result *tg)
+{
+    nf_gpu_bench *b = NULL;
+    nf_error err;
+    const double peak = nf_gpu_bench_create(0, &b, &err) ? -1 : nf_gpu_bench_dram_read(b, (size_t)1 << 30, 5);
+    nf_gpu_bench_destroy(b);
+    if (!(peak > 0)) return;
+    const double bound = peak / in->gb_per_token;
+    printf("%s: %.1f tokens/s x %.4f GB = %.0f GB/s = %.1f%% of the %.0f GB/s measured DRAM read peak "
+           "(bandwidth bound %.0f tokens/s; KV bytes not counted)\n",
+           tg->test, tg->mean, in->gb_per_token, tg->mean * in->gb_per_token, 100 * tg->mean / bound, peak, bound);
+}
+
 /* Runs warm-ups and reps of one test into r; 0 or 1 (error printed). */
 static int measure(nf_engine *e, int pp, const int32_t *ids, size_t n, long warmup, size_t reps, result *r)
 {
@@ -294,6 +314,7 @@ int nf_cmd_bench_e2e(int argc, char **argv)
         info in;
         model_info(m, e, &in);
         print_results(format, &in, res, nr, (size_t)reps, e->opts.threads);
+        if (n_gen && !strcmp(format, "table") && !strcmp(e->ops->name, "cuda")) print_bound(&in, &res[nr - 1]);
     }
     for (size_t i = 0; i < 2; i++) free(res[i].samples);
     free(ids);

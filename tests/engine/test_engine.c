@@ -42,6 +42,46 @@ static void run(const nf_model *m, int threads, uint32_t chunk, int reference, i
     nf_engine_free(e);
 }
 
+/* trace_routing: each MoE layer's choice of the last forward, k distinct experts in range per token,
+ * -1 rows on dense layers; the same choice whether the tokens come as one chunk or in pieces (the
+ * trace follows the forward, not the session); refused without the option. */
+static void routing(const nf_model *m)
+{
+    const nf_model_config *c = &m->cfg;
+    const size_t L = c->layers, k = c->top_k, T = 5;
+    nf_engine_opts o = {.threads = 2, .ctx = 32, .trace_routing = 1};
+    nf_engine *e, *f;
+    nf_error err;
+    const int32_t ids[5] = {3, 1, 4, 1, 5};
+    int32_t *r = malloc(L * T * k * sizeof *r), *r1 = malloc(L * k * sizeof *r1);
+    CHECK(nf_engine_create(m, &o, &e, &err) == NF_OK && nf_engine_create(m, &o, &f, &err) == NF_OK);
+    CHECK(nf_engine_prefill(e, ids, T, NULL, &err) == NF_OK && nf_engine_routing(e, r, &err) == NF_OK);
+    int bad = 0, moe = 0;
+    for (size_t l = 0; l < L; l++)
+        for (size_t t = 0; t < T; t++) {
+            const int32_t *x = r + (l * T + t) * k;
+            moe += c->moe_layers[l];
+            for (size_t i = 0; i < k; i++) {
+                bad += c->moe_layers[l] ? x[i] < 0 || (uint32_t)x[i] >= c->experts : x[i] != -1;
+                for (size_t j = 0; j < i; j++) bad += c->moe_layers[l] && x[j] == x[i];
+            }
+        }
+    CHECK_MSG(bad == 0 && moe > 0, "routing trace: %d bad entries", bad);
+    CHECK(nf_engine_prefill(f, ids, T - 1, NULL, &err) == NF_OK && nf_engine_decode(f, ids[T - 1], &err) == NF_OK);
+    CHECK(nf_engine_routing(f, r1, &err) == NF_OK);
+    for (size_t l = 0; l < L; l++) /* the last token's choice, decoded alone */
+        CHECK(memcmp(r1 + l * k, r + (l * T + T - 1) * k, k * sizeof *r) == 0);
+    nf_engine_free(e);
+    nf_engine_free(f);
+    o.trace_routing = 0;
+    CHECK(nf_engine_create(m, &o, &e, &err) == NF_OK);
+    CHECK(nf_engine_prefill(e, ids, T, NULL, &err) == NF_OK);
+    CHECK(nf_engine_routing(e, r, &err) == NF_ERR_INVALID_ARG);
+    CHECK_CONTAINS(err.msg, "trace_routing");
+    nf_engine_free(e);
+    free(r), free(r1);
+}
+
 static void errors(const nf_model *m)
 {
     nf_engine_opts o = {.threads = 2, .ctx = 16};
@@ -113,6 +153,7 @@ int main(void)
             for (int k = 0; k < N * SY_V; k++) mx = fmax(mx, fabs(a[k])), sd += a[k] * a[k];
             CHECK_MSG(mx > 0.5 && isfinite(sd), "%s %s: logits flat or not finite (max %g)", arch[i], cn, mx);
             if (c == 0) errors(m);
+            if (c == 0 && m->cfg.experts) routing(m);
             nf_model_free(m);
         }
     unlink(path);

@@ -2,7 +2,7 @@
  * min-p / temperature against values computed here from the definitions, the repetition penalty,
  * determinism per seed, and the empirical distribution of 200000 draws against the softmax
  * (chi-square with 4 degrees of freedom < 30: p < 1e-5 for a correct sampler; the draws are seeded,
- * so the test is deterministic). */
+ * so the test is deterministic); the device path (top-k pairs in, the same draws out). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,8 +26,54 @@ static void softmax_d(const float *l, int n, double temp, double *p)
     for (int i = 0; i < n; i++) p[i] /= z;
 }
 
+/* The k best (id, logit) of l[V], best first, ties to the lower id: what a device selects. */
+static void top_pairs(const float *l, int V, int k, int32_t *ids, float *vals)
+{
+    for (int j = 0; j < k; j++) {
+        int b = -1;
+        for (int i = 0; i < V; i++) {
+            int taken = 0;
+            for (int q = 0; q < j; q++) taken |= ids[q] == i;
+            if (!taken && (b < 0 || l[i] > l[b])) b = i;
+        }
+        ids[j] = b, vals[j] = l[b];
+    }
+}
+
+/* Sampling from a device's top-k pairs draws exactly what the host sampler draws from all logits
+ * (same seed), step after step; nf_sampler_device_k asks for the pairs only when they suffice. */
+static void check_device_path(void)
+{
+    enum { V = 500, K = 40 };
+    float l[V];
+    int32_t ids[K];
+    float vals[K];
+    const int32_t hist[2] = {3, 4};
+    nf_sampler *a = mk(0.8f, K, 0.95f, 0.05f, 1, 11, V), *b = mk(0.8f, K, 0.95f, 0.05f, 1, 11, V);
+    int same = 0;
+    for (int step = 0; step < 200; step++) {
+        for (int i = 0; i < V; i++) l[i] = (float)(((i * 7919 + step * 104729) % 1000) / 250.0);
+        top_pairs(l, V, K, ids, vals);
+        same += nf_sampler_sample(a, l, NULL, 0) == nf_sampler_sample_top(b, ids, vals, K);
+    }
+    CHECK_EQ_INT(same, 200);
+    CHECK_EQ_INT((int)nf_sampler_device_k(a, hist, 2), K);
+    nf_sampler_free(a), nf_sampler_free(b);
+    nf_sampler *g = mk(0, K, 1, 0, 1, 0, V), *all = mk(1, 0, 1, 0, 1, 0, V), *wide = mk(1, 300, 1, 0, 1, 0, V);
+    nf_sampler *pen = mk(1, K, 1, 0, 1.3f, 0, V);
+    CHECK_EQ_INT((int)nf_sampler_device_k(g, NULL, 0), 1);      /* greedy: the best id alone */
+    CHECK_EQ_INT((int)nf_sampler_device_k(all, NULL, 0), 0);    /* top-k 0: every logit */
+    CHECK_EQ_INT((int)nf_sampler_device_k(wide, NULL, 0), 0);   /* more than the device selects */
+    CHECK_EQ_INT((int)nf_sampler_device_k(pen, hist, 2), 0);    /* the penalty rewrites logits */
+    CHECK_EQ_INT((int)nf_sampler_device_k(pen, NULL, 0), K);    /* ... but not without history */
+    top_pairs(l, V, 1, ids, vals);
+    CHECK_EQ_INT(nf_sampler_sample_top(g, ids, vals, 1), nf_sampler_sample(g, l, NULL, 0));
+    nf_sampler_free(g), nf_sampler_free(all), nf_sampler_free(wide), nf_sampler_free(pen);
+}
+
 int main(void)
 {
+    check_device_path();
     const float l[5] = {1.0f, 3.0f, 3.0f, 0.5f, 2.0f}; /* sorted: 1, 2, 4, 0, 3 */
     float pr[5];
     double ref[5];
