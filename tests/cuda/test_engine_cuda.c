@@ -33,12 +33,11 @@
 #include <unistd.h>
 
 #include "backend/cuda/cuda_backend.h"
-#include "convert/convert.h"
-#include "convert/plan.h"
 #include "engine/engine.h"
 #include "engine/npy.h"
 #include "engine/sampler.h"
 #include "nf_test.h"
+#include "common/engine_fixture.h"
 
 enum { P = 64, G = 32, CHUNK = 16 };
 
@@ -48,43 +47,10 @@ static const char *data_dir(void)
     return d && *d ? d : NF_TEST_DATA;
 }
 
-static double rel_l2(const float *a, const float *b, size_t n)
-{
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return sqrt(num / (den + 1e-300));
-}
-
 static int cmp_double(const void *a, const void *b)
 {
     const double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
-}
-
-static int32_t argmax(const float *l, size_t n)
-{
-    size_t b = 0;
-    for (size_t i = 1; i < n; i++)
-        if (l[i] > l[b]) b = i;
-    return (int32_t)b;
-}
-
-static int convert(const char *src, const char *recipe, const char *out)
-{
-    nf_convert_opts o = {.recipe = recipe, .threads = 2, .quiet = 1};
-    nf_plan p;
-    nf_error e;
-    if (nf_plan_build(src, &o, &p, &e)) {
-        CHECK_MSG(0, "plan %s (%s): %s", src, recipe, e.msg);
-        return 0;
-    }
-    nf_status st = nf_convert_run(&p, out, &o, NULL, &e);
-    nf_plan_free(&p);
-    CHECK_MSG(st == NF_OK, "convert %s (%s): %s", src, recipe, e.msg);
-    return st == NF_OK;
 }
 
 /* One engine's outputs: prefill logits [P][V], greedy ids [G], the logits each greedy id came from [G][V]. */
@@ -134,7 +100,7 @@ static int run(const nf_model *m, const char *device, int no_graphs, const int32
         ok = nf_engine_prefill(eng, prompt + p, CHUNK, o->pre + p * V, &e) == NF_OK && keep_routing(eng, p, CHUNK, o->route);
     for (size_t g = 0; ok && g < G; g++) {
         memcpy(o->gl + g * V, eng->logits, V * sizeof(float));
-        o->greedy[g] = argmax(eng->logits, V);
+        o->greedy[g] = (int32_t)fx_argmax(eng->logits, V);
         if (g + 1 < G)
             ok = nf_engine_decode(eng, o->greedy[g], &e) == NF_OK && keep_routing(eng, P + g, 1, o->route);
     }
@@ -220,7 +186,7 @@ static void compare(const char *name, const char *recipe, const nf_model *m, con
     double wp = 0, wg = 0, err[P], sorted[P];
     size_t at = 0, n = 0;
     for (size_t t = 0; t < P; t++) {
-        err[t] = rel_l2(g->pre + t * V, c->pre + t * V, V);
+        err[t] = fx_rel_l2(g->pre + t * V, c->pre + t * V, V);
         if (t >= flip) continue;
         sorted[n++] = err[t];
         if (err[t] > wp) wp = err[t], at = t;
@@ -231,7 +197,7 @@ static void compare(const char *name, const char *recipe, const nf_model *m, con
         for (size_t t = 0; t < P; t++) printf("    position %zu: rel-L2 %.2e%s\n", t, err[t], t == flip ? " (routing differs)" : "");
     int same = 0;
     while (same < G && g->greedy[same] == c->greedy[same]) same++;
-    for (int t = 0; t < same && P + (size_t)t < flip; t++) wg = fmax(wg, rel_l2(g->gl + t * V, c->gl + t * V, V));
+    for (int t = 0; t < same && P + (size_t)t < flip; t++) wg = fmax(wg, fx_rel_l2(g->gl + t * V, c->gl + t * V, V));
     const int graph_same = memcmp(g->gl, s->gl, G * V * 4) == 0 && memcmp(g->greedy, s->greedy, sizeof g->greedy) == 0 &&
                            memcmp(g->pre, s->pre, P * V * 4) == 0;
     char fl[48] = "none";
@@ -255,7 +221,7 @@ static void check_model(const char *name, const char *recipe, const char *tmp)
     char dir[1024], out[1200];
     snprintf(dir, sizeof dir, "%s/fixtures/models/%s", data_dir(), name);
     snprintf(out, sizeof out, "%s/%s-%s.nf", tmp, name, recipe);
-    if (!convert(dir, recipe, out)) return;
+    if (!fx_convert(dir, recipe, out)) return;
     nf_model *m;
     nf_error e;
     if (nf_model_load(out, &m, &e)) {
@@ -287,7 +253,7 @@ static void check_sessions(const char *tmp)
     snprintf(out, sizeof out, "%s/sessions.nf", tmp);
     nf_model *m;
     nf_error e;
-    if (!convert(dir, "q8q8", out) || nf_model_load(out, &m, &e)) return;
+    if (!fx_convert(dir, "q8q8", out) || nf_model_load(out, &m, &e)) return;
     size_t before = 0, after = 0, total;
     const int32_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     int ok = 1;

@@ -20,29 +20,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "convert/convert.h"
-#include "convert/plan.h"
 #include "engine/engine.h"
 #include "engine/npy.h"
 #include "nf_test.h"
-
-static double rel_l2(const float *a, const float *b, size_t n)
-{
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return sqrt(num / (den + 1e-300));
-}
-
-static size_t argmax(const float *l, size_t n)
-{
-    size_t b = 0;
-    for (size_t i = 1; i < n; i++)
-        if (l[i] > l[b]) b = i;
-    return b;
-}
+#include "common/engine_fixture.h"
 
 static int load_npy(const char *dir, const char *name, nf_npy *a)
 {
@@ -54,21 +35,6 @@ static int load_npy(const char *dir, const char *name, nf_npy *a)
         return 0;
     }
     return 1;
-}
-
-static int convert(const char *src, const char *recipe, const char *out)
-{
-    nf_convert_opts o = {.recipe = recipe, .threads = 2, .quiet = 1};
-    nf_plan p;
-    nf_error e;
-    if (nf_plan_build(src, &o, &p, &e)) {
-        CHECK_MSG(0, "plan %s (%s): %s", src, recipe, e.msg);
-        return 0;
-    }
-    nf_status st = nf_convert_run(&p, out, &o, NULL, &e);
-    nf_plan_free(&p);
-    CHECK_MSG(st == NF_OK, "convert %s (%s): %s", src, recipe, e.msg);
-    return st == NF_OK;
 }
 
 typedef struct refs {
@@ -99,7 +65,7 @@ static void run_model(const char *path, int reference, const refs *r, float *pre
     CHECK(nf_engine_prefill(eng, ids, P, prefill, &e) == NF_OK);
     for (size_t g = 0; g < G; g++) {
         memcpy(glogits + g * V, eng->logits, V * sizeof(float));
-        greedy[g] = (int32_t)argmax(eng->logits, V);
+        greedy[g] = (int32_t)fx_argmax(eng->logits, V);
         if (g + 1 < G) CHECK(nf_engine_decode(eng, greedy[g], &e) == NF_OK);
     }
     free(ids);
@@ -110,7 +76,7 @@ static void run_model(const char *path, int reference, const refs *r, float *pre
 static double worst_rows(const float *a, const float *b, size_t rows, size_t V)
 {
     double w = 0;
-    for (size_t t = 0; t < rows; t++) w = fmax(w, rel_l2(a + t * V, b + t * V, V));
+    for (size_t t = 0; t < rows; t++) w = fmax(w, fx_rel_l2(a + t * V, b + t * V, V));
     return w;
 }
 
@@ -131,7 +97,7 @@ static void test_model(const char *name, const char *tmp)
     int32_t *greedy = malloc(G * sizeof(int32_t)), *greedy_ref = malloc(G * sizeof(int32_t));
 
     snprintf(out, sizeof out, "%s/%s-bf16.nf", tmp, name);
-    if (convert(dir, "bf16", out)) {
+    if (fx_convert(dir, "bf16", out)) {
         run_model(out, 0, &r, pre, greedy, gl);
         double wp = worst_rows(pre, r.logits.data, P, V), wg = worst_rows(gl, r.glogits.data, G, V);
         size_t same = 0;
@@ -146,7 +112,7 @@ static void test_model(const char *name, const char *tmp)
     const char *recipes[] = {"q8q8", "q4q6"};
     for (int k = 0; k < 2; k++) {
         snprintf(out, sizeof out, "%s/%s-%s.nf", tmp, name, recipes[k]);
-        if (!convert(dir, recipes[k], out)) continue;
+        if (!fx_convert(dir, recipes[k], out)) continue;
         run_model(out, 0, &r, pre, greedy, gl);
         run_model(out, 1, &r, pre_ref, greedy_ref, gl_ref);
         double wp = worst_rows(pre, pre_ref, P, V), wg = worst_rows(gl, gl_ref, G, V);

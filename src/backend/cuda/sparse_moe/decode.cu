@@ -111,16 +111,8 @@ template <class C, int MAXT>
 cudaError_t launch_t(const DevMat &W, const float *act, const Routing &r, uint32_t T, uint32_t k, const float *ys,
                      uint16_t *out, bool pdl, cudaStream_t s)
 {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((W.rows + kRows - 1) / kRows);
-    cfg.blockDim = dim3(kRows * kThreads);
-    cfg.stream = s;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = pdl ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, down_combine_kernel<C, MAXT>, W, act, r, T, k, ys, out);
+    return launch_pdl(down_combine_kernel<C, MAXT>, dim3((W.rows + kRows - 1) / kRows), dim3(kRows * kThreads), 0, pdl, s,
+                      W, act, r, T, k, ys, out);
 }
 
 } // namespace

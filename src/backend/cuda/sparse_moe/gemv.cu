@@ -142,17 +142,8 @@ cudaError_t launch_t(bool glu, const DevMat &W, const void *in, bool in_bf16, ui
         k = in_bf16 ? pick<C, MAXT, false, true>(early) : pick<C, MAXT, false, false>(early);
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((out_rows + kWarps - 1) / kWarps, g.max_groups);
-    cfg.blockDim = dim3(kWarps * 32);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = opt.pdl ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, k, W, in, in_stride, g, out, out_stride, tchunk, opt.next);
+    return launch_pdl(k, dim3((out_rows + kWarps - 1) / kWarps, g.max_groups), dim3(kWarps * 32), smem, opt.pdl, s, W,
+                      in, in_stride, g, out, out_stride, tchunk, opt.next);
 }
 
 template <class C>

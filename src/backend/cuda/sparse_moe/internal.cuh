@@ -12,6 +12,25 @@ extern "C" {
 
 namespace nf {
 
+// k<<<grid, block, smem, s>>>(args...), with programmatic dependent launch when pdl: the kernel may
+// start while its predecessor drains, so it must call cudaGridDependencySynchronize() before it reads
+// anything the predecessor writes.
+template <class... P, class... A>
+cudaError_t launch_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t smem, bool pdl, cudaStream_t s, A &&...args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, k, static_cast<A &&>(args)...);
+}
+
 // Routing and the expert-sorted work list, all in the workspace (device memory).
 //   logits    [T][E] f32
 //   topk_id   [T][k] i32, topk_w [T][k] f32 (router weights after optional renormalisation)
