@@ -59,7 +59,6 @@ __global__ void __launch_bounds__(kNormThreads) add_rmsnorm_kernel(float *__rest
                                                                    const float *__restrict__ w, uint32_t H, float eps,
                                                                    uint16_t *__restrict__ xn)
 {
-    pdl_wait();
     __shared__ float red[32];
     float *xr = x + (size_t)blockIdx.x * H;
     const size_t base = (size_t)blockIdx.x * H;
@@ -99,7 +98,6 @@ __global__ void rope_table_kernel(const float *src, uint32_t ctx, uint32_t half,
 // i = lane, lane + 32, ..., their rotation from the table.
 __global__ void qkv_kernel(QkvArgs a, const Step *step)
 {
-    pdl_wait();
     const uint32_t t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, hd = a.hd, half = hd / 2;
     const bool is_q = h < a.heads;
     const uint32_t kvh = is_q ? 0 : h - a.heads;
@@ -139,7 +137,6 @@ __global__ void qkv_kernel(QkvArgs a, const Step *step)
 
 __global__ void swiglu_kernel(const float *g, const float *u, size_t n, uint16_t *out)
 {
-    pdl_wait();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         out[i] = f2bf(silu(g[i]) * u[i]);
 }
@@ -161,8 +158,7 @@ cudaError_t linear(const Linear &L, const DenseTables &t, const uint16_t *in, ui
         return launch_prefill_gemm(L.codec, false, L.m, in, L.m.cols, g, t.n_tiles, t.tile_group, t.tile_m0, tiles,
                                    out, out_stride, s);
     }
-    return launch_gemv_ex(L.codec, false, L.m, in, true, L.m.cols, g, out, out_stride, T,
-                          GemvLaunch{NextMat{nullptr, 0}, true, false, false}, s);
+    return launch_gemv(L.codec, false, L.m, in, true, L.m.cols, g, out, out_stride, T, s);
 }
 
 cudaError_t embed(const Linear &E, const Step *step, uint32_t T, uint32_t H, float *x, cudaStream_t s)
@@ -176,12 +172,12 @@ cudaError_t embed(const Linear &E, const Step *step, uint32_t T, uint32_t H, flo
 void add_rmsnorm(float *x, const float *delta_f32, const uint16_t *delta_bf16, const float *w, uint32_t T,
                  uint32_t H, float eps, uint16_t *xn, cudaStream_t s)
 {
-    launch_pdl(add_rmsnorm_kernel, dim3(T), dim3(kNormThreads), 0, true, s, x, delta_f32, delta_bf16, w, H, eps, xn);
+    add_rmsnorm_kernel<<<T, kNormThreads, 0, s>>>(x, delta_f32, delta_bf16, w, H, eps, xn);
 }
 
 void qkv_rope_store(const QkvArgs &a, const Step *step, uint32_t T, cudaStream_t s)
 {
-    launch_pdl(qkv_kernel, dim3(T, a.heads + a.kv_heads), dim3(32), 0, true, s, a, step);
+    qkv_kernel<<<dim3(T, a.heads + a.kv_heads), 32, 0, s>>>(a, step);
 }
 
 void rope_table(const float *src, uint32_t ctx, uint32_t half, float2 *tab, cudaStream_t s)
@@ -192,7 +188,7 @@ void rope_table(const float *src, uint32_t ctx, uint32_t half, float2 *tab, cuda
 void swiglu(const float *g, const float *u, size_t n, uint16_t *out, cudaStream_t s)
 {
     const size_t blocks = (n + 255) / 256;
-    launch_pdl(swiglu_kernel, dim3((unsigned)(blocks < 4096 ? blocks : 4096)), dim3(256), 0, true, s, g, u, n, out);
+    swiglu_kernel<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, s>>>(g, u, n, out);
 }
 
 } // namespace dec
