@@ -47,6 +47,20 @@ if [ -n "$data" ]; then # inspect on the committed reference artifact (tests/fix
     expect "inspect missing" 1 "cannot open" err -- inspect /nonexistent.nf
     rm -f /tmp/nf_cli_trunc.$$
 fi
+# the engine's device choice on a tiny synthetic model: a name it does not know, the GPU when none is
+# visible (refused with the reason), and the default (auto: the CPU here) with its speed line
+if "$bin" synth -g tiny -o /tmp/nf_cli_tiny.$$ -q 2>/dev/null; then
+    expect "run --device tpu" 1 "unknown device 'tpu'" err -- run -m /tmp/nf_cli_tiny.$$ -p hi -n 2 --device tpu
+    expect "run default device" 0 "tokens/s.*GB/s" err -- run -m /tmp/nf_cli_tiny.$$ -p hi -n 2
+    if "$bin" --version | grep -q "^gpu: none"; then
+        expect "run --device cuda without a GPU" 1 "device 'cuda': no GPU is visible" err -- \
+            run -m /tmp/nf_cli_tiny.$$ -p hi -n 2 --device cuda
+    fi
+    rm -f /tmp/nf_cli_tiny.$$
+else
+    fail=$((fail + 1))
+    echo "FAIL: synth -g tiny" >&2
+fi
 rm -f /tmp/nf_cli_err.$$
 echo "cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
