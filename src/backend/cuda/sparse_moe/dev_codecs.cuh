@@ -58,6 +58,25 @@ __device__ __forceinline__ void k4_scale_min(uint32_t w0, uint32_t w1, uint32_t 
     }
 }
 
+// q4_k and q5_k share the scale fields: block b's 12 scale bytes (as three words) and d/dmin.
+__device__ __forceinline__ void k4_load_scales(const uint8_t *sc, const uint8_t *dm, int b, uint32_t w[3], uint32_t &dmw)
+{
+    const uint32_t *p = reinterpret_cast<const uint32_t *>(sc + b * 12);
+    w[0] = p[0], w[1] = p[1], w[2] = p[2];
+    dmw = *reinterpret_cast<const uint32_t *>(dm + b * 4);
+}
+
+// The scales and mins (d * sc, dmin * m) of sub-blocks 2j and 2j + 1.
+__device__ __forceinline__ void k4_sub_scales(const uint32_t w[3], uint32_t dmw, int j, float &d1, float &mm1, float &d2,
+                                              float &mm2)
+{
+    const float d = h2f((uint16_t)dmw), dmin = h2f((uint16_t)(dmw >> 16));
+    int s1, m1, s2, m2;
+    k4_scale_min(w[0], w[1], w[2], 2 * j, s1, m1);
+    k4_scale_min(w[0], w[1], w[2], 2 * j + 1, s2, m2);
+    d1 = d * s1, mm1 = dmin * m1, d2 = d * s2, mm2 = dmin * m2;
+}
+
 struct CQ4K {
     static constexpr int BLK = 256, PIECES = 16, PE = 16, RUNS = 2, RUN = 8;
     struct Row {
@@ -79,19 +98,14 @@ struct CQ4K {
         const int b = q >> 4, p = q & 15;
         Raw w;
         w.qs = *reinterpret_cast<const uint2 *>(R.qs + b * 128 + (p >> 2) * 32 + (p & 3) * 8);
-        const uint32_t *sc = reinterpret_cast<const uint32_t *>(R.sc + b * 12);
-        w.sc[0] = sc[0], w.sc[1] = sc[1], w.sc[2] = sc[2];
-        w.dm = *reinterpret_cast<const uint32_t *>(R.dm + b * 4);
+        k4_load_scales(R.sc, R.dm, b, w.sc, w.dm);
         return w;
     }
     __device__ static void decode(const Row &, const Raw &w, int q, float *out)
     {
         const int j = (q & 15) >> 2;
-        float d = h2f((uint16_t)w.dm), dmin = h2f((uint16_t)(w.dm >> 16));
-        int s1, m1, s2, m2;
-        k4_scale_min(w.sc[0], w.sc[1], w.sc[2], 2 * j, s1, m1);
-        k4_scale_min(w.sc[0], w.sc[1], w.sc[2], 2 * j + 1, s2, m2);
-        const float d1 = d * s1, mm1 = dmin * m1, d2 = d * s2, mm2 = dmin * m2;
+        float d1, mm1, d2, mm2;
+        k4_sub_scales(w.sc, w.dm, j, d1, mm1, d2, mm2);
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             out[i] = d1 * u2f((w.qs.x >> (8 * i)) & 0xF) - mm1;
@@ -125,19 +139,14 @@ struct CQ5K {
         Raw w;
         w.qs = *reinterpret_cast<const uint2 *>(R.qs + b * 128 + (p >> 2) * 32 + l0);
         w.qh = *reinterpret_cast<const uint2 *>(R.qh + b * 32 + l0);
-        const uint32_t *sc = reinterpret_cast<const uint32_t *>(R.sc + b * 12);
-        w.sc[0] = sc[0], w.sc[1] = sc[1], w.sc[2] = sc[2];
-        w.dm = *reinterpret_cast<const uint32_t *>(R.dm + b * 4);
+        k4_load_scales(R.sc, R.dm, b, w.sc, w.dm);
         return w;
     }
     __device__ static void decode(const Row &, const Raw &w, int q, float *out)
     {
         const int j = (q & 15) >> 2;
-        float d = h2f((uint16_t)w.dm), dmin = h2f((uint16_t)(w.dm >> 16));
-        int s1, m1, s2, m2;
-        k4_scale_min(w.sc[0], w.sc[1], w.sc[2], 2 * j, s1, m1);
-        k4_scale_min(w.sc[0], w.sc[1], w.sc[2], 2 * j + 1, s2, m2);
-        const float d1 = d * s1, mm1 = dmin * m1, d2 = d * s2, mm2 = dmin * m2;
+        float d1, mm1, d2, mm2;
+        k4_sub_scales(w.sc, w.dm, j, d1, mm1, d2, mm2);
         const int b1 = 2 * j, b2 = 2 * j + 1;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
