@@ -218,17 +218,20 @@ static void layout_workspace(nf_sparse_moe *m, size_t T)
     const size_t max_tiles = (T * k + kPrefillTileM - 1) / kPrefillTileM + E;
     m->max_tiles = (uint32_t)max_tiles;
     m->o_tiles = take(&a, (2 * max_tiles + 1 + 2 * ((T + kPrefillTileM - 1) / kPrefillTileM) + 1) * 4);
-    // The W4A4 prefill keeps x and the intermediates as nvfp4 (data [rows][cols/2] then scales
-    // [rows][cols/16], a4.cuh) instead of the bf16 act planes, which only the W4A16 prefill reads.
+    m->o_y = take(&a, T * k * H * 4);
+    m->o_ys = m->has_shared ? take(&a, T * H * 4) : 0;
+    // The intermediates are private to the route a slice takes, so the routes share one region
+    // (sparse_moe.h, "Workspace"): the CUDA-core routes' fp32 planes, the W4A16 prefill's bf16
+    // planes, the W4A4 prefill's nvfp4 planes of x and of the intermediates (a4.cuh).
+    const size_t routes = nf_arena_mark(&a);
+    m->o_act = take(&a, T * k * I * 4);
+    m->o_acts = m->has_shared ? take(&a, T * S * 4) : 0;
+    nf_arena_reset(&a, routes);
     m->o_acth = m->a4 ? 0 : take(&a, T * k * I * 2);
     m->o_actsh = m->has_shared && !m->a4 ? take(&a, T * S * 2) : 0;
     m->o_xq = m->a4 ? take(&a, T * H / 2 + T * H / 16) : 0;
     m->o_aq = m->a4 ? take(&a, T * k * I / 2 + T * k * I / 16) : 0;
     m->o_saq = m->a4 && m->has_shared ? take(&a, T * S / 2 + T * S / 16) : 0;
-    m->o_act = take(&a, T * k * I * 4);
-    m->o_y = take(&a, T * k * H * 4);
-    m->o_acts = m->has_shared ? take(&a, T * S * 4) : 0;
-    m->o_ys = m->has_shared ? take(&a, T * H * 4) : 0;
     m->ws_bytes = a.peak;
 }
 
