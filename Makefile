@@ -52,4 +52,4 @@ demo: build
 	bash tools/demo.sh $(BUILD)/tools/ninfer
 
 clean:
-	rm -rf build build-asan build-fuzz gpu-bundle
+	rm -rf build build-asan build-fuzz gpu-bundle gpu-bundle.tgz

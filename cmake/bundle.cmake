@@ -22,3 +22,12 @@ foreach(t ${TESTS})
   string(APPEND body "set_tests_properties(${t} PROPERTIES LABELS cuda SKIP_RETURN_CODE 77 TIMEOUT 600)\n")
 endforeach()
 file(WRITE "${OUT}/CTestTestfile.cmake" "${body}")
+# The same folder as one gzip'd tar next to it (OUT.tgz): CUDA fatbins compress about 3.5x, which keeps
+# a bundle inside the device tool's carry limit; on the device, `tar xzf gpu-bundle.tgz` restores it.
+get_filename_component(parent "${OUT}" DIRECTORY)
+get_filename_component(name "${OUT}" NAME)
+execute_process(COMMAND ${CMAKE_COMMAND} -E tar czf "${OUT}.tgz" "${name}" WORKING_DIRECTORY "${parent}"
+                RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "bundle: could not write ${OUT}.tgz")
+endif()
