@@ -216,13 +216,10 @@ static void print_results(const char *fmt, const info *in, const result *r, size
 }
 
 /* tg against the bandwidth bound: the weight bytes a decoded token reads over the DRAM read peak
- * measured now (1 GiB streamed, median of 5), so the figure is a share of this device's ceiling. */
+ * measured now, so the figure is a share of this device's ceiling. */
 static void print_bound(const info *in, const result *tg)
 {
-    nf_gpu_bench *b = NULL;
-    nf_error err;
-    const double peak = nf_gpu_bench_create(0, &b, &err) ? -1 : nf_gpu_bench_dram_read(b, (size_t)1 << 30, 5);
-    nf_gpu_bench_destroy(b);
+    const double peak = nf_gpu_bench_read_peak();
     if (!(peak > 0)) return;
     const double bound = peak / in->gb_per_token;
     printf("%s: %.1f tokens/s x %.4f GB = %.0f GB/s = %.1f%% of the %.0f GB/s measured DRAM read peak "

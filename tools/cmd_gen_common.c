@@ -85,11 +85,7 @@ void nf_gen_print_stats(const nf_gen_stats *st, const nf_engine *e)
     const double gbs = (gbw + gbkv) * gen_tps;
     char peak[96] = "";
     if (strcmp(e->ops->name, "cuda") == 0) {
-        /* the device's read bandwidth, measured now: the figure the GB/s is a share of */
-        nf_gpu_bench *b = NULL;
-        nf_error err;
-        double p = nf_gpu_bench_create(0, &b, &err) ? -1 : nf_gpu_bench_dram_read(b, (size_t)1 << 30, 5);
-        nf_gpu_bench_destroy(b);
+        const double p = nf_gpu_bench_read_peak(); /* the figure the GB/s is a share of */
         if (p > 0) snprintf(peak, sizeof peak, " = %.1f%% of the %.0f GB/s measured DRAM read peak", 100 * gbs / p, p);
     }
     char dev[48];

@@ -122,6 +122,14 @@ extern "C" double nf_gpu_bench_dram_read(nf_gpu_bench *b, size_t bytes, int repe
     return median(gbs);
 }
 
+extern "C" double nf_gpu_bench_read_peak(void)
+{
+    nf_gpu_bench *b = nullptr;
+    const double peak = nf_gpu_bench_create(0, &b, nullptr) ? -1 : nf_gpu_bench_dram_read(b, (size_t)1 << 30, 5);
+    nf_gpu_bench_destroy(b);
+    return peak;
+}
+
 // cuBLAS is opened at run time: the ninfer binary must start where it is absent.
 struct Cublas {
     void *lib = nullptr;

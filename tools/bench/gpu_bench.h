@@ -21,6 +21,9 @@ const char *nf_gpu_bench_device_name(nf_gpu_bench *b);
 
 /* Median GB/s of a streaming read of `bytes` (>= 1 GiB recommended) over `repeat` passes. */
 double nf_gpu_bench_dram_read(nf_gpu_bench *b, size_t bytes, int repeat);
+/* The DRAM read peak measured now on a bench of its own (1 GiB streamed, median of 5): the ceiling
+ * the engine commands put their GB/s against; < 0 when no GPU answers. */
+double nf_gpu_bench_read_peak(void);
 /* Median TFLOP/s of a cuBLAS bf16 GEMM n x n x n (fp32 accumulate); < 0 with why if cuBLAS cannot
  * be loaded (it is opened at run time, so ninfer never needs it to start). */
 double nf_gpu_bench_gemm_peak(nf_gpu_bench *b, int n, int repeat, char *why, size_t why_n);

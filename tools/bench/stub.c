@@ -19,6 +19,7 @@ void nf_gpu_bench_destroy(nf_gpu_bench *b) { (void)b; }
 void *nf_gpu_bench_stream(nf_gpu_bench *b) { (void)b; return NULL; }
 const char *nf_gpu_bench_device_name(nf_gpu_bench *b) { (void)b; return ""; }
 double nf_gpu_bench_dram_read(nf_gpu_bench *b, size_t bytes, int repeat) { (void)b, (void)bytes, (void)repeat; return -1; }
+double nf_gpu_bench_read_peak(void) { return -1; }
 double nf_gpu_bench_gemm_peak(nf_gpu_bench *b, int n, int repeat, char *why, size_t why_n)
 {
     (void)b, (void)n, (void)repeat;

@@ -10,18 +10,20 @@ using namespace nf::dec;
 
 namespace {
 
-// A failed launch names the op and the layer (UINT32_MAX: none).
+// A failed step names the op and the layer (UINT32_MAX: none), and either the CUDA error or, for
+// the sparse-MoE operator, its own message (why).
 struct Fail {
     const char *op;
     uint32_t layer;
     cudaError_t e;
+    const char *why;
 };
 
 #define TRY(expr, op_, layer_)                                                                                 \
     do {                                                                                                       \
         cudaError_t e_ = (expr);                                                                               \
         if (e_ == cudaSuccess) e_ = cudaGetLastError();                                                        \
-        if (e_ != cudaSuccess) return Fail{op_, layer_, e_};                                                   \
+        if (e_ != cudaSuccess) return Fail{op_, layer_, e_, nullptr};                                          \
     } while (0)
 
 Fail attention_block(nf_cuda_decoder *dec, uint32_t l, uint32_t T)
@@ -46,7 +48,7 @@ Fail attention_block(nf_cuda_decoder *dec, uint32_t l, uint32_t T)
                 attention_splits(T, d.ctx, d.heads)};
     TRY(attention(at, dec->step, T, s), "attention", l);
     TRY(linear(L.o, dec->tab, a.att, T, a.delta, d.hidden, s), "attn_output", l);
-    return Fail{nullptr, 0, cudaSuccess};
+    return Fail{nullptr, 0, cudaSuccess, nullptr};
 }
 
 Fail mlp_block(nf_cuda_decoder *dec, uint32_t l, uint32_t T, bool *delta_bf16)
@@ -55,8 +57,8 @@ Fail mlp_block(nf_cuda_decoder *dec, uint32_t l, uint32_t T, bool *delta_bf16)
     Acts &a = dec->a;
     cudaStream_t s = dec->stream;
     if (L.moe) {
-        nf_error err;
-        if (nf_sparse_moe_forward(L.moe, a.xn, T, a.moe_out, a.moe_ws, s, &err)) return Fail{"sparse-MoE", l, cudaErrorUnknown};
+        if (nf_sparse_moe_forward(L.moe, a.xn, T, a.moe_out, a.moe_ws, s, &dec->moe_err))
+            return Fail{"sparse-MoE", l, cudaErrorUnknown, dec->moe_err.msg};
         *delta_bf16 = true;
         if (dec->trace) { // the workspace is shared by the layers: keep this layer's choice
             const int32_t *ids;
@@ -65,7 +67,7 @@ Fail mlp_block(nf_cuda_decoder *dec, uint32_t l, uint32_t T, bool *delta_bf16)
             TRY(cudaMemcpyAsync(dec->trace + (size_t)l * T * dec->top_k, ids, (size_t)T * dec->top_k * 4,
                                 cudaMemcpyDeviceToDevice, s), "routing trace", l);
         }
-        return Fail{nullptr, 0, cudaSuccess};
+        return Fail{nullptr, 0, cudaSuccess, nullptr};
     }
     if (dec->trace) TRY(cudaMemsetAsync(dec->trace + (size_t)l * T * dec->top_k, 0xff, (size_t)T * dec->top_k * 4, s), "routing trace", l);
     TRY(linear(L.gate, dec->tab, a.xn, T, a.g, dec->dense_inter, s), "ffn_gate", l);
@@ -73,7 +75,7 @@ Fail mlp_block(nf_cuda_decoder *dec, uint32_t l, uint32_t T, bool *delta_bf16)
     swiglu(a.g, a.u, (size_t)T * dec->dense_inter, a.act, s);
     TRY(linear(L.down, dec->tab, a.act, T, a.delta, dec->d.hidden, s), "ffn_down", l);
     *delta_bf16 = false;
-    return Fail{nullptr, 0, cudaSuccess};
+    return Fail{nullptr, 0, cudaSuccess, nullptr};
 }
 
 // Everything from the token ids in dec->step to the logits: T tokens, the LM head over every token
@@ -100,13 +102,12 @@ Fail run(nf_cuda_decoder *dec, uint32_t T, bool all)
                 d.rms_eps, a.xn, s);
     if (all) TRY(linear(dec->head, dec->tab, a.xn, T, a.logits, d.vocab, s), "output", UINT32_MAX);
     else TRY(linear(dec->head, dec->tab1, a.xn + (T - 1) * H, 1, a.logits, d.vocab, s), "output", UINT32_MAX);
-    return Fail{nullptr, 0, cudaSuccess};
+    return Fail{nullptr, 0, cudaSuccess, nullptr};
 }
 
 nf_status fail(nf_error *err, const Fail &f, uint32_t T)
 {
-    if (f.e == cudaErrorUnknown && f.op && strcmp(f.op, "sparse-MoE") == 0)
-        return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: layer %u sparse-MoE forward failed (T = %u)", f.layer, T);
+    if (f.why) return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: layer %u (T = %u): %s", f.layer, T, f.why);
     if (f.layer == UINT32_MAX)
         return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: %s (T = %u): %s", f.op, T, cudaGetErrorString(f.e));
     return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: layer %u %s (T = %u): %s", f.layer, f.op, T,

@@ -52,6 +52,7 @@ struct nf_cuda_decoder {
     const float *last_logits;       // device row of the last forward's last token
     int32_t *trace;                 // device [layers][T][top_k] with trace_routing, else NULL
     uint32_t top_k, last_T;
+    nf_error moe_err;               // the sparse-MoE operator's message when its forward fails
     uint8_t *weights, *buffers, *kv; // the three device allocations
     size_t weight_bytes, moe_bytes, buffer_bytes, kv_bytes;
 };
