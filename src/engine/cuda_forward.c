@@ -20,7 +20,7 @@ typedef struct cuda_state {
 
 static const float *f32_of(const nf_tensor *t) { return t ? (const float *)(const void *)t->data : NULL; }
 
-static nf_status describe_layer(const nf_model *m, uint32_t l, nf_cuda_layer_desc *d, nf_moe_bank *bank,
+static nf_status describe_layer(const nf_model *m, uint32_t l, int allow_a8, nf_cuda_layer_desc *d, nf_moe_bank *bank,
                                 nf_error *err)
 {
     const nf_model_layer *ly = &m->layers[l];
@@ -33,7 +33,9 @@ static nf_status describe_layer(const nf_model *m, uint32_t l, nf_cuda_layer_des
         .down = nf_moe_matrix_of(ly->ffn_down)};
     if (!ly->is_moe) return NF_OK;
     d->moe = bank;
-    return nf_moe_bank_of_layer(m, l, bank, err);
+    nf_status st = nf_moe_bank_of_layer(m, l, bank, err);
+    bank->gate_up.allow_a8 = allow_a8;
+    return st;
 }
 
 static nf_status set_rope(cuda_state *s, uint32_t seq, nf_error *err)
@@ -66,14 +68,14 @@ static nf_status cuda_create(const nf_model *m, const nf_engine_opts *o, void **
     if (s) s->inv_freq = malloc(c->head_dim / 2 * sizeof(float));
     nf_status st = NF_OK;
     if (!s || !ld || !banks || !s->inv_freq) st = nf_error_set(err, NF_ERR_NOMEM, "cuda backend: out of memory");
-    for (uint32_t l = 0; !st && l < c->layers; l++) st = describe_layer(m, l, &ld[l], &banks[l], err);
+    for (uint32_t l = 0; !st && l < c->layers; l++) st = describe_layer(m, l, !o->no_a8, &ld[l], &banks[l], err);
     if (!st) {
         nf_cuda_decoder_desc d = {.hidden = c->hidden, .layers = c->layers, .heads = c->heads,
                                   .kv_heads = c->kv_heads, .head_dim = c->head_dim, .vocab = c->vocab,
                                   .rms_eps = c->rms_eps, .embd = nf_moe_matrix_of(m->token_embd),
                                   .head = nf_moe_matrix_of(m->output), .out_norm = f32_of(m->output_norm),
                                   .layer = ld, .ctx = o->ctx, .chunk = o->chunk, .no_graphs = o->no_graphs,
-                                  .trace_routing = o->trace_routing};
+                                  .trace_routing = o->trace_routing, .allow_a8 = !o->no_a8};
         s->m = m;
         st = nf_cuda_decoder_create(&d, &s->dec, err);
     }

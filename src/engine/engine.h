@@ -27,6 +27,8 @@ typedef struct nf_engine_opts {
     int kv_bf16;        /* KV cache elements in bf16 (else f32) */
     int reference;      /* CPU: dequantize + double dot for every product (tests) */
     int no_graphs;      /* CUDA: run decode steps as plain launches, not a replayed graph (tests) */
+    int no_a8;          /* CUDA: keep bf16 activations into k-quant / q8_0 products at small T (no int8
+                         * quantization; slower decode, closer to the CPU reference) */
     int trace_routing;  /* keep each MoE layer's expert choices of the last forward (nf_engine_routing) */
 } nf_engine_opts;
 

@@ -25,7 +25,7 @@
 //        |gpu - ref| <= A_h + 2^-8 |ref| + 1e-5 max|ref|,  rel-L2 <= (||A|| + 2^-8 ||ref||) / ||ref||
 //    with 2^-8 the output's bf16 rounding and 1e-5 max|ref| the fp32 router weights (as above).
 //    No bf16 rounding of anything else enters: the intermediate is never held in bf16.
-//  decode / small-token with q4_k or q8_0 gate/up (W4A8/W8A8, gemv_a8.cu): the routed gate/up quantises x to
+//  decode / small-token with k-quant or q8_0 gate/up (W4A8..W8A8, gemv_a8.cu): the routed gate/up quantises x to
 //    int8 per 32-element block (d = max|x| / 127 in f32, q = rint(x / d) with an IEEE division,
 //    ties to even), which the reference repeats bit for bit (quantize_a8): its routed experts take
 //    x~ = d q (rounded once to f32, 2^-24 relative, inside the fp32 slack) and its router and shared
@@ -159,6 +159,7 @@ struct Bank {
         b.norm_topk = p.norm;
         b.router = router.desc();
         b.gate_up = gu.desc();
+        b.gate_up.allow_a8 = 1; // as the engine binds it (the reference repeats the quantisation)
         b.down = dn.desc();
         b.shared_gate_up = sgu.desc();
         b.shared_down = sdn.desc();
@@ -294,7 +295,7 @@ Ref reference(const Bank &b, const Profile &p, const std::vector<float> &xf)
     r.gap.resize(TMAX);
     if (p.a4) r.aout.resize((size_t)TMAX * H), r.abound.resize((size_t)TMAX * H);
     // the decode/small routes quantise the routed gate/up input (gemv_a8_supported)
-    const bool a8 = p.gu == NF_CODEC_Q4_K || p.gu == NF_CODEC_Q8_0;
+    const bool a8 = p.gu == NF_CODEC_Q4_K || p.gu == NF_CODEC_Q5_K || p.gu == NF_CODEC_Q6_K || p.gu == NF_CODEC_Q8_0;
     if (a8) r.qout.assign((size_t)TMAX * H, 0.0);
     nf_moe_ref routed = m, shared = m; // routed experts alone (S = 0); the shared expert alone (k = 0)
     routed.S = 0;

@@ -30,6 +30,7 @@ struct Uploader {
     uint8_t *base;
     size_t off;
     nf_error *err;
+    bool a8; // the desc's allow_a8
 
     nf_status matrix(const nf_moe_matrix *mm, const char *what, uint32_t layer, Linear *L)
     {
@@ -50,6 +51,7 @@ struct Uploader {
         if (base && (st = devmat_upload(mm, base + off, &L->m, name, err))) return st;
         L->codec = mm->codec;
         L->gemm = prefill_supported(L->m, L->m);
+        L->a8 = a8;
         off += up256(bytes);
         return NF_OK;
     }
@@ -82,6 +84,7 @@ struct Uploader {
         L->m.rows = rows;
         L->codec = m[0]->codec;
         L->gemm = prefill_supported(L->m, L->m);
+        L->a8 = a8;
         off = (at + 255) & ~(size_t)255;
         return NF_OK;
     }
@@ -242,12 +245,12 @@ nf_status cuda_fail(nf_error *err, const char *what, size_t bytes)
 
 nf_status create_memory(nf_cuda_decoder *dec, const nf_cuda_decoder_desc *d, nf_error *err)
 {
-    Uploader u{nullptr, 0, err};
+    Uploader u{nullptr, 0, err, d->allow_a8 != 0};
     nf_status st = walk(u, d, dec);
     if (st) return st;
     dec->weight_bytes = u.off + up256((d->head_dim / 2 + 1) * sizeof(float));
     if (cudaMalloc(&dec->weights, dec->weight_bytes) != cudaSuccess) return cuda_fail(err, "the dense weights", dec->weight_bytes);
-    u = Uploader{dec->weights, 0, err};
+    u = Uploader{dec->weights, 0, err, d->allow_a8 != 0};
     if ((st = walk(u, d, dec))) return st;
     dec->rope = (float *)(dec->weights + u.off);
     size_t ws = 0;

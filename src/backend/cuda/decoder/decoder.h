@@ -48,6 +48,8 @@ typedef struct nf_cuda_decoder_desc {
     uint32_t ctx;                    /* KV cache length in tokens */
     uint32_t chunk;                  /* the most tokens one forward takes */
     int no_graphs;                   /* tests: run decode steps as plain stream launches */
+    int allow_a8;                    /* dense layers at T <= 16 may quantize their bf16 input to int8
+                                      * per 32 elements (k-quant and q8_0 weights; gemv_a8.cu) */
     int trace_routing;               /* keep each MoE layer's expert ids of the last forward */
 } nf_cuda_decoder_desc;
 

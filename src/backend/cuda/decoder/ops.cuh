@@ -31,6 +31,7 @@ struct Linear {
     DevMat m;
     int codec;         // nf_codec_id; -1 absent
     bool gemm;         // the tensor-core path takes its shape
+    bool a8;           // small T may quantise the input to int8 (k-quant / q8_0 weights)
 };
 
 void prep_tables(const DenseTables &t, uint32_t T, cudaStream_t s);

@@ -163,8 +163,8 @@ cudaError_t launch_gemv_ex(int codec, bool glu, const DevMat &W, const void *in,
                            const Groups &g, float *out, uint32_t out_stride, uint32_t max_tokens,
                            const GemvLaunch &opt, cudaStream_t s)
 {
-    if (opt.a8 && glu && in_bf16 && gemv_a8_supported(codec, W))
-        return launch_gemv_a8(codec, W, (const uint16_t *)in, in_stride, g, out, out_stride, max_tokens, opt, s);
+    if (opt.a8 && in_bf16 && gemv_a8_supported(codec, W))
+        return launch_gemv_a8(codec, glu, W, (const uint16_t *)in, in_stride, g, out, out_stride, max_tokens, opt, s);
     return dispatch_codec(codec, [&](auto c) {
         return launch_c<decltype(c)>(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, opt, s);
     });

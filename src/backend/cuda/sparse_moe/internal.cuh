@@ -112,7 +112,7 @@ cudaError_t launch_gemv(int codec, bool glu, const DevMat &W, const void *in, bo
 // [data + e * expert_bytes, + expert_bytes). pdl: programmatic dependent launch (the kernel waits
 // for its predecessor on the device). rows_are_x0: every position's input row is row 0 (one token),
 // so a T = 1 launch may stage it before that wait. a8: the caller accepts int8-quantised
-// activations (gemv_a8.cu: q4_k and q8_0 gate/up, 32-element blocks, W4A8 / W8A8).
+// activations (gemv_a8.cu: bf16 inputs, k-quant or q8_0 weights, 32-element blocks).
 struct NextMat {
     const uint8_t *data;
     uint64_t expert_bytes;
@@ -125,11 +125,12 @@ cudaError_t launch_gemv_ex(int codec, bool glu, const DevMat &W, const void *in,
                            const Groups &g, float *out, uint32_t out_stride, uint32_t max_tokens,
                            const GemvLaunch &opt, cudaStream_t s);
 
-// gemv_a8.cu: the GLU gate/up GEMV for q4_k or q8_0 weights and bf16 inputs with the activations
-// quantised to int8 per 32 elements (W4A8 / W8A8, dp4a); same arguments as launch_gemv_ex.
+// gemv_a8.cu: the GEMV (GLU or plain) for q4_k, q5_k, q6_k or q8_0 weights and bf16 inputs with the
+// activations quantised to int8 per 32 elements (dp4a); same arguments as launch_gemv_ex.
 bool gemv_a8_supported(int codec, const DevMat &W);
-cudaError_t launch_gemv_a8(int codec, const DevMat &W, const uint16_t *in, uint32_t in_stride, const Groups &g,
-                           float *out, uint32_t out_stride, uint32_t max_tokens, const GemvLaunch &opt, cudaStream_t s);
+cudaError_t launch_gemv_a8(int codec, bool glu, const DevMat &W, const uint16_t *in, uint32_t in_stride,
+                           const Groups &g, float *out, uint32_t out_stride, uint32_t max_tokens,
+                           const GemvLaunch &opt, cudaStream_t s);
 
 // prefill.cu: the tensor-core grouped GEMM. glu: in = x rows through pos_entry, out = act (bf16,
 // [pos][W.rows / 2]); else in = act (bf16), out = y (f32, [pos][W.rows]).

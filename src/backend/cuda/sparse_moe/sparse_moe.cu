@@ -494,10 +494,10 @@ static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint
         return prefill_slice(m, x, T, out, ws, r, g, s);
     // decode/small-token: gate/up waits for the router on the device (programmatic dependent
     // launch), prefetches the routed experts' down bytes into L2 for the fused down kernel and
-    // may quantise the activations to int8 (q4_k / q8_0 gate/up: gemv_a8.cu)
+    // may quantise the activations to int8 (k-quant / q8_0 gate/up: gemv_a8.cu)
     const DevMat &dn = m->m[M_DOWN];
     const GemvLaunch gl{small ? NextMat{dn.data, (uint64_t)dn.rows * dn.row_stride} : NextMat{nullptr, 0}, small,
-                        T == 1, small};
+                        T == 1, small && b.gate_up.allow_a8};
     cudaError_t e = launch_gemv_ex(m->codec[M_GATE_UP], true, m->m[M_GATE_UP], x, true, H, g, act, I, T, gl, s);
     float *ys = nullptr;
     if (e == cudaSuccess && m->has_shared) {

@@ -1,0 +1,209 @@
+// The int8-activation GEMV (gemv_a8.cu) for every codec it takes (q4_k, q5_k, q6_k, q8_0), plain
+// (the decoder's dense layers and LM head) and GLU (the sparse-MoE gate/up), against a double
+// reference over the dequantized weights and the activations quantised as the kernel does.
+//
+// Reference: x~ = d q per 32-element block, d = max|x| / 127 in f32, q = rint(x / d) (the kernel's
+// stage_q8, bit for bit; test_sparse_moe.cu's quantize_a8). The kernel's integer sums are exact, so
+// it differs from sum_i w_i x~_i only by fp32 rounding: a few roundings per span product (scale
+// products, the fma), a per-lane chain of at most cols / 64 spans, a 5-level warp sum. With
+// u = 2^-24 that is below 32 u sum_i |w_i x~_i| at these shapes; the test allows
+//     |gpu - ref| <= 2^-16 sum_i |w_i x~_i|        (plain; 8x that estimate)
+// and for GLU out = silu(g) u the first-order propagation of the same allowance on g and u plus the
+// product's rounding. A wrong scale, sub-block, bit plane or row is off by a sizeable fraction of
+// sum |w x~|, thousands of times the allowance.
+//
+// Shapes: an odd row count (the plain kernel's last warp has one row), a second expert selected (row
+// addressing), T in {1, 3, 8, 13} (one pass of MAXT tokens, several), and a matrix with more row blocks
+// than one wave of CTAs (the plain kernel's grid-stride loop). Guard columns past the rows must stay
+// untouched.
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <vector>
+
+#include "backend/cuda/sparse_moe/internal.cuh"
+
+extern "C" {
+#include "codec/codec.h"
+}
+#include "nf_test.h"
+
+namespace {
+
+uint64_t rng = 0x2545F4914F6CDD1Dull;
+double urand()
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (double)(rng >> 11) / 9007199254740992.0;
+}
+float nrand()
+{
+    const double u1 = urand(), u2 = urand();
+    return (float)(sqrt(-2.0 * log(u1 + 1e-300)) * cos(6.283185307179586 * u2));
+}
+uint16_t f2bf(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7FFF + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+float bf2f(uint16_t h)
+{
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+void quantize_a8(const float *x, uint32_t cols, float *xq)
+{
+    for (uint32_t b0 = 0; b0 < cols; b0 += 32) {
+        float am = 0.f;
+        for (uint32_t i = b0; i < b0 + 32; i++) am = fmaxf(am, fabsf(x[i]));
+        const float d = am / 127.0f;
+        for (uint32_t i = b0; i < b0 + 32; i++) xq[i] = am > 0.f ? d * rintf(x[i] / d) : 0.f;
+    }
+}
+
+struct Case {
+    int codec;
+    bool glu;
+    uint32_t rows, cols; // rows per expert (GLU: gate rows then up rows)
+    uint32_t T;
+};
+
+double silu(double g) { return g / (1.0 + exp(-g)); }
+
+void run_case(const Case &c)
+{
+    const uint32_t E = 2, R = E * c.rows, pick = 1; // expert 1 is the one multiplied
+    const nf_codec *cod = nf_codec_get((nf_codec_id)c.codec);
+    const size_t rb = nf_codec_row_bytes(cod, c.cols);
+    std::vector<uint8_t> payload(R * rb);
+    std::vector<float> w(c.cols), deq((size_t)c.rows * c.cols);
+    for (uint32_t r = 0; r < R; r++) {
+        const float amp = 0.02f * (1.0f + (float)(r % 5)); // rows of different scales
+        for (uint32_t i = 0; i < c.cols; i++) w[i] = nrand() * amp;
+        cod->quantize_row(w.data(), &payload[r * rb], c.cols);
+        if (r / c.rows == pick) cod->dequantize_row(&payload[r * rb], &deq[(size_t)(r % c.rows) * c.cols], c.cols);
+    }
+    // activations: blocks of different amplitudes, one all-zero block per token
+    std::vector<uint16_t> xb((size_t)c.T * c.cols);
+    std::vector<float> xf(xb.size()), xq(xb.size());
+    for (uint32_t t = 0; t < c.T; t++)
+        for (uint32_t i = 0; i < c.cols; i++) {
+            const uint32_t blk = i / 32;
+            const float amp = blk == (t * 7 + 3) % (c.cols / 32) ? 0.0f : ldexpf(1.0f, (int)(blk % 9) - 4);
+            xb[(size_t)t * c.cols + i] = f2bf(nrand() * amp);
+            xf[(size_t)t * c.cols + i] = bf2f(xb[(size_t)t * c.cols + i]);
+        }
+    for (uint32_t t = 0; t < c.T; t++) quantize_a8(&xf[(size_t)t * c.cols], c.cols, &xq[(size_t)t * c.cols]);
+
+    nf_moe_matrix mm;
+    memset(&mm, 0, sizeof mm);
+    mm.codec = c.codec;
+    mm.data = payload.data();
+    mm.experts = E;
+    mm.rows = c.rows;
+    mm.cols = c.cols;
+    mm.divisors = 1;
+    nf_error err;
+    size_t bytes = 0;
+    CHECK(nf::devmat_bytes(&mm, "w", &bytes, &err) == NF_OK);
+    uint8_t *dw;
+    CHECK(cudaMalloc(&dw, bytes) == cudaSuccess);
+    nf::DevMat W;
+    CHECK_MSG(nf::devmat_upload(&mm, dw, &W, "w", &err) == NF_OK, "%s", err.msg);
+
+    const uint32_t out_rows = c.glu ? c.rows / 2 : c.rows, guard = 8, stride = out_rows + guard;
+    uint16_t *dx;
+    float *dout;
+    int32_t *dg; // n, expert, start, count
+    const int32_t gh[4] = {1, (int32_t)pick, 0, (int32_t)c.T};
+    CHECK(cudaMalloc(&dx, xb.size() * 2) == cudaSuccess);
+    CHECK(cudaMalloc(&dout, (size_t)c.T * stride * 4) == cudaSuccess);
+    CHECK(cudaMalloc(&dg, sizeof gh) == cudaSuccess);
+    cudaMemcpy(dx, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(dg, gh, sizeof gh, cudaMemcpyHostToDevice);
+    cudaMemset(dout, 0xFF, (size_t)c.T * stride * 4); // NaN everywhere: unwritten outputs show
+    const nf::Groups g{dg, dg + 1, dg + 2, dg + 3, nullptr, 1, 1};
+    const nf::GemvLaunch opt{nf::NextMat{nullptr, 0}, false, false, true};
+    CHECK(nf::gemv_a8_supported(c.codec, W));
+    cudaError_t e = nf::launch_gemv_a8(c.codec, c.glu, W, dx, c.cols, g, dout, stride, c.T, opt, 0);
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    CHECK_MSG(e == cudaSuccess, "launch: %s", cudaGetErrorString(e));
+    std::vector<float> got((size_t)c.T * stride);
+    cudaMemcpy(got.data(), dout, got.size() * 4, cudaMemcpyDeviceToHost);
+
+    size_t bad = 0, guard_bad = 0;
+    double worst = 0;
+    for (uint32_t t = 0; t < c.T; t++) {
+        const float *x = &xq[(size_t)t * c.cols];
+        auto dot = [&](uint32_t r, double &abs) {
+            double s = 0;
+            abs = 0;
+            for (uint32_t i = 0; i < c.cols; i++) {
+                const double p = (double)deq[(size_t)r * c.cols + i] * x[i];
+                s += p;
+                abs += fabs(p);
+            }
+            return s;
+        };
+        for (uint32_t r = 0; r < out_rows; r++) {
+            double ref, lim, a1, a2;
+            if (c.glu) {
+                const double gv = dot(r, a1), uv = dot(r + out_rows, a2);
+                const double eg = ldexp(a1, -16), eu = ldexp(a2, -16), sig = 1.0 / (1.0 + exp(-gv));
+                const double dsilu = sig * (1.0 + gv * (1.0 - sig)); // |silu'| <= 1.1
+                ref = silu(gv) * uv;
+                lim = 1.1 * fabs(dsilu) * fabs(uv) * eg + 1.1 * (fabs(silu(gv)) + eg) * eu + ldexp(fabs(ref), -22) +
+                      1e-30;
+            } else {
+                ref = dot(r, a1);
+                lim = ldexp(a1, -16) + 1e-30;
+            }
+            const double d = fabs((double)got[(size_t)t * stride + r] - ref);
+            if (!(d <= lim)) bad++;
+            if (d / lim > worst || !(d == d)) worst = d == d ? d / lim : INFINITY;
+        }
+        for (uint32_t r = out_rows; r < stride; r++) {
+            uint32_t bits;
+            memcpy(&bits, &got[(size_t)t * stride + r], 4);
+            if (bits != 0xFFFFFFFFu) guard_bad++;
+        }
+    }
+    printf("  %-5s %-5s rows %5u cols %4u T %2u: worst %.3f of the allowance, %zu outside\n", cod->name,
+           c.glu ? "glu" : "plain", c.rows, c.cols, c.T, worst, bad);
+    CHECK_MSG(bad == 0, "%s %s rows %u cols %u T %u: %zu outputs outside the allowance (worst %.2f x)", cod->name,
+              c.glu ? "glu" : "plain", c.rows, c.cols, c.T, bad, worst);
+    CHECK_MSG(guard_bad == 0, "%s: %zu guard columns written", cod->name, guard_bad);
+    cudaFree(dw);
+    cudaFree(dx);
+    cudaFree(dout);
+    cudaFree(dg);
+}
+
+} // namespace
+
+int main(void)
+{
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("test_gemv_a8: no GPU visible: skipped\n");
+        return NF_TEST_SKIP;
+    }
+    const int codecs[] = {NF_CODEC_Q4_K, NF_CODEC_Q5_K, NF_CODEC_Q6_K, NF_CODEC_Q8_0};
+    for (int codec : codecs) {
+        for (uint32_t T : {1u, 3u, 8u, 13u}) {
+            run_case({codec, false, 1001, 512, T});
+            run_case({codec, true, 2 * 300, 512, T});
+        }
+        run_case({codec, false, 37, 4096, 1});   // long rows: several spans per lane
+        run_case({codec, false, 40001, 256, 1}); // more row blocks than a wave: the grid-stride loop
+    }
+    return nf_test_report();
+}
