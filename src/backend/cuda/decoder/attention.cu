@@ -78,6 +78,7 @@ __device__ __forceinline__ uint16_t f2bf(float f) { return __bfloat16_as_ushort(
 template <int NP>
 __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a, const Step *step)
 {
+    pdl_wait();
     __shared__ float qs[kMaxHd];
     __shared__ float wm[kWarps], wl[kWarps], wacc[kWarps][kMaxHd];
     const uint32_t t = blockIdx.x, h = blockIdx.y, split = blockIdx.z, hd = a.hd;
@@ -123,6 +124,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a, const Ste
 // One CTA per (token, head): out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
 __global__ void merge_kernel(AttnArgs a)
 {
+    pdl_wait();
     const uint32_t t = blockIdx.x, h = blockIdx.y, hd = a.hd;
     const float *pp = a.part + ((size_t)t * a.heads + h) * a.splits * (hd + 2);
     float M = -INFINITY;
@@ -156,6 +158,7 @@ size_t prefill_smem(uint32_t hd) { return (size_t)kTileQ * hd * 4 + 2 * (size_t)
 template <int NP>
 __global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(AttnArgs a, const Step *step, uint32_t T)
 {
+    pdl_wait();
     extern __shared__ float smem[];
     const uint32_t hd = a.hd, ks = hd + 8, t0 = blockIdx.x * kTileQ, h = blockIdx.y;
     const uint32_t kvh = h / (a.heads / a.kv_heads), kvd = a.kv_heads * hd;
@@ -259,8 +262,8 @@ cudaError_t launch_prefill(const AttnArgs &a, const Step *step, uint32_t T, cuda
     const size_t smem = prefill_smem(a.hd);
     cudaError_t e = cudaFuncSetAttribute(attn_prefill_kernel<NP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
-    attn_prefill_kernel<NP><<<dim3((T + kTileQ - 1) / kTileQ, a.heads), kWarps * 32, smem, s>>>(a, step, T);
-    return cudaGetLastError();
+    return launch_pdl(attn_prefill_kernel<NP>, dim3((T + kTileQ - 1) / kTileQ, a.heads), dim3(kWarps * 32), smem, true,
+                      s, a, step, T);
 }
 
 } // namespace
@@ -286,15 +289,10 @@ cudaError_t attention(const AttnArgs &a, const Step *step, uint32_t T, cudaStrea
         default: return launch_prefill<4>(a, step, T, s);
         }
     }
-    const dim3 grid(T, a.heads, a.splits);
-    switch (np) {
-    case 1: attn_kernel<1><<<grid, kWarps * 32, 0, s>>>(a, step); break;
-    case 2: attn_kernel<2><<<grid, kWarps * 32, 0, s>>>(a, step); break;
-    case 3: attn_kernel<3><<<grid, kWarps * 32, 0, s>>>(a, step); break;
-    default: attn_kernel<4><<<grid, kWarps * 32, 0, s>>>(a, step); break;
-    }
-    if (a.splits > 1) merge_kernel<<<dim3(T, a.heads), 128, 0, s>>>(a);
-    return cudaGetLastError();
+    void (*const k[4])(AttnArgs, const Step *) = {attn_kernel<1>, attn_kernel<2>, attn_kernel<3>, attn_kernel<4>};
+    cudaError_t e = launch_pdl(k[np - 1], dim3(T, a.heads, a.splits), dim3(kWarps * 32), 0, true, s, a, step);
+    if (e == cudaSuccess && a.splits > 1) e = launch_pdl(merge_kernel, dim3(T, a.heads), dim3(128), 0, true, s, a);
+    return e;
 }
 
 } // namespace dec

@@ -59,6 +59,7 @@ __global__ void __launch_bounds__(kNormThreads) add_rmsnorm_kernel(float *__rest
                                                                    const float *__restrict__ w, uint32_t H, float eps,
                                                                    uint16_t *__restrict__ xn)
 {
+    pdl_wait();
     __shared__ float red[32];
     float *xr = x + (size_t)blockIdx.x * H;
     const size_t base = (size_t)blockIdx.x * H;
@@ -98,6 +99,7 @@ __global__ void rope_table_kernel(const float *src, uint32_t ctx, uint32_t half,
 // i = lane, lane + 32, ..., their rotation from the table.
 __global__ void qkv_kernel(QkvArgs a, const Step *step)
 {
+    pdl_wait();
     const uint32_t t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, hd = a.hd, half = hd / 2;
     const bool is_q = h < a.heads;
     const uint32_t kvh = is_q ? 0 : h - a.heads;
@@ -137,6 +139,7 @@ __global__ void qkv_kernel(QkvArgs a, const Step *step)
 
 __global__ void swiglu_kernel(const float *g, const float *u, size_t n, uint16_t *out)
 {
+    pdl_wait();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         out[i] = f2bf(silu(g[i]) * u[i]);
 }
@@ -159,8 +162,9 @@ cudaError_t linear(const Linear &L, const DenseTables &t, const uint16_t *in, ui
                                    out, out_stride, s);
     }
     // k-quant and q8_0 weights take int8 activations (gemv_a8.cu): the f32 GEMV spends ~6
-    // instructions a weight and reads these shapes at ~12 % of the DRAM rate
-    const GemvLaunch opt{NextMat{nullptr, 0}, false, false, L.a8};
+    // instructions a weight and reads these shapes at ~12 % of the DRAM rate. Programmatic dependent
+    // launch: the weights' first rows are fetched while the predecessor (the norm) still runs.
+    const GemvLaunch opt{NextMat{nullptr, 0}, true, false, L.a8, true};
     return launch_gemv_ex(L.codec, false, L.m, in, true, L.m.cols, g, out, out_stride, T, opt, s);
 }
 
@@ -175,12 +179,12 @@ cudaError_t embed(const Linear &E, const Step *step, uint32_t T, uint32_t H, flo
 void add_rmsnorm(float *x, const float *delta_f32, const uint16_t *delta_bf16, const float *w, uint32_t T,
                  uint32_t H, float eps, uint16_t *xn, cudaStream_t s)
 {
-    add_rmsnorm_kernel<<<T, kNormThreads, 0, s>>>(x, delta_f32, delta_bf16, w, H, eps, xn);
+    launch_pdl(add_rmsnorm_kernel, dim3(T), dim3(kNormThreads), 0, true, s, x, delta_f32, delta_bf16, w, H, eps, xn);
 }
 
 void qkv_rope_store(const QkvArgs &a, const Step *step, uint32_t T, cudaStream_t s)
 {
-    qkv_kernel<<<dim3(T, a.heads + a.kv_heads), 32, 0, s>>>(a, step);
+    launch_pdl(qkv_kernel, dim3(T, a.heads + a.kv_heads), dim3(32), 0, true, s, a, step);
 }
 
 void rope_table(const float *src, uint32_t ctx, uint32_t half, float2 *tab, cudaStream_t s)
@@ -191,7 +195,7 @@ void rope_table(const float *src, uint32_t ctx, uint32_t half, float2 *tab, cuda
 void swiglu(const float *g, const float *u, size_t n, uint16_t *out, cudaStream_t s)
 {
     const size_t blocks = (n + 255) / 256;
-    swiglu_kernel<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, s>>>(g, u, n, out);
+    launch_pdl(swiglu_kernel, dim3((unsigned)(blocks < 4096 ? blocks : 4096)), dim3(256), 0, true, s, g, u, n, out);
 }
 
 } // namespace dec

@@ -11,6 +11,15 @@
 namespace nf {
 namespace dec {
 
+// The decoder's kernels are launched with programmatic dependent launch (launch_pdl): each starts
+// by waiting for its predecessor's results, then lets its successor's launch begin, so the gaps
+// between the many small kernels of a decode step overlap with work.
+__device__ __forceinline__ void pdl_wait()
+{
+    cudaGridDependencySynchronize();
+    cudaTriggerProgrammaticLaunchCompletion();
+}
+
 // What a forward reads from device memory: written by the host (an async copy) before the launch.
 struct Step {
     int32_t pos0;       // position of the chunk's first token

@@ -275,7 +275,7 @@ struct SpanQ8 {
 template <class SP, int MAXT, bool GLU, bool EARLY>
 __global__ void __launch_bounds__(kWarps * 32, 2) gemv_a8_kernel(DevMat W, const uint16_t *in, uint32_t in_stride,
                                                                     Groups g, float *out, uint32_t out_stride,
-                                                                    int tchunk, NextMat nx)
+                                                                    int tchunk, NextMat nx, bool ready)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     const uint32_t cols = W.cols;
@@ -285,11 +285,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gemv_a8_kernel(DevMat W, const
         const Groups g0{nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1};
         stage_q8(in, in_stride, g0, 0, 1, cols, xq, xd);
     }
-    cudaGridDependencySynchronize();
-    cudaTriggerProgrammaticLaunchCompletion();
     const int gi = blockIdx.y;
-    if (gi >= *g.n) return;
-    const int expert = g.expert[gi], start = g.start[gi], count = g.count[gi];
     const uint32_t out_rows = GLU ? W.rows / 2 : W.rows;
     const uint32_t pairs = GLU ? out_rows : (out_rows + 1) / 2, blocks = (pairs + kWarps - 1) / kWarps;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -300,7 +296,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gemv_a8_kernel(DevMat W, const
         rb = GLU ? p + out_rows : has_b ? ra + 1 : ra;
         return p < pairs;
     };
-    auto prefetch = [&](uint32_t blk, bool l1) { // the warp's two rows of block blk, 128 bytes a lane
+    auto prefetch = [&](int expert, uint32_t blk, bool l1) { // the warp's two rows of block blk, 128 bytes a lane
         uint32_t ra, rb;
         bool hb;
         if (blk >= blocks || !rows_of(blk, ra, rb, hb)) return;
@@ -315,7 +311,14 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gemv_a8_kernel(DevMat W, const
             }
         }
     };
-    prefetch(blockIdx.x, true); // the first rows travel to L1 while the activations are quantised
+    // The first rows travel to L1 while the activations are quantised, or, when the group tables
+    // are ready, while the predecessor still runs.
+    if (ready && gi < *g.n) prefetch(g.expert[gi], blockIdx.x, true);
+    cudaGridDependencySynchronize();
+    cudaTriggerProgrammaticLaunchCompletion();
+    if (gi >= *g.n) return;
+    const int expert = g.expert[gi], start = g.start[gi], count = g.count[gi];
+    if (!ready) prefetch(expert, blockIdx.x, true);
     prefetch_expert(nx, (uint32_t)expert);
     const int spans = SP::spans(W);
 
@@ -330,7 +333,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gemv_a8_kernel(DevMat W, const
             uint32_t ra, rb;
             bool has_b;
             if (!rows_of(blk, ra, rb, has_b)) break;
-            prefetch(blk + gridDim.x, false);
+            prefetch(expert, blk + gridDim.x, false);
             for (int t0 = 0; t0 < nt; t0 += MAXT) {
                 const int n = min(MAXT, nt - t0);
                 float a[MAXT] = {}, b[MAXT] = {};
@@ -378,7 +381,7 @@ cudaError_t launch_t(const DevMat &W, const uint16_t *in, uint32_t in_stride, co
     if (tchunk > (int)max_tokens) tchunk = (int)max_tokens;
     const size_t smem = (size_t)tchunk * per_token;
     const bool early = opt.rows_are_x0 && max_tokens == 1;
-    void (*k)(DevMat, const uint16_t *, uint32_t, Groups, float *, uint32_t, int, NextMat) =
+    void (*k)(DevMat, const uint16_t *, uint32_t, Groups, float *, uint32_t, int, NextMat, bool) =
         early ? gemv_a8_kernel<SP, MAXT, GLU, true> : gemv_a8_kernel<SP, MAXT, GLU, false>;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     // plain (the dense layers, one group): at most one wave of CTAs, each walking several row blocks
@@ -392,7 +395,7 @@ cudaError_t launch_t(const DevMat &W, const uint16_t *in, uint32_t in_stride, co
     const uint32_t wave = (uint32_t)(sms * (per_sm > 0 ? per_sm : 1));
     const uint32_t grid = GLU || blocks < wave ? blocks : wave;
     return launch_pdl(k, dim3(grid, g.max_groups), dim3(kWarps * 32), smem, opt.pdl, s, W, in, in_stride, g, out,
-                      out_stride, tchunk, opt.next);
+                      out_stride, tchunk, opt.next, opt.groups_ready);
 }
 
 template <class SP, bool GLU>

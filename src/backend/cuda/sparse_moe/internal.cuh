@@ -113,6 +113,8 @@ cudaError_t launch_gemv(int codec, bool glu, const DevMat &W, const void *in, bo
 // for its predecessor on the device). rows_are_x0: every position's input row is row 0 (one token),
 // so a T = 1 launch may stage it before that wait. a8: the caller accepts int8-quantised
 // activations (gemv_a8.cu: bf16 inputs, k-quant or q8_0 weights, 32-element blocks).
+// groups_ready (gemv_a8.cu): the kernel may read the group tables before its wait and fetch its first
+// rows then (a kernel of a PDL chain starts only after the one before its predecessor completed).
 struct NextMat {
     const uint8_t *data;
     uint64_t expert_bytes;
@@ -120,6 +122,7 @@ struct NextMat {
 struct GemvLaunch {
     NextMat next;
     bool pdl, rows_are_x0, a8;
+    bool groups_ready; // the group tables were written before the predecessor: read before the wait
 };
 cudaError_t launch_gemv_ex(int codec, bool glu, const DevMat &W, const void *in, bool in_bf16, uint32_t in_stride,
                            const Groups &g, float *out, uint32_t out_stride, uint32_t max_tokens,
