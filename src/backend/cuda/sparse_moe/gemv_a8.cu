@@ -104,11 +104,11 @@ __device__ __forceinline__ void k4_span_dot(const int lo_w[8], const int hi_w[8]
 // q4_k: 32 bytes of the qs plane (block b = s / 4, j = s % 4) = sub-blocks 2j (low nibbles) and
 // 2j+1 (high nibbles), elements b*256 + j*64 + [0, 64), plus the block's 12 scale bytes and d/dmin.
 struct SpanQ4K {
+    static constexpr uint32_t kSpanElems = 64; // a row has cols / kSpanElems spans
     struct Raw {
         uint4 qa, qb;
         uint32_t sc[3], dm;
     };
-    __device__ static int spans(const DevMat &W) { return (int)W.nb * 4; }
     __device__ static Raw load(const DevMat &W, uint32_t e, uint32_t r, int s)
     {
         const CQ4K::Row R = CQ4K::row(W, e, r);
@@ -136,11 +136,11 @@ struct SpanQ4K {
 // q5_k: q4_k's span plus the block's 32 qh bytes (bit 2j of qh[l] tops element j*64 + l, bit 2j + 1
 // tops element j*64 + 32 + l); the four spans of a block read the same qh bytes (one L1 line).
 struct SpanQ5K {
+    static constexpr uint32_t kSpanElems = 64; // a row has cols / kSpanElems spans
     struct Raw {
         uint4 qa, qb, ha, hb;
         uint32_t sc[3], dm;
     };
-    __device__ static int spans(const DevMat &W) { return (int)W.nb * 4; }
     __device__ static Raw load(const DevMat &W, uint32_t e, uint32_t r, int s)
     {
         const CQ5K::Row R = CQ5K::row(W, e, r);
@@ -176,12 +176,12 @@ struct SpanQ5K {
 // m = 0..3, with scales sc[n*8 + h + 2m]. The 6-bit values (0..63) become q - 32 per byte as
 // (v + 0x60) ^ 0x80 (no carry leaves a byte: v + 0x60 <= 159), so dp4a takes them signed.
 struct SpanQ6K {
+    static constexpr uint32_t kSpanElems = 64; // a row has cols / kSpanElems spans
     struct Raw {
         uint4 qa, qb, qh;
         uint2 sc;
         uint16_t d;
     };
-    __device__ static int spans(const DevMat &W) { return (int)W.nb * 4; }
     __device__ static Raw load(const DevMat &W, uint32_t e, uint32_t r, int s)
     {
         const CQ6K::Row R = CQ6K::row(W, e, r);
@@ -233,11 +233,11 @@ struct SpanQ6K {
 
 // q8_0: one block, 32 signed bytes and its f16 scale: sum_i dw qw_i d qx_i = dw d (sum qw qx).
 struct SpanQ8 {
+    static constexpr uint32_t kSpanElems = 32; // a row has cols / kSpanElems spans
     struct Raw {
         uint4 qa, qb;
         uint16_t d;
     };
-    __device__ static int spans(const DevMat &W) { return (int)W.nb; }
     __device__ static Raw load(const DevMat &W, uint32_t e, uint32_t r, int s)
     {
         const CQ8::Row R = CQ8::row(W, e, r);
@@ -266,14 +266,16 @@ struct SpanQ8 {
 };
 
 // A warp owns a pair of rows: GLU, gate row p and up row p + out_rows (output p = silu(gate) * up);
-// plain, rows 2p and 2p + 1 (the second absent past an odd row count). A CTA owns kWarps pairs of a
+// plain, rows 2p and 2p + 1 (the second absent past an odd row count). A lane keeps NS spans of each
+// row in flight: NS = 1 for rows of at most 32 spans (2048-wide k-quant rows), whose registers then
+// leave room for a third CTA per SM at T = 1 (one wave fewer of the decode route's gate/up). A CTA owns kWarps pairs of a
 // row block and walks blocks blockIdx.x, + gridDim.x, ... (a grid of at most one wave: the
 // activations are quantised once per CTA, not once per block), prefetching its next block's rows
 // into L2 so DRAM stays busy while it reduces and stores.
 // grid: x = CTAs over row blocks, y = group slots. EARLY: one token whose input row is x[0] (the
 // decode route), quantised before the grid-dependency wait (gemv.cu says why).
-template <class SP, int MAXT, bool GLU, bool EARLY>
-__global__ void __launch_bounds__(kWarps * 32, 2) gemv_a8_kernel(DevMat W, const uint16_t *in, uint32_t in_stride,
+template <class SP, int MAXT, bool GLU, bool EARLY, int NS>
+__global__ void __launch_bounds__(kWarps * 32, MAXT == 1 && NS == 1 ? 3 : 2) gemv_a8_kernel(DevMat W, const uint16_t *in, uint32_t in_stride,
                                                                     Groups g, float *out, uint32_t out_stride,
                                                                     int tchunk, NextMat nx, bool ready)
 {
@@ -320,7 +322,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gemv_a8_kernel(DevMat W, const
     const int expert = g.expert[gi], start = g.start[gi], count = g.count[gi];
     if (!ready) prefetch(expert, blockIdx.x, true);
     prefetch_expert(nx, (uint32_t)expert);
-    const int spans = SP::spans(W);
+    const int spans = (int)(cols / SP::kSpanElems);
 
     for (int c0 = 0; c0 < count; c0 += tchunk) {
         const int nt = min(tchunk, count - c0);
@@ -339,16 +341,18 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gemv_a8_kernel(DevMat W, const
                 float a[MAXT] = {}, b[MAXT] = {};
                 const int8_t *xt = xq + (size_t)t0 * cols;
                 const float2 *dt = xd + (size_t)t0 * (cols / 32);
-                for (int s0 = lane; s0 < spans; s0 += 64) { // two spans per lane and row in flight
-                    const int s1 = s0 + 32;
-                    typename SP::Raw wa0 = SP::load(W, expert, ra, s0), wb0 = SP::load(W, expert, rb, s0), wa1, wb1;
-                    if (s1 < spans) wa1 = SP::load(W, expert, ra, s1), wb1 = SP::load(W, expert, rb, s1);
-                    SP::template dot<MAXT>(wa0, s0, xt, dt, cols, n, a);
-                    SP::template dot<MAXT>(wb0, s0, xt, dt, cols, n, b);
-                    if (s1 < spans) {
-                        SP::template dot<MAXT>(wa1, s1, xt, dt, cols, n, a);
-                        SP::template dot<MAXT>(wb1, s1, xt, dt, cols, n, b);
-                    }
+                for (int s0 = lane; s0 < spans; s0 += 32 * NS) {
+                    typename SP::Raw wa[NS], wb[NS];
+#pragma unroll
+                    for (int j = 0; j < NS; j++)
+                        if (s0 + 32 * j < spans)
+                            wa[j] = SP::load(W, expert, ra, s0 + 32 * j), wb[j] = SP::load(W, expert, rb, s0 + 32 * j);
+#pragma unroll
+                    for (int j = 0; j < NS; j++)
+                        if (s0 + 32 * j < spans) {
+                            SP::template dot<MAXT>(wa[j], s0 + 32 * j, xt, dt, cols, n, a);
+                            SP::template dot<MAXT>(wb[j], s0 + 32 * j, xt, dt, cols, n, b);
+                        }
                 }
 #pragma unroll
                 for (int t = 0; t < MAXT; t++) {
@@ -368,7 +372,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gemv_a8_kernel(DevMat W, const
     }
 }
 
-template <class SP, int MAXT, bool GLU>
+template <class SP, int MAXT, bool GLU, int NS>
 cudaError_t launch_t(const DevMat &W, const uint16_t *in, uint32_t in_stride, const Groups &g, float *out,
                      uint32_t out_stride, uint32_t max_tokens, const GemvLaunch &opt, cudaStream_t s)
 {
@@ -382,7 +386,7 @@ cudaError_t launch_t(const DevMat &W, const uint16_t *in, uint32_t in_stride, co
     const size_t smem = (size_t)tchunk * per_token;
     const bool early = opt.rows_are_x0 && max_tokens == 1;
     void (*k)(DevMat, const uint16_t *, uint32_t, Groups, float *, uint32_t, int, NextMat, bool) =
-        early ? gemv_a8_kernel<SP, MAXT, GLU, true> : gemv_a8_kernel<SP, MAXT, GLU, false>;
+        early ? gemv_a8_kernel<SP, MAXT, GLU, true, NS> : gemv_a8_kernel<SP, MAXT, GLU, false, NS>;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     // plain (the dense layers, one group): at most one wave of CTAs, each walking several row blocks
     int dev = 0, sms = 0, per_sm = 0;
@@ -402,9 +406,14 @@ template <class SP, bool GLU>
 cudaError_t launch_sp(const DevMat &W, const uint16_t *in, uint32_t in_stride, const Groups &g, float *out,
                       uint32_t out_stride, uint32_t max_tokens, const GemvLaunch &opt, cudaStream_t s)
 {
-    if (max_tokens <= 1) return launch_t<SP, 1, GLU>(W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
-    if (max_tokens <= 4) return launch_t<SP, 4, GLU>(W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
-    return launch_t<SP, 8, GLU>(W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
+    if (W.cols / SP::kSpanElems <= 32) {
+        if (max_tokens <= 1) return launch_t<SP, 1, GLU, 1>(W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
+        if (max_tokens <= 4) return launch_t<SP, 4, GLU, 1>(W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
+        return launch_t<SP, 8, GLU, 1>(W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
+    }
+    if (max_tokens <= 1) return launch_t<SP, 1, GLU, 2>(W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
+    if (max_tokens <= 4) return launch_t<SP, 4, GLU, 2>(W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
+    return launch_t<SP, 8, GLU, 2>(W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
 }
 
 template <class SP>
