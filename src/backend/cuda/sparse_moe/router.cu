@@ -82,6 +82,12 @@ __device__ void logits_tile(const W *w, const G *gw, const uint16_t *x, uint32_t
     // the warp's first row is in flight while the activations are staged (two latencies overlap)
     uint4 pre[kRouterChunks];
     if (e0 < E) row_chunks(w, e0, H, lane, pre);
+    // Under programmatic dependent launch (the decode router) the first rows were fetched while the
+    // predecessor (the norm writing x) ran: wait for it, then let gate/up launch. Gate/up reads x
+    // before its own wait, which is sound because this wait precedes the release. (No-ops in a
+    // plain launch.)
+    cudaGridDependencySynchronize();
+    cudaTriggerProgrammaticLaunchCompletion();
     // stage the tile: 8 bf16 per 16-byte load, loads issued before stores; rows past T are zero
     // (they feed sums that are discarded)
     const uint32_t vecs = TT * H / 8, live = nt * H / 8;
@@ -362,8 +368,9 @@ __device__ void small_worklist(const int32_t *ids, uint32_t n, uint32_t T, const
 }
 
 // The decode/small-token router: logits over the grid, then the last CTA routes and sorts. It lets
-// the next launch (gate/up, under programmatic dependent launch) start at once: that kernel waits
-// on the device for this one to finish before it reads anything routed.
+// the next launch (gate/up, under programmatic dependent launch) start once x is ready
+// (logits_tile): that kernel waits on the device for this one to finish before it reads anything
+// routed.
 template <int TT, int NS, typename W, typename G>
 __global__ void router_small_kernel(const W *w, const G *gw, const uint16_t *x, uint32_t T, uint32_t H, uint32_t E,
                                     uint32_t k, int norm, Routing r, const int32_t *forced, int *counter)
@@ -371,7 +378,6 @@ __global__ void router_small_kernel(const W *w, const G *gw, const uint16_t *x, 
     extern __shared__ float xs[]; // [TT][H]
     __shared__ int sid[256], sfirst[256];
     __shared__ int last;
-    cudaTriggerProgrammaticLaunchCompletion();
     logits_tile<TT>(w, gw, x, T, H, E, r.logits, r.shared_g, xs);
     __threadfence(); // this CTA's logits are visible device-wide before it is counted
     __syncthreads();
@@ -397,7 +403,7 @@ void launch_small(const W *w, const G *gw, const uint16_t *x, uint32_t T, uint32
     const size_t smem = (size_t)TT * H * sizeof(float);
     const dim3 grid((E + 1 + kSmallRouterWarps - 1) / kSmallRouterWarps, (T + TT - 1) / TT);
     cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    kern<<<grid, kSmallRouterWarps * 32, smem, s>>>(w, gw, x, T, H, E, k, norm, r, forced, counter);
+    launch_pdl(kern, grid, dim3(kSmallRouterWarps * 32), smem, true, s, w, gw, x, T, H, E, k, norm, r, forced, counter);
 }
 
 template <typename W, typename G>
