@@ -26,38 +26,16 @@
 
 extern "C" {
 #include "codec/codec.h"
+#include "common/cuda_test_util.h"
 }
 #include "nf_test.h"
 
 namespace {
 
 uint64_t rng = 0x2545F4914F6CDD1Dull;
-double urand()
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (double)(rng >> 11) / 9007199254740992.0;
-}
-float nrand()
-{
-    const double u1 = urand(), u2 = urand();
-    return (float)(sqrt(-2.0 * log(u1 + 1e-300)) * cos(6.283185307179586 * u2));
-}
-uint16_t f2bf(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7FFF + ((u >> 16) & 1);
-    return (uint16_t)(u >> 16);
-}
-float bf2f(uint16_t h)
-{
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
+float nrand() { return nf_test_nrand(&rng); }
+uint16_t f2bf(float f) { return nf_test_f2bf(f); }
+float bf2f(uint16_t h) { return nf_test_bf2f(h); }
 
 void quantize_a8(const float *x, uint32_t cols, float *xq)
 {

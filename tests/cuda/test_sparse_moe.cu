@@ -47,6 +47,7 @@ extern "C" {
 #include "base/fnv.h"
 #include "codec/codec.h"
 #include "codec/nvfp4.h"
+#include "common/cuda_test_util.h"
 #include "common/moe_ref.h"
 }
 #include "nf_test.h"
@@ -57,22 +58,10 @@ namespace {
 constexpr uint32_t H = 256, E = 16, K = 4, I = 256, S = 256, CHUNK = 4096;
 constexpr uint32_t TMAX = 4097;
 
-uint16_t f2bf(float f);
-float bf2f(uint16_t h);
-
 uint64_t rng = 0x9E3779B97F4A7C15ull;
-double urand()
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (double)(rng >> 11) / 9007199254740992.0;
-}
-float nrand()
-{
-    double u1 = urand(), u2 = urand();
-    return (float)(sqrt(-2.0 * log(u1 + 1e-300)) * cos(6.283185307179586 * u2));
-}
+float nrand() { return nf_test_nrand(&rng); }
+uint16_t f2bf(float f) { return nf_test_f2bf(f); }
+float bf2f(uint16_t h) { return nf_test_bf2f(h); }
 
 // One bank matrix: host payload in the codec plus its dequantization for the reference.
 struct Mat {
@@ -191,21 +180,6 @@ Bank make_bank(const Profile &p)
         b.sg = make_mat(NF_CODEC_BF16, 1, 1, H, sdx, 1);
     }
     return b;
-}
-
-uint16_t f2bf(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7FFF + ((u >> 16) & 1);
-    return (uint16_t)(u >> 16);
-}
-float bf2f(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
 }
 
 nf_moe_ref ref_of(const Bank &b, const Profile &p)
