@@ -15,6 +15,9 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+// Functions the host may call too (the span arithmetic is checked on the CPU: test_a8_spans).
+#define NF_HD __host__ __device__ __forceinline__
+
 namespace nf {
 
 // The descriptor every kernel gets for one bank matrix (POD, passed by value).
@@ -30,12 +33,12 @@ struct DevMat {
     uint32_t kt;               // nvfp4: scale tiles along K = ceil(cols / 64)
 };
 
-__device__ __forceinline__ const uint8_t *row_ptr(const DevMat &m, uint32_t e, uint32_t r)
+NF_HD const uint8_t *row_ptr(const DevMat &m, uint32_t e, uint32_t r)
 {
     return m.data + ((uint64_t)e * m.rows + r) * m.row_stride;
 }
 
-__device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+NF_HD float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
 // A small unsigned integer (< 2^23) as float without the conversion unit: place it in the mantissa
 // of 2^23 and subtract 2^23 (exact). Two fast-pipe instructions instead of an I2F.
@@ -45,7 +48,7 @@ __device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float((uint
 // ---- q4_k: fields qs[128], scales[12], d/dmin[4] -------------------------------------------------
 // The 6-bit scale and min of sub-block s (get_scale_min_k4), from the 12 scale bytes held as three
 // words: shifts only, so nothing is indexed at run time (which would put the bytes in local memory).
-__device__ __forceinline__ void k4_scale_min(uint32_t w0, uint32_t w1, uint32_t w2, int s, int &sc, int &m)
+NF_HD void k4_scale_min(uint32_t w0, uint32_t w1, uint32_t w2, int s, int &sc, int &m)
 {
     const int sh = 8 * (s & 3);
     const int lo = (w0 >> sh) & 0xFF, mid = (w1 >> sh) & 0xFF, hi = (w2 >> sh) & 0xFF;
@@ -59,7 +62,7 @@ __device__ __forceinline__ void k4_scale_min(uint32_t w0, uint32_t w1, uint32_t 
 }
 
 // q4_k and q5_k share the scale fields: block b's 12 scale bytes (as three words) and d/dmin.
-__device__ __forceinline__ void k4_load_scales(const uint8_t *sc, const uint8_t *dm, int b, uint32_t w[3], uint32_t &dmw)
+NF_HD void k4_load_scales(const uint8_t *sc, const uint8_t *dm, int b, uint32_t w[3], uint32_t &dmw)
 {
     const uint32_t *p = reinterpret_cast<const uint32_t *>(sc + b * 12);
     w[0] = p[0], w[1] = p[1], w[2] = p[2];
@@ -67,7 +70,7 @@ __device__ __forceinline__ void k4_load_scales(const uint8_t *sc, const uint8_t 
 }
 
 // The scales and mins (d * sc, dmin * m) of sub-blocks 2j and 2j + 1.
-__device__ __forceinline__ void k4_sub_scales(const uint32_t w[3], uint32_t dmw, int j, float &d1, float &mm1, float &d2,
+NF_HD void k4_sub_scales(const uint32_t w[3], uint32_t dmw, int j, float &d1, float &mm1, float &d2,
                                               float &mm2)
 {
     const float d = h2f((uint16_t)dmw), dmin = h2f((uint16_t)(dmw >> 16));
@@ -87,7 +90,7 @@ struct CQ4K {
         uint32_t sc[3];
         uint32_t dm;
     };
-    __device__ static Row row(const DevMat &m, uint32_t e, uint32_t r)
+    NF_HD static Row row(const DevMat &m, uint32_t e, uint32_t r)
     {
         const uint8_t *p = row_ptr(m, e, r);
         return Row{p + m.plane[0], p + m.plane[1], p + m.plane[2]};
@@ -127,7 +130,7 @@ struct CQ5K {
         uint32_t sc[3];
         uint32_t dm;
     };
-    __device__ static Row row(const DevMat &m, uint32_t e, uint32_t r)
+    NF_HD static Row row(const DevMat &m, uint32_t e, uint32_t r)
     {
         const uint8_t *p = row_ptr(m, e, r);
         return Row{p + m.plane[0], p + m.plane[1], p + m.plane[2], p + m.plane[3]};
@@ -170,7 +173,7 @@ struct CQ6K {
         uint2 sc; // the 8 scale bytes of this half-block
         uint16_t d;
     };
-    __device__ static Row row(const DevMat &m, uint32_t e, uint32_t r)
+    NF_HD static Row row(const DevMat &m, uint32_t e, uint32_t r)
     {
         const uint8_t *p = row_ptr(m, e, r);
         return Row{p + m.plane[0], p + m.plane[1], p + m.plane[2], p + m.plane[3]};
@@ -216,7 +219,7 @@ struct CQ8 {
         int4 qs;
         uint16_t d;
     };
-    __device__ static Row row(const DevMat &m, uint32_t e, uint32_t r)
+    NF_HD static Row row(const DevMat &m, uint32_t e, uint32_t r)
     {
         const uint8_t *p = row_ptr(m, e, r);
         return Row{p + m.plane[0], p + m.plane[1]};

@@ -35,6 +35,33 @@ static int planar_layout(int codec, PlanarLayout *pl)
     }
 }
 
+// A row codec's descriptor fields (row stride padded to 16 bytes, blocks per row, plane offsets).
+static nf_status planar_desc(const nf_moe_matrix *mm, const char *name, DevMat *d, PlanarLayout *pl, nf_error *err)
+{
+    const nf_codec *c = nf_codec_get((nf_codec_id)mm->codec);
+    if (!c || !planar_layout(mm->codec, pl))
+        return nf_error_set(err, NF_ERR_INTERNAL, "%s: no device layout for %s", name, c ? c->name : "this codec");
+    const size_t nb = mm->cols / c->block_elems, row = nb * c->block_bytes;
+    d->row_stride = (row + 15) & ~(size_t)15;
+    d->nb = (uint32_t)nb;
+    for (int i = 0, off = 0; i < pl->n; off += (int)(nb * pl->f[i].size), i++) d->plane[i] = (uint32_t)off;
+    return NF_OK;
+}
+
+// Expert e's rows, GGUF blocks gathered field by field into the row-planar layout at stage
+// (rows * row_stride bytes; the padding is left as it is).
+static void repack_expert(const nf_moe_matrix *mm, const PlanarLayout &pl, const DevMat &d, uint32_t e, uint8_t *stage)
+{
+    const nf_codec *c = nf_codec_get((nf_codec_id)mm->codec);
+    const size_t nb = d.nb, row = nb * c->block_bytes;
+    const uint8_t *src = (const uint8_t *)mm->data + (size_t)e * mm->rows * row;
+    for (uint32_t r = 0; r < mm->rows; r++)
+        for (int f = 0; f < pl.n; f++)
+            for (size_t b = 0; b < nb; b++)
+                memcpy(stage + r * d.row_stride + d.plane[f] + b * pl.f[f].size,
+                       src + r * row + b * c->block_bytes + pl.f[f].off, pl.f[f].size);
+}
+
 // Device bytes of one matrix in the kernels' layout; refuses an nvfp4 plane set whose layout rules
 // (divisor count, 128-row shares) fail.
 nf_status devmat_bytes(const nf_moe_matrix *mm, const char *name, size_t *bytes, nf_error *err)
@@ -83,23 +110,14 @@ nf_status devmat_upload(const nf_moe_matrix *mm, uint8_t *dst, DevMat *d, const 
             return nf_error_set(err, NF_ERR_CUDA, "%s: upload failed", name);
         return NF_OK;
     }
-    const nf_codec *c = nf_codec_get((nf_codec_id)mm->codec);
     PlanarLayout pl = {};
-    if (!planar_layout(mm->codec, &pl))
-        return nf_error_set(err, NF_ERR_INTERNAL, "%s: no device layout for %s", name, c->name);
-    const size_t nb = mm->cols / c->block_elems, row = nb * c->block_bytes, stride = (row + 15) & ~(size_t)15;
-    d->row_stride = stride;
-    d->nb = (uint32_t)nb;
-    for (int i = 0, off = 0; i < pl.n; off += (int)(nb * pl.f[i].size), i++) d->plane[i] = (uint32_t)off;
+    nf_status st = planar_desc(mm, name, d, &pl, err);
+    if (st) return st;
+    const size_t stride = d->row_stride;
     uint8_t *stage = (uint8_t *)calloc(mm->rows, stride);
     if (!stage) return nf_error_set(err, NF_ERR_NOMEM, "%s: no host memory for staging", name);
     for (uint32_t e = 0; e < mm->experts; e++) {
-        const uint8_t *src = (const uint8_t *)mm->data + (size_t)e * mm->rows * row;
-        for (uint32_t r = 0; r < mm->rows; r++)
-            for (int f = 0; f < pl.n; f++)
-                for (size_t b = 0; b < nb; b++)
-                    memcpy(stage + r * stride + d->plane[f] + b * pl.f[f].size,
-                           src + r * row + b * c->block_bytes + pl.f[f].off, pl.f[f].size);
+        repack_expert(mm, pl, *d, e, stage);
         if (cudaMemcpy(dst + (size_t)e * mm->rows * stride, stage, mm->rows * stride, cudaMemcpyHostToDevice) !=
             cudaSuccess) {
             free(stage);
@@ -107,6 +125,19 @@ nf_status devmat_upload(const nf_moe_matrix *mm, uint8_t *dst, DevMat *d, const 
         }
     }
     free(stage);
+    return NF_OK;
+}
+
+nf_status devmat_host(const nf_moe_matrix *mm, uint8_t *dst, DevMat *d, nf_error *err)
+{
+    memset(d, 0, sizeof *d);
+    d->data = dst;
+    d->rows = mm->rows;
+    d->cols = mm->cols;
+    PlanarLayout pl = {};
+    nf_status st = planar_desc(mm, "matrix", d, &pl, err);
+    if (st) return st;
+    for (uint32_t e = 0; e < mm->experts; e++) repack_expert(mm, pl, *d, e, dst + (size_t)e * mm->rows * d->row_stride);
     return NF_OK;
 }
 

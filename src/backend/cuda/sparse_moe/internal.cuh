@@ -62,6 +62,8 @@ constexpr int kPrefillTileM = 128; // positions per prefill tile (prefill.cu's B
 // copies it to dst (that many bytes) and fills the descriptor. Errors name the matrix by `name`.
 nf_status devmat_bytes(const nf_moe_matrix *mm, const char *name, size_t *bytes, nf_error *err);
 nf_status devmat_upload(const nf_moe_matrix *mm, uint8_t *dst, DevMat *d, const char *name, nf_error *err);
+// The same layout in host memory (row codecs only; tests check the span arithmetic on the CPU).
+nf_status devmat_host(const nf_moe_matrix *mm, uint8_t *dst, DevMat *d, nf_error *err);
 
 // A group list for the grouped GEMV/GEMM kernels: (n_groups on device, expert, start, count).
 struct Groups {
