@@ -13,9 +13,11 @@
 // sum |w x~|, thousands of times the allowance.
 //
 // Shapes: an odd row count (the plain kernel's last warp has one row), a second expert selected (row
-// addressing), T in {1, 3, 8, 13} (one pass of MAXT tokens, several), and a matrix with more row blocks
-// than one wave of CTAs (the plain kernel's grid-stride loop). Guard columns past the rows must stay
-// untouched.
+// addressing), T in {1, 3, 8, 13} (one pass of MAXT tokens, several), 4096-wide rows (two spans per
+// lane in flight, plain and GLU), 16384-wide rows at T = 13 (shared memory holds 4 tokens: several
+// staging passes), the decode route's early staging, and a matrix with more row blocks than one wave
+// of CTAs (the plain kernel's grid-stride loop) at T = 1 and 13. Guard columns past the rows must
+// stay untouched.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -52,6 +54,7 @@ struct Case {
     bool glu;
     uint32_t rows, cols; // rows per expert (GLU: gate rows then up rows)
     uint32_t T;
+    bool early = false; // T = 1: the input row is row 0, quantised before the grid-dependency wait
 };
 
 double silu(double g) { return g / (1.0 + exp(-g)); }
@@ -91,11 +94,15 @@ void run_case(const Case &c)
     mm.divisors = 1;
     nf_error err;
     size_t bytes = 0;
-    CHECK(nf::devmat_bytes(&mm, "w", &bytes, &err) == NF_OK);
-    uint8_t *dw;
-    CHECK(cudaMalloc(&dw, bytes) == cudaSuccess);
+    uint8_t *dw = nullptr;
     nf::DevMat W;
-    CHECK_MSG(nf::devmat_upload(&mm, dw, &W, "w", &err) == NF_OK, "%s", err.msg);
+    const bool up = nf::devmat_bytes(&mm, "w", &bytes, &err) == NF_OK && cudaMalloc(&dw, bytes) == cudaSuccess &&
+                    nf::devmat_upload(&mm, dw, &W, "w", &err) == NF_OK;
+    CHECK_MSG(up, "upload: %s", err.msg);
+    if (!up) {
+        cudaFree(dw);
+        return;
+    }
 
     const uint32_t out_rows = c.glu ? c.rows / 2 : c.rows, guard = 8, stride = out_rows + guard;
     uint16_t *dx;
@@ -109,7 +116,8 @@ void run_case(const Case &c)
     cudaMemcpy(dg, gh, sizeof gh, cudaMemcpyHostToDevice);
     cudaMemset(dout, 0xFF, (size_t)c.T * stride * 4); // NaN everywhere: unwritten outputs show
     const nf::Groups g{dg, dg + 1, dg + 2, dg + 3, nullptr, 1, 1};
-    const nf::GemvLaunch opt{nf::NextMat{nullptr, 0}, false, false, true};
+    // groups_ready as the decoder launches its dense layers (the tables exist before the launch)
+    const nf::GemvLaunch opt{nf::NextMat{nullptr, 0}, false, c.early, true, !c.glu};
     CHECK(nf::gemv_a8_supported(c.codec, W));
     cudaError_t e = nf::launch_gemv_a8(c.codec, c.glu, W, dx, c.cols, g, dout, stride, c.T, opt, 0);
     if (e == cudaSuccess) e = cudaDeviceSynchronize();
@@ -154,8 +162,8 @@ void run_case(const Case &c)
             if (bits != 0xFFFFFFFFu) guard_bad++;
         }
     }
-    printf("  %-5s %-5s rows %5u cols %4u T %2u: worst %.3f of the allowance, %zu outside\n", cod->name,
-           c.glu ? "glu" : "plain", c.rows, c.cols, c.T, worst, bad);
+    printf("  %-5s %-5s rows %5u cols %5u T %2u%s: worst %.3f of the allowance, %zu outside\n", cod->name,
+           c.glu ? "glu" : "plain", c.rows, c.cols, c.T, c.early ? " (early)" : "", worst, bad);
     CHECK_MSG(bad == 0, "%s %s rows %u cols %u T %u: %zu outputs outside the allowance (worst %.2f x)", cod->name,
               c.glu ? "glu" : "plain", c.rows, c.cols, c.T, bad, worst);
     CHECK_MSG(guard_bad == 0, "%s: %zu guard columns written", cod->name, guard_bad);
@@ -180,8 +188,13 @@ int main(void)
             run_case({codec, false, 1001, 512, T});
             run_case({codec, true, 2 * 300, 512, T});
         }
-        run_case({codec, false, 37, 4096, 1});   // long rows: several spans per lane
-        run_case({codec, false, 40001, 256, 1}); // more row blocks than a wave: the grid-stride loop
+        run_case({codec, false, 37, 4096, 1});      // long rows: two spans per lane in flight (NS = 2)
+        run_case({codec, true, 2 * 300, 4096, 1});  // the same for GLU
+        run_case({codec, true, 2 * 300, 4096, 13});
+        run_case({codec, true, 2 * 300, 512, 1, true}); // the decode route's early staging
+        run_case({codec, false, 37, 16384, 13});    // 4 tokens staged per pass: the chunk loop
+        run_case({codec, false, 40001, 256, 1});    // more row blocks than a wave: the grid-stride loop
+        run_case({codec, false, 40001, 256, 13});
     }
     return nf_test_report();
 }

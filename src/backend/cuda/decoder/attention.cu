@@ -279,7 +279,7 @@ uint32_t attention_splits(uint32_t T, uint32_t ctx, uint32_t heads)
 
 cudaError_t attention(const AttnArgs &a, const Step *step, uint32_t T, cudaStream_t s)
 {
-    if (a.hd % 8 || a.hd > kMaxHd || a.heads % a.kv_heads) return cudaErrorInvalidValue;
+    if (!a.hd || a.hd % 8 || a.hd > kMaxHd || !a.kv_heads || a.heads % a.kv_heads) return cudaErrorInvalidValue;
     const int np = (int)((a.hd + 63) / 64);
     if (T >= (uint32_t)kTileQ && a.splits == 1) { // prefill chunks: a tile of queries shares each key block
         switch (np) {

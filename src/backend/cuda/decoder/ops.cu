@@ -164,7 +164,7 @@ cudaError_t linear(const Linear &L, const DenseTables &t, const uint16_t *in, ui
     // k-quant and q8_0 weights take int8 activations (gemv_a8.cu): the f32 GEMV spends ~6
     // instructions a weight and reads these shapes at ~12 % of the DRAM rate. Programmatic dependent
     // launch: the weights' first rows are fetched while the predecessor (the norm) still runs.
-    const GemvLaunch opt{NextMat{nullptr, 0}, true, false, L.a8, true};
+    const GemvLaunch opt{NextMat{nullptr, 0}, true, false, L.a8 && T <= kGemvMaxT, true};
     return launch_gemv_ex(L.codec, false, L.m, in, true, L.m.cols, g, out, out_stride, T, opt, s);
 }
 
