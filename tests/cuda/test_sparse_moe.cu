@@ -45,6 +45,7 @@
 extern "C" {
 #include "backend/cuda/sparse_moe/sparse_moe.h"
 #include "base/fnv.h"
+#include "base/parallel.h"
 #include "codec/codec.h"
 #include "codec/nvfp4.h"
 #include "common/cuda_test_util.h"
@@ -254,6 +255,8 @@ void quantize_a8(const float *x, float *xq)
     }
 }
 
+nf_pool *pool; // the reference's threads (main creates it)
+
 Ref reference(const Bank &b, const Profile &p, const std::vector<float> &xf)
 {
     nf_moe_ref m = ref_of(b, p);
@@ -274,12 +277,13 @@ Ref reference(const Bank &b, const Profile &p, const std::vector<float> &xf)
     nf_moe_ref routed = m, shared = m; // routed experts alone (S = 0); the shared expert alone (k = 0)
     routed.S = 0;
     shared.k = 0;
-    std::vector<float> xq(H);
-    std::vector<double> part(H);
     const nf_moe_ref_a4 a4 = {b.ga, b.gd.data(), b.gsd};
-    std::vector<double> w(K);
     const double eps = ldexp(1.0, -8);
-    for (uint32_t t = 0; t < TMAX; t++) {
+    // Tokens are independent: the reference runs over the CPU's threads (the device machine's host
+    // has 16; a serial reference took most of this test's time there). Same values as serially.
+    auto token = [&](uint32_t t) {
+        std::vector<float> xq(H);
+        std::vector<double> part(H), w(K);
         const float *xt = &xf[(size_t)t * H];
         int32_t *id = &r.ids[(size_t)t * K];
         nf_moe_ref_route(&m, xt, id, w.data(), &r.gap[t]);
@@ -295,7 +299,11 @@ Ref reference(const Bank &b, const Profile &p, const std::vector<float> &xf)
             nf_moe_ref_token(&shared, xt, id, w.data(), part.data());
             for (uint32_t h = 0; h < H; h++) q[h] += part[h];
         }
-    }
+    };
+    auto range = [](void *ctx, size_t begin, size_t end, int) {
+        for (size_t t = begin; t < end; t++) (*static_cast<decltype(token) *>(ctx))((uint32_t)t);
+    };
+    nf_parallel_for(pool, TMAX, 16, range, &token);
     return r;
 }
 
@@ -583,6 +591,8 @@ int main(void)
     uint16_t *dx;
     cudaMalloc(&dx, xb.size() * 2);
     cudaMemcpy(dx, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice);
+    nf_error perr;
+    if (nf_pool_create(0, &pool, &perr) != NF_OK) pool = nullptr; // NULL: the reference runs serially
 
     // T on both sides of every route threshold (decode <= 1; small-token <= 2, 10 or 11 by profile;
     // the fused small-token kernels end at 16), a ragged
@@ -615,6 +625,7 @@ int main(void)
         if (!only || strncmp(only, p.name, strlen(only)) == 0) test_profile(p, Ts, xf, dx);
     test_a4_encoder(xf, dx);
     test_refusals();
+    nf_pool_destroy(pool);
     cudaFree(dx);
     return nf_test_report();
 }
