@@ -1,8 +1,9 @@
 /* Streaming memory bound: writes a synthetic artifact of expert banks (nvfp4 gate/up and down
  * banks with per-matrix divisors, q4_k/q6_k banks, a bf16 embedding), each payload produced chunk
  * by chunk through the fill callback, then re-opens it with the validating reader, and reports the
- * peak RSS (getrusage ru_maxrss). The writer holds only its 4 MiB chunk and the index, so the peak
- * must not grow with the file: it must stay under 256 MB.
+ * peak RSS (getrusage ru_maxrss). The writer holds only its 4 MiB chunk, the two 8 MiB buffers of
+ * its hashing/writing thread and the index, so the peak must not grow with the file: it must stay
+ * under 256 MB.
  *
  *   test_artifact_bigwrite            ctest: 64 MiB under the system temp dir (fast)
  *   test_artifact_bigwrite 4096 /tmp  the measurement: >= 4096 MiB in /tmp (file deleted after) */

@@ -5,7 +5,9 @@
 #include "test_artifact_util.h" /* first: it sets _POSIX_C_SOURCE */
 #include "nf_test.h"
 
+#include <errno.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 static char dir[64], path[256], tmp[300];
@@ -64,6 +66,37 @@ static void test_failure_keeps_old_file(void)
     CHECK(f && n == sizeof old && memcmp(f, old, n) == 0);
     free(f);
     unlink(path);
+}
+
+/* A payload write that fails (the file size limit makes write() return EFBIG past 4 MiB) surfaces
+ * from the writer's background hashing/writing thread as an I/O error naming the temporary file,
+ * the offset and the cause, at a later write or at end_tensor; abort removes the temporary file. */
+static void test_write_error(void)
+{
+    struct rlimit old, lim;
+    CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
+    lim = old;
+    lim.rlim_cur = 4u << 20;
+    signal(SIGXFSZ, SIG_IGN);
+    CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    nf_artifact_writer *w;
+    nf_error e;
+    CHECK(nf_artifact_writer_open(path, &w, &e) == NF_OK);
+    nf_tensor_desc d = {.name = "big", .codec = NF_CODEC_BF16, .n_dims = 1, .dims = {32u << 20}}; /* 64 MiB */
+    CHECK(nf_artifact_writer_begin_tensor(w, &d, &e) == NF_OK);
+    static uint8_t chunk[1u << 20];
+    nf_status st = NF_OK;
+    for (int i = 0; i < 64 && !st; i++) st = nf_artifact_writer_write(w, chunk, sizeof chunk, &e);
+    if (!st) st = nf_artifact_writer_end_tensor(w, &e);
+    CHECK(st == NF_ERR_IO);
+    CHECK_CONTAINS(e.msg, ".tmp-");
+    CHECK_CONTAINS(e.msg, "at offset");
+    CHECK_CONTAINS(e.msg, strerror(EFBIG));
+    nf_artifact_writer_abort(w);
+    CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
+    signal(SIGXFSZ, SIG_DFL);
+    set_tmp((long)getpid());
+    CHECK(!ta_exists(tmp) && !ta_exists(path));
 }
 
 /* A crash mid-write (the child is killed) leaves only the temporary file, and it is not an
@@ -189,6 +222,7 @@ int main(void)
     for (int i = 0; i < n; i++) CHECK(ta_make_payload(&ts[i]) == 0);
     test_rename_and_abort();
     test_failure_keeps_old_file();
+    test_write_error();
     test_crash();
     test_refusals();
     for (int i = 0; i < n; i++) free(ts[i].payload);
