@@ -351,36 +351,52 @@ static void shuffle(uint32_t *perm, uint64_t R, uint64_t *s)
 /* dst = the rows of `pool` in a random order, each row's blocks rotated by a random count, keyed
  * by (tensor, expert, source). Block codecs rotate whole blocks; nvfp4 rotates 16-element blocks,
  * moving their data bytes and swizzled scale bytes together, and keeps the pool's divisor (the
- * amax, and so 448*6/amax, is unchanged by a permutation). */
-static void source_permute(const source *pool, const nf_codec *c, uint64_t key, source *dst, uint32_t *perm)
+ * amax, and so 448*6/amax, is unchanged by a permutation). Row m's rotation is the (m+1)-th draw of
+ * the stream after the shuffle, so rows are independent and run over the pool. */
+typedef struct permute_job {
+    const source *pool;
+    const nf_codec *c;
+    source *dst;
+    const uint32_t *perm;
+    uint64_t s; /* the stream after the shuffle */
+} permute_job;
+
+static void permute_rows(void *ctx, size_t begin, size_t end, int worker)
 {
-    const uint64_t R = pool->rows, C = pool->cols;
-    uint64_t s = key;
-    shuffle(perm, R, &s);
-    if (c->id != NF_CODEC_NVFP4) {
-        const size_t rb = pool->rb, bb = c->block_bytes, nb = rb / bb;
-        for (uint64_t m = 0; m < R; m++) {
-            const size_t rot = (size_t)(mix64(s += GOLDEN) % nb) * bb;
-            const uint8_t *sr = pool->p + perm[m] * rb;
-            uint8_t *dr = dst->p + m * rb;
+    (void)worker;
+    const permute_job *j = ctx;
+    const source *pool = j->pool;
+    const uint64_t C = pool->cols;
+    for (uint64_t m = begin; m < end; m++) {
+        const uint64_t draw = mix64(j->s + (m + 1) * GOLDEN);
+        if (j->c->id != NF_CODEC_NVFP4) {
+            const size_t rb = pool->rb, bb = j->c->block_bytes, nb = rb / bb;
+            const size_t rot = (size_t)(draw % nb) * bb;
+            const uint8_t *sr = pool->p + j->perm[m] * rb;
+            uint8_t *dr = j->dst->p + m * rb;
             memcpy(dr, sr + rot, rb - rot);
             memcpy(dr + rb - rot, sr, rot);
+            continue;
         }
-        return;
-    }
-    const uint64_t half = C / 2, nk = C / 16;
-    const uint8_t *ps = pool->p + pool->l.scale_offset;
-    uint8_t *ds = dst->p + dst->l.scale_offset;
-    for (uint64_t m = 0; m < R; m++) {
-        const uint64_t p = perm[m], rot = mix64(s += GOLDEN) % nk;
+        const uint64_t half = C / 2, nk = C / 16, p = j->perm[m], rot = draw % nk;
+        const uint8_t *ps = pool->p + pool->l.scale_offset;
+        uint8_t *ds = j->dst->p + j->dst->l.scale_offset;
         const uint8_t *sr = pool->p + p * half;
-        uint8_t *dr = dst->p + m * half;
+        uint8_t *dr = j->dst->p + m * half;
         memcpy(dr, sr + rot * 8, half - rot * 8);
         memcpy(dr + half - rot * 8, sr, rot * 8);
         for (uint64_t k = 0; k < nk; k++)
             ds[nf_nvfp4_scale_index(m, k, C)] = ps[nf_nvfp4_scale_index(p, (k + rot) % nk, C)];
     }
-    memcpy(dst->p + dst->l.divisor_offset, pool->p + pool->l.divisor_offset, 4);
+}
+
+static void source_permute(gen *G, const source *pool, const nf_codec *c, uint64_t key, source *dst, uint32_t *perm)
+{
+    uint64_t s = key;
+    shuffle(perm, pool->rows, &s);
+    permute_job j = {pool, c, dst, perm, s};
+    nf_parallel_for(G->pool, pool->rows, 64, permute_rows, &j);
+    if (c->id == NF_CODEC_NVFP4) memcpy(dst->p + dst->l.divisor_offset, pool->p + pool->l.divisor_offset, 4);
 }
 
 typedef struct bank_out {
@@ -439,7 +455,7 @@ static nf_status write_bank(gen *G, const spec *s, nf_error *err)
                 if (!(st = source_fresh(G, s, d * rs, &tmp, err))) st = emit(G, s, &b, d, &tmp, err);
             } else {
                 const uint64_t pk = mix64(key ^ mix64(d * GOLDEN + 7));
-                source_permute(&pool[k], c, pk, &tmp, perm);
+                source_permute(G, &pool[k], c, pk, &tmp, perm);
                 st = emit(G, s, &b, d, &tmp, err);
             }
         }
