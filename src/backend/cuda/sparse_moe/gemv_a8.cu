@@ -77,16 +77,16 @@ __device__ void stage_q8(const uint16_t *in, uint32_t in_stride, const Groups &g
 // A warp owns a pair of rows: GLU, gate row p and up row p + out_rows (output p = silu(gate) * up);
 // plain, rows 2p and 2p + 1 (the second absent past an odd row count). A lane keeps NS spans of each
 // row in flight: NS = 1 for rows of at most 32 spans (2048-wide k-quant rows), whose registers then
-// leave room for a third CTA per SM at T = 1 (one wave fewer of the decode route's gate/up). A CTA owns kWarps pairs of a
-// row block and walks blocks blockIdx.x, + gridDim.x, ... (a grid of at most one wave: the
-// activations are quantised once per CTA, not once per block), prefetching its next block's rows
-// into L2 so DRAM stays busy while it reduces and stores.
+// leave room for a third CTA per SM at T = 1 (one wave fewer of the decode route's gate/up). A CTA
+// owns kWarps pairs of a row block and walks blocks blockIdx.x, + gridDim.x, ... (plain: a grid of
+// at most one wave, so the activations are quantised once per CTA, not once per block), prefetching
+// its next block's rows into L2 so DRAM stays busy while it reduces and stores.
 // grid: x = CTAs over row blocks, y = group slots. EARLY: one token whose input row is x[0] (the
 // decode route), quantised before the grid-dependency wait (gemv.cu says why).
 template <class SP, int MAXT, bool GLU, bool EARLY, int NS>
-__global__ void __launch_bounds__(kWarps * 32, MAXT == 1 && NS == 1 ? 3 : 2) gemv_a8_kernel(DevMat W, const uint16_t *in, uint32_t in_stride,
-                                                                    Groups g, float *out, uint32_t out_stride,
-                                                                    int tchunk, NextMat nx, bool ready)
+__global__ void __launch_bounds__(kWarps * 32, MAXT == 1 && NS == 1 ? 3 : 2)
+    gemv_a8_kernel(DevMat W, const uint16_t *in, uint32_t in_stride, Groups g, float *out, uint32_t out_stride,
+                   int tchunk, NextMat nx, bool ready)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     const uint32_t cols = W.cols;
@@ -203,8 +203,8 @@ cudaError_t launch_t(const DevMat &W, const uint16_t *in, uint32_t in_stride, co
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, kWarps * 32, smem);
     if (e != cudaSuccess) return e;
-    // (GLU keeps a CTA per block: the routed gate/up of a decode step has ~1.5 waves of blocks, and its
-    // measured time is that of one CTA's latency chain, which looping would double.)
+    // (GLU keeps a CTA per block: the routed gate/up of a decode step has about two waves of blocks,
+    // and its time is that of a CTA's latency chain per wave, which looping would not shorten.)
     const uint32_t wave = (uint32_t)(sms * (per_sm > 0 ? per_sm : 1));
     const uint32_t grid = GLU || blocks < wave ? blocks : wave;
     return launch_pdl(k, dim3(grid, g.max_groups), dim3(kWarps * 32), smem, opt.pdl, s, W, in, in_stride, g, out,
