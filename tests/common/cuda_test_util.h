@@ -1,6 +1,7 @@
 /* Host helpers the CUDA operator tests share: a xorshift generator (uniform and normal draws from
- * a caller's state, so each test keeps its own sequence) and bf16 <-> float with round to nearest
- * even (the device's __float2bfloat16_rn for finite values). */
+ * a caller's state, so each test keeps its own sequence), bf16 <-> float with round to nearest
+ * even (the device's __float2bfloat16_rn for finite values), and the int8 activation quantisation
+ * of the W·A8 kernels. */
 #ifndef NF_TESTS_CUDA_TEST_UTIL_H
 #define NF_TESTS_CUDA_TEST_UTIL_H
 
@@ -36,6 +37,18 @@ static inline float nf_test_bf2f(uint16_t h)
     float f;
     memcpy(&f, &u, 4);
     return f;
+}
+
+/* gemv_a8.cu's stage_q8, bit for bit: per 32-element block d = max|x| / 127 in f32 and
+ * xq = d * rint(x / d) (IEEE division, ties to even); cols % 32 == 0. */
+static inline void nf_test_quantize_a8(const float *x, uint32_t cols, float *xq)
+{
+    for (uint32_t b0 = 0; b0 < cols; b0 += 32) {
+        float am = 0.f;
+        for (uint32_t i = b0; i < b0 + 32; i++) am = fmaxf(am, fabsf(x[i]));
+        const float d = am / 127.0f;
+        for (uint32_t i = b0; i < b0 + 32; i++) xq[i] = am > 0.f ? d * rintf(x[i] / d) : 0.f;
+    }
 }
 
 #endif

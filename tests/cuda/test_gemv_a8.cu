@@ -3,7 +3,7 @@
 // reference over the dequantized weights and the activations quantised as the kernel does.
 //
 // Reference: x~ = d q per 32-element block, d = max|x| / 127 in f32, q = rint(x / d) (the kernel's
-// stage_q8, bit for bit; test_sparse_moe.cu's quantize_a8). The kernel's integer sums are exact, so
+// stage_q8, bit for bit; nf_test_quantize_a8). The kernel's integer sums are exact, so
 // it differs from sum_i w_i x~_i only by fp32 rounding: a few roundings per span product (scale
 // products, the fma), a per-lane chain of at most cols / 64 spans, a 5-level warp sum. With
 // u = 2^-24 that is below 32 u sum_i |w_i x~_i| at these shapes; the test allows
@@ -39,16 +39,6 @@ float nrand() { return nf_test_nrand(&rng); }
 uint16_t f2bf(float f) { return nf_test_f2bf(f); }
 float bf2f(uint16_t h) { return nf_test_bf2f(h); }
 
-void quantize_a8(const float *x, uint32_t cols, float *xq)
-{
-    for (uint32_t b0 = 0; b0 < cols; b0 += 32) {
-        float am = 0.f;
-        for (uint32_t i = b0; i < b0 + 32; i++) am = fmaxf(am, fabsf(x[i]));
-        const float d = am / 127.0f;
-        for (uint32_t i = b0; i < b0 + 32; i++) xq[i] = am > 0.f ? d * rintf(x[i] / d) : 0.f;
-    }
-}
-
 struct Case {
     int codec;
     bool glu;
@@ -82,7 +72,7 @@ void run_case(const Case &c)
             xb[(size_t)t * c.cols + i] = f2bf(nrand() * amp);
             xf[(size_t)t * c.cols + i] = bf2f(xb[(size_t)t * c.cols + i]);
         }
-    for (uint32_t t = 0; t < c.T; t++) quantize_a8(&xf[(size_t)t * c.cols], c.cols, &xq[(size_t)t * c.cols]);
+    for (uint32_t t = 0; t < c.T; t++) nf_test_quantize_a8(&xf[(size_t)t * c.cols], c.cols, &xq[(size_t)t * c.cols]);
 
     nf_moe_matrix mm;
     memset(&mm, 0, sizeof mm);

@@ -27,7 +27,7 @@
 //    No bf16 rounding of anything else enters: the intermediate is never held in bf16.
 //  decode / small-token with k-quant or q8_0 gate/up (W4A8..W8A8, gemv_a8.cu): the routed gate/up quantises x to
 //    int8 per 32-element block (d = max|x| / 127 in f32, q = rint(x / d) with an IEEE division,
-//    ties to even), which the reference repeats bit for bit (quantize_a8): its routed experts take
+//    ties to even), which the reference repeats bit for bit (nf_test_quantize_a8): its routed experts take
 //    x~ = d q (rounded once to f32, 2^-24 relative, inside the fp32 slack) and its router and shared
 //    expert take x, as the kernels do. The kernels then see exactly the reference's operands again,
 //    so the decode tolerance above applies unchanged. (A worst-case bound over the quantisation
@@ -244,17 +244,6 @@ struct Ref {
     std::vector<double> qout;         // [TMAX][H]: the W4A8 routes' reference (tokens 0..16, TMAX-1)
 };
 
-// The W4A8 kernels' activations (gemv_a8.cu's stage_q8, bit for bit): x~ = d q per 32-element block.
-void quantize_a8(const float *x, float *xq)
-{
-    for (uint32_t b0 = 0; b0 < H; b0 += 32) {
-        float am = 0.f;
-        for (uint32_t i = b0; i < b0 + 32; i++) am = fmaxf(am, fabsf(x[i]));
-        const float d = am / 127.0f;
-        for (uint32_t i = b0; i < b0 + 32; i++) xq[i] = am > 0.f ? d * rintf(x[i] / d) : 0.f;
-    }
-}
-
 nf_pool *pool; // the reference's threads (main creates it)
 
 Ref reference(const Bank &b, const Profile &p, const std::vector<float> &xf)
@@ -294,7 +283,7 @@ Ref reference(const Bank &b, const Profile &p, const std::vector<float> &xf)
         // the decode/small-token tokens of the T list (<= 16, and the decode slice of 4097)
         if (a8 && (t <= 16 || t == TMAX - 1)) {
             double *q = &r.qout[(size_t)t * H];
-            quantize_a8(xt, xq.data());
+            nf_test_quantize_a8(xt, H, xq.data());
             nf_moe_ref_token(&routed, xq.data(), id, w.data(), q);
             nf_moe_ref_token(&shared, xt, id, w.data(), part.data());
             for (uint32_t h = 0; h < H; h++) q[h] += part[h];
