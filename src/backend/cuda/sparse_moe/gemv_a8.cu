@@ -197,16 +197,19 @@ cudaError_t launch_t(const DevMat &W, const uint16_t *in, uint32_t in_stride, co
     void (*k)(DevMat, const uint16_t *, uint32_t, Groups, float *, uint32_t, int, NextMat, bool) =
         early ? gemv_a8_kernel<SP, MAXT, GLU, true, NS> : gemv_a8_kernel<SP, MAXT, GLU, false, NS>;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    // plain (the dense layers, one group): at most one wave of CTAs, each walking several row blocks
-    int dev = 0, sms = 0, per_sm = 0;
-    if (e == cudaSuccess) e = cudaGetDevice(&dev);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, kWarps * 32, smem);
+    // GLU keeps a CTA per block: the routed gate/up of a decode step has about two waves of blocks,
+    // and its time is that of a CTA's latency chain per wave, which looping would not shorten.
+    // Plain (the dense layers, one group): at most one wave of CTAs, each walking several row blocks.
+    uint32_t grid = blocks;
+    if constexpr (!GLU) {
+        int dev = 0, sms = 0, per_sm = 0;
+        if (e == cudaSuccess) e = cudaGetDevice(&dev);
+        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+        if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, kWarps * 32, smem);
+        const uint32_t wave = (uint32_t)(sms * (per_sm > 0 ? per_sm : 1));
+        if (blocks > wave) grid = wave;
+    }
     if (e != cudaSuccess) return e;
-    // (GLU keeps a CTA per block: the routed gate/up of a decode step has about two waves of blocks,
-    // and its time is that of a CTA's latency chain per wave, which looping would not shorten.)
-    const uint32_t wave = (uint32_t)(sms * (per_sm > 0 ? per_sm : 1));
-    const uint32_t grid = GLU || blocks < wave ? blocks : wave;
     return launch_pdl(k, dim3(grid, g.max_groups), dim3(kWarps * 32), smem, opt.pdl, s, W, in, in_stride, g, out,
                       out_stride, tchunk, opt.next, opt.groups_ready);
 }
