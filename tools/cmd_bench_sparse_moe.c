@@ -101,8 +101,8 @@ static nf_status bind_synthetic(const nf_moe_geometry *g, const nf_moe_profile *
     b.router = synth(NF_CODEC_BF16, 1, g->E, g->H, 1, seed + 1, &keep[0]);
     /* nvfp4: gate and up of each expert quantized apart (2E divisors), down per expert (E) */
     b.gate_up = synth(p->gu, g->E, 2 * g->I, g->H, 2 * g->E, seed + 2, &keep[1]);
-    b.gate_up.allow_a8 = 1; /* as the engine binds it */
     b.down = synth(p->dn, g->E, g->H, g->I, g->E, seed + 3, &keep[2]);
+    b.gate_up.allow_a8 = b.down.allow_a8 = 1; /* as the engine binds it */
     b.shared_gate_up.codec = b.shared_down.codec = b.shared_gate.codec = -1;
     if (g->S && p->sgu >= 0) {
         b.shared_inter = g->S;
@@ -191,7 +191,7 @@ int nf_cmd_bench_sparse_moe(int argc, char **argv)
             nf_model_free(model);
             return nf_cli_fail("%s: %s", o.model, err.msg);
         }
-        real.gate_up.allow_a8 = 1; /* as the engine binds it */
+        real.gate_up.allow_a8 = real.down.allow_a8 = 1; /* as the engine binds it */
         g = (nf_moe_geometry){o.model, real.hidden, real.experts, real.top_k, real.inter, real.shared_inter};
         profiles[0] = (nf_moe_profile){.gu = real.gate_up.codec, .dn = real.down.codec,
                                        .sgu = real.shared_gate_up.codec, .sdn = real.shared_down.codec};

@@ -34,7 +34,7 @@ static nf_status describe_layer(const nf_model *m, uint32_t l, int allow_a8, nf_
     if (!ly->is_moe) return NF_OK;
     d->moe = bank;
     nf_status st = nf_moe_bank_of_layer(m, l, bank, err);
-    bank->gate_up.allow_a8 = allow_a8;
+    bank->gate_up.allow_a8 = bank->down.allow_a8 = allow_a8;
     return st;
 }
 

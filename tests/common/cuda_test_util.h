@@ -39,7 +39,7 @@ static inline float nf_test_bf2f(uint16_t h)
     return f;
 }
 
-/* gemv_a8.cu's stage_q8, bit for bit: per 32-element block d = max|x| / 127 in f32 and
+/* The W·A8 kernels' activation quantiser (src/backend/cuda/sparse_moe/quant_a8.cuh), bit for bit: per 32-element block d = max|x| / 127 in f32 and
  * xq = d * rint(x / d) (IEEE division, ties to even); cols % 32 == 0. */
 static inline void nf_test_quantize_a8(const float *x, uint32_t cols, float *xq)
 {

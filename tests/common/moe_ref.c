@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "codec/nvfp4.h"
+#include "cuda_test_util.h"
 
 static double dot(const float *a, const float *x, uint32_t n)
 {
@@ -43,14 +44,21 @@ void nf_moe_ref_route(const nf_moe_ref *m, const float *x, int32_t *ids, double 
     free(l);
 }
 
-/* down(silu(gate x) * up x) for one expert; gu is [2n][H], dn is [H][n]. */
-static void expert(const float *gu, const float *dn, uint32_t H, uint32_t n, const float *x, double scale, double *out)
+/* down(silu(gate x) * up x) for one expert; gu is [2n][H], dn is [H][n]. quant: the intermediate
+ * is rounded to f32 and quantised to int8 per 32 first (n % 32 == 0). */
+static void expert(const float *gu, const float *dn, uint32_t H, uint32_t n, const float *x, double scale, int quant,
+                   double *out)
 {
     float *a = malloc(sizeof(float) * n);
     double *ad = malloc(sizeof(double) * n);
     for (uint32_t r = 0; r < n; r++) {
         double g = dot(gu + (size_t)r * H, x, H), u = dot(gu + (size_t)(n + r) * H, x, H);
         ad[r] = g / (1.0 + exp(-g)) * u;
+    }
+    if (quant) {
+        for (uint32_t r = 0; r < n; r++) a[r] = (float)ad[r];
+        nf_test_quantize_a8(a, n, a);
+        for (uint32_t r = 0; r < n; r++) ad[r] = a[r];
     }
     for (uint32_t h = 0; h < H; h++) {
         double s = 0;
@@ -66,11 +74,12 @@ void nf_moe_ref_token(const nf_moe_ref *m, const float *x, const int32_t *ids, c
     for (uint32_t h = 0; h < m->H; h++) out[h] = 0;
     for (uint32_t j = 0; j < m->k; j++) {
         size_t e = (size_t)ids[j];
-        expert(m->gate_up + e * 2 * m->I * m->H, m->down + e * m->H * m->I, m->H, m->I, x, weights[j], out);
+        expert(m->gate_up + e * 2 * m->I * m->H, m->down + e * m->H * m->I, m->H, m->I, x, weights[j], m->quant_act,
+               out);
     }
     if (m->S) {
         double sg = 1.0 / (1.0 + exp(-dot(m->sgate, x, m->H)));
-        expert(m->sgate_up, m->sdown, m->H, m->S, x, sg, out);
+        expert(m->sgate_up, m->sdown, m->H, m->S, x, sg, 0, out);
     }
 }
 

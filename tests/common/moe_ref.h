@@ -14,6 +14,9 @@ typedef struct nf_moe_ref {
     const float *sgate_up;  /* [2S][H] */
     const float *sdown;     /* [H][S] */
     const float *sgate;     /* [H] */
+    int quant_act;          /* 1: the routed experts' SwiGLU intermediate is rounded to f32 and
+                             * quantised to int8 per 32 (nf_test_quantize_a8) before down, as the
+                             * device's W·A8 down does (down_a8.cu); the shared expert's is not */
 } nf_moe_ref;
 
 /* Routing of one token: ids[k] by descending logit, ties to the lower index; weights[k]; gap = the

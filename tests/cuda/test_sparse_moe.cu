@@ -29,8 +29,13 @@
 //    int8 per 32-element block (d = max|x| / 127 in f32, q = rint(x / d) with an IEEE division,
 //    ties to even), which the reference repeats bit for bit (nf_test_quantize_a8): its routed experts take
 //    x~ = d q (rounded once to f32, 2^-24 relative, inside the fp32 slack) and its router and shared
-//    expert take x, as the kernels do. The kernels then see exactly the reference's operands again,
-//    so the decode tolerance above applies unchanged. (A worst-case bound over the quantisation
+//    expert take x, as the kernels do. The routed down quantises its input, the SwiGLU intermediate,
+//    the same way (down_a8.cu); the reference rounds its intermediate to f32 and repeats that too
+//    (nf_moe_ref.quant_act). The kernels then see exactly the reference's operands again, so the
+//    decode tolerance above applies unchanged -- up to an intermediate within fp32 rounding of a
+//    rint tie, which the two sides may quantise one step apart (d |w| on one term, far inside the
+//    2^-8 |ref| allowance at these sizes). With the two disagreeing (the device's down left in f32
+//    against this reference) every a8 decode and small-token case failed, at 100 - 360x the allowance. (A worst-case bound over the quantisation
 //    error instead, sum |w| d / 2 propagated through SwiGLU and down, came out ~300x the actual
 //    error and let a wrong sub-block scale pass: it was not a test.)
 #include <cuda_runtime.h>
@@ -149,8 +154,8 @@ struct Bank {
         b.norm_topk = p.norm;
         b.router = router.desc();
         b.gate_up = gu.desc();
-        b.gate_up.allow_a8 = 1; // as the engine binds it (the reference repeats the quantisation)
         b.down = dn.desc();
+        b.gate_up.allow_a8 = b.down.allow_a8 = 1; // as the engine binds it (the reference repeats the quantisation)
         b.shared_gate_up = sgu.desc();
         b.shared_down = sdn.desc();
         b.shared_gate = sg.desc();
@@ -265,6 +270,7 @@ Ref reference(const Bank &b, const Profile &p, const std::vector<float> &xf)
     if (a8) r.qout.assign((size_t)TMAX * H, 0.0);
     nf_moe_ref routed = m, shared = m; // routed experts alone (S = 0); the shared expert alone (k = 0)
     routed.S = 0;
+    routed.quant_act = a8; // and the routed down's intermediate (down_a8.cu; every a8 profile's down is a k-quant)
     shared.k = 0;
     const nf_moe_ref_a4 a4 = {b.ga, b.gd.data(), b.gsd};
     const double eps = ldexp(1.0, -8);

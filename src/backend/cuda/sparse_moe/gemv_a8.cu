@@ -18,6 +18,7 @@
 // rows, with every load of both rows issued before any use.
 #include "internal.cuh"
 #include "rowdot.cuh"
+#include "quant_a8.cuh"
 #include "spans_a8.cuh"
 
 namespace nf {
@@ -27,7 +28,7 @@ namespace {
 constexpr int kWarps = 8; // output row pairs per CTA
 
 // Quantises nt bf16 input rows (positions pos0.. through g) into xq[t][cols] (int8) and
-// xd[t][cols / 32] = (d, d * sum q). A thread takes 8 elements, four lanes a block; every lane of a
+// xd[t][cols / 32] (quant_a8.cuh). A thread takes 8 elements, four lanes a block; every lane of a
 // warp runs the same iterations (the shuffles need them), cols % 32 == 0 keeps a block's lanes
 // together.
 __device__ void stage_q8(const uint16_t *in, uint32_t in_stride, const Groups &g, int pos0, int nt, uint32_t cols,
@@ -45,30 +46,9 @@ __device__ void stage_q8(const uint16_t *in, uint32_t in_stride, const Groups &g
             raw = *reinterpret_cast<const uint4 *>(in + (size_t)row * in_stride + (v % vecs) * 8);
         }
         const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-        float am = 0.f;
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            f[2 * i] = __uint_as_float(w[i] << 16);
-            f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-            am = fmaxf(am, fmaxf(fabsf(f[2 * i]), fabsf(f[2 * i + 1])));
-        }
-        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
-        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
-        const float d = am / 127.0f;
-        int sum = 0;
-        uint32_t packed[2] = {0, 0};
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const int q = am > 0.f ? __float2int_rn(f[i] / d) : 0;
-            sum += q;
-            packed[i / 4] |= (uint32_t)(q & 0xFF) << (8 * (i % 4));
-        }
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        if (ok) {
-            *reinterpret_cast<uint2 *>(xq + (size_t)v * 8) = make_uint2(packed[0], packed[1]);
-            if (v % 4 == 0) xd[v / 4] = make_float2(d, d * (float)sum);
-        }
+        for (int i = 0; i < 4; i++) f[2 * i] = __uint_as_float(w[i] << 16), f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+        quant8_store(f, ok, v, xq, xd);
     }
 }
 

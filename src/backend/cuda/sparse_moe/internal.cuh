@@ -86,6 +86,13 @@ cudaError_t launch_down_combine(int codec, const DevMat &W, const float *act, co
                                 uint32_t k, uint32_t max_groups, const float *ys, uint16_t *out, bool pdl,
                                 cudaStream_t s);
 
+// down_a8.cu: the same with the intermediate quantised to int8 per 32 elements (the down matrix
+// allows A8) for q4_k, q5_k, q6_k and q8_0 banks; supported: the codec, the shape and T * k
+// positions whose quantised intermediate fits one CTA's shared memory.
+bool down_a8_supported(int codec, const DevMat &W, uint32_t T, uint32_t k);
+cudaError_t launch_down_a8(int codec, const DevMat &W, const float *act, const Routing &r, uint32_t T, uint32_t k,
+                           const float *ys, uint16_t *out, bool pdl, cudaStream_t s);
+
 // Calls f(Codec{}) with the device codec of an nf_codec_id; cudaErrorInvalidValue for others.
 // nf_codec_id values (codec/codec.h): BF16 2, Q8_0 3, Q4_K 4, Q5_K 5, Q6_K 6, NVFP4 11.
 template <class F>

@@ -508,7 +508,9 @@ static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint
         if (e == cudaSuccess) e = launch_gemv(m->codec[M_SDOWN], false, m->m[M_SDOWN], acts, false, S, sg, ys, H, T, s);
     }
     if (e != cudaSuccess) return e;
-    if (small) return launch_down_combine(m->codec[M_DOWN], m->m[M_DOWN], act, r, T, k, max_groups, ys, out, true, s);
+    if (small && b.down.allow_a8 && down_a8_supported(m->codec[M_DOWN], dn, T, k))
+        return launch_down_a8(m->codec[M_DOWN], dn, act, r, T, k, ys, out, true, s);
+    if (small) return launch_down_combine(m->codec[M_DOWN], dn, act, r, T, k, max_groups, ys, out, true, s);
     g.pos_entry = nullptr;
     e = launch_gemv(m->codec[M_DOWN], false, m->m[M_DOWN], act, false, I, g, y, H, T, s);
     if (e != cudaSuccess) return e;

@@ -1,0 +1,176 @@
+// Down projection and weighted combine with int8 activations, for the decode and small-token routes
+// of k-quant and q8_0 down banks whose down matrix allows A8 (the engine's default; ggml quantises the
+// intermediate the same way for its MUL_MAT_ID down).
+//
+// Why: decode.cu's f32 form spends most of its instructions on each weight (decode to f32, an FMA
+// per element, per-piece routing lookups with integer divisions): ncu put the q6_k down of one
+// Qwen3-30B-A3B layer at 60 % of the SM's issue rate and 10 % of DRAM. Here each CTA quantises the
+// whole SwiGLU intermediate once per forward (T * k positions of I elements; quant_a8.cuh) and a
+// warp owns one output row h: its lanes spread over the (expert, span) items of the row across all
+// active experts, take integer dots four products at a time (the span policies of spans_a8.cuh),
+// and weight each span's dot by its position's router weight. Per token the sum over experts
+// happens in registers and a warp sum, in a fixed order: deterministic.
+//
+// Under programmatic dependent launch the kernel starts while gate/up runs: the routing was written
+// before gate/up passed its own wait (gate/up releases this launch only after it), so the weight
+// rows of the first items are loaded before the wait; the intermediate is read after it.
+#include "internal.cuh"
+#include "quant_a8.cuh"
+#include "rowdot.cuh"
+#include "spans_a8.cuh"
+
+namespace nf {
+
+namespace {
+
+constexpr int kWarps = 8; // output rows per CTA
+
+// Shared memory: xq [P][I] int8, xd [P][I / 32] (d, d * sum q), then per position its router weight
+// and token.
+struct DownSmem {
+    size_t xd, pw, pt, bytes;
+    __host__ __device__ DownSmem(uint32_t P, uint32_t I)
+    {
+        xd = ((size_t)P * I + 15) / 16 * 16;
+        pw = xd + (size_t)P * (I / 32) * sizeof(float2);
+        pt = pw + (size_t)P * sizeof(float);
+        bytes = pt + (size_t)P * sizeof(int);
+    }
+};
+
+// Quantises the P rows of act ([P][I] f32) into xq/xd and gathers each position's weight and token.
+__device__ void stage_act(const float *act, uint32_t P, uint32_t I, const Routing &r, uint32_t k, int8_t *xq,
+                          float2 *xd, float *pw, int *pt)
+{
+    const uint32_t vecs = P * I / 8; // I % 32 == 0: a block's four lanes stay in one iteration
+    for (uint32_t base = 0; base < vecs; base += blockDim.x) {
+        const uint32_t v = base + threadIdx.x;
+        const bool ok = v < vecs;
+        float f[8] = {};
+        if (ok) {
+            const float4 a = *reinterpret_cast<const float4 *>(act + (size_t)v * 8),
+                         b = *reinterpret_cast<const float4 *>(act + (size_t)v * 8 + 4);
+            f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+        }
+        quant8_store(f, ok, v, xq, xd);
+    }
+    for (uint32_t p = threadIdx.x; p < P; p += blockDim.x) {
+        const int entry = r.pos_entry[p];
+        pw[p] = r.topk_w[entry];
+        pt[p] = entry / (int)k;
+    }
+}
+
+template <class SP, int MAXT>
+__global__ void __launch_bounds__(kWarps * 32, 2)
+    down_a8_kernel(DevMat W, const float *act, Routing r, uint32_t T, uint32_t k, const float *ys, uint16_t *out)
+{
+    extern __shared__ __align__(16) uint8_t smem[];
+    const uint32_t I = W.cols, H = W.rows, P = T * k;
+    const DownSmem L(P, I);
+    int8_t *xq = reinterpret_cast<int8_t *>(smem);
+    float2 *xd = reinterpret_cast<float2 *>(smem + L.xd);
+    float *pw = reinterpret_cast<float *>(smem + L.pw);
+    int *pt = reinterpret_cast<int *>(smem + L.pt);
+    const int lane = threadIdx.x % 32;
+    const uint32_t h = blockIdx.x * kWarps + threadIdx.x / 32;
+    const bool live = h < H;
+    const int spans = (int)(I / SP::kSpanElems), items = live ? *r.n_groups * spans : 0;
+
+    // items per lane in flight: four, or two of q5_k's 80-byte spans (four spill at 128 registers)
+    constexpr int kBatch = sizeof(typename SP::Raw) > 64 ? 2 : 4;
+    typename SP::Raw raw[kBatch];
+    auto load = [&](int i0) {
+#pragma unroll
+        for (int u = 0; u < kBatch; u++) {
+            const int i = i0 + 32 * u;
+            if (i < items) raw[u] = SP::load(W, (uint32_t)r.g_expert[i / spans], h, i % spans);
+        }
+    };
+    load(lane); // weights and routing only: before the wait on gate/up
+    cudaGridDependencySynchronize();
+    stage_act(act, P, I, r, k, xq, xd, pw, pt);
+    __syncthreads();
+
+    float acc[MAXT] = {};
+    for (int i0 = lane; i0 < items; i0 += 32 * kBatch) {
+        if (i0 != lane) load(i0);
+#pragma unroll
+        for (int u = 0; u < kBatch; u++) {
+            const int i = i0 + 32 * u;
+            if (i >= items) break;
+            const int g = i / spans, s = i % spans, start = r.g_start[g], end = start + r.g_count[g];
+            for (int p = start; p < end; p++) {
+                float d = 0.f;
+                SP::template dot<1>(raw[u], s, xq + (size_t)p * I, xd + (size_t)p * (I / 32), I, 1, &d);
+                const int t = pt[p];
+                const float v = pw[p] * d;
+#pragma unroll
+                for (int tt = 0; tt < MAXT; tt++)
+                    if (tt == t) acc[tt] += v; // a register per token: no dynamic indexing
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < MAXT; t++) {
+        float v = warp_sum(acc[t]);
+        if (lane == 0 && live && t < (int)T) {
+            if (ys) v = fmaf(r.shared_g[t], ys[(size_t)t * H + h], v);
+            out[(size_t)t * H + h] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+        }
+    }
+}
+
+template <class SP, int MAXT>
+cudaError_t launch_t(const DevMat &W, const float *act, const Routing &r, uint32_t T, uint32_t k, const float *ys,
+                     uint16_t *out, bool pdl, cudaStream_t s)
+{
+    const size_t smem = DownSmem(T * k, W.cols).bytes;
+    auto kern = down_a8_kernel<SP, MAXT>;
+    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) return e;
+    return launch_pdl(kern, dim3((W.rows + kWarps - 1) / kWarps), dim3(kWarps * 32), smem, pdl, s, W, act, r, T, k,
+                      ys, out);
+}
+
+template <class SP>
+cudaError_t launch_sp(const DevMat &W, const float *act, const Routing &r, uint32_t T, uint32_t k, const float *ys,
+                      uint16_t *out, bool pdl, cudaStream_t s)
+{
+    if (T <= 1) return launch_t<SP, 1>(W, act, r, T, k, ys, out, pdl, s);
+    if (T <= 2) return launch_t<SP, 2>(W, act, r, T, k, ys, out, pdl, s);
+    if (T <= 4) return launch_t<SP, 4>(W, act, r, T, k, ys, out, pdl, s);
+    if (T <= 8) return launch_t<SP, 8>(W, act, r, T, k, ys, out, pdl, s);
+    return launch_t<SP, 16>(W, act, r, T, k, ys, out, pdl, s);
+}
+
+// The largest shared-memory stage a CTA takes (two CTAs per SM stay resident below ~110 KiB).
+constexpr size_t kSmemMax = 160 * 1024;
+
+} // namespace
+
+bool down_a8_supported(int codec, const DevMat &W, uint32_t T, uint32_t k)
+{
+    if (T < 1 || T > 16 || DownSmem(T * k, W.cols).bytes > kSmemMax) return false;
+    switch (codec) {
+    case 3 /* NF_CODEC_Q8_0 */: return W.cols % 32 == 0;
+    case 4 /* NF_CODEC_Q4_K */:
+    case 5 /* NF_CODEC_Q5_K */:
+    case 6 /* NF_CODEC_Q6_K */: return W.cols % 256 == 0;
+    default: return false;
+    }
+}
+
+cudaError_t launch_down_a8(int codec, const DevMat &W, const float *act, const Routing &r, uint32_t T, uint32_t k,
+                           const float *ys, uint16_t *out, bool pdl, cudaStream_t s)
+{
+    switch (codec) {
+    case 3: return launch_sp<SpanQ8>(W, act, r, T, k, ys, out, pdl, s);
+    case 4: return launch_sp<SpanQ4K>(W, act, r, T, k, ys, out, pdl, s);
+    case 5: return launch_sp<SpanQ5K>(W, act, r, T, k, ys, out, pdl, s);
+    case 6: return launch_sp<SpanQ6K>(W, act, r, T, k, ys, out, pdl, s);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+} // namespace nf

@@ -1,0 +1,39 @@
+// The int8 activation quantiser of the W·A8 kernels (gemv_a8.cu's input rows, down_a8.cu's SwiGLU
+// intermediate), per 32-element block:
+//     d = amax / 127 (f32),  q = rint(x / d) (IEEE division, ties to even; 0 when amax = 0)
+// stored as xq (int8) and xd = (d, d * sum q) per block, the pair the span policies take
+// (spans_a8.cuh). tests/common/cuda_test_util.h's nf_test_quantize_a8 repeats it bit for bit.
+#pragma once
+#include <stdint.h>
+
+namespace nf {
+
+// A thread's 8 consecutive elements f (vector v of its row: elements 8v .. 8v + 7); four consecutive
+// lanes hold one block, so every lane of the warp must call this together (the shuffles), including
+// lanes with nothing to store (ok = false, f zeros). Writes xq[8v ..] and, from the block's first
+// lane, xd[v / 4].
+__device__ __forceinline__ void quant8_store(const float (&f)[8], bool ok, uint32_t v, int8_t *xq, float2 *xd)
+{
+    float am = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) am = fmaxf(am, fmaxf(fabsf(f[2 * i]), fabsf(f[2 * i + 1])));
+    am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
+    am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
+    const float d = am / 127.0f;
+    int sum = 0;
+    uint32_t packed[2] = {0, 0};
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const int q = am > 0.f ? __float2int_rn(f[i] / d) : 0;
+        sum += q;
+        packed[i / 4] |= (uint32_t)(q & 0xFF) << (8 * (i % 4));
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    if (ok) {
+        *reinterpret_cast<uint2 *>(xq + (size_t)v * 8) = make_uint2(packed[0], packed[1]);
+        if (v % 4 == 0) xd[v / 4] = make_float2(d, d * (float)sum);
+    }
+}
+
+} // namespace nf
