@@ -28,14 +28,15 @@ static const uint32_t kSmallRouteMax = 16;
 // The small-token/prefill frontier per profile: the largest T at which the CUDA-core route beats the
 // tensor-core one, from the recorded sweep in docs/sparse_moe.md (H200, qwen3-30b-a3b geometry,
 // trace-like routing, cold L2, graph replay). q4_k+q6_k stands for the k-quant gate/up profiles, which
-// share its kernels' per-byte cost; the other k-quant mixes were not swept apart.
+// share its kernels' per-byte cost; the other k-quant mixes were not swept apart. 16 is the kernels'
+// limit (kSmallRouteMax), not a crossing.
 static uint32_t small_route_max(int gate_up_codec)
 {
     switch (gate_up_codec) {
-    case NF_CODEC_BF16: return 11;  // 462 vs 476 us at 11; 496 vs 482 at 12
-    case NF_CODEC_Q8_0: return 2;   // 140 vs 164 us at 2; 203 vs 182 at 3
-    case NF_CODEC_NVFP4: return 2;  // 138 vs 167 us at 2; 194 vs 186 at 3
-    default: return 10;             // q4_k+q6_k: 453 vs 464 us at 10; 501 vs 489 at 11
+    case NF_CODEC_BF16: return 15;  // 545 vs 554 us at 15; 579 vs 555 at 16
+    case NF_CODEC_NVFP4: return 4;  // 215 vs 253 us at 4; 265 vs 257 at 5
+    case NF_CODEC_Q8_0: return 16;  // 347 vs 472 us at 16
+    default: return 16;             // q4_k+q6_k: 359 vs 568 us at 16
     }
 }
 
