@@ -144,6 +144,14 @@ cudaError_t launch_gemv_a8(int codec, bool glu, const DevMat &W, const uint16_t 
                            const Groups &g, float *out, uint32_t out_stride, uint32_t max_tokens,
                            const GemvLaunch &opt, cudaStream_t s);
 
+// gemv_fp4.cu: the tensor-core GEMV (GLU or plain) for nvfp4 weights, bf16 or f32 inputs (bf16
+// MMA on exact e2m1 * e4m3 operands); same arguments and semantics as launch_gemv_ex, opt.a8 ignored.
+// Supported: cols a multiple of 128 (at most 12288), at least one row.
+bool gemv_fp4_supported(const DevMat &W);
+cudaError_t launch_gemv_fp4(bool glu, const DevMat &W, const void *in, bool in_bf16, uint32_t in_stride,
+                            const Groups &g, float *out, uint32_t out_stride, uint32_t max_tokens,
+                            const GemvLaunch &opt, cudaStream_t s);
+
 // prefill.cu: the tensor-core grouped GEMM. glu: in = x rows through pos_entry, out = act (bf16,
 // [pos][W.rows / 2]); else in = act (bf16), out = y (f32, [pos][W.rows]).
 bool prefill_supported(const DevMat &gate_up, const DevMat &down);

@@ -1,0 +1,93 @@
+// The nvfp4 -> bf16 tensor-core operand decode of gemv_fp4.cu (fp4_mma.cuh), exhaustively on the
+// host (built by nvcc, runs without a GPU): every nibble pair at each of the four pair positions
+// of a word, against every non-NaN e4m3 scale byte, under three fillings of the other nibbles (so
+// a shift that drags a neighbour in shows). Each half must equal e2m1 * e4m3 * 2^-8 from the CPU
+// codec (nf_e2m1_to_f32, nf_e4m3_to_f32), exactly: the kernel's numerics rest on that product
+// being exact. The scale operand itself is checked for every byte.
+//
+// What this cannot check: the device's mul.rn.bf16x2 on the subnormal bf16 that e2m1 0.5 decodes
+// to (the host multiplies in f32); test_gemv_fp4 covers that on a GPU.
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/cuda/sparse_moe/fp4_mma.cuh"
+
+extern "C" {
+#include "codec/nvfp4.h"
+}
+#include "nf_test.h"
+
+namespace {
+
+float half_value(uint32_t v, int h)
+{
+    const uint32_t u = ((v >> (16 * h)) & 0xFFFFu) << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint32_t pair(int q, uint32_t w, uint32_t s2)
+{
+    switch (q) {
+    case 0: return nf::fp4_pair<0>(w, s2);
+    case 1: return nf::fp4_pair<1>(w, s2);
+    case 2: return nf::fp4_pair<2>(w, s2);
+    default: return nf::fp4_pair<3>(w, s2);
+    }
+}
+
+void check_scales()
+{
+    size_t bad = 0;
+    for (uint32_t b = 0; b < 256; b++) {
+        if ((b & 0x7F) == 0x7F) continue; // NaN bytes never reach the kernel (bind validates)
+        const uint32_t s2 = nf::fp4_scale2(b);
+        const double want = ldexp((double)nf_e4m3_to_f32((uint8_t)b), 118);
+        for (int h = 0; h < 2; h++)
+            if ((double)half_value(s2, h) != want) bad++;
+    }
+    CHECK_MSG(bad == 0, "fp4_scale2: %zu halves differ from e4m3 * 2^118", bad);
+}
+
+void check_pairs()
+{
+    const uint32_t fills[3] = {0x00000000u, 0xFFFFFFFFu, 0x5A3C96E1u};
+    size_t bad = 0, checked = 0;
+    for (int q = 0; q < 4; q++)
+        for (uint32_t nib = 0; nib < 256; nib++) { // low nibble: element q, high nibble: element q + 4
+            const uint32_t lo = nib & 0xF, hi = nib >> 4;
+            for (uint32_t f = 0; f < 3; f++) {
+                uint32_t w = fills[f];
+                w &= ~((0xFu << (4 * q)) | (0xFu << (4 * q + 16)));
+                w |= (lo << (4 * q)) | (hi << (4 * q + 16));
+                for (uint32_t b = 0; b < 256; b++) {
+                    if ((b & 0x7F) == 0x7F) continue;
+                    const uint32_t v = pair(q, w, nf::fp4_scale2(b));
+                    const double s = nf_e4m3_to_f32((uint8_t)b);
+                    const double want_lo = ldexp(nf_e2m1_to_f32((uint8_t)lo) * s, -8);
+                    const double want_hi = ldexp(nf_e2m1_to_f32((uint8_t)hi) * s, -8);
+                    if ((double)half_value(v, 0) != want_lo || (double)half_value(v, 1) != want_hi) {
+                        if (bad < 5)
+                            printf("  q %d nibbles %x/%x fill %08x scale %02x: got %g/%g want %g/%g\n", q, lo, hi,
+                                   fills[f], b, (double)half_value(v, 0), (double)half_value(v, 1), want_lo,
+                                   want_hi);
+                        bad++;
+                    }
+                    checked++;
+                }
+            }
+        }
+    printf("fp4 decode: %zu pairs checked, %zu wrong\n", checked, bad);
+    CHECK_MSG(bad == 0, "fp4_pair: %zu of %zu decodes differ from e2m1 * e4m3 * 2^-8", bad, checked);
+}
+
+} // namespace
+
+int main(void)
+{
+    check_scales();
+    check_pairs();
+    return nf_test_report();
+}

@@ -1,0 +1,278 @@
+// The nvfp4 tensor-core GEMV (gemv_fp4.cu), reached through launch_gemv_ex as the routes reach it,
+// plain and GLU, bf16 and f32 inputs, against a double reference over the CPU codec's dequantized
+// weights (nf_nvfp4_dequantize_row: e2m1 * (e4m3 / divisor) in f32).
+//
+// Bound. The kernel's MMA operands are exact (A = e2m1 * e4m3 * 2^-8, bf16 x) and so are their
+// products, so its error is the f32 accumulation plus the epilogue. A warp's accumulator chain has
+// at most n = 4 * ceil(cols / 512) MMAs (32 at cols = 4096), each adding 16 exact products to the
+// running sum; assuming one MMA is within 2 ulps of its largest partial sum (2^-22 (|c| + sum |p|);
+// the tensor cores' accumulation truncates rather than rounds, but keeps at least full f32
+// precision relative to the largest term), the chain is off by at most n 2^-22 sum_i |w_i x_i|
+// (<= 2^-17 at 4096). The two accumulators' and the four warps' sums add 7 f32 roundings, the
+// 2^8 / divisor factor and its product two more, and the reference's own weights are two f32
+// roundings off the exact e2m1 e4m3 / divisor: together below 2^-20 sum |w x|. The test allows
+//     |gpu - ref| <= 2^-16 sum_i |w_i x_i|                    (bf16 inputs)
+// For f32 inputs x = hi + lo + r with hi = bf16(x), lo = bf16(x - hi), |r| <= 2^-9 |x - hi| <= 2^-18 |x|,
+// so the split adds at most 2^-18 sum |w x|, and the lo column's own accumulation error is 2^-9 of
+// the hi column's: the test allows (2^-16 + 2^-17) sum |w x|. GLU out = silu(g) u takes the
+// first-order propagation of those allowances on g and u plus 2^-20 |out| for silu and the product.
+// A wrong scale block, divisor, nibble pairing, row, token column or K share is off by a sizeable
+// fraction of sum |w x| (about 1/sqrt(cols) of it even for a divisor off by 2x): at cols 2048 a
+// numpy model of these data puts the median output 700x (scale block 2c + (i >= 3)) to 3000x
+// (divisor of another share, token columns swapped) over the allowance. Dropping the f32 inputs'
+// lo column is the smallest such bug: its signed errors cancel to a median 3x, worst 19x.
+//
+// Data: two experts stacked with D = 4 divisor shares (each expert's gate half and up half its own
+// source, amplitudes 1, 3, 1/2, 2: divisors differ up to 6x, so a wrong share or expert shows) or D = 1
+// where the row count is not a multiple of 256 (the 128-row share rule); block amplitudes vary
+// (spread e4m3 scales) and every 17th row is 2^-15 as large (subnormal e4m3 scales). Two groups
+// (expert 1, then expert 0) at positions 1.. of a grid of three group slots (the third exits);
+// position 0 and the guard columns past each output row must stay untouched (NaN fill).
+//
+// Cases: T in {1, 3, 8, 13} (13 > 8 tokens: several passes; f32 holds 4 tokens a pass), plain and
+// GLU, bf16 and f32 inputs; rows not a multiple of 16; cols 128 (one chunk: three warps idle), 640
+// (uneven K shares), 768, 2048, 4096; GLU through pos_entry addressing (entry_div = k, as the MoE
+// route); the decode route's early staging (rows_are_x0, T = 1) with PDL and the down prefetch; the
+// decoder's launch (PDL, group tables ready: rows prefetched before the wait).
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <vector>
+
+#include "backend/cuda/sparse_moe/internal.cuh"
+
+extern "C" {
+#include "codec/codec.h"
+#include "codec/nvfp4.h"
+#include "common/cuda_test_util.h"
+}
+#include "nf_test.h"
+
+namespace {
+
+uint64_t rng = 0x9E3779B97F4A7C15ull;
+float nrand() { return nf_test_nrand(&rng); }
+uint32_t urand(uint32_t n) { return (uint32_t)(nf_test_urand(&rng) * n) % n; }
+
+constexpr uint32_t kTopK = 4; // entry_div of the pos_entry cases
+
+struct Case {
+    bool glu, bf16;
+    uint32_t rows, cols; // per expert (GLU: gate rows then up rows)
+    uint32_t T;          // max_tokens; group 0 (expert 1) has T positions, group 1 (expert 0) ceil(T / 2)
+    bool entries = false; // input rows through pos_entry / kTopK
+    bool early = false;   // decode route: rows_are_x0 (T = 1), PDL, down prefetch
+    bool ready = false;   // decoder: PDL, group tables ready
+};
+
+double silu(double g) { return g / (1.0 + exp(-g)); }
+
+// Two experts of c.rows x c.cols, quantized with D shares; deq gets the CPU dequantization.
+std::vector<uint8_t> make_weights(const Case &c, uint32_t D, std::vector<float> &deq)
+{
+    const uint64_t R = 2ull * c.rows, share = R / D;
+    const float share_amp[4] = {1.0f, 3.0f, 0.5f, 2.0f};
+    std::vector<float> w(R * c.cols);
+    for (uint64_t r = 0; r < R; r++) {
+        const float ra = share_amp[(r / share) % 4] * (r % 17 == 5 ? ldexpf(1.0f, -15) : 1.0f);
+        for (uint32_t i = 0; i < c.cols; i++) w[r * c.cols + i] = nrand() * ra * ldexpf(1.0f, (int)((i / 16 + r) % 5) - 2);
+    }
+    nf_nvfp4_layout l;
+    nf_error err;
+    CHECK_MSG(nf_nvfp4_layout_of(R, c.cols, D, &l, &err) == NF_OK, "layout: %s", err.msg);
+    std::vector<uint8_t> payload(l.payload_bytes, 0);
+    nf_nvfp4_quantize(w.data(), &l, payload.data());
+    nf_nvfp4_planes p;
+    CHECK(nf_nvfp4_view(payload.data(), l.payload_bytes, R, c.cols, D, &p, &err) == NF_OK);
+    deq.resize(R * c.cols);
+    for (uint64_t r = 0; r < R; r++) nf_nvfp4_dequantize_row(&p, r, &deq[r * c.cols]);
+    return payload;
+}
+
+// n input rows of c.cols values (bf16-representable for bf16 inputs, arbitrary f32 otherwise):
+// 32-element blocks of amplitudes 2^-4 .. 2^4, one all-zero block per row.
+std::vector<float> make_inputs(const Case &c, uint32_t n)
+{
+    std::vector<float> x((size_t)n * c.cols);
+    for (uint32_t t = 0; t < n; t++)
+        for (uint32_t i = 0; i < c.cols; i++) {
+            const uint32_t blk = i / 32;
+            const float amp = blk == (t * 7 + 3) % (c.cols / 32) ? 0.0f : ldexpf(1.0f, (int)(blk % 9) - 4);
+            const float v = nrand() * amp;
+            x[(size_t)t * c.cols + i] = c.bf16 ? nf_test_bf2f(nf_test_f2bf(v)) : v;
+        }
+    return x;
+}
+
+struct Dev {
+    uint8_t *w = nullptr;
+    void *x = nullptr;
+    float *out = nullptr;
+    int32_t *tab = nullptr;
+    ~Dev()
+    {
+        cudaFree(w);
+        cudaFree(x);
+        cudaFree(out);
+        cudaFree(tab);
+    }
+};
+
+void run_case(const Case &c)
+{
+    const uint32_t D = c.rows % 256 == 0 ? 4 : 1, E = 2;
+    std::vector<float> deq;
+    const std::vector<uint8_t> payload = make_weights(c, D, deq);
+
+    // groups: slot 0 = expert 1 at positions 1 .. T, slot 1 = expert 0 after it; position 0 unused
+    const uint32_t n0 = c.T, n1 = (c.T + 1) / 2, P = 1 + n0 + n1;
+    const int32_t expert_of[2] = {1, 0}, start_of[2] = {1, (int32_t)(1 + n0)}, count_of[2] = {(int32_t)n0, (int32_t)n1};
+    // input row of each position: the position itself, or entry / kTopK (early: always row 0)
+    const uint32_t nx = c.entries ? 5 : P;
+    std::vector<int32_t> entry(P, 0);
+    std::vector<uint32_t> xrow(P, 0);
+    for (uint32_t p = 0; p < P; p++) {
+        entry[p] = c.early ? (int32_t)urand(kTopK) : (int32_t)(urand(nx) * kTopK + urand(kTopK));
+        xrow[p] = c.early ? 0 : c.entries ? (uint32_t)entry[p] / kTopK : p;
+    }
+    const std::vector<float> x = make_inputs(c, nx);
+    const uint32_t in_stride = c.cols + (c.bf16 ? 8 : 4); // padded rows: the stride is honoured
+    std::vector<uint8_t> xin((size_t)nx * in_stride * (c.bf16 ? 2 : 4), 0);
+    for (uint32_t t = 0; t < nx; t++)
+        for (uint32_t i = 0; i < c.cols; i++) {
+            const float v = x[(size_t)t * c.cols + i];
+            if (c.bf16) {
+                const uint16_t h = nf_test_f2bf(v);
+                memcpy(&xin[((size_t)t * in_stride + i) * 2], &h, 2);
+            } else {
+                memcpy(&xin[((size_t)t * in_stride + i) * 4], &v, 4);
+            }
+        }
+
+    nf_moe_matrix mm;
+    memset(&mm, 0, sizeof mm);
+    mm.codec = NF_CODEC_NVFP4;
+    mm.data = payload.data();
+    mm.experts = E;
+    mm.rows = c.rows;
+    mm.cols = c.cols;
+    mm.divisors = D;
+    nf_error err;
+    size_t bytes = 0;
+    Dev d;
+    nf::DevMat W;
+    const bool up = nf::devmat_bytes(&mm, "w", &bytes, &err) == NF_OK && cudaMalloc(&d.w, bytes) == cudaSuccess &&
+                    nf::devmat_upload(&mm, d.w, &W, "w", &err) == NF_OK;
+    CHECK_MSG(up, "upload: %s", err.msg);
+    if (!up) return;
+    CHECK(nf::gemv_fp4_supported(W));
+
+    const uint32_t out_rows = c.glu ? c.rows / 2 : c.rows, stride = out_rows + 8;
+    // tables: n, expert[3], start[3], count[3], pos_entry[P]
+    std::vector<int32_t> tab = {2, expert_of[0], expert_of[1], 0, start_of[0], start_of[1], 0, count_of[0], count_of[1], 0};
+    tab.insert(tab.end(), entry.begin(), entry.end());
+    CHECK(cudaMalloc(&d.x, xin.size()) == cudaSuccess);
+    CHECK(cudaMalloc(&d.out, (size_t)P * stride * 4) == cudaSuccess);
+    CHECK(cudaMalloc(&d.tab, tab.size() * 4) == cudaSuccess);
+    cudaMemcpy(d.x, xin.data(), xin.size(), cudaMemcpyHostToDevice);
+    cudaMemcpy(d.tab, tab.data(), tab.size() * 4, cudaMemcpyHostToDevice);
+    cudaMemset(d.out, 0xFF, (size_t)P * stride * 4); // NaN everywhere: unwritten outputs show
+    const nf::Groups g{d.tab, d.tab + 1, d.tab + 4, d.tab + 7, c.entries || c.early ? d.tab + 10 : nullptr,
+                       c.entries || c.early ? kTopK : 1, 3};
+    const nf::NextMat next = c.early ? nf::NextMat{W.data, (uint64_t)c.rows * W.row_stride} : nf::NextMat{nullptr, 0};
+    const nf::GemvLaunch opt{next, c.early || c.ready, c.early, false, c.ready};
+    cudaError_t e = nf::launch_gemv_ex(NF_CODEC_NVFP4, c.glu, W, d.x, c.bf16, in_stride, g, d.out, stride, c.T, opt, 0);
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    CHECK_MSG(e == cudaSuccess, "launch: %s", cudaGetErrorString(e));
+    std::vector<float> got((size_t)P * stride);
+    cudaMemcpy(got.data(), d.out, got.size() * 4, cudaMemcpyDeviceToHost);
+
+    const double eps = c.bf16 ? ldexp(1.0, -16) : ldexp(1.0, -16) + ldexp(1.0, -17);
+    size_t bad = 0, guard_bad = 0;
+    double worst = 0;
+    for (int gi = 0; gi < 2; gi++)
+        for (int32_t q = 0; q < count_of[gi]; q++) {
+            const uint32_t pos = (uint32_t)(start_of[gi] + q);
+            const float *xv = &x[(size_t)xrow[pos] * c.cols];
+            auto dot = [&](uint32_t r, double &abs) { // row r of expert expert_of[gi]
+                const float *wr = &deq[((size_t)expert_of[gi] * c.rows + r) * c.cols];
+                double s = 0;
+                abs = 0;
+                for (uint32_t i = 0; i < c.cols; i++) {
+                    const double p = (double)wr[i] * xv[i];
+                    s += p;
+                    abs += fabs(p);
+                }
+                return s;
+            };
+            for (uint32_t r = 0; r < out_rows; r++) {
+                double ref, lim, a1, a2;
+                if (c.glu) {
+                    const double gv = dot(r, a1), uv = dot(r + out_rows, a2);
+                    const double eg = eps * a1, eu = eps * a2, sig = 1.0 / (1.0 + exp(-gv));
+                    const double dsilu = sig * (1.0 + gv * (1.0 - sig)); // |silu'| <= 1.1
+                    ref = silu(gv) * uv;
+                    lim = 1.1 * fabs(dsilu) * fabs(uv) * eg + 1.1 * (fabs(silu(gv)) + eg) * eu + ldexp(fabs(ref), -20) +
+                          1e-30;
+                } else {
+                    ref = dot(r, a1);
+                    lim = eps * a1 + 1e-30;
+                }
+                const double dv = fabs((double)got[(size_t)pos * stride + r] - ref);
+                if (!(dv <= lim)) bad++;
+                if (!(dv == dv)) worst = INFINITY;
+                else if (dv / lim > worst) worst = dv / lim;
+            }
+        }
+    for (uint32_t p = 0; p < P; p++)
+        for (uint32_t r = p == 0 ? 0 : out_rows; r < stride; r++) {
+            uint32_t bits;
+            memcpy(&bits, &got[(size_t)p * stride + r], 4);
+            if (bits != 0xFFFFFFFFu) guard_bad++;
+        }
+    printf("  %-5s %-4s rows %5u cols %5u T %2u D %u%s%s%s: worst %.4f of the allowance, %zu outside\n",
+           c.glu ? "glu" : "plain", c.bf16 ? "bf16" : "f32", c.rows, c.cols, c.T, D, c.entries ? " entries" : "",
+           c.early ? " early" : "", c.ready ? " ready" : "", worst, bad);
+    CHECK_MSG(bad == 0, "%s %s rows %u cols %u T %u: %zu outputs outside the allowance (worst %.2f x)",
+              c.glu ? "glu" : "plain", c.bf16 ? "bf16" : "f32", c.rows, c.cols, c.T, bad, worst);
+    CHECK_MSG(guard_bad == 0, "%zu guard values written", guard_bad);
+}
+
+} // namespace
+
+int main(void)
+{
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("test_gemv_fp4: no GPU visible: skipped\n");
+        return NF_TEST_SKIP;
+    }
+    for (uint32_t T : {1u, 3u, 8u, 13u}) {
+        run_case({false, true, 512, 2048, T});
+        run_case({false, false, 512, 2048, T});
+        Case glu{true, true, 768, 2048, T};
+        glu.entries = true;
+        run_case(glu);
+    }
+    run_case({false, true, 1001, 768, 3});   // rows not a multiple of 16 (D = 1)
+    run_case({false, false, 1001, 768, 13});
+    run_case({false, true, 40, 128, 2});     // one chunk: warps 1-3 have no K share
+    run_case({false, true, 256, 640, 9});    // 5 chunks: uneven K shares, 2 passes
+    run_case({false, true, 256, 4096, 1});   // long rows: several batches per warp
+    run_case({false, true, 256, 4096, 13});
+    run_case({false, false, 256, 4096, 5});
+    run_case({true, true, 512, 4096, 1});
+    run_case({false, false, 2048, 768, 1});  // the routed down projection's shape (f32 act)
+    run_case({false, false, 2048, 768, 8});
+    run_case({true, false, 768, 2048, 5});   // GLU with f32 inputs
+    Case dec{true, true, 768, 2048, 1};      // the decode route's gate/up: early staging, PDL, prefetch
+    dec.early = true;
+    run_case(dec);
+    Case dense{false, true, 512, 2048, 3};   // the decoder's dense layers: PDL, tables ready
+    dense.ready = true;
+    run_case(dense);
+    dense.T = 1;
+    run_case(dense);
+    return nf_test_report();
+}
