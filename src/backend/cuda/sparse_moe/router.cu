@@ -1,9 +1,12 @@
 // Router (fp32 logits, softmax, top-k with ties to the lower index, optional renormalisation), the
 // shared expert's sigmoid gate, and the expert-sorted work list. Nothing here leaves the device.
 //
-// Two forms. Prefill: logits, top-k and the work list are three launches. Decode and small-token:
-// one launch, whose last CTA to finish its logits (a grid-wide counter) does top-k and the work
-// list for the handful of tokens, so the route pays one launch for routing instead of three.
+// Three forms. Prefill: logits, top-k and the work list are three launches. Small-token: one launch,
+// whose last CTA to finish its logits (a grid-wide counter) does top-k and the work list for the
+// handful of tokens. Decode (T = 1): one cluster of CTAs that gathers the logits in its first CTA's
+// shared memory, which routes.
+#include <cooperative_groups.h>
+
 #include "internal.cuh"
 
 namespace nf {
@@ -78,7 +81,7 @@ __device__ void logits_tile(const W *w, const G *gw, const uint16_t *x, uint32_t
     // gridDim.x == 1: this CTA covers every expert row (prefill: x staged once per token tile);
     // otherwise one row per warp of the CTA's block of kRouterWarps rows (decode: spread the rows)
     const uint32_t e0 = gridDim.x == 1 ? threadIdx.x / 32 : blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    const uint32_t estep = gridDim.x == 1 ? blockDim.x / 32 : E + 1;
+    const uint32_t estep = gridDim.x == 1 ? blockDim.x / 32 : gridDim.x * (blockDim.x / 32);
     // the warp's first row is in flight while the activations are staged (two latencies overlap)
     uint4 pre[kRouterChunks];
     if (e0 < E) row_chunks(w, e0, H, lane, pre);
@@ -173,7 +176,9 @@ __global__ void router_logits_kernel(const W *w, const G *gw, const uint16_t *x,
 
 // One warp: softmax over E in fp32 and the k largest logits of token t, ties to the lower index.
 // NS: logits per lane (E <= 32 * NS), so E = 128 walks 4 registers, not 16.
-template <int NS>
+// L2: the logits were written by other CTAs of this grid (read through L2); else they are in this
+// CTA's shared memory.
+template <int NS, bool L2 = true>
 __device__ void topk_warp(const float *logits, uint32_t t, uint32_t E, uint32_t k, int norm, int32_t *ids,
                           float *wts)
 {
@@ -184,7 +189,7 @@ __device__ void topk_warp(const float *logits, uint32_t t, uint32_t E, uint32_t 
 #pragma unroll
     for (int s = 0; s < NS; s++) {
         const uint32_t e = lane + 32 * s;
-        v[s] = e < E ? __ldcg(l + e) : -INFINITY;
+        v[s] = e < E ? (L2 ? __ldcg(l + e) : l[e]) : -INFINITY;
         mx = fmaxf(mx, v[s]);
     }
     for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
@@ -392,6 +397,69 @@ __global__ void router_small_kernel(const W *w, const G *gw, const uint16_t *x, 
     if (threadIdx.x == 0) *counter = 0; // ready for the next forward (or graph replay)
 }
 
+// The decode router (T = 1): a cluster of kDecodeCluster CTAs writes the logits straight into its
+// first CTA's shared memory (distributed shared memory), one cluster barrier publishes them, and that
+// CTA takes top-k and the work list from shared memory. The small router's last-CTA pattern instead
+// pays several global round trips in a row (logits stored and fenced, a grid-wide atomic, the
+// logits and then the ids read back through L2). Rows: one per warp when the cluster has enough warps.
+constexpr int kDecodeCluster = 16; // CTAs (a non-portable cluster size: Hopper allows 16)
+
+template <int NS, typename W, typename G>
+__global__ void router_decode_kernel(const W *w, const G *gw, const uint16_t *x, uint32_t H, uint32_t E, uint32_t k,
+                                     int norm, Routing r, const int32_t *forced)
+{
+    extern __shared__ float xs[]; // [H] staged x, then [E] the cluster's logits (first CTA's)
+    __shared__ int32_t ids[16];
+    __shared__ float wts[16];
+    __shared__ int sid[16], sfirst[16];
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    float *logits = cluster.map_shared_rank(xs + H, 0);
+    logits_tile<1>(w, gw, x, 1, H, E, logits, r.shared_g, xs);
+    cluster.sync(); // release / acquire: every CTA's logits are in the first CTA's shared memory
+    if (cluster.block_rank() != 0) return;
+    if (threadIdx.x < 32) topk_warp<NS, false>(xs + H, 0, E, k, norm, ids, wts);
+    __syncthreads();
+    if (threadIdx.x < k) r.topk_id[threadIdx.x] = ids[threadIdx.x], r.topk_w[threadIdx.x] = wts[threadIdx.x];
+    small_worklist(forced ? forced : ids, k, 1, r, sid, sfirst);
+}
+
+// Launches the decode router; false (nothing launched) when the device cannot run the cluster.
+template <typename W, typename G>
+bool launch_decode(const W *w, const G *gw, const uint16_t *x, uint32_t H, uint32_t E, uint32_t k, int norm,
+                   const Routing &r, const int32_t *forced, cudaStream_t s)
+{
+    auto kern = E <= 128 ? router_decode_kernel<4, W, G> : E <= 256 ? router_decode_kernel<8, W, G>
+                                                                     : router_decode_kernel<16, W, G>;
+    cudaFuncAttributes fa;
+    if (cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess ||
+        cudaFuncGetAttributes(&fa, kern) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    const uint32_t rows = E + (gw ? 1 : 0), max_warps = (uint32_t)fa.maxThreadsPerBlock / 32; // registers bound it
+    uint32_t warps = (rows + kDecodeCluster - 1) / kDecodeCluster;
+    if (warps > max_warps) warps = max_warps; // then a warp takes several rows
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(kDecodeCluster);
+    cfg.blockDim = dim3(warps * 32);
+    cfg.dynamicSmemBytes = (size_t)(H + E) * sizeof(float);
+    cfg.stream = s;
+    cudaLaunchAttribute at[2];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = kDecodeCluster, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 2;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kern, &cfg) != cudaSuccess || clusters < 1) {
+        cudaGetLastError();
+        return false;
+    }
+    return cudaLaunchKernelEx(&cfg, kern, w, gw, x, H, E, k, norm, r, forced) == cudaSuccess;
+}
+
 constexpr int kSmallRouterWarps = 4; // expert rows per CTA of the small router: 33 CTAs for E = 128
 
 template <int TT, typename W, typename G>
@@ -410,7 +478,8 @@ template <typename W, typename G>
 void launch_logits(const W *w, const G *gw, const uint16_t *x, uint32_t T, uint32_t H, uint32_t E, uint32_t k,
                    int norm, const Routing &r, const int32_t *forced, int *counter, bool small, cudaStream_t s)
 {
-    if (small) { // one token a CTA at T = 1 (all the work is one row per warp), else tiles of 8
+    if (small) { // T = 1: the cluster router, else (or where clusters are unavailable) the last-CTA form
+        if (T == 1 && launch_decode(w, gw, x, H, E, k, norm, r, forced, s)) return;
         if (T == 1) launch_small<1>(w, gw, x, T, H, E, k, norm, r, forced, counter, s);
         else launch_small<kRouterTokens>(w, gw, x, T, H, E, k, norm, r, forced, counter, s);
         return;
