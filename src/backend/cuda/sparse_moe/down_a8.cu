@@ -151,14 +151,8 @@ constexpr size_t kSmemMax = 160 * 1024;
 
 bool down_a8_supported(int codec, const DevMat &W, uint32_t T, uint32_t k)
 {
-    if (T < 1 || T > 16 || DownSmem(T * k, W.cols).bytes > kSmemMax) return false;
-    switch (codec) {
-    case 3 /* NF_CODEC_Q8_0 */: return W.cols % 32 == 0;
-    case 4 /* NF_CODEC_Q4_K */:
-    case 5 /* NF_CODEC_Q5_K */:
-    case 6 /* NF_CODEC_Q6_K */: return W.cols % 256 == 0;
-    default: return false;
-    }
+    // the span policies take the same codecs and row lengths as gemv_a8's
+    return T >= 1 && T <= 16 && DownSmem(T * k, W.cols).bytes <= kSmemMax && gemv_a8_supported(codec, W);
 }
 
 cudaError_t launch_down_a8(int codec, const DevMat &W, const float *act, const Routing &r, uint32_t T, uint32_t k,
