@@ -21,8 +21,8 @@
  * default run is held to that one: within a block |x - d q| <= d / 2 = max|x| / 254 per element, so
  * the block (and so the vector) moves by at most sqrt(32) / 254 = 2.2e-2 in relative L2 per
  * quantised input. With A such inputs (counted from the model's codecs: the attention input, the
- * attention output, the MLP or routed-expert input, the dense MLP intermediate, per layer, and the LM
- * head's input) the same random-walk argument gives a median bound of sqrt(A) * 2.2e-2; every
+ * attention output, the MLP or routed-expert input, the dense MLP or routed-expert intermediate
+ * (down_a8.cu), per layer, and the LM head's input) the same random-walk argument gives a median bound of sqrt(A) * 2.2e-2; every
  * position must be within 0.5, far below the order-one errors of a wrong kernel yet above the
  * cancellation gain seen in the bf16 comparison (8x the median) applied to an int8 median.
  *
@@ -252,7 +252,8 @@ static unsigned a8_inputs(const nf_model *m)
     for (uint32_t l = 0; l < m->cfg.layers; l++) {
         const nf_model_layer *y = &m->layers[l];
         n += (a8_codec(y->attn_q) || a8_codec(y->attn_k) || a8_codec(y->attn_v)) + a8_codec(y->attn_output);
-        n += y->is_moe ? a8_codec(y->ffn_gate_up_exps) : (a8_codec(y->ffn_gate) || a8_codec(y->ffn_up)) + a8_codec(y->ffn_down);
+        n += y->is_moe ? a8_codec(y->ffn_gate_up_exps) + a8_codec(y->ffn_down_exps)
+                       : (a8_codec(y->ffn_gate) || a8_codec(y->ffn_up)) + a8_codec(y->ffn_down);
     }
     return n;
 }
