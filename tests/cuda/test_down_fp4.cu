@@ -23,13 +23,14 @@
 // Strength, estimated without a GPU: a host transcription of the kernel (each lane's loads, operand
 // decode and staged B reads, each MMA an exact sum rounded once to f32 -- the tensor cores truncate,
 // so the device's error may be a few times larger --, the flushes and reductions in the kernel's
-// order), run on these very data, puts the kernel at worst 0.90 - 0.95 of the allowance (the bf16
-// rounding of an output just above a power of two) and 0.02 - 0.03 in the cancel cases, and the
-// planted bugs, per case, at (worst element / allowance): the lo columns dropped 7 - 22x (the shifted
-// rounding shows even where bf16 dominates); the divisor of stacked row h instead of e H + h
-// 170x - 9e4x; a neighbouring position's router weight (k > 1), the scale block 2c read for words 2-3, the
-// hi/lo columns of position c + 1: all > 2000x; the passes after a group's first 4 positions
-// skipped: > 1000x where a group has more than 4 (the T = 8 and 16 cases), a no-op elsewhere.
+// order; a scratch program, not kept in the tree), run on these very data, puts the kernel at worst
+// 0.90 - 0.95 of the allowance (the bf16 rounding of an output just above a power of two) and
+// 0.02 - 0.03 in the cancel cases, and the planted bugs, per case, at (worst element / allowance):
+// the lo columns dropped 7 - 22x (the shifted rounding shows even where bf16 dominates); the divisor
+// of stacked row h instead of e H + h 170x - 9e4x; a neighbouring position's router weight (k > 1),
+// the scale block 2c read for words 2-3, the hi/lo columns of position c + 1: all > 2000x; the
+// passes after a group's first 4 positions skipped: > 1000x where a group has more than 4 (the T = 8
+// and 16 cases), a no-op elsewhere.
 //
 // Cases: the routed down of Qwen3-30B-A3B's shape (H 2048, I 768, k 8; 16 experts, one divisor
 // each) at T = 1, 3, 8, with and without ys; T = 16 with k = 8, I = 768 must be refused (the staged
