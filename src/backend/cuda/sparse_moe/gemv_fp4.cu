@@ -39,57 +39,9 @@ namespace {
 constexpr int kWarps = 4;                    // warps of a CTA, splitting K
 constexpr int kBatch = 2;                    // chunks a lane has in flight (each: 2 x 16 data bytes + scales)
 constexpr int kStageUnroll = 2;              // 8-element groups a thread stages with their loads in flight
-constexpr uint32_t kChunk = 128;             // elements of a chunk (64 data bytes of a row)
-constexpr uint32_t kChunkStage = 2 * kChunk; // bytes of a chunk of one staged bf16 column
 constexpr int kCols = 8;                     // B columns per pass (the MMA's N)
-// A staged column is 2 * cols + kColPad bytes, so column n + 1 sits 64 bytes off column n's banks:
-// the 8 lanes of a quarter-warp (columns g, g + 1; c = 0..3) read 8 distinct 16-byte bank groups.
-constexpr uint32_t kColPad = 64;
-constexpr uint32_t kMaxCols = 12288; // 8 staged columns stay under 200 KB of shared memory
+constexpr uint32_t kMaxCols = 12288;         // 8 staged columns stay under 200 KB of shared memory
 constexpr size_t kRedBytes = (kWarps - 1) * 32 * sizeof(float4); // warps 1.. hand their D to warp 0
-
-// A lane's share of one chunk: 16 data bytes and the 2 scale bytes of row g (a) and row g + 8 (b).
-struct Chunk {
-    uint4 a, b;
-    uint32_t sa, sb;
-};
-
-// Where a lane reads its two rows: data at + 64 k, the scale pair at + 1024 k for chunk k.
-struct LaneRows {
-    const uint8_t *da, *db, *sa, *sb;
-};
-
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// The scale bytes of (stacked row grow, scale columns 8k + 2c, + 1) are adjacent: the swizzle keeps
-// a row's 4 scale columns of a 512-byte tile together and 8k + 2c is even. Chunk k adds 1024.
-__device__ __forceinline__ const uint8_t *scale_base(const DevMat &W, uint64_t grow, int c)
-{
-    return W.scales + nvfp4_scale_index(grow, 2 * c, W.kt);
-}
-
-__device__ __forceinline__ LaneRows lane_rows(const DevMat &W, uint64_t ga, uint64_t gb, int c)
-{
-    return LaneRows{W.data + ga * W.row_stride + 16 * c, W.data + gb * W.row_stride + 16 * c, scale_base(W, ga, c),
-                    scale_base(W, gb, c)};
-}
-
-__device__ __forceinline__ Chunk load_chunk(const LaneRows &L, int k)
-{
-    Chunk ch;
-    ch.a = *reinterpret_cast<const uint4 *>(L.da + 64 * k);
-    ch.b = *reinterpret_cast<const uint4 *>(L.db + 64 * k);
-    ch.sa = *reinterpret_cast<const uint16_t *>(L.sa + 1024 * k);
-    ch.sb = *reinterpret_cast<const uint16_t *>(L.sb + 1024 * k);
-    return ch;
-}
 
 // Chunks k0 .. k0 + kBatch - 1 that are below ke, all loads issued before any use.
 __device__ __forceinline__ void load_batch(const LaneRows &L, int k0, int ke, Chunk (&ch)[kBatch])
@@ -99,102 +51,10 @@ __device__ __forceinline__ void load_batch(const LaneRows &L, int k0, int ke, Ch
         if (k0 + j < ke) ch[j] = load_chunk(L, k0 + j);
 }
 
-// One word of each row against B regs (x.x, x.y) and (x.z, x.w): MMAs 2v (into d0) and 2v+1 (d1).
-__device__ __forceinline__ void mma_word(uint32_t wa, uint32_t wb, uint32_t sa, uint32_t sb, const uint4 &x,
-                                         float (&d0)[4], float (&d1)[4])
+// The input row of a position: x through pos_entry (the routes' gate/up) or the position itself.
+__device__ __forceinline__ int input_row(const Groups &g, int pos)
 {
-    mma_bf16_16816(d0, fp4_pair<0>(wa, sa), fp4_pair<0>(wb, sb), fp4_pair<1>(wa, sa), fp4_pair<1>(wb, sb), x.x, x.y);
-    mma_bf16_16816(d1, fp4_pair<2>(wa, sa), fp4_pair<2>(wb, sb), fp4_pair<3>(wa, sa), fp4_pair<3>(wb, sb), x.z, x.w);
-}
-
-// A chunk's 8 MMAs; xk: the lane's 16-byte group of word 0 of this chunk in its staged column.
-// Two accumulators halve the chain of dependent MMAs.
-__device__ __forceinline__ void mma_chunk(const Chunk &ch, const uint8_t *xk, float (&d0)[4], float (&d1)[4])
-{
-    const uint32_t sa0 = fp4_scale2(ch.sa & 0xFF), sa1 = fp4_scale2((ch.sa >> 8) & 0xFF);
-    const uint32_t sb0 = fp4_scale2(ch.sb & 0xFF), sb1 = fp4_scale2((ch.sb >> 8) & 0xFF);
-    mma_word(ch.a.x, ch.b.x, sa0, sb0, *reinterpret_cast<const uint4 *>(xk), d0, d1);
-    mma_word(ch.a.y, ch.b.y, sa0, sb0, *reinterpret_cast<const uint4 *>(xk + 64), d0, d1);
-    mma_word(ch.a.z, ch.b.z, sa1, sb1, *reinterpret_cast<const uint4 *>(xk + 128), d0, d1);
-    mma_word(ch.a.w, ch.b.w, sa1, sb1, *reinterpret_cast<const uint4 *>(xk + 192), d0, d1);
-}
-
-// Byte offset of 8-element group e8 of a row inside its staged column: chunk e8 / 16, lane
-// c = (e8 / 4) % 4 and word v = e8 % 4 at 16 (4 v + c), so a lane's four words are 64 bytes apart
-// and the 4 lanes of a row group read 64 contiguous bytes per word.
-__device__ __forceinline__ uint32_t stage_offset(uint32_t e8)
-{
-    return (e8 >> 4) * kChunkStage + 16 * (4 * (e8 & 3) + ((e8 >> 2) & 3));
-}
-
-// 8 bf16 (x0,x1),(x2,x3),(x4,x5),(x6,x7) as (x0,x4),(x1,x5),(x2,x6),(x3,x7): the B pairs.
-__device__ __forceinline__ uint4 pair_order(const uint4 &v)
-{
-    return make_uint4(__byte_perm(v.x, v.z, 0x5410), __byte_perm(v.x, v.z, 0x7632), __byte_perm(v.y, v.w, 0x5410),
-                      __byte_perm(v.y, v.w, 0x7632));
-}
-
-__device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v)
-{
-    const __nv_bfloat162_raw r = v;
-    return (uint32_t)r.x | ((uint32_t)r.y << 16);
-}
-
-// 8 f32 as hi = bf16(x) and lo = bf16(x - hi) in the B pair order (x - hi is exact in f32).
-__device__ __forceinline__ void split_hi_lo(const uint4 &p, const uint4 &q, uint4 &hi, uint4 &lo)
-{
-    const float x[8] = {__uint_as_float(p.x), __uint_as_float(p.y), __uint_as_float(p.z), __uint_as_float(p.w),
-                        __uint_as_float(q.x), __uint_as_float(q.y), __uint_as_float(q.z), __uint_as_float(q.w)};
-    uint32_t h[4], l[4];
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const __nv_bfloat162 hv = __floats2bfloat162_rn(x[j], x[j + 4]);
-        const float2 hf = __bfloat1622float2(hv);
-        h[j] = bf16x2_bits(hv);
-        l[j] = bf16x2_bits(__floats2bfloat162_rn(x[j] - hf.x, x[j + 4] - hf.y));
-    }
-    hi = make_uint4(h[0], h[1], h[2], h[3]);
-    lo = make_uint4(l[0], l[1], l[2], l[3]);
-}
-
-// Stages the input rows of nt positions (pos0..) as B columns in xs: bf16, column t = position
-// pos0 + t; f32, columns 2t (hi) and 2t + 1 (lo). A thread takes 8-element groups, all of its loads
-// issued before its stores.
-template <bool IN_BF16>
-__device__ void stage_cols(const void *in, uint32_t in_stride, const Groups &g, int pos0, int nt, uint32_t cols,
-                           uint8_t *xs, uint32_t xstride)
-{
-    constexpr int V = IN_BF16 ? 1 : 2; // 16-byte loads per group
-    const uint32_t groups = cols / 8, total = (uint32_t)nt * groups;
-    for (uint32_t i0 = threadIdx.x; i0 < total; i0 += blockDim.x * kStageUnroll) {
-        uint4 buf[kStageUnroll][V];
-#pragma unroll
-        for (int u = 0; u < kStageUnroll; u++) {
-            const uint32_t i = i0 + u * blockDim.x;
-            if (i < total) {
-                const int pos = pos0 + (int)(i / groups);
-                const int row = g.pos_entry ? g.pos_entry[pos] / (int)g.entry_div : pos;
-                const uint8_t *src =
-                    (const uint8_t *)in + ((size_t)row * in_stride + (i % groups) * 8) * (IN_BF16 ? 2 : 4);
-#pragma unroll
-                for (int h = 0; h < V; h++) buf[u][h] = *reinterpret_cast<const uint4 *>(src + 16 * h);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < kStageUnroll; u++) {
-            const uint32_t i = i0 + u * blockDim.x;
-            if (i >= total) break;
-            const uint32_t t = i / groups, off = stage_offset(i % groups);
-            if constexpr (IN_BF16) {
-                *reinterpret_cast<uint4 *>(xs + (size_t)t * xstride + off) = pair_order(buf[u][0]);
-            } else {
-                uint4 hi, lo;
-                split_hi_lo(buf[u][0], buf[u][1], hi, lo);
-                *reinterpret_cast<uint4 *>(xs + (size_t)(2 * t) * xstride + off) = hi;
-                *reinterpret_cast<uint4 *>(xs + (size_t)(2 * t + 1) * xstride + off) = lo;
-            }
-        }
-    }
+    return g.pos_entry ? g.pos_entry[pos] / (int)g.entry_div : pos;
 }
 
 // Row j (0..15) of the CTA's M tile, clamped into the expert (reads past the end repeat the last
@@ -226,13 +86,6 @@ __device__ void prefetch_tile(const DevMat &W, int expert, uint32_t p0)
     }
 }
 
-// 2^8 / divisor of a stacked row: undoes the operand's 2^-8 and applies the divisor as the CPU
-// codec does (a multiply by 1 / divisor).
-__device__ __forceinline__ float row_factor(const DevMat &W, uint64_t grow)
-{
-    return (1.0f / W.divisors[grow / W.rows_per_div]) * 256.0f;
-}
-
 // The lane's partial D of its warp's chunks kb .. ke - 1 against the staged columns (xl: the lane's
 // column, offset 16 c). The first batch is already loaded (ch).
 __device__ __forceinline__ void warp_dot(const LaneRows &L, int kb, int ke, Chunk (&ch)[kBatch], const uint8_t *xl,
@@ -243,7 +96,7 @@ __device__ __forceinline__ void warp_dot(const LaneRows &L, int kb, int ke, Chun
         if (k0 != kb) load_batch(L, k0, ke, ch);
 #pragma unroll
         for (int j = 0; j < kBatch; j++)
-            if (k0 + j < ke) mma_chunk(ch[j], xl + (size_t)(k0 + j) * kChunkStage, d, d1);
+            if (k0 + j < ke) mma_chunk(ch[j], xl + (size_t)(k0 + j) * kFp4ChunkStage, d, d1);
     }
 #pragma unroll
     for (int i = 0; i < 4; i++) d[i] += d1[i];
@@ -306,10 +159,9 @@ __global__ void __launch_bounds__(kWarps * 32, 6)
     extern __shared__ __align__(16) uint8_t smem[];
     float4 *red = reinterpret_cast<float4 *>(smem);
     uint8_t *xs = smem + kRedBytes;
-    const uint32_t xstride = 2 * W.cols + kColPad;
+    const uint32_t xstride = fp4_col_stride(W.cols);
     if (EARLY) {
-        const Groups g0{nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1};
-        stage_cols<IN_BF16>(in, in_stride, g0, 0, 1, W.cols, xs, xstride);
+        stage_cols<IN_BF16, kStageUnroll>(in, in_stride, [](int) { return 0; }, 0, 1, W.cols, xs, xstride);
     }
     const int gi = blockIdx.y;
     const uint32_t p0 = blockIdx.x * (GLU ? 8 : 16);
@@ -331,7 +183,7 @@ __global__ void __launch_bounds__(kWarps * 32, 6)
     const OutRows o{p0 + gq, p0 + gq + 8, p0 + gq < out_rows, !GLU && p0 + gq + 8 < out_rows, row_factor(W, ga),
                     row_factor(W, gb)};
     // the warp's contiguous share of the row's chunks
-    const int nch = (int)(W.cols / kChunk), per = (nch + kWarps - 1) / kWarps;
+    const int nch = (int)(W.cols / kFp4Chunk), per = (nch + kWarps - 1) / kWarps;
     const int kb = warp * per, ke = min(nch, kb + per);
 
     for (int t0 = 0; t0 < count; t0 += tpp) {
@@ -340,7 +192,8 @@ __global__ void __launch_bounds__(kWarps * 32, 6)
         load_batch(L, kb, ke, ch); // in flight while the activations are staged
         if (!EARLY) {
             __syncthreads(); // the previous pass's readers are done with xs and red
-            stage_cols<IN_BF16>(in, in_stride, g, start + t0, nt, W.cols, xs, xstride);
+            stage_cols<IN_BF16, kStageUnroll>(in, in_stride, [&](int pos) { return input_row(g, pos); }, start + t0,
+                                              nt, W.cols, xs, xstride);
         }
         __syncthreads();
         // columns past the pass's tokens read the last staged one: their D columns are not stored
@@ -363,7 +216,7 @@ Fp4Kernel pick(bool early)
 
 bool gemv_fp4_supported(const DevMat &W)
 {
-    return W.cols % kChunk == 0 && W.cols <= kMaxCols && W.rows >= 1 && W.scales && W.divisors;
+    return W.cols % kFp4Chunk == 0 && W.cols <= kMaxCols && W.rows >= 1 && W.scales && W.divisors;
 }
 
 cudaError_t launch_gemv_fp4(bool glu, const DevMat &W, const void *in, bool in_bf16, uint32_t in_stride,
@@ -375,7 +228,7 @@ cudaError_t launch_gemv_fp4(bool glu, const DevMat &W, const void *in, bool in_b
     // tokens per pass: what the 8 B columns hold, no more than a group can have
     const uint32_t per_pass = in_bf16 ? kCols : kCols / 2;
     const int tpp = (int)(max_tokens < 1 ? 1 : max_tokens < per_pass ? max_tokens : per_pass);
-    const size_t smem = kRedBytes + (size_t)(in_bf16 ? tpp : 2 * tpp) * (2 * W.cols + kColPad);
+    const size_t smem = kRedBytes + (size_t)(in_bf16 ? tpp : 2 * tpp) * (fp4_col_stride(W.cols));
     // EARLY staging needs every position's input row to be row 0 (the caller says so)
     const bool early = opt.rows_are_x0 && max_tokens == 1;
     const Fp4Kernel k = glu ? (in_bf16 ? pick<true, true>(early) : pick<true, false>(early))

@@ -93,6 +93,17 @@ bool down_a8_supported(int codec, const DevMat &W, uint32_t T, uint32_t k);
 cudaError_t launch_down_a8(int codec, const DevMat &W, const float *act, const Routing &r, uint32_t T, uint32_t k,
                            const float *ys, uint16_t *out, bool pdl, cudaStream_t s);
 
+// down_fp4.cu: the same on tensor cores for nvfp4 down banks (exact e2m1 * e4m3 operands, the f32
+// intermediate split into bf16 hi and lo columns; gemv_fp4.cu's numerics). Supported: cols a
+// multiple of 128, T <= 16, and the 2 T k staged columns within the device's shared memory per
+// block (down_fp4_smem bytes: T = 8, k = 8, I = 768 fits an H200's 227 KB, T = 16 does not).
+// down_fp4_supported_within: the same against a given limit (host-checkable).
+bool down_fp4_supported(const DevMat &W, uint32_t T, uint32_t k);
+bool down_fp4_supported_within(const DevMat &W, uint32_t T, uint32_t k, size_t smem_limit);
+size_t down_fp4_smem(uint32_t T, uint32_t k, uint32_t I); // 0 for T outside 1..16
+cudaError_t launch_down_fp4(const DevMat &W, const float *act, const Routing &r, uint32_t T, uint32_t k,
+                            const float *ys, uint16_t *out, bool pdl, cudaStream_t s);
+
 // Calls f(Codec{}) with the device codec of an nf_codec_id; cudaErrorInvalidValue for others.
 // nf_codec_id values (codec/codec.h): BF16 2, Q8_0 3, Q4_K 4, Q5_K 5, Q6_K 6, NVFP4 11.
 template <class F>
