@@ -415,6 +415,9 @@ __global__ void router_decode_kernel(const W *w, const G *gw, const uint16_t *x,
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
     float *logits = cluster.map_shared_rank(xs + H, 0);
+    // Distributed shared memory may be written only once its CTA runs: one cluster barrier first
+    // (the CTAs of a cluster are scheduled together, so it costs little).
+    cluster.sync();
     logits_tile<1>(w, gw, x, 1, H, E, logits, r.shared_g, xs);
     cluster.sync(); // release / acquire: every CTA's logits are in the first CTA's shared memory
     if (cluster.block_rank() != 0) return;
