@@ -12,9 +12,10 @@
 // 2^8 / divisor factor and its product two more, and the reference's own weights are two f32
 // roundings off the exact e2m1 e4m3 / divisor: together below 2^-20 sum |w x|. The test allows
 //     |gpu - ref| <= 2^-16 sum_i |w_i x_i|                    (bf16 inputs)
-// For f32 inputs x = hi + lo + r with hi = bf16(x), lo = bf16(x - hi), |r| <= 2^-9 |x - hi| <= 2^-18 |x|,
-// so the split adds at most 2^-18 sum |w x|, and the lo column's own accumulation error is 2^-9 of
-// the hi column's: the test allows (2^-16 + 2^-17) sum |w x|. GLU out = silu(g) u takes the
+// For f32 inputs x = hi + lo + r with hi = bf16(x), lo = bf16(x - hi); bf16's unit roundoff is 2^-8,
+// so |x - hi| <= 2^-8 |x| and |r| <= 2^-8 |x - hi| <= 2^-16 |x|: the split adds at most 2^-16 sum |w x|,
+// and the lo column's own accumulation error is 2^-8 of the hi column's. With the chain's 2^-17 and
+// the rest's 2^-20 the test allows 2^-15 sum |w x| (measured worst: 0.03 of that). GLU out = silu(g) u takes the
 // first-order propagation of those allowances on g and u plus 2^-20 |out| for silu and the product.
 // A wrong scale block, divisor, nibble pairing, row, token column or K share is off by a sizeable
 // fraction of sum |w x| (about 1/sqrt(cols) of it even for a divisor off by 2x): at cols 2048 a
@@ -188,7 +189,7 @@ void run_case(const Case &c)
     std::vector<float> got((size_t)P * stride);
     cudaMemcpy(got.data(), d.out, got.size() * 4, cudaMemcpyDeviceToHost);
 
-    const double eps = c.bf16 ? ldexp(1.0, -16) : ldexp(1.0, -16) + ldexp(1.0, -17);
+    const double eps = c.bf16 ? ldexp(1.0, -16) : ldexp(1.0, -15);
     size_t bad = 0, guard_bad = 0;
     double worst = 0;
     for (int gi = 0; gi < 2; gi++)

@@ -11,9 +11,10 @@
 // and weight each span's dot by its position's router weight. Per token the sum over experts
 // happens in registers and a warp sum, in a fixed order: deterministic.
 //
-// Under programmatic dependent launch the kernel starts while gate/up runs: the routing was written
-// before gate/up passed its own wait (gate/up releases this launch only after it), so the weight
-// rows of the first items are loaded before the wait; the intermediate is read after it.
+// Under programmatic dependent launch the kernel starts while its predecessor (gate/up, or the shared
+// expert's down) runs: the routing was complete before any launch after the router passed its own
+// wait (each releases its successor only after that wait), so the weight rows of the first items are
+// loaded before the wait; the intermediate (and ys) are read after it.
 #include "internal.cuh"
 #include "quant_a8.cuh"
 #include "rowdot.cuh"
@@ -144,7 +145,8 @@ cudaError_t launch_sp(const DevMat &W, const float *act, const Routing &r, uint3
     return launch_t<SP, 16>(W, act, r, T, k, ys, out, pdl, s);
 }
 
-// The largest shared-memory stage a CTA takes (two CTAs per SM stay resident below ~110 KiB).
+// The largest shared-memory stage a CTA takes (two CTAs per SM stay resident below ~110 KiB); the
+// device's opt-in limit may be lower.
 constexpr size_t kSmemMax = 160 * 1024;
 
 } // namespace
@@ -152,7 +154,8 @@ constexpr size_t kSmemMax = 160 * 1024;
 bool down_a8_supported(int codec, const DevMat &W, uint32_t T, uint32_t k)
 {
     // the span policies take the same codecs and row lengths as gemv_a8's
-    return T >= 1 && T <= 16 && DownSmem(T * k, W.cols).bytes <= kSmemMax && gemv_a8_supported(codec, W);
+    const size_t smem = DownSmem(T * k, W.cols).bytes;
+    return T >= 1 && T <= 16 && smem <= kSmemMax && smem <= smem_optin_limit() && gemv_a8_supported(codec, W);
 }
 
 cudaError_t launch_down_a8(int codec, const DevMat &W, const float *act, const Routing &r, uint32_t T, uint32_t k,

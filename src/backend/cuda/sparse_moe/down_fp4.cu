@@ -34,8 +34,9 @@
 // (which also prefetches these experts' down bytes into L2); 8 warps x kWindow items is ~48 KB of L1
 // at most, within what the staging leaves of L1 up to T = 4.
 //
-// Under programmatic dependent launch the kernel starts while gate/up runs: the routing it reads was
-// complete before gate/up passed its own wait (gate/up releases this launch only after it), so the
+// Under programmatic dependent launch the kernel starts while its predecessor (gate/up, or the shared
+// expert's down) runs: the routing it reads was complete before any launch after the router passed
+// its own wait (each releases its successor only after that wait), so the
 // work list, the positions' weights and tokens, the L1 prefetches and the first loads come before
 // cudaGridDependencySynchronize(); the intermediate (act) is read only after it. No early trigger
 // (as decode.cu): the next forward's router overwrites the routing this kernel reads.
@@ -269,13 +270,7 @@ bool down_fp4_supported_within(const DevMat &W, uint32_t T, uint32_t k, size_t s
 
 bool down_fp4_supported(const DevMat &W, uint32_t T, uint32_t k)
 {
-    int dev = 0, limit = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
-        cudaGetLastError();
-        return false;
-    }
-    return down_fp4_supported_within(W, T, k, (size_t)limit);
+    return down_fp4_supported_within(W, T, k, smem_optin_limit());
 }
 
 cudaError_t launch_down_fp4(const DevMat &W, const float *act, const Routing &r, uint32_t T, uint32_t k,

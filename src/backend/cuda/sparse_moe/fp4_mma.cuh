@@ -49,6 +49,11 @@ NF_HD uint32_t bf16x2_mul(uint32_t a, uint32_t b)
 #endif
 }
 
+// Subnormal e4m3 scales pass through f32 subnormals here: a flush-to-zero build would zero them.
+#if defined(__CUDACC__) && defined(__USE_FAST_MATH__)
+#error "fp4_mma.cuh: the nvfp4 operand decode needs f32 subnormals (do not build with --use_fast_math)"
+#endif
+
 // The bf16x2 {s, s} with s = e4m3(byte b) * 2^118 (b is not a NaN byte). The e4m3 bits in an f32's
 // sign, exponent and mantissa read as e4m3 * 2^-120 (an f32 subnormal for an e4m3 subnormal, still
 // exact); two exact power-of-two multiplies rescale it, and the top half of the f32 is the bf16

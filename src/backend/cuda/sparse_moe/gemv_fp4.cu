@@ -214,9 +214,13 @@ Fp4Kernel pick(bool early)
 
 } // namespace
 
+// Shared memory of a pass of ncol staged columns.
+static size_t stage_bytes(uint32_t cols, uint32_t ncol) { return kRedBytes + (size_t)ncol * fp4_col_stride(cols); }
+
 bool gemv_fp4_supported(const DevMat &W)
 {
-    return W.cols % kFp4Chunk == 0 && W.cols <= kMaxCols && W.rows >= 1 && W.scales && W.divisors;
+    return W.cols % kFp4Chunk == 0 && W.cols <= kMaxCols && W.rows >= 1 && W.scales && W.divisors &&
+           stage_bytes(W.cols, 2) <= smem_optin_limit(); // one f32 token (hi and lo) must fit
 }
 
 cudaError_t launch_gemv_fp4(bool glu, const DevMat &W, const void *in, bool in_bf16, uint32_t in_stride,
@@ -225,10 +229,12 @@ cudaError_t launch_gemv_fp4(bool glu, const DevMat &W, const void *in, bool in_b
 {
     if (!gemv_fp4_supported(W)) return cudaErrorInvalidValue;
     const uint32_t out_rows = glu ? W.rows / 2 : W.rows, tile = glu ? 8 : 16;
-    // tokens per pass: what the 8 B columns hold, no more than a group can have
-    const uint32_t per_pass = in_bf16 ? kCols : kCols / 2;
-    const int tpp = (int)(max_tokens < 1 ? 1 : max_tokens < per_pass ? max_tokens : per_pass);
-    const size_t smem = kRedBytes + (size_t)(in_bf16 ? tpp : 2 * tpp) * (fp4_col_stride(W.cols));
+    // tokens per pass: what the 8 B columns hold, no more than a group can have, nor the device's
+    // shared memory (supported() guarantees one)
+    const uint32_t per_pass = in_bf16 ? kCols : kCols / 2, cpt = in_bf16 ? 1 : 2, limit = (uint32_t)smem_optin_limit();
+    int tpp = (int)(max_tokens < 1 ? 1 : max_tokens < per_pass ? max_tokens : per_pass);
+    while (tpp > 1 && stage_bytes(W.cols, cpt * tpp) > limit) tpp--;
+    const size_t smem = stage_bytes(W.cols, cpt * tpp);
     // EARLY staging needs every position's input row to be row 0 (the caller says so)
     const bool early = opt.rows_are_x0 && max_tokens == 1;
     const Fp4Kernel k = glu ? (in_bf16 ? pick<true, true>(early) : pick<true, false>(early))

@@ -31,6 +31,19 @@ cudaError_t launch_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t smem, bool
     return cudaLaunchKernelEx(&cfg, k, static_cast<A &&>(args)...);
 }
 
+// The current device's opt-in shared memory per block (0 when it cannot be queried): what the
+// admission predicates hold a kernel's shared-memory stage to (H200: 227 KiB; client Blackwell: ~99).
+inline size_t smem_optin_limit()
+{
+    int dev = 0, limit = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return (size_t)limit;
+}
+
 // Routing and the expert-sorted work list, all in the workspace (device memory).
 //   logits    [T][E] f32
 //   topk_id   [T][k] i32, topk_w [T][k] f32 (router weights after optional renormalisation)

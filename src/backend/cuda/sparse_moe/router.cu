@@ -434,8 +434,10 @@ bool launch_decode(const W *w, const G *gw, const uint16_t *x, uint32_t H, uint3
 {
     auto kern = E <= 128 ? router_decode_kernel<4, W, G> : E <= 256 ? router_decode_kernel<8, W, G>
                                                                      : router_decode_kernel<16, W, G>;
+    const size_t smem = (size_t)(H + E) * sizeof(float);
     cudaFuncAttributes fa;
     if (cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess ||
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess ||
         cudaFuncGetAttributes(&fa, kern) != cudaSuccess) {
         cudaGetLastError();
         return false;
@@ -446,7 +448,7 @@ bool launch_decode(const W *w, const G *gw, const uint16_t *x, uint32_t H, uint3
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(kDecodeCluster);
     cfg.blockDim = dim3(warps * 32);
-    cfg.dynamicSmemBytes = (size_t)(H + E) * sizeof(float);
+    cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cudaLaunchAttribute at[2];
     at[0].id = cudaLaunchAttributeClusterDimension;
@@ -460,7 +462,9 @@ bool launch_decode(const W *w, const G *gw, const uint16_t *x, uint32_t H, uint3
         cudaGetLastError();
         return false;
     }
-    return cudaLaunchKernelEx(&cfg, kern, w, gw, x, H, E, k, norm, r, forced) == cudaSuccess;
+    if (cudaLaunchKernelEx(&cfg, kern, w, gw, x, H, E, k, norm, r, forced) == cudaSuccess) return true;
+    cudaGetLastError(); // the caller launches the last-CTA form instead
+    return false;
 }
 
 constexpr int kSmallRouterWarps = 4; // expert rows per CTA of the small router: 33 CTAs for E = 128
