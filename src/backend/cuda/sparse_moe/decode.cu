@@ -123,12 +123,7 @@ cudaError_t launch_down_combine(int codec, const DevMat &W, const float *act, co
 {
     return dispatch_codec(codec, [&](auto c) {
         using C = decltype(c);
-        if (T <= 1) return launch_t<C, 1>(W, act, r, T, k, ys, out, pdl, s);
-        if (T <= 2) return launch_t<C, 2>(W, act, r, T, k, ys, out, pdl, s);
-        if (T <= 4) return launch_t<C, 4>(W, act, r, T, k, ys, out, pdl, s);
-        if (T <= 8) return launch_t<C, 8>(W, act, r, T, k, ys, out, pdl, s);
-        if (T <= 16) return launch_t<C, 16>(W, act, r, T, k, ys, out, pdl, s);
-        return cudaErrorInvalidValue; // the small-token route ends at 16 tokens
+        return with_maxt(T, [&](auto m) { return launch_t<C, decltype(m)::value>(W, act, r, T, k, ys, out, pdl, s); });
     });
 }
 

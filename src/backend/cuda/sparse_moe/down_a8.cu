@@ -138,11 +138,7 @@ template <class SP>
 cudaError_t launch_sp(const DevMat &W, const float *act, const Routing &r, uint32_t T, uint32_t k, const float *ys,
                       uint16_t *out, bool pdl, cudaStream_t s)
 {
-    if (T <= 1) return launch_t<SP, 1>(W, act, r, T, k, ys, out, pdl, s);
-    if (T <= 2) return launch_t<SP, 2>(W, act, r, T, k, ys, out, pdl, s);
-    if (T <= 4) return launch_t<SP, 4>(W, act, r, T, k, ys, out, pdl, s);
-    if (T <= 8) return launch_t<SP, 8>(W, act, r, T, k, ys, out, pdl, s);
-    return launch_t<SP, 16>(W, act, r, T, k, ys, out, pdl, s);
+    return with_maxt(T, [&](auto m) { return launch_t<SP, decltype(m)::value>(W, act, r, T, k, ys, out, pdl, s); });
 }
 
 // The largest shared-memory stage a CTA takes (two CTAs per SM stay resident below ~110 KiB); the

@@ -277,13 +277,7 @@ cudaError_t launch_down_fp4(const DevMat &W, const float *act, const Routing &r,
                             const float *ys, uint16_t *out, bool pdl, cudaStream_t s)
 {
     if (!shape_ok(W, T, k)) return cudaErrorInvalidValue;
-    switch (maxt_of(T)) {
-    case 1: return launch_t<1>(W, act, r, T, k, ys, out, pdl, s);
-    case 2: return launch_t<2>(W, act, r, T, k, ys, out, pdl, s);
-    case 4: return launch_t<4>(W, act, r, T, k, ys, out, pdl, s);
-    case 8: return launch_t<8>(W, act, r, T, k, ys, out, pdl, s);
-    default: return launch_t<16>(W, act, r, T, k, ys, out, pdl, s);
-    }
+    return with_maxt(T, [&](auto m) { return launch_t<decltype(m)::value>(W, act, r, T, k, ys, out, pdl, s); });
 }
 
 } // namespace nf

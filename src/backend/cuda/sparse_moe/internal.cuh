@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "dev_codecs.cuh"
 
 extern "C" {
@@ -116,6 +118,19 @@ bool down_fp4_supported_within(const DevMat &W, uint32_t T, uint32_t k, size_t s
 size_t down_fp4_smem(uint32_t T, uint32_t k, uint32_t I); // 0 for T outside 1..16
 cudaError_t launch_down_fp4(const DevMat &W, const float *act, const Routing &r, uint32_t T, uint32_t k,
                             const float *ys, uint16_t *out, bool pdl, cudaStream_t s);
+
+// The small-token kernels' token tiles: f(std::integral_constant<int, MAXT>{}) with the smallest
+// MAXT in {1, 2, 4, 8, 16} that covers T (registers hold MAXT accumulators); T > 16 is refused.
+template <class F>
+cudaError_t with_maxt(uint32_t T, F &&f)
+{
+    if (T <= 1) return f(std::integral_constant<int, 1>{});
+    if (T <= 2) return f(std::integral_constant<int, 2>{});
+    if (T <= 4) return f(std::integral_constant<int, 4>{});
+    if (T <= 8) return f(std::integral_constant<int, 8>{});
+    if (T <= 16) return f(std::integral_constant<int, 16>{});
+    return cudaErrorInvalidValue;
+}
 
 // Calls f(Codec{}) with the device codec of an nf_codec_id; cudaErrorInvalidValue for others.
 // nf_codec_id values (codec/codec.h): BF16 2, Q8_0 3, Q4_K 4, Q5_K 5, Q6_K 6, NVFP4 11.
