@@ -79,7 +79,8 @@ __device__ void logits_tile(const W *w, const G *gw, const uint16_t *x, uint32_t
     const uint32_t nt = min((uint32_t)TT, T - t0);
     const int lane = threadIdx.x % 32;
     // gridDim.x == 1: this CTA covers every expert row (prefill: x staged once per token tile);
-    // otherwise one row per warp of the CTA's block of kRouterWarps rows (decode: spread the rows)
+    // otherwise the rows spread over the grid's warps, one each while there are warps enough, else
+    // every (grid's warps)-th row (decode: spread the rows)
     const uint32_t e0 = gridDim.x == 1 ? threadIdx.x / 32 : blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     const uint32_t estep = gridDim.x == 1 ? blockDim.x / 32 : gridDim.x * (blockDim.x / 32);
     // the warp's first row is in flight while the activations are staged (two latencies overlap)
