@@ -174,26 +174,35 @@ T *to_dev(const std::vector<T> &v)
     return d;
 }
 
-void run_case(const Case &c)
+// The bank of E experts x H rows x I columns with D divisors on the device, in the kernels' layout
+// (*dw: the allocation, for cudaFree); false (reported) when the upload fails.
+bool upload_bank(uint32_t E, uint32_t H, uint32_t I, uint32_t D, uint8_t **dw, nf::DevMat *W)
 {
-    const Bank &b = bank_of(c.E, c.H, c.I, c.D);
-    const uint32_t P = c.T * c.k;
+    const Bank &b = bank_of(E, H, I, D);
     nf_moe_matrix mm;
     memset(&mm, 0, sizeof mm);
     mm.codec = NF_CODEC_NVFP4;
     mm.data = b.payload.data();
-    mm.experts = c.E;
-    mm.rows = c.H;
-    mm.cols = c.I;
-    mm.divisors = c.D;
+    mm.experts = E;
+    mm.rows = H;
+    mm.cols = I;
+    mm.divisors = D;
     nf_error err;
     size_t bytes = 0;
+    *dw = nullptr;
+    const bool up = nf::devmat_bytes(&mm, "down", &bytes, &err) == NF_OK && cudaMalloc(dw, bytes) == cudaSuccess &&
+                    nf::devmat_upload(&mm, *dw, W, "down", &err) == NF_OK;
+    CHECK_MSG(up, "upload: %s", err.msg);
+    return up;
+}
+
+void run_case(const Case &c)
+{
+    const Bank &b = bank_of(c.E, c.H, c.I, c.D);
+    const uint32_t P = c.T * c.k;
     uint8_t *dw = nullptr;
     nf::DevMat W;
-    const bool up = nf::devmat_bytes(&mm, "down", &bytes, &err) == NF_OK && cudaMalloc(&dw, bytes) == cudaSuccess &&
-                    nf::devmat_upload(&mm, dw, &W, "down", &err) == NF_OK;
-    CHECK_MSG(up, "upload: %s", err.msg);
-    if (!up) return;
+    if (!upload_bank(c.E, c.H, c.I, c.D, &dw, &W)) return;
     CHECK_MSG(nf::down_fp4_supported(W, c.T, c.k), "T %u k %u I %u refused (%zu bytes of shared memory)", c.T, c.k,
               c.I, nf::down_fp4_smem(c.T, c.k, c.I));
 
@@ -304,23 +313,9 @@ void run_case(const Case &c)
 // columns exceed the device's shared memory.
 void check_refusals()
 {
-    const Bank &b = bank_of(4, 256, 768, 4);
-    nf_moe_matrix mm;
-    memset(&mm, 0, sizeof mm);
-    mm.codec = NF_CODEC_NVFP4;
-    mm.data = b.payload.data();
-    mm.experts = 4;
-    mm.rows = 256;
-    mm.cols = 768;
-    mm.divisors = 4;
-    nf_error err;
-    size_t bytes = 0;
     uint8_t *dw = nullptr;
     nf::DevMat W;
-    const bool up = nf::devmat_bytes(&mm, "down", &bytes, &err) == NF_OK && cudaMalloc(&dw, bytes) == cudaSuccess &&
-                    nf::devmat_upload(&mm, dw, &W, "down", &err) == NF_OK;
-    CHECK_MSG(up, "upload: %s", err.msg);
-    if (!up) return;
+    if (!upload_bank(4, 256, 768, 4, &dw, &W)) return;
     int limit = 0;
     cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
     printf("  shared memory per block (opt-in): %d bytes; T 8 k 8 I 768 needs %zu, T 16 k 8 %zu\n", limit,

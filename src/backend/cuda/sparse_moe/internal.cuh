@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <atomic>
 #include <type_traits>
 
 #include "dev_codecs.cuh"
@@ -35,14 +36,21 @@ cudaError_t launch_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t smem, bool
 
 // The current device's opt-in shared memory per block (0 when it cannot be queried): what the
 // admission predicates hold a kernel's shared-memory stage to (H200: 227 KiB; client Blackwell: ~99).
+// Asked of the driver once per device: the predicates run on every eager launch.
 inline size_t smem_optin_limit()
 {
+    static std::atomic<int> known[64]; // 0: not asked yet
     int dev = 0, limit = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+    if (cudaGetDevice(&dev) != cudaSuccess) {
         cudaGetLastError();
         return 0;
     }
+    if (dev < 64 && (limit = known[dev].load(std::memory_order_relaxed)) > 0) return (size_t)limit;
+    if (cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    if (dev < 64) known[dev].store(limit, std::memory_order_relaxed);
     return (size_t)limit;
 }
 
