@@ -63,11 +63,14 @@ extern "C" {
 
 namespace {
 
-// Small geometry: k-quants need rows of 256; nvfp4 divisor shares need whole 128-row tiles.
-constexpr uint32_t H = 256, E = 16, K = 4, I = 256, S = 256, CHUNK = 4096;
-constexpr uint32_t TMAX = 4097;
+// The geometry under test (main sets it): first the small one every profile and T runs at, then the
+// wide ones. k-quants need rows of 256; nvfp4 divisor shares need whole 128-row tiles.
+uint32_t H = 256, E = 16, K = 4, I = 256, S = 256;
+uint32_t TMAX = 4097; // the largest T of the geometry's list (the reference covers tokens 0 .. TMAX-1)
+constexpr uint32_t CHUNK = 4096;
 
 uint64_t rng = 0x9E3779B97F4A7C15ull;
+nf_pool *pool; // the reference's and the banks' threads (main creates it; NULL: serial)
 float nrand() { return nf_test_nrand(&rng); }
 uint16_t f2bf(float f) { return nf_test_f2bf(f); }
 float bf2f(uint16_t h) { return nf_test_bf2f(h); }
@@ -123,10 +126,14 @@ Mat make_mat(int codec, uint32_t experts, uint32_t rows, uint32_t cols, float sd
         const nf_codec *c = nf_codec_get((nf_codec_id)codec);
         size_t rb = nf_codec_row_bytes(c, cols);
         m.payload.resize(R * rb);
-        for (uint64_t r = 0; r < R; r++) {
+        auto row = [&](uint64_t r) { // rows are independent: the wide geometries' banks over the pool
             c->quantize_row(&w[r * cols], &m.payload[r * rb], cols);
             c->dequantize_row(&m.payload[r * rb], &m.deq[r * cols], cols);
-        }
+        };
+        auto range = [](void *ctx, size_t begin, size_t end, int) {
+            for (size_t r = begin; r < end; r++) (*static_cast<decltype(row) *>(ctx))(r);
+        };
+        nf_parallel_for(pool, R, 64, range, &row);
     }
     m.deq_bf.resize(m.deq.size());
     for (size_t i = 0; i < m.deq.size(); i++) m.deq_bf[i] = bf2f(f2bf(m.deq[i]));
@@ -252,7 +259,6 @@ struct Ref {
     std::vector<double> qout;         // [TMAX][H]: the W4A8 routes' reference (tokens 0..16, TMAX-1)
 };
 
-nf_pool *pool; // the reference's threads (main creates it)
 
 Ref reference(const Bank &b, const Profile &p, const std::vector<float> &xf)
 {
@@ -573,6 +579,66 @@ void test_refusals()
     expect_refusal("bad divisor", x, "down");
 }
 
+// Random bf16 inputs of the current geometry, TMAX tokens: on the host as floats and on the device.
+uint16_t *make_inputs(std::vector<float> &xf)
+{
+    xf.resize((size_t)TMAX * H);
+    std::vector<uint16_t> xb(xf.size());
+    for (size_t i = 0; i < xf.size(); i++) {
+        xb[i] = f2bf(nrand());
+        xf[i] = bf2f(xb[i]);
+    }
+    uint16_t *dx = nullptr;
+    cudaMalloc(&dx, xb.size() * 2);
+    cudaMemcpy(dx, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice);
+    return dx;
+}
+
+// NF_TEST_PROFILE=nvfp4 runs every profile whose name starts with it.
+bool selected(const Profile &p)
+{
+    const char *only = getenv("NF_TEST_PROFILE");
+    return !only || strncmp(only, p.name, strlen(only)) == 0;
+}
+
+// The wide geometries: the shapes the small one cannot reach, at the T that matter for them.
+//   E = 128, k = 8: the router's full four-register top-k and one router row per warp of the decode
+//     cluster; 8 .. 128 positions in the int8 and nvfp4 downs.
+//   E = 512, k = 16, with a shared expert: the decode cluster's warps take several router rows, the
+//     16-register top-k, 256 positions at T = 16 (the work list's limit), over 32 groups (down_fp4's
+//     task builder past one warp-wide pass).
+// H and I stay at 256 (the k-quants' block) so the reference and the banks stay cheap.
+void test_wide(const std::vector<uint32_t> &Ts)
+{
+    struct Geometry {
+        uint32_t E, K, S;
+    };
+    const Geometry geos[] = {{128, 8, 0}, {512, 16, 256}};
+    const Profile plain[] = {
+        {"q4_k+q6_k", NF_CODEC_Q4_K, NF_CODEC_Q6_K, -1, -1, 1},
+        {"q8_0+q8_0", NF_CODEC_Q8_0, NF_CODEC_Q8_0, -1, -1, 0},
+        {"bf16", NF_CODEC_BF16, NF_CODEC_BF16, -1, -1, 1},
+        {"nvfp4-w4a16", NF_CODEC_NVFP4, NF_CODEC_NVFP4, -1, -1, 1},
+    };
+    const Profile shared[] = {
+        {"q4_k+q6_k/q4_k+q6_k", NF_CODEC_Q4_K, NF_CODEC_Q6_K, NF_CODEC_Q4_K, NF_CODEC_Q6_K, 1},
+        {"q8_0+q8_0/q8_0+q8_0", NF_CODEC_Q8_0, NF_CODEC_Q8_0, NF_CODEC_Q8_0, NF_CODEC_Q8_0, 0},
+        {"bf16/bf16", NF_CODEC_BF16, NF_CODEC_BF16, NF_CODEC_BF16, NF_CODEC_BF16, 1},
+        {"nvfp4-w4a16", NF_CODEC_NVFP4, NF_CODEC_NVFP4, NF_CODEC_NVFP4, NF_CODEC_NVFP4, 1},
+    };
+    for (const Geometry &g : geos) {
+        H = 256, I = 256, E = g.E, K = g.K, S = g.S;
+        TMAX = 0;
+        for (uint32_t T : Ts) TMAX = T > TMAX ? T : TMAX;
+        printf("geometry H %u, E %u, k %u, I %u, shared I %u\n", H, E, K, I, S);
+        std::vector<float> xf;
+        uint16_t *dx = make_inputs(xf);
+        for (const Profile &p : g.S ? shared : plain)
+            if (selected(p)) test_profile(p, Ts, xf, dx);
+        cudaFree(dx);
+    }
+}
+
 } // namespace
 
 int main(void)
@@ -582,21 +648,15 @@ int main(void)
         printf("test_sparse_moe: no GPU visible: skipped\n");
         return NF_TEST_SKIP;
     }
-    std::vector<float> xf((size_t)TMAX * H);
-    std::vector<uint16_t> xb(xf.size());
-    for (size_t i = 0; i < xf.size(); i++) {
-        xb[i] = f2bf(nrand());
-        xf[i] = bf2f(xb[i]);
-    }
-    uint16_t *dx;
-    cudaMalloc(&dx, xb.size() * 2);
-    cudaMemcpy(dx, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice);
     nf_error perr;
     if (nf_pool_create(0, &pool, &perr) != NF_OK) pool = nullptr; // NULL: the reference runs serially
+    std::vector<float> xf;
+    uint16_t *dx = make_inputs(xf);
 
     // T on both sides of every route threshold (decode <= 1; small-token <= 12, 15 or 16 by profile:
     // small_route_max; the fused small-token kernels end at 16), a ragged tail past the chunk
-    // (4097 = 4096 + 1). NF_TEST_TOKENS=1,13,4097 narrows the list (sanitizer runs).
+    // (4097 = 4096 + 1). NF_TEST_TOKENS=1,13,4097 narrows the list (sanitizer runs; the wide
+    // geometries take the tokens of the list up to 64).
     std::vector<uint32_t> Ts = {1, 2, 3, 8, 11, 12, 13, 14, 15, 16, 17, 64, 768, 4097};
     if (const char *env = getenv("NF_TEST_TOKENS")) {
         Ts.clear();
@@ -619,13 +679,19 @@ int main(void)
         {"nvfp4-w4a16", NF_CODEC_NVFP4, NF_CODEC_NVFP4, NF_CODEC_NVFP4, NF_CODEC_NVFP4, 1},
         {"nvfp4-w4a4", NF_CODEC_NVFP4, NF_CODEC_NVFP4, NF_CODEC_NVFP4, NF_CODEC_NVFP4, 1, 1},
     };
-    // NF_TEST_PROFILE=nvfp4 runs every profile whose name starts with it
-    const char *only = getenv("NF_TEST_PROFILE");
     for (const Profile &p : profiles)
-        if (!only || strncmp(only, p.name, strlen(only)) == 0) test_profile(p, Ts, xf, dx);
+        if (selected(p)) test_profile(p, Ts, xf, dx);
     test_a4_encoder(xf, dx);
     test_refusals();
-    nf_pool_destroy(pool);
     cudaFree(dx);
+
+    std::vector<uint32_t> wide = {1, 2, 8, 16, 17, 64};
+    if (getenv("NF_TEST_TOKENS")) {
+        wide.clear();
+        for (uint32_t T : Ts)
+            if (T <= 64) wide.push_back(T);
+    }
+    if (!wide.empty()) test_wide(wide);
+    nf_pool_destroy(pool);
     return nf_test_report();
 }
