@@ -1,10 +1,10 @@
 // Down projection and weighted combine fused, on tensor cores, for nvfp4 down banks in the decode and
-// small-token routes (T <= 16): launch_down_combine's contract (internal.cuh) with gemv_fp4.cu's
+// small-token routes (T <= 16): launch_down_combine's contract (internal.cuh) with gemv_mma.cu's
 // numerics. decode.cu's f32 form decodes every nibble to f32 and FMAs it on the CUDA cores (~15 of
 // the 40 us of the nvfp4 layer at T = 1); here the weights go through mma.m16n8k16 as the exact bf16
 // values e2m1 * e4m3 * 2^-8 (fp4_mma.cuh) against the SwiGLU intermediate split into hi = bf16(x) and
 // lo = bf16(x - hi), two B columns per position whose outputs are added (W4A16 with an f32-grade
-// intermediate, relative error ~2^-17 per product; gemv_fp4.cu).
+// intermediate, relative error ~2^-17 per product; gemv_mma.cu).
 //
 // Work split. A CTA owns 16 output rows h (the MMA's M) of every token; the K of its product is
 // (active expert, that expert's I), which the CTA's 8 warps split. The work list is the routing's
@@ -12,7 +12,7 @@
 // chunks of its expert's 16 rows gives the items, and warp w takes a contiguous 1/8 of them, so one
 // token's 8 experts x 6 chunks (Qwen3-30B-A3B: H 2048, I 768) are 6 items a warp and a step's ~30
 // experts at T = 4 are ~24. Per item a lane loads 16 data bytes and 2 scale bytes of rows g and g + 8
-// (gemv_fp4's fragment mapping) and runs 8 MMAs into two accumulators; when its task ends the lane
+// (mma_rows.cuh's fragment mapping) and runs 8 MMAs into two accumulators; when its task ends the lane
 // scales the D of its position (column pair 2c, 2c + 1: hi and lo of position c) by 2^8 / divisor of
 // the expert's row and the position's router weight and adds it to a per-token register (MAXT of
 // them per row: 1, 2, 4, 8, 16, no run-time indexing). The 4 lanes of a row and the 8 warps then sum
@@ -54,14 +54,14 @@ constexpr int kStageUnroll = 4; // 8-element groups a thread stages with their l
 constexpr int kPass = 4;        // positions per task (hi and lo columns each: the MMA's N = 8)
 constexpr int kRows = 16;       // output rows per CTA (the MMA's M)
 
-// Shared memory: the staged columns ([2 P][fp4_col_stride(I)] bytes; after the item loop the warps'
+// Shared memory: the staged columns ([2 P][mma_col_stride(I)] bytes; after the item loop the warps'
 // per-token sums [kWarps][MAXT][16] f32 take their place), then the work list (P tasks: expert, first
 // position, positions), each position's router weight and token, and the task count.
 struct DownFp4Smem {
     size_t tasks, pw, pt, ntask, bytes;
     NF_HD DownFp4Smem(uint32_t P, uint32_t I, uint32_t maxt)
     {
-        const size_t xs = 2 * (size_t)P * fp4_col_stride(I), red = (size_t)kWarps * maxt * kRows * sizeof(float);
+        const size_t xs = 2 * (size_t)P * mma_col_stride(I), red = (size_t)kWarps * maxt * kRows * sizeof(float);
         tasks = ((xs > red ? xs : red) + 15) / 16 * 16;
         pw = tasks + (size_t)P * sizeof(int4);
         pt = pw + (size_t)P * sizeof(float);
@@ -113,7 +113,7 @@ __device__ __forceinline__ void prefetch_item(const DevMat &W, const int4 *tasks
 
 // The lane's share of items i0 .. i0 + kBatch - 1 that are below ke (rows ra, rb of each item's expert).
 __device__ __forceinline__ void load_items(const DevMat &W, const int4 *tasks, int i0, int ke, int nch, uint32_t ra,
-                                           uint32_t rb, int cq, Chunk (&ch)[kBatch])
+                                           uint32_t rb, int cq, Fp4Rows::Chunk (&ch)[kBatch])
 {
 #pragma unroll
     for (int j = 0; j < kBatch; j++) {
@@ -121,7 +121,7 @@ __device__ __forceinline__ void load_items(const DevMat &W, const int4 *tasks, i
         if (i < ke) {
             const int ti = i / nch, c = i - ti * nch;
             const uint64_t e = (uint64_t)tasks[ti].x;
-            ch[j] = load_chunk(lane_rows(W, e * W.rows + ra, e * W.rows + rb, cq), c);
+            ch[j] = Fp4Rows::load(Fp4Rows::lane(W, e * W.rows + ra, e * W.rows + rb, cq), c);
         }
     }
 }
@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     down_fp4_kernel(DevMat W, const float *act, Routing r, uint32_t T, uint32_t k, const float *ys, uint16_t *out)
 {
     extern __shared__ __align__(16) uint8_t smem[];
-    const uint32_t H = W.rows, I = W.cols, P = T * k, xstride = fp4_col_stride(I);
+    const uint32_t H = W.rows, I = W.cols, P = T * k, xstride = mma_col_stride(I);
     const DownFp4Smem L(P, I, MAXT);
     int4 *tasks = reinterpret_cast<int4 *>(smem + L.tasks);
     float *pw = reinterpret_cast<float *>(smem + L.pw);
@@ -151,14 +151,14 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
         pt[p] = entry / (int)k;
     }
     __syncthreads();
-    const int nch = (int)(I / kFp4Chunk), items = *ntask * nch, per = (items + kWarps - 1) / kWarps;
+    const int nch = (int)(I / Fp4Rows::kChunk), items = *ntask * nch, per = (items + kWarps - 1) / kWarps;
     const int kb = min(items, warp * per), ke = min(items, kb + per); // the warp's items
     for (int i = kb; i < ke && i < kb + kWindow; i++) prefetch_item(W, tasks, i, nch, h0);
-    Chunk ch[kBatch];
+    Fp4Rows::Chunk ch[kBatch];
     load_items(W, tasks, kb, ke, nch, ra, rb, cq, ch);
 
     cudaGridDependencySynchronize();
-    stage_cols<false, kStageUnroll>(act, I, [](int p) { return p; }, 0, (int)P, I, smem, xstride);
+    stage_cols<Fp4Rows, false, kStageUnroll>(act, I, [](int p) { return p; }, 0, (int)P, I, smem, xstride);
     __syncthreads();
 
     float acc_a[MAXT], acc_b[MAXT]; // per token: rows g and g + 8 of the tile
@@ -197,13 +197,13 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
                 if (cur >= 0) flush();
                 cur = ti;
                 tk = tasks[ti];
-                fa = row_factor(W, (uint64_t)tk.x * H + ra);
-                fb = row_factor(W, (uint64_t)tk.x * H + rb);
+                fa = Fp4Rows::factor(W, (uint64_t)tk.x * H + ra);
+                fb = Fp4Rows::factor(W, (uint64_t)tk.x * H + rb);
                 // columns 2 p (hi), 2 p + 1 (lo) of the task's positions; B columns past them read
                 // the last one (their D columns are not used)
                 xl = smem + (size_t)(2 * tk.y + min(gq, 2 * tk.z - 1)) * xstride + 16 * cq;
             }
-            mma_chunk(ch[j], xl + (size_t)c * kFp4ChunkStage, d0, d1);
+            mma_chunk<Fp4Rows>(ch[j], xl + (size_t)c * (2 * Fp4Rows::kChunk), d0, d1);
         }
     }
     if (cur >= 0) flush();
@@ -251,8 +251,8 @@ cudaError_t launch_t(const DevMat &W, const float *act, const Routing &r, uint32
 
 bool shape_ok(const DevMat &W, uint32_t T, uint32_t k)
 {
-    return T >= 1 && T <= 16 && k >= 1 && k <= 16 && W.cols >= kFp4Chunk && W.cols % kFp4Chunk == 0 && W.rows >= 1 &&
-           W.scales && W.divisors;
+    return T >= 1 && T <= 16 && k >= 1 && k <= 16 && W.cols >= Fp4Rows::kChunk && W.cols % Fp4Rows::kChunk == 0 &&
+           W.rows >= 1 && W.scales && W.divisors;
 }
 
 } // namespace

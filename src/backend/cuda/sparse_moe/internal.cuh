@@ -109,7 +109,7 @@ cudaError_t launch_down_a8(int codec, const DevMat &W, const float *act, const R
                            const float *ys, uint16_t *out, bool pdl, cudaStream_t s);
 
 // down_fp4.cu: the same on tensor cores for nvfp4 down banks (exact e2m1 * e4m3 operands, the f32
-// intermediate split into bf16 hi and lo columns; gemv_fp4.cu's numerics). Supported: cols a
+// intermediate split into bf16 hi and lo columns; gemv_mma.cu's numerics). Supported: cols a
 // multiple of 128, T <= 16, and the 2 T k staged columns within the device's shared memory per
 // block (down_fp4_smem bytes: T = 8, k = 8, I = 768 fits an H200's 227 KB, T = 16 does not).
 // down_fp4_supported_within: the same against a given limit (host-checkable).
@@ -183,11 +183,13 @@ cudaError_t launch_gemv_a8(int codec, bool glu, const DevMat &W, const uint16_t 
                            const Groups &g, float *out, uint32_t out_stride, uint32_t max_tokens,
                            const GemvLaunch &opt, cudaStream_t s);
 
-// gemv_fp4.cu: the tensor-core GEMV (GLU or plain) for nvfp4 weights, bf16 or f32 inputs (bf16
-// MMA on exact e2m1 * e4m3 operands); same arguments and semantics as launch_gemv_ex, opt.a8 ignored.
-// Supported: cols a multiple of 128 (at most 12288), at least one row.
-bool gemv_fp4_supported(const DevMat &W);
-cudaError_t launch_gemv_fp4(bool glu, const DevMat &W, const void *in, bool in_bf16, uint32_t in_stride,
+// gemv_mma.cu: the tensor-core GEMV (GLU or plain) for nvfp4 (codec 11) and bf16 (codec 2) weights,
+// bf16 or f32 inputs (bf16 MMA on exact operands: nvfp4 as e2m1 * e4m3, bf16 as it is); same
+// arguments and semantics as launch_gemv_ex, opt.a8 ignored. Supported: those codecs, cols a
+// multiple of 128 (at most 12288), at least one row, one f32 token's staged columns within the
+// device's shared memory per block.
+bool gemv_mma_supported(int codec, const DevMat &W);
+cudaError_t launch_gemv_mma(int codec, bool glu, const DevMat &W, const void *in, bool in_bf16, uint32_t in_stride,
                             const Groups &g, float *out, uint32_t out_stride, uint32_t max_tokens,
                             const GemvLaunch &opt, cudaStream_t s);
 
