@@ -1,5 +1,5 @@
 // nvfp4 weights as bf16 tensor-core operands: the Fp4Rows row format (mma_rows.cuh) of gemv_mma.cu (the
-// GEMV) and down_fp4.cu (the fused down + combine). The decode is host-callable so it can be checked
+// GEMV) and down_mma.cu (the fused down + combine). The decode is host-callable so it can be checked
 // exhaustively on the CPU (tests/cuda/test_fp4_decode.cu); so are the lane's loads and fragments
 // (tests/cuda/test_mma_tile.cu), whose layout mma_rows.cuh describes.
 //
@@ -95,6 +95,8 @@ NF_HD uint32_t fp4_pair(uint32_t w, uint32_t s2)
 // codec does (a multiply by 1 / divisor).
 struct Fp4Rows {
     static constexpr int kChunk = 128;   // elements of a chunk: 64 data bytes of a row, 8 MMAs
+    static constexpr int kChunkBytes = 64;
+    static constexpr int kAuxPerChunk = 2; // scale lines of a row's chunk: aux_line 2 k, 2 k + 1
     static constexpr int kBatch = 2;     // chunks in flight (each: 2 x 16 data bytes + scales)
     static constexpr int kMinBlocks = 6; // the GEMV at 80 registers: 8 experts x 96 tiles in one wave
     // Where a lane reads its two rows: data at + 64 k, the scale pair at + 1024 k for chunk k.

@@ -1,6 +1,6 @@
 // A 16-row tile of weights as the A operand of mma.m16n8k16 (bf16 in, f32 accumulate) against
 // activations staged in shared memory as bf16 B columns: the machinery gemv_mma.cu (the small-T GEMV)
-// and down_fp4.cu (the fused down + combine) share, and the row-format policies it is templated over.
+// and down_mma.cu (the fused down + combine) share, and the row-format policies it is templated over.
 //
 // Fragment mapping (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"), lane
 // = 4 g + c: A reg a0 = (row g, k 2c..2c+1), a1 = (row g+8, same k), a2 = (row g, k 2c+8..2c+9),
@@ -19,16 +19,17 @@
 // of each of its 8 rows.
 //
 // A row format R (Fp4Rows in fp4_mma.cuh, Bf16Rows below) provides:
-//   kChunk                     elements of a chunk (64 or 128)
+//   kChunk, kChunkBytes        elements of a chunk (64 or 128) and its data bytes in a row
 //   Lane, lane(W, ga, gb, c)   where lane c reads stacked rows ga (tile row g) and gb (g + 8)
 //   Chunk, load(L, k)          its raw share of chunk k of both rows, all loads issued at once
 //   Frag, frag(ch)             what the MMAs need of it (nvfp4: the two scale bytes decoded)
 //   a_regs<M>(f, a)            the A regs a0..a3 of MMA M (0 .. kChunk / 16 - 1) of the chunk
 //   factor(W, grow)            the f32 factor of an output row (nvfp4: 2^8 / divisor; bf16: 1)
 //   stage_offset(e8)           the byte of 8-element group e8 of a row in its staged column
-//   aux_lines(W), aux_line(W, grow, i): further bytes of a row to prefetch (nvfp4: its scales)
+//   aux_lines(W), aux_line(W, grow, i): further bytes of a row to prefetch (nvfp4: its scales),
+//                              kAuxPerChunk of the lines for each chunk (i = kAuxPerChunk k + j)
 //   admits(W)                  the descriptor has what the format needs
-//   kBatch, kMinBlocks         chunks a lane has loaded at a time; the GEMV's CTAs per SM
+//   kBatch, kMinBlocks         the GEMV's chunks a lane has loaded at a time and CTAs per SM
 // The load, frag and a_regs steps and the staging of a group are host-callable, so
 // tests/cuda/test_mma_tile.cu runs them on the CPU under an emulation of the MMA's fragment layout.
 #pragma once
@@ -220,6 +221,8 @@ __device__ __forceinline__ void mma_chunk(const typename R::Chunk &ch, const uin
 // otherwise (5), no spills, under a bound of 5.
 struct Bf16Rows {
     static constexpr int kChunk = 64;    // elements of a chunk: 128 bytes of a row, 4 MMAs
+    static constexpr int kChunkBytes = 128;
+    static constexpr int kAuxPerChunk = 0;
     static constexpr int kBatch = 1;     // 64 bytes a lane (4 x 16-byte loads); ptxas pipelines the next
     static constexpr int kMinBlocks = 5; // see above
     struct Lane {
