@@ -1,4 +1,4 @@
-// The nvfp4 -> bf16 tensor-core operand decode of gemv_fp4.cu (fp4_mma.cuh), exhaustively on the
+// The nvfp4 -> bf16 tensor-core operand decode of gemv_mma.cu (fp4_mma.cuh), exhaustively on the
 // host (built by nvcc, runs without a GPU): every nibble pair at each of the four pair positions
 // of a word, against every non-NaN e4m3 scale byte, under three fillings of the other nibbles (so
 // a shift that drags a neighbour in shows). Each half must equal e2m1 * e4m3 * 2^-8 from the CPU
@@ -6,12 +6,13 @@
 // being exact. The scale operand itself is checked for every byte.
 //
 // What this cannot check: the device's mul.rn.bf16x2 on the subnormal bf16 that e2m1 0.5 decodes
-// to (the host multiplies in f32); test_gemv_fp4 covers that on a GPU.
+// to (the host multiplies in f32); test_gemv_mma covers that on a GPU.
 //
-// Also here, because it needs no GPU: the fused nvfp4 down's admission (down_fp4.cu): its shared
-// memory holds the hi and lo columns of every position (2 T k columns of 2 I + 64 bytes) plus the
-// work list, and down_fp4_supported_within refuses the shapes it does not take and what exceeds the
-// limit (an H200's 227 KB: T = 8, k = 8, I = 768 fits, T = 16 does not).
+// Also here, because it needs no GPU: the fused tensor-core down's admission (down_mma.cu): its
+// shared memory holds the hi and lo columns of every position (2 T k columns of 2 I + 64 bytes) plus
+// the work list, and down_mma_supported_within refuses the shapes it does not take and what exceeds
+// the limit (an H200's 227 KB: T = 8, k = 8, I = 768 fits, T = 16 does not), for nvfp4 (chunks of
+// 128) and bf16 (chunks of 64) banks.
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 #include "backend/cuda/sparse_moe/internal.cuh"
 
 extern "C" {
+#include "codec/codec.h"
 #include "codec/nvfp4.h"
 }
 #include "nf_test.h"
@@ -89,23 +91,23 @@ void check_pairs()
     CHECK_MSG(bad == 0, "fp4_pair: %zu of %zu decodes differ from e2m1 * e4m3 * 2^-8", bad, checked);
 }
 
-void check_down_fp4_admission()
+void check_down_mma_admission()
 {
     const size_t h200 = 232448; // cudaDevAttrMaxSharedMemoryPerBlockOptin of sm_90
     size_t bad = 0;
     for (uint32_t I : {128u, 768u, 1024u, 4096u})
         for (uint32_t k : {1u, 2u, 4u, 8u, 16u})
             for (uint32_t T = 1; T <= 16; T++) {
-                const size_t P = (size_t)T * k, cols = 2 * P * (2 * I + 64), got = nf::down_fp4_smem(T, k, I);
+                const size_t P = (size_t)T * k, cols = 2 * P * (2 * I + 64), got = nf::down_mma_smem(T, k, I);
                 // the staged columns, the work list (16 bytes a position), weights and tokens (8)
                 if (got < cols + 24 * P || got > cols + 24 * P + 8192 + 64) {
                     if (bad < 5)
-                        printf("  down_fp4_smem(T %u, k %u, I %u) = %zu, staged columns %zu\n", T, k, I, got, cols);
+                        printf("  down_mma_smem(T %u, k %u, I %u) = %zu, staged columns %zu\n", T, k, I, got, cols);
                     bad++;
                 }
             }
-    CHECK_MSG(bad == 0, "down_fp4_smem: %zu shapes outside [staged columns + work list, + 8 KB]", bad);
-    CHECK(nf::down_fp4_smem(0, 8, 768) == 0 && nf::down_fp4_smem(17, 8, 768) == 0);
+    CHECK_MSG(bad == 0, "down_mma_smem: %zu shapes outside [staged columns + work list, + 8 KB]", bad);
+    CHECK(nf::down_mma_smem(0, 8, 768) == 0 && nf::down_mma_smem(17, 8, 768) == 0);
 
     nf::DevMat W;
     memset(&W, 0, sizeof W);
@@ -116,27 +118,45 @@ void check_down_fp4_admission()
     W.divisors = divisors;
     W.rows = 2048;
     W.cols = 768;
-    CHECK(nf::down_fp4_supported_within(W, 1, 8, h200));
-    CHECK(nf::down_fp4_supported_within(W, 4, 8, h200));
-    CHECK(nf::down_fp4_supported_within(W, 8, 8, h200));
-    CHECK(!nf::down_fp4_supported_within(W, 16, 8, h200)); // 409 600 bytes of staged columns
-    CHECK(nf::down_fp4_supported_within(W, 16, 4, h200)); // 64 positions: 204 800 + the work list
-    CHECK(!nf::down_fp4_supported_within(W, 0, 8, h200));
-    CHECK(!nf::down_fp4_supported_within(W, 17, 1, h200));
-    CHECK(!nf::down_fp4_supported_within(W, 4, 8, 100 * 1024)); // a smaller part (100 KB a block)
+    CHECK(nf::down_mma_supported_within(NF_CODEC_NVFP4, W, 1, 8, h200));
+    CHECK(nf::down_mma_supported_within(NF_CODEC_NVFP4, W, 4, 8, h200));
+    CHECK(nf::down_mma_supported_within(NF_CODEC_NVFP4, W, 8, 8, h200));
+    CHECK(!nf::down_mma_supported_within(NF_CODEC_NVFP4, W, 16, 8, h200)); // 409 600 bytes of staged columns
+    CHECK(nf::down_mma_supported_within(NF_CODEC_NVFP4, W, 16, 4, h200)); // 64 positions: 204 800 + the work list
+    CHECK(!nf::down_mma_supported_within(NF_CODEC_NVFP4, W, 0, 8, h200));
+    CHECK(!nf::down_mma_supported_within(NF_CODEC_NVFP4, W, 17, 1, h200));
+    CHECK(!nf::down_mma_supported_within(NF_CODEC_NVFP4, W, 4, 8, 100 * 1024)); // a smaller part (100 KB a block)
     nf::DevMat V = W;
     V.cols = 256;
-    CHECK(nf::down_fp4_supported_within(V, 16, 8, h200)); // 128 positions of 256
+    CHECK(nf::down_mma_supported_within(NF_CODEC_NVFP4, V, 16, 8, h200)); // 128 positions of 256
     V.cols = 704; // not a multiple of the 128-element chunk
-    CHECK(!nf::down_fp4_supported_within(V, 1, 8, h200));
+    CHECK(!nf::down_mma_supported_within(NF_CODEC_NVFP4, V, 1, 8, h200));
     V.cols = 64;
-    CHECK(!nf::down_fp4_supported_within(V, 1, 8, h200));
+    CHECK(!nf::down_mma_supported_within(NF_CODEC_NVFP4, V, 1, 8, h200));
     V = W;
     V.scales = nullptr;
-    CHECK(!nf::down_fp4_supported_within(V, 1, 8, h200));
+    CHECK(!nf::down_mma_supported_within(NF_CODEC_NVFP4, V, 1, 8, h200));
     V = W;
     V.rows = 0;
-    CHECK(!nf::down_fp4_supported_within(V, 1, 8, h200));
+    CHECK(!nf::down_mma_supported_within(NF_CODEC_NVFP4, V, 1, 8, h200));
+
+    // bf16 banks: chunks of 64, no scale planes; the same shared memory
+    nf::DevMat B;
+    memset(&B, 0, sizeof B);
+    B.data = planes;
+    B.rows = 2048;
+    B.cols = 768;
+    B.row_stride = 2 * 768;
+    CHECK(nf::down_mma_supported_within(NF_CODEC_BF16, B, 8, 8, h200));
+    CHECK(!nf::down_mma_supported_within(NF_CODEC_BF16, B, 16, 8, h200));
+    CHECK(!nf::down_mma_supported_within(NF_CODEC_NVFP4, B, 1, 8, h200)); // no scales
+    B.cols = 704, B.row_stride = 2 * 704; // 11 chunks of 64: bf16 only
+    CHECK(nf::down_mma_supported_within(NF_CODEC_BF16, B, 1, 8, h200));
+    B.cols = 64, B.row_stride = 128;
+    CHECK(nf::down_mma_supported_within(NF_CODEC_BF16, B, 1, 8, h200));
+    B.cols = 96, B.row_stride = 192;
+    CHECK(!nf::down_mma_supported_within(NF_CODEC_BF16, B, 1, 8, h200));
+    CHECK(!nf::down_mma_supported_within(NF_CODEC_Q8_0, W, 1, 8, h200)); // other codecs: decode.cu
 }
 
 } // namespace
@@ -145,6 +165,6 @@ int main(void)
 {
     check_scales();
     check_pairs();
-    check_down_fp4_admission();
+    check_down_mma_admission();
     return nf_test_report();
 }

@@ -284,7 +284,7 @@ __device__ __forceinline__ float e4m3_f(uint32_t b)
     hr.x = (uint16_t)(s | (em << 7));
     return __half2float(__half(hr)) * 256.0f;
 }
-__device__ __forceinline__ uint32_t nvfp4_scale_index(uint64_t m, uint32_t k, uint32_t kt)
+NF_HD uint32_t nvfp4_scale_index(uint64_t m, uint32_t k, uint32_t kt)
 {
     return (uint32_t)((m >> 7) * kt * 512 + (k >> 2) * 512 + (m & 31) * 16 + ((m & 127) >> 5) * 4 + (k & 3));
 }

@@ -1,7 +1,7 @@
-// nvfp4 weights as bf16 tensor-core operands, shared by gemv_fp4.cu (the GEMV) and down_fp4.cu (the
-// fused down + combine). The decode is host-callable so it can be checked exhaustively on the CPU
-// (tests/cuda/test_fp4_decode.cu); the fragment loads, the MMA and the activation staging below it
-// are device code, their layout described in gemv_fp4.cu's header.
+// nvfp4 weights as bf16 tensor-core operands: the Fp4Rows row format (mma_rows.cuh) of gemv_mma.cu (the
+// GEMV) and down_mma.cu (the fused down + combine). The decode is host-callable so it can be checked
+// exhaustively on the CPU (tests/cuda/test_fp4_decode.cu); so are the lane's loads and fragments
+// (tests/cuda/test_mma_tile.cu), whose layout mma_rows.cuh describes.
 //
 // Why exact: an nvfp4 weight is e2m1 * e4m3 / divisor. e2m1 has 2 significant bits and e4m3 4, so
 // their product has at most 6 and is a bf16 (8 bits) as long as it stays in range. The kernel
@@ -20,7 +20,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "dev_codecs.cuh"
+#include "mma_rows.cuh"
 
 namespace nf {
 
@@ -86,163 +86,90 @@ NF_HD uint32_t fp4_pair(uint32_t w, uint32_t s2)
     return bf16x2_mul(t, s2);
 }
 
-// ---- device side: one lane's share of a 16-row tile and its MMAs (gemv_fp4.cu's header has the
-// fragment mapping and the staged-column layout) ----------------------------------------------------
-
-constexpr uint32_t kFp4Chunk = 128;                // elements of a chunk (64 data bytes of a row)
-constexpr uint32_t kFp4ChunkStage = 2 * kFp4Chunk; // bytes of a chunk of one staged bf16 column
-// A staged column is 2 * cols + kFp4ColPad bytes, so column n + 1 sits 64 bytes off column n's banks:
-// the 8 lanes of a quarter-warp (columns g, g + 1; c = 0..3) read 8 distinct 16-byte bank groups.
-constexpr uint32_t kFp4ColPad = 64;
-
-NF_HD uint32_t fp4_col_stride(uint32_t cols) { return 2 * cols + kFp4ColPad; }
-
-// A lane's share of one chunk: 16 data bytes and the 2 scale bytes of row g (a) and row g + 8 (b).
-struct Chunk {
-    uint4 a, b;
-    uint32_t sa, sb;
-};
-
-// Where a lane reads its two rows: data at + 64 k, the scale pair at + 1024 k for chunk k.
-struct LaneRows {
-    const uint8_t *da, *db, *sa, *sb;
-};
-
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// The scale bytes of (stacked row grow, scale columns 8k + 2c, + 1) are adjacent: the swizzle keeps
-// a row's 4 scale columns of a 512-byte tile together and 8k + 2c is even. Chunk k adds 1024.
-__device__ __forceinline__ const uint8_t *scale_base(const DevMat &W, uint64_t grow, int c)
-{
-    return W.scales + nvfp4_scale_index(grow, 2 * c, W.kt);
-}
-
-__device__ __forceinline__ LaneRows lane_rows(const DevMat &W, uint64_t ga, uint64_t gb, int c)
-{
-    return LaneRows{W.data + ga * W.row_stride + 16 * c, W.data + gb * W.row_stride + 16 * c, scale_base(W, ga, c),
-                    scale_base(W, gb, c)};
-}
-
-__device__ __forceinline__ Chunk load_chunk(const LaneRows &L, int k)
-{
-    Chunk ch;
-    ch.a = *reinterpret_cast<const uint4 *>(L.da + 64 * k);
-    ch.b = *reinterpret_cast<const uint4 *>(L.db + 64 * k);
-    ch.sa = *reinterpret_cast<const uint16_t *>(L.sa + 1024 * k);
-    ch.sb = *reinterpret_cast<const uint16_t *>(L.sb + 1024 * k);
-    return ch;
-}
-
-// One word of each row against B regs (x.x, x.y) and (x.z, x.w): MMAs 2v (into d0) and 2v+1 (d1).
-__device__ __forceinline__ void mma_word(uint32_t wa, uint32_t wb, uint32_t sa, uint32_t sb, const uint4 &x,
-                                         float (&d0)[4], float (&d1)[4])
-{
-    mma_bf16_16816(d0, fp4_pair<0>(wa, sa), fp4_pair<0>(wb, sb), fp4_pair<1>(wa, sa), fp4_pair<1>(wb, sb), x.x, x.y);
-    mma_bf16_16816(d1, fp4_pair<2>(wa, sa), fp4_pair<2>(wb, sb), fp4_pair<3>(wa, sa), fp4_pair<3>(wb, sb), x.z, x.w);
-}
-
-// A chunk's 8 MMAs; xk: the lane's 16-byte group of word 0 of this chunk in its staged column.
-// Two accumulators halve the chain of dependent MMAs.
-__device__ __forceinline__ void mma_chunk(const Chunk &ch, const uint8_t *xk, float (&d0)[4], float (&d1)[4])
-{
-    const uint32_t sa0 = fp4_scale2(ch.sa & 0xFF), sa1 = fp4_scale2((ch.sa >> 8) & 0xFF);
-    const uint32_t sb0 = fp4_scale2(ch.sb & 0xFF), sb1 = fp4_scale2((ch.sb >> 8) & 0xFF);
-    mma_word(ch.a.x, ch.b.x, sa0, sb0, *reinterpret_cast<const uint4 *>(xk), d0, d1);
-    mma_word(ch.a.y, ch.b.y, sa0, sb0, *reinterpret_cast<const uint4 *>(xk + 64), d0, d1);
-    mma_word(ch.a.z, ch.b.z, sa1, sb1, *reinterpret_cast<const uint4 *>(xk + 128), d0, d1);
-    mma_word(ch.a.w, ch.b.w, sa1, sb1, *reinterpret_cast<const uint4 *>(xk + 192), d0, d1);
-}
-
-// Byte offset of 8-element group e8 of a row inside its staged column: chunk e8 / 16, lane
-// c = (e8 / 4) % 4 and word v = e8 % 4 at 16 (4 v + c), so a lane's four words are 64 bytes apart
-// and the 4 lanes of a row group read 64 contiguous bytes per word.
-__device__ __forceinline__ uint32_t stage_offset(uint32_t e8)
-{
-    return (e8 >> 4) * kFp4ChunkStage + 16 * (4 * (e8 & 3) + ((e8 >> 2) & 3));
-}
-
-// 8 bf16 (x0,x1),(x2,x3),(x4,x5),(x6,x7) as (x0,x4),(x1,x5),(x2,x6),(x3,x7): the B pairs.
-__device__ __forceinline__ uint4 pair_order(const uint4 &v)
-{
-    return make_uint4(__byte_perm(v.x, v.z, 0x5410), __byte_perm(v.x, v.z, 0x7632), __byte_perm(v.y, v.w, 0x5410),
-                      __byte_perm(v.y, v.w, 0x7632));
-}
-
-__device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v)
-{
-    const __nv_bfloat162_raw r = v;
-    return (uint32_t)r.x | ((uint32_t)r.y << 16);
-}
-
-// 8 f32 as hi = bf16(x) and lo = bf16(x - hi) in the B pair order (x - hi is exact in f32).
-__device__ __forceinline__ void split_hi_lo(const uint4 &p, const uint4 &q, uint4 &hi, uint4 &lo)
-{
-    const float x[8] = {__uint_as_float(p.x), __uint_as_float(p.y), __uint_as_float(p.z), __uint_as_float(p.w),
-                        __uint_as_float(q.x), __uint_as_float(q.y), __uint_as_float(q.z), __uint_as_float(q.w)};
-    uint32_t h[4], l[4];
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const __nv_bfloat162 hv = __floats2bfloat162_rn(x[j], x[j + 4]);
-        const float2 hf = __bfloat1622float2(hv);
-        h[j] = bf16x2_bits(hv);
-        l[j] = bf16x2_bits(__floats2bfloat162_rn(x[j] - hf.x, x[j + 4] - hf.y));
-    }
-    hi = make_uint4(h[0], h[1], h[2], h[3]);
-    lo = make_uint4(l[0], l[1], l[2], l[3]);
-}
-
-// Stages the input rows of nt positions (pos0..) as B columns in xs (column stride xstride): bf16,
-// column t = position pos0 + t; f32, columns 2t (hi) and 2t + 1 (lo). row_of(pos) is the input row
-// of a position (in_stride elements apart). A thread takes 8-element groups, UNROLL of them with
-// their loads in flight before its stores.
-template <bool IN_BF16, int UNROLL, class RowOf>
-__device__ void stage_cols(const void *in, uint32_t in_stride, RowOf row_of, int pos0, int nt, uint32_t cols,
-                           uint8_t *xs, uint32_t xstride)
-{
-    constexpr int V = IN_BF16 ? 1 : 2; // 16-byte loads per group
-    const uint32_t groups = cols / 8, total = (uint32_t)nt * groups;
-    for (uint32_t i0 = threadIdx.x; i0 < total; i0 += blockDim.x * UNROLL) {
-        uint4 buf[UNROLL][V];
-#pragma unroll
-        for (int u = 0; u < UNROLL; u++) {
-            const uint32_t i = i0 + u * blockDim.x;
-            if (i < total) {
-                const int row = row_of(pos0 + (int)(i / groups));
-                const uint8_t *src =
-                    (const uint8_t *)in + ((size_t)row * in_stride + (i % groups) * 8) * (IN_BF16 ? 2 : 4);
-#pragma unroll
-                for (int h = 0; h < V; h++) buf[u][h] = *reinterpret_cast<const uint4 *>(src + 16 * h);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < UNROLL; u++) {
-            const uint32_t i = i0 + u * blockDim.x;
-            if (i >= total) break;
-            const uint32_t t = i / groups, off = stage_offset(i % groups);
-            if constexpr (IN_BF16) {
-                *reinterpret_cast<uint4 *>(xs + (size_t)t * xstride + off) = pair_order(buf[u][0]);
-            } else {
-                uint4 hi, lo;
-                split_hi_lo(buf[u][0], buf[u][1], hi, lo);
-                *reinterpret_cast<uint4 *>(xs + (size_t)(2 * t) * xstride + off) = hi;
-                *reinterpret_cast<uint4 *>(xs + (size_t)(2 * t + 1) * xstride + off) = lo;
-            }
-        }
-    }
-}
-
-// 2^8 / divisor of a stacked row: undoes the operand's 2^-8 and applies the divisor as the CPU
+// ---- nvfp4 rows as a 16-row tensor-core tile (the row-format policy of mma_rows.cuh) -------------
+// Lane c reads 16 data bytes of row g and of row g + 8 per chunk (byte offset 16 c: elements 32 c ..
+// 32 c + 31, words v = 0..3 of 8 nibbles) and the two scale bytes of those elements; words 0-1 are
+// scale block 2c, words 2-3 block 2c+1. Word v feeds MMAs 2v and 2v+1: fp4_pair<Q> decodes the
+// nibble pair (Q, Q + 4), which is the B pair order of mma_rows.cuh. A = e2m1 * e4m3 * 2^-8 (exact,
+// above); the output row's factor 2^8 / divisor undoes the 2^-8 and applies the divisor as the CPU
 // codec does (a multiply by 1 / divisor).
-__device__ __forceinline__ float row_factor(const DevMat &W, uint64_t grow)
-{
-    return (1.0f / W.divisors[grow / W.rows_per_div]) * 256.0f;
-}
+struct Fp4Rows {
+    static constexpr int kChunk = 128;   // elements of a chunk: 64 data bytes of a row, 8 MMAs
+    static constexpr int kChunkBytes = 64;
+    static constexpr int kAuxPerChunk = 2; // scale lines of a row's chunk: aux_line 2 k, 2 k + 1
+    static constexpr int kBatch = 2;     // chunks in flight (each: 2 x 16 data bytes + scales)
+    static constexpr int kMinBlocks = 6; // the GEMV at 80 registers: 8 experts x 96 tiles in one wave
+    // Where a lane reads its two rows: data at + 64 k, the scale pair at + 1024 k for chunk k.
+    struct Lane {
+        const uint8_t *da, *db, *sa, *sb;
+    };
+    // A lane's share of one chunk: 16 data bytes and the 2 scale bytes of row g (a) and row g + 8 (b).
+    struct Chunk {
+        uint4 a, b;
+        uint32_t sa, sb;
+    };
+    // The same with the scales as bf16x2 {s, s} (fp4_scale2): blocks 2c and 2c + 1 of each row.
+    struct Frag {
+        uint4 a, b;
+        uint32_t sa0, sa1, sb0, sb1;
+    };
+
+    static bool admits(const DevMat &W) { return W.scales && W.divisors; }
+    // Group e8 of a row: chunk e8 / 16, lane c = (e8 / 4) % 4 and word v = e8 % 4 at 16 (4 v + c), so a
+    // lane's four words are 64 bytes apart and the 4 lanes of a row group read 64 contiguous bytes per
+    // word.
+    NF_HD static uint32_t stage_offset(uint32_t e8)
+    {
+        return (e8 >> 4) * (2 * kChunk) + 16 * (4 * (e8 & 3) + ((e8 >> 2) & 3));
+    }
+    // The scale bytes of (stacked row grow, scale columns 8k + 2c, + 1) are adjacent: the swizzle keeps
+    // a row's 4 scale columns of a 512-byte tile together and 8k + 2c is even. Chunk k adds 1024.
+    NF_HD static const uint8_t *scale_base(const DevMat &W, uint64_t grow, int c)
+    {
+        return W.scales + nvfp4_scale_index(grow, 2 * c, W.kt);
+    }
+    NF_HD static Lane lane(const DevMat &W, uint64_t ga, uint64_t gb, int c)
+    {
+        return Lane{W.data + ga * W.row_stride + 16 * c, W.data + gb * W.row_stride + 16 * c, scale_base(W, ga, c),
+                    scale_base(W, gb, c)};
+    }
+    NF_HD static Chunk load(const Lane &L, int k)
+    {
+        Chunk ch;
+        ch.a = *reinterpret_cast<const uint4 *>(L.da + 64 * k);
+        ch.b = *reinterpret_cast<const uint4 *>(L.db + 64 * k);
+        ch.sa = *reinterpret_cast<const uint16_t *>(L.sa + 1024 * k);
+        ch.sb = *reinterpret_cast<const uint16_t *>(L.sb + 1024 * k);
+        return ch;
+    }
+    NF_HD static Frag frag(const Chunk &ch)
+    {
+        return Frag{ch.a, ch.b, fp4_scale2(ch.sa & 0xFF), fp4_scale2((ch.sa >> 8) & 0xFF), fp4_scale2(ch.sb & 0xFF),
+                    fp4_scale2((ch.sb >> 8) & 0xFF)};
+    }
+    // MMA M: word v = M / 2 of each row, nibble pairs (0,4), (1,5) for even M, (2,6), (3,7) odd.
+    template <int M>
+    NF_HD static void a_regs(const Frag &f, uint32_t (&a)[4])
+    {
+        constexpr int Q = 2 * (M % 2);
+        const uint32_t wa = word_of(f.a, M / 2), wb = word_of(f.b, M / 2);
+        const uint32_t sa = M < 4 ? f.sa0 : f.sa1, sb = M < 4 ? f.sb0 : f.sb1;
+        a[0] = fp4_pair<Q>(wa, sa);
+        a[1] = fp4_pair<Q>(wb, sb);
+        a[2] = fp4_pair<Q + 1>(wa, sa);
+        a[3] = fp4_pair<Q + 1>(wb, sb);
+    }
+    // 2^8 / divisor of a stacked row.
+    NF_HD static float factor(const DevMat &W, uint64_t grow)
+    {
+        return (1.0f / W.divisors[grow / W.rows_per_div]) * 256.0f;
+    }
+    // A row's scales: 4 bytes in each 512-byte tile (4 scale columns), one line per tile.
+    NF_HD static uint32_t aux_lines(const DevMat &W) { return W.kt; }
+    NF_HD static const uint8_t *aux_line(const DevMat &W, uint64_t grow, uint32_t i)
+    {
+        return W.scales + nvfp4_scale_index(grow, 4 * i, W.kt);
+    }
+};
 
 } // namespace nf

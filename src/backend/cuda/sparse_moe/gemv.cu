@@ -165,8 +165,8 @@ cudaError_t launch_gemv_ex(int codec, bool glu, const DevMat &W, const void *in,
 {
     if (opt.a8 && in_bf16 && gemv_a8_supported(codec, W))
         return launch_gemv_a8(codec, glu, W, (const uint16_t *)in, in_stride, g, out, out_stride, max_tokens, opt, s);
-    if (codec == 11 /* NF_CODEC_NVFP4 */ && gemv_fp4_supported(W))
-        return launch_gemv_fp4(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, opt, s);
+    if (gemv_mma_supported(codec, W)) // nvfp4 and bf16 on tensor cores
+        return launch_gemv_mma(codec, glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, opt, s);
     return dispatch_codec(codec, [&](auto c) {
         return launch_c<decltype(c)>(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, opt, s);
     });

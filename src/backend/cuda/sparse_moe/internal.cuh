@@ -116,15 +116,16 @@ bool down_a8_supported(int codec, const DevMat &W, uint32_t T, uint32_t k);
 cudaError_t launch_down_a8(int codec, const DevMat &W, const float *act, const Routing &r, uint32_t T, uint32_t k,
                            const float *ys, uint16_t *out, bool pdl, cudaStream_t s);
 
-// down_fp4.cu: the same on tensor cores for nvfp4 down banks (exact e2m1 * e4m3 operands, the f32
-// intermediate split into bf16 hi and lo columns; gemv_fp4.cu's numerics). Supported: cols a
-// multiple of 128, T <= 16, and the 2 T k staged columns within the device's shared memory per
-// block (down_fp4_smem bytes: T = 8, k = 8, I = 768 fits an H200's 227 KB, T = 16 does not).
-// down_fp4_supported_within: the same against a given limit (host-checkable).
-bool down_fp4_supported(const DevMat &W, uint32_t T, uint32_t k);
-bool down_fp4_supported_within(const DevMat &W, uint32_t T, uint32_t k, size_t smem_limit);
-size_t down_fp4_smem(uint32_t T, uint32_t k, uint32_t I); // 0 for T outside 1..16
-cudaError_t launch_down_fp4(const DevMat &W, const float *act, const Routing &r, uint32_t T, uint32_t k,
+// down_mma.cu: the same on tensor cores for nvfp4 (codec 11) and bf16 (codec 2) down banks (exact
+// operands, the f32 intermediate split into bf16 hi and lo columns; gemv_mma.cu's numerics).
+// Supported: those codecs, cols a multiple of the format's chunk (nvfp4 128, bf16 64), T <= 16, and
+// the 2 T k staged columns within the device's shared memory per block (down_mma_smem bytes: T = 8,
+// k = 8, I = 768 fits an H200's 227 KB, T = 16 does not). down_mma_supported_within: the same against
+// a given limit (host-checkable).
+bool down_mma_supported(int codec, const DevMat &W, uint32_t T, uint32_t k);
+bool down_mma_supported_within(int codec, const DevMat &W, uint32_t T, uint32_t k, size_t smem_limit);
+size_t down_mma_smem(uint32_t T, uint32_t k, uint32_t I); // 0 for T outside 1..16
+cudaError_t launch_down_mma(int codec, const DevMat &W, const float *act, const Routing &r, uint32_t T, uint32_t k,
                             const float *ys, uint16_t *out, bool pdl, cudaStream_t s);
 
 // The small-token kernels' token tiles: f(std::integral_constant<int, MAXT>{}) with the smallest
@@ -191,11 +192,13 @@ cudaError_t launch_gemv_a8(int codec, bool glu, const DevMat &W, const uint16_t 
                            const Groups &g, float *out, uint32_t out_stride, uint32_t max_tokens,
                            const GemvLaunch &opt, cudaStream_t s);
 
-// gemv_fp4.cu: the tensor-core GEMV (GLU or plain) for nvfp4 weights, bf16 or f32 inputs (bf16
-// MMA on exact e2m1 * e4m3 operands); same arguments and semantics as launch_gemv_ex, opt.a8 ignored.
-// Supported: cols a multiple of 128 (at most 12288), at least one row.
-bool gemv_fp4_supported(const DevMat &W);
-cudaError_t launch_gemv_fp4(bool glu, const DevMat &W, const void *in, bool in_bf16, uint32_t in_stride,
+// gemv_mma.cu: the tensor-core GEMV (GLU or plain) for nvfp4 (codec 11) and bf16 (codec 2) weights,
+// bf16 or f32 inputs (bf16 MMA on exact operands: nvfp4 as e2m1 * e4m3, bf16 as it is); same
+// arguments and semantics as launch_gemv_ex, opt.a8 ignored. Supported: those codecs, cols a
+// multiple of 128 (at most 12288), at least one row, one f32 token's staged columns within the
+// device's shared memory per block.
+bool gemv_mma_supported(int codec, const DevMat &W);
+cudaError_t launch_gemv_mma(int codec, bool glu, const DevMat &W, const void *in, bool in_bf16, uint32_t in_stride,
                             const Groups &g, float *out, uint32_t out_stride, uint32_t max_tokens,
                             const GemvLaunch &opt, cudaStream_t s);
 

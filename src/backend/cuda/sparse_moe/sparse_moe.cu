@@ -511,8 +511,8 @@ static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint
     if (e != cudaSuccess) return e;
     if (small && b.down.allow_a8 && down_a8_supported(m->codec[M_DOWN], dn, T, k))
         return launch_down_a8(m->codec[M_DOWN], dn, act, r, T, k, ys, out, true, s);
-    if (small && m->codec[M_DOWN] == NF_CODEC_NVFP4 && down_fp4_supported(dn, T, k))
-        return launch_down_fp4(dn, act, r, T, k, ys, out, true, s);
+    if (small && down_mma_supported(m->codec[M_DOWN], dn, T, k)) // nvfp4 and bf16 on tensor cores
+        return launch_down_mma(m->codec[M_DOWN], dn, act, r, T, k, ys, out, true, s);
     if (small) return launch_down_combine(m->codec[M_DOWN], dn, act, r, T, k, max_groups, ys, out, true, s);
     g.pos_entry = nullptr;
     e = launch_gemv(m->codec[M_DOWN], false, m->m[M_DOWN], act, false, I, g, y, H, T, s);

@@ -1,40 +1,49 @@
-// The nvfp4 tensor-core GEMV (gemv_fp4.cu), reached through launch_gemv_ex as the routes reach it,
-// plain and GLU, bf16 and f32 inputs, against a double reference over the CPU codec's dequantized
-// weights (nf_nvfp4_dequantize_row: e2m1 * (e4m3 / divisor) in f32).
+// The tensor-core GEMV (gemv_mma.cu) for nvfp4 and bf16 weights, reached through launch_gemv_ex as
+// the routes reach it, plain and GLU, bf16 and f32 inputs, against a double reference over the
+// weights' values: nvfp4 as the CPU codec dequantizes them (nf_nvfp4_dequantize_row: e2m1 * (e4m3 /
+// divisor) in f32), bf16 as they are.
 //
-// Bound. The kernel's MMA operands are exact (A = e2m1 * e4m3 * 2^-8, bf16 x) and so are their
-// products, so its error is the f32 accumulation plus the epilogue. A warp's accumulator chain has
-// at most n = 4 * ceil(cols / 512) MMAs (32 at cols = 4096), each adding 16 exact products to the
-// running sum; assuming one MMA is within 2 ulps of its largest partial sum (2^-22 (|c| + sum |p|);
-// the tensor cores' accumulation truncates rather than rounds, but keeps at least full f32
+// Bound. The kernel's MMA operands are exact (A = e2m1 * e4m3 * 2^-8 or the bf16 weight, bf16 x)
+// and so are their products (at most 6 + 8 or 8 + 8 significant bits), so its error is the f32
+// accumulation plus the epilogue. A warp's accumulator chain has at most n = cols / 128 MMAs per
+// accumulator (nvfp4: ceil(cols / 512) chunks a warp, 4 MMAs each into each of two; bf16:
+// ceil(cols / 256) chunks of 64 a warp, 2 each: 32 at cols = 4096), each adding 16 exact products
+// to the running sum; assuming one MMA is within 2 ulps of its largest partial sum (2^-22 (|c| +
+// sum |p|); the tensor cores' accumulation truncates rather than rounds, but keeps at least full f32
 // precision relative to the largest term), the chain is off by at most n 2^-22 sum_i |w_i x_i|
-// (<= 2^-17 at 4096). The two accumulators' and the four warps' sums add 7 f32 roundings, the
-// 2^8 / divisor factor and its product two more, and the reference's own weights are two f32
-// roundings off the exact e2m1 e4m3 / divisor: together below 2^-20 sum |w x|. The test allows
+// (<= 2^-17 at 4096). The two accumulators' and the four warps' sums add 7 f32 roundings, nvfp4's
+// 2^8 / divisor factor and its product two more, and the reference's own nvfp4 weights are two f32
+// roundings off the exact e2m1 e4m3 / divisor (bf16: no factor, exact reference weights): together
+// below 2^-20 sum |w x|. The test allows
 //     |gpu - ref| <= 2^-16 sum_i |w_i x_i|                    (bf16 inputs)
 // For f32 inputs x = hi + lo + r with hi = bf16(x), lo = bf16(x - hi); bf16's unit roundoff is 2^-8,
 // so |x - hi| <= 2^-8 |x| and |r| <= 2^-8 |x - hi| <= 2^-16 |x|: the split adds at most 2^-16 sum |w x|,
 // and the lo column's own accumulation error is 2^-8 of the hi column's. With the chain's 2^-17 and
-// the rest's 2^-20 the test allows 2^-15 sum |w x| (measured worst: 0.03 of that). GLU out = silu(g) u takes the
-// first-order propagation of those allowances on g and u plus 2^-20 |out| for silu and the product.
+// the rest's 2^-20 the test allows 2^-15 sum |w x| (measured worst for nvfp4: 0.03 of that). GLU
+// out = silu(g) u takes the first-order propagation of those allowances on g and u plus 2^-20 |out|
+// for silu and the product.
 // A wrong scale block, divisor, nibble pairing, row, token column or K share is off by a sizeable
 // fraction of sum |w x| (about 1/sqrt(cols) of it even for a divisor off by 2x): at cols 2048 a
 // numpy model of these data puts the median output 700x (scale block 2c + (i >= 3)) to 3000x
 // (divisor of another share, token columns swapped) over the allowance. Dropping the f32 inputs'
-// lo column is the smallest such bug: its signed errors cancel to a median 3x, worst 19x.
+// lo column is the smallest such bug: its signed errors cancel to a median 3x, worst 19x. (Those
+// margins were estimated for nvfp4; a bf16 weight word paired with the wrong activation group is
+// the same kind of bug, and tests/cuda/test_mma_tile.cu checks the pairing exactly on the host.)
 //
-// Data: two experts stacked with D = 4 divisor shares (each expert's gate half and up half its own
-// source, amplitudes 1, 3, 1/2, 2: divisors differ up to 6x, so a wrong share or expert shows) or D = 1
-// where the row count is not a multiple of 256 (the 128-row share rule); block amplitudes vary
-// (spread e4m3 scales) and every 17th row is 2^-15 as large (subnormal e4m3 scales). Two groups
-// (expert 1, then expert 0) at positions 1.. of a grid of three group slots (the third exits);
-// position 0 and the guard columns past each output row must stay untouched (NaN fill).
+// Data: two experts stacked. nvfp4: D = 4 divisor shares (each expert's gate half and up half its
+// own source, amplitudes 1, 3, 1/2, 2: divisors differ up to 6x, so a wrong share or expert shows)
+// or D = 1 where the row count is not a multiple of 256 (the 128-row share rule); bf16: the same
+// row amplitudes, no divisors. Block amplitudes vary (spread e4m3 scales) and every 17th row is
+// 2^-15 as large (nvfp4: subnormal e4m3 scales). Two groups (expert 1, then expert 0) at positions
+// 1.. of a grid of three group slots (the third exits); position 0 and the guard columns past each
+// output row must stay untouched (NaN fill).
 //
-// Cases: T in {1, 3, 8, 13} (13 > 8 tokens: several passes; f32 holds 4 tokens a pass), plain and
-// GLU, bf16 and f32 inputs; rows not a multiple of 16; cols 128 (one chunk: three warps idle), 640
-// (uneven K shares), 768, 2048, 4096; GLU through pos_entry addressing (entry_div = k, as the MoE
-// route); the decode route's early staging (rows_are_x0, T = 1) with PDL and the down prefetch; the
-// decoder's launch (PDL, group tables ready: rows prefetched before the wait).
+// Cases, for each format: T in {1, 3, 8, 13} (13 > 8 tokens: several passes; f32 holds 4 tokens a
+// pass), plain and GLU, bf16 and f32 inputs; rows not a multiple of 16; cols of one chunk (nvfp4
+// 128, bf16 64: three warps idle), uneven K shares (nvfp4 640, bf16 320), 768, 2048, 4096; GLU through
+// pos_entry addressing (entry_div = k, as the MoE route); the decode route's early staging
+// (rows_are_x0, T = 1) with PDL and the down prefetch; the decoder's launch (PDL, group tables
+// ready: rows prefetched before the wait).
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -59,17 +68,25 @@ uint32_t urand(uint32_t n) { return (uint32_t)(nf_test_urand(&rng) * n) % n; }
 constexpr uint32_t kTopK = 4; // entry_div of the pos_entry cases
 
 struct Case {
-    bool glu, bf16;
+    bool glu, bf16;      // GLU; bf16 inputs (else f32)
     uint32_t rows, cols; // per expert (GLU: gate rows then up rows)
     uint32_t T;          // max_tokens; group 0 (expert 1) has T positions, group 1 (expert 0) ceil(T / 2)
     bool entries = false; // input rows through pos_entry / kTopK
     bool early = false;   // decode route: rows_are_x0 (T = 1), PDL, down prefetch
     bool ready = false;   // decoder: PDL, group tables ready
+    int codec = NF_CODEC_NVFP4; // of the weights: NF_CODEC_NVFP4 or NF_CODEC_BF16
 };
+
+Case bf16w(Case c) // the same case with bf16 weights
+{
+    c.codec = NF_CODEC_BF16;
+    return c;
+}
 
 double silu(double g) { return g / (1.0 + exp(-g)); }
 
-// Two experts of c.rows x c.cols, quantized with D shares; deq gets the CPU dequantization.
+// Two experts of c.rows x c.cols: nvfp4 quantized with D shares, or rounded to bf16; deq gets the
+// values the kernel should see (nvfp4: the CPU dequantization).
 std::vector<uint8_t> make_weights(const Case &c, uint32_t D, std::vector<float> &deq)
 {
     const uint64_t R = 2ull * c.rows, share = R / D;
@@ -79,6 +96,16 @@ std::vector<uint8_t> make_weights(const Case &c, uint32_t D, std::vector<float> 
         const float ra = share_amp[(r / share) % 4] * (r % 17 == 5 ? ldexpf(1.0f, -15) : 1.0f);
         for (uint32_t i = 0; i < c.cols; i++) w[r * c.cols + i] = nrand() * ra * ldexpf(1.0f, (int)((i / 16 + r) % 5) - 2);
     }
+    deq.resize(R * c.cols);
+    if (c.codec == NF_CODEC_BF16) {
+        std::vector<uint8_t> payload(R * c.cols * 2);
+        for (uint64_t i = 0; i < R * c.cols; i++) {
+            const uint16_t h = nf_test_f2bf(w[i]);
+            memcpy(&payload[2 * i], &h, 2);
+            deq[i] = nf_test_bf2f(h);
+        }
+        return payload;
+    }
     nf_nvfp4_layout l;
     nf_error err;
     CHECK_MSG(nf_nvfp4_layout_of(R, c.cols, D, &l, &err) == NF_OK, "layout: %s", err.msg);
@@ -86,7 +113,6 @@ std::vector<uint8_t> make_weights(const Case &c, uint32_t D, std::vector<float> 
     nf_nvfp4_quantize(w.data(), &l, payload.data());
     nf_nvfp4_planes p;
     CHECK(nf_nvfp4_view(payload.data(), l.payload_bytes, R, c.cols, D, &p, &err) == NF_OK);
-    deq.resize(R * c.cols);
     for (uint64_t r = 0; r < R; r++) nf_nvfp4_dequantize_row(&p, r, &deq[r * c.cols]);
     return payload;
 }
@@ -122,7 +148,8 @@ struct Dev {
 
 void run_case(const Case &c)
 {
-    const uint32_t D = c.rows % 256 == 0 ? 4 : 1, E = 2;
+    const bool fp4 = c.codec == NF_CODEC_NVFP4;
+    const uint32_t D = fp4 && c.rows % 256 == 0 ? 4 : 1, E = 2;
     std::vector<float> deq;
     const std::vector<uint8_t> payload = make_weights(c, D, deq);
 
@@ -153,7 +180,7 @@ void run_case(const Case &c)
 
     nf_moe_matrix mm;
     memset(&mm, 0, sizeof mm);
-    mm.codec = NF_CODEC_NVFP4;
+    mm.codec = c.codec;
     mm.data = payload.data();
     mm.experts = E;
     mm.rows = c.rows;
@@ -167,7 +194,7 @@ void run_case(const Case &c)
                     nf::devmat_upload(&mm, d.w, &W, "w", &err) == NF_OK;
     CHECK_MSG(up, "upload: %s", err.msg);
     if (!up) return;
-    CHECK(nf::gemv_fp4_supported(W));
+    CHECK(nf::gemv_mma_supported(c.codec, W));
 
     const uint32_t out_rows = c.glu ? c.rows / 2 : c.rows, stride = out_rows + 8;
     // tables: n, expert[3], start[3], count[3], pos_entry[P]
@@ -183,7 +210,7 @@ void run_case(const Case &c)
                        c.entries || c.early ? kTopK : 1, 3};
     const nf::NextMat next = c.early ? nf::NextMat{W.data, (uint64_t)c.rows * W.row_stride} : nf::NextMat{nullptr, 0};
     const nf::GemvLaunch opt{next, c.early || c.ready, c.early, false, c.ready};
-    cudaError_t e = nf::launch_gemv_ex(NF_CODEC_NVFP4, c.glu, W, d.x, c.bf16, in_stride, g, d.out, stride, c.T, opt, 0);
+    cudaError_t e = nf::launch_gemv_ex(c.codec, c.glu, W, d.x, c.bf16, in_stride, g, d.out, stride, c.T, opt, 0);
     if (e == cudaSuccess) e = cudaDeviceSynchronize();
     CHECK_MSG(e == cudaSuccess, "launch: %s", cudaGetErrorString(e));
     std::vector<float> got((size_t)P * stride);
@@ -232,11 +259,11 @@ void run_case(const Case &c)
             memcpy(&bits, &got[(size_t)p * stride + r], 4);
             if (bits != 0xFFFFFFFFu) guard_bad++;
         }
-    printf("  %-5s %-4s rows %5u cols %5u T %2u D %u%s%s%s: worst %.4f of the allowance, %zu outside\n",
-           c.glu ? "glu" : "plain", c.bf16 ? "bf16" : "f32", c.rows, c.cols, c.T, D, c.entries ? " entries" : "",
+    printf("  %-5s %-5s %-4s rows %5u cols %5u T %2u D %u%s%s%s: worst %.4f of the allowance, %zu outside\n",
+           fp4 ? "nvfp4" : "bf16", c.glu ? "glu" : "plain", c.bf16 ? "bf16" : "f32", c.rows, c.cols, c.T, D, c.entries ? " entries" : "",
            c.early ? " early" : "", c.ready ? " ready" : "", worst, bad);
-    CHECK_MSG(bad == 0, "%s %s rows %u cols %u T %u: %zu outputs outside the allowance (worst %.2f x)",
-              c.glu ? "glu" : "plain", c.bf16 ? "bf16" : "f32", c.rows, c.cols, c.T, bad, worst);
+    CHECK_MSG(bad == 0, "%s %s %s rows %u cols %u T %u: %zu outputs outside the allowance (worst %.2f x)",
+              fp4 ? "nvfp4" : "bf16", c.glu ? "glu" : "plain", c.bf16 ? "bf16" : "f32", c.rows, c.cols, c.T, bad, worst);
     CHECK_MSG(guard_bad == 0, "%zu guard values written", guard_bad);
 }
 
@@ -246,7 +273,7 @@ int main(void)
 {
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        printf("test_gemv_fp4: no GPU visible: skipped\n");
+        printf("test_gemv_mma: no GPU visible: skipped\n");
         return NF_TEST_SKIP;
     }
     for (uint32_t T : {1u, 3u, 8u, 13u}) {
@@ -275,5 +302,38 @@ int main(void)
     run_case(dense);
     dense.T = 1;
     run_case(dense);
+    // bf16 weights (64-element chunks)
+    for (uint32_t T : {1u, 3u, 8u, 13u}) {
+        run_case(bf16w({false, true, 512, 2048, T}));
+        run_case(bf16w({false, false, 512, 2048, T}));
+        Case glu{true, true, 768, 2048, T};
+        glu.entries = true;
+        run_case(bf16w(glu));
+        glu.bf16 = false;
+        run_case(bf16w(glu));
+    }
+    run_case(bf16w({false, true, 1001, 768, 3}));   // rows not a multiple of 16
+    run_case(bf16w({false, false, 1001, 768, 13}));
+    run_case(bf16w({true, true, 1002, 768, 8}));    // GLU: 501 outputs, the last tile's rows clamp
+    run_case(bf16w({false, true, 40, 64, 2}));      // one chunk: warps 1-3 have no K share
+    run_case(bf16w({false, true, 40, 128, 3}));     // two chunks: warps 2-3 idle
+    run_case(bf16w({false, true, 256, 320, 9}));    // 5 chunks: uneven K shares, 2 passes
+    run_case(bf16w({false, false, 256, 320, 5}));
+    run_case(bf16w({false, true, 256, 4096, 1}));   // long rows: several chunks per warp
+    run_case(bf16w({false, true, 256, 4096, 13}));
+    run_case(bf16w({false, false, 256, 4096, 5}));
+    run_case(bf16w({true, true, 512, 4096, 1}));
+    run_case(bf16w({false, false, 2048, 768, 1}));  // a down projection's shape (f32 act)
+    run_case(bf16w({false, false, 2048, 768, 8}));
+    run_case(bf16w({true, false, 768, 2048, 5}));   // GLU with f32 inputs
+    run_case(bf16w(dec));                           // early staging, PDL, prefetch
+    Case dense16{false, true, 512, 2048, 3};        // the decoder's dense layers: PDL, tables ready
+    dense16.ready = true;
+    run_case(bf16w(dense16));
+    dense16.T = 1;
+    run_case(bf16w(dense16));
+    Case o_proj{false, true, 2048, 4096, 1};        // Qwen3-30B-A3B's attention output projection
+    o_proj.ready = true;
+    run_case(bf16w(o_proj));
     return nf_test_report();
 }

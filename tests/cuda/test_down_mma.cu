@@ -1,19 +1,20 @@
-// The fused nvfp4 down + weighted combine on tensor cores (down_fp4.cu) against a double reference
-// over the CPU codec's dequantized weights (nf_nvfp4_dequantize_row), with a synthetic routing in
-// device memory:
+// The fused down + weighted combine on tensor cores (down_mma.cu) for nvfp4 and bf16 down banks
+// against a double reference over the weights' values (nvfp4: the CPU codec's dequantization,
+// nf_nvfp4_dequantize_row; bf16: the weights), with a synthetic routing in device memory:
 //     ref[t][h] = sum over t's positions p of w_p (down_e(p)[h] . act[p]) + g_t ys[t][h]
 //     S[t][h]   = sum over t's positions p of |w_p| sum_i |down_e(p)[h][i] act[p][i]| + |g_t ys[t][h]|
 //
-// Bound. The MMA operands are exact (A = e2m1 * e4m3 * 2^-8) and so are their products with the
-// bf16 hi and lo columns of act. Error terms, relative to S:
+// Bound. The MMA operands are exact (A = e2m1 * e4m3 * 2^-8, or the bf16 weight) and so are their
+// products with the bf16 hi and lo columns of act. Error terms, relative to S:
 //  - the split: x = hi + lo + r with |x - hi| <= 2^-8 |x| and |r| <= 2^-8 |x - hi|: 2^-16;
-//  - a task's MMA chain: each of the two accumulators takes 4 MMAs a chunk, n <= 4 I / 128 of them
-//    (32 at I = 1024); assuming, as test_gemv_fp4 does, one MMA within 2^-22 of its partial sums,
+//  - a task's MMA chain: each of the two accumulators takes 4 MMAs an nvfp4 chunk of 128 (bf16: 2 a
+//    chunk of 64), n <= 4 I / 128 of them (32 at I = 1024); assuming, as test_gemv_mma does, one MMA
+//    within 2^-22 of its partial sums,
 //    n 2^-22 <= 2^-17 (the lo column's chain is 2^-8 of that);
 //  - f32 roundings after the chain: d0 + d1 and hi + lo (3), the row factor 2^8 / divisor and its
 //    product (2), the router weight (1), the token's sum over its <= 16 positions (16), the 4 lanes
 //    and 8 warps (10), the ys fma (1), and the reference's own f32 weights e2m1 * (e4m3 / divisor),
-//    two roundings off the kernel's: ~35 x 2^-24 < 2^-19.
+//    two roundings off the kernel's (bf16: no factor, exact reference weights): ~35 x 2^-24 < 2^-19.
 // Together below 2^-15 for I <= 1024. The output is bf16, rounded once (unit roundoff 2^-8), so
 //     |gpu - ref| <= 2^-8 |ref| + (1 + 2^-8) 2^-15 S.
 // The first term dominates unless the output cancels; the "cancel" cases set ys = -(routed sum) / g
@@ -30,7 +31,8 @@
 // of stacked row h instead of e H + h 170x - 9e4x; a neighbouring position's router weight (k > 1),
 // the scale block 2c read for words 2-3, the hi/lo columns of position c + 1: all > 2000x; the
 // passes after a group's first 4 positions skipped: > 1000x where a group has more than 4 (the T = 8
-// and 16 cases), a no-op elsewhere.
+// and 16 cases), a no-op elsewhere. (Those margins are nvfp4's; the bf16 operands' pairing with the
+// staged columns is checked exactly on the host by test_mma_tile.)
 //
 // Cases: the routed down of Qwen3-30B-A3B's shape (H 2048, I 768, k 8; 16 experts, one divisor
 // each) at T = 1, 3, 8, with and without ys; T = 16 with k = 8, I = 768 must be refused (the staged
@@ -40,7 +42,8 @@
 // I = 384 (3 chunks: uneven warp shares); one expert taken by every token (skew: a group of T
 // positions, several passes of 4); k = 1 (one position: most warps idle); the cancel cases. Each
 // launch runs twice (once under PDL): bit-identical outputs; a guard region after the [T][H] output
-// must stay untouched and every output must be written (NaN fill).
+// must stay untouched and every output must be written (NaN fill). bf16 banks: the same shapes with
+// 64-element chunks (I = 320: 5 chunks; I = 64: one), the same row amplitudes, no divisors.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -72,15 +75,23 @@ struct Case {
     bool ys;             // a shared expert term
     bool skew = false;   // expert E - 1 in every token: a group of T positions
     bool cancel = false; // ys = -(routed sum) / g: the output is the kernel's error
+    int codec = NF_CODEC_NVFP4; // of the bank: NF_CODEC_NVFP4 or NF_CODEC_BF16 (D: amplitude shares)
 };
 
-// One down bank: E experts of H x I, D divisor shares; deq: the CPU dequantization.
+Case bf16w(Case c) // the same case with a bf16 bank
+{
+    c.codec = NF_CODEC_BF16;
+    return c;
+}
+
+// One down bank: E experts of H x I, D amplitude shares (nvfp4: divisor shares), quantized to nvfp4
+// or rounded to bf16; deq: the values the kernel should see (nvfp4: the CPU dequantization).
 struct Bank {
     std::vector<uint8_t> payload;
     std::vector<float> deq;
 };
 
-Bank make_bank(uint32_t E, uint32_t H, uint32_t I, uint32_t D)
+Bank make_bank(uint32_t E, uint32_t H, uint32_t I, uint32_t D, int codec)
 {
     const uint64_t R = (uint64_t)E * H, share = R / D;
     const float share_amp[5] = {1.0f, 3.0f, 0.5f, 2.0f, 0.25f};
@@ -90,6 +101,16 @@ Bank make_bank(uint32_t E, uint32_t H, uint32_t I, uint32_t D)
         for (uint32_t i = 0; i < I; i++) w[r * I + i] = nrand() * ra * ldexpf(1.0f, (int)((i / 16 + r) % 5) - 2);
     }
     Bank b;
+    if (codec == NF_CODEC_BF16) {
+        b.payload.resize(R * I * 2);
+        b.deq.resize(R * I);
+        for (uint64_t i = 0; i < R * I; i++) {
+            const uint16_t h = nf_test_f2bf(w[i]);
+            memcpy(&b.payload[2 * i], &h, 2);
+            b.deq[i] = nf_test_bf2f(h);
+        }
+        return b;
+    }
     nf_nvfp4_layout l;
     nf_error err;
     CHECK_MSG(nf_nvfp4_layout_of(R, I, D, &l, &err) == NF_OK, "layout: %s", err.msg);
@@ -102,12 +123,12 @@ Bank make_bank(uint32_t E, uint32_t H, uint32_t I, uint32_t D)
     return b;
 }
 
-const Bank &bank_of(uint32_t E, uint32_t H, uint32_t I, uint32_t D)
+const Bank &bank_of(uint32_t E, uint32_t H, uint32_t I, uint32_t D, int codec)
 {
-    static std::map<std::tuple<uint32_t, uint32_t, uint32_t, uint32_t>, Bank> cache;
-    const auto key = std::make_tuple(E, H, I, D);
+    static std::map<std::tuple<uint32_t, uint32_t, uint32_t, uint32_t, int>, Bank> cache;
+    const auto key = std::make_tuple(E, H, I, D, codec);
     auto it = cache.find(key);
-    if (it == cache.end()) it = cache.emplace(key, make_bank(E, H, I, D)).first;
+    if (it == cache.end()) it = cache.emplace(key, make_bank(E, H, I, D, codec)).first;
     return it->second;
 }
 
@@ -176,17 +197,17 @@ T *to_dev(const std::vector<T> &v)
 
 // The bank of E experts x H rows x I columns with D divisors on the device, in the kernels' layout
 // (*dw: the allocation, for cudaFree); false (reported) when the upload fails.
-bool upload_bank(uint32_t E, uint32_t H, uint32_t I, uint32_t D, uint8_t **dw, nf::DevMat *W)
+bool upload_bank(int codec, uint32_t E, uint32_t H, uint32_t I, uint32_t D, uint8_t **dw, nf::DevMat *W)
 {
-    const Bank &b = bank_of(E, H, I, D);
+    const Bank &b = bank_of(E, H, I, D, codec);
     nf_moe_matrix mm;
     memset(&mm, 0, sizeof mm);
-    mm.codec = NF_CODEC_NVFP4;
+    mm.codec = codec;
     mm.data = b.payload.data();
     mm.experts = E;
     mm.rows = H;
     mm.cols = I;
-    mm.divisors = D;
+    mm.divisors = codec == NF_CODEC_NVFP4 ? D : 1;
     nf_error err;
     size_t bytes = 0;
     *dw = nullptr;
@@ -198,13 +219,13 @@ bool upload_bank(uint32_t E, uint32_t H, uint32_t I, uint32_t D, uint8_t **dw, n
 
 void run_case(const Case &c)
 {
-    const Bank &b = bank_of(c.E, c.H, c.I, c.D);
+    const Bank &b = bank_of(c.E, c.H, c.I, c.D, c.codec);
     const uint32_t P = c.T * c.k;
     uint8_t *dw = nullptr;
     nf::DevMat W;
-    if (!upload_bank(c.E, c.H, c.I, c.D, &dw, &W)) return;
-    CHECK_MSG(nf::down_fp4_supported(W, c.T, c.k), "T %u k %u I %u refused (%zu bytes of shared memory)", c.T, c.k,
-              c.I, nf::down_fp4_smem(c.T, c.k, c.I));
+    if (!upload_bank(c.codec, c.E, c.H, c.I, c.D, &dw, &W)) return;
+    CHECK_MSG(nf::down_mma_supported(c.codec, W, c.T, c.k), "T %u k %u I %u refused (%zu bytes of shared memory)", c.T,
+              c.k, c.I, nf::down_mma_smem(c.T, c.k, c.I));
 
     const HostRouting hr = make_routing(c);
     const std::vector<float> act = make_act(P, c.I);
@@ -257,7 +278,7 @@ void run_case(const Case &c)
     std::vector<uint16_t> got[2];
     for (int run = 0; run < 2; run++) {
         cudaMemset(dout, 0xFF, n_out * 2); // bf16 NaN everywhere: unwritten outputs show
-        cudaError_t e = nf::launch_down_fp4(W, dact, r, c.T, c.k, dys, dout, run == 1, 0);
+        cudaError_t e = nf::launch_down_mma(c.codec, W, dact, r, c.T, c.k, dys, dout, run == 1, 0);
         if (e == cudaSuccess) e = cudaDeviceSynchronize();
         CHECK_MSG(e == cudaSuccess, "launch: %s", cudaGetErrorString(e));
         got[run].resize(n_out);
@@ -287,12 +308,12 @@ void run_case(const Case &c)
     const bool same = got[0] == got[1];
     int maxc = 0;
     for (int32_t n : hr.g_count) maxc = std::max(maxc, n);
-    printf("  E %2u H %4u I %4u D %2u T %2u k %u%s%s%s: %zu groups (largest %d), smem %zu: worst %.4f of the "
+    printf("  %-5s E %2u H %4u I %4u D %2u T %2u k %u%s%s%s: %zu groups (largest %d), smem %zu: worst %.4f of the "
            "allowance, %zu outside%s\n",
-           c.E, c.H, c.I, c.D, c.T, c.k, c.ys ? " ys" : "", c.skew ? " skew" : "", c.cancel ? " cancel" : "",
-           hr.g_expert.size(), maxc, nf::down_fp4_smem(c.T, c.k, c.I), worst, bad, same ? "" : ", NOT deterministic");
-    CHECK_MSG(bad == 0, "T %u k %u H %u I %u: %zu outputs outside the allowance (worst %.2f x)", c.T, c.k, c.H, c.I,
-              bad, worst);
+           fp4 ? "nvfp4" : "bf16", c.E, c.H, c.I, c.D, c.T, c.k, c.ys ? " ys" : "", c.skew ? " skew" : "", c.cancel ? " cancel" : "",
+           hr.g_expert.size(), maxc, nf::down_mma_smem(c.T, c.k, c.I), worst, bad, same ? "" : ", NOT deterministic");
+    CHECK_MSG(bad == 0, "%s T %u k %u H %u I %u: %zu outputs outside the allowance (worst %.2f x)",
+              fp4 ? "nvfp4" : "bf16", c.T, c.k, c.H, c.I, bad, worst);
     CHECK_MSG(guard_bad == 0, "%zu guard values written", guard_bad);
     CHECK_MSG(same, "two runs differ (T %u k %u)", c.T, c.k);
 
@@ -315,18 +336,20 @@ void check_refusals()
 {
     uint8_t *dw = nullptr;
     nf::DevMat W;
-    if (!upload_bank(4, 256, 768, 4, &dw, &W)) return;
+    if (!upload_bank(NF_CODEC_NVFP4, 4, 256, 768, 4, &dw, &W)) return;
     int limit = 0;
     cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
     printf("  shared memory per block (opt-in): %d bytes; T 8 k 8 I 768 needs %zu, T 16 k 8 %zu\n", limit,
-           nf::down_fp4_smem(8, 8, 768), nf::down_fp4_smem(16, 8, 768));
-    CHECK(nf::down_fp4_supported(W, 1, 8));
-    CHECK(!nf::down_fp4_supported(W, 16, 8));
-    CHECK(nf::down_fp4_supported(W, 16, 8) == (nf::down_fp4_smem(16, 8, 768) <= (size_t)limit));
-    CHECK(nf::down_fp4_supported(W, 8, 8) == (nf::down_fp4_smem(8, 8, 768) <= (size_t)limit));
-    CHECK(!nf::down_fp4_supported(W, 17, 1));
-    CHECK(!nf::down_fp4_supported(W, 0, 8));
-    CHECK(nf::launch_down_fp4(W, nullptr, nf::Routing{}, 17, 1, nullptr, nullptr, false, 0) == cudaErrorInvalidValue);
+           nf::down_mma_smem(8, 8, 768), nf::down_mma_smem(16, 8, 768));
+    const int F = NF_CODEC_NVFP4;
+    CHECK(nf::down_mma_supported(F, W, 1, 8));
+    CHECK(!nf::down_mma_supported(F, W, 16, 8));
+    CHECK(nf::down_mma_supported(F, W, 16, 8) == (nf::down_mma_smem(16, 8, 768) <= (size_t)limit));
+    CHECK(nf::down_mma_supported(F, W, 8, 8) == (nf::down_mma_smem(8, 8, 768) <= (size_t)limit));
+    CHECK(!nf::down_mma_supported(F, W, 17, 1));
+    CHECK(!nf::down_mma_supported(F, W, 0, 8));
+    CHECK(!nf::down_mma_supported(NF_CODEC_Q8_0, W, 1, 8));
+    CHECK(nf::launch_down_mma(F, W, nullptr, nf::Routing{}, 17, 1, nullptr, nullptr, false, 0) == cudaErrorInvalidValue);
     cudaFree(dw);
 }
 
@@ -336,7 +359,7 @@ int main(void)
 {
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        printf("test_down_fp4: no GPU visible: skipped\n");
+        printf("test_down_mma: no GPU visible: skipped\n");
         return NF_TEST_SKIP;
     }
     check_refusals();
@@ -356,5 +379,17 @@ int main(void)
     run_case({16, 200, 384, 5, 3, 6, false});               // 3 chunks: uneven warp shares
     run_case({16, 200, 384, 25, 8, 2, true, true, true});   // skew (two passes) and cancel
     run_case({4, 256, 256, 8, 2, 2, false, true});           // 4 experts, 2 divisors each
+    // bf16 banks (64-element chunks; D only sets the row amplitudes)
+    for (uint32_t T : {1u, 3u, 8u}) {
+        run_case(bf16w({16, 2048, 768, 16, T, 8, false}));
+        run_case(bf16w({16, 2048, 768, 16, T, 8, true}));
+    }
+    run_case(bf16w({16, 2048, 768, 16, 1, 1, true}));              // one position: most warps idle
+    run_case(bf16w({16, 2048, 768, 16, 4, 8, true, true}));        // skew
+    run_case(bf16w(cancel));
+    run_case(bf16w({16, 512, 1024, 16, 4, 8, true, false, true})); // cancel at the bound's largest I
+    run_case(bf16w({16, 200, 256, 25, 16, 4, true, true}));        // T = 16, H not a multiple of 16
+    run_case(bf16w({16, 200, 320, 5, 3, 6, false}));               // 5 chunks: uneven warp shares
+    run_case(bf16w({16, 200, 64, 5, 8, 2, true, true, true}));     // one chunk; skew and cancel
     return nf_test_report();
 }

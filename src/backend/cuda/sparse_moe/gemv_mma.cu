@@ -1,0 +1,274 @@
+// The tensor-core GEMV for nvfp4 and bf16 weights and bf16 (or f32) activations at small T: the
+// decode and small-token routes' gate/up (routed and shared), the shared expert's down and the
+// decoder's dense nvfp4 and bf16 layers. Same contract as launch_gemv_ex (internal.cuh).
+//
+// Why: the CUDA-core GEMV turns every weight into f32 and FMAs it with an f32 activation read from
+// shared memory, which keeps it MIO-bound (a shared load per FMA; nvfp4 adds ~5 decode instructions a
+// weight): a few percent of the DRAM rate for nvfp4, ~30 % for bf16 (ncu: a Qwen3-30B-A3B layer's bf16
+// routed gate/up 49 us). Here the weights go through mma.m16n8k16 (bf16 in, f32 accumulate) as exact
+// bf16 operands -- bf16 weights as they are, nvfp4 as e2m1 * e4m3 * 2^-8 (fp4_mma.cuh) --, the
+// activations sit in shared memory as bf16 in the order the B fragments want them, and the format's
+// factor (nvfp4: 2^8 / divisor; bf16: none) is applied once per output row. f32 inputs are split into
+// hi = bf16(x) and lo = bf16(x - hi), two B columns whose outputs are added (relative error <= 2^-16
+// a product). Every product of two bf16 is exact in f32, so the numerics are the CUDA-core GEMV's:
+// exact products, f32 sums.
+//
+// One kernel, templated over the row format R (mma_rows.cuh: how a lane loads its share of a chunk
+// and turns it into A registers, the per-row factor, where the staged activations go, which other
+// bytes of a row to prefetch): Fp4Rows (fp4_mma.cuh) and Bf16Rows (mma_rows.cuh).
+//
+// Work split: a CTA owns 16 weight rows (GLU: gate rows p0..p0+7 and their up rows; plain: rows
+// p0..p0+15) as the M = 16 of the MMA; its 4 warps split K (the row's chunks: 128 elements for
+// nvfp4, 64 for bf16) and reduce their accumulators through shared memory (a fixed order); N = 8 is
+// up to 8 tokens (4 for f32 inputs). A lane (g = lane / 4, c = lane % 4) loads its share of each
+// chunk of rows g and g + 8 (nvfp4: 16 data bytes and 2 scale bytes a row; bf16: 32 bytes a row),
+// R::kBatch chunks in flight before any is used. The CTA's whole tile is prefetched into L1 first,
+// so later chunks find their lines there or in flight; small batches keep the kernel at 76 - 80
+// registers for nvfp4 (6 CTAs an SM: the routed gate/up of a Qwen3-30B-A3B decode step, 8 experts x
+// 96 tiles, is one wave on 132 SMs), 72 - 74 for bf16 with early staging (6) and 84 - 90 for the
+// other bf16 forms (5). A bf16 tile is 3.6x an nvfp4 one (64 KB at cols 2048), so six CTAs' tiles
+// exceed L1: lines evicted before use come again from L2, where the prefetch left them. The
+// fragment mapping and the staged columns' layout: mma_rows.cuh.
+#include "fp4_mma.cuh"
+#include "internal.cuh"
+#include "mma_rows.cuh"
+#include "rowdot.cuh"
+
+namespace nf {
+
+namespace {
+
+constexpr int kWarps = 4;                    // warps of a CTA, splitting K
+constexpr int kStageUnroll = 2;              // 8-element groups a thread stages with their loads in flight
+constexpr int kCols = 8;                     // B columns per pass (the MMA's N)
+constexpr uint32_t kMaxCols = 12288;         // 8 staged columns stay under 200 KB of shared memory
+constexpr size_t kRedBytes = (kWarps - 1) * 32 * sizeof(float4); // warps 1.. hand their D to warp 0
+
+// Chunks k0 .. k0 + R::kBatch - 1 that are below ke, all loads issued before any use.
+template <class R>
+__device__ __forceinline__ void load_batch(const typename R::Lane &L, int k0, int ke,
+                                           typename R::Chunk (&ch)[R::kBatch])
+{
+#pragma unroll
+    for (int j = 0; j < R::kBatch; j++)
+        if (k0 + j < ke) ch[j] = R::load(L, k0 + j);
+}
+
+// The input row of a position: x through pos_entry (the routes' gate/up) or the position itself.
+__device__ __forceinline__ int input_row(const Groups &g, int pos)
+{
+    return g.pos_entry ? g.pos_entry[pos] / (int)g.entry_div : pos;
+}
+
+// Row j (0..15) of the CTA's M tile, clamped into the expert (reads past the end repeat the last
+// row; their outputs are not stored). GLU: j < 8 gate row p0 + j, j >= 8 its up row.
+template <bool GLU>
+__device__ __forceinline__ uint32_t tile_row(const DevMat &W, uint32_t p0, int j)
+{
+    if (GLU) {
+        const uint32_t half = W.rows / 2, p = min(p0 + (uint32_t)(j & 7), half - 1);
+        return j < 8 ? p : p + half;
+    }
+    return min(p0 + (uint32_t)j, W.rows - 1);
+}
+
+// The CTA's 16 rows (data and the format's other bytes: nvfp4's scales) to L1, one 128-byte line a
+// thread at a time: they travel while the activations are staged, or, with the group tables ready,
+// while the predecessor runs.
+template <class R, bool GLU>
+__device__ void prefetch_tile(const DevMat &W, int expert, uint32_t p0)
+{
+    const uint32_t lines = (uint32_t)((W.row_stride + 127) / 128);
+    for (uint32_t i = threadIdx.x; i < 16 * lines; i += blockDim.x) {
+        const uint8_t *p = row_ptr(W, (uint32_t)expert, tile_row<GLU>(W, p0, (int)(i / lines))) + (i % lines) * 128;
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+    }
+    const uint32_t aux = R::aux_lines(W);
+    for (uint32_t i = threadIdx.x; i < 16 * aux; i += blockDim.x) {
+        const uint64_t grow = (uint64_t)expert * W.rows + tile_row<GLU>(W, p0, (int)(i / aux));
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(R::aux_line(W, grow, i % aux)));
+    }
+}
+
+// The lane's partial D of its warp's chunks kb .. ke - 1 against the staged columns (xl: the lane's
+// column, offset 16 c). The first batch is already loaded (ch).
+template <class R>
+__device__ __forceinline__ void warp_dot(const typename R::Lane &L, int kb, int ke, typename R::Chunk (&ch)[R::kBatch],
+                                         const uint8_t *xl, float (&d)[4])
+{
+    float d1[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int k0 = kb; k0 < ke; k0 += R::kBatch) {
+        if (k0 != kb) load_batch<R>(L, k0, ke, ch);
+#pragma unroll
+        for (int j = 0; j < R::kBatch; j++)
+            if (k0 + j < ke) mma_chunk<R>(ch[j], xl + (size_t)(k0 + j) * (2 * R::kChunk), d, d1);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) d[i] += d1[i];
+}
+
+// Warps 1.. hand their D to warp 0 through red, which sums them (warp 0 returns true).
+__device__ __forceinline__ bool reduce_warps(float4 *red, float (&d)[4])
+{
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    if (warp > 0) red[(warp - 1) * 32 + lane] = make_float4(d[0], d[1], d[2], d[3]);
+    __syncthreads();
+    if (warp > 0) return false;
+#pragma unroll
+    for (int w = 0; w < kWarps - 1; w++) {
+        const float4 v = red[w * 32 + lane];
+        d[0] += v.x, d[1] += v.y, d[2] += v.z, d[3] += v.w;
+    }
+    return true;
+}
+
+// What one output row of the tile needs for the epilogue.
+struct OutRows {
+    uint32_t ra, rb;     // output rows of D rows g and g + 8 (GLU: ra only)
+    bool sa, sb;         // whether they exist
+    float fa, fb;        // the format's factor of the weight rows g and g + 8 (R::factor)
+};
+
+// Warp 0's stores of the tile's D for the pass's tokens t0.. (nt of them) of a group at `start`.
+template <bool GLU, bool IN_BF16>
+__device__ __forceinline__ void store_tile(const float (&d)[4], const OutRows &o, float *out, uint32_t out_stride,
+                                           int start, int t0, int nt)
+{
+    const int c = threadIdx.x % 4;
+    auto put = [&](int t, float va, float vb) { // token t: va of D row g, vb of D row g + 8
+        if (t >= nt) return;
+        float *po = out + (size_t)(start + t0 + t) * out_stride;
+        if (GLU) {
+            if (o.sa) po[o.ra] = silu(va * o.fa) * (vb * o.fb);
+        } else {
+            if (o.sa) po[o.ra] = va * o.fa;
+            if (o.sb) po[o.rb] = vb * o.fb;
+        }
+    };
+    if (IN_BF16) {
+        put(2 * c, d[0], d[2]);
+        put(2 * c + 1, d[1], d[3]);
+    } else {
+        put(c, d[0] + d[1], d[2] + d[3]); // columns 2c (hi) and 2c + 1 (lo) of token c
+    }
+}
+
+// grid: x = tiles of 16 weight rows (GLU: 8 outputs, plain: 16), y = group slots; kWarps warps.
+// tpp: tokens per pass (the staged columns hold that many). EARLY (one token whose input row is
+// x[0], the decode route): the activations are staged before the grid-dependency wait (gemv.cu).
+template <class R, bool GLU, bool IN_BF16, bool EARLY>
+__global__ void __launch_bounds__(kWarps * 32, R::kMinBlocks)
+    gemv_mma_kernel(DevMat W, const void *in, uint32_t in_stride, Groups g, float *out, uint32_t out_stride, int tpp,
+                    NextMat nx, bool ready)
+{
+    extern __shared__ __align__(16) uint8_t smem[];
+    float4 *red = reinterpret_cast<float4 *>(smem);
+    uint8_t *xs = smem + kRedBytes;
+    const uint32_t xstride = mma_col_stride(W.cols);
+    if (EARLY) {
+        stage_cols<R, IN_BF16, kStageUnroll>(in, in_stride, [](int) { return 0; }, 0, 1, W.cols, xs, xstride);
+    }
+    const int gi = blockIdx.y;
+    const uint32_t p0 = blockIdx.x * (GLU ? 8 : 16);
+    if (ready && gi < *g.n) prefetch_tile<R, GLU>(W, g.expert[gi], p0);
+    // Under programmatic dependent launch: wait for the predecessor, then let the next launch start
+    // (it reads what this one writes only after its own wait); both are no-ops in a plain launch.
+    cudaGridDependencySynchronize();
+    cudaTriggerProgrammaticLaunchCompletion();
+    if (gi >= *g.n) return;
+    const int expert = g.expert[gi], start = g.start[gi], count = g.count[gi];
+    if (!ready) prefetch_tile<R, GLU>(W, expert, p0);
+    prefetch_expert(nx, (uint32_t)expert);
+
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gq = lane / 4, cq = lane % 4;
+    const uint64_t ga = (uint64_t)expert * W.rows + tile_row<GLU>(W, p0, gq);
+    const uint64_t gb = (uint64_t)expert * W.rows + tile_row<GLU>(W, p0, gq + 8);
+    const typename R::Lane L = R::lane(W, ga, gb, cq);
+    const uint32_t out_rows = GLU ? W.rows / 2 : W.rows;
+    const OutRows o{p0 + gq, p0 + gq + 8, p0 + gq < out_rows, !GLU && p0 + gq + 8 < out_rows, R::factor(W, ga),
+                    R::factor(W, gb)};
+    // the warp's contiguous share of the row's chunks
+    const int nch = (int)(W.cols / R::kChunk), per = (nch + kWarps - 1) / kWarps;
+    const int kb = warp * per, ke = min(nch, kb + per);
+
+    for (int t0 = 0; t0 < count; t0 += tpp) {
+        const int nt = min(tpp, count - t0), ncol = IN_BF16 ? nt : 2 * nt;
+        typename R::Chunk ch[R::kBatch];
+        load_batch<R>(L, kb, ke, ch); // in flight while the activations are staged
+        if (!EARLY) {
+            __syncthreads(); // the previous pass's readers are done with xs and red
+            stage_cols<R, IN_BF16, kStageUnroll>(in, in_stride, [&](int pos) { return input_row(g, pos); },
+                                                 start + t0, nt, W.cols, xs, xstride);
+        }
+        __syncthreads();
+        // columns past the pass's tokens read the last staged one: their D columns are not stored
+        const uint8_t *xl = xs + (size_t)min(gq, ncol - 1) * xstride + 16 * cq;
+        float d[4] = {0.f, 0.f, 0.f, 0.f};
+        warp_dot<R>(L, kb, ke, ch, xl, d);
+        if (reduce_warps(red, d)) store_tile<GLU, IN_BF16>(d, o, out, out_stride, start, t0, nt);
+    }
+}
+
+using MmaKernel = void (*)(DevMat, const void *, uint32_t, Groups, float *, uint32_t, int, NextMat, bool);
+
+template <class R, bool GLU, bool IN_BF16>
+MmaKernel pick(bool early)
+{
+    return early ? gemv_mma_kernel<R, GLU, IN_BF16, true> : gemv_mma_kernel<R, GLU, IN_BF16, false>;
+}
+
+// Shared memory of a pass of ncol staged columns.
+size_t stage_bytes(uint32_t cols, uint32_t ncol) { return kRedBytes + (size_t)ncol * mma_col_stride(cols); }
+
+template <class R>
+bool supported(const DevMat &W)
+{
+    return W.cols % R::kChunk == 0 && W.cols <= kMaxCols && W.rows >= 1 && R::admits(W) &&
+           stage_bytes(W.cols, 2) <= smem_optin_limit(); // one f32 token (hi and lo) must fit
+}
+
+template <class R>
+cudaError_t launch(bool glu, const DevMat &W, const void *in, bool in_bf16, uint32_t in_stride, const Groups &g,
+                   float *out, uint32_t out_stride, uint32_t max_tokens, const GemvLaunch &opt, cudaStream_t s)
+{
+    if (!supported<R>(W)) return cudaErrorInvalidValue;
+    const uint32_t out_rows = glu ? W.rows / 2 : W.rows, tile = glu ? 8 : 16;
+    // tokens per pass: what the 8 B columns hold, no more than a group can have, nor the device's
+    // shared memory (supported() guarantees one)
+    const uint32_t per_pass = in_bf16 ? kCols : kCols / 2, cpt = in_bf16 ? 1 : 2, limit = (uint32_t)smem_optin_limit();
+    int tpp = (int)(max_tokens < 1 ? 1 : max_tokens < per_pass ? max_tokens : per_pass);
+    while (tpp > 1 && stage_bytes(W.cols, cpt * tpp) > limit) tpp--;
+    const size_t smem = stage_bytes(W.cols, cpt * tpp);
+    // EARLY staging needs every position's input row to be row 0 (the caller says so)
+    const bool early = opt.rows_are_x0 && max_tokens == 1;
+    const MmaKernel k = glu ? (in_bf16 ? pick<R, true, true>(early) : pick<R, true, false>(early))
+                            : (in_bf16 ? pick<R, false, true>(early) : pick<R, false, false>(early));
+    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) return e;
+    return launch_pdl(k, dim3((out_rows + tile - 1) / tile, g.max_groups), dim3(kWarps * 32), smem, opt.pdl, s, W, in,
+                      in_stride, g, out, out_stride, tpp, opt.next, opt.groups_ready);
+}
+
+} // namespace
+
+bool gemv_mma_supported(int codec, const DevMat &W)
+{
+    switch (codec) {
+    case 2 /* NF_CODEC_BF16 */: return supported<Bf16Rows>(W);
+    case 11 /* NF_CODEC_NVFP4 */: return supported<Fp4Rows>(W);
+    default: return false;
+    }
+}
+
+cudaError_t launch_gemv_mma(int codec, bool glu, const DevMat &W, const void *in, bool in_bf16, uint32_t in_stride,
+                            const Groups &g, float *out, uint32_t out_stride, uint32_t max_tokens,
+                            const GemvLaunch &opt, cudaStream_t s)
+{
+    switch (codec) {
+    case 2: return launch<Bf16Rows>(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, opt, s);
+    case 11: return launch<Fp4Rows>(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, opt, s);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+} // namespace nf
