@@ -310,10 +310,10 @@ void run_case(const Case &c)
     for (int32_t n : hr.g_count) maxc = std::max(maxc, n);
     printf("  %-5s E %2u H %4u I %4u D %2u T %2u k %u%s%s%s: %zu groups (largest %d), smem %zu: worst %.4f of the "
            "allowance, %zu outside%s\n",
-           fp4 ? "nvfp4" : "bf16", c.E, c.H, c.I, c.D, c.T, c.k, c.ys ? " ys" : "", c.skew ? " skew" : "", c.cancel ? " cancel" : "",
+           c.codec == NF_CODEC_NVFP4 ? "nvfp4" : "bf16", c.E, c.H, c.I, c.D, c.T, c.k, c.ys ? " ys" : "", c.skew ? " skew" : "", c.cancel ? " cancel" : "",
            hr.g_expert.size(), maxc, nf::down_mma_smem(c.T, c.k, c.I), worst, bad, same ? "" : ", NOT deterministic");
     CHECK_MSG(bad == 0, "%s T %u k %u H %u I %u: %zu outputs outside the allowance (worst %.2f x)",
-              fp4 ? "nvfp4" : "bf16", c.T, c.k, c.H, c.I, bad, worst);
+              c.codec == NF_CODEC_NVFP4 ? "nvfp4" : "bf16", c.T, c.k, c.H, c.I, bad, worst);
     CHECK_MSG(guard_bad == 0, "%zu guard values written", guard_bad);
     CHECK_MSG(same, "two runs differ (T %u k %u)", c.T, c.k);
 
