@@ -58,7 +58,7 @@ void check(int codec, uint32_t cols)
     CHECK_MSG(ok, "%s", err.msg);
     if (!ok) return;
     // activations: int8 values over the full range, block scales over 2^-6 .. 2^2, one zero block
-    std::vector<int8_t> xq((size_t)MAXT * cols);
+    std::vector<int8_t> xq((size_t)MAXT * nf::a8_stride(cols)); // the kernels' padded layout
     std::vector<float2> xd((size_t)MAXT * cols / 32);
     for (int t = 0; t < MAXT; t++)
         for (uint32_t b = 0; b < cols / 32; b++) {
@@ -68,7 +68,7 @@ void check(int codec, uint32_t cols)
                 int q = (int)lrintf(nrand() * 50.0f);
                 q = q > 127 ? 127 : q < -127 ? -127 : q;
                 if (i == b % 32) q = b % 2 ? 127 : -127; // the extremes occur
-                xq[(size_t)t * cols + b * 32 + i] = (int8_t)q;
+                xq[(size_t)t * nf::a8_stride(cols) + nf::a8_at(b * 32 + i)] = (int8_t)q;
                 sum += q;
             }
             xd[(size_t)t * cols / 32 + b] = make_float2(d, d * (float)sum);
@@ -83,7 +83,7 @@ void check(int codec, uint32_t cols)
             for (int t = 0; t < nt; t++) {
                 double ref = 0, abs = 0;
                 for (uint32_t i = 0; i < cols; i++) {
-                    const double x = (double)xd[(size_t)t * cols / 32 + i / 32].x * xq[(size_t)t * cols + i];
+                    const double x = (double)xd[(size_t)t * cols / 32 + i / 32].x * xq[(size_t)t * nf::a8_stride(cols) + nf::a8_at(i)];
                     ref += (double)deq[(size_t)r * cols + i] * x;
                     abs += fabs((double)deq[(size_t)r * cols + i] * x);
                 }

@@ -26,13 +26,13 @@ namespace {
 
 constexpr int kWarps = 8; // output rows per CTA
 
-// Shared memory: xq [P][I] int8, xd [P][I / 32] (d, d * sum q), then per position its router weight
-// and token.
+// Shared memory: xq (P padded rows of I int8, quant_a8.cuh), xd [P][I / 32] (d, d * sum q), then per
+// position its router weight and token.
 struct DownSmem {
     size_t xd, pw, pt, bytes;
     __host__ __device__ DownSmem(uint32_t P, uint32_t I)
     {
-        xd = ((size_t)P * I + 15) / 16 * 16;
+        xd = (size_t)P * a8_stride(I); // a multiple of 16
         pw = xd + (size_t)P * (I / 32) * sizeof(float2);
         pt = pw + (size_t)P * sizeof(float);
         bytes = pt + (size_t)P * sizeof(int);
@@ -53,7 +53,7 @@ __device__ void stage_act(const float *act, uint32_t P, uint32_t I, const Routin
                          b = *reinterpret_cast<const float4 *>(act + (size_t)v * 8 + 4);
             f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
         }
-        quant8_store(f, ok, v, xq, xd);
+        quant8_store(f, ok, v, I, xq, xd);
     }
     for (uint32_t p = threadIdx.x; p < P; p += blockDim.x) {
         const int entry = r.pos_entry[p];
@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
             const int g = i / spans, s = i % spans, start = r.g_start[g], end = start + r.g_count[g];
             for (int p = start; p < end; p++) {
                 float d = 0.f;
-                SP::template dot<1>(raw[u], s, xq + (size_t)p * I, xd + (size_t)p * (I / 32), I, 1, &d);
+                SP::template dot<1>(raw[u], s, xq + (size_t)p * a8_stride(I), xd + (size_t)p * (I / 32), I, 1, &d);
                 const int t = pt[p];
                 const float v = pw[p] * d;
 #pragma unroll

@@ -27,8 +27,8 @@ namespace {
 
 constexpr int kWarps = 8; // output row pairs per CTA
 
-// Quantises nt bf16 input rows (positions pos0.. through g) into xq[t][cols] (int8) and
-// xd[t][cols / 32] (quant_a8.cuh). A thread takes 8 elements, four lanes a block; every lane of a
+// Quantises nt bf16 input rows (positions pos0.. through g) into xq (nt rows of cols int8, padded:
+// quant_a8.cuh) and xd[t][cols / 32]. A thread takes 8 elements, four lanes a block; every lane of a
 // warp runs the same iterations (the shuffles need them), cols % 32 == 0 keeps a block's lanes
 // together.
 __device__ void stage_q8(const uint16_t *in, uint32_t in_stride, const Groups &g, int pos0, int nt, uint32_t cols,
@@ -48,7 +48,7 @@ __device__ void stage_q8(const uint16_t *in, uint32_t in_stride, const Groups &g
         const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
         for (int i = 0; i < 4; i++) f[2 * i] = __uint_as_float(w[i] << 16), f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-        quant8_store(f, ok, v, xq, xd);
+        quant8_store(f, ok, v, cols, xq, xd);
     }
 }
 
@@ -70,8 +70,8 @@ __global__ void __launch_bounds__(kWarps * 32, MAXT == 1 && NS == 1 ? 3 : 2)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     const uint32_t cols = W.cols;
-    int8_t *xq = reinterpret_cast<int8_t *>(smem);                  // [tchunk][cols]
-    float2 *xd = reinterpret_cast<float2 *>(smem + (size_t)tchunk * cols); // [tchunk][cols / 32]
+    int8_t *xq = reinterpret_cast<int8_t *>(smem);                                  // tchunk padded rows
+    float2 *xd = reinterpret_cast<float2 *>(smem + (size_t)tchunk * a8_stride(cols)); // [tchunk][cols / 32]
     if (EARLY) {
         const Groups g0{nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1};
         stage_q8(in, in_stride, g0, 0, 1, cols, xq, xd);
@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(kWarps * 32, MAXT == 1 && NS == 1 ? 3 : 2)
             for (int t0 = 0; t0 < nt; t0 += MAXT) {
                 const int n = min(MAXT, nt - t0);
                 float a[MAXT] = {}, b[MAXT] = {};
-                const int8_t *xt = xq + (size_t)t0 * cols;
+                const int8_t *xt = xq + (size_t)t0 * a8_stride(cols);
                 const float2 *dt = xd + (size_t)t0 * (cols / 32);
                 for (int s0 = lane; s0 < spans; s0 += 32 * NS) {
                     typename SP::Raw wa[NS], wb[NS];
@@ -167,7 +167,7 @@ cudaError_t launch_t(const DevMat &W, const uint16_t *in, uint32_t in_stride, co
 {
     const uint32_t out_rows = GLU ? W.rows / 2 : W.rows, pairs = GLU ? out_rows : (out_rows + 1) / 2;
     const uint32_t blocks = (pairs + kWarps - 1) / kWarps;
-    const size_t per_token = (size_t)W.cols + W.cols / 32 * sizeof(float2);
+    const size_t per_token = (size_t)a8_stride(W.cols) + W.cols / 32 * sizeof(float2);
     int tchunk = (int)((96 * 1024) / per_token);
     if (tchunk < 1) return cudaErrorInvalidValue;
     if (tchunk > 64) tchunk = 64;

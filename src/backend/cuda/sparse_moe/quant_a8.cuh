@@ -8,11 +8,22 @@
 
 namespace nf {
 
+// The staged xq layout: element e of a row at byte a8_at(e) = e + 16 (e / 64), rows a8_stride(cols)
+// bytes apart (a multiple of 16 when cols % 32 == 0). Why the 16-byte pad every 64: a lane reads a
+// span of 64 (k-quants) or 32 (q8_0) elements, so unpadded the lanes of a quarter-warp's 16-byte
+// loads sit 64 or 128 bytes apart and meet on two bank groups (ncu at 878dbee: 12-way conflicts,
+// 71 % of the shared-load wavefronts excess in the decode gate/up and down); padded, eight
+// consecutive spans start on eight distinct 16-byte bank groups. A span never crosses a pad.
+__host__ __device__ inline uint32_t a8_at(uint32_t e) { return e + (e >> 6) * 16; }
+__host__ __device__ inline uint32_t a8_stride(uint32_t cols) { return a8_at(cols); }
+
 // A thread's 8 consecutive elements f (vector v of its row: elements 8v .. 8v + 7); four consecutive
 // lanes hold one block, so every lane of the warp must call this together (the shuffles), including
-// lanes with nothing to store (ok = false, f zeros). Writes xq[8v ..] and, from the block's first
-// lane, xd[v / 4].
-__device__ __forceinline__ void quant8_store(const float (&f)[8], bool ok, uint32_t v, int8_t *xq, float2 *xd)
+// lanes with nothing to store (ok = false, f zeros). v: the thread's vector among its rows' (row
+// t, elements e = 8 (v % (cols / 8)) ..); writes xq[a8_at(e) ..] of row t and, from the block's
+// first lane, xd[v / 4].
+__device__ __forceinline__ void quant8_store(const float (&f)[8], bool ok, uint32_t v, uint32_t cols, int8_t *xq,
+                                             float2 *xd)
 {
     float am = 0.f;
 #pragma unroll
@@ -31,7 +42,9 @@ __device__ __forceinline__ void quant8_store(const float (&f)[8], bool ok, uint3
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     if (ok) {
-        *reinterpret_cast<uint2 *>(xq + (size_t)v * 8) = make_uint2(packed[0], packed[1]);
+        const uint32_t vecs = cols / 8, t = v / vecs;
+        *reinterpret_cast<uint2 *>(xq + (size_t)t * a8_stride(cols) + a8_at(8 * (v % vecs))) =
+            make_uint2(packed[0], packed[1]);
         if (v % 4 == 0) xd[v / 4] = make_float2(d, d * (float)sum);
     }
 }

@@ -1,12 +1,13 @@
 // The int8-activation span policies of gemv_a8.cu: what a lane takes of a weight row at a time (a
 // span of kSpanElems elements: 64 for the k-quants, 32 for q8_0), its loads, and its dot with MAXT
-// tokens' quantised activations (xq[t][cols] int8, xd[t][cols / 32] = (d, d * sum q) per 32-element
-// block). Host-callable, so the arithmetic is checked on the CPU against the codecs' own
+// tokens' quantised activations (xq: rows of cols int8 in quant_a8.cuh's padded layout, xd[t][cols / 32]
+// = (d, d * sum q) per 32-element block). Host-callable, so the arithmetic is checked on the CPU against the codecs' own
 // dequantization (tests/cuda/test_a8_spans.cu) as well as on the device.
 #pragma once
 #include <stdint.h>
 
 #include "dev_codecs.cuh"
+#include "quant_a8.cuh"
 
 // #pragma unroll for the device pass only (the host compiler does not know it).
 #ifdef __CUDA_ARCH__
@@ -37,19 +38,20 @@ NF_HD void k4_span_dot(const int lo_w[8], const int hi_w[8], float d1, float mm1
 NF_UNROLL
     for (int t = 0; t < MAXT; t++) {
         if (t >= nt) break;
-        const int4 *xv = reinterpret_cast<const int4 *>(xq + (size_t)t * cols + e0);
+        const int4 *xv = reinterpret_cast<const int4 *>(xq + (size_t)t * a8_stride(cols) + a8_at(e0));
         const int4 x0 = xv[0], x1 = xv[1], x2 = xv[2], x3 = xv[3];
         const int lo[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
         const int hi[8] = {x2.x, x2.y, x2.z, x2.w, x3.x, x3.y, x3.z, x3.w};
         int sa = 0, sb = 0;
 NF_UNROLL
         for (int k = 0; k < 8; k++) sa = dp4a(lo_w[k], lo[k], sa), sb = dp4a(hi_w[k], hi[k], sb);
-        const float2 da = xd[(size_t)t * (cols / 32) + e0 / 32], db = xd[(size_t)t * (cols / 32) + e0 / 32 + 1];
+        // both sub-blocks' (d, d * sum q) in one 16-byte load (e0 / 32 and cols / 32 are even)
+        const float4 dd = *reinterpret_cast<const float4 *>(xd + (size_t)t * (cols / 32) + e0 / 32);
         float a = acc[t];
-        a = fmaf(d1 * da.x, (float)sa, a);
-        a = fmaf(-mm1, da.y, a);
-        a = fmaf(d2 * db.x, (float)sb, a);
-        a = fmaf(-mm2, db.y, a);
+        a = fmaf(d1 * dd.x, (float)sa, a);
+        a = fmaf(-mm1, dd.y, a);
+        a = fmaf(d2 * dd.z, (float)sb, a);
+        a = fmaf(-mm2, dd.w, a);
         acc[t] = a;
     }
 }
@@ -169,7 +171,7 @@ NF_UNROLL
             float acc_t = acc[t];
 NF_UNROLL
             for (int m = 0; m < 4; m++) {
-                const int4 x = *reinterpret_cast<const int4 *>(xq + (size_t)t * cols + e0 + 32 * m);
+                const int4 x = *reinterpret_cast<const int4 *>(xq + (size_t)t * a8_stride(cols) + a8_at(e0 + 32 * m));
                 int sum = dp4a(v[m][0], x.x, 0);
                 sum = dp4a(v[m][1], x.y, sum);
                 sum = dp4a(v[m][2], x.z, sum);
@@ -203,7 +205,7 @@ struct SpanQ8 {
 NF_UNROLL
         for (int t = 0; t < MAXT; t++) {
             if (t >= nt) break;
-            const int4 *xv = reinterpret_cast<const int4 *>(xq + (size_t)t * cols + s * 32);
+            const int4 *xv = reinterpret_cast<const int4 *>(xq + (size_t)t * a8_stride(cols) + a8_at(s * 32));
             const int4 x0 = xv[0], x1 = xv[1];
             const int xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
             int sum = 0;

@@ -33,7 +33,7 @@ static const uint32_t kSmallRouteMax = 16;
 static uint32_t small_route_max(int gate_up_codec)
 {
     switch (gate_up_codec) {
-    case NF_CODEC_BF16: return 15;  // 545 vs 554 us at 15; 579 vs 555 at 16
+    case NF_CODEC_BF16: return 16;  // tensor-core gate/up and down: 360 vs 560 us at 16
     case NF_CODEC_NVFP4: return 12; // tensor-core gate/up: 254 vs 417 us at 12, the sweep's end
     case NF_CODEC_Q8_0: return 16;  // 347 vs 472 us at 16
     default: return 16;             // q4_k+q6_k: 359 vs 568 us at 16
