@@ -205,6 +205,18 @@ Result check_tile(const nf::DevMat &W, const std::vector<double> &wv, const uint
     return res;
 }
 
+// ntok tokens of cols activations, random, each 32-element group scaled by 2^-4 .. 2^4; bf16-valued
+// when the kernel takes bf16 inputs.
+std::vector<float> make_x(int ntok, uint32_t cols, bool in_bf16)
+{
+    std::vector<float> x((size_t)ntok * cols);
+    for (auto &v : x) {
+        v = nrand() * ldexpf(1.0f, (int)(&v - x.data()) / 32 % 9 - 4);
+        if (in_bf16) v = nf_test_bf2f(nf_test_f2bf(v));
+    }
+    return x;
+}
+
 // bf16 weights: E = 2 experts of `rows` rows; the tile's rows spread over both.
 void check_bf16(uint32_t cols)
 {
@@ -230,11 +242,7 @@ void check_bf16(uint32_t cols)
 
     for (int in_bf16 = 1; in_bf16 >= 0; in_bf16--)
         for (int ntok : {in_bf16 ? 8 : 4, in_bf16 ? 5 : 3}) {
-            std::vector<float> x((size_t)ntok * cols);
-            for (auto &v : x) {
-                v = nrand() * ldexpf(1.0f, (int)(&v - x.data()) / 32 % 9 - 4);
-                if (in_bf16) v = nf_test_bf2f(nf_test_f2bf(v));
-            }
+            const std::vector<float> x = make_x(ntok, cols, in_bf16);
             const Result r = check_tile<nf::Bf16Rows, nf::Bf16Rows>(W, wv, grow, x, ntok, in_bf16);
             printf("  bf16 weights cols %4u, %d %s tokens: worst %.2e (q), %.2e (x) of sum |w x|\n", cols, ntok,
                    in_bf16 ? "bf16" : "f32", r.worst_q, r.worst_x);
@@ -290,11 +298,7 @@ void check_fp4(uint32_t cols)
 
     for (int in_bf16 = 1; in_bf16 >= 0; in_bf16--)
         for (int ntok : {in_bf16 ? 8 : 4, in_bf16 ? 5 : 3}) {
-            std::vector<float> x((size_t)ntok * cols);
-            for (auto &v : x) {
-                v = nrand() * ldexpf(1.0f, (int)(&v - x.data()) / 32 % 9 - 4);
-                if (in_bf16) v = nf_test_bf2f(nf_test_f2bf(v));
-            }
+            const std::vector<float> x = make_x(ntok, cols, in_bf16);
             const Result r = check_tile<nf::Fp4Rows, nf::Fp4Rows>(W, wv, grow, x, ntok, in_bf16);
             printf("  nvfp4 weights cols %4u, %d %s tokens: worst %.2e (q), %.2e (x) of sum |w x|\n", cols, ntok,
                    in_bf16 ? "bf16" : "f32", r.worst_q, r.worst_x);

@@ -18,6 +18,13 @@
 // Functions the host may call too (the span arithmetic is checked on the CPU: test_a8_spans).
 #define NF_HD __host__ __device__ __forceinline__
 
+// #pragma unroll in host-callable code (the host compiler does not know it).
+#ifdef __CUDA_ARCH__
+#define NF_UNROLL _Pragma("unroll")
+#else
+#define NF_UNROLL
+#endif
+
 namespace nf {
 
 // The descriptor every kernel gets for one bank matrix (POD, passed by value).

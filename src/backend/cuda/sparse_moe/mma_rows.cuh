@@ -38,13 +38,6 @@
 
 #include "dev_codecs.cuh"
 
-// #pragma unroll in host-callable code (the host compiler does not know it).
-#ifdef __CUDA_ARCH__
-#define NF_UNROLL _Pragma("unroll")
-#else
-#define NF_UNROLL
-#endif
-
 namespace nf {
 
 // A staged column is 2 * cols + kMmaColPad bytes, so column n + 1 sits 64 bytes off column n's banks:

@@ -175,6 +175,28 @@ __global__ void router_logits_kernel(const W *w, const G *gw, const uint16_t *x,
     logits_tile<kRouterTokens>(w, gw, x, T, H, E, logits, shared_g, xs);
 }
 
+// One warp's softmax statistics over E logits l: lane's v[s] = l[lane + 32 s] (-inf past E), their
+// max, and the sum of exp(v - max) in one fixed order (lane partials, then the butterfly) that both
+// top-k forms share, so they give the same weights to the bit. L2: l was written by other CTAs.
+template <int NS, bool L2>
+__device__ __forceinline__ void softmax_stats(const float *l, uint32_t E, float (&v)[NS], float &mx, float &sum)
+{
+    const int lane = threadIdx.x % 32;
+    mx = -INFINITY;
+#pragma unroll
+    for (int s = 0; s < NS; s++) {
+        const uint32_t e = lane + 32 * s;
+        v[s] = e < E ? (L2 ? __ldcg(l + e) : l[e]) : -INFINITY;
+        mx = fmaxf(mx, v[s]);
+    }
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    sum = 0.f;
+#pragma unroll
+    for (int s = 0; s < NS; s++)
+        if (lane + 32 * s < E) sum += expf(v[s] - mx);
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+}
+
 // One warp: softmax over E in fp32 and the k largest logits of token t, ties to the lower index.
 // NS: logits per lane (E <= 32 * NS), so E = 128 walks 4 registers, not 16.
 // L2: the logits were written by other CTAs of this grid (read through L2); else they are in this
@@ -184,21 +206,8 @@ __device__ void topk_warp(const float *logits, uint32_t t, uint32_t E, uint32_t 
                           float *wts)
 {
     const int lane = threadIdx.x % 32;
-    const float *l = logits + (uint64_t)t * E;
-    float v[NS]; // this lane's logits: experts lane, lane + 32, ...
-    float mx = -INFINITY;
-#pragma unroll
-    for (int s = 0; s < NS; s++) {
-        const uint32_t e = lane + 32 * s;
-        v[s] = e < E ? (L2 ? __ldcg(l + e) : l[e]) : -INFINITY;
-        mx = fmaxf(mx, v[s]);
-    }
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    float sum = 0.f;
-#pragma unroll
-    for (int s = 0; s < NS; s++)
-        if (lane + 32 * s < E) sum += expf(v[s] - mx);
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    float v[NS], mx, sum; // v: this lane's logits, experts lane, lane + 32, ...
+    softmax_stats<NS, L2>(logits + (uint64_t)t * E, E, v, mx, sum);
 
     // k rounds of a warp argmax over the experts not yet taken
     float psum = 0.f, my_p = 0.f;
@@ -404,29 +413,17 @@ __global__ void router_small_kernel(const W *w, const G *gw, const uint16_t *x, 
 // over the logits instead of k dependent rounds of a warp argmax; with distinct ids the work list is
 // direct (an entry's position is the count of chosen ids below its own). Why: with the routing left
 // from a previous run, skipping topk_warp + small_worklist took the q4_k+q6_k layer at T = 1 from
-// 29.3 to 25.4 us (H200, bench sparse-moe, graph replay). The numbers are topk_warp's: the same max,
-// the same order of the exp sum (warp 0, lane partials then the butterfly), p = expf(v - mx) / sum,
-// and the renormalising sum taken in entry order. sel, sp: [k] shared; stat: [2] shared.
+// 29.3 to 25.4 us (H200, bench sparse-moe, graph replay). The numbers are topk_warp's: the same
+// softmax_stats, p = expf(v - mx) / sum, and the renormalising sum taken in entry order. sel, sp:
+// [k] shared; stat: [2] shared.
 template <int NS>
 __device__ void topk_rank_decode(const float *lg, uint32_t E, uint32_t k, int norm, const Routing &r, int32_t *sel,
                                  float *sp, float *stat)
 {
     if (threadIdx.x < 32) {
-        const int lane = threadIdx.x;
-        float v[NS], mx = -INFINITY;
-#pragma unroll
-        for (int s = 0; s < NS; s++) {
-            const uint32_t e = lane + 32 * s;
-            v[s] = e < E ? lg[e] : -INFINITY;
-            mx = fmaxf(mx, v[s]);
-        }
-        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        float sum = 0.f;
-#pragma unroll
-        for (int s = 0; s < NS; s++)
-            if (lane + 32 * s < E) sum += expf(v[s] - mx);
-        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        if (lane == 0) stat[0] = mx, stat[1] = sum;
+        float v[NS], mx, sum;
+        softmax_stats<NS, false>(lg, E, v, mx, sum);
+        if (threadIdx.x == 0) stat[0] = mx, stat[1] = sum;
     }
     const float4 *l4 = reinterpret_cast<const float4 *>(lg); // 16-byte aligned: H % 8 == 0 floats before
     auto beats = [](float v, uint32_t e, float vi, uint32_t i) { return (uint32_t)(v > vi || (v == vi && e < i)); };

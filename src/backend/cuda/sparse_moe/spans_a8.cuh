@@ -1,20 +1,13 @@
 // The int8-activation span policies of gemv_a8.cu: what a lane takes of a weight row at a time (a
 // span of kSpanElems elements: 64 for the k-quants, 32 for q8_0), its loads, and its dot with MAXT
-// tokens' quantised activations (xq: rows of cols int8 in quant_a8.cuh's padded layout, xd[t][cols / 32]
-// = (d, d * sum q) per 32-element block). Host-callable, so the arithmetic is checked on the CPU against the codecs' own
-// dequantization (tests/cuda/test_a8_spans.cu) as well as on the device.
+// tokens' quantised activations (xq: rows of cols int8 in quant_a8.cuh's padded layout, xd[t][cols /
+// 32] = (d, d * sum q) per 32-element block). Host-callable, so the arithmetic is checked on the CPU
+// against the codecs' own dequantization (tests/cuda/test_a8_spans.cu) as well as on the device.
 #pragma once
 #include <stdint.h>
 
 #include "dev_codecs.cuh"
 #include "quant_a8.cuh"
-
-// #pragma unroll for the device pass only (the host compiler does not know it).
-#ifdef __CUDA_ARCH__
-#define NF_UNROLL _Pragma("unroll")
-#else
-#define NF_UNROLL
-#endif
 
 namespace nf {
 
