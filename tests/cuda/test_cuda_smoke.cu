@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "nf_test.h"
+#include "common/need_gpu.h"
 
 __global__ void axpy_kernel(int n, float a, const float *x, float *y)
 {
@@ -14,11 +15,7 @@ __global__ void axpy_kernel(int n, float a, const float *x, float *y)
 
 int main(void)
 {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        printf("test_cuda_smoke: no GPU visible: skipped\n");
-        return NF_TEST_SKIP;
-    }
+    if (!nf_test_gpu_visible("test_cuda_smoke")) return NF_TEST_SKIP;
     const int n = 1 << 20;
     float *hx = (float *)malloc(n * sizeof(float)), *hy = (float *)malloc(n * sizeof(float));
     float *out = (float *)malloc(n * sizeof(float));

@@ -61,6 +61,7 @@ extern "C" {
 #include "common/cuda_test_util.h"
 }
 #include "nf_test.h"
+#include "common/need_gpu.h"
 
 namespace {
 
@@ -357,11 +358,7 @@ void check_refusals()
 
 int main(void)
 {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        printf("test_down_mma: no GPU visible: skipped\n");
-        return NF_TEST_SKIP;
-    }
+    if (!nf_test_gpu_visible("test_down_mma")) return NF_TEST_SKIP;
     check_refusals();
     // the routed down of Qwen3-30B-A3B (16 of its experts, a divisor each)
     for (uint32_t T : {1u, 3u, 8u}) {

@@ -31,6 +31,7 @@ extern "C" {
 #include "common/cuda_test_util.h"
 }
 #include "nf_test.h"
+#include "common/need_gpu.h"
 
 namespace {
 
@@ -167,11 +168,7 @@ void run_case(const Case &c)
 
 int main(void)
 {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        printf("test_gemv_a8: no GPU visible: skipped\n");
-        return NF_TEST_SKIP;
-    }
+    if (!nf_test_gpu_visible("test_gemv_a8")) return NF_TEST_SKIP;
     const int codecs[] = {NF_CODEC_Q4_K, NF_CODEC_Q5_K, NF_CODEC_Q6_K, NF_CODEC_Q8_0};
     for (int codec : codecs) {
         for (uint32_t T : {1u, 3u, 8u, 13u}) {

@@ -58,6 +58,7 @@ extern "C" {
 #include "common/cuda_test_util.h"
 }
 #include "nf_test.h"
+#include "common/need_gpu.h"
 
 namespace {
 
@@ -271,11 +272,7 @@ void run_case(const Case &c)
 
 int main(void)
 {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        printf("test_gemv_mma: no GPU visible: skipped\n");
-        return NF_TEST_SKIP;
-    }
+    if (!nf_test_gpu_visible("test_gemv_mma")) return NF_TEST_SKIP;
     for (uint32_t T : {1u, 3u, 8u, 13u}) {
         run_case({false, true, 512, 2048, T});
         run_case({false, false, 512, 2048, T});

@@ -60,6 +60,7 @@ extern "C" {
 #include "common/moe_ref.h"
 }
 #include "nf_test.h"
+#include "common/need_gpu.h"
 
 namespace {
 
@@ -643,11 +644,7 @@ void test_wide(const std::vector<uint32_t> &Ts)
 
 int main(void)
 {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        printf("test_sparse_moe: no GPU visible: skipped\n");
-        return NF_TEST_SKIP;
-    }
+    if (!nf_test_gpu_visible("test_sparse_moe")) return NF_TEST_SKIP;
     nf_error perr;
     if (nf_pool_create(0, &pool, &perr) != NF_OK) pool = nullptr; // NULL: the reference runs serially
     std::vector<float> xf;
