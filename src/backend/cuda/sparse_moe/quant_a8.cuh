@@ -17,11 +17,10 @@ namespace nf {
 __host__ __device__ inline uint32_t a8_at(uint32_t e) { return e + (e >> 6) * 16; }
 __host__ __device__ inline uint32_t a8_stride(uint32_t cols) { return a8_at(cols); }
 
-// A thread's 8 consecutive elements f (vector v of its row: elements 8v .. 8v + 7); four consecutive
-// lanes hold one block, so every lane of the warp must call this together (the shuffles), including
-// lanes with nothing to store (ok = false, f zeros). v: the thread's vector among its rows' (row
-// t, elements e = 8 (v % (cols / 8)) ..); writes xq[a8_at(e) ..] of row t and, from the block's
-// first lane, xd[v / 4].
+// A thread's 8 consecutive elements f: vector v of the rows' cols / 8 vectors each (row t = v / (cols
+// / 8), elements e = 8 (v % (cols / 8)) .. e + 7); four consecutive lanes hold one block, so every
+// lane of the warp must call this together (the shuffles), including lanes with nothing to store
+// (ok = false, f zeros). Writes row t's xq[a8_at(e) ..] and, from the block's first lane, xd[v / 4].
 __device__ __forceinline__ void quant8_store(const float (&f)[8], bool ok, uint32_t v, uint32_t cols, int8_t *xq,
                                              float2 *xd)
 {
