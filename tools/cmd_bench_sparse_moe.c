@@ -22,7 +22,7 @@ enum { MAX_T = 4096, MAX_PROFILES = 16, MAX_DISTS = 4 };
 
 typedef struct opts {
     const char *codec, *geometry, *sweep, *tokens, *dist, *execution, *cache, *format, *out, *route, *model;
-    long H, E, k, I, S, flush_mib, warmup, repeat, seed, chunk, layer;
+    long H, E, k, I, S, flush_mib, warmup, repeat, seed, chunk, layer, tile_height;
     int null_arm, peer;
 } opts;
 
@@ -147,6 +147,7 @@ int nf_cmd_bench_sparse_moe(int argc, char **argv)
         {"--peer", 0, NF_OPT_FLAG, &o.peer, NULL, "also time per-expert cuBLAS bf16 GEMMs (the naive way)", 0, 0},
         {"--chunk", 0, NF_OPT_INT, &o.chunk, "N", "the operator's bound chunk (default 4096)", 1, 65536},
         {"--route", 0, NF_OPT_STRING, &o.route, "R", "auto (the profile's thresholds), small (decode/small-token up to 16) or prefill", 0, 0},
+        {"--tile-height", 0, NF_OPT_INT, &o.tile_height, "N", "prefill tile height 32, 64 or 128 (default 0: chosen per T)", 0, 128},
         {"--seed", 0, NF_OPT_INT, &o.seed, "N", "weights and routing seed (default 1)", 0, 0},
         {"--format", 0, NF_OPT_STRING, &o.format, "F", "table (default), csv, json", 0, 0},
         {"--out", 0, NF_OPT_STRING, &o.out, "FILE", "write the rows there (stdout otherwise)", 0, 0},
@@ -176,6 +177,8 @@ int nf_cmd_bench_sparse_moe(int argc, char **argv)
     if (strcmp(o.execution, "graph") && strcmp(o.execution, "stream"))
         return nf_cli_fail("--execution: '%s' is not graph or stream", o.execution) * 2;
     if (strcmp(o.cache, "cold") && strcmp(o.cache, "warm")) return nf_cli_fail("--cache: '%s' is not cold or warm", o.cache) * 2;
+    if (o.tile_height && o.tile_height != 32 && o.tile_height != 64 && o.tile_height != 128)
+        return nf_cli_fail("--tile-height: %ld is not 32, 64 or 128 (or 0: chosen per T)", o.tile_height) * 2;
     if (strcmp(o.route, "auto") && strcmp(o.route, "small") && strcmp(o.route, "prefill"))
         return nf_cli_fail("--route: '%s' is not auto, small or prefill", o.route) * 2;
     if (strcmp(o.format, "table") && strcmp(o.format, "csv") && strcmp(o.format, "json"))
@@ -312,6 +315,7 @@ int nf_cmd_bench_sparse_moe(int argc, char **argv)
         nf_sparse_moe_force_routing(m, dids);
         if (strcmp(o.route, "small") == 0) nf_sparse_moe_set_thresholds(m, 1, 16); /* the frontier sweep's arms */
         if (strcmp(o.route, "prefill") == 0) nf_sparse_moe_set_thresholds(m, 0, 0);
+        nf_sparse_moe_set_tile_height(m, (uint32_t)o.tile_height);
         for (int d = 0; d < ndist && rc == 0; d++)
             for (int i = 0; i < nT && rc == 0; i++) {
                 const uint32_t T = Ts[i], slice = T < chunk ? T : chunk;

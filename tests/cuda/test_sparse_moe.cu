@@ -425,6 +425,18 @@ void check_case(const Profile &p, nf_sparse_moe *m, void *ws, const uint16_t *dx
     CHECK_MSG(a.guard_ok && b.guard_ok, "%s T=%u: guard bytes around the output were overwritten", p.name, T);
     CHECK_MSG(wa == wb, "%s T=%u: graph replay differs from stream execution", p.name, T);
     CHECK_MSG(wa == wc, "%s T=%u: two runs differ (not deterministic)", p.name, T);
+    // The prefill tile height (chosen from T) must not change a bit: every output element is the
+    // same MMA chain over K whichever tile holds its position, so each height is held to the
+    // chosen one's witness (and through it to the reference).
+    if (nf_sparse_moe_route(m, T < CHUNK ? T : CHUNK) != NF_MOE_ROUTE_PREFILL) return;
+    for (uint32_t h : {32u, 64u, 128u}) {
+        nf_sparse_moe_set_tile_height(m, h);
+        Run t = run_forward(m, ws, dx, T, false);
+        const uint64_t wt = nf_fnv1a64(t.out.data(), t.out.size() * 2);
+        CHECK_MSG(wt == wa && t.guard_ok, "%s T=%u: tile height %u gives witness %016llx, the chosen height %016llx",
+                  p.name, T, h, (unsigned long long)wt, (unsigned long long)wa);
+    }
+    nf_sparse_moe_set_tile_height(m, 0);
 }
 
 void test_profile(const Profile &p, const std::vector<uint32_t> &Ts, const std::vector<float> &xf, const uint16_t *dx)

@@ -76,8 +76,7 @@ cudaError_t launch_a4_encode(const uint16_t *x, uint32_t T, uint32_t cols, const
 
 // prefill.cu: the W4A4 grouped GEMM over an nvfp4 bank W. glu: out = a.out (y unused); else
 // y[pos][W.rows] f32 = (W_row . A_pos) / (row divisor * A divisor).
-cudaError_t launch_prefill_gemm_a4(bool glu, const DevMat &W, const A4Args &a, const Groups &g, const int32_t *n_tiles,
-                                   const int32_t *tile_group, const int32_t *tile_m0, uint32_t max_tiles, float *y,
-                                   uint32_t y_stride, cudaStream_t s);
+cudaError_t launch_prefill_gemm_a4(bool glu, const DevMat &W, const A4Args &a, const Groups &g, const TileList &tl,
+                                   float *y, uint32_t y_stride, cudaStream_t s);
 
 } // namespace nf

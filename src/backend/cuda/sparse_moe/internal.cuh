@@ -72,13 +72,27 @@ struct Routing {
     int32_t *n_groups;
     int32_t *g_expert, *g_start, *g_count;
     int32_t *shared_group; // [4]: n_groups = 1, expert 0, start 0, count T (set per slice)
-    // prefill tile tables (routed; shared expert): tile i covers positions tile_m0[i] .. +127 of
-    // group tile_group[i]; n_tiles live entries
+    // prefill tile tables (routed; shared expert): tile i covers positions tile_m0[i] ..
+    // + tile_m - 1 (sh_tile_m) of group tile_group[i]; n_tiles live entries
     int32_t *n_tiles, *tile_group, *tile_m0;
     int32_t *sh_n_tiles, *sh_tile_group, *sh_tile_m0;
+    int32_t tile_m, sh_tile_m; // the slice's tile heights (host-chosen from T, never from routing)
 };
 
-constexpr int kPrefillTileM = 128; // positions per prefill tile (prefill.cu's BM)
+// A prefill tile table as the GEMM reads it: tile i covers positions m0[i] .. m0[i] + height - 1
+// of group group[i]; *n live entries (device), at most max (the grid bound).
+struct TileList {
+    const int32_t *n, *group, *m0;
+    uint32_t max;
+    int height; // 32, 64 or 128 (prefill.cu's BM)
+};
+constexpr int kPrefillTileM = 128;   // the tallest tile: dense layers, the shared expert from T = 128
+constexpr int kPrefillTileMinM = 32; // the shortest: tile tables are sized for it
+
+// prefill.cu: the tile height for groups of `avg` positions on average (T * k / E routed, T shared):
+// a tile's MMAs cover all its rows, filled or not, and shorter tiles decode each weight slice once
+// per tile, so the height follows the group size (thresholds: docs/sparse_moe.md, "Tile height").
+int prefill_tile_height(double avg);
 
 // devmat.cu: one matrix (experts x rows x cols) in the kernels' layout. devmat_bytes: the device
 // bytes it takes (NF_ERR_REFUSED for an nvfp4 plane set breaking its layout rules); devmat_upload
@@ -206,9 +220,7 @@ cudaError_t launch_gemv_mma(int codec, bool glu, const DevMat &W, const void *in
 // [pos][W.rows / 2]); else in = act (bf16), out = y (f32, [pos][W.rows]).
 bool prefill_supported(const DevMat &gate_up, const DevMat &down);
 cudaError_t launch_prefill_gemm(int codec, bool glu, const DevMat &W, const uint16_t *in, uint32_t in_stride,
-                                const Groups &g, const int32_t *n_tiles, const int32_t *tile_group,
-                                const int32_t *tile_m0, uint32_t max_tiles, void *out, uint32_t out_stride,
-                                cudaStream_t s);
+                                const Groups &g, const TileList &tl, void *out, uint32_t out_stride, cudaStream_t s);
 
 // combine.cu: out[t] = bf16( sum_j w[t,j] * y[slot(t,j)] + shared_g[t] * ys[t] )
 void launch_combine(const Routing &r, const float *y, const float *ys, uint32_t T, uint32_t H, uint32_t k,

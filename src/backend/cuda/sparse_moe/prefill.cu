@@ -1,7 +1,10 @@
 // The prefill route: grouped GEMMs on tensor cores (mma.sync m16n8k16, bf16 in, fp32 accumulate).
 //
-// A CTA computes a 128 x 128 tile: 128 positions of one expert's group (A, bf16 activations
-// gathered by position) against 128 weight rows (B), over K in slices of 128. Each slice of B is
+// A CTA computes a BM x 128 tile: BM positions of one expert's group (A, bf16 activations
+// gathered by position) against 128 weight rows (B), over K in slices of 128. BM (32, 64 or 128,
+// the tile height the work list was cut with) follows the positions an expert gets on average:
+// a tile's MMAs run over all BM rows whether or not positions fill them, and at T = 64 (qwen3:
+// ~4 positions an expert) 128-row tiles spent 97 % of their tensor work on zero rows. Each slice of B is
 // decoded from the expert bank's codec to bf16 in shared memory by the same device codecs the
 // CUDA-core routes use (a 128-element slice of a row is always a whole run of pieces), while the
 // next slice's raw bytes are already in flight. A is copied with cp.async. Shared tiles keep rows of
@@ -32,9 +35,18 @@ namespace nf {
 
 namespace {
 
-constexpr int BM = 128, BN = 128, BK = 128, kThreads = 256;
-constexpr int kTileBytes = BM * BK * 2;        // one operand tile, bf16
-constexpr int kSmem = 2 * 2 * kTileBytes;      // A and B, two stages: 128 KiB
+constexpr int BN = 128, BK = 128, kThreads = 256;
+constexpr int kBTileBytes = BN * BK * 2; // one B slice, bf16
+
+// The CTA tile's shape for BM positions: 8 warps as 2 (M) x 4 (N), a warp tile of BM / 2 x 32
+// (the W4A4 epilogue needs a warp's 32 columns: 16 intermediate elements, one nvfp4 block).
+template <int BM>
+struct Shape {
+    static_assert(BM == 32 || BM == 64 || BM == 128, "tile heights: 32, 64, 128");
+    static constexpr int WM = BM / 2, MI = WM / 16;                 // warp rows; m16 tiles a warp
+    static constexpr int kATileBytes = BM * BK * 2;                 // one A slice, bf16
+    static constexpr int kSmem = 2 * (kATileBytes + kBTileBytes);   // A and B, two stages (128 KiB at 128)
+};
 
 __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
@@ -68,13 +80,14 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
            ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
 }
 
-// A slice: 128 rows x 128 bf16 of the CTA's positions (rows past `count` are zero-filled).
-// Each thread copies 8 chunks of 16 bytes.
+// A slice: BM rows x 128 bf16 of the CTA's positions (rows past `count` are zero-filled).
+// Each thread copies BM / 16 chunks of 16 bytes.
+template <int BM>
 __device__ __forceinline__ void load_a(uint8_t *sa, const uint16_t *in, uint32_t in_stride, const int32_t *rows,
                                        int count, int kk)
 {
 #pragma unroll
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < BM / 16; i++) {
         const int c = threadIdx.x + i * kThreads, r = c >> 4, ch = c & 15;
         const bool live = r < count;
         const uint16_t *src = in + (size_t)(live ? rows[r] : 0) * in_stride + kk * BK + ch * 8;
@@ -118,15 +131,17 @@ struct BSlice {
     }
 };
 
-// W4A4 A slice: 128 rows x 8 blocks of 16 from an nvfp4 plane; thread t holds 4 (row, block)
+// W4A4 A slice: BM rows x 8 blocks of 16 from an nvfp4 plane; thread t holds BM / 32 (row, block)
 // pairs, raw bytes in registers while the current slice multiplies. Rows past `count` decode as 0.
+template <int BM>
 struct A4Slice {
-    uint2 v[4];
-    uint32_t s[4];
+    static constexpr int N = BM * 8 / kThreads;
+    uint2 v[N];
+    uint32_t s[N];
     __device__ void load(const A4Plane &P, const int32_t *rows, int count, int kk)
     {
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < N; i++) {
             const int c = threadIdx.x + i * kThreads, r = c >> 3, b = c & 7;
             v[i] = make_uint2(0, 0);
             s[i] = 0;
@@ -140,7 +155,7 @@ struct A4Slice {
     __device__ void store(uint8_t *sa) const
     {
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < N; i++) {
             const int c = threadIdx.x + i * kThreads, r = c >> 3, b = c & 7;
             const float sc = e4m3_f(s[i]);
             uint32_t p[8];
@@ -190,8 +205,8 @@ __device__ __forceinline__ void a4_store_block(const float v[4], float gd, bool 
 
 // The W4A4 epilogue. Column col of the warp tile (0..31) is B row wn + col of the CTA tile; the
 // thread's columns are wn + ni * 8 + (lane % 4) * 2 and + 1.
-template <bool GLU>
-__device__ __forceinline__ void a4_epilogue(const float (&acc)[4][4][4], const DevMat &W, int expert, int n0, int wm,
+template <bool GLU, int MI>
+__device__ __forceinline__ void a4_epilogue(const float (&acc)[MI][4][4], const DevMat &W, int expert, int n0, int wm,
                                             int wn, int start, int count, const A4Args &a4, float *y,
                                             uint32_t y_stride)
 {
@@ -212,7 +227,7 @@ __device__ __forceinline__ void a4_epilogue(const float (&acc)[4][4][4], const D
     }
     const float gd = GLU ? a4.out_div[expert] : 0.0f;
 #pragma unroll
-    for (int mi = 0; mi < 4; mi++)
+    for (int mi = 0; mi < MI; mi++)
 #pragma unroll
         for (int hrow = 0; hrow < 2; hrow++) {
             const int r = wm + mi * 16 + (lane >> 2) + hrow * 8;
@@ -234,10 +249,11 @@ __device__ __forceinline__ void a4_epilogue(const float (&acc)[4][4][4], const D
         }
 }
 
-// Tile table entries (built by the work list): tile i covers positions m0 .. m0+127 of group g.
-// A4: C is CNVFP4Raw, `in` is unused (A comes from a4.in) and GLU writes a4.out.
-template <class C, bool GLU, bool A4>
-__global__ void __launch_bounds__(kThreads, 1)
+// Tile table entries (built by the work list with tile height BM): tile i covers positions m0 ..
+// m0 + BM - 1 of group g. A4: C is CNVFP4Raw, `in` is unused (A comes from a4.in) and GLU writes
+// a4.out. Below 128 rows two CTAs fit an SM (80 or 96 KiB of shared memory).
+template <class C, bool GLU, bool A4, int BM>
+__global__ void __launch_bounds__(kThreads, BM < 128 ? 2 : 1)
     prefill_gemm_kernel(DevMat W, const uint16_t *in, uint32_t in_stride, Groups g, const int32_t *n_tiles,
                         const int32_t *tile_group, const int32_t *tile_m0, void *out, uint32_t out_stride, A4Args a4)
 {
@@ -259,15 +275,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t wrow = GLU ? (uint32_t)(n0 + (br >> 1) + ((br & 1) ? half : 0)) : (uint32_t)(n0 + br);
     const int nk = (int)W.cols / BK;
 
-    uint8_t *sA[2] = {smem, smem + 2 * kTileBytes};
-    uint8_t *sB[2] = {smem + kTileBytes, smem + 3 * kTileBytes};
+    using S = Shape<BM>;
+    uint8_t *sA[2] = {smem, smem + S::kATileBytes + kBTileBytes};
+    uint8_t *sB[2] = {smem + S::kATileBytes, smem + 2 * S::kATileBytes + kBTileBytes};
     BSlice<C> b;
-    A4Slice a;
+    A4Slice<BM> a;
     if (A4) {
         a.load(a4.in, rows, count, 0);
         a.store(sA[0]);
     } else {
-        load_a(sA[0], in, in_stride, rows, count, 0);
+        load_a<BM>(sA[0], in, in_stride, rows, count, 0);
         asm volatile("cp.async.commit_group;\n" ::);
     }
     b.load(W, expert, wrow, 0);
@@ -276,8 +293,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int wm = (warp & 1) * 64, wn = (warp >> 1) * 32; // warp tile: 64 x 32
-    float acc[4][4][4] = {};                               // [m16 tile][n8 tile][fragment]
+    const int wm = (warp & 1) * S::WM, wn = (warp >> 1) * 32; // warp tile: BM / 2 x 32
+    float acc[S::MI][4][4] = {};                              // [m16 tile][n8 tile][fragment]
 
     for (int kk = 0; kk < nk; kk++) {
         const int s = kk & 1;
@@ -285,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             if (A4) {
                 a.load(a4.in, rows, count, kk + 1);
             } else {
-                load_a(sA[s ^ 1], in, in_stride, rows, count, kk + 1);
+                load_a<BM>(sA[s ^ 1], in, in_stride, rows, count, kk + 1);
                 asm volatile("cp.async.commit_group;\n" ::);
             }
             b.load(W, expert, wrow, kk + 1);
@@ -293,9 +310,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint32_t a_base = smem_u32(sA[s]), b_base = smem_u32(sB[s]);
 #pragma unroll
         for (int k16 = 0; k16 < BK / 16; k16++) {
-            uint32_t af[4][4], bfr[4][2];
+            uint32_t af[S::MI][4], bfr[4][2];
 #pragma unroll
-            for (int mi = 0; mi < 4; mi++) {
+            for (int mi = 0; mi < S::MI; mi++) {
                 const int r = wm + mi * 16 + (lane & 15), k = k16 * 16 + (lane >> 4) * 8;
                 ldmatrix_x4(a_base + swz(r, k), af[mi][0], af[mi][1], af[mi][2], af[mi][3]);
             }
@@ -305,7 +322,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 ldmatrix_x4(b_base + swz(r, k), bfr[2 * nj][0], bfr[2 * nj][1], bfr[2 * nj + 1][0], bfr[2 * nj + 1][1]);
             }
 #pragma unroll
-            for (int mi = 0; mi < 4; mi++)
+            for (int mi = 0; mi < S::MI; mi++)
 #pragma unroll
                 for (int ni = 0; ni < 4; ni++) mma_bf16(acc[mi][ni], af[mi], bfr[ni]);
         }
@@ -318,10 +335,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 
     if constexpr (A4) {
-        a4_epilogue<GLU>(acc, W, expert, n0, wm, wn, start, count, a4, (float *)out, out_stride);
+        a4_epilogue<GLU, S::MI>(acc, W, expert, n0, wm, wn, start, count, a4, (float *)out, out_stride);
     } else { // bf16 act (GLU) or fp32 y
 #pragma unroll
-        for (int mi = 0; mi < 4; mi++)
+        for (int mi = 0; mi < S::MI; mi++)
 #pragma unroll
             for (int hrow = 0; hrow < 2; hrow++) {
                 const int r = wm + mi * 16 + (lane >> 2) + hrow * 8;
@@ -342,21 +359,37 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 }
 
-template <class C, bool GLU, bool A4 = false>
-cudaError_t launch_t(const DevMat &W, const uint16_t *in, uint32_t in_stride, const Groups &g, const int32_t *n_tiles,
-                     const int32_t *tile_group, const int32_t *tile_m0, uint32_t max_tiles, void *out,
-                     uint32_t out_stride, cudaStream_t s, const A4Args &a4 = A4Args{})
+template <class C, bool GLU, bool A4, int BM>
+cudaError_t launch_bm(const DevMat &W, const uint16_t *in, uint32_t in_stride, const Groups &g, const TileList &tl,
+                      void *out, uint32_t out_stride, cudaStream_t s, const A4Args &a4)
 {
-    auto k = prefill_gemm_kernel<C, GLU, A4>;
-    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    auto k = prefill_gemm_kernel<C, GLU, A4, BM>;
+    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape<BM>::kSmem);
     if (e != cudaSuccess) return e;
-    const uint32_t ntiles_n = GLU ? W.rows / BN : W.rows / BN; // GLU: 2I rows -> I/64 tiles of 128 B rows
-    k<<<dim3(max_tiles, ntiles_n), kThreads, kSmem, s>>>(W, in, in_stride, g, n_tiles, tile_group, tile_m0, out,
-                                                         out_stride, a4);
+    const uint32_t ntiles_n = W.rows / BN; // GLU: 2I rows -> I/64 tiles of 128 B rows
+    k<<<dim3(tl.max, ntiles_n), kThreads, Shape<BM>::kSmem, s>>>(W, in, in_stride, g, tl.n, tl.group, tl.m0, out,
+                                                                 out_stride, a4);
     return cudaGetLastError();
 }
 
+template <class C, bool GLU, bool A4 = false>
+cudaError_t launch_t(const DevMat &W, const uint16_t *in, uint32_t in_stride, const Groups &g, const TileList &tl,
+                     void *out, uint32_t out_stride, cudaStream_t s, const A4Args &a4 = A4Args{})
+{
+    switch (tl.height) {
+    case 32: return launch_bm<C, GLU, A4, 32>(W, in, in_stride, g, tl, out, out_stride, s, a4);
+    case 64: return launch_bm<C, GLU, A4, 64>(W, in, in_stride, g, tl, out, out_stride, s, a4);
+    case 128: return launch_bm<C, GLU, A4, 128>(W, in, in_stride, g, tl, out, out_stride, s, a4);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
 } // namespace
+
+int prefill_tile_height(double avg)
+{
+    return avg <= 24 ? 32 : avg <= 64 ? 64 : 128;
+}
 
 bool prefill_supported(const DevMat &gate_up, const DevMat &down)
 {
@@ -365,25 +398,20 @@ bool prefill_supported(const DevMat &gate_up, const DevMat &down)
 }
 
 cudaError_t launch_prefill_gemm(int codec, bool glu, const DevMat &W, const uint16_t *in, uint32_t in_stride,
-                                const Groups &g, const int32_t *n_tiles, const int32_t *tile_group,
-                                const int32_t *tile_m0, uint32_t max_tiles, void *out, uint32_t out_stride,
-                                cudaStream_t s)
+                                const Groups &g, const TileList &tl, void *out, uint32_t out_stride, cudaStream_t s)
 {
     return dispatch_codec(codec, [&](auto c) {
         using C = decltype(c);
-        return glu ? launch_t<C, true>(W, in, in_stride, g, n_tiles, tile_group, tile_m0, max_tiles, out, out_stride, s)
-                   : launch_t<C, false>(W, in, in_stride, g, n_tiles, tile_group, tile_m0, max_tiles, out, out_stride, s);
+        return glu ? launch_t<C, true>(W, in, in_stride, g, tl, out, out_stride, s)
+                   : launch_t<C, false>(W, in, in_stride, g, tl, out, out_stride, s);
     });
 }
 
-cudaError_t launch_prefill_gemm_a4(bool glu, const DevMat &W, const A4Args &a, const Groups &g, const int32_t *n_tiles,
-                                   const int32_t *tile_group, const int32_t *tile_m0, uint32_t max_tiles, float *y,
-                                   uint32_t y_stride, cudaStream_t s)
+cudaError_t launch_prefill_gemm_a4(bool glu, const DevMat &W, const A4Args &a, const Groups &g, const TileList &tl,
+                                   float *y, uint32_t y_stride, cudaStream_t s)
 {
-    return glu ? launch_t<CNVFP4Raw, true, true>(W, nullptr, 0, g, n_tiles, tile_group, tile_m0, max_tiles, nullptr, 0,
-                                                 s, a)
-               : launch_t<CNVFP4Raw, false, true>(W, nullptr, 0, g, n_tiles, tile_group, tile_m0, max_tiles, y,
-                                                  y_stride, s, a);
+    return glu ? launch_t<CNVFP4Raw, true, true>(W, nullptr, 0, g, tl, nullptr, 0, s, a)
+               : launch_t<CNVFP4Raw, false, true>(W, nullptr, 0, g, tl, y, y_stride, s, a);
 }
 
 } // namespace nf

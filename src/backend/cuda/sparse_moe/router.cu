@@ -321,14 +321,14 @@ __global__ void worklist_kernel(const int32_t *ids, uint32_t T, uint32_t k, uint
     if (threadIdx.x == 0) { // prefill tile tables: a few hundred entries at most
         int n = 0;
         for (int g = 0; g < *r.n_groups; g++)
-            for (int m0 = 0; m0 < r.g_count[g]; m0 += kPrefillTileM) {
+            for (int m0 = 0; m0 < r.g_count[g]; m0 += r.tile_m) {
                 r.tile_group[n] = g;
                 r.tile_m0[n] = m0;
                 n++;
             }
         *r.n_tiles = n;
         n = 0;
-        for (uint32_t m0 = 0; m0 < T; m0 += kPrefillTileM) {
+        for (uint32_t m0 = 0; m0 < T; m0 += (uint32_t)r.sh_tile_m) {
             r.sh_tile_group[n] = 0;
             r.sh_tile_m0[n] = (int)m0;
             n++;

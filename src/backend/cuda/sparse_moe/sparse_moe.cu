@@ -54,11 +54,12 @@ struct nf_sparse_moe {
     int a4;                    // nvfp4-w4a4: the prefill route runs W4A4 (a4.cuh)
     const float *a4div;        // device [2 + E]: gate/up input divisor, shared down's, each expert's down
     const int32_t *forced_ids; // benchmarks: route by these ids (device, [max_tokens][k]) instead of the router's
+    int tile_m;                // benchmarks: the prefill tile height (32, 64, 128), 0: chosen per slice
     // workspace layout (byte offsets)
     size_t o_logits, o_id, o_w, o_sg, o_slot, o_pos, o_ng, o_ge, o_gs, o_gc, o_sgrp, o_act, o_y, o_acts, o_ys;
     size_t o_tiles, o_acth, o_actsh; // prefill: tile tables; bf16 act planes (routed, shared)
     size_t o_xq, o_aq, o_saq;        // W4A4 prefill: nvfp4 planes of x, act, shared act (A4Plane)
-    uint32_t max_tiles;              // tile-table capacity: ceil(T*k / 128) + E
+    uint32_t max_tiles;              // tile-table capacity: ceil(T*k / kPrefillTileMinM) + E
     size_t ws_bytes;
 };
 
@@ -216,9 +217,9 @@ static void layout_workspace(nf_sparse_moe *m, size_t T)
     m->o_gs = take(&a, E * 4);
     m->o_gc = take(&a, E * 4);
     m->o_sgrp = take(&a, 16);
-    const size_t max_tiles = (T * k + kPrefillTileM - 1) / kPrefillTileM + E;
+    const size_t max_tiles = (T * k + kPrefillTileMinM - 1) / kPrefillTileMinM + E;
     m->max_tiles = (uint32_t)max_tiles;
-    m->o_tiles = take(&a, (2 * max_tiles + 1 + 2 * ((T + kPrefillTileM - 1) / kPrefillTileM) + 1) * 4);
+    m->o_tiles = take(&a, (2 * max_tiles + 1 + 2 * ((T + kPrefillTileMinM - 1) / kPrefillTileMinM) + 1) * 4);
     m->o_y = take(&a, T * k * H * 4);
     m->o_ys = m->has_shared ? take(&a, T * H * 4) : 0;
     // The intermediates are private to the route a slice takes, so the routes share one region
@@ -365,6 +366,11 @@ extern "C" const char *nf_moe_route_name(nf_moe_route r)
     return (unsigned)r < 3 ? names[r] : "unknown";
 }
 
+extern "C" void nf_sparse_moe_set_tile_height(nf_sparse_moe *m, uint32_t height)
+{
+    m->tile_m = height == 32 || height == 64 || height == 128 ? (int)height : 0;
+}
+
 extern "C" void nf_sparse_moe_set_thresholds(nf_sparse_moe *m, uint32_t decode_max, uint32_t small_max)
 {
     if (small_max > kSmallRouteMax) small_max = kSmallRouteMax;
@@ -393,7 +399,8 @@ static Routing routing_at(const nf_sparse_moe *m, uint8_t *ws)
     r.tile_m0 = r.tile_group + m->max_tiles;
     r.sh_n_tiles = r.tile_m0 + m->max_tiles;
     r.sh_tile_group = r.sh_n_tiles + 1;
-    r.sh_tile_m0 = r.sh_tile_group + (m->max_tokens + kPrefillTileM - 1) / kPrefillTileM;
+    r.sh_tile_m0 = r.sh_tile_group + (m->max_tokens + kPrefillTileMinM - 1) / kPrefillTileMinM;
+    r.tile_m = r.sh_tile_m = kPrefillTileM;
     return r;
 }
 
@@ -403,6 +410,18 @@ extern "C" void nf_sparse_moe_routing(const nf_sparse_moe *m, void *workspace, c
     Routing r = routing_at(m, (uint8_t *)workspace);
     *ids = r.topk_id;
     *weights = r.topk_w;
+}
+
+// The slice's tile tables as the prefill GEMMs read them (the work list cut them at these heights).
+static TileList routed_tiles(const Routing &r, uint32_t T, uint32_t k, const Groups &g)
+{
+    const uint32_t h = (uint32_t)r.tile_m;
+    return TileList{r.n_tiles, r.tile_group, r.tile_m0, (T * k + h - 1) / h + g.max_groups, r.tile_m};
+}
+static TileList shared_tiles(const Routing &r, uint32_t T)
+{
+    const uint32_t h = (uint32_t)r.sh_tile_m;
+    return TileList{r.sh_n_tiles, r.sh_tile_group, r.sh_tile_m0, (T + h - 1) / h, r.sh_tile_m};
 }
 
 // The W4A4 prefill slice (nvfp4-w4a4): x encoded once with the gate/up input divisor; the gate/up
@@ -415,28 +434,22 @@ static cudaError_t prefill_slice_a4(const nf_sparse_moe *m, const uint16_t *x, u
     const uint32_t k = b.top_k, H = b.hidden, I = b.inter, S = b.shared_inter;
     const A4Plane xq = a4_plane(ws + m->o_xq, T, H), aq = a4_plane(ws + m->o_aq, (size_t)T * k, I);
     float *y = (float *)(ws + m->o_y);
-    const uint32_t max_tiles = (T * k + kPrefillTileM - 1) / kPrefillTileM + g.max_groups;
+    const TileList tl = routed_tiles(r, T, k, g), sl = shared_tiles(r, T);
     const float *ga = m->a4div, *gsd = m->a4div + 1, *gd = m->a4div + 2;
     cudaError_t e = launch_a4_encode(x, T, H, ga, xq, s);
-    if (e == cudaSuccess)
-        e = launch_prefill_gemm_a4(true, m->m[M_GATE_UP], A4Args{xq, ga, 0, aq, gd}, g, r.n_tiles, r.tile_group,
-                                   r.tile_m0, max_tiles, nullptr, 0, s);
+    if (e == cudaSuccess) e = launch_prefill_gemm_a4(true, m->m[M_GATE_UP], A4Args{xq, ga, 0, aq, gd}, g, tl, nullptr, 0, s);
     g.pos_entry = nullptr;
     if (e == cudaSuccess)
-        e = launch_prefill_gemm_a4(false, m->m[M_DOWN], A4Args{aq, gd, 1, A4Plane{}, nullptr}, g, r.n_tiles,
-                                   r.tile_group, r.tile_m0, max_tiles, y, H, s);
+        e = launch_prefill_gemm_a4(false, m->m[M_DOWN], A4Args{aq, gd, 1, A4Plane{}, nullptr}, g, tl, y, H, s);
     float *ys = nullptr;
     if (e == cudaSuccess && m->has_shared) {
         const A4Plane saq = a4_plane(ws + m->o_saq, T, S);
         ys = (float *)(ws + m->o_ys);
-        const uint32_t sh_tiles = (T + kPrefillTileM - 1) / kPrefillTileM;
         Groups sg{r.shared_group, r.shared_group + 1, r.shared_group + 2, r.shared_group + 3, nullptr, 1, 1};
         // the shared group is expert 0, so gsd[0] is shared_down's divisor
-        e = launch_prefill_gemm_a4(true, m->m[M_SGU], A4Args{xq, ga, 0, saq, gsd}, sg, r.sh_n_tiles, r.sh_tile_group,
-                                   r.sh_tile_m0, sh_tiles, nullptr, 0, s);
+        e = launch_prefill_gemm_a4(true, m->m[M_SGU], A4Args{xq, ga, 0, saq, gsd}, sg, sl, nullptr, 0, s);
         if (e == cudaSuccess)
-            e = launch_prefill_gemm_a4(false, m->m[M_SDOWN], A4Args{saq, gsd, 1, A4Plane{}, nullptr}, sg,
-                                       r.sh_n_tiles, r.sh_tile_group, r.sh_tile_m0, sh_tiles, ys, H, s);
+            e = launch_prefill_gemm_a4(false, m->m[M_SDOWN], A4Args{saq, gsd, 1, A4Plane{}, nullptr}, sg, sl, ys, H, s);
     }
     if (e != cudaSuccess) return e;
     launch_combine(r, y, ys, T, H, k, out, s);
@@ -453,24 +466,18 @@ static cudaError_t prefill_slice(const nf_sparse_moe *m, const uint16_t *x, uint
     const uint32_t k = b.top_k, H = b.hidden, I = b.inter, S = b.shared_inter;
     uint16_t *acth = (uint16_t *)(ws + m->o_acth);
     float *y = (float *)(ws + m->o_y);
-    const uint32_t max_tiles = (T * k + kPrefillTileM - 1) / kPrefillTileM + (g.max_groups);
-    cudaError_t e = launch_prefill_gemm(m->codec[M_GATE_UP], true, m->m[M_GATE_UP], x, H, g, r.n_tiles, r.tile_group,
-                                        r.tile_m0, max_tiles, acth, I, s);
+    const TileList tl = routed_tiles(r, T, k, g), sl = shared_tiles(r, T);
+    cudaError_t e = launch_prefill_gemm(m->codec[M_GATE_UP], true, m->m[M_GATE_UP], x, H, g, tl, acth, I, s);
     if (e != cudaSuccess) return e;
     g.pos_entry = nullptr;
-    e = launch_prefill_gemm(m->codec[M_DOWN], false, m->m[M_DOWN], acth, I, g, r.n_tiles, r.tile_group, r.tile_m0,
-                            max_tiles, y, H, s);
+    e = launch_prefill_gemm(m->codec[M_DOWN], false, m->m[M_DOWN], acth, I, g, tl, y, H, s);
     float *ys = nullptr;
     if (e == cudaSuccess && m->has_shared) {
         uint16_t *actsh = (uint16_t *)(ws + m->o_actsh);
         ys = (float *)(ws + m->o_ys);
-        const uint32_t sh_tiles = (T + kPrefillTileM - 1) / kPrefillTileM;
         Groups sg{r.shared_group, r.shared_group + 1, r.shared_group + 2, r.shared_group + 3, nullptr, 1, 1};
-        e = launch_prefill_gemm(m->codec[M_SGU], true, m->m[M_SGU], x, H, sg, r.sh_n_tiles, r.sh_tile_group,
-                                r.sh_tile_m0, sh_tiles, actsh, S, s);
-        if (e == cudaSuccess)
-            e = launch_prefill_gemm(m->codec[M_SDOWN], false, m->m[M_SDOWN], actsh, S, sg, r.sh_n_tiles,
-                                    r.sh_tile_group, r.sh_tile_m0, sh_tiles, ys, H, s);
+        e = launch_prefill_gemm(m->codec[M_SGU], true, m->m[M_SGU], x, H, sg, sl, actsh, S, s);
+        if (e == cudaSuccess) e = launch_prefill_gemm(m->codec[M_SDOWN], false, m->m[M_SDOWN], actsh, S, sg, sl, ys, H, s);
     }
     if (e != cudaSuccess) return e;
     launch_combine(r, y, ys, T, H, k, out, s);
@@ -485,6 +492,8 @@ static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint
     const uint32_t E = b.experts, k = b.top_k, H = b.hidden, I = b.inter, S = b.shared_inter;
     const bool small = nf_sparse_moe_route(m, T) != NF_MOE_ROUTE_PREFILL && T <= kSmallRouteMax;
     Routing r = routing_at(m, ws);
+    r.tile_m = m->tile_m ? m->tile_m : prefill_tile_height((double)T * k / E);
+    r.sh_tile_m = m->tile_m ? m->tile_m : prefill_tile_height(T);
     launch_routing(m->m[M_ROUTER], m->codec[M_ROUTER], m->has_shared ? &m->m[M_SGATE] : nullptr, m->codec[M_SGATE], x, T,
                    H, E, k, b.norm_topk, r, m->forced_ids, m->counter, small, s);
     float *act = (float *)(ws + m->o_act), *y = (float *)(ws + m->o_y);

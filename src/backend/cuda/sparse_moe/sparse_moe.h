@@ -100,6 +100,9 @@ const char *nf_moe_route_name(nf_moe_route r);
 /* Overrides the thresholds (tokens <= decode_max: decode; <= small_max: small-token; else prefill).
  * For benchmarks and the sweep; bind sets the recorded per-profile values. */
 void nf_sparse_moe_set_thresholds(nf_sparse_moe *m, uint32_t decode_max, uint32_t small_max);
+/* Benchmarks only: the prefill route's tile height (positions per tile: 32, 64 or 128; anything
+ * else: chosen per slice from the positions an expert gets on average, the default). */
+void nf_sparse_moe_set_tile_height(nf_sparse_moe *m, uint32_t height);
 
 /* x [T][H] bf16 (device), out [T][H] bf16 (device), workspace of the bound size (device, 256-byte
  * aligned), stream a cudaStream_t (NULL = default stream). Asynchronous. */
