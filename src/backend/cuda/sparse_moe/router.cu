@@ -67,33 +67,11 @@ __device__ __forceinline__ void row_chunks(const W *w, uint32_t e, uint32_t H, i
 // a warp, which take consecutive 8-element chunks, read consecutive words (no bank conflicts).
 __device__ __forceinline__ uint32_t xs_at(uint32_t t, uint32_t h, uint32_t H) { return t * H + (h & 7) * (H / 8) + (h >> 3); }
 
-// logits[t][e] = sum_h x[t][h] * W[e][h] for the CTA's token tile (blockIdx.y) and expert rows
-// (blockIdx.x; row E is the shared gate, stored as sigmoid in shared_g). Each warp takes one row and
-// issues all its 16-byte loads before the first FMA: at decode sizes the router is a latency
-// problem, not a bandwidth one. Rows are 16-byte aligned (bind checks H % 8 == 0).
-template <int TT, typename W, typename G>
-__device__ void logits_tile(const W *w, const G *gw, const uint16_t *x, uint32_t T, uint32_t H, uint32_t E,
-                            float *logits, float *shared_g, float *xs)
+// Stages tokens t0 .. t0 + nt - 1 of x (bf16 [T][H]) into xs as f32 [TT][H] (xs_at's layout): 8 bf16
+// per 16-byte load, loads issued before stores; rows past nt are zero (they feed discarded sums).
+template <int TT>
+__device__ __forceinline__ void stage_x(const uint16_t *x, uint32_t t0, uint32_t nt, uint32_t H, float *xs)
 {
-    const uint32_t t0 = blockIdx.y * TT;
-    const uint32_t nt = min((uint32_t)TT, T - t0);
-    const int lane = threadIdx.x % 32;
-    // gridDim.x == 1: this CTA covers every expert row (prefill: x staged once per token tile);
-    // otherwise the rows spread over the grid's warps, one each while there are warps enough, else
-    // every (grid's warps)-th row (decode: spread the rows)
-    const uint32_t e0 = gridDim.x == 1 ? threadIdx.x / 32 : blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    const uint32_t estep = gridDim.x == 1 ? blockDim.x / 32 : gridDim.x * (blockDim.x / 32);
-    // the warp's first row is in flight while the activations are staged (two latencies overlap)
-    uint4 pre[kRouterChunks];
-    if (e0 < E) row_chunks(w, e0, H, lane, pre);
-    // Under programmatic dependent launch (the decode router) the first rows were fetched while the
-    // predecessor (the norm writing x) ran: wait for it, then let gate/up launch. Gate/up reads x
-    // before its own wait, which is sound because this wait precedes the release. (No-ops in a
-    // plain launch.)
-    cudaGridDependencySynchronize();
-    cudaTriggerProgrammaticLaunchCompletion();
-    // stage the tile: 8 bf16 per 16-byte load, loads issued before stores; rows past T are zero
-    // (they feed sums that are discarded)
     const uint32_t vecs = TT * H / 8, live = nt * H / 8;
     const uint4 *xv = reinterpret_cast<const uint4 *>(x + (uint64_t)t0 * H);
     for (uint32_t v0 = threadIdx.x; v0 < vecs; v0 += blockDim.x * 4) {
@@ -115,6 +93,62 @@ __device__ void logits_tile(const W *w, const G *gw, const uint16_t *x, uint32_t
                 dst[(2 * i) * (H / 8)] = __uint_as_float(w[i] << 16), dst[(2 * i + 1) * (H / 8)] = __uint_as_float(w[i] & 0xFFFF0000u);
         }
     }
+}
+
+// The shared gate's dot for TT tokens: element h = lane, lane + 32, ... (one row, any codec wval reads).
+template <int TT, typename G>
+__device__ __forceinline__ void gate_dot(const G *gw, uint32_t H, const float *xs, int lane, float (&acc)[TT])
+{
+    for (uint32_t h = lane; h < H; h += 32) {
+        const float wv = wval(gw, h);
+#pragma unroll
+        for (int t = 0; t < TT; t++) acc[t] = fmaf(wv, xs[xs_at(t, h, H)], acc[t]);
+    }
+}
+
+// The warp-sum of each token's partial (one butterfly order for every router form) and its store:
+// logits[t][e], or for the shared gate (e == E) sigmoid into shared_g.
+template <int TT>
+__device__ __forceinline__ void store_row(const float (&acc)[TT], uint32_t e, uint32_t t0, uint32_t nt, uint32_t E,
+                                          float *logits, float *shared_g, int lane)
+{
+#pragma unroll
+    for (int t = 0; t < TT; t++) {
+        float v = acc[t];
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane == 0 && t < (int)nt) {
+            if (e < E)
+                logits[(uint64_t)(t0 + t) * E + e] = v;
+            else
+                shared_g[t0 + t] = 1.0f / (1.0f + expf(-v));
+        }
+    }
+}
+
+// logits[t][e] = sum_h x[t][h] * W[e][h] for the CTA's token tile (blockIdx.y) and expert rows
+// (blockIdx.x; row E is the shared gate, stored as sigmoid in shared_g). Each warp takes one row and
+// issues all its 16-byte loads before the first FMA: at decode sizes the router is a latency
+// problem, not a bandwidth one. Rows are 16-byte aligned (bind checks H % 8 == 0).
+template <int TT, typename W, typename G>
+__device__ void logits_tile(const W *w, const G *gw, const uint16_t *x, uint32_t T, uint32_t H, uint32_t E,
+                            float *logits, float *shared_g, float *xs)
+{
+    const uint32_t t0 = blockIdx.y * TT;
+    const uint32_t nt = min((uint32_t)TT, T - t0);
+    const int lane = threadIdx.x % 32;
+    // the rows spread over the grid's warps: one each while there are warps enough, else every
+    // (grid's warps)-th row
+    const uint32_t e0 = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, estep = gridDim.x * (blockDim.x / 32);
+    // the warp's first row is in flight while the activations are staged (two latencies overlap)
+    uint4 pre[kRouterChunks];
+    if (e0 < E) row_chunks(w, e0, H, lane, pre);
+    // Under programmatic dependent launch (the decode router) the first rows were fetched while the
+    // predecessor (the norm writing x) ran: wait for it, then let gate/up launch. Gate/up reads x
+    // before its own wait, which is sound because this wait precedes the release. (No-ops in a
+    // plain launch.)
+    cudaGridDependencySynchronize();
+    cudaTriggerProgrammaticLaunchCompletion();
+    stage_x<TT>(x, t0, nt, H, xs);
     __syncthreads();
     for (uint32_t e = e0; e < E + (gw ? 1 : 0); e += estep)
         logits_row<TT>(w, gw, e, t0, nt, H, E, logits, shared_g, xs, lane, pre, e == e0);
@@ -148,31 +182,60 @@ __device__ __forceinline__ void logits_row(const W *w, const G *gw, uint32_t e, 
             }
         }
     } else {
-        for (uint32_t h = lane; h < H; h += 32) {
-            const float wv = wval(gw, h);
-#pragma unroll
-            for (int t = 0; t < TT; t++) acc[t] = fmaf(wv, xs[xs_at(t, h, H)], acc[t]);
-        }
+        gate_dot<TT>(gw, H, xs, lane, acc);
     }
-#pragma unroll
-    for (int t = 0; t < TT; t++) {
-        float v = acc[t];
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (lane == 0 && t < (int)nt) {
-            if (e < E)
-                logits[(uint64_t)(t0 + t) * E + e] = v;
-            else
-                shared_g[t0 + t] = 1.0f / (1.0f + expf(-v));
-        }
-    }
+    store_row<TT>(acc, e, t0, nt, E, logits, shared_g, lane);
 }
 
+// The prefill router's logits: a warp takes kRowsPerWarp expert rows at once, so each activation it
+// reads from shared memory feeds that many FMAs. (With the decode form's one row a warp and 16
+// chunks in flight a lane, 1 CTA fitted an SM and T = 512 took 68.6 us of ncu time a layer on the
+// H200, ~4 TFLOP/s.) Each (row, token) sum runs in logits_row's order (a lane's chunks lane, lane + 32,
+// ..., a chunk's elements in order, then store_row's butterfly), so the logits are the same bits.
+// grid: x = CTAs of kRouterWarps warps over the ceil(E / kRowsPerWarp) row groups (the last group's warp
+// also takes the shared gate), y = token tiles of kRouterTokens.
+constexpr int kRowsPerWarp = 4;
+
 template <typename W, typename G>
-__global__ void router_logits_kernel(const W *w, const G *gw, const uint16_t *x, uint32_t T, uint32_t H, uint32_t E,
-                                     float *logits, float *shared_g)
+__global__ void __launch_bounds__(kRouterWarps * 32, 3)
+    router_logits_kernel(const W *w, const G *gw, const uint16_t *x, uint32_t T, uint32_t H, uint32_t E, float *logits,
+                         float *shared_g)
 {
-    extern __shared__ float xs[]; // [kRouterTokens][H]
-    logits_tile<kRouterTokens>(w, gw, x, T, H, E, logits, shared_g, xs);
+    extern __shared__ float xs[]; // [kRouterTokens][H], xs_at's layout
+    constexpr int TT = kRouterTokens, R = kRowsPerWarp, N = Vec16<W>::N;
+    const uint32_t t0 = blockIdx.y * TT, nt = min((uint32_t)TT, T - t0);
+    const int lane = threadIdx.x % 32;
+    const uint32_t group = blockIdx.x * kRouterWarps + threadIdx.x / 32, groups = (E + R - 1) / R, e0 = group * R;
+    stage_x<TT>(x, t0, nt, H, xs);
+    __syncthreads();
+    if (group >= groups) return;
+    if (gw && group == groups - 1) { // the last group's warp takes the shared gate too
+        float acc[TT] = {};
+        gate_dot<TT>(gw, H, xs, lane, acc);
+        store_row<TT>(acc, E, t0, nt, E, logits, shared_g, lane);
+    }
+    const int nr = (int)min((uint32_t)R, E - e0), chunks = (int)(H / N);
+    float acc[R][TT] = {};
+#pragma unroll 2
+    for (int c = lane; c < chunks; c += 32) {
+        float f[R][N];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const uint4 v = r < nr ? reinterpret_cast<const uint4 *>(w + (uint64_t)(e0 + r) * H)[c] : make_uint4(0, 0, 0, 0);
+            Vec16<W>::unpack(v, f[r]);
+        }
+#pragma unroll
+        for (int i = 0; i < N; i++)
+#pragma unroll
+            for (int t = 0; t < TT; t++) {
+                const float xv = xs[xs_at(t, c * N + i, H)];
+#pragma unroll
+                for (int r = 0; r < R; r++) acc[r][t] = fmaf(f[r][i], xv, acc[r][t]);
+            }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        if (r < nr) store_row<TT>(acc[r], e0 + r, t0, nt, E, logits, shared_g, lane);
 }
 
 // One warp's softmax statistics over E logits l: lane's v[s] = l[lane + 32 s] (-inf past E), their
@@ -559,10 +622,8 @@ void launch_logits(const W *w, const G *gw, const uint16_t *x, uint32_t T, uint3
         return;
     }
     const size_t smem = (size_t)kRouterTokens * H * sizeof(float);
-    // Many token tiles: one CTA per tile covering every expert (x staged once); few: spread the
-    // expert rows over CTAs too, or a handful of CTAs would walk all rows alone.
-    const uint32_t tiles = (T + kRouterTokens - 1) / kRouterTokens;
-    const dim3 grid(tiles >= 256 ? 1 : (E + 1 + kRouterWarps - 1) / kRouterWarps, tiles);
+    const uint32_t tiles = (T + kRouterTokens - 1) / kRouterTokens, groups = (E + kRowsPerWarp - 1) / kRowsPerWarp;
+    const dim3 grid((groups + kRouterWarps - 1) / kRouterWarps, tiles);
     auto kern = router_logits_kernel<W, G>;
     cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     kern<<<grid, kRouterWarps * 32, smem, s>>>(w, gw, x, T, H, E, r.logits, r.shared_g);
