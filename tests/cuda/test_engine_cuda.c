@@ -8,10 +8,17 @@
  * SwiGLU intermediate) and the sparse-MoE block's output: about R = 6 rounding sites per layer plus
  * the final norm, R = 19 for L <= 3 layers. Each perturbs its vector by at most u in relative L2;
  * independent roundings add like a random walk, sqrt(R) u = 8.5e-3, and a product passes a relative
- * perturbation on with a gain of about one. So the MEDIAN position must be within 1.5e-2. A single
- * position can exceed that where the residual stream nearly cancels (x = a + b with |a + b| << |a|:
- * the error is relative to |a|): measured up to 6.9e-2 (qwen3_moe_256, position 13, with identical
- * routing on both engines). EVERY position must be within 1e-1: wrong kernels (a position off by
+ * perturbation on with a gain of about one. Head dims 64 and 128 take the tensor-core prefill
+ * attention (T >= 16; here qwen3_moe_256's chunks), which also rounds q and the softmax weights P to
+ * bf16 (attention.cu): q's rounding is one more site of the kind above; P's makes the output the
+ * exact weighted mean of V under weights bf16(p) / sum bf16(p), the softmax of scores each moved by
+ * at most 1.002 u, which moves the output by about u |o| (at most 2.01 u max |v| per element), the
+ * size of the attention output's own rounding: R = 8 per layer, R = 25, sqrt(R) u = 9.8e-3. So the
+ * MEDIAN position must be within 1.5e-2 (either count). A single position can exceed that where the
+ * residual stream nearly cancels (x = a + b with |a + b| << |a|: the error is relative to |a|):
+ * measured up to 6.9e-2 (qwen3_moe_256, position 13, with identical routing on both engines, with
+ * the CUDA-core attention; sqrt(25 / 19) = 1.15 times that, 7.9e-2, is the estimate with q and P
+ * rounded). EVERY position must be within 1e-1: wrong kernels (a position off by
  * one in the rope, a wrong cache row, a wrong divisor) give errors of order one. f32 accumulation
  * order differences (~1e-6) are far below both.
  *

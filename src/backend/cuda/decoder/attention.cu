@@ -2,9 +2,12 @@
 // anywhere. Decode and small chunks, flash-decoding style: one CTA per (token, q head, key split); its
 // warps take blocks of 32 keys (a lane per key for the scores, a lane per pair of dimensions for the
 // values); with more than one split the partial (max, sum, acc) triples are merged by a second
-// kernel. Prefill chunks (T >= 16): one CTA per tile of 16 tokens and a q head (attn_prefill_kernel).
+// kernel. Prefill chunks (T >= 16): head dims 64 and 128 on the tensor cores, one CTA per tile of 64
+// tokens and a q head (attn_mma_kernel, FlashAttention-2 style, attn_mma.cuh); other head dims on the
+// CUDA cores, one CTA per tile of 16 tokens and a q head (attn_prefill_kernel).
 #include <math.h>
 
+#include "attn_mma.cuh"
 #include "ops.cuh"
 
 namespace nf {
@@ -266,6 +269,173 @@ cudaError_t launch_prefill(const AttnArgs &a, const Step *step, uint32_t T, cuda
                       s, a, step, T);
 }
 
+// ---- prefill on the tensor cores: head dims 64 and 128 ---------------------------------------------
+// The shapes and fragment layouts are in attn_mma.cuh. Numerics against attn_prefill_kernel (f32
+// q, p and accumulation; K, V bf16 in both):
+//   * Q is rounded to bf16 once (unit roundoff u = 2^-9): each score q.k moves by at most
+//     u sum_i |q_i k_i| / sqrt(hd), a relative perturbation of the q vector by <= u in L2, the same
+//     kind as the bf16 rounding of the attention input that the engine already does.
+//   * P is rounded to bf16 and l sums the ROUNDED values, so the output is exactly (up to f32
+//     accumulation, ~1e-6) the weighted mean of V under weights bf16(p_j) / sum bf16(p_j), i.e. the
+//     softmax of scores each moved by |log(1 + d_j)| <= 1.002 u (natural-log units). Per element,
+//     |o - o_exact| <= sum_j |w~_j - w_j| |v_j| <= 2.01 u max_j |v_j|, and for weights spread over
+//     many keys the independent d_j make it about u |o|.
+//   * S and O accumulate bf16 x bf16 products (exact) in f32 on the tensor cores; exp2 replaces exp
+//     with the log2(e) folded into the f32 score scale (arguments off by ~1e-7 relative).
+// So this kernel adds two bf16 rounding sites per layer to those tests/cuda/test_engine_cuda.c
+// counts (its header has the count with them); the old kernel had none beyond the bf16 output.
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4])
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t (&r)[4])
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// One staged key block (K at kb, V at vb: shared-space byte addresses) into a warp's 16 rows.
+template <int HD, bool MASK>
+__device__ __forceinline__ void mma_key_block(uint32_t kb_addr, uint32_t vb_addr, const uint32_t (&qf)[HD / 16][4],
+                                              float (&o)[HD / 8][4], fa::RowState &st, int lane, int kb,
+                                              const int (&lim)[2], float sl2)
+{
+    float s[fa::kNT][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++)
+#pragma unroll
+        for (int np = 0; np < fa::kNT / 2; np++) {
+            uint32_t b[4];
+            ldsm_x4(kb_addr + 2 * fa::k_ldsm<HD>(lane, np, kk), b);
+            mma_bf16_16816(s[2 * np], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], b[0], b[1]);
+            mma_bf16_16816(s[2 * np + 1], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], b[2], b[3]);
+        }
+    fa::scale_mask<MASK>(s, lane, kb, lim, sl2);
+    float mx[2];
+    fa::row_max(s, mx);
+#pragma unroll
+    for (int r = 0; r < 2; r++) { // a row's 4 lanes are one quad
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    }
+    uint32_t pa[fa::kKK][4];
+    fa::online_update(s, mx, st, o, pa);
+#pragma unroll
+    for (int kk = 0; kk < fa::kKK; kk++)
+#pragma unroll
+        for (int dp = 0; dp < HD / 16; dp++) {
+            uint32_t b[4];
+            ldsm_x4_trans(vb_addr + 2 * fa::v_ldsm<HD>(lane, kk, dp), b);
+            mma_bf16_16816(o[2 * dp], pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3], b[0], b[1]);
+            mma_bf16_16816(o[2 * dp + 1], pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3], b[2], b[3]);
+        }
+}
+
+// Grid (heads, tiles of fa::kRows tokens), the last tile (most keys) first; q heads sharing a kv
+// head are neighbours in x, so their K/V blocks are read from L2 after the first.
+template <int HD>
+__global__ void __launch_bounds__(fa::kWarps * 32, 2) attn_mma_kernel(AttnArgs a, const Step *step, uint32_t T)
+{
+    using S = fa::Shape<HD>;
+    extern __shared__ uint4 kv_smem[];
+    pdl_wait();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const uint32_t h = blockIdx.x, kvh = h / (a.heads / a.kv_heads), kv_row = a.kv_heads * HD;
+    const int t0 = (int)(gridDim.y - 1 - blockIdx.y) * fa::kRows, tw = t0 + 16 * warp; // CTA's, warp's first token
+    const int pos0 = step->pos0, n_keys = pos0 + (int)T;
+    const int n_tile_keys = pos0 + min((int)T, t0 + fa::kRows); // keys the tile's last query sees
+    const int n_blocks = (n_tile_keys + fa::kKeys - 1) / fa::kKeys;
+    const uint16_t *kg = a.kc + kvh * HD, *vg = a.vc + kvh * HD;
+    uint16_t *Ks = reinterpret_cast<uint16_t *>(kv_smem), *Vs = Ks + 2 * S::kBlock;
+
+    auto stage = [&](int blk) { // block blk into stage blk % 2, one cp.async group
+        const int kb = blk * fa::kKeys, off = (blk & 1) * S::kBlock;
+        for (int i = threadIdx.x; i < S::kChunks; i += blockDim.x) {
+            const fa::Piece p = fa::piece<HD>(i, kb, n_tile_keys, kv_row);
+            cp_async16(smem_u32(Ks + off + p.smem), kg + p.global, p.ok ? 16 : 0);
+            cp_async16(smem_u32(Vs + off + p.smem), vg + p.global, p.ok ? 16 : 0);
+        }
+        cp_async_commit();
+    };
+    stage(0);
+
+    // Q's A fragments (bf16) for the warp's 16 rows, while block 0 lands; rows past T are zero.
+    const bool live = tw < (int)T;
+    uint32_t qf[HD / 16][4];
+    const float *qh = a.q + (size_t)h * HD;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int t = tw + fa::a_row(lane, i);
+            float2 v = make_float2(0.0f, 0.0f);
+            if (t < (int)T) v = *reinterpret_cast<const float2 *>(qh + (size_t)t * a.q_stride + 16 * kk + fa::a_col(lane, i));
+            qf[kk][i] = bf16x2_bits(__floats2bfloat162_rn(v.x, v.y));
+        }
+    const int q_first = pos0 + tw, q_last = min(q_first + 15, n_keys - 1);
+    const int lim[2] = {fa::row_limit(lane, 0, q_first, n_keys), fa::row_limit(lane, 1, q_first, n_keys)};
+    const float sl2 = fa::score_scale_log2(HD);
+    float o[HD / 8][4] = {};
+    fa::RowState st = {{-INFINITY, -INFINITY}, {0.0f, 0.0f}};
+
+    for (int j = 0; j < n_blocks; j++) {
+        if (j + 1 < n_blocks) {
+            stage(j + 1);
+            cp_async_wait<1>(); // block j has landed (this thread's pieces)
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads(); // ... and every thread's
+        const int kb = j * fa::kKeys;
+        const fa::BlockKind kind = live ? fa::block_kind(kb, q_first, q_last) : fa::kSkip;
+        const uint32_t kb_addr = smem_u32(Ks + (j & 1) * S::kBlock), vb_addr = smem_u32(Vs + (j & 1) * S::kBlock);
+        if (kind == fa::kFull) mma_key_block<HD, false>(kb_addr, vb_addr, qf, o, st, lane, kb, lim, sl2);
+        else if (kind == fa::kMasked) mma_key_block<HD, true>(kb_addr, vb_addr, qf, o, st, lane, kb, lim, sl2);
+        __syncthreads(); // stage j % 2 is free for block j + 2
+    }
+    if (!live) return;
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        st.l[r] += __shfl_xor_sync(0xffffffffu, st.l[r], 1);
+        st.l[r] += __shfl_xor_sync(0xffffffffu, st.l[r], 2);
+    }
+    const float inv[2] = {1.0f / st.l[0], 1.0f / st.l[1]};
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int t = tw + fa::acc_row(lane, 2 * r);
+        if (t >= (int)T) continue;
+        uint16_t *orow = a.out + ((size_t)t * a.heads + h) * HD + fa::acc_col(lane, 2 * r);
+#pragma unroll
+        for (int d = 0; d < HD / 8; d++)
+            *reinterpret_cast<uint32_t *>(orow + 8 * d) =
+                bf16x2_bits(__floats2bfloat162_rn(o[d][2 * r] * inv[r], o[d][2 * r + 1] * inv[r]));
+    }
+}
+
+template <int HD>
+cudaError_t launch_mma(const AttnArgs &a, const Step *step, uint32_t T, cudaStream_t s)
+{
+    constexpr size_t smem = fa::Shape<HD>::kSmemBytes;
+    cudaError_t e = cudaFuncSetAttribute(attn_mma_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) return e;
+    return launch_pdl(attn_mma_kernel<HD>, dim3(a.heads, (T + fa::kRows - 1) / fa::kRows), dim3(fa::kWarps * 32), smem,
+                      true, s, a, step, T);
+}
+
 } // namespace
 
 uint32_t attention_splits(uint32_t T, uint32_t ctx, uint32_t heads)
@@ -282,6 +452,9 @@ cudaError_t attention(const AttnArgs &a, const Step *step, uint32_t T, cudaStrea
     if (!a.hd || a.hd % 8 || a.hd > kMaxHd || !a.kv_heads || a.heads % a.kv_heads) return cudaErrorInvalidValue;
     const int np = (int)((a.hd + 63) / 64);
     if (T >= (uint32_t)kTileQ && a.splits == 1) { // prefill chunks: a tile of queries shares each key block
+        // the tensor-core kernel reads q as float2 pairs: an even stride keeps them 8-byte aligned
+        if (a.q_stride % 2 == 0 && a.hd == 128) return launch_mma<128>(a, step, T, s);
+        if (a.q_stride % 2 == 0 && a.hd == 64) return launch_mma<64>(a, step, T, s);
         switch (np) {
         case 1: return launch_prefill<1>(a, step, T, s);
         case 2: return launch_prefill<2>(a, step, T, s);
