@@ -330,6 +330,9 @@ Run run_forward(nf_sparse_moe *m, void *ws, const uint16_t *dx, uint32_t T, bool
     cudaMalloc(&buf, ob + 2 * GUARD);
     cudaMemset(buf, 0xA5, ob + 2 * GUARD);
     uint16_t *dout = (uint16_t *)(buf + GUARD);
+    // The workspace holds nothing between forwards (sparse_moe.h): poison it with NaN bytes so a
+    // kernel reading a part this forward has not written yet shows in the output.
+    cudaMemset(ws, 0xFF, nf_sparse_moe_workspace_bytes(m, CHUNK));
     cudaStream_t s;
     cudaStreamCreate(&s);
     nf_error err;
