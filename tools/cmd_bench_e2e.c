@@ -79,7 +79,7 @@ static void device_desc(const nf_engine *e, char *out, size_t cap)
     snprintf(out, cap, "%s", e->ops->name);
     char gpu[160];
     if (strcmp(e->ops->name, "cuda") == 0 && nf_cuda_device_describe(0, gpu, sizeof gpu) == 0)
-        snprintf(out, cap, "cuda: %s", gpu);
+        snprintf(out, cap, "cuda: %s%s", gpu, e->opts.no_graphs ? ", no graphs" : "");
     if (strcmp(e->ops->name, "cpu") != 0) return;
     FILE *f = fopen("/proc/cpuinfo", "r");
     char line[256];
@@ -253,7 +253,7 @@ int nf_cmd_bench_e2e(int argc, char **argv)
 {
     const char *model_path = NULL, *device = "auto", *format = "table";
     long n_prompt = 512, n_gen = 128, reps = 5, warmup = 1, threads = 0, chunk = 0, seed = 0;
-    int kv_bf16 = 0;
+    int kv_bf16 = 0, no_graphs = 0;
     const nf_opt opts[] = {
         {"--model", 'm', NF_OPT_STRING, &model_path, "FILE", "the .nf model (required)", 0, 0},
         {"--n-prompt", 'p', NF_OPT_INT, &n_prompt, "N", "prompt tokens of the pp test; 0 = no pp test (default 512)", 0, 1 << 20},
@@ -264,6 +264,7 @@ int nf_cmd_bench_e2e(int argc, char **argv)
         {"--threads", 't', NF_OPT_INT, &threads, "N", "CPU worker threads (default: all CPUs)", 0, 4096},
         {"--chunk", 0, NF_OPT_INT, &chunk, "N", "prefill chunk in tokens (default: the engine's: cpu 128, cuda 2048)", 0, 1 << 20},
         {"--kv-bf16", 0, NF_OPT_FLAG, &kv_bf16, NULL, "keep the KV cache in bf16 (default f32)", 0, 0},
+        {"--no-graphs", 0, NF_OPT_FLAG, &no_graphs, NULL, "CUDA: decode steps as plain launches, not a replayed graph (for profilers; slower)", 0, 0},
         {"--seed", 's', NF_OPT_INT, &seed, "S", "seed of the prompt's pseudo-random ids (default 0)", 0, 9.0e15},
         {"--format", 'o', NF_OPT_STRING, &format, "F", "table (default), csv or json, on stdout", 0, 0},
     };
@@ -295,7 +296,7 @@ int nf_cmd_bench_e2e(int argc, char **argv)
     if (nf_model_load(model_path, &m, &err)) return nf_cli_fail("%s", err.msg);
     const size_t ctx = (size_t)(n_prompt > n_gen ? n_prompt : n_gen);
     nf_engine_opts eo = {.device = device, .threads = (int)threads, .ctx = (uint32_t)ctx, .chunk = (uint32_t)chunk,
-                         .kv_bf16 = kv_bf16};
+                         .kv_bf16 = kv_bf16, .no_graphs = no_graphs};
     nf_engine *e = NULL;
     int32_t *ids = malloc(ctx * sizeof *ids);
     result res[2] = {0};
