@@ -86,7 +86,7 @@ struct TileList {
     uint32_t max;
     int height; // 32, 64 or 128 (prefill.cu's BM)
 };
-constexpr int kPrefillTileM = 128;   // the tallest tile: dense layers, the shared expert from T = 128
+constexpr int kPrefillTileM = 128;   // the tallest tile: dense layers, the shared expert above T = 128
 constexpr int kPrefillTileMinM = 32; // the shortest: tile tables are sized for it
 
 // prefill.cu: the tile height for groups of `avg` positions on average (T * k / E routed, T shared):
