@@ -284,29 +284,6 @@ cudaError_t launch_prefill(const AttnArgs &a, const Step *step, uint32_t T, cuda
 //     with the log2(e) folded into the f32 score scale (arguments off by ~1e-7 relative).
 // So this kernel adds two bf16 rounding sites per layer to those tests/cuda/test_engine_cuda.c
 // counts (its header has the count with them); the old kernel had none beyond the bf16 output.
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4])
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t (&r)[4])
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
 // One staged key block (K at kb, V at vb: shared-space byte addresses) into a warp's 16 rows.
 template <int HD, bool MASK>
 __device__ __forceinline__ void mma_key_block(uint32_t kb_addr, uint32_t vb_addr, const uint32_t (&qf)[HD / 16][4],

@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "dev_codecs.cuh"
+#include "ptx.cuh"
 
 namespace nf {
 
@@ -122,15 +123,6 @@ NF_HD void stage_group(const uint4 *v, uint8_t *col, uint32_t xstride, uint32_t 
         *reinterpret_cast<uint4 *>(col + off) = hi;
         *reinterpret_cast<uint4 *>(col + xstride + off) = lo;
     }
-}
-
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 // Stages the input rows of nt positions (pos0..) as B columns in xs (column stride xstride), groups

@@ -29,6 +29,7 @@
 // give the block amax, two more gather the 8 data bytes).
 #include "a4.cuh"
 #include "internal.cuh"
+#include "ptx.cuh"
 #include "rowdot.cuh"
 
 namespace nf {
@@ -48,31 +49,8 @@ struct Shape {
     static constexpr int kSmem = 2 * (kATileBytes + kBTileBytes);   // A and B, two stages (128 KiB at 128)
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
 // byte offset of element (r, k) in a swizzled [128][128] bf16 tile
 __device__ __forceinline__ uint32_t swz(int r, int k) { return r * 256 + ((((k >> 3) ^ (r & 7)) << 4) | ((k & 7) << 1)); }
-
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int bytes)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr));
-}
-
-__device__ __forceinline__ void mma_bf16(float *c, const uint32_t *a, const uint32_t *b)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
 {
@@ -285,7 +263,7 @@ __global__ void __launch_bounds__(kThreads, BM < 128 ? 2 : 1)
         a.store(sA[0]);
     } else {
         load_a<BM>(sA[0], in, in_stride, rows, count, 0);
-        asm volatile("cp.async.commit_group;\n" ::);
+        cp_async_commit();
     }
     b.load(W, expert, wrow, 0);
     b.store(sB[0], 0);
@@ -303,7 +281,7 @@ __global__ void __launch_bounds__(kThreads, BM < 128 ? 2 : 1)
                 a.load(a4.in, rows, count, kk + 1);
             } else {
                 load_a<BM>(sA[s ^ 1], in, in_stride, rows, count, kk + 1);
-                asm volatile("cp.async.commit_group;\n" ::);
+                cp_async_commit();
             }
             b.load(W, expert, wrow, kk + 1);
         }
@@ -314,17 +292,18 @@ __global__ void __launch_bounds__(kThreads, BM < 128 ? 2 : 1)
 #pragma unroll
             for (int mi = 0; mi < S::MI; mi++) {
                 const int r = wm + mi * 16 + (lane & 15), k = k16 * 16 + (lane >> 4) * 8;
-                ldmatrix_x4(a_base + swz(r, k), af[mi][0], af[mi][1], af[mi][2], af[mi][3]);
+                ldsm_x4(a_base + swz(r, k), af[mi]);
             }
 #pragma unroll
             for (int nj = 0; nj < 2; nj++) {
                 const int r = wn + nj * 16 + (lane & 7) + ((lane >> 4) << 3), k = k16 * 16 + ((lane >> 3) & 1) * 8;
-                ldmatrix_x4(b_base + swz(r, k), bfr[2 * nj][0], bfr[2 * nj][1], bfr[2 * nj + 1][0], bfr[2 * nj + 1][1]);
+                ldsm_x4(b_base + swz(r, k), bfr[2 * nj][0], bfr[2 * nj][1], bfr[2 * nj + 1][0], bfr[2 * nj + 1][1]);
             }
 #pragma unroll
             for (int mi = 0; mi < S::MI; mi++)
 #pragma unroll
-                for (int ni = 0; ni < 4; ni++) mma_bf16(acc[mi][ni], af[mi], bfr[ni]);
+                for (int ni = 0; ni < 4; ni++)
+                    mma_bf16_16816(acc[mi][ni], af[mi][0], af[mi][1], af[mi][2], af[mi][3], bfr[ni][0], bfr[ni][1]);
         }
         if (kk + 1 < nk) {
             b.store(sB[s ^ 1], kk + 1);
