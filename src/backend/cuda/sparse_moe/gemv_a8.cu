@@ -180,8 +180,9 @@ cudaError_t launch_t(const DevMat &W, const uint16_t *in, uint32_t in_stride, co
     // GLU at T = 1 keeps a CTA per block: the decode gate/up quantises x before its grid-dependency
     // wait, so a CTA's chain is the weight loads, and walking two or four blocks a CTA measured the
     // same or slower. With more tokens each CTA quantises its group's rows after the wait, and a CTA
-    // walking 4 blocks pays that once for all four: the small-token layer took 0.83 - 0.95x the
-    // time at T = 2 .. 16 (q4_k+q6_k, q8_0+q8_0; docs/sparse_moe.md, "CUDA-core routes").
+    // walking 4 blocks pays that once for all four: the small-token layer took 0.82 - 0.96x the
+    // time at T = 4 .. 16 and 0.94 - 1.00x at T = 2 (four k-quant / q8_0 profiles; docs/sparse_moe.md,
+    // "CUDA-core routes").
     // Plain (the dense layers, one group): at most one wave of CTAs, each walking several row blocks.
     uint32_t grid = GLU && max_tokens > 1 ? (blocks + 3) / 4 : blocks;
     if constexpr (!GLU) {
