@@ -302,8 +302,8 @@ __global__ void __launch_bounds__(kWarps * 32, NS == 1 ? 3 : 2) gemv_a8_segs_ker
     for (int j = 1; j < kMaxA8Segs; j++)
         if (j < sg.n && blockIdx.x >= sg.cta0[j]) S = sg.s[j], first = sg.cta0[j], end = sg.cta0[j + 1];
     const uint32_t cols = S.W.cols, ctas = end - first, blk0 = blockIdx.x - first;
-    int8_t *xq = reinterpret_cast<int8_t *>(smem);
-    float2 *xd = reinterpret_cast<float2 *>(smem + cols);
+    int8_t *xq = reinterpret_cast<int8_t *>(smem);                 // one padded row (quant_a8.cuh)
+    float2 *xd = reinterpret_cast<float2 *>(smem + a8_stride(cols)); // [cols / 32]
     prefetch_pair(S.W, blk0, true); // weights: ready before the predecessor ends
     cudaGridDependencySynchronize();
     cudaTriggerProgrammaticLaunchCompletion();
@@ -338,7 +338,7 @@ cudaError_t launch_gemv_a8_segs(const A8Seg *s, int n, const uint16_t *in, bool 
     if (!gemv_a8_segs_supported(s, n)) return cudaErrorInvalidValue;
     void (*k)(SegsArg, const uint16_t *) =
         seg_ns(s[0].codec, s[0].W.cols) == 1 ? gemv_a8_segs_kernel<1> : gemv_a8_segs_kernel<2>;
-    const size_t smem = (size_t)s[0].W.cols + s[0].W.cols / 32 * sizeof(float2); // one token
+    const size_t smem = (size_t)a8_stride(s[0].W.cols) + s[0].W.cols / 32 * sizeof(float2); // one token
     int dev = 0, sms = 0, per_sm = 0;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e == cudaSuccess) e = cudaGetDevice(&dev);
