@@ -26,7 +26,10 @@ struct Fail {
         if (e_ != cudaSuccess) return Fail{op_, layer_, e_, nullptr};                                          \
     } while (0)
 
-Fail attention_block(nf_cuda_decoder *dec, uint32_t l, uint32_t T)
+// q | k | v rows of a.qkv: one GEMV when they are one stacked matrix (a shared codec); at T = 1 with
+// int8 activations, one launch of three segments when their codecs differ (the same bits as three
+// launches, two kernel boundaries fewer); else three.
+Fail qkv_projection(nf_cuda_decoder *dec, uint32_t l, uint32_t T)
 {
     const nf_cuda_decoder_desc &d = dec->d;
     const Layer &L = dec->L[l];
@@ -35,11 +38,28 @@ Fail attention_block(nf_cuda_decoder *dec, uint32_t l, uint32_t T)
     const uint32_t qd = d.heads * d.head_dim, kvd = d.kv_heads * d.head_dim, S = qd + 2 * kvd;
     if (L.qkv.codec >= 0) {
         TRY(linear(L.qkv, dec->tab, a.xn, T, a.qkv, S, s), "attn_qkv", l);
-    } else {
-        TRY(linear(L.q, dec->tab, a.xn, T, a.qkv, S, s), "attn_q", l);
-        TRY(linear(L.k, dec->tab, a.xn, T, a.qkv + qd, S, s), "attn_k", l);
-        TRY(linear(L.v, dec->tab, a.xn, T, a.qkv + qd + kvd, S, s), "attn_v", l);
+        return Fail{nullptr, 0, cudaSuccess, nullptr};
     }
+    const A8Seg seg[3] = {{L.q.m, L.q.codec, a.qkv}, {L.k.m, L.k.codec, a.qkv + qd}, {L.v.m, L.v.codec, a.qkv + qd + kvd}};
+    if (T == 1 && L.q.a8 && gemv_a8_segs_supported(seg, 3)) {
+        TRY(launch_gemv_a8_segs(seg, 3, a.xn, true, s), "attn_qkv", l);
+        return Fail{nullptr, 0, cudaSuccess, nullptr};
+    }
+    TRY(linear(L.q, dec->tab, a.xn, T, a.qkv, S, s), "attn_q", l);
+    TRY(linear(L.k, dec->tab, a.xn, T, a.qkv + qd, S, s), "attn_k", l);
+    TRY(linear(L.v, dec->tab, a.xn, T, a.qkv + qd + kvd, S, s), "attn_v", l);
+    return Fail{nullptr, 0, cudaSuccess, nullptr};
+}
+
+Fail attention_block(nf_cuda_decoder *dec, uint32_t l, uint32_t T)
+{
+    const nf_cuda_decoder_desc &d = dec->d;
+    const Layer &L = dec->L[l];
+    Acts &a = dec->a;
+    cudaStream_t s = dec->stream;
+    const uint32_t qd = d.heads * d.head_dim, kvd = d.kv_heads * d.head_dim, S = qd + 2 * kvd;
+    Fail f = qkv_projection(dec, l, T);
+    if (f.op) return f;
     QkvArgs qa{a.qkv, S, L.q_bias, L.k_bias, L.v_bias, L.q_norm, L.k_norm, L.kc, L.vc, dec->rope_tab,
                d.heads, d.kv_heads, d.head_dim, d.rms_eps};
     qkv_rope_store(qa, dec->step, T, s);

@@ -220,7 +220,150 @@ cudaError_t launch_glu(bool glu, const DevMat &W, const uint16_t *in, uint32_t i
                : launch_sp<SP, false>(W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
 }
 
+// ---- several matrices of one input in one launch (the decoder's q, k and v at T = 1) ---------------
+// When their codecs differ they cannot be one stacked matrix; three launches would cost two more
+// kernel boundaries and two more quantisations of the same row. Here the CTAs are dealt out to the
+// segments (cta0), each walks its own segment's row blocks exactly as gemv_a8_kernel<SP, 1, false,
+// false, NS> does for that matrix alone: the same spans per lane, sums and reduction, so the same bits.
+
+struct SegsArg {
+    A8Seg s[kMaxA8Segs];
+    uint32_t cta0[kMaxA8Segs + 1]; // first CTA of each segment; cta0[n] = the grid
+    int n;
+};
+
+// A warp's rows of block blk (rows 2p, 2p + 1 of pair p), false past the end.
+__device__ __forceinline__ bool pair_rows(uint32_t rows, uint32_t blk, uint32_t &ra, uint32_t &rb, bool &has_b)
+{
+    const uint32_t p = blk * kWarps + threadIdx.x / 32;
+    ra = 2 * p;
+    has_b = ra + 1 < rows;
+    rb = has_b ? ra + 1 : ra;
+    return ra < rows;
+}
+
+__device__ __forceinline__ void prefetch_pair(const DevMat &W, uint32_t blk, bool l1)
+{
+    uint32_t ra, rb;
+    bool hb;
+    if (!pair_rows(W.rows, blk, ra, rb, hb)) return;
+    for (uint32_t off = (threadIdx.x % 32) * 128; off < W.row_stride; off += 32 * 128) {
+        const uint8_t *pa = row_ptr(W, 0, ra) + off, *pb = row_ptr(W, 0, rb) + off;
+        if (l1) {
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(pa));
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(pb));
+        } else {
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(pa));
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(pb));
+        }
+    }
+}
+
+// One segment's row blocks blk0, blk0 + stride, ... against the staged token.
+template <class SP, int NS>
+__device__ void seg_rows(const A8Seg &S, uint32_t blk0, uint32_t stride, const int8_t *xq, const float2 *xd)
+{
+    const DevMat &W = S.W;
+    const uint32_t cols = W.cols, blocks = ((W.rows + 1) / 2 + kWarps - 1) / kWarps;
+    const int lane = threadIdx.x % 32, spans = (int)(cols / SP::kSpanElems);
+    for (uint32_t blk = blk0; blk < blocks; blk += stride) {
+        uint32_t ra, rb;
+        bool has_b;
+        if (!pair_rows(W.rows, blk, ra, rb, has_b)) break;
+        if (blk + stride < blocks) prefetch_pair(W, blk + stride, false);
+        float a[1] = {}, b[1] = {};
+        for (int s0 = lane; s0 < spans; s0 += 32 * NS) {
+            typename SP::Raw wa[NS], wb[NS];
+#pragma unroll
+            for (int j = 0; j < NS; j++)
+                if (s0 + 32 * j < spans) wa[j] = SP::load(W, 0, ra, s0 + 32 * j), wb[j] = SP::load(W, 0, rb, s0 + 32 * j);
+#pragma unroll
+            for (int j = 0; j < NS; j++)
+                if (s0 + 32 * j < spans) {
+                    SP::template dot<1>(wa[j], s0 + 32 * j, xq, xd, cols, 1, a);
+                    SP::template dot<1>(wb[j], s0 + 32 * j, xq, xd, cols, 1, b);
+                }
+        }
+        const float va = warp_sum(a[0]), vb = warp_sum(b[0]);
+        if (lane == 0) {
+            S.out[ra] = va;
+            if (has_b) S.out[rb] = vb;
+        }
+    }
+}
+
+template <int NS>
+__global__ void __launch_bounds__(kWarps * 32, NS == 1 ? 3 : 2) gemv_a8_segs_kernel(SegsArg sg, const uint16_t *in)
+{
+    extern __shared__ __align__(16) uint8_t smem[];
+    // this CTA's segment, picked with constant indices (no local copy of the parameter array)
+    A8Seg S = sg.s[0];
+    uint32_t first = 0, end = sg.cta0[1];
+#pragma unroll
+    for (int j = 1; j < kMaxA8Segs; j++)
+        if (j < sg.n && blockIdx.x >= sg.cta0[j]) S = sg.s[j], first = sg.cta0[j], end = sg.cta0[j + 1];
+    const uint32_t cols = S.W.cols, ctas = end - first, blk0 = blockIdx.x - first;
+    int8_t *xq = reinterpret_cast<int8_t *>(smem);                 // one padded row (quant_a8.cuh)
+    float2 *xd = reinterpret_cast<float2 *>(smem + a8_stride(cols)); // [cols / 32]
+    prefetch_pair(S.W, blk0, true); // weights: ready before the predecessor ends
+    cudaGridDependencySynchronize();
+    cudaTriggerProgrammaticLaunchCompletion();
+    const Groups g0{nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1};
+    stage_q8(in, cols, g0, 0, 1, cols, xq, xd);
+    __syncthreads();
+    switch (S.codec) { // the segment's codec: uniform over the CTA
+    case 3: seg_rows<SpanQ8, NS>(S, blk0, ctas, xq, xd); break;
+    case 4: seg_rows<SpanQ4K, NS>(S, blk0, ctas, xq, xd); break;
+    case 5: seg_rows<SpanQ5K, NS>(S, blk0, ctas, xq, xd); break;
+    default: seg_rows<SpanQ6K, NS>(S, blk0, ctas, xq, xd); break;
+    }
+}
+
+// Lanes' spans in flight for one codec at these columns: gemv_a8_kernel's choice (launch_sp).
+int seg_ns(int codec, uint32_t cols) { return cols / (codec == 3 ? 32u : 64u) <= 32 ? 1 : 2; }
+
 } // namespace
+
+bool gemv_a8_segs_supported(const A8Seg *s, int n)
+{
+    if (n < 1 || n > kMaxA8Segs) return false;
+    for (int i = 0; i < n; i++)
+        if (!gemv_a8_supported(s[i].codec, s[i].W) || s[i].W.cols != s[0].W.cols ||
+            !s[i].W.rows || seg_ns(s[i].codec, s[i].W.cols) != seg_ns(s[0].codec, s[0].W.cols))
+            return false;
+    return true;
+}
+
+cudaError_t launch_gemv_a8_segs(const A8Seg *s, int n, const uint16_t *in, bool pdl, cudaStream_t st)
+{
+    if (!gemv_a8_segs_supported(s, n)) return cudaErrorInvalidValue;
+    void (*k)(SegsArg, const uint16_t *) =
+        seg_ns(s[0].codec, s[0].W.cols) == 1 ? gemv_a8_segs_kernel<1> : gemv_a8_segs_kernel<2>;
+    const size_t smem = (size_t)a8_stride(s[0].W.cols) + s[0].W.cols / 32 * sizeof(float2); // one token
+    int dev = 0, sms = 0, per_sm = 0;
+    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e == cudaSuccess) e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, kWarps * 32, smem);
+    if (e != cudaSuccess) return e;
+    // A CTA per row block while they fit one wave (the plain kernel's rule); past it, the wave dealt
+    // out in proportion to the blocks, at least one CTA a segment.
+    const uint64_t wave = (uint64_t)sms * (per_sm > 0 ? per_sm : 1);
+    uint32_t blocks[kMaxA8Segs];
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++) total += blocks[i] = ((s[i].W.rows + 1) / 2 + kWarps - 1) / kWarps;
+    SegsArg a{};
+    uint32_t grid = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t c = total <= wave ? blocks[i] : blocks[i] * wave / total;
+        a.s[i] = s[i];
+        a.cta0[i] = grid;
+        grid += (uint32_t)(c ? c : 1);
+    }
+    a.cta0[n] = grid;
+    a.n = n;
+    return launch_pdl(k, dim3(grid), dim3(kWarps * 32), smem, pdl, st, a, in);
+}
 
 bool gemv_a8_supported(int codec, const DevMat &W)
 {

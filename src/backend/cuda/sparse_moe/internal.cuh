@@ -206,6 +206,19 @@ cudaError_t launch_gemv_a8(int codec, bool glu, const DevMat &W, const uint16_t 
                            const Groups &g, float *out, uint32_t out_stride, uint32_t max_tokens,
                            const GemvLaunch &opt, cudaStream_t s);
 
+// gemv_a8.cu: up to kMaxA8Segs plain matrices of one bf16 input row in one launch, one token:
+// out_i[r] = W_i row r . x (f32) for each segment i, int8 activations as launch_gemv_a8 (the same
+// bits as one launch_gemv_a8 per matrix). Each its own codec (gemv_a8_supported), one expert, the
+// same columns, and the same lane spans in flight (true of the k-quants among themselves).
+constexpr int kMaxA8Segs = 3;
+struct A8Seg {
+    DevMat W;
+    int codec;
+    float *out;
+};
+bool gemv_a8_segs_supported(const A8Seg *s, int n);
+cudaError_t launch_gemv_a8_segs(const A8Seg *s, int n, const uint16_t *in, bool pdl, cudaStream_t st);
+
 // gemv_mma.cu: the tensor-core GEMV (GLU or plain) for nvfp4 (codec 11) and bf16 (codec 2) weights,
 // bf16 or f32 inputs (bf16 MMA on exact operands: nvfp4 as e2m1 * e4m3, bf16 as it is); same
 // arguments and semantics as launch_gemv_ex, opt.a8 ignored. Supported: those codecs, cols a
