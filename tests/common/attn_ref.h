@@ -1,16 +1,20 @@
-/* Causal GQA attention in double for the prefill-attention tests (test_attn_mma on the host,
- * test_attention_cuda on the GPU), and the bound the tensor-core kernel is held to.
+/* Causal GQA attention in double for the attention tests (test_attn_mma on the host,
+ * test_attention_cuda on the GPU), and the bound the kernels are held to.
  *
  * Data (the decoder's layouts, src/backend/cuda/decoder/ops.cuh AttnArgs):
  *   q   [T][q_stride] f32, head h at h * hd
  *   kc  [pos0 + T][kv_heads * hd] bf16, vc the same; query t sees keys 0 .. pos0 + t
  *   out [T][heads][hd]
  *
- * Bound (attention.cu's numerics): with the reference's q rounded to bf16 as the kernel rounds it,
- * the kernel's output is the weighted mean of V under weights bf16(p_j) / sum bf16(p_j), so per
- * element |o - ref| <= 2.01 u max_j |v_j| (u = 2^-9), plus the bf16 rounding of the output (u |o|)
- * and f32 accumulation and exp2 (~1e-6 relative; 2^-14 max_j |v_j| of room). A fragment mistake
- * (a P register paired with the wrong keys, V read untransposed, a wrong key block or kv head) moves
+ * Bound (attention.cu's numerics; u = 2^-8, the unit roundoff of bf16's 8-bit significand): with the
+ * reference's q rounded to bf16 as the tensor-core kernel rounds it, its output is the weighted mean
+ * of V under weights bf16(p_j) / sum bf16(p_j) = w_j (1 + d_j) / (1 + dbar), |d_j| <= u, dbar the
+ * w-weighted mean of the d_j; the change sum w_j (d_j - dbar) v_j / (1 + dbar) is at most
+ * 2 u max_j |v_j| (the weights of (d_j - dbar) sum to zero), so per element |o - ref| <= 2.01 u
+ * max_j |v_j| (p_bf16), plus the bf16 rounding of the output (u |o|) and f32 accumulation and exp
+ * (~1e-6 relative; 2^-14 max_j |v_j| of room). The CUDA-core kernels keep q and p in f32
+ * (p_bf16 = 0, the reference's q unrounded). A fragment mistake (a P register paired with the wrong
+ * keys, V read untransposed, a wrong key block or kv head) or a split merged wrongly moves
  * outputs by a sizeable fraction of |v|: tens of times the bound. */
 #ifndef NF_TESTS_ATTN_REF_H
 #define NF_TESTS_ATTN_REF_H
@@ -55,10 +59,11 @@ static inline void attn_reference(const attn_case *c, const float *q, const uint
 
 /* The worst |got - ref| / bound over outputs [T][heads][hd] (bf16), the bound as in the header with
  * max_j |v_j| taken over the keys query t sees; NaN (or an unwritten 0xFFFF) gives +inf. */
-static inline double attn_worst(const attn_case *c, const uint16_t *got, const double *ref, const uint16_t *vc)
+static inline double attn_worst(const attn_case *c, const uint16_t *got, const double *ref, const uint16_t *vc,
+                                int p_bf16)
 {
     const uint32_t hd = c->hd, kvd = c->kv_heads * hd, group = c->heads / c->kv_heads;
-    const double u = ldexp(1.0, -9);
+    const double u = ldexp(1.0, -8);
     double worst = 0;
     for (uint32_t h = 0; h < c->heads; h++)
         for (uint32_t i = 0; i < hd; i++) {
@@ -69,7 +74,7 @@ static inline double attn_worst(const attn_case *c, const uint16_t *got, const d
                 vmax = fmax(vmax, fabs(nf_test_bf2f(v[(size_t)(c->pos0 + t) * kvd])));
                 const size_t k = ((size_t)t * c->heads + h) * hd + i;
                 const double g = nf_test_bf2f(got[k]), r = ref[k];
-                const double bound = 2.01 * u * vmax + u * fabs(r) + ldexp(vmax, -14);
+                const double bound = (p_bf16 ? 2.01 * u * vmax : 0.0) + u * fabs(r) + ldexp(vmax, -14);
                 worst = fmax(worst, isfinite(g) ? fabs(g - r) / bound : INFINITY);
             }
         }

@@ -1,15 +1,19 @@
-// The decoder's prefill attention on the GPU (nf::dec::attention with splits = 1, T >= 16): the
-// tensor-core kernel for head dims 64 and 128, the CUDA-core one for the rest, against attn_reference
-// (double, q rounded to bf16) under attn_worst's bound (tests/common/attn_ref.h: P and the output
-// rounded to bf16; the CUDA-core kernel keeps q and p in f32 and is well inside it). Cache rows past
-// pos0 + T are NaN (a read of one shows), the output row past T is a guard that must stay untouched.
-// test_attn_mma checks the same kernel's fragment arithmetic on the host; this one the kernel itself
-// (cp.async staging, ldmatrix, the MMAs, the shuffles, PDL launch, the grid).
+// The decoder's attention on the GPU (nf::dec::attention) against attn_reference (double) under
+// attn_worst's bound (tests/common/attn_ref.h). Prefill (splits = 1, T >= 16): the tensor-core kernel
+// for head dims 64 and 128 (q and P rounded to bf16: the reference rounds q, the bound has the P
+// term), the CUDA-core one for the rest. Decode and small chunks: the CUDA-core split kernel (q and p
+// in f32: reference q unrounded, no P term), every split count the engine picks from 1 to 32,
+// including splits left empty at short contexts, and each case launched twice: the second must give
+// the same bits (the last split CTA resets its ticket; a stale ticket would skip or repeat the merge).
+// Cache rows past pos0 + T are NaN (a read of one shows), the output row past T is a guard that must
+// stay untouched. test_attn_mma checks the tensor-core kernel's fragment arithmetic on the host; this
+// one the kernels themselves (cp.async staging, ldmatrix, the MMAs, the shuffles, PDL launch, the grid).
 //
-// Cases: qwen3-30b-a3b geometry (32 q heads on 4 kv heads, hd 128) for a 512-token prefill and a
-// later chunk (T 200 at pos0 333); 4 on 2 heads, hd 128, T 70 at pos0 30 (a tile of 6 rows); hd 64
-// as the engine test's qwen3_moe_256 (2 on 1 head, chunks of 16 at pos0 48) and T 130 at pos0 100;
-// hd 96 through the CUDA-core fallback.
+// Prefill cases: qwen3-30b-a3b geometry (32 q heads on 4 kv heads, hd 128) for a 512-token prefill
+// and a later chunk (T 200 at pos0 333); 4 on 2 heads, hd 128, T 70 at pos0 30 (a tile of 6 rows); hd
+// 64 as the engine test's qwen3_moe_256 (2 on 1 head, chunks of 16 at pos0 48) and T 130 at pos0 100;
+// hd 96 through the CUDA-core fallback. Decode cases: the qwen3 geometry at T = 1 around the 32-key
+// block edges and at long contexts, T = 3, and hd 64, 96 (a partial pair set) and 256 (V in two groups).
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -28,8 +32,10 @@ namespace {
 
 uint64_t rng = 0x2545F4914F6CDD1Dull;
 
-void check_case(uint32_t hd, uint32_t heads, uint32_t kv_heads, uint32_t T, uint32_t pos0)
+void check_case(uint32_t hd, uint32_t heads, uint32_t kv_heads, uint32_t T, uint32_t pos0, uint32_t splits = 1)
 {
+    // the tensor-core path rounds q and P to bf16 (attention.cu); the others keep them in f32
+    const int mma = splits == 1 && T >= 16 && (hd == 64 || hd == 128);
     const attn_case c = {hd, heads, kv_heads, T, pos0, (heads + 2 * kv_heads) * hd}; // q as in the qkv buffer
     const uint32_t kv_row = kv_heads * hd, ctx = pos0 + T + 64;
     std::vector<float> q((size_t)T * c.q_stride);
@@ -42,39 +48,44 @@ void check_case(uint32_t hd, uint32_t heads, uint32_t kv_heads, uint32_t T, uint
     const size_t out_n = (size_t)(T + 1) * heads * hd;
     float *dq = nullptr;
     uint16_t *dk = nullptr, *dv = nullptr, *dout = nullptr;
+    float *dpart = nullptr;
+    unsigned *dticket = nullptr;
     nf::dec::Step *dstep = nullptr;
     const nf::dec::Step step = {(int32_t)pos0, (int32_t)T, {0}};
     bool ok = cudaMalloc(&dq, q.size() * 4) == cudaSuccess && cudaMalloc(&dk, kc.size() * 2) == cudaSuccess &&
               cudaMalloc(&dv, vc.size() * 2) == cudaSuccess && cudaMalloc(&dout, out_n * 2) == cudaSuccess &&
-              cudaMalloc(&dstep, sizeof step) == cudaSuccess;
+              cudaMalloc(&dstep, sizeof step) == cudaSuccess &&
+              cudaMalloc(&dpart, (size_t)T * heads * splits * (hd + 2) * 4) == cudaSuccess &&
+              cudaMalloc(&dticket, (size_t)T * heads * 4) == cudaSuccess;
     ok = ok && cudaMemcpy(dq, q.data(), q.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess &&
          cudaMemcpy(dk, kc.data(), kc.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess &&
          cudaMemcpy(dv, vc.data(), vc.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess &&
          cudaMemcpy(dstep, &step, sizeof step, cudaMemcpyHostToDevice) == cudaSuccess &&
-         cudaMemset(dout, 0xFF, out_n * 2) == cudaSuccess;
-    std::vector<uint16_t> out(out_n);
-    if (ok) {
-        const nf::dec::AttnArgs a{dq, c.q_stride, dk, dv, dout, nullptr, heads, kv_heads, hd, 1};
+         cudaMemset(dout, 0xFF, out_n * 2) == cudaSuccess && cudaMemset(dticket, 0, (size_t)T * heads * 4) == cudaSuccess;
+    std::vector<uint16_t> out(out_n), again(out_n);
+    for (int run = 0; run < 2 && ok; run++) {
+        const nf::dec::AttnArgs a{dq, c.q_stride, dk, dv, dout, dpart, dticket, heads, kv_heads, hd, splits};
         const cudaError_t e = nf::dec::attention(a, dstep, T, 0);
         CHECK_MSG(e == cudaSuccess, "hd %u T %u: launch: %s", hd, T, cudaGetErrorString(e));
         const cudaError_t s = cudaDeviceSynchronize();
         CHECK_MSG(s == cudaSuccess, "hd %u T %u: run: %s", hd, T, cudaGetErrorString(s));
         ok = e == cudaSuccess && s == cudaSuccess &&
-             cudaMemcpy(out.data(), dout, out_n * 2, cudaMemcpyDeviceToHost) == cudaSuccess;
+             cudaMemcpy((run ? again : out).data(), dout, out_n * 2, cudaMemcpyDeviceToHost) == cudaSuccess;
     }
+    if (ok) CHECK_MSG(out == again, "hd %u T %u pos0 %u splits %u: a second launch gave other bits", hd, T, pos0, splits);
     CHECK_MSG(ok, "hd %u T %u pos0 %u: device setup or run failed", hd, T, pos0);
     if (ok) {
         std::vector<double> ref((size_t)T * heads * hd);
-        attn_reference(&c, q.data(), kc.data(), vc.data(), 1, ref.data());
-        const double worst = attn_worst(&c, out.data(), ref.data(), vc.data());
+        attn_reference(&c, q.data(), kc.data(), vc.data(), mma, ref.data());
+        const double worst = attn_worst(&c, out.data(), ref.data(), vc.data(), mma);
         bool guard = true;
         for (size_t i = (size_t)T * heads * hd; i < out_n; i++) guard = guard && out[i] == 0xFFFF;
-        printf("  hd %3u, %2u q heads on %u, T %3u at pos0 %3u: worst %.3f of the bound\n", hd, heads, kv_heads, T,
-               pos0, worst);
+        printf("  hd %3u, %2u q heads on %u, T %3u at pos0 %4u, %2u splits: worst %.3f of the bound\n", hd, heads,
+               kv_heads, T, pos0, splits, worst);
         CHECK_MSG(worst <= 1.0, "hd %u T %u pos0 %u: %.3f of the bound", hd, T, pos0, worst);
         CHECK_MSG(guard, "hd %u T %u pos0 %u: the row past T was written", hd, T, pos0);
     }
-    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dout), cudaFree(dstep);
+    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dout), cudaFree(dstep), cudaFree(dpart), cudaFree(dticket);
 }
 
 } // namespace
@@ -88,5 +99,14 @@ int main(void)
     for (uint32_t p = 0; p < 64; p += 16) check_case(64, 2, 1, 16, p);
     check_case(64, 8, 2, 130, 100);
     check_case(96, 4, 2, 40, 10);
+    const uint32_t split_counts[] = {1, 2, 9, 32};
+    for (uint32_t sp : split_counts)
+        for (uint32_t pos0 : {0u, 31u, 32u, 127u, 600u}) check_case(128, 32, 4, 1, pos0, sp);
+    check_case(128, 32, 4, 1, 4000, 16);
+    check_case(128, 32, 4, 3, 50, 3);
+    check_case(64, 2, 1, 1, 48, 2);
+    check_case(96, 4, 2, 2, 70, 3);
+    check_case(256, 8, 2, 1, 100, 2);
+    check_case(256, 8, 2, 2, 40, 1);
     return nf_test_report();
 }

@@ -226,7 +226,7 @@ void check_case(uint32_t T, uint32_t pos0)
     const size_t row = (size_t)c.heads * HD;
     std::vector<uint16_t> out((T + 1) * row, 0xFFFF);
     emulate<HD>(c, q, kc, vc, out, kNone);
-    const double worst = attn_worst(&c, out.data(), ref.data(), vc.data());
+    const double worst = attn_worst(&c, out.data(), ref.data(), vc.data(), 1);
     double dev32 = 0; // against f32 q: the cost of rounding Q (reported, not bounded)
     for (size_t i = 0; i < ref.size(); i++) dev32 = fmax(dev32, fabs(nf_test_bf2f(out[i]) - ref32[i]));
     bool guard = true;
@@ -237,10 +237,10 @@ void check_case(uint32_t T, uint32_t pos0)
     if (T == 70) {
         std::vector<uint16_t> bad((T + 1) * row, 0xFFFF);
         emulate<HD>(c, q, kc, vc, bad, kSwapP);
-        const double p1 = attn_worst(&c, bad.data(), ref.data(), vc.data());
+        const double p1 = attn_worst(&c, bad.data(), ref.data(), vc.data(), 1);
         std::fill(bad.begin(), bad.end(), (uint16_t)0xFFFF);
         emulate<HD>(c, q, kc, vc, bad, kVNoTrans);
-        const double p2 = attn_worst(&c, bad.data(), ref.data(), vc.data());
+        const double p2 = attn_worst(&c, bad.data(), ref.data(), vc.data(), 1);
         printf("    planted: P regs 1, 2 swapped %.1f, V without .trans %.1f (x the bound)\n", p1, p2);
         CHECK_MSG(p1 > 10 && p2 > 10, "a planted fragment mistake went unseen (%.2f, %.2f)", p1, p2);
     }

@@ -1,10 +1,11 @@
 // Causal GQA attention over the bf16 KV cache with an online softmax, so no T x T matrix exists
 // anywhere. Decode and small chunks, flash-decoding style: one CTA per (token, q head, key split); its
 // warps take blocks of 32 keys (a lane per key for the scores, a lane per pair of dimensions for the
-// values); with more than one split the partial (max, sum, acc) triples are merged by a second
-// kernel. Prefill chunks (T >= 16): head dims 64 and 128 on the tensor cores, one CTA per tile of 64
-// tokens and a q head (attn_mma_kernel, FlashAttention-2 style, attn_mma.cuh); other head dims on the
-// CUDA cores, one CTA per tile of 16 tokens and a q head (attn_prefill_kernel).
+// values); with more than one split the last split CTA of a (token, head) to finish merges the
+// partial (max, sum, acc) triples. Prefill chunks (T >= 16): head dims 64 and 128 on the tensor
+// cores, one CTA per tile of 64 tokens and a q head (attn_mma_kernel, FlashAttention-2 style,
+// attn_mma.cuh); other head dims on the CUDA cores, one CTA per tile of 16 tokens and a q head
+// (attn_prefill_kernel).
 #include <math.h>
 
 #include "attn_mma.cuh"
@@ -32,51 +33,105 @@ struct Online {
 };
 
 // Scores of keys k0 + lane (< k1) against q (smem f32), then the state update with their values.
+// Every load of the block -- the lane's K row and its pairs of the 32 V rows -- is issued before any
+// is used: a loop that waits on each load (a K chunk, a V row) pays a cache round trip each, ~50 a
+// block, which made this kernel the decode step's slowest latency at short contexts. Keys past k1
+// read row k0 (always valid) and get p = 0. Same summation order as a one-load-at-a-time loop.
 template <int NP>
 __device__ void key_block(const AttnArgs &a, const float *qs, uint32_t kvh, int k0, int k1, float scale, Online<NP> &st)
 {
     const int lane = threadIdx.x % 32, key = k0 + lane;
-    const uint32_t kvd = a.kv_heads * a.hd;
-    float sc = -INFINITY;
-    if (key < k1) {
-        const uint4 *kr = reinterpret_cast<const uint4 *>(a.kc + (size_t)key * kvd + kvh * a.hd);
-        float d = 0;
-        for (uint32_t c = 0; c < a.hd / 8; c++) {
-            const uint4 v = kr[c];
-            const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    const uint32_t kvd = a.kv_heads * a.hd, chunks = a.hd / 8;
+    const bool live = key < k1;
+    const uint4 *kr = reinterpret_cast<const uint4 *>(a.kc + (size_t)(live ? key : k0) * kvd + kvh * a.hd);
+    uint4 kv[8 * NP];
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                d = fmaf(__uint_as_float(w[i] << 16), qs[8 * c + 2 * i], d);
-                d = fmaf(__uint_as_float(w[i] & 0xFFFF0000u), qs[8 * c + 2 * i + 1], d);
+    for (uint32_t c = 0; c < 8 * NP; c++)
+        if (c < chunks) kv[c] = kr[c];
+    const int nk = min(32, k1 - k0);
+    const uint32_t *vbase = reinterpret_cast<const uint32_t *>(a.vc + (size_t)k0 * kvd + kvh * a.hd);
+    // V pairs of keys g0 .. g0 + G - 1 (past nk: key 0's, never used); head dims above 128 take the
+    // 32 keys in two groups to stay inside the register file
+    constexpr int G = NP <= 2 ? 32 : 16;
+    uint32_t vv[G][NP];
+    auto load_v = [&](int g0) {
+#pragma unroll
+        for (int j = 0; j < G; j++)
+#pragma unroll
+            for (int i = 0; i < NP; i++) {
+                const uint32_t pr = lane + 32 * i;
+                if (2 * pr < a.hd) vv[j][i] = vbase[(size_t)(g0 + j < nk ? g0 + j : 0) * (kvd / 2) + pr];
             }
+    };
+    load_v(0);
+    float d = 0;
+#pragma unroll
+    for (uint32_t c = 0; c < 8 * NP; c++) {
+        if (c >= chunks) break;
+        const uint32_t w[4] = {kv[c].x, kv[c].y, kv[c].z, kv[c].w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            d = fmaf(__uint_as_float(w[i] << 16), qs[8 * c + 2 * i], d);
+            d = fmaf(__uint_as_float(w[i] & 0xFFFF0000u), qs[8 * c + 2 * i + 1], d);
         }
-        sc = d * scale;
     }
+    const float sc = live ? d * scale : -INFINITY;
     const float mb = warp_max(sc);
     const float mn = fmaxf(st.m, mb);
     const float corr = expf(st.m - mn); // 0 while st.m is -inf
-    const float p = key < k1 ? expf(sc - mn) : 0.0f;
+    const float p = live ? expf(sc - mn) : 0.0f;
     st.l = st.l * corr + warp_sum(p);
     st.m = mn;
 #pragma unroll
     for (int i = 0; i < 2 * NP; i++) st.acc[i] *= corr;
-    const int nk = min(32, k1 - k0);
-    for (int j = 0; j < nk; j++) {
-        const float pj = __shfl_sync(0xffffffffu, p, j);
-        const uint32_t *vr = reinterpret_cast<const uint32_t *>(a.vc + (size_t)(k0 + j) * kvd + kvh * a.hd);
 #pragma unroll
-        for (int i = 0; i < NP; i++) {
-            const uint32_t pr = lane + 32 * i;
-            if (2 * pr < a.hd) {
-                const uint32_t w = vr[pr];
-                st.acc[2 * i] = fmaf(pj, __uint_as_float(w << 16), st.acc[2 * i]);
-                st.acc[2 * i + 1] = fmaf(pj, __uint_as_float(w & 0xFFFF0000u), st.acc[2 * i + 1]);
+    for (int g0 = 0; g0 < 32; g0 += G) {
+        if (g0) load_v(g0);
+#pragma unroll
+        for (int j = 0; j < G; j++) {
+            const float pj = __shfl_sync(0xffffffffu, p, g0 + j);
+            if (g0 + j >= nk) continue;
+#pragma unroll
+            for (int i = 0; i < NP; i++) {
+                const uint32_t pr = lane + 32 * i;
+                if (2 * pr < a.hd) {
+                    const uint32_t w = vv[j][i];
+                    st.acc[2 * i] = fmaf(pj, __uint_as_float(w << 16), st.acc[2 * i]);
+                    st.acc[2 * i + 1] = fmaf(pj, __uint_as_float(w & 0xFFFF0000u), st.acc[2 * i + 1]);
+                }
             }
         }
     }
 }
 
 __device__ __forceinline__ uint16_t f2bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+
+// out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M) over the splits' partials of (token t,
+// head h), which other CTAs wrote: read through L2 (__ldcg). Warp 0 takes one split a lane (at most
+// 32); every partial load of an output element is independent of the others.
+__device__ void merge_splits(const AttnArgs &a, uint32_t t, uint32_t h)
+{
+    __shared__ float sf[32], sl;
+    const uint32_t hd = a.hd, row = hd + 2;
+    const float *pp = a.part + ((size_t)t * a.heads + h) * a.splits * row;
+    if (threadIdx.x < 32) {
+        const uint32_t sp = threadIdx.x;
+        const float m = sp < a.splits ? __ldcg(pp + sp * row) : -INFINITY;
+        const float l = sp < a.splits ? __ldcg(pp + sp * row + 1) : 0.0f;
+        const float M = warp_max(m), e = m == -INFINITY ? 0.0f : expf(m - M);
+        const float L = warp_sum(l * e);
+        sf[sp] = e;
+        if (sp == 0) sl = L;
+    }
+    __syncthreads();
+    for (uint32_t d = threadIdx.x; d < hd; d += blockDim.x) {
+        float v = 0;
+#pragma unroll 4
+        for (uint32_t sp = 0; sp < a.splits; sp++)
+            if (sf[sp] != 0.0f) v += __ldcg(pp + sp * row + 2 + d) * sf[sp];
+        a.out[((size_t)t * a.heads + h) * hd + d] = f2bf(v / sl);
+    }
+}
 
 template <int NP>
 __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a, const Step *step)
@@ -122,29 +177,20 @@ __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a, const Ste
         for (int w = 0; w < kWarps; w++) v += wacc[w][d] * f[w];
         pp[2 + d] = v;
     }
-}
-
-// One CTA per (token, head): out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
-__global__ void merge_kernel(AttnArgs a)
-{
-    pdl_wait();
-    const uint32_t t = blockIdx.x, h = blockIdx.y, hd = a.hd;
-    const float *pp = a.part + ((size_t)t * a.heads + h) * a.splits * (hd + 2);
-    float M = -INFINITY;
-    for (uint32_t s = 0; s < a.splits; s++) M = fmaxf(M, pp[s * (hd + 2)]);
-    float L = 0;
-    for (uint32_t s = 0; s < a.splits; s++) {
-        const float m = pp[s * (hd + 2)];
-        if (m != -INFINITY) L += pp[s * (hd + 2) + 1] * expf(m - M);
+    // The last of the (token, head)'s splits to finish merges them (a merge kernel would add a
+    // launch to the decode step's chain): every writer fences, then one ticket per CTA.
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned *ticket = a.ticket + (size_t)t * a.heads + h;
+        last = atomicAdd(ticket, 1u) == a.splits - 1;
+        if (last) atomicExch(ticket, 0u); // every split has taken its ticket: ready for the next launch
     }
-    for (uint32_t d = threadIdx.x; d < hd; d += blockDim.x) {
-        float v = 0;
-        for (uint32_t s = 0; s < a.splits; s++) {
-            const float m = pp[s * (hd + 2)];
-            if (m != -INFINITY) v += pp[s * (hd + 2) + 2 + d] * expf(m - M);
-        }
-        a.out[((size_t)t * a.heads + h) * hd + d] = f2bf(v / L);
-    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    merge_splits(a, t, h);
 }
 
 // ---- prefill: a tile of query tokens per CTA -------------------------------------------------------
@@ -426,7 +472,9 @@ uint32_t attention_splits(uint32_t T, uint32_t ctx, uint32_t heads)
 
 cudaError_t attention(const AttnArgs &a, const Step *step, uint32_t T, cudaStream_t s)
 {
-    if (!a.hd || a.hd % 8 || a.hd > kMaxHd || !a.kv_heads || a.heads % a.kv_heads) return cudaErrorInvalidValue;
+    if (!a.hd || a.hd % 8 || a.hd > kMaxHd || !a.kv_heads || a.heads % a.kv_heads || !a.splits || a.splits > 32 ||
+        (a.splits > 1 && (!a.part || !a.ticket)))
+        return cudaErrorInvalidValue;
     const int np = (int)((a.hd + 63) / 64);
     if (T >= (uint32_t)kTileQ && a.splits == 1) { // prefill chunks: a tile of queries shares each key block
         // the tensor-core kernel reads q as float2 pairs: an even stride keeps them 8-byte aligned
@@ -440,9 +488,7 @@ cudaError_t attention(const AttnArgs &a, const Step *step, uint32_t T, cudaStrea
         }
     }
     void (*const k[4])(AttnArgs, const Step *) = {attn_kernel<1>, attn_kernel<2>, attn_kernel<3>, attn_kernel<4>};
-    cudaError_t e = launch_pdl(k[np - 1], dim3(T, a.heads, a.splits), dim3(kWarps * 32), 0, true, s, a, step);
-    if (e == cudaSuccess && a.splits > 1) e = launch_pdl(merge_kernel, dim3(T, a.heads), dim3(128), 0, true, s, a);
-    return e;
+    return launch_pdl(k[np - 1], dim3(T, a.heads, a.splits), dim3(kWarps * 32), 0, true, s, a, step);
 }
 
 } // namespace dec

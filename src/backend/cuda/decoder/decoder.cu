@@ -161,12 +161,16 @@ size_t take(nf_arena *a, size_t bytes)
     return off;
 }
 
-size_t part_floats(const nf_cuda_decoder_desc *d)
+// The split attention's partials (floats) and tickets (one per token and head), for the largest
+// chunk that splits.
+size_t part_floats(const nf_cuda_decoder_desc *d, size_t *tickets)
 {
     size_t most = 0;
+    *tickets = 0;
     for (uint32_t T = 1; T <= d->chunk && T <= 264; T++) {
         const uint32_t s = attention_splits(T, d->ctx, d->heads);
         if (s > 1 && (size_t)T * d->heads * s > most) most = (size_t)T * d->heads * s;
+        if (s > 1 && (size_t)T * d->heads > *tickets) *tickets = (size_t)T * d->heads;
     }
     return most * (d->head_dim + 2);
 }
@@ -187,7 +191,8 @@ size_t layout_buffers(nf_cuda_decoder *dec, uint8_t *base, size_t moe_ws)
     o[n++] = take(&ar, C * D * 4);     // g
     o[n++] = take(&ar, C * D * 4);     // u
     o[n++] = take(&ar, C * V * 4);     // logits
-    o[n++] = take(&ar, part_floats(d) * 4);
+    size_t tickets = 0;
+    o[n++] = take(&ar, part_floats(d, &tickets) * 4);
     o[n++] = take(&ar, C * H * 2);     // xn
     o[n++] = take(&ar, C * H * 2);     // moe_out
     o[n++] = take(&ar, C * qd * 2);    // att
@@ -199,6 +204,7 @@ size_t layout_buffers(nf_cuda_decoder *dec, uint8_t *base, size_t moe_ws)
     o[n++] = take(&ar, topk_scratch_floats() * 8 + kSampleMaxK * 8);
     o[n++] = take(&ar, d->trace_routing ? (size_t)d->layers * C * dec->top_k * 4 : 0);
     o[n++] = take(&ar, (size_t)d->ctx * (d->head_dim / 2) * sizeof(float2));
+    o[n++] = take(&ar, tickets * 4);
     if (!base) return ar.peak;
     Acts &a = dec->a;
     float **f[] = {&a.x, &a.delta, &a.qkv, &a.g, &a.u, &a.logits, &a.part};
@@ -218,6 +224,7 @@ size_t layout_buffers(nf_cuda_decoder *dec, uint8_t *base, size_t moe_ws)
     dec->tk = TopK{(int32_t *)(t + 2 * sc + kSampleMaxK), t + 2 * sc, t, (int32_t *)(t + sc)};
     dec->trace = d->trace_routing ? (int32_t *)(base + o[16]) : nullptr;
     dec->rope_tab = (float2 *)(base + o[17]);
+    dec->ticket = (unsigned *)(base + o[18]);
     return ar.peak;
 }
 
@@ -265,6 +272,10 @@ nf_status create_memory(nf_cuda_decoder *dec, const nf_cuda_decoder_desc *d, nf_
     dec->buffer_bytes = layout_buffers(dec, nullptr, ws);
     if (cudaMalloc(&dec->buffers, dec->buffer_bytes) != cudaSuccess) return cuda_fail(err, "the chunk buffers", dec->buffer_bytes);
     layout_buffers(dec, dec->buffers, ws);
+    // zero: the split attention's tickets start at zero (and stale reads of any buffer are repeatable)
+    if (cudaMemset(dec->buffers, 0, dec->buffer_bytes) != cudaSuccess)
+        return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: clearing the chunk buffers: %s",
+                            cudaGetErrorString(cudaGetLastError()));
     return NF_OK;
 }
 

@@ -64,7 +64,7 @@ Fail attention_block(nf_cuda_decoder *dec, uint32_t l, uint32_t T)
                d.heads, d.kv_heads, d.head_dim, d.rms_eps};
     qkv_rope_store(qa, dec->step, T, s);
     TRY(cudaGetLastError(), "qk norm + rope", l);
-    AttnArgs at{a.qkv, S, L.kc, L.vc, a.att, a.part, d.heads, d.kv_heads, d.head_dim,
+    AttnArgs at{a.qkv, S, L.kc, L.vc, a.att, a.part, dec->ticket, d.heads, d.kv_heads, d.head_dim,
                 attention_splits(T, d.ctx, d.heads)};
     TRY(attention(at, dec->step, T, s), "attention", l);
     TRY(linear(L.o, dec->tab, a.att, T, a.delta, d.hidden, s), "attn_output", l);

@@ -39,6 +39,7 @@ struct nf_cuda_decoder {
     const float *out_norm;  // device [H]
     float *rope;            // device: inv_freq [hd / 2], attn_factor (set_rope's input)
     float2 *rope_tab;       // device [ctx][hd / 2]: the rotations (ops.cuh rope_table)
+    unsigned *ticket;       // device: the split attention's tickets (AttnArgs.ticket)
     nf::dec::Acts a;
     nf::dec::DenseTables tab, tab1; // count = T of the forward; count = 1 (the LM head of the last token)
     nf::dec::Step *step;            // device

@@ -86,7 +86,8 @@ struct AttnArgs {
     uint32_t q_stride;
     const uint16_t *kc, *vc;
     uint16_t *out;
-    float *part;
+    float *part;     // [T][heads][splits][hd + 2]: each split's (max, sum, acc[hd]) (splits > 1)
+    unsigned *ticket; // [T][heads]: splits done, zero between launches (splits > 1; the last resets it)
     uint32_t heads, kv_heads, hd, splits;
 };
 cudaError_t attention(const AttnArgs &a, const Step *step, uint32_t T, cudaStream_t s);
