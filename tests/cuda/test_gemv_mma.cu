@@ -40,19 +40,20 @@
 // output row must stay untouched (NaN fill).
 //
 // Cases, for each format: T in {1, 3, 8, 13} (13 > 8 tokens: several passes; f32 holds 4 tokens a
-// pass), plain and GLU, bf16 and f32 inputs; rows not a multiple of 16; cols of one chunk (nvfp4
-// 128, bf16 64: three warps idle), uneven K shares (nvfp4 640, bf16 320), 768, 2048, 4096; GLU through
+// pass), plain and GLU, bf16 and f32 inputs; rows not a multiple of 16; cols of one chunk (nvfp4 128,
+// bf16 64: three warps idle), uneven K shares (nvfp4 640, bf16 320), 768, 2048, 4096; GLU through
 // pos_entry addressing (entry_div = k, as the MoE route); the decode route's early staging
-// (rows_are_x0, T = 1) with PDL and the down prefetch; the decoder's launch (PDL, group tables
-// ready: rows prefetched before the wait). The wide forms (8 and 16 warps a CTA, gemv_mma.cu "Warps a
-// CTA"), for each format: one group in a one-slot grid, as the decoder's dense layers launch them: the
-// decode step's 2048 x 4096 and 5120 x 2048, two passes, f32 inputs, GLU, early staging, uneven K
-// shares (33 chunks: five warps without one), and two shapes from the SM count that take 16 and 8
-// warps on any device. The test fails when a form of either format never ran and, on a 132-SM device,
-// when the decode step's shapes (the LM head's and the routed gate/up's among them) take other warps
-// than gemv_mma.cu says. Every launch is repeated through a captured graph, as the decoder's step runs
-// it (the warp choice asks the occupancy calculator during the capture), and must give the same bits:
-// the cross-warp sums are in a fixed order.
+// (rows_are_x0, T = 1) with PDL and the down prefetch; the decoder's launch (PDL, group tables ready:
+// rows prefetched before the wait). Which of the 4-, 8- and 16-warp forms (gemv_mma.cu, "Warps a CTA")
+// a case takes follows from its grid and the device: the small grids above take the wide ones on an
+// H200. Then, for each format: one group in a one-slot grid, as the decoder's dense layers launch them:
+// the decode step's 2048 x 4096 and 5120 x 2048, two passes, f32 inputs, GLU, early staging, uneven K
+// shares (33 chunks: five of 16 warps without one); and shapes from the SM count that must take 16, 8
+// and 4 warps on any device (4: the routes' widths, early staging, dense, GLU with f32 inputs). On a
+// 132-SM device the decode step's shapes (the LM head's and the routed gate/up's among them) must take
+// the warps gemv_mma.cu says. Every launch is repeated through a captured graph, as the decoder's step
+// runs it (the warp choice asks the occupancy calculator during the capture), and must give the same
+// bits: the cross-warp sums are in a fixed order.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -93,16 +94,8 @@ struct Case {
     bool ready = false;   // decoder: PDL, group tables ready
     int codec = NF_CODEC_NVFP4; // of the weights: NF_CODEC_NVFP4 or NF_CODEC_BF16
     bool one = false;     // one group (expert 1) in a grid of one slot, as the decoder's dense layers
+    int want = 0;         // the warps a CTA the launch must take (0: any)
 };
-
-Case single(Case c) // the same case with one group in a one-slot grid (the small grids of the wide forms)
-{
-    c.one = true;
-    return c;
-}
-
-// Warps (4, 8, 16) each codec's cases ran with: [codec is bf16][warps / 8].
-bool seen[2][3];
 
 Case bf16w(Case c) // the same case with bf16 weights
 {
@@ -262,8 +255,7 @@ void run_case(const Case &c)
     const nf::NextMat next = c.early ? nf::NextMat{W.data, (uint64_t)c.rows * W.row_stride} : nf::NextMat{nullptr, 0};
     const nf::GemvLaunch opt{next, c.early || c.ready, c.early, false, c.ready};
     const int nw = nf::gemv_mma_warps(c.codec, c.glu, W, c.bf16, g.max_groups, c.T, opt.rows_are_x0);
-    CHECK_MSG(nw == 4 || nw == 8 || nw == 16, "gemv_mma_warps: %d", nw);
-    if (nw == 4 || nw == 8 || nw == 16) seen[fp4 ? 0 : 1][nw / 8] = true;
+    CHECK_MSG(c.want ? nw == c.want : nw == 4 || nw == 8 || nw == 16, "%d warps a CTA (want %d)", nw, c.want);
     cudaError_t e = nf::launch_gemv_ex(c.codec, c.glu, W, d.x, c.bf16, in_stride, g, d.out, stride, c.T, opt, 0);
     if (e == cudaSuccess) e = cudaDeviceSynchronize();
     CHECK_MSG(e == cudaSuccess, "launch: %s", cudaGetErrorString(e));
@@ -447,26 +439,34 @@ int main(void)
     check_forms(sms);
     Case qkv{false, true, 5120, 2048, 1};           // q/k/v stacked: 8 warps
     qkv.ready = true;
+    const uint32_t S = (uint32_t)sms;
     for (int codec : {NF_CODEC_BF16, NF_CODEC_NVFP4}) {
-        auto as = [&](Case c) {
-            c.codec = codec;
-            return single(c);
+        auto as = [&](Case c, bool one, int want) {
+            c.codec = codec, c.one = one, c.want = want;
+            return c;
         };
-        run_case(as(o_proj));                           // 16 warps
-        run_case(as(qkv));                              // 8
-        run_case(as({false, true, 2048, 4096, 13}));    // 16, two passes
-        run_case(as({false, false, 2048, 2048, 5}));    // f32 inputs: bf16 16, nvfp4 8 (16 chunks), two passes
-        Case glu{true, true, 4096, 2048, 3};            // 256 tiles: 8
+        const bool b16 = codec == NF_CODEC_BF16;
+        run_case(as(o_proj, true, 0));                           // H200: 16 warps
+        run_case(as(qkv, true, 0));                              // 8
+        run_case(as({false, true, 2048, 4096, 13}, true, 0));    // 16, two passes
+        run_case(as({false, false, 2048, 2048, 5}, true, 0));    // f32 inputs: bf16 16, nvfp4 8 (16 chunks)
+        Case glu{true, true, 4096, 2048, 3};                     // 256 tiles: 8
         glu.entries = true;
-        run_case(as(glu));
-        run_case(as(dec));                              // early staging, 96 tiles: bf16 16, nvfp4 8
-        // uneven K shares: 33 chunks, 3 a warp, warps 11 - 15 without a share (16)
-        run_case(as({false, true, 2048, codec == NF_CODEC_BF16 ? 2112u : 4224u, 3}));
-        run_case(as({false, true, 16u * (uint32_t)sms, 4096, 2}));   // one CTA an SM: 16 warps
-        run_case(as({false, true, 32u * (uint32_t)sms, 2048, 2}));   // two: 8 warps
+        run_case(as(glu, true, 0));
+        run_case(as(dec, true, 0));                              // early staging, 96 tiles: bf16 16, nvfp4 8
+        // uneven K shares: 33 chunks, 3 a warp, warps 11 - 15 without a share (16 warps)
+        run_case(as({false, true, 2048, b16 ? 2112u : 4224u, 3}, true, 0));
+        // from the SM count, the same warps on any device: one CTA an SM, two, and (three grid slots of
+        // two CTAs an SM) too many for 8 warps: the 4-warp forms at the routes' widths
+        run_case(as({false, true, 16 * S, 4096, 2}, true, 16));
+        run_case(as({false, true, 32 * S, 2048, 2}, true, 8));
+        Case dec4{true, true, 32 * S, 2048, 1};
+        dec4.early = true;
+        run_case(as(dec4, false, 4));
+        Case dense4{false, true, 32 * S, 2048, 3};
+        dense4.ready = true;
+        run_case(as(dense4, false, 4));
+        run_case(as({true, false, 32 * S, 2048, 5}, false, 4));
     }
-    for (int f = 0; f < 2; f++)
-        for (int w = 0; w < 3; w++)
-            CHECK_MSG(seen[f][w], "no %s case ran with %d warps a CTA", f ? "bf16" : "nvfp4", w ? 8 * w : 4);
     return nf_test_report();
 }
