@@ -7,19 +7,20 @@
 // and so are their products (at most 6 + 8 or 8 + 8 significant bits), so its error is the f32
 // accumulation plus the epilogue. A warp's accumulator chain has at most n = cols / 128 MMAs per
 // accumulator (nvfp4: ceil(cols / 512) chunks a warp, 4 MMAs each into each of two; bf16:
-// ceil(cols / 256) chunks of 64 a warp, 2 each: 32 at cols = 4096), each adding 16 exact products
+// ceil(cols / 256) chunks of 64 a warp, 2 each: 32 at cols = 4096; those are the 4-warp CTA's shares,
+// the 8- and 16-warp CTAs' are shorter), each adding 16 exact products
 // to the running sum; assuming one MMA is within 2 ulps of its largest partial sum (2^-22 (|c| +
 // sum |p|); the tensor cores' accumulation truncates rather than rounds, but keeps at least full f32
 // precision relative to the largest term), the chain is off by at most n 2^-22 sum_i |w_i x_i|
-// (<= 2^-17 at 4096). The two accumulators' and the four warps' sums add 7 f32 roundings, nvfp4's
-// 2^8 / divisor factor and its product two more, and the reference's own nvfp4 weights are two f32
-// roundings off the exact e2m1 e4m3 / divisor (bf16: no factor, exact reference weights): together
-// below 2^-20 sum |w x|. The test allows
+// (<= 2^-17 at 4096). The two accumulators' and the NW warps' sums add 2 NW - 1 f32 roundings (7 at 4
+// warps, 31 at 16), nvfp4's 2^8 / divisor factor and its product two more, and the reference's own
+// nvfp4 weights are two f32 roundings off the exact e2m1 e4m3 / divisor (bf16: no factor, exact
+// reference weights): together below 2^-18 sum |w x| (2^-20 at 4 warps). The test allows
 //     |gpu - ref| <= 2^-16 sum_i |w_i x_i|                    (bf16 inputs)
 // For f32 inputs x = hi + lo + r with hi = bf16(x), lo = bf16(x - hi); bf16's unit roundoff is 2^-8,
 // so |x - hi| <= 2^-8 |x| and |r| <= 2^-8 |x - hi| <= 2^-16 |x|: the split adds at most 2^-16 sum |w x|,
 // and the lo column's own accumulation error is 2^-8 of the hi column's. With the chain's 2^-17 and
-// the rest's 2^-20 the test allows 2^-15 sum |w x| (measured worst for nvfp4: 0.03 of that). GLU
+// the rest's 2^-18 the test allows 2^-15 sum |w x| (measured worst for nvfp4: 0.03 of that). GLU
 // out = silu(g) u takes the first-order propagation of those allowances on g and u plus 2^-20 |out|
 // for silu and the product.
 // A wrong scale block, divisor, nibble pairing, row, token column or K share is off by a sizeable
@@ -39,11 +40,20 @@
 // output row must stay untouched (NaN fill).
 //
 // Cases, for each format: T in {1, 3, 8, 13} (13 > 8 tokens: several passes; f32 holds 4 tokens a
-// pass), plain and GLU, bf16 and f32 inputs; rows not a multiple of 16; cols of one chunk (nvfp4
-// 128, bf16 64: three warps idle), uneven K shares (nvfp4 640, bf16 320), 768, 2048, 4096; GLU through
+// pass), plain and GLU, bf16 and f32 inputs; rows not a multiple of 16; cols of one chunk (nvfp4 128,
+// bf16 64: three warps idle), uneven K shares (nvfp4 640, bf16 320), 768, 2048, 4096; GLU through
 // pos_entry addressing (entry_div = k, as the MoE route); the decode route's early staging
-// (rows_are_x0, T = 1) with PDL and the down prefetch; the decoder's launch (PDL, group tables
-// ready: rows prefetched before the wait).
+// (rows_are_x0, T = 1) with PDL and the down prefetch; the decoder's launch (PDL, group tables ready:
+// rows prefetched before the wait). Which of the 4-, 8- and 16-warp forms (gemv_mma.cu, "Warps a CTA")
+// a case takes follows from its grid and the device: the small grids above take the wide ones on an
+// H200. Then, for each format: one group in a one-slot grid, as the decoder's dense layers launch them:
+// the decode step's 2048 x 4096 and 5120 x 2048, two passes, f32 inputs, GLU, early staging, uneven K
+// shares (33 chunks: five of 16 warps without one); and shapes from the SM count that must take 16, 8
+// and 4 warps on any device (4: the routes' widths, early staging, dense, GLU with f32 inputs). On a
+// 132-SM device the decode step's shapes (the LM head's and the routed gate/up's among them) must take
+// the warps gemv_mma.cu says. Every launch is repeated through a captured graph, as the decoder's step
+// runs it (the warp choice asks the occupancy calculator during the capture), and must give the same
+// bits: the cross-warp sums are in a fixed order.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -59,6 +69,13 @@ extern "C" {
 }
 #include "nf_test.h"
 #include "common/need_gpu.h"
+
+namespace nf {
+// gemv_mma.cu: the warps a CTA of launch_gemv_mma gets for these arguments (4, 8 or 16; 0: not
+// supported). Declared here, its only user.
+int gemv_mma_warps(int codec, bool glu, const DevMat &W, bool in_bf16, uint32_t max_groups, uint32_t max_tokens,
+                   bool rows_are_x0);
+} // namespace nf
 
 namespace {
 
@@ -76,6 +93,8 @@ struct Case {
     bool early = false;   // decode route: rows_are_x0 (T = 1), PDL, down prefetch
     bool ready = false;   // decoder: PDL, group tables ready
     int codec = NF_CODEC_NVFP4; // of the weights: NF_CODEC_NVFP4 or NF_CODEC_BF16
+    bool one = false;     // one group (expert 1) in a grid of one slot, as the decoder's dense layers
+    int want = 0;         // the warps a CTA the launch must take (0: any)
 };
 
 Case bf16w(Case c) // the same case with bf16 weights
@@ -147,6 +166,28 @@ struct Dev {
     }
 };
 
+// launch(stream) captured into a graph on a stream of its own, the graph run once; false on any error.
+template <class F>
+bool launch_captured(F &&launch)
+{
+    cudaStream_t st = nullptr;
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    bool ok = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) == cudaSuccess &&
+              cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+    if (ok) {
+        const cudaError_t e = launch(st);
+        ok = cudaStreamEndCapture(st, &graph) == cudaSuccess && e == cudaSuccess;
+    }
+    ok = ok && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess && cudaGraphLaunch(exec, st) == cudaSuccess &&
+         cudaStreamSynchronize(st) == cudaSuccess;
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    if (st) cudaStreamDestroy(st);
+    if (!ok) fprintf(stderr, "captured launch: %s\n", cudaGetErrorString(cudaGetLastError()));
+    return ok;
+}
+
 void run_case(const Case &c)
 {
     const bool fp4 = c.codec == NF_CODEC_NVFP4;
@@ -154,8 +195,9 @@ void run_case(const Case &c)
     std::vector<float> deq;
     const std::vector<uint8_t> payload = make_weights(c, D, deq);
 
-    // groups: slot 0 = expert 1 at positions 1 .. T, slot 1 = expert 0 after it; position 0 unused
-    const uint32_t n0 = c.T, n1 = (c.T + 1) / 2, P = 1 + n0 + n1;
+    // groups: slot 0 = expert 1 at positions 1 .. T, slot 1 = expert 0 after it (unless c.one); position 0
+    // unused
+    const uint32_t n0 = c.T, n1 = c.one ? 0 : (c.T + 1) / 2, P = 1 + n0 + n1;
     const int32_t expert_of[2] = {1, 0}, start_of[2] = {1, (int32_t)(1 + n0)}, count_of[2] = {(int32_t)n0, (int32_t)n1};
     // input row of each position: the position itself, or entry / kTopK (early: always row 0)
     const uint32_t nx = c.entries ? 5 : P;
@@ -199,7 +241,8 @@ void run_case(const Case &c)
 
     const uint32_t out_rows = c.glu ? c.rows / 2 : c.rows, stride = out_rows + 8;
     // tables: n, expert[3], start[3], count[3], pos_entry[P]
-    std::vector<int32_t> tab = {2, expert_of[0], expert_of[1], 0, start_of[0], start_of[1], 0, count_of[0], count_of[1], 0};
+    std::vector<int32_t> tab = {c.one ? 1 : 2, expert_of[0], expert_of[1], 0, start_of[0], start_of[1], 0, count_of[0],
+                                count_of[1], 0};
     tab.insert(tab.end(), entry.begin(), entry.end());
     CHECK(cudaMalloc(&d.x, xin.size()) == cudaSuccess);
     CHECK(cudaMalloc(&d.out, (size_t)P * stride * 4) == cudaSuccess);
@@ -208,14 +251,25 @@ void run_case(const Case &c)
     cudaMemcpy(d.tab, tab.data(), tab.size() * 4, cudaMemcpyHostToDevice);
     cudaMemset(d.out, 0xFF, (size_t)P * stride * 4); // NaN everywhere: unwritten outputs show
     const nf::Groups g{d.tab, d.tab + 1, d.tab + 4, d.tab + 7, c.entries || c.early ? d.tab + 10 : nullptr,
-                       c.entries || c.early ? kTopK : 1, 3};
+                       c.entries || c.early ? kTopK : 1, c.one ? 1u : 3u};
     const nf::NextMat next = c.early ? nf::NextMat{W.data, (uint64_t)c.rows * W.row_stride} : nf::NextMat{nullptr, 0};
     const nf::GemvLaunch opt{next, c.early || c.ready, c.early, false, c.ready};
+    const int nw = nf::gemv_mma_warps(c.codec, c.glu, W, c.bf16, g.max_groups, c.T, opt.rows_are_x0);
+    CHECK_MSG(c.want ? nw == c.want : nw == 4 || nw == 8 || nw == 16, "%d warps a CTA (want %d)", nw, c.want);
     cudaError_t e = nf::launch_gemv_ex(c.codec, c.glu, W, d.x, c.bf16, in_stride, g, d.out, stride, c.T, opt, 0);
     if (e == cudaSuccess) e = cudaDeviceSynchronize();
     CHECK_MSG(e == cudaSuccess, "launch: %s", cudaGetErrorString(e));
-    std::vector<float> got((size_t)P * stride);
+    std::vector<float> got((size_t)P * stride), again(got.size());
     cudaMemcpy(got.data(), d.out, got.size() * 4, cudaMemcpyDeviceToHost);
+    // the same launch captured into a graph, as the decoder's step (the warp choice queries the device
+    // on the host: that must not break a capture), must give the same bits
+    cudaMemset(d.out, 0xFF, (size_t)P * stride * 4);
+    cudaDeviceSynchronize(); // the capture's stream does not wait for the legacy stream's memset
+    CHECK(launch_captured([&](cudaStream_t st) {
+        return nf::launch_gemv_ex(c.codec, c.glu, W, d.x, c.bf16, in_stride, g, d.out, stride, c.T, opt, st);
+    }));
+    cudaMemcpy(again.data(), d.out, again.size() * 4, cudaMemcpyDeviceToHost);
+    CHECK_MSG(memcmp(got.data(), again.data(), got.size() * 4) == 0, "the graph's outputs differ from the launch's");
 
     const double eps = c.bf16 ? ldexp(1.0, -16) : ldexp(1.0, -15);
     size_t bad = 0, guard_bad = 0;
@@ -260,12 +314,55 @@ void run_case(const Case &c)
             memcpy(&bits, &got[(size_t)p * stride + r], 4);
             if (bits != 0xFFFFFFFFu) guard_bad++;
         }
-    printf("  %-5s %-5s %-4s rows %5u cols %5u T %2u D %u%s%s%s: worst %.4f of the allowance, %zu outside\n",
+    printf("  %-5s %-5s %-4s rows %5u cols %5u T %2u D %u%s%s%s%s, %2d warps: worst %.4f of the allowance, %zu outside\n",
            fp4 ? "nvfp4" : "bf16", c.glu ? "glu" : "plain", c.bf16 ? "bf16" : "f32", c.rows, c.cols, c.T, D, c.entries ? " entries" : "",
-           c.early ? " early" : "", c.ready ? " ready" : "", worst, bad);
+           c.early ? " early" : "", c.ready ? " ready" : "", c.one ? " one group" : "", nw, worst, bad);
     CHECK_MSG(bad == 0, "%s %s %s rows %u cols %u T %u: %zu outputs outside the allowance (worst %.2f x)",
               fp4 ? "nvfp4" : "bf16", c.glu ? "glu" : "plain", c.bf16 ? "bf16" : "f32", c.rows, c.cols, c.T, bad, worst);
     CHECK_MSG(guard_bad == 0, "%zu guard values written", guard_bad);
+}
+
+// The warps gemv_mma.cu's file comment says a Qwen3-30B-A3B decode step's shapes take on a 132-SM
+// device (H100 SXM, H200), asked of the launch's planning with descriptors alone (nothing is read; the
+// nvfp4 scale and divisor pointers only need to be set). Elsewhere printed, not checked.
+void check_forms(int sms)
+{
+    static const uint8_t dummy[16] = {0};
+    struct Shape {
+        int codec;
+        bool glu;
+        uint32_t rows, cols, groups; // groups: the grid's slots (8: the routed experts at T = 1)
+        bool early;
+        int want;
+        const char *what;
+    };
+    const Shape shapes[] = {
+        {NF_CODEC_BF16, false, 2048, 4096, 1, false, 16, "attention output"},
+        {NF_CODEC_BF16, false, 5120, 2048, 1, false, 8, "q/k/v"},
+        {NF_CODEC_BF16, false, 151936, 2048, 1, false, 4, "LM head"},
+        {NF_CODEC_BF16, true, 1536, 2048, 8, true, 4, "routed gate/up"},
+        {NF_CODEC_NVFP4, false, 2048, 4096, 1, false, 16, "attention output"},
+        {NF_CODEC_NVFP4, false, 5120, 2048, 1, false, 8, "q/k/v"},
+        {NF_CODEC_NVFP4, true, 1536, 2048, 8, true, 4, "routed gate/up"},
+    };
+    for (const Shape &f : shapes) {
+        nf::DevMat W;
+        memset(&W, 0, sizeof W);
+        W.data = dummy;
+        W.rows = f.rows;
+        W.cols = f.cols;
+        W.row_stride = f.codec == NF_CODEC_BF16 ? 2ull * f.cols : f.cols / 2;
+        if (f.codec == NF_CODEC_NVFP4) {
+            W.scales = dummy;
+            W.divisors = reinterpret_cast<const float *>(dummy);
+            W.kt = (f.cols + 63) / 64;
+            W.rows_per_div = f.rows;
+        }
+        const int nw = nf::gemv_mma_warps(f.codec, f.glu, W, true, f.groups, 1, f.early);
+        printf("  %-5s %-16s %6u x %4u, %u group slots: %2d warps (H200: %d)\n",
+               f.codec == NF_CODEC_BF16 ? "bf16" : "nvfp4", f.what, f.rows, f.cols, f.groups, nw, f.want);
+        if (sms == 132) CHECK_MSG(nw == f.want, "%s: %d warps, want %d", f.what, nw, f.want);
+    }
 }
 
 } // namespace
@@ -332,5 +429,44 @@ int main(void)
     Case o_proj{false, true, 2048, 4096, 1};        // Qwen3-30B-A3B's attention output projection
     o_proj.ready = true;
     run_case(bf16w(o_proj));
+
+    // The wide forms (8 and 16 warps a CTA): small grids, one group in a one-slot grid as the decoder's
+    // dense layers launch them. On an H200 the commented warps; the two shapes from the SM count take
+    // 16 and 8 warps on any device (one and two CTAs an SM).
+    int dev = 0, sms = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    check_forms(sms);
+    Case qkv{false, true, 5120, 2048, 1};           // q/k/v stacked: 8 warps
+    qkv.ready = true;
+    const uint32_t S = (uint32_t)sms;
+    for (int codec : {NF_CODEC_BF16, NF_CODEC_NVFP4}) {
+        auto as = [&](Case c, bool one, int want) {
+            c.codec = codec, c.one = one, c.want = want;
+            return c;
+        };
+        const bool b16 = codec == NF_CODEC_BF16;
+        run_case(as(o_proj, true, 0));                           // H200: 16 warps
+        run_case(as(qkv, true, 0));                              // 8
+        run_case(as({false, true, 2048, 4096, 13}, true, 0));    // 16, two passes
+        run_case(as({false, false, 2048, 2048, 5}, true, 0));    // f32 inputs: bf16 16, nvfp4 8 (16 chunks)
+        Case glu{true, true, 4096, 2048, 3};                     // 256 tiles: 8
+        glu.entries = true;
+        run_case(as(glu, true, 0));
+        run_case(as(dec, true, 0));                              // early staging, 96 tiles: bf16 16, nvfp4 8
+        // uneven K shares: 33 chunks, 3 a warp, warps 11 - 15 without a share (16 warps)
+        run_case(as({false, true, 2048, b16 ? 2112u : 4224u, 3}, true, 0));
+        // from the SM count, the same warps on any device: one CTA an SM, two, and (three grid slots of
+        // two CTAs an SM) too many for 8 warps: the 4-warp forms at the routes' widths
+        run_case(as({false, true, 16 * S, 4096, 2}, true, 16));
+        run_case(as({false, true, 32 * S, 2048, 2}, true, 8));
+        Case dec4{true, true, 32 * S, 2048, 1};
+        dec4.early = true;
+        run_case(as(dec4, false, 4));
+        Case dense4{false, true, 32 * S, 2048, 3};
+        dense4.ready = true;
+        run_case(as(dense4, false, 4));
+        run_case(as({true, false, 32 * S, 2048, 5}, false, 4));
+    }
     return nf_test_report();
 }

@@ -18,17 +18,36 @@
 // bytes of a row to prefetch): Fp4Rows (fp4_mma.cuh) and Bf16Rows (mma_rows.cuh).
 //
 // Work split: a CTA owns 16 weight rows (GLU: gate rows p0..p0+7 and their up rows; plain: rows
-// p0..p0+15) as the M = 16 of the MMA; its 4 warps split K (the row's chunks: 128 elements for
-// nvfp4, 64 for bf16) and reduce their accumulators through shared memory (a fixed order); N = 8 is
-// up to 8 tokens (4 for f32 inputs). A lane (g = lane / 4, c = lane % 4) loads its share of each
-// chunk of rows g and g + 8 (nvfp4: 16 data bytes and 2 scale bytes a row; bf16: 32 bytes a row),
-// R::kBatch chunks in flight before any is used. The CTA's whole tile is prefetched into L1 first,
-// so later chunks find their lines there or in flight; small batches keep the kernel at 76 - 80
-// registers for nvfp4 (6 CTAs an SM: the routed gate/up of a Qwen3-30B-A3B decode step, 8 experts x
-// 96 tiles, is one wave on 132 SMs), 72 - 74 for bf16 with early staging (6) and 84 - 90 for the
-// other bf16 forms (5). A bf16 tile is 3.6x an nvfp4 one (64 KB at cols 2048), so six CTAs' tiles
-// exceed L1: lines evicted before use come again from L2, where the prefetch left them. The
-// fragment mapping and the staged columns' layout: mma_rows.cuh.
+// p0..p0+15) as the M = 16 of the MMA; its NW warps (4, 8 or 16, below) split K (the row's chunks: 128
+// elements for nvfp4, 64 for bf16) into contiguous shares and reduce their accumulators through shared
+// memory, warp 0 adding warps 1 .. NW - 1 in that order: a fixed order, so the outputs are bit-identical
+// run to run; N = 8 is up to 8 tokens (4 for f32 inputs). A lane (g = lane / 4, c = lane % 4) loads
+// its share of each chunk of rows g and g + 8 (nvfp4: 16 data bytes and 2 scale bytes a row; bf16: 32
+// bytes a row), R::kBatch chunks in flight before any is used. The CTA's whole tile is prefetched into
+// L1 first, so later chunks find their lines there or in flight; small batches keep the 4-warp kernel
+// at 76 - 80 registers for nvfp4 (6 CTAs an SM: the routed gate/up of a Qwen3-30B-A3B decode step, 8
+// experts x 96 tiles, is one wave on 132 SMs), 72 - 74 for bf16 with early staging (6) and 84 - 90 for
+// the other bf16 forms (5). A bf16 tile is 3.6x an nvfp4 one (64 KB at cols 2048), so six CTAs' tiles
+// exceed L1: lines evicted before use come again from L2, where the prefetch left them. The fragment
+// mapping and the staged columns' layout: mma_rows.cuh.
+//
+// Warps a CTA: a warp has only its next chunks' loads in flight, so an SM's bytes in flight are its
+// resident warps' (the tile's L1 prefetch does not make up for it: the measurements below). The LM
+// head's 9496 tiles fill every SM with 4-warp CTAs (ncu, H200: 3.6 TB/s of the ~4.4 the device reads),
+// but a decode step's dense bf16 layers have a few hundred tiles: the attention output projection (2048
+// x 4096, 128 CTAs: one of 4 warps an SM) read at 1.14 TB/s, q/k/v (5120 x 2048, 320 CTAs: two or three
+// an SM) at 1.75 TB/s, latency-bound. So the host (pick_warps) widens the CTA to 16 or to 8 warps, the
+// widest that (a) still has the whole grid resident at once (one wave, by the occupancy calculator: a
+// second, partial wave would cost back what the wider split saves) and (b) leaves each warp
+// kMinWarpChunks chunks; else 4. On an H200 (132 SMs), T = 1: 2048 x 4096 takes 16 warps (one CTA an
+// SM, 16 warps instead of 4), 5120 x 2048 takes 8 (three CTAs an SM at 80 registers, ~19 warps instead
+// of ~10), nvfp4 rows the same (5120 x 2048: 8, 16 chunks); the LM head and the routed gate/up (768
+// CTAs, already a full wave of 4-warp CTAs) keep 4, whose code is unchanged. The 8-warp forms are bound
+// to 80 registers (3 CTAs an SM), 70 - 80 with their threads staging one group at a time (kStageUnroll:
+// the CTA keeps as many staging loads in flight as 4 warps at two); the 16-warp ones take 86 - 104 (one
+// CTA an SM whatever the count). No form spills. The wider forms' outputs differ from the 4-warp form's
+// in the last bits, only through the f32 summation order (shorter per-warp chains, more cross-warp
+// sums). Their speed is NOT yet measured.
 #include "fp4_mma.cuh"
 #include "internal.cuh"
 #include "mma_rows.cuh"
@@ -38,11 +57,30 @@ namespace nf {
 
 namespace {
 
-constexpr int kWarps = 4;                    // warps of a CTA, splitting K
-constexpr int kStageUnroll = 2;              // 8-element groups a thread stages with their loads in flight
 constexpr int kCols = 8;                     // B columns per pass (the MMA's N)
 constexpr uint32_t kMaxCols = 12288;         // 8 staged columns stay under 200 KB of shared memory
-constexpr size_t kRedBytes = (kWarps - 1) * 32 * sizeof(float4); // warps 1.. hand their D to warp 0
+// A wider form leaves each warp at least this many chunks: the depth a warp keeps in flight (nvfp4's
+// kBatch; bf16 loads the next chunk while the current one's MMAs run), below which more warps add CTA
+// overhead (staging, reduction) rather than bytes in flight.
+constexpr int kMinWarpChunks = 2;
+
+// 8-element groups a thread of an NW-warp CTA stages with their loads in flight: two at 4 warps, one
+// at 8 and 16 (as many loads a CTA as 4 warps at two, or twice that), which keeps the 8-warp forms'
+// staging within their 80 registers.
+template <int NW>
+constexpr int kStageUnroll = NW == 4 ? 2 : 1;
+
+// Shared memory through which warps 1 .. nw - 1 hand their D to warp 0.
+__host__ __device__ constexpr size_t red_bytes(int nw) { return (size_t)(nw - 1) * 32 * sizeof(float4); }
+
+// CTAs an SM the register bound of the NW-warp form is set for: the 4-warp form's R::kMinBlocks; 3 for
+// 8 warps (80 registers, so 3 x 132 CTAs cover the 320 tiles of a 5120-row matrix in one wave); 1
+// for 16 (what 512 threads at more than 64 registers get anyway).
+template <class R, int NW>
+constexpr int min_blocks()
+{
+    return NW == 4 ? R::kMinBlocks : NW == 8 ? 3 : 1;
+}
 
 // Chunks k0 .. k0 + R::kBatch - 1 that are below ke, all loads issued before any use.
 template <class R>
@@ -107,7 +145,9 @@ __device__ __forceinline__ void warp_dot(const typename R::Lane &L, int kb, int 
     for (int i = 0; i < 4; i++) d[i] += d1[i];
 }
 
-// Warps 1.. hand their D to warp 0 through red, which sums them (warp 0 returns true).
+// Warps 1.. hand their D to warp 0 through red, which sums them in warp order, a fixed order whatever
+// the timing (warp 0 returns true).
+template <int NW>
 __device__ __forceinline__ bool reduce_warps(float4 *red, float (&d)[4])
 {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -115,7 +155,7 @@ __device__ __forceinline__ bool reduce_warps(float4 *red, float (&d)[4])
     __syncthreads();
     if (warp > 0) return false;
 #pragma unroll
-    for (int w = 0; w < kWarps - 1; w++) {
+    for (int w = 0; w < NW - 1; w++) {
         const float4 v = red[w * 32 + lane];
         d[0] += v.x, d[1] += v.y, d[2] += v.z, d[3] += v.w;
     }
@@ -153,20 +193,20 @@ __device__ __forceinline__ void store_tile(const float (&d)[4], const OutRows &o
     }
 }
 
-// grid: x = tiles of 16 weight rows (GLU: 8 outputs, plain: 16), y = group slots; kWarps warps.
+// grid: x = tiles of 16 weight rows (GLU: 8 outputs, plain: 16), y = group slots; NW warps.
 // tpp: tokens per pass (the staged columns hold that many). EARLY (one token whose input row is
 // x[0], the decode route): the activations are staged before the grid-dependency wait (gemv.cu).
-template <class R, bool GLU, bool IN_BF16, bool EARLY>
-__global__ void __launch_bounds__(kWarps * 32, R::kMinBlocks)
+template <class R, int NW, bool GLU, bool IN_BF16, bool EARLY>
+__global__ void __launch_bounds__(NW * 32, min_blocks<R, NW>())
     gemv_mma_kernel(DevMat W, const void *in, uint32_t in_stride, Groups g, float *out, uint32_t out_stride, int tpp,
                     NextMat nx, bool ready)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     float4 *red = reinterpret_cast<float4 *>(smem);
-    uint8_t *xs = smem + kRedBytes;
+    uint8_t *xs = smem + red_bytes(NW);
     const uint32_t xstride = mma_col_stride(W.cols);
     if (EARLY) {
-        stage_cols<R, IN_BF16, kStageUnroll>(in, in_stride, [](int) { return 0; }, 0, 1, W.cols, xs, xstride);
+        stage_cols<R, IN_BF16, kStageUnroll<NW>>(in, in_stride, [](int) { return 0; }, 0, 1, W.cols, xs, xstride);
     }
     const int gi = blockIdx.y;
     const uint32_t p0 = blockIdx.x * (GLU ? 8 : 16);
@@ -188,7 +228,7 @@ __global__ void __launch_bounds__(kWarps * 32, R::kMinBlocks)
     const OutRows o{p0 + gq, p0 + gq + 8, p0 + gq < out_rows, !GLU && p0 + gq + 8 < out_rows, R::factor(W, ga),
                     R::factor(W, gb)};
     // the warp's contiguous share of the row's chunks
-    const int nch = (int)(W.cols / R::kChunk), per = (nch + kWarps - 1) / kWarps;
+    const int nch = (int)(W.cols / R::kChunk), per = (nch + NW - 1) / NW;
     const int kb = warp * per, ke = min(nch, kb + per);
 
     for (int t0 = 0; t0 < count; t0 += tpp) {
@@ -197,7 +237,7 @@ __global__ void __launch_bounds__(kWarps * 32, R::kMinBlocks)
         load_batch<R>(L, kb, ke, ch); // in flight while the activations are staged
         if (!EARLY) {
             __syncthreads(); // the previous pass's readers are done with xs and red
-            stage_cols<R, IN_BF16, kStageUnroll>(in, in_stride, [&](int pos) { return input_row(g, pos); },
+            stage_cols<R, IN_BF16, kStageUnroll<NW>>(in, in_stride, [&](int pos) { return input_row(g, pos); },
                                                  start + t0, nt, W.cols, xs, xstride);
         }
         __syncthreads();
@@ -205,26 +245,129 @@ __global__ void __launch_bounds__(kWarps * 32, R::kMinBlocks)
         const uint8_t *xl = xs + (size_t)min(gq, ncol - 1) * xstride + 16 * cq;
         float d[4] = {0.f, 0.f, 0.f, 0.f};
         warp_dot<R>(L, kb, ke, ch, xl, d);
-        if (reduce_warps(red, d)) store_tile<GLU, IN_BF16>(d, o, out, out_stride, start, t0, nt);
+        if (reduce_warps<NW>(red, d)) store_tile<GLU, IN_BF16>(d, o, out, out_stride, start, t0, nt);
     }
 }
 
 using MmaKernel = void (*)(DevMat, const void *, uint32_t, Groups, float *, uint32_t, int, NextMat, bool);
 
-template <class R, bool GLU, bool IN_BF16>
-MmaKernel pick(bool early)
+// What a launch's kernel is specialised for besides the row format and the warps.
+struct Form {
+    bool glu, in_bf16, early;
+};
+
+template <class R, int NW, bool GLU, bool IN_BF16>
+MmaKernel pick_early(bool early)
 {
-    return early ? gemv_mma_kernel<R, GLU, IN_BF16, true> : gemv_mma_kernel<R, GLU, IN_BF16, false>;
+    return early ? gemv_mma_kernel<R, NW, GLU, IN_BF16, true> : gemv_mma_kernel<R, NW, GLU, IN_BF16, false>;
 }
 
-// Shared memory of a pass of ncol staged columns.
-size_t stage_bytes(uint32_t cols, uint32_t ncol) { return kRedBytes + (size_t)ncol * mma_col_stride(cols); }
+template <class R, int NW>
+MmaKernel pick_form(const Form &f)
+{
+    return f.glu ? (f.in_bf16 ? pick_early<R, NW, true, true>(f.early) : pick_early<R, NW, true, false>(f.early))
+                 : (f.in_bf16 ? pick_early<R, NW, false, true>(f.early) : pick_early<R, NW, false, false>(f.early));
+}
+
+template <class R>
+MmaKernel pick(int nw, const Form &f)
+{
+    return nw == 16 ? pick_form<R, 16>(f) : nw == 8 ? pick_form<R, 8>(f) : pick_form<R, 4>(f);
+}
+
+// Shared memory of an nw-warp CTA with a pass of ncol staged columns.
+size_t stage_bytes(int nw, uint32_t cols, uint32_t ncol)
+{
+    return red_bytes(nw) + (size_t)ncol * mma_col_stride(cols);
+}
 
 template <class R>
 bool supported(const DevMat &W)
 {
     return W.cols % R::kChunk == 0 && W.cols <= kMaxCols && W.rows >= 1 && R::admits(W) &&
-           stage_bytes(W.cols, 2) <= smem_optin_limit(); // one f32 token (hi and lo) must fit
+           stage_bytes(4, W.cols, 2) <= smem_optin_limit(); // one f32 token (hi and lo) must fit
+}
+
+// The current device's SM count (0 when it cannot be queried), asked of the driver once per device:
+// the warp choice runs on every eager launch.
+int sm_count()
+{
+    static std::atomic<int> known[64]; // 0: not asked yet
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    if (dev < 64 && (n = known[dev].load(std::memory_order_relaxed)) > 0) return n;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    if (dev < 64) known[dev].store(n, std::memory_order_relaxed);
+    return n;
+}
+
+// CTAs of kernel k (nw warps, smem bytes of shared memory) an SM holds at once; 0 when unknown.
+int resident_ctas(MmaKernel k, int nw, size_t smem)
+{
+    int n = 0;
+    if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, nw * 32, smem) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+// The warps a CTA splits K over (file comment, "Work split"): the widest of 16 and 8 that leaves every
+// warp kMinWarpChunks chunks and whose grid of `ctas` CTAs the device holds all at once (one wave);
+// else 4. ncol: the staged columns of a pass.
+template <class R>
+int pick_warps(const Form &f, uint64_t ctas, uint32_t cols, uint32_t ncol)
+{
+    const uint64_t sms = (uint64_t)sm_count();
+    for (int nw = 16; nw > 4; nw /= 2) {
+        const size_t smem = stage_bytes(nw, cols, ncol);
+        // no SM of the targets holds more than 64 warps: larger grids skip the occupancy query
+        if (cols / R::kChunk < (uint32_t)(nw * kMinWarpChunks) || ctas > sms * (64 / nw) || smem > smem_optin_limit())
+            continue;
+        if (ctas <= sms * (uint64_t)resident_ctas(pick<R>(nw, f), nw, smem)) return nw;
+    }
+    return 4;
+}
+
+// Tokens per pass: what the 8 B columns hold, no more than a group can have, nor the device's shared
+// memory at 4 warps (supported() guarantees one). cpt: staged columns a token.
+int tokens_per_pass(uint32_t cols, bool in_bf16, uint32_t max_tokens)
+{
+    const uint32_t per_pass = in_bf16 ? kCols : kCols / 2, cpt = in_bf16 ? 1 : 2;
+    int tpp = (int)(max_tokens < 1 ? 1 : max_tokens < per_pass ? max_tokens : per_pass);
+    while (tpp > 1 && stage_bytes(4, cols, cpt * tpp) > smem_optin_limit()) tpp--;
+    return tpp;
+}
+
+// A launch's shape: its kernel (form, warps), grid, tokens per pass and shared memory.
+struct Plan {
+    Form f;
+    int nw, tpp;
+    uint32_t tiles;
+    size_t smem;
+};
+
+// max_groups: the grid's group slots; early: the caller's rows_are_x0.
+template <class R>
+Plan plan(bool glu, const DevMat &W, bool in_bf16, uint32_t max_groups, uint32_t max_tokens, bool early)
+{
+    Plan p;
+    const uint32_t out_rows = glu ? W.rows / 2 : W.rows, tile = glu ? 8 : 16;
+    p.tiles = (out_rows + tile - 1) / tile;
+    p.tpp = tokens_per_pass(W.cols, in_bf16, max_tokens);
+    const uint32_t ncol = (in_bf16 ? 1 : 2) * (uint32_t)p.tpp;
+    // EARLY staging needs every position's input row to be row 0 (the caller says so)
+    p.f = Form{glu, in_bf16, early && max_tokens == 1};
+    p.nw = pick_warps<R>(p.f, (uint64_t)p.tiles * max_groups, W.cols, ncol);
+    p.smem = stage_bytes(p.nw, W.cols, ncol);
+    return p;
 }
 
 template <class R>
@@ -232,21 +375,18 @@ cudaError_t launch(bool glu, const DevMat &W, const void *in, bool in_bf16, uint
                    float *out, uint32_t out_stride, uint32_t max_tokens, const GemvLaunch &opt, cudaStream_t s)
 {
     if (!supported<R>(W)) return cudaErrorInvalidValue;
-    const uint32_t out_rows = glu ? W.rows / 2 : W.rows, tile = glu ? 8 : 16;
-    // tokens per pass: what the 8 B columns hold, no more than a group can have, nor the device's
-    // shared memory (supported() guarantees one)
-    const uint32_t per_pass = in_bf16 ? kCols : kCols / 2, cpt = in_bf16 ? 1 : 2, limit = (uint32_t)smem_optin_limit();
-    int tpp = (int)(max_tokens < 1 ? 1 : max_tokens < per_pass ? max_tokens : per_pass);
-    while (tpp > 1 && stage_bytes(W.cols, cpt * tpp) > limit) tpp--;
-    const size_t smem = stage_bytes(W.cols, cpt * tpp);
-    // EARLY staging needs every position's input row to be row 0 (the caller says so)
-    const bool early = opt.rows_are_x0 && max_tokens == 1;
-    const MmaKernel k = glu ? (in_bf16 ? pick<R, true, true>(early) : pick<R, true, false>(early))
-                            : (in_bf16 ? pick<R, false, true>(early) : pick<R, false, false>(early));
-    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    const Plan p = plan<R>(glu, W, in_bf16, g.max_groups, max_tokens, opt.rows_are_x0);
+    const MmaKernel k = pick<R>(p.nw, p.f);
+    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)p.smem);
     if (e != cudaSuccess) return e;
-    return launch_pdl(k, dim3((out_rows + tile - 1) / tile, g.max_groups), dim3(kWarps * 32), smem, opt.pdl, s, W, in,
-                      in_stride, g, out, out_stride, tpp, opt.next, opt.groups_ready);
+    return launch_pdl(k, dim3(p.tiles, g.max_groups), dim3(p.nw * 32), p.smem, opt.pdl, s, W, in, in_stride, g, out,
+                      out_stride, p.tpp, opt.next, opt.groups_ready);
+}
+
+template <class R>
+int warps_of(bool glu, const DevMat &W, bool in_bf16, uint32_t max_groups, uint32_t max_tokens, bool rows_are_x0)
+{
+    return supported<R>(W) ? plan<R>(glu, W, in_bf16, max_groups, max_tokens, rows_are_x0).nw : 0;
 }
 
 } // namespace
@@ -268,6 +408,18 @@ cudaError_t launch_gemv_mma(int codec, bool glu, const DevMat &W, const void *in
     case 2: return launch<Bf16Rows>(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, opt, s);
     case 11: return launch<Fp4Rows>(glu, W, in, in_bf16, in_stride, g, out, out_stride, max_tokens, opt, s);
     default: return cudaErrorInvalidValue;
+    }
+}
+
+// The warps a CTA of launch_gemv_mma with these arguments gets (4, 8 or 16; 0: not supported), for
+// tests/cuda/test_gemv_mma.cu, which declares it itself: it checks that its shapes reach every form.
+int gemv_mma_warps(int codec, bool glu, const DevMat &W, bool in_bf16, uint32_t max_groups, uint32_t max_tokens,
+                   bool rows_are_x0)
+{
+    switch (codec) {
+    case 2: return warps_of<Bf16Rows>(glu, W, in_bf16, max_groups, max_tokens, rows_are_x0);
+    case 11: return warps_of<Fp4Rows>(glu, W, in_bf16, max_groups, max_tokens, rows_are_x0);
+    default: return 0;
     }
 }
 
