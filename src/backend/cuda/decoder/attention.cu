@@ -136,15 +136,24 @@ __device__ void merge_splits(const AttnArgs &a, uint32_t t, uint32_t h)
 template <int NP>
 __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a, const Step *step)
 {
-    pdl_wait();
     __shared__ float qs[kMaxHd];
     __shared__ float wm[kWarps], wl[kWarps], wacc[kWarps][kMaxHd];
     const uint32_t t = blockIdx.x, h = blockIdx.y, split = blockIdx.z, hd = a.hd;
     const uint32_t kvh = h / (a.heads / a.kv_heads);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    // step is written before the forward's first kernel; the cache rows of the warp's first block
+    // start on their way into L2 while the predecessor (which writes only the new positions) runs
     const int n_keys = step->pos0 + (int)t + 1;
     const int per = (n_keys + (int)a.splits - 1) / (int)a.splits;
     const int kb = (int)split * per, ke = min(n_keys, kb + per);
+    if (kb + 32 * warp + lane < ke) {
+        const size_t row = (size_t)(kb + 32 * warp + lane) * a.kv_heads * hd + kvh * hd;
+        for (uint32_t b = 0; b < hd * 2; b += 128) {
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const uint8_t *>(a.kc + row) + b));
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const uint8_t *>(a.vc + row) + b));
+        }
+    }
+    pdl_wait();
     const float *q = a.q + (size_t)t * a.q_stride + h * hd;
     for (uint32_t i = threadIdx.x; i < hd; i += blockDim.x) qs[i] = q[i];
     __syncthreads();

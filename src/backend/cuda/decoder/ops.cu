@@ -59,6 +59,12 @@ __global__ void __launch_bounds__(kNormThreads) add_rmsnorm_kernel(float *__rest
                                                                    const float *__restrict__ w, uint32_t H, float eps,
                                                                    uint16_t *__restrict__ xn)
 {
+    float wr[kNormPer]; // the weights do not depend on the predecessor: loaded before the wait
+#pragma unroll
+    for (int j = 0; j < kNormPer; j++) {
+        const uint32_t i = threadIdx.x + j * kNormThreads;
+        wr[j] = i < H ? w[i] : 0.0f;
+    }
     pdl_wait();
     __shared__ float red[32];
     float *xr = x + (size_t)blockIdx.x * H;
@@ -80,7 +86,7 @@ __global__ void __launch_bounds__(kNormThreads) add_rmsnorm_kernel(float *__rest
 #pragma unroll
     for (int j = 0; j < kNormPer; j++) {
         const uint32_t i = threadIdx.x + j * kNormThreads;
-        if (i < H) xn[base + i] = f2bf(v[j] * inv * w[i]);
+        if (i < H) xn[base + i] = f2bf(v[j] * inv * wr[j]);
     }
 }
 
