@@ -149,8 +149,8 @@ __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a, const Ste
     if (kb + 32 * warp + lane < ke) {
         const size_t row = (size_t)(kb + 32 * warp + lane) * a.kv_heads * hd + kvh * hd;
         for (uint32_t b = 0; b < hd * 2; b += 128) {
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const uint8_t *>(a.kc + row) + b));
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const uint8_t *>(a.vc + row) + b));
+            prefetch_line(reinterpret_cast<const uint8_t *>(a.kc + row) + b, false);
+            prefetch_line(reinterpret_cast<const uint8_t *>(a.vc + row) + b, false);
         }
     }
     pdl_wait();

@@ -113,11 +113,11 @@ __device__ __forceinline__ void prefetch_item(const DevMat &W, const int4 *tasks
     const int lane = threadIdx.x % 32, ti = i / nch, c = i - ti * nch;
     const uint64_t grow = (uint64_t)tasks[ti].x * W.rows + min(h0 + (uint32_t)(lane & 15), W.rows - 1);
     if (lane < 16) {
-        asm volatile("prefetch.global.L1 [%0];" ::"l"(W.data + grow * W.row_stride + R::kChunkBytes * c));
+        prefetch_line(W.data + grow * W.row_stride + R::kChunkBytes * c, true);
     } else {
 #pragma unroll
         for (int j = 0; j < R::kAuxPerChunk; j++)
-            asm volatile("prefetch.global.L1 [%0];" ::"l"(R::aux_line(W, grow, R::kAuxPerChunk * c + j)));
+            prefetch_line(R::aux_line(W, grow, R::kAuxPerChunk * c + j), true);
     }
 }
 

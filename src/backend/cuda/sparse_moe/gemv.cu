@@ -80,8 +80,8 @@ __global__ void __launch_bounds__(kWarps * 32, MAXT == 1 ? 2 : 1) gemv_kernel(De
     if (r < out_rows) {
         const uint8_t *pa = row_ptr(W, expert, r), *pb = row_ptr(W, expert, GLU ? r + out_rows : r);
         for (uint32_t off = (threadIdx.x % 32) * 128; off < W.row_stride; off += 32 * 128) {
-            asm volatile("prefetch.global.L1 [%0];" ::"l"(pa + off));
-            if (GLU) asm volatile("prefetch.global.L1 [%0];" ::"l"(pb + off));
+            prefetch_line(pa + off, true);
+            if (GLU) prefetch_line(pb + off, true);
         }
     }
     prefetch_expert(nx, (uint32_t)expert);

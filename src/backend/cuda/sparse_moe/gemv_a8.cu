@@ -93,13 +93,8 @@ __global__ void __launch_bounds__(kWarps * 32, MAXT == 1 && NS == 1 ? 3 : 2)
         if (blk >= blocks || !rows_of(blk, ra, rb, hb)) return;
         for (uint32_t off = lane * 128; off < W.row_stride; off += 32 * 128) {
             const uint8_t *pa = row_ptr(W, expert, ra) + off, *pb = row_ptr(W, expert, rb) + off;
-            if (l1) {
-                asm volatile("prefetch.global.L1 [%0];" ::"l"(pa));
-                asm volatile("prefetch.global.L1 [%0];" ::"l"(pb));
-            } else {
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(pa));
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(pb));
-            }
+            prefetch_line(pa, l1);
+            prefetch_line(pb, l1);
         }
     };
     // The first rows travel to L1 while the activations are quantised, or, when the group tables
@@ -249,13 +244,8 @@ __device__ __forceinline__ void prefetch_pair(const DevMat &W, uint32_t blk, boo
     if (!pair_rows(W.rows, blk, ra, rb, hb)) return;
     for (uint32_t off = (threadIdx.x % 32) * 128; off < W.row_stride; off += 32 * 128) {
         const uint8_t *pa = row_ptr(W, 0, ra) + off, *pb = row_ptr(W, 0, rb) + off;
-        if (l1) {
-            asm volatile("prefetch.global.L1 [%0];" ::"l"(pa));
-            asm volatile("prefetch.global.L1 [%0];" ::"l"(pb));
-        } else {
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(pa));
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(pb));
-        }
+        prefetch_line(pa, l1);
+        prefetch_line(pb, l1);
     }
 }
 

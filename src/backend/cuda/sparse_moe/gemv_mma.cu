@@ -119,12 +119,12 @@ __device__ void prefetch_tile(const DevMat &W, int expert, uint32_t p0)
     const uint32_t lines = (uint32_t)((W.row_stride + 127) / 128);
     for (uint32_t i = threadIdx.x; i < 16 * lines; i += blockDim.x) {
         const uint8_t *p = row_ptr(W, (uint32_t)expert, tile_row<GLU>(W, p0, (int)(i / lines))) + (i % lines) * 128;
-        asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+        prefetch_line(p, true);
     }
     const uint32_t aux = R::aux_lines(W);
     for (uint32_t i = threadIdx.x; i < 16 * aux; i += blockDim.x) {
         const uint64_t grow = (uint64_t)expert * W.rows + tile_row<GLU>(W, p0, (int)(i / aux));
-        asm volatile("prefetch.global.L1 [%0];" ::"l"(R::aux_line(W, grow, i % aux)));
+        prefetch_line(R::aux_line(W, grow, i % aux), true);
     }
 }
 

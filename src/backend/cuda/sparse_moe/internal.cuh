@@ -15,6 +15,13 @@ extern "C" {
 
 namespace nf {
 
+// A fire-and-forget prefetch of the 128-byte line at p: into L1 (and L2), or into L2 only.
+__device__ __forceinline__ void prefetch_line(const void *p, bool l1)
+{
+    if (l1) asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+    else asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 // k<<<grid, block, smem, s>>>(args...), with programmatic dependent launch when pdl: the kernel may
 // start while its predecessor drains, so it must call cudaGridDependencySynchronize() before it reads
 // anything the predecessor writes.

@@ -93,7 +93,7 @@ __device__ __forceinline__ void prefetch_expert(const NextMat &nx, uint32_t expe
     const uint64_t lines = (nx.expert_bytes + 127) / 128, per = (lines + gridDim.x - 1) / gridDim.x;
     const uint8_t *base = nx.data + expert * nx.expert_bytes;
     for (uint64_t l = blockIdx.x * per + threadIdx.x; l < min(lines, (blockIdx.x + 1) * per); l += blockDim.x)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(base + l * 128));
+        prefetch_line(base + l * 128, false);
 }
 
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
