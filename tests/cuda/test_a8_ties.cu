@@ -10,8 +10,10 @@
 // 2. An emulated device on random banks: the routed gate/up and down in the kernels' own fp32
 //    arithmetic (the span policies, lane order and butterflies of gemv_a8.cu and down_a8.cu, the
 //    int8 quantiser of quant_a8.cuh; silu with the host's expf, which may differ from the device's
-//    by 2 ulps, inside the intervals' slack), the router and shared expert in fp32 in their kernels'
-//    orders. Every emulated intermediate must lie in the reference's interval, every emulated
+//    by 2 ulps, inside the intervals' slack), the router in router.cu's fp32 order, the shared expert
+//    in fp32 in gemv.cu's shape (16-element pieces per lane and the butterfly, over the CPU's
+//    dequantized weights rather than the codecs' exact piece layout). Every emulated intermediate
+//    must lie in the reference's interval, every emulated
 //    quantisation in its enumerated set, every output element within 1.01 bound + 2^-8 |ref| (the
 //    bf16 rounding). The emulation exhibits flips like the one that failed test_sparse_moe's wide
 //    shared profile on the H200 (docs/sparse_moe.md, "W·A8 near ties").
