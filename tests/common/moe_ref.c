@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "codec/codec.h"
 #include "codec/nvfp4.h"
 #include "cuda_test_util.h"
 
@@ -44,28 +45,19 @@ void nf_moe_ref_route(const nf_moe_ref *m, const float *x, int32_t *ids, double 
     free(l);
 }
 
-/* down(silu(gate x) * up x) for one expert; gu is [2n][H], dn is [H][n]. quant: the intermediate
- * is rounded to f32 and quantised to int8 per 32 first (n % 32 == 0). */
-static void expert(const float *gu, const float *dn, uint32_t H, uint32_t n, const float *x, double scale, int quant,
-                   double *out)
+/* down(silu(gate x) * up x) for one expert; gu is [2n][H], dn is [H][n]. */
+static void expert(const float *gu, const float *dn, uint32_t H, uint32_t n, const float *x, double scale, double *out)
 {
-    float *a = malloc(sizeof(float) * n);
     double *ad = malloc(sizeof(double) * n);
     for (uint32_t r = 0; r < n; r++) {
         double g = dot(gu + (size_t)r * H, x, H), u = dot(gu + (size_t)(n + r) * H, x, H);
         ad[r] = g / (1.0 + exp(-g)) * u;
-    }
-    if (quant) {
-        for (uint32_t r = 0; r < n; r++) a[r] = (float)ad[r];
-        nf_test_quantize_a8(a, n, a);
-        for (uint32_t r = 0; r < n; r++) ad[r] = a[r];
     }
     for (uint32_t h = 0; h < H; h++) {
         double s = 0;
         for (uint32_t r = 0; r < n; r++) s += (double)dn[(size_t)h * n + r] * ad[r];
         out[h] += scale * s;
     }
-    free(a);
     free(ad);
 }
 
@@ -74,12 +66,11 @@ void nf_moe_ref_token(const nf_moe_ref *m, const float *x, const int32_t *ids, c
     for (uint32_t h = 0; h < m->H; h++) out[h] = 0;
     for (uint32_t j = 0; j < m->k; j++) {
         size_t e = (size_t)ids[j];
-        expert(m->gate_up + e * 2 * m->I * m->H, m->down + e * m->H * m->I, m->H, m->I, x, weights[j], m->quant_act,
-               out);
+        expert(m->gate_up + e * 2 * m->I * m->H, m->down + e * m->H * m->I, m->H, m->I, x, weights[j], out);
     }
     if (m->S) {
         double sg = 1.0 / (1.0 + exp(-dot(m->sgate, x, m->H)));
-        expert(m->sgate_up, m->sdown, m->H, m->S, x, sg, 0, out);
+        expert(m->sgate_up, m->sdown, m->H, m->S, x, sg, out);
     }
 }
 
@@ -259,5 +250,310 @@ void nf_moe_ref_token_a4(const nf_moe_ref *m, const nf_moe_ref_a4 *a, const floa
     }
     /* the combine sums k + 1 weighted terms in fp32 */
     for (uint32_t h = 0; h < m->H; h++) bound[h] += ldexp(yabs[h], -20);
+    free(xq);
+}
+
+/* ---- W·A8 ---------------------------------------------------------------------------------------
+ * Operands. The device's int8 dots are exact integer sums scaled in fp32, so the values it rounds
+ * are sums of whole groups of products, and the reference takes its operands exactly as the device
+ * does: x~ = d_x q~ and the intermediate's d q in double (not rounded to f32), and weights that
+ * are the device's own (the caller checks it: q6_k (d sc) q and q8_0 d q are exact in f32 by their
+ * bit counts; q4_k/q5_k's fl(d_s q - m_s) must equal d_s q - m_s, test_sparse_moe.cu verifies each).
+ *
+ * Terms. A device dot over a row is a sum of group terms, each the exact sum of its group's
+ * products times one rounded scale product: q4_k/q5_k per 32-element sub-block d_s d_x sum q q~ =
+ * sum (w + m) x~ and m d_x sum q~ = m sum x~ (two terms: they can far exceed their difference); q6_k
+ * per 16-element run (d sc) d_x sum q q~; q8_0 per 32-block. An fp32 operation's rounding error is
+ * at most u = 2^-24 of its result, so to first order |computed - exact| <= u (sum |term| + sum over
+ * the additions and fmas of |exact partial sum|) (Higham, Accuracy and Stability of Numerical
+ * Algorithms, 2nd ed., 3.1 and 4.2); the second-order remainder is below 64u of that, and 1.001 covers it.
+ *
+ * The gate/up dots (what decides an intermediate's interval, so how many near ties are enumerated)
+ * take that sum along the device's own chain (a8_dot_err, gemv_a8.cu with spans_a8.cuh's span
+ * policies): lane l takes spans l, l + 32, ... in order (64 elements; q8_0 32), each span's terms in
+ * the policy's order onto the lane's partial (fma); then warp_sum's butterfly (xor 16, 8, 4, 2, 1),
+ * whose additions of a lane that held no span are exact. So do the router's logits (logit_err,
+ * router.cu's logits_row: 8-element chunks lane, lane + 32, ..., the same butterfly), whose error
+ * scales every routing weight. Other sums take the order-free form
+ * gamma_n sum |term| (Higham 4.2: a term passes through at most n roundings), with n counted from the
+ * kernels (a miscounted step moves a bound by 2^-24 of its terms' sum):
+ *  down_a8.cu, one output element: the scale product (1), up to 4 fmas per span, the routing weight
+ *   times the span's dot (1), the lane's sum over its items of this token (at most ceil(spans / 32)
+ *   per expert whatever the work list's order: k ceil(I / 1024)), 5 butterflies, the shared expert's
+ *   fma (1): 12 + k ceil(I / 1024); its group terms taken per 32 with offsets, else per 16.
+ *  f32 dot (gemv.cu: the shared expert, f32 activations, every product-accumulate rounds): a lane
+ *   takes pieces of at most 16 elements, pieces lane, lane + 32, ...: at most 16 ceil(c / 512)
+ *   fmas, then 5 butterflies: chain_f32 = 16 ceil(c / 512) + 5 (the device decodes a weight with
+ *   the CPU's operations: d_s q exact, one rounding of d_s q - m_s, the same value).
+ *  router.cu's shared gate (gate_dot: elements lane, lane + 32, ...): ceil(H / 32) fmas a lane and
+ *   5 butterflies. */
+
+double nf_moe_ref_gamma(uint32_t n)
+{
+    const double nu = ldexp((double)n, -24);
+    return nu / (1.0 - nu);
+}
+
+static uint32_t cdiv(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
+static uint32_t chain_f32(uint32_t c) { return 16 * cdiv(c, 512) + 5; }
+
+static double ddot(const float *w, const double *x, uint32_t n)
+{
+    double s = 0;
+    for (uint32_t i = 0; i < n; i++) s += (double)w[i] * x[i];
+    return s;
+}
+
+/* The sum of |term| of an int8 dot of w[n] with x[n] (the groups above; off = the row's offsets per
+ * 32, or NULL) */
+static double a8_terms(const float *w, const float *off, const double *x, uint32_t n)
+{
+    const uint32_t G = off ? 32 : 16;
+    double t = 0;
+    for (uint32_t g = 0; g < n; g += G) {
+        const double m = off ? (double)off[g / 32] : 0.0;
+        double s = 0, sx = 0;
+        for (uint32_t i = g; i < g + G; i++) s += ((double)w[i] + m) * x[i], sx += x[i];
+        t += fabs(s) + fabs(m * sx);
+    }
+    return t;
+}
+
+/* warp_sum's butterfly (xor 16, 8, 4, 2, 1) over lane partials v[32] whose own bounds are e[32]:
+ * each addition rounds (u of its result) unless one side is a lane that held nothing (live 0; the
+ * addition of an exact 0 is exact). Returns lane 0's bound, times 1.001 (the second order). */
+static double butterfly_err(double *v, double *e, int *live)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        double nv[32], ne[32];
+        int nl[32];
+        for (int l = 0; l < 32; l++) {
+            nv[l] = v[l] + v[l ^ o];
+            ne[l] = e[l] + e[l ^ o] + (live[l] && live[l ^ o] ? fabs(nv[l]) : 0.0);
+            nl[l] = live[l] || live[l ^ o];
+        }
+        for (int l = 0; l < 32; l++) v[l] = nv[l], e[l] = ne[l], live[l] = nl[l];
+    }
+    return 1.001 * ldexp(e[0], -24);
+}
+
+/* The first-order bound above on |fp32 dot - exact| for gemv_a8.cu's int8 dot of a row w[c] (codec's
+ * span policy; off its offsets per 32 or NULL) with x[c], along the device's chain. */
+static double a8_dot_err(int codec, const float *w, const float *off, const double *x, uint32_t c)
+{
+    const uint32_t S = codec == NF_CODEC_Q8_0 ? 32 : 64, spans = c / S;
+    double v[32] = {0}, e[32] = {0};
+    int live[32] = {0};
+    for (uint32_t s = 0; s < spans; s++) {
+        const int l = (int)(s % 32);
+        uint32_t g0[4], gn = 0, G = 16;
+        if (codec == NF_CODEC_Q4_K || codec == NF_CODEC_Q5_K) { /* sub-blocks 2j, 2j + 1 of block s / 4 */
+            G = 32, gn = 2;
+            g0[0] = (s / 4) * 256 + (s % 4) * 64, g0[1] = g0[0] + 32;
+        } else if (codec == NF_CODEC_Q6_K) { /* runs m: b 256 + n 128 + 16 h + 32 m */
+            gn = 4;
+            for (uint32_t m = 0; m < 4; m++) g0[m] = (s / 4) * 256 + ((s / 2) % 2) * 128 + (s % 2) * 16 + 32 * m;
+        } else { /* q8_0: the span's block */
+            G = 32, gn = 1, g0[0] = 32 * s;
+        }
+        for (uint32_t g = 0; g < gn; g++) {
+            const double m = off ? (double)off[g0[g] / 32] : 0.0;
+            double t1 = 0, sx = 0;
+            for (uint32_t i = g0[g]; i < g0[g] + G; i++) t1 += ((double)w[i] + m) * x[i], sx += x[i];
+            v[l] += t1; /* fma(fl(d_s d_x), sum q q~, partial) */
+            e[l] += fabs(t1) + fabs(v[l]);
+            if (off) { /* fma(-m_s, fl(d_x sum q~), partial) */
+                v[l] -= m * sx;
+                e[l] += fabs(m * sx) + fabs(v[l]);
+            }
+        }
+        live[l] = 1;
+    }
+    return butterfly_err(v, e, live);
+}
+
+/* router.cu's logit of a bf16 row w[H] with x[H] (exact products in fp32): lane l takes 8-element
+ * chunks l, l + 32, ..., an fma per element, then the butterfly. The first-order bound as above. */
+static double logit_err(const float *w, const float *x, uint32_t H)
+{
+    double v[32] = {0}, e[32] = {0};
+    int live[32] = {0};
+    for (uint32_t c = 0; c < H / 8; c++) {
+        const int l = (int)(c % 32);
+        for (uint32_t i = 8 * c; i < 8 * c + 8; i++) {
+            v[l] += (double)w[i] * (double)x[i];
+            e[l] += fabs(v[l]);
+        }
+        live[l] = 1;
+    }
+    return butterfly_err(v, e, live);
+}
+
+/* sum_i |w_i x_i| */
+static double f32_terms(const float *w, const double *x, uint32_t n)
+{
+    double t = 0;
+    for (uint32_t i = 0; i < n; i++) t += fabs((double)w[i] * x[i]);
+    return t;
+}
+
+/* One expert's SwiGLU intermediate a[n] over x (gu [2n][H]; off its offsets [2n][H / 32] or NULL;
+ * codec >= 0: gemv_a8.cu's int8 dots of that codec, -1: gemv.cu's f32 dots) and da[n], how far a
+ * device evaluating it in fp32 may be from a: |g' - g| <= dg (the dot's bound), |u' - u| <= du,
+ * |silu'| <= 1.1 (mean value theorem), so |a' - a| <= 1.1 dg (|u| + du) + |silu(g)| du; silu's
+ * evaluation (expf: at most 2 ulps (CUDA's accuracy table), 4u relative, which 1 + e keeps; the
+ * addition's and the division's roundings) and the product's rounding cost at most 7u |a| to first
+ * order: 2^-21 |a| covers it. */
+static void swiglu(const float *gu, const float *off, uint32_t H, uint32_t n, const double *x, int codec, double *a,
+                   double *da)
+{
+    const double gm = nf_moe_ref_gamma(chain_f32(H));
+    const uint32_t nb = H / 32;
+    for (uint32_t r = 0; r < n; r++) {
+        const float *wg = gu + (size_t)r * H, *wu = gu + (size_t)(n + r) * H;
+        const float *og = off ? off + (size_t)r * nb : NULL, *ou = off ? off + (size_t)(n + r) * nb : NULL;
+        const double g = ddot(wg, x, H), u = ddot(wu, x, H), s = g / (1.0 + exp(-g));
+        const double dg = codec >= 0 ? a8_dot_err(codec, wg, og, x, H) : gm * f32_terms(wg, x, H);
+        const double du = codec >= 0 ? a8_dot_err(codec, wu, ou, x, H) : gm * f32_terms(wu, x, H);
+        a[r] = s * u;
+        da[r] = 1.1 * dg * (fabs(u) + du) + fabs(s) * du + ldexp(fabs(a[r]), -21);
+    }
+}
+
+/* x quantised as the device does (nf_test_quantize_a8's d and q), the values d q exact in double */
+static void quantize_exact(const float *x, uint32_t n, double *xq)
+{
+    for (uint32_t b = 0; b < n; b += 32) {
+        float am = 0.f;
+        for (uint32_t i = b; i < b + 32; i++) am = fmaxf(am, fabsf(x[i]));
+        const float d = am / 127.0f;
+        for (uint32_t i = b; i < b + 32; i++) xq[i] = am > 0.f ? (double)d * rintf(x[i] / d) : 0.0;
+    }
+}
+
+void nf_moe_ref_a8_inter(const nf_moe_ref *m, const nf_moe_ref_a8 *a8, const float *x, int32_t e, double *a,
+                         double *da)
+{
+    const uint32_t H = m->H, I = m->I;
+    double *xq = malloc(sizeof(double) * H);
+    quantize_exact(x, H, xq);
+    swiglu(m->gate_up + (size_t)e * 2 * I * H, a8->gate_up_off ? a8->gate_up_off + (size_t)e * 2 * I * (H / 32) : NULL,
+           H, I, xq, a8->gate_up_codec, a, da);
+    free(xq);
+}
+
+void nf_moe_ref_a8_block(const double *a, const double *da, double *v, double *dev, uint32_t *n_near)
+{
+    float af[32];
+    double lo = 0, hi = 0;
+    for (int i = 0; i < 32; i++) {
+        af[i] = (float)a[i];
+        lo = fmax(lo, fabs(a[i]) - da[i]);
+        hi = fmax(hi, fabs(a[i]) + da[i]);
+    }
+    quantize_exact(af, 32, v);
+    /* The device's amax is a float in [lo, hi] and its d = amax / 127 (f32) is monotone in amax, so
+     * d lies in [ds[0], ds[1]] (interval ends rounded outwards to floats). Each element's device
+     * value is a float in [vl, vh], and rint(value / d) is monotone in both, so the integers it can
+     * take run between the four corners' (IEEE divisions, as the device's); d q is linear in d for
+     * a fixed q, so the largest departure is at a corner too. */
+    const float al = lo > 0 ? nextafterf((float)lo, 0.0f) : 0.0f, ah = nextafterf((float)hi, INFINITY);
+    const float ds[2] = {al / 127.0f, ah / 127.0f};
+    for (int i = 0; i < 32; i++) {
+        if (!(ds[0] > 0.0f)) { /* every element within its error of 0: the device's block is anything in [-hi, hi] */
+            dev[i] = fabs(v[i]) + 1.01 * hi;
+            if (n_near) (*n_near)++;
+            continue;
+        }
+        const float vl = nextafterf((float)(a[i] - da[i]), -INFINITY), vh = nextafterf((float)(a[i] + da[i]), INFINITY);
+        float qlo = INFINITY, qhi = -INFINITY;
+        for (int j = 0; j < 2; j++) {
+            const float q0 = rintf(vl / ds[j]), q1 = rintf(vh / ds[j]);
+            qlo = fminf(qlo, fminf(q0, q1));
+            qhi = fmaxf(qhi, fmaxf(q0, q1));
+        }
+        double e = 0;
+        for (int j = 0; j < 2; j++)
+            e = fmax(e, fmax(fabs((double)ds[j] * qlo - v[i]), fabs((double)ds[j] * qhi - v[i])));
+        dev[i] = e;
+        if (n_near && qlo != qhi) (*n_near)++;
+    }
+}
+
+void nf_moe_ref_token_a8(const nf_moe_ref *m, const nf_moe_ref_a8 *a8, const float *x, const int32_t *ids,
+                         const double *weights, double *out, double *bound, uint32_t *n_near)
+{
+    const uint32_t H = m->H, I = m->I, S = m->S, E = m->E, k = m->k, n = I > S ? I : S;
+    const double u = ldexp(1.0, -24);
+    double *xq = malloc(sizeof(double) * (2 * (size_t)H + 4 * (size_t)n + 4 * (size_t)H + 2 * (size_t)E));
+    double *xd = xq + H, *a = xd + H, *da = a + n, *v = da + n, *dev = v + n;
+    double *qdep = dev + n, *sum = qdep + H, *rt = sum + H, *sh = rt + H, *l = sh + H, *al = l + E;
+    for (uint32_t h = 0; h < H; h++) out[h] = qdep[h] = sum[h] = rt[h] = sh[h] = 0, xd[h] = x[h];
+    quantize_exact(x, H, xq);
+
+    /* Routing weights: the device's logit e is off by at most dl_e (logit_err); its softmax
+     * subtracts the max (rounding: u |l_e - max|), takes expf (2 ulps: 4u) and divides by the sum of
+     * all E, a factor common to every weight; renormalised, that factor cancels and only the k
+     * selected terms' errors, psum's k additions and the divisions remain. alpha_e = dl_e +
+     * u |l_e - max| + 5u bounds the relative error of the device's exp(l_e - max). */
+    double mx = -INFINITY, amax_all = 0, amax_top = 0;
+    for (uint32_t e = 0; e < E; e++) {
+        l[e] = dot(m->router + (size_t)e * H, x, H);
+        al[e] = logit_err(m->router + (size_t)e * H, x, H);
+        mx = fmax(mx, l[e]);
+    }
+    for (uint32_t e = 0; e < E; e++) {
+        al[e] += u * fabs(l[e] - mx) + 5 * u;
+        amax_all = fmax(amax_all, al[e]);
+    }
+    for (uint32_t j = 0; j < k; j++) amax_top = fmax(amax_top, al[ids[j]]);
+
+    const double gd = nf_moe_ref_gamma(12 + k * cdiv(I, 1024));
+    const uint32_t ib = I / 32, hb = H / 32;
+    for (uint32_t j = 0; j < k; j++) {
+        const size_t e = (size_t)ids[j];
+        const double p = weights[j], ap = fabs(p);
+        const double eps = al[e] + (m->norm_topk ? amax_top + (k + 3) * u : amax_all + (cdiv(E, 32) + 8) * u);
+        const float *gu = m->gate_up + e * 2 * I * H, *dn = m->down + e * H * I;
+        const float *goff = a8->gate_up_off ? a8->gate_up_off + e * 2 * I * hb : NULL;
+        const float *doff = a8->down_off ? a8->down_off + e * H * ib : NULL;
+        swiglu(gu, goff, H, I, xq, a8->gate_up_codec, a, da);
+        for (uint32_t b = 0; b < ib; b++) nf_moe_ref_a8_block(a + 32 * b, da + 32 * b, v + 32 * b, dev + 32 * b, n_near);
+        for (uint32_t h = 0; h < H; h++) {
+            const float *w = dn + (size_t)h * I, *o = doff ? doff + (size_t)h * ib : NULL;
+            double f = 0, t = 0;
+            for (uint32_t r = 0; r < I; r++) {
+                const double wr = fabs((double)w[r]) + (o ? 2.0 * fabs((double)o[r / 32]) : 0.0);
+                f += fabs((double)w[r]) * dev[r];
+                t += wr * dev[r]; /* the terms' growth where the device's values depart */
+            }
+            const double y = ddot(w, v, I);
+            out[h] += p * y;
+            qdep[h] += ap * f;
+            sum[h] += ap * (a8_terms(w, o, v, I) + t);
+            rt[h] += eps * ap * fabs(y);
+        }
+    }
+    if (S) {
+        /* the shared expert in fp32 (gemv.cu): its intermediate's error propagates through |down|,
+         * and its sigmoid gate's (|sigma'| = sg (1 - sg); expf, an addition and a division: 6u) */
+        const double s = dot(m->sgate, x, H), ds = nf_moe_ref_gamma(cdiv(H, 32) + 5) * adot(m->sgate, x, H);
+        const double sg = 1.0 / (1.0 + exp(-s)), dsg = sg * (1.0 - sg) * ds + 6 * u * sg;
+        const double gs = nf_moe_ref_gamma(chain_f32(S));
+        swiglu(m->sgate_up, NULL, H, S, xd, -1, a, da);
+        for (uint32_t h = 0; h < H; h++) {
+            const float *w = m->sdown + (size_t)h * S;
+            double d = 0, t = 0;
+            for (uint32_t r = 0; r < S; r++) {
+                d += fabs((double)w[r]) * da[r];
+                t += fabs((double)w[r]) * (fabs(a[r]) + da[r]);
+            }
+            const double y = ddot(w, a, S);
+            out[h] += sg * y;
+            sh[h] = sg * (d + gs * t) + dsg * fabs(y);
+            sum[h] += sg * fabs(y); /* the down's last fma adds sg ys */
+        }
+    }
+    for (uint32_t h = 0; h < H; h++) bound[h] = qdep[h] + gd * sum[h] + rt[h] + sh[h];
     free(xq);
 }

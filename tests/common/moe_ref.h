@@ -14,9 +14,6 @@ typedef struct nf_moe_ref {
     const float *sgate_up;  /* [2S][H] */
     const float *sdown;     /* [H][S] */
     const float *sgate;     /* [H] */
-    int quant_act;          /* 1: the routed experts' SwiGLU intermediate is rounded to f32 and
-                             * quantised to int8 per 32 (nf_test_quantize_a8) before down, as the
-                             * device's W·A8 down does (down_a8.cu); the shared expert's is not */
 } nf_moe_ref;
 
 /* Routing of one token: ids[k] by descending logit, ties to the lower index; weights[k]; gap = the
@@ -67,5 +64,56 @@ void nf_moe_ref_token_a4(const nf_moe_ref *m, const nf_moe_ref_a4 *a, const floa
 /* The relative error bound used for a device dot product of length K (fp32 accumulation on tensor
  * cores, exact products; see moe_ref.c). */
 double nf_moe_ref_acc_rel(uint32_t K);
+
+/* ---- W·A8 (int8 activations), the decode and small-token routes of k-quant / q8_0 banks ----------
+ * The device (gemv_a8.cu, down_a8.cu) quantises the routed experts' gate/up input x and their
+ * SwiGLU intermediate to int8 per 32 elements (nf_test_quantize_a8: d = max|v| / 127 in f32,
+ * q = rint(v / d)); its router and shared expert take x as it is, in fp32. x's quantisation is
+ * repeated bit for bit (the same f32 operations on the same bf16 values); the intermediate's cannot
+ * be: the device computes it in fp32, so one lying within that accumulation error of a rint tie
+ * (v / d = n + 1/2), or a block whose amax (so d) moves, may quantise a step away. The reference
+ * takes the device's operands exactly (moe_ref.c, "W·A8"): the routed weights must be the device's
+ * own values (q4_k/q5_k: the caller checks that the CPU's fl(d_s q - m_s) is exact). */
+typedef struct nf_moe_ref_a8 {
+    int gate_up_codec; /* the routed gate/up's codec (nf_codec_id: q4_k, q5_k, q6_k, q8_0): the
+                        * device's rounding chain of its dots (spans_a8.cuh's span policies) */
+    /* Per 32-element sub-block of a routed row, the offset its codec subtracts (q4_k, q5_k:
+     * m_s = dmin * m, w = d_s q - m_s): the device's dot takes d_s d_x sum q q~ and m_s d_x sum q~ as
+     * terms of their own, which can exceed their difference. NULL: a codec without (q6_k, q8_0). */
+    const float *gate_up_off; /* [E][2I][H/32] */
+    const float *down_off;    /* [E][H][I/32] */
+} nf_moe_ref_a8;
+
+/* gamma_n = n u / (1 - n u), u = 2^-24: |computed - exact| <= gamma_n sum |terms| for a sum whose
+ * terms each pass through at most n fp32 roundings (Higham, Accuracy and Stability of Numerical
+ * Algorithms, 2nd ed., 3.1 and 4.2). */
+double nf_moe_ref_gamma(uint32_t n);
+
+/* Routed expert e's SwiGLU intermediate over x quantised as the device does, a[I] in double, and
+ * da[I]: how far the device's fp32 value may lie from it (its gate/up dots' rounding along the
+ * device's chain, silu, the product). */
+void nf_moe_ref_a8_inter(const nf_moe_ref *m, const nf_moe_ref_a8 *a8, const float *x, int32_t e, double *a,
+                         double *da);
+
+/* One block of 32 SwiGLU intermediates whose device (fp32) values lie in [a - da, a + da]: v[32] =
+ * the reference's values d q (the quantisation of (float)a, exact in double), dev[32] = the largest
+ * |device's d' q' - v| over every value in those intervals and every block scale d' their amax
+ * allows: a few ulps of v where no tie is within reach, a whole step d (or more) where one is.
+ * n_near (may be NULL) += how many elements can quantise to another integer. */
+void nf_moe_ref_a8_block(const double *a, const double *da, double *v, double *dev, uint32_t *n_near);
+
+/* The W·A8 forward of one token (routed gate/up and down quantise as above; router and shared expert
+ * take x) in double, and bound[H]: how far a device doing it in fp32 may be from out before its
+ * output's bf16 rounding (moe_ref.c, "W·A8", argues each part):
+ *   quantisation: sum_j p_j sum_r |W_hr| dev_jr (nf_moe_ref_a8_block over each expert's
+ *            intermediate, whose interval is the fp32 error of its int8 gate/up dots along the
+ *            device's chain, through silu and the product): near ties a whole step, d's range;
+ *   down:    gamma_nd (sum_j p_j terms of its row's int8 dot + sg |ys_h|), nd down_a8.cu's longest chain;
+ *   router:  sum_j eps_j p_j |y_jh|, eps_j the relative error of the fp32 softmax weight;
+ *   shared:  sg |dys_h| + |dsg| |ys_h| through the f32 gate/up, SwiGLU and down (gemv.cu).
+ * a8 (not NULL) gives the routed gate/up's codec and the offsets. n_near (may be NULL) += the
+ * routed intermediates that can quantise a step away. */
+void nf_moe_ref_token_a8(const nf_moe_ref *m, const nf_moe_ref_a8 *a8, const float *x, const int32_t *ids,
+                         const double *weights, double *out, double *bound, uint32_t *n_near);
 
 #endif
