@@ -47,7 +47,8 @@
 // the CTA keeps as many staging loads in flight as 4 warps at two); the 16-warp ones take 86 - 104 (one
 // CTA an SM whatever the count). No form spills. The wider forms' outputs differ from the 4-warp form's
 // in the last bits, only through the f32 summation order (shorter per-warp chains, more cross-warp
-// sums). Their speed is NOT yet measured.
+// sums). Measured (H200, ncu, nvfp4 recipe's decode step): the attention output 14.7 -> 9.7 us at
+// 16 warps, q / k / v 12.0 -> 10.8 us at 8; `bench e2e` nvfp4 tg128 306.0 -> 337.9 t/s.
 #include "fp4_mma.cuh"
 #include "internal.cuh"
 #include "mma_rows.cuh"
