@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "codec/codec.h"
+#include "codec/ggml_blocks.h"
 #include "codec/nvfp4.h"
 #include "cuda_test_util.h"
 
@@ -556,4 +557,27 @@ void nf_moe_ref_token_a8(const nf_moe_ref *m, const nf_moe_ref_a8 *a8, const flo
     }
     for (uint32_t h = 0; h < H; h++) bound[h] = qdep[h] + gd * sum[h] + rt[h] + sh[h];
     free(xq);
+}
+
+size_t nf_moe_ref_k4_offsets(int codec, const uint8_t *payload, size_t row_bytes, const float *deq, uint64_t rows,
+                             uint32_t cols, float *off)
+{
+    const size_t bs = nf_codec_row_bytes(nf_codec_get(codec), 256);
+    size_t inexact = 0;
+    for (uint64_t r = 0; r < rows; r++)
+        for (uint32_t b = 0; b < cols / 256; b++) {
+            const uint8_t *blk = payload + r * row_bytes + b * bs;
+            const float d = nf_rd_f16(blk), dmin = nf_rd_f16(blk + 2);
+            for (int s = 0; s < 8; s++) {
+                uint8_t sc, mn;
+                nf_k4_scale_min(s, blk + 4, &sc, &mn);
+                const float d1 = d * sc, m1 = dmin * mn;
+                off[r * (cols / 32) + b * 8 + s] = m1;
+                for (uint32_t i = b * 256 + 32 * s; i < b * 256 + 32 * s + 32; i++) {
+                    const double wv = deq[r * cols + i], q = d1 != 0 ? rint((wv + m1) / d1) : 0;
+                    inexact += (double)d1 * q - m1 != wv;
+                }
+            }
+        }
+    return inexact;
 }

@@ -3,6 +3,7 @@
 #ifndef NF_TEST_MOE_REF_H
 #define NF_TEST_MOE_REF_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct nf_moe_ref {
@@ -88,6 +89,14 @@ typedef struct nf_moe_ref_a8 {
  * terms each pass through at most n fp32 roundings (Higham, Accuracy and Stability of Numerical
  * Algorithms, 2nd ed., 3.1 and 4.2). */
 double nf_moe_ref_gamma(uint32_t n);
+
+/* q4_k / q5_k rows (ggml blocks: d, dmin, 12 bytes of scales and mins, then the quants) of `rows` x
+ * `cols` in `payload` (row_bytes each), deq their CPU dequantisation: each 32-element sub-block's
+ * offset m_s into off [rows][cols / 32] (w = d_s q - m_s), and the count of weights whose CPU value
+ * fl(d_s q - m_s) is not d_s q - m_s exactly (the W·A8 reference takes them as the device's int8 dots'
+ * exact values, so it needs 0). */
+size_t nf_moe_ref_k4_offsets(int codec, const uint8_t *payload, size_t row_bytes, const float *deq, uint64_t rows,
+                             uint32_t cols, float *off);
 
 /* Routed expert e's SwiGLU intermediate over x quantised as the device does, a[I] in double, and
  * da[I]: how far the device's fp32 value may lie from it (its gate/up dots' rounding along the

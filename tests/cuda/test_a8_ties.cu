@@ -32,7 +32,6 @@
 
 extern "C" {
 #include "codec/codec.h"
-#include "codec/ggml_blocks.h"
 #include "common/cuda_test_util.h"
 #include "common/moe_ref.h"
 }
@@ -108,24 +107,9 @@ Mat make_mat(int codec, uint32_t experts, uint32_t rows, uint32_t cols, float sd
         c->quantize_row(w.data(), &m.payload[r * rb], cols);
         c->dequantize_row(&m.payload[r * rb], &m.deq[r * cols], cols);
     }
-    if (codec == NF_CODEC_Q4_K || codec == NF_CODEC_Q5_K) { // ggml blocks: d, dmin, 12 scale bytes, ...
-        const size_t bs = nf_codec_row_bytes(c, 256);
+    if (codec == NF_CODEC_Q4_K || codec == NF_CODEC_Q5_K) {
         m.off.resize(R * cols / 32);
-        for (uint64_t r = 0; r < R; r++)
-            for (uint32_t b = 0; b < cols / 256; b++) {
-                const uint8_t *blk = &m.payload[r * rb + b * bs];
-                const float d = nf_rd_f16(blk), dmin = nf_rd_f16(blk + 2);
-                for (int s = 0; s < 8; s++) {
-                    uint8_t sc, mm;
-                    nf_k4_scale_min(s, blk + 4, &sc, &mm);
-                    const float d1 = d * sc, m1 = dmin * mm;
-                    m.off[r * (cols / 32) + b * 8 + s] = m1;
-                    for (int i = 0; i < 32; i++) {
-                        const double wv = m.deq[r * cols + b * 256 + 32 * s + i], q = d1 != 0 ? rint((wv + m1) / d1) : 0;
-                        m.inexact += (double)d1 * q - m1 != wv;
-                    }
-                }
-            }
+        m.inexact = nf_moe_ref_k4_offsets(codec, m.payload.data(), rb, m.deq.data(), R, cols, m.off.data());
     }
     if (codec != NF_CODEC_BF16) {
         nf_moe_matrix mm;

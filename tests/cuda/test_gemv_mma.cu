@@ -70,13 +70,6 @@ extern "C" {
 #include "nf_test.h"
 #include "common/need_gpu.h"
 
-namespace nf {
-// gemv_mma.cu: the warps a CTA of launch_gemv_mma gets for these arguments (4, 8 or 16; 0: not
-// supported). Declared here, its only user.
-int gemv_mma_warps(int codec, bool glu, const DevMat &W, bool in_bf16, uint32_t max_groups, uint32_t max_tokens,
-                   bool rows_are_x0);
-} // namespace nf
-
 namespace {
 
 uint64_t rng = 0x9E3779B97F4A7C15ull;

@@ -412,8 +412,6 @@ cudaError_t launch_gemv_mma(int codec, bool glu, const DevMat &W, const void *in
     }
 }
 
-// The warps a CTA of launch_gemv_mma with these arguments gets (4, 8 or 16; 0: not supported), for
-// tests/cuda/test_gemv_mma.cu, which declares it itself: it checks that its shapes reach every form.
 int gemv_mma_warps(int codec, bool glu, const DevMat &W, bool in_bf16, uint32_t max_groups, uint32_t max_tokens,
                    bool rows_are_x0)
 {
