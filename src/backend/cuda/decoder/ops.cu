@@ -102,37 +102,58 @@ __global__ void rope_table_kernel(const float *src, uint32_t ctx, uint32_t half,
 }
 
 // One warp per (token, head) over q heads then kv heads; lane owns rope pairs (i, i + hd/2) for
-// i = lane, lane + 32, ..., their rotation from the table.
+// i = lane, lane + 32, ... (at most kRopePairs: create refuses head_dim > 256), their rotation from
+// the table. What does not depend on the predecessor -- the position (written before the forward's
+// first kernel), the rotations, norm weights and biases -- is loaded before the grid-dependency wait.
+constexpr int kRopePairs = 4;
+
 __global__ void qkv_kernel(QkvArgs a, const Step *step)
 {
-    pdl_wait();
     const uint32_t t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, hd = a.hd, half = hd / 2;
     const bool is_q = h < a.heads;
     const uint32_t kvh = is_q ? 0 : h - a.heads;
     const uint32_t qd = a.heads * hd, kvd = a.kv_heads * hd;
     const int pos = step->pos0 + (int)t;
-    float *row = a.qkv + (size_t)t * a.stride;
-    const float *src = is_q ? row + h * hd : row + qd + kvh * hd;
     const float *bias = is_q ? (a.q_bias ? a.q_bias + h * hd : nullptr) : (a.k_bias ? a.k_bias + kvh * hd : nullptr);
     const float *norm = is_q ? a.q_norm : a.k_norm;
-    float ss = 0;
-    for (uint32_t i = lane; i < hd; i += 32) {
-        const float v = src[i] + (bias ? bias[i] : 0.0f);
-        ss += v * v;
+    float2 rot[kRopePairs];
+    float n0[kRopePairs], n1[kRopePairs], b0[kRopePairs], b1[kRopePairs], x0[kRopePairs], x1[kRopePairs];
+#pragma unroll
+    for (int j = 0; j < kRopePairs; j++) {
+        const uint32_t i = lane + 32 * j;
+        if (i >= half) continue;
+        rot[j] = a.rope[(size_t)pos * half + i];
+        n0[j] = norm ? norm[i] : 1.0f, n1[j] = norm ? norm[i + half] : 1.0f;
+        b0[j] = bias ? bias[i] : 0.0f, b1[j] = bias ? bias[i + half] : 0.0f;
     }
+    pdl_wait();
+    float *row = a.qkv + (size_t)t * a.stride;
+    const float *src = is_q ? row + h * hd : row + qd + kvh * hd;
+    float ss = 0; // over the lane's first halves, then its second halves
+#pragma unroll
+    for (int j = 0; j < kRopePairs; j++)
+        if (lane + 32 * j < half) x0[j] = src[lane + 32 * j] + b0[j], x1[j] = src[lane + 32 * j + half] + b1[j];
+#pragma unroll
+    for (int j = 0; j < kRopePairs; j++)
+        if (lane + 32 * j < half) ss += x0[j] * x0[j];
+#pragma unroll
+    for (int j = 0; j < kRopePairs; j++)
+        if (lane + 32 * j < half) ss += x1[j] * x1[j];
     const float inv = norm ? 1.0f / sqrtf(warp_sum(ss) / (float)hd + a.eps) : 1.0f;
-    const float2 *rot = a.rope + (size_t)pos * half;
-    for (uint32_t i = lane; i < half; i += 32) {
-        float x0 = src[i] + (bias ? bias[i] : 0.0f), x1 = src[i + half] + (bias ? bias[i + half] : 0.0f);
-        if (norm) x0 = x0 * inv * norm[i], x1 = x1 * inv * norm[i + half];
-        const float c = rot[i].x, sn = rot[i].y;
-        const float y0 = x0 * c - x1 * sn, y1 = x1 * c + x0 * sn;
+#pragma unroll
+    for (int j = 0; j < kRopePairs; j++) {
+        const uint32_t i = lane + 32 * j;
+        if (i >= half) continue;
+        float y0 = x0[j], y1 = x1[j];
+        if (norm) y0 = y0 * inv * n0[j], y1 = y1 * inv * n1[j];
+        const float c = rot[j].x, sn = rot[j].y;
+        const float r0 = y0 * c - y1 * sn, r1 = y1 * c + y0 * sn;
         if (is_q) {
-            row[h * hd + i] = y0;
-            row[h * hd + i + half] = y1;
+            row[h * hd + i] = r0;
+            row[h * hd + i + half] = r1;
         } else {
             uint16_t *k = a.kc + (size_t)pos * kvd + kvh * hd;
-            k[i] = f2bf(y0), k[i + half] = f2bf(y1);
+            k[i] = f2bf(r0), k[i + half] = f2bf(r1);
         }
     }
     if (!is_q) {
