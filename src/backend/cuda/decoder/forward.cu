@@ -29,13 +29,13 @@ struct Fail {
 // q | k | v rows of a.qkv: one GEMV when they are one stacked matrix (a shared codec); at T = 1 with
 // int8 activations, one launch of three segments when their codecs differ (the same bits as three
 // launches, two kernel boundaries fewer); else three.
-Fail qkv_projection(nf_cuda_decoder *dec, uint32_t l, uint32_t T)
+// qd, kvd: the q and the k (= v) widths; a row of a.qkv is qd + 2 kvd.
+Fail qkv_projection(nf_cuda_decoder *dec, uint32_t l, uint32_t T, uint32_t qd, uint32_t kvd)
 {
-    const nf_cuda_decoder_desc &d = dec->d;
     const Layer &L = dec->L[l];
     Acts &a = dec->a;
     cudaStream_t s = dec->stream;
-    const uint32_t qd = d.heads * d.head_dim, kvd = d.kv_heads * d.head_dim, S = qd + 2 * kvd;
+    const uint32_t S = qd + 2 * kvd;
     if (L.qkv.codec >= 0) {
         TRY(linear(L.qkv, dec->tab, a.xn, T, a.qkv, S, s), "attn_qkv", l);
         return Fail{nullptr, 0, cudaSuccess, nullptr};
@@ -58,7 +58,7 @@ Fail attention_block(nf_cuda_decoder *dec, uint32_t l, uint32_t T)
     Acts &a = dec->a;
     cudaStream_t s = dec->stream;
     const uint32_t qd = d.heads * d.head_dim, kvd = d.kv_heads * d.head_dim, S = qd + 2 * kvd;
-    Fail f = qkv_projection(dec, l, T);
+    Fail f = qkv_projection(dec, l, T, qd, kvd);
     if (f.op) return f;
     QkvArgs qa{a.qkv, S, L.q_bias, L.k_bias, L.v_bias, L.q_norm, L.k_norm, L.kc, L.vc, dec->rope_tab,
                d.heads, d.kv_heads, d.head_dim, d.rms_eps};
