@@ -181,9 +181,9 @@ cudaError_t launch_t(const DevMat &W, const uint16_t *in, uint32_t in_stride, co
     // Plain (the dense layers, one group): at most one wave of CTAs, each walking several row blocks.
     uint32_t grid = GLU && max_tokens > 1 ? (blocks + 3) / 4 : blocks;
     if constexpr (!GLU) {
-        int dev = 0, sms = 0, per_sm = 0;
-        if (e == cudaSuccess) e = cudaGetDevice(&dev);
-        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+        const int sms = sm_count();
+        int per_sm = 0;
+        if (e == cudaSuccess && !sms) e = cudaErrorInvalidDevice;
         if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, kWarps * 32, smem);
         const uint32_t wave = (uint32_t)(sms * (per_sm > 0 ? per_sm : 1));
         if (blocks > wave) grid = wave;
@@ -330,10 +330,10 @@ cudaError_t launch_gemv_a8_segs(const A8Seg *s, int n, const uint16_t *in, bool 
     void (*k)(SegsArg, const uint16_t *) =
         seg_ns(s[0].codec, s[0].W.cols) == 1 ? gemv_a8_segs_kernel<1> : gemv_a8_segs_kernel<2>;
     const size_t smem = (size_t)a8_stride(s[0].W.cols) + s[0].W.cols / 32 * sizeof(float2); // one token
-    int dev = 0, sms = 0, per_sm = 0;
+    const int sms = sm_count();
+    int per_sm = 0;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (e == cudaSuccess) e = cudaGetDevice(&dev);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e == cudaSuccess && !sms) e = cudaErrorInvalidDevice;
     if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, kWarps * 32, smem);
     if (e != cudaSuccess) return e;
     // A CTA per row block while they fit one wave (the plain kernel's rule); past it, the wave dealt

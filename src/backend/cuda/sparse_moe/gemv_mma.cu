@@ -289,25 +289,6 @@ bool supported(const DevMat &W)
            stage_bytes(4, W.cols, 2) <= smem_optin_limit(); // one f32 token (hi and lo) must fit
 }
 
-// The current device's SM count (0 when it cannot be queried), asked of the driver once per device:
-// the warp choice runs on every eager launch.
-int sm_count()
-{
-    static std::atomic<int> known[64]; // 0: not asked yet
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) {
-        cudaGetLastError();
-        return 0;
-    }
-    if (dev < 64 && (n = known[dev].load(std::memory_order_relaxed)) > 0) return n;
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-        cudaGetLastError();
-        return 0;
-    }
-    if (dev < 64) known[dev].store(n, std::memory_order_relaxed);
-    return n;
-}
-
 // CTAs of kernel k (nw warps, smem bytes of shared memory) an SM holds at once; 0 when unknown.
 int resident_ctas(MmaKernel k, int nw, size_t smem)
 {

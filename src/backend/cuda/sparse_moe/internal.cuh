@@ -41,25 +41,31 @@ cudaError_t launch_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t smem, bool
     return cudaLaunchKernelEx(&cfg, k, static_cast<A &&>(args)...);
 }
 
-// The current device's opt-in shared memory per block (0 when it cannot be queried): what the
-// admission predicates hold a kernel's shared-memory stage to (H200: 227 KiB; client Blackwell: ~99).
-// Asked of the driver once per device: the predicates run on every eager launch.
-inline size_t smem_optin_limit()
+// Attribute A of the current device (0 when it cannot be queried), asked of the driver once per
+// device: the admission predicates and launch shapes that use it run on every eager launch.
+template <cudaDeviceAttr A>
+inline int device_attr()
 {
     static std::atomic<int> known[64]; // 0: not asked yet
-    int dev = 0, limit = 0;
+    int dev = 0, v = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) {
         cudaGetLastError();
         return 0;
     }
-    if (dev < 64 && (limit = known[dev].load(std::memory_order_relaxed)) > 0) return (size_t)limit;
-    if (cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+    if (dev < 64 && (v = known[dev].load(std::memory_order_relaxed)) > 0) return v;
+    if (cudaDeviceGetAttribute(&v, A, dev) != cudaSuccess) {
         cudaGetLastError();
         return 0;
     }
-    if (dev < 64) known[dev].store(limit, std::memory_order_relaxed);
-    return (size_t)limit;
+    if (dev < 64) known[dev].store(v, std::memory_order_relaxed);
+    return v;
 }
+
+// The opt-in shared memory per block: what the admission predicates hold a kernel's shared-memory
+// stage to (H200: 227 KiB; client Blackwell: ~99).
+inline size_t smem_optin_limit() { return (size_t)device_attr<cudaDevAttrMaxSharedMemoryPerBlockOptin>(); }
+// The SM count (launch shapes of one wave).
+inline int sm_count() { return device_attr<cudaDevAttrMultiProcessorCount>(); }
 
 // Routing and the expert-sorted work list, all in the workspace (device memory).
 //   logits    [T][E] f32
