@@ -14,6 +14,8 @@
 // 64 as the engine test's qwen3_moe_256 (2 on 1 head, chunks of 16 at pos0 48) and T 130 at pos0 100;
 // hd 96 through the CUDA-core fallback. Decode cases: the qwen3 geometry at T = 1 around the 32-key
 // block edges and at long contexts, T = 3, and hd 64, 96 (a partial pair set) and 256 (V in two groups).
+// The decode step's fused form (the attention doing qk norm + rope + cache store itself) against
+// qkv_rope_store + the plain form, to the bit (check_rope_case).
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -89,6 +91,80 @@ void check_case(uint32_t hd, uint32_t heads, uint32_t kv_heads, uint32_t T, uint
     cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dout), cudaFree(dstep), cudaFree(dpart), cudaFree(dticket);
 }
 
+// The decode step's fused form (AttnArgs::rope, T = 1): from the projections row as the q/k/v GEMV
+// wrote it, the attention rotates q and stores the new position's k and v itself. It must give the
+// same bits as qkv_rope_store followed by the plain attention (which check_case holds to the
+// reference): the output and the cache row, for every q head of a kv group storing that row. Random
+// rotations, norm weights and biases (the kernels take any table); each form launched twice.
+void check_rope_case(uint32_t hd, uint32_t heads, uint32_t kv_heads, uint32_t pos0, uint32_t splits, bool norm,
+                     bool bias)
+{
+    const uint32_t half = hd / 2, S = (heads + 2 * kv_heads) * hd, kv_row = kv_heads * hd, ctx = pos0 + 8;
+    std::vector<float> row(S), rope((size_t)ctx * half * 2), qn(hd), kn(hd), qb(heads * hd), kb(kv_row), vb(kv_row);
+    for (auto &v : row) v = 2.0f * nf_test_nrand(&rng);
+    for (size_t i = 0; i < rope.size(); i += 2) {
+        const float ang = 3.0f * nf_test_nrand(&rng);
+        rope[i] = cosf(ang), rope[i + 1] = sinf(ang);
+    }
+    for (auto *v : {&qn, &kn, &qb, &kb, &vb})
+        for (auto &x : *v) x = 1.0f + 0.5f * nf_test_nrand(&rng);
+    std::vector<uint16_t> cache((size_t)ctx * kv_row, 0x7FC0); // rows >= pos0: NaN until stored
+    for (size_t i = 0; i < (size_t)pos0 * kv_row; i++) cache[i] = nf_test_f2bf(nf_test_nrand(&rng));
+    const size_t out_n = (size_t)heads * hd;
+    float *d[8] = {};
+    const size_t fl[8] = {S, rope.size(), hd, hd, qb.size(), kb.size(), vb.size(), (size_t)heads * splits * (hd + 2)};
+    uint16_t *kc = nullptr, *vc = nullptr, *out = nullptr;
+    unsigned *ticket = nullptr;
+    nf::dec::Step *dstep = nullptr;
+    const nf::dec::Step step = {(int32_t)pos0, 1, {0}};
+    bool ok = true;
+    for (int i = 0; i < 8; i++) ok = ok && cudaMalloc(&d[i], fl[i] * 4) == cudaSuccess;
+    ok = ok && cudaMalloc(&kc, cache.size() * 2) == cudaSuccess && cudaMalloc(&vc, cache.size() * 2) == cudaSuccess &&
+         cudaMalloc(&out, out_n * 2) == cudaSuccess && cudaMalloc(&ticket, heads * 4) == cudaSuccess &&
+         cudaMalloc(&dstep, sizeof step) == cudaSuccess;
+    const std::vector<float> *src[7] = {&row, &rope, &qn, &kn, &qb, &kb, &vb};
+    for (int i = 0; ok && i < 7; i++) ok = cudaMemcpy(d[i], src[i]->data(), fl[i] * 4, cudaMemcpyHostToDevice) == cudaSuccess;
+    ok = ok && cudaMemcpy(dstep, &step, sizeof step, cudaMemcpyHostToDevice) == cudaSuccess &&
+         cudaMemset(ticket, 0, heads * 4) == cudaSuccess;
+    // [form][run]: the attention output, then the k and v cache rows at pos0
+    std::vector<uint16_t> got[2][2];
+    for (int fused = 0; fused < 2 && ok; fused++)
+        for (int run = 0; run < 2 && ok; run++) {
+            ok = cudaMemcpy(d[0], row.data(), S * 4, cudaMemcpyHostToDevice) == cudaSuccess && // q in place: restore
+                 cudaMemcpy(kc, cache.data(), cache.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess &&
+                 cudaMemcpy(vc, cache.data(), cache.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess &&
+                 cudaMemset(out, 0xFF, out_n * 2) == cudaSuccess;
+            const nf::dec::QkvArgs qa{d[0], S, bias ? d[4] : nullptr, bias ? d[5] : nullptr, bias ? d[6] : nullptr,
+                                      norm ? d[2] : nullptr, norm ? d[3] : nullptr, kc, vc,
+                                      reinterpret_cast<const float2 *>(d[1]), heads, kv_heads, hd, 1e-6f};
+            if (!fused) nf::dec::qkv_rope_store(qa, dstep, 1, 0);
+            const nf::dec::AttnArgs a{d[0], S, kc, vc, out, d[7], ticket, heads, kv_heads, hd, splits, fused != 0, qa};
+            const cudaError_t e = nf::dec::attention(a, dstep, 1, 0);
+            ok = e == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess;
+            CHECK_MSG(ok, "rope hd %u splits %u fused %d: %s", hd, splits, fused, cudaGetErrorString(cudaGetLastError()));
+            std::vector<uint16_t> &g = got[fused][run];
+            g.resize(out_n + 2 * kv_row);
+            ok = ok && cudaMemcpy(g.data(), out, out_n * 2, cudaMemcpyDeviceToHost) == cudaSuccess &&
+                 cudaMemcpy(g.data() + out_n, kc + (size_t)pos0 * kv_row, kv_row * 2, cudaMemcpyDeviceToHost) == cudaSuccess &&
+                 cudaMemcpy(g.data() + out_n + kv_row, vc + (size_t)pos0 * kv_row, kv_row * 2, cudaMemcpyDeviceToHost) ==
+                     cudaSuccess;
+        }
+    CHECK_MSG(ok, "rope hd %u pos0 %u splits %u: device setup or run failed", hd, pos0, splits);
+    if (ok) {
+        bool finite = true;
+        for (uint16_t v : got[0][0]) finite = finite && (v & 0x7F80) != 0x7F80;
+        const bool same = got[1][0] == got[0][0], again = got[1][1] == got[1][0] && got[0][1] == got[0][0];
+        printf("  rope fused: hd %3u, %2u q heads on %u at pos0 %4u, %2u splits, norm %d bias %d: same bits %s\n", hd,
+               heads, kv_heads, pos0, splits, norm, bias, same ? "yes" : "NO");
+        CHECK_MSG(finite, "rope hd %u pos0 %u: the unfused output or cache row is not finite", hd, pos0);
+        CHECK_MSG(same, "rope hd %u pos0 %u splits %u: fused attention differs from qkv_rope_store + attention", hd,
+                  pos0, splits);
+        CHECK_MSG(again, "rope hd %u pos0 %u splits %u: a second launch gave other bits", hd, pos0, splits);
+    }
+    for (auto *p : d) cudaFree(p);
+    cudaFree(kc), cudaFree(vc), cudaFree(out), cudaFree(ticket), cudaFree(dstep);
+}
+
 } // namespace
 
 int main(void)
@@ -109,5 +185,14 @@ int main(void)
     check_case(96, 4, 2, 2, 70, 3);
     check_case(256, 8, 2, 1, 100, 2);
     check_case(256, 8, 2, 2, 40, 1);
+    // the fused decode form: splits that leave the new key in the last, a middle (empty splits after
+    // it) and the first split; every head dim the kernel takes a form for; with and without qk norm
+    // and biases
+    for (uint32_t sp : split_counts) check_rope_case(128, 32, 4, 600, sp, true, false);
+    check_rope_case(128, 32, 4, 3, 9, true, false);
+    check_rope_case(128, 32, 4, 0, 2, true, true);
+    check_rope_case(64, 2, 1, 48, 2, false, true);
+    check_rope_case(96, 4, 2, 70, 3, true, true);
+    check_rope_case(256, 8, 2, 100, 2, true, false);
     return nf_test_report();
 }

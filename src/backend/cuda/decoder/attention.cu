@@ -10,6 +10,7 @@
 
 #include "attn_mma.cuh"
 #include "ops.cuh"
+#include "rope.cuh"
 
 namespace nf {
 namespace dec {
@@ -133,7 +134,12 @@ __device__ void merge_splits(const AttnArgs &a, uint32_t t, uint32_t h)
     }
 }
 
-template <int NP>
+// ROPE (T = 1, AttnArgs::rope): the decode step's qk norm + rope + cache store happen here, one
+// kernel boundary fewer: warp 0 rotates this CTA's q head into qs, and in the split that holds the
+// new position (the last non-empty one) warp 1 rotates the kv head's k and stores it and v into the
+// cache row before any warp reads it (the CTAs of the q heads that share the kv head each store the
+// same bits). head_in's loads come before the grid-dependency wait, as in qkv_rope_store.
+template <int NP, bool ROPE>
 __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a, const Step *step)
 {
     __shared__ float qs[kMaxHd];
@@ -153,10 +159,28 @@ __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a, const Ste
             prefetch_line(reinterpret_cast<const uint8_t *>(a.vc + row) + b, false);
         }
     }
+    const int pos = n_keys - 1;
+    const bool owner = ROPE && (int)split == pos / per; // the split whose keys include the new one
+    const bool rot = ROPE && (warp == 0 || (warp == 1 && owner));
+    HeadIn hin;
+    if (rot) head_in(a.qk, warp == 0 ? h : a.heads + kvh, pos, hin);
     pdl_wait();
-    const float *q = a.q + (size_t)t * a.q_stride + h * hd;
-    for (uint32_t i = threadIdx.x; i < hd; i += blockDim.x) qs[i] = q[i];
-    __syncthreads();
+    if (!ROPE) {
+        const float *q = a.q + (size_t)t * a.q_stride + h * hd;
+        for (uint32_t i = threadIdx.x; i < hd; i += blockDim.x) qs[i] = q[i];
+    } else if (rot) {
+        const float *row = a.qk.qkv + (size_t)t * a.qk.stride;
+        float r0[kRopePairs], r1[kRopePairs];
+        head_rotate(a.qk, row, warp == 0 ? h : a.heads + kvh, hin, r0, r1);
+        if (warp == 1) {
+            store_kv(a.qk, row, kvh, pos, r0, r1);
+        } else {
+#pragma unroll
+            for (int j = 0; j < kRopePairs; j++)
+                if (lane + 32 * j < (int)hd / 2) qs[lane + 32 * j] = r0[j], qs[lane + 32 * j + hd / 2] = r1[j];
+        }
+    }
+    __syncthreads(); // qs, and the new cache row for the owner's warps
     Online<NP> st;
     const float scale = 1.0f / sqrtf((float)hd);
     for (int k0 = kb + 32 * warp; k0 < ke; k0 += 32 * kWarps) key_block<NP>(a, qs, kvh, k0, ke, scale, st);
@@ -482,7 +506,8 @@ uint32_t attention_splits(uint32_t T, uint32_t ctx, uint32_t heads)
 cudaError_t attention(const AttnArgs &a, const Step *step, uint32_t T, cudaStream_t s)
 {
     if (!a.hd || a.hd % 8 || a.hd > kMaxHd || !a.kv_heads || a.heads % a.kv_heads || !a.splits || a.splits > 32 ||
-        (a.splits > 1 && (!a.part || !a.ticket)))
+        (a.splits > 1 && (!a.part || !a.ticket)) ||
+        (a.rope && (T != 1 || a.qk.hd != a.hd || a.qk.heads != a.heads || a.qk.kv_heads != a.kv_heads)))
         return cudaErrorInvalidValue;
     const int np = (int)((a.hd + 63) / 64);
     if (T >= (uint32_t)kTileQ && a.splits == 1) { // prefill chunks: a tile of queries shares each key block
@@ -496,8 +521,10 @@ cudaError_t attention(const AttnArgs &a, const Step *step, uint32_t T, cudaStrea
         default: return launch_prefill<4>(a, step, T, s);
         }
     }
-    void (*const k[4])(AttnArgs, const Step *) = {attn_kernel<1>, attn_kernel<2>, attn_kernel<3>, attn_kernel<4>};
-    return launch_pdl(k[np - 1], dim3(T, a.heads, a.splits), dim3(kWarps * 32), 0, true, s, a, step);
+    void (*const k[2][4])(AttnArgs, const Step *) = {
+        {attn_kernel<1, false>, attn_kernel<2, false>, attn_kernel<3, false>, attn_kernel<4, false>},
+        {attn_kernel<1, true>, attn_kernel<2, true>, attn_kernel<3, true>, attn_kernel<4, true>}};
+    return launch_pdl(k[a.rope][np - 1], dim3(T, a.heads, a.splits), dim3(kWarps * 32), 0, true, s, a, step);
 }
 
 } // namespace dec

@@ -60,12 +60,16 @@ Fail attention_block(nf_cuda_decoder *dec, uint32_t l, uint32_t T)
     const uint32_t qd = d.heads * d.head_dim, kvd = d.kv_heads * d.head_dim, S = qd + 2 * kvd;
     Fail f = qkv_projection(dec, l, T, qd, kvd);
     if (f.op) return f;
-    QkvArgs qa{a.qkv, S, L.q_bias, L.k_bias, L.v_bias, L.q_norm, L.k_norm, L.kc, L.vc, dec->rope_tab,
-               d.heads, d.kv_heads, d.head_dim, d.rms_eps};
-    qkv_rope_store(qa, dec->step, T, s);
-    TRY(cudaGetLastError(), "qk norm + rope", l);
-    AttnArgs at{a.qkv, S, L.kc, L.vc, a.att, a.part, dec->ticket, d.heads, d.kv_heads, d.head_dim,
-                attention_splits(T, d.ctx, d.heads)};
+    const QkvArgs qa{a.qkv, S, L.q_bias, L.k_bias, L.v_bias, L.q_norm, L.k_norm, L.kc, L.vc, dec->rope_tab,
+                     d.heads, d.kv_heads, d.head_dim, d.rms_eps};
+    // a decode step's attention does the qk norm + rope + cache store itself (one kernel fewer)
+    const bool fused = T == 1;
+    if (!fused) {
+        qkv_rope_store(qa, dec->step, T, s);
+        TRY(cudaGetLastError(), "qk norm + rope", l);
+    }
+    const AttnArgs at{a.qkv, S, L.kc, L.vc, a.att, a.part, dec->ticket, d.heads, d.kv_heads, d.head_dim,
+                      attention_splits(T, d.ctx, d.heads), fused, qa};
     TRY(attention(at, dec->step, T, s), "attention", l);
     TRY(linear(L.o, dec->tab, a.att, T, a.delta, d.hidden, s), "attn_output", l);
     return Fail{nullptr, 0, cudaSuccess, nullptr};

@@ -1,6 +1,7 @@
 // The decoder's row kernels (embedding, fused residual add + RMSNorm, qk-norm + rope + cache store,
 // SwiGLU) and the dense linear layer over the sparse-MoE operator's grouped GEMV/GEMM.
 #include "ops.cuh"
+#include "rope.cuh"
 
 namespace nf {
 namespace dec {
@@ -101,67 +102,23 @@ __global__ void rope_table_kernel(const float *src, uint32_t ctx, uint32_t half,
     }
 }
 
-// One warp per (token, head) over q heads then kv heads; lane owns rope pairs (i, i + hd/2) for
-// i = lane, lane + 32, ... (at most kRopePairs: create refuses head_dim > 256), their rotation from
-// the table. What does not depend on the predecessor -- the position (written before the forward's
-// first kernel), the rotations, norm weights and biases -- is loaded before the grid-dependency wait.
-constexpr int kRopePairs = 4;
-
+// One warp per (token, head) over q heads then kv heads (rope.cuh). What does not depend on the
+// predecessor -- the position (written before the forward's first kernel), the rotations, norm
+// weights and biases -- is loaded before the grid-dependency wait.
 __global__ void qkv_kernel(QkvArgs a, const Step *step)
 {
     const uint32_t t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, hd = a.hd, half = hd / 2;
-    const bool is_q = h < a.heads;
-    const uint32_t kvh = is_q ? 0 : h - a.heads;
-    const uint32_t qd = a.heads * hd, kvd = a.kv_heads * hd;
     const int pos = step->pos0 + (int)t;
-    const float *bias = is_q ? (a.q_bias ? a.q_bias + h * hd : nullptr) : (a.k_bias ? a.k_bias + kvh * hd : nullptr);
-    const float *norm = is_q ? a.q_norm : a.k_norm;
-    float2 rot[kRopePairs];
-    float n0[kRopePairs], n1[kRopePairs], b0[kRopePairs], b1[kRopePairs], x0[kRopePairs], x1[kRopePairs];
-#pragma unroll
-    for (int j = 0; j < kRopePairs; j++) {
-        const uint32_t i = lane + 32 * j;
-        if (i >= half) continue;
-        rot[j] = a.rope[(size_t)pos * half + i];
-        n0[j] = norm ? norm[i] : 1.0f, n1[j] = norm ? norm[i + half] : 1.0f;
-        b0[j] = bias ? bias[i] : 0.0f, b1[j] = bias ? bias[i + half] : 0.0f;
-    }
+    HeadIn p;
+    head_in(a, h, pos, p);
     pdl_wait();
     float *row = a.qkv + (size_t)t * a.stride;
-    const float *src = is_q ? row + h * hd : row + qd + kvh * hd;
-    float ss = 0; // over the lane's first halves, then its second halves
+    float r0[kRopePairs], r1[kRopePairs];
+    head_rotate(a, row, h, p, r0, r1);
+    if (h >= a.heads) return store_kv(a, row, h - a.heads, pos, r0, r1);
 #pragma unroll
     for (int j = 0; j < kRopePairs; j++)
-        if (lane + 32 * j < half) x0[j] = src[lane + 32 * j] + b0[j], x1[j] = src[lane + 32 * j + half] + b1[j];
-#pragma unroll
-    for (int j = 0; j < kRopePairs; j++)
-        if (lane + 32 * j < half) ss += x0[j] * x0[j];
-#pragma unroll
-    for (int j = 0; j < kRopePairs; j++)
-        if (lane + 32 * j < half) ss += x1[j] * x1[j];
-    const float inv = norm ? 1.0f / sqrtf(warp_sum(ss) / (float)hd + a.eps) : 1.0f;
-#pragma unroll
-    for (int j = 0; j < kRopePairs; j++) {
-        const uint32_t i = lane + 32 * j;
-        if (i >= half) continue;
-        float y0 = x0[j], y1 = x1[j];
-        if (norm) y0 = y0 * inv * n0[j], y1 = y1 * inv * n1[j];
-        const float c = rot[j].x, sn = rot[j].y;
-        const float r0 = y0 * c - y1 * sn, r1 = y1 * c + y0 * sn;
-        if (is_q) {
-            row[h * hd + i] = r0;
-            row[h * hd + i + half] = r1;
-        } else {
-            uint16_t *k = a.kc + (size_t)pos * kvd + kvh * hd;
-            k[i] = f2bf(r0), k[i + half] = f2bf(r1);
-        }
-    }
-    if (!is_q) {
-        const float *vs = row + qd + kvd + kvh * hd;
-        const float *vb = a.v_bias ? a.v_bias + kvh * hd : nullptr;
-        uint16_t *vd = a.vc + (size_t)pos * kvd + kvh * hd;
-        for (uint32_t i = lane; i < hd; i += 32) vd[i] = f2bf(vs[i] + (vb ? vb[i] : 0.0f));
-    }
+        if (lane + 32 * j < half) row[h * hd + lane + 32 * j] = r0[j], row[h * hd + lane + 32 * j + half] = r1[j];
 }
 
 __global__ void swiglu_kernel(const float *g, const float *u, size_t n, uint16_t *out)

@@ -89,6 +89,11 @@ struct AttnArgs {
     float *part;     // [T][heads][splits][hd + 2]: each split's (max, sum, acc[hd]) (splits > 1)
     unsigned *ticket; // [T][heads]: splits done, zero between launches (splits > 1; the last resets it)
     uint32_t heads, kv_heads, hd, splits;
+    // T = 1 only: q is not yet rotated and the new position's k, v are not yet in the cache; the
+    // kernel does qkv_rope_store's work for them itself (rope.cuh: the same bits), from qk (whose
+    // qkv row is q's, q_stride its stride).
+    bool rope = false;
+    QkvArgs qk{};
 };
 cudaError_t attention(const AttnArgs &a, const Step *step, uint32_t T, cudaStream_t s);
 uint32_t attention_splits(uint32_t T, uint32_t ctx, uint32_t heads);
