@@ -90,8 +90,8 @@ struct AttnArgs {
     unsigned *ticket; // [T][heads]: splits done, zero between launches (splits > 1; the last resets it)
     uint32_t heads, kv_heads, hd, splits;
     // T = 1 only: q is not yet rotated and the new position's k, v are not yet in the cache; the
-    // kernel does qkv_rope_store's work for them itself (rope.cuh: the same bits), from qk (whose
-    // qkv row is q's, q_stride its stride).
+    // kernel does qkv_rope_store's work for them itself (rope.cuh: the same bits), reading the
+    // projections through qk (qk.qkv, qk.stride) rather than q.
     bool rope = false;
     QkvArgs qk{};
 };
