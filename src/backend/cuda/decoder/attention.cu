@@ -105,8 +105,6 @@ __device__ void key_block(const AttnArgs &a, const float *qs, uint32_t kvh, int 
     }
 }
 
-__device__ __forceinline__ uint16_t f2bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
-
 // out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M) over the splits' partials of (token t,
 // head h), which other CTAs wrote: read through L2 (__ldcg). Warp 0 takes one split a lane (at most
 // 32); every partial load of an output element is independent of the others.

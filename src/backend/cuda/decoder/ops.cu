@@ -50,8 +50,6 @@ __device__ __forceinline__ float block_sum(float v, float *red)
     return s;
 }
 
-__device__ __forceinline__ uint16_t f2bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
-
 // One CTA per token, the row held in registers: every load is issued before any is used (a loop
 // that stores x between loads would wait a memory round trip per element). The sum of squares in
 // f32 over the row, as the CPU reference.

@@ -66,8 +66,6 @@ __device__ __forceinline__ void head_rotate(const QkvArgs &a, const float *row, 
     }
 }
 
-__device__ __forceinline__ uint16_t rope_bf16(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
-
 // kv head kvh's rotated k (r0, r1 from head_rotate) and its v (+ bias) as bf16 into the cache row pos.
 __device__ __forceinline__ void store_kv(const QkvArgs &a, const float *row, uint32_t kvh, int pos,
                                          const float (&r0)[kRopePairs], const float (&r1)[kRopePairs])
@@ -76,11 +74,11 @@ __device__ __forceinline__ void store_kv(const QkvArgs &a, const float *row, uin
     uint16_t *k = a.kc + (size_t)pos * kvd + kvh * hd;
 #pragma unroll
     for (int j = 0; j < kRopePairs; j++)
-        if (lane + 32 * j < half) k[lane + 32 * j] = rope_bf16(r0[j]), k[lane + 32 * j + half] = rope_bf16(r1[j]);
+        if (lane + 32 * j < half) k[lane + 32 * j] = f2bf(r0[j]), k[lane + 32 * j + half] = f2bf(r1[j]);
     const float *vs = row + a.heads * hd + kvd + kvh * hd;
     const float *vb = a.v_bias ? a.v_bias + kvh * hd : nullptr;
     uint16_t *vd = a.vc + (size_t)pos * kvd + kvh * hd;
-    for (uint32_t i = lane; i < hd; i += 32) vd[i] = rope_bf16(vs[i] + (vb ? vb[i] : 0.0f));
+    for (uint32_t i = lane; i < hd; i += 32) vd[i] = f2bf(vs[i] + (vb ? vb[i] : 0.0f));
 }
 
 } // namespace dec

@@ -15,7 +15,7 @@ __global__ void combine_kernel(const int32_t *slot, const float *w, const float 
         for (uint32_t j = 0; j < k; j++)
             acc = fmaf(w[(size_t)t * k + j], y[(size_t)slot[(size_t)t * k + j] * H + h], acc);
         if (ys) acc = fmaf(shared_g[t], ys[(size_t)t * H + h], acc);
-        out[(size_t)t * H + h] = __bfloat16_as_ushort(__float2bfloat16_rn(acc));
+        out[(size_t)t * H + h] = f2bf(acc);
     }
 }
 

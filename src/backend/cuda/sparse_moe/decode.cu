@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kRows *kThreads) down_combine_kernel(DevMat W,
 #pragma unroll
         for (int w = 0; w < kWarpsPerRow; w++) v += red[sub][w][t];
         if (ys) v = fmaf(r.shared_g[t], ys[(size_t)t * W.rows + h], v);
-        out[(size_t)t * W.rows + h] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+        out[(size_t)t * W.rows + h] = f2bf(v);
     }
 }
 

@@ -51,6 +51,8 @@ NF_HD float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 // of 2^23 and subtract 2^23 (exact). Two fast-pipe instructions instead of an I2F.
 __device__ __forceinline__ float u2f(uint32_t v) { return __uint_as_float(0x4B000000u | v) - 8388608.0f; }
 __device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+// f as bf16 bits, round to nearest even.
+__device__ __forceinline__ uint16_t f2bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
 
 // ---- q4_k: fields qs[128], scales[12], d/dmin[4] -------------------------------------------------
 // The 6-bit scale and min of sub-block s (get_scale_min_k4), from the 12 scale bytes held as three

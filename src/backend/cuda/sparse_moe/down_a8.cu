@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
         float v = warp_sum(acc[t]);
         if (lane == 0 && live && t < (int)T) {
             if (ys) v = fmaf(r.shared_g[t], ys[(size_t)t * H + h], v);
-            out[(size_t)t * H + h] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+            out[(size_t)t * H + h] = f2bf(v);
         }
     }
 }

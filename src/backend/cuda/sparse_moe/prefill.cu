@@ -54,8 +54,7 @@ __device__ __forceinline__ uint32_t swz(int r, int k) { return r * 256 + ((((k >
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
 {
-    return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
-           ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
+    return (uint32_t)f2bf(lo) | ((uint32_t)f2bf(hi) << 16);
 }
 
 // A slice: BM rows x 128 bf16 of the CTA's positions (rows past `count` are zero-filled).
@@ -329,7 +328,7 @@ __global__ void __launch_bounds__(kThreads, BM < 128 ? 2 : 1)
                     const int col = wn + ni * 8 + (lane & 3) * 2; // tile column of c0
                     if (GLU) {
                         const float v = silu(c0) * c1;
-                        ((uint16_t *)out)[pos * out_stride + n0 + col / 2] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+                        ((uint16_t *)out)[pos * out_stride + n0 + col / 2] = f2bf(v);
                     } else {
                         *reinterpret_cast<float2 *>((float *)out + pos * out_stride + n0 + col) = make_float2(c0, c1);
                     }
