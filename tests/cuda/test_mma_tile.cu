@@ -7,7 +7,7 @@
 // 2c+9) in a0..a3 and B (k 2c, 2c+1 | 2c+8, 2c+9; col g) in b0, b1, the lower k in the lower half;
 // D d0..d3 = (row g, cols 2c, 2c+1), (row g+8, same)). The products are summed in double and
 // read back through the D layout as gemv_mma.cu's store_tile reads them (bf16 inputs: token n is
-// column n; f32: token n is columns 2n (hi) + 2n + 1 (lo)), times R::factor.
+// column n; f32: token n is columns 2n (hi) + 2n + 1 (lo)), times its row factor (R::factor_of).
 //
 // Against a direct dot product of the row with the token in double, every output must agree to
 // 1e-12 of sum |w x| (bf16 weights: the products are exact, only the summation order differs; with
@@ -115,7 +115,7 @@ void emulate_tile(const nf::DevMat &W, const uint64_t (&grow)[16], const uint8_t
     for (int lane = 0; lane < 32; lane++) { // store_tile's reading of each lane's d0..d3
         const int g = lane / 4, c = lane % 4;
         const double d[4] = {D[g][2 * c], D[g][2 * c + 1], D[g + 8][2 * c], D[g + 8][2 * c + 1]};
-        const double fa = R::factor(W, grow[g]), fb = R::factor(W, grow[g + 8]);
+        const double fa = R::factor_of(R::divisor(W, grow[g])), fb = R::factor_of(R::divisor(W, grow[g + 8]));
         auto put = [&](int t, double va, double vb) {
             if (t >= ntok) return;
             out[(size_t)t * 16 + g] = va * fa;

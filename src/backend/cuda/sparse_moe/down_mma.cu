@@ -179,15 +179,15 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
     int cur = -1;                    // the task whose D is accumulating
     int4 tk = make_int4(0, 0, 0, 0); // its expert, first position, positions
-    float fa = 0.f, fb = 0.f;        // the factors of its rows ra, rb (nvfp4: 2^8 / divisor)
+    float da = 1.f, db = 1.f;        // the divisor words of its rows ra, rb (R::divisor)
     const uint8_t *xl = smem;        // the lane's B column of it, at its 16-byte group
     // The task's D into the token registers: lane c holds position c's hi (column 2c) and lo (2c + 1).
     auto flush = [&]() {
         if (cq < tk.z) {
             const int p = tk.y + cq, t = pt[p];
             const float w = pw[p];
-            const float va = ((d0[0] + d1[0]) + (d0[1] + d1[1])) * fa * w;
-            const float vb = ((d0[2] + d1[2]) + (d0[3] + d1[3])) * fb * w;
+            const float va = ((d0[0] + d1[0]) + (d0[1] + d1[1])) * R::factor_of(da) * w;
+            const float vb = ((d0[2] + d1[2]) + (d0[3] + d1[3])) * R::factor_of(db) * w;
 #pragma unroll
             for (int tt = 0; tt < MAXT; tt++)
                 if (tt == t) acc_a[tt] += va, acc_b[tt] += vb; // a register per token: no dynamic indexing
@@ -209,8 +209,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
                 if (cur >= 0) flush();
                 cur = ti;
                 tk = tasks[ti];
-                fa = R::factor(W, (uint64_t)tk.x * H + ra);
-                fb = R::factor(W, (uint64_t)tk.x * H + rb);
+                // loaded here, turned into factors at the flush: the load is not waited for before
+                // the task's MMAs
+                da = R::divisor(W, (uint64_t)tk.x * H + ra);
+                db = R::divisor(W, (uint64_t)tk.x * H + rb);
                 // columns 2 p (hi), 2 p + 1 (lo) of the task's positions; B columns past them read
                 // the last one (their D columns are not used)
                 xl = smem + (size_t)(2 * tk.y + min(gq, 2 * tk.z - 1)) * xstride + 16 * cq;

@@ -159,11 +159,10 @@ struct Fp4Rows {
         a[2] = fp4_pair<Q + 1>(wa, sa);
         a[3] = fp4_pair<Q + 1>(wb, sb);
     }
-    // 2^8 / divisor of a stacked row.
-    NF_HD static float factor(const DevMat &W, uint64_t grow)
-    {
-        return (1.0f / W.divisors[grow / W.rows_per_div]) * 256.0f;
-    }
+    // The divisor word of a stacked row, and the output factor 2^8 / divisor it gives (apart, so a
+    // kernel can issue the load with its first weight loads and use it after its K loop).
+    NF_HD static float divisor(const DevMat &W, uint64_t grow) { return W.divisors[grow / W.rows_per_div]; }
+    NF_HD static float factor_of(float divisor) { return (1.0f / divisor) * 256.0f; }
     // A row's scales: 4 bytes in each 512-byte tile (4 scale columns), one line per tile.
     NF_HD static uint32_t aux_lines(const DevMat &W) { return W.kt; }
     NF_HD static const uint8_t *aux_line(const DevMat &W, uint64_t grow, uint32_t i)

@@ -66,8 +66,9 @@ __global__ void __launch_bounds__(kWarps * 32, MAXT == 1 ? 2 : 1) gemv_kernel(De
     cudaGridDependencySynchronize();
     cudaTriggerProgrammaticLaunchCompletion();
     const int gi = blockIdx.y;
-    if (gi >= *g.n) return;
-    const int expert = g.expert[gi], start = g.start[gi], count = g.count[gi];
+    const GroupEntry ge = group_entry(g, gi); // one round trip
+    if (gi >= ge.live) return;
+    const int expert = ge.expert, start = ge.start, count = ge.count;
     const uint32_t out_rows = GLU ? W.rows / 2 : W.rows;
     const uint32_t r = blockIdx.x * kWarps + threadIdx.x / 32;
     const int pieces = (int)(cols / C::BLK) * C::PIECES;

@@ -102,8 +102,9 @@ __global__ void __launch_bounds__(kWarps * 32, MAXT == 1 && NS == 1 ? 3 : 2)
     if (ready && gi < *g.n) prefetch(g.expert[gi], blockIdx.x, true);
     cudaGridDependencySynchronize();
     cudaTriggerProgrammaticLaunchCompletion();
-    if (gi >= *g.n) return;
-    const int expert = g.expert[gi], start = g.start[gi], count = g.count[gi];
+    const GroupEntry ge = group_entry(g, gi); // one round trip
+    if (gi >= ge.live) return;
+    const int expert = ge.expert, start = ge.start, count = ge.count;
     if (!ready) prefetch(expert, blockIdx.x, true);
     prefetch_expert(nx, (uint32_t)expert);
     const int spans = (int)(cols / SP::kSpanElems);

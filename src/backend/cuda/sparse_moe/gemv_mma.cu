@@ -113,7 +113,10 @@ __device__ __forceinline__ uint32_t tile_row(const DevMat &W, uint32_t p0, int j
 
 // The CTA's 16 rows (data and the format's other bytes: nvfp4's scales) to L1, one 128-byte line a
 // thread at a time: they travel while the activations are staged, or, with the group tables ready,
-// while the predecessor runs.
+// while the predecessor runs. The format's other lines are shared by 8 aligned rows (nvfp4: a row's
+// scales of a 512-byte tile sit 16 bytes apart, rows m .. m + 7 of an aligned group in one line),
+// and the tile is two runs of 8 consecutive rows (GLU: gate and up; plain: one run of 16): the
+// first and last row of each run name every line, 4 prefetches a tile line instead of 16.
 template <class R, bool GLU>
 __device__ void prefetch_tile(const DevMat &W, int expert, uint32_t p0)
 {
@@ -123,9 +126,10 @@ __device__ void prefetch_tile(const DevMat &W, int expert, uint32_t p0)
         prefetch_line(p, true);
     }
     const uint32_t aux = R::aux_lines(W);
-    for (uint32_t i = threadIdx.x; i < 16 * aux; i += blockDim.x) {
-        const uint64_t grow = (uint64_t)expert * W.rows + tile_row<GLU>(W, p0, (int)(i / aux));
-        prefetch_line(R::aux_line(W, grow, i % aux), true);
+    for (uint32_t i = threadIdx.x; i < 4 * aux; i += blockDim.x) {
+        const int j = (int)(i & 1) * 7 + (int)(i & 2) * 4; // rows 0, 7, 8, 15
+        const uint64_t grow = (uint64_t)expert * W.rows + tile_row<GLU>(W, p0, j);
+        prefetch_line(R::aux_line(W, grow, i >> 2), true);
     }
 }
 
@@ -167,23 +171,23 @@ __device__ __forceinline__ bool reduce_warps(float4 *red, float (&d)[4])
 struct OutRows {
     uint32_t ra, rb;     // output rows of D rows g and g + 8 (GLU: ra only)
     bool sa, sb;         // whether they exist
-    float fa, fb;        // the format's factor of the weight rows g and g + 8 (R::factor)
 };
 
-// Warp 0's stores of the tile's D for the pass's tokens t0.. (nt of them) of a group at `start`.
+// Warp 0's stores of the tile's D for the pass's tokens t0.. (nt of them) of a group at `start`;
+// fa, fb: the format's factors of the weight rows g and g + 8 (R::factor_of).
 template <bool GLU, bool IN_BF16>
-__device__ __forceinline__ void store_tile(const float (&d)[4], const OutRows &o, float *out, uint32_t out_stride,
-                                           int start, int t0, int nt)
+__device__ __forceinline__ void store_tile(const float (&d)[4], const OutRows &o, float fa, float fb, float *out,
+                                           uint32_t out_stride, int start, int t0, int nt)
 {
     const int c = threadIdx.x % 4;
     auto put = [&](int t, float va, float vb) { // token t: va of D row g, vb of D row g + 8
         if (t >= nt) return;
         float *po = out + (size_t)(start + t0 + t) * out_stride;
         if (GLU) {
-            if (o.sa) po[o.ra] = silu(va * o.fa) * (vb * o.fb);
+            if (o.sa) po[o.ra] = silu(va * fa) * (vb * fb);
         } else {
-            if (o.sa) po[o.ra] = va * o.fa;
-            if (o.sb) po[o.rb] = vb * o.fb;
+            if (o.sa) po[o.ra] = va * fa;
+            if (o.sb) po[o.rb] = vb * fb;
         }
     };
     if (IN_BF16) {
@@ -216,26 +220,30 @@ __global__ void __launch_bounds__(NW * 32, min_blocks<R, NW>())
     // (it reads what this one writes only after its own wait); both are no-ops in a plain launch.
     cudaGridDependencySynchronize();
     cudaTriggerProgrammaticLaunchCompletion();
-    if (gi >= *g.n) return;
-    const int expert = g.expert[gi], start = g.start[gi], count = g.count[gi];
-    if (!ready) prefetch_tile<R, GLU>(W, expert, p0);
-    prefetch_expert(nx, (uint32_t)expert);
-
+    // What follows the wait is the CTA's critical path: one round trip for the group's table entries,
+    // then the first weight loads, the divisor words and the prefetches issued back to back before any
+    // result is used.
+    const GroupEntry ge = group_entry(g, gi);
+    if (gi >= ge.live) return;
+    const int expert = ge.expert, start = ge.start, count = ge.count;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gq = lane / 4, cq = lane % 4;
     const uint64_t ga = (uint64_t)expert * W.rows + tile_row<GLU>(W, p0, gq);
     const uint64_t gb = (uint64_t)expert * W.rows + tile_row<GLU>(W, p0, gq + 8);
     const typename R::Lane L = R::lane(W, ga, gb, cq);
-    const uint32_t out_rows = GLU ? W.rows / 2 : W.rows;
-    const OutRows o{p0 + gq, p0 + gq + 8, p0 + gq < out_rows, !GLU && p0 + gq + 8 < out_rows, R::factor(W, ga),
-                    R::factor(W, gb)};
     // the warp's contiguous share of the row's chunks
     const int nch = (int)(W.cols / R::kChunk), per = (nch + NW - 1) / NW;
     const int kb = warp * per, ke = min(nch, kb + per);
+    typename R::Chunk ch[R::kBatch];
+    load_batch<R>(L, kb, ke, ch); // in flight while the activations are staged
+    const float div_a = R::divisor(W, ga), div_b = R::divisor(W, gb);
+    if (!ready) prefetch_tile<R, GLU>(W, expert, p0);
+    prefetch_expert(nx, (uint32_t)expert);
+    const uint32_t out_rows = GLU ? W.rows / 2 : W.rows;
+    const OutRows o{p0 + gq, p0 + gq + 8, p0 + gq < out_rows, !GLU && p0 + gq + 8 < out_rows};
 
     for (int t0 = 0; t0 < count; t0 += tpp) {
         const int nt = min(tpp, count - t0), ncol = IN_BF16 ? nt : 2 * nt;
-        typename R::Chunk ch[R::kBatch];
-        load_batch<R>(L, kb, ke, ch); // in flight while the activations are staged
+        if (t0 > 0) load_batch<R>(L, kb, ke, ch);
         if (!EARLY) {
             __syncthreads(); // the previous pass's readers are done with xs and red
             stage_cols<R, IN_BF16, kStageUnroll<NW>>(in, in_stride, [&](int pos) { return input_row(g, pos); },
@@ -246,7 +254,8 @@ __global__ void __launch_bounds__(NW * 32, min_blocks<R, NW>())
         const uint8_t *xl = xs + (size_t)min(gq, ncol - 1) * xstride + 16 * cq;
         float d[4] = {0.f, 0.f, 0.f, 0.f};
         warp_dot<R>(L, kb, ke, ch, xl, d);
-        if (reduce_warps<NW>(red, d)) store_tile<GLU, IN_BF16>(d, o, out, out_stride, start, t0, nt);
+        if (reduce_warps<NW>(red, d))
+            store_tile<GLU, IN_BF16>(d, o, R::factor_of(div_a), R::factor_of(div_b), out, out_stride, start, t0, nt);
     }
 }
 

@@ -123,6 +123,27 @@ struct Groups {
     uint32_t max_groups;      // grid bound (the device-side count decides which exit early)
 };
 
+// A group slot's table entries: the live group count, and slot gi's expert, first position and count.
+struct GroupEntry {
+    int live, expert, start, count;
+};
+
+// The four entries of slot gi in one round trip, for a kernel's critical path after its wait. The
+// loads are volatile so that the compiler keeps all four ahead of the `gi < live` test (it would sink
+// a plain load below the branch, a second round trip); gi < max_groups keeps them in bounds whatever
+// the live count (the values of a slot that is not live are not used).
+__device__ __forceinline__ int ld_s32_volatile(const int32_t *p)
+{
+    int v;
+    asm volatile("ld.global.s32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ GroupEntry group_entry(const Groups &g, int gi)
+{
+    return GroupEntry{ld_s32_volatile(g.n), ld_s32_volatile(g.expert + gi), ld_s32_volatile(g.start + gi),
+                      ld_s32_volatile(g.count + gi)};
+}
+
 // router.cu: logits, top-k and the work list of a slice. small = the decode/small-token form (one
 // launch; `counter` is a device int that is 0 between forwards). forced: benchmark routing or NULL.
 void launch_routing(const DevMat &router, int router_codec, const DevMat *shared_gate, int shared_gate_codec,

@@ -24,7 +24,8 @@
 //   Chunk, load(L, k)          its raw share of chunk k of both rows, all loads issued at once
 //   Frag, frag(ch)             what the MMAs need of it (nvfp4: the two scale bytes decoded)
 //   a_regs<M>(f, a)            the A regs a0..a3 of MMA M (0 .. kChunk / 16 - 1) of the chunk
-//   factor(W, grow)            the f32 factor of an output row (nvfp4: 2^8 / divisor; bf16: 1)
+//   divisor(W, grow), factor_of(d): the divisor word of an output row (nvfp4: a load; bf16: 1) and
+//                              the f32 factor it gives (nvfp4: 2^8 / divisor; bf16: 1)
 //   stage_offset(e8)           the byte of 8-element group e8 of a row in its staged column
 //   aux_lines(W), aux_line(W, grow, i): further bytes of a row to prefetch (nvfp4: its scales),
 //                              kAuxPerChunk of the lines for each chunk (i = kAuxPerChunk k + j)
@@ -249,7 +250,8 @@ struct Bf16Rows {
         a[2] = hi_halves(xa, za);
         a[3] = hi_halves(xb, zb);
     }
-    NF_HD static float factor(const DevMat &, uint64_t) { return 1.0f; }
+    NF_HD static float divisor(const DevMat &, uint64_t) { return 1.0f; }
+    NF_HD static float factor_of(float) { return 1.0f; }
     NF_HD static uint32_t aux_lines(const DevMat &) { return 0; }
     NF_HD static const uint8_t *aux_line(const DevMat &, uint64_t, uint32_t) { return nullptr; }
 };
