@@ -9,17 +9,17 @@
 // relative error ~2^-17 per product; gemv_mma.cu).
 //
 // Work split. A CTA owns 16 output rows h (the MMA's M) of every token; the K of its product is
-// (active expert, that expert's I), which the CTA's 8 warps split. The work list is the routing's
+// (active expert, that expert's I), which the CTA's 16 warps split. The work list is the routing's
 // groups cut into tasks of at most 4 positions (8 B columns: the MMA's N); a task times the I /
 // kChunk chunks of its expert's 16 rows gives the items (nvfp4: chunks of 128, bf16: 64), and warp w
-// takes a contiguous 1/8 of them, so one token's 8 experts x 6 nvfp4 chunks (Qwen3-30B-A3B: H 2048,
-// I 768) are 6 items a warp and a step's ~30 experts at T = 4 are ~24. Per item a lane loads its
+// takes a contiguous 1/16 of them, so one token's 8 experts x 6 nvfp4 chunks (Qwen3-30B-A3B: H 2048,
+// I 768) are 3 items a warp and a step's ~30 experts at T = 4 are ~12. Per item a lane loads its
 // share of rows g and g + 8 (nvfp4: 16 data bytes and 2 scale bytes a row; bf16: 32 bytes; the
 // fragment mapping of mma_rows.cuh) and runs the chunk's MMAs into two accumulators; when its task
 // ends the lane scales the D of its position (column pair 2c, 2c + 1: hi and lo of position c) by the
 // row's factor (nvfp4: 2^8 / divisor; bf16: 1) and the position's router weight and adds it to a
 // per-token register (MAXT of them per row: 1, 2, 4, 8, 16, no run-time indexing). The 4 lanes of a
-// row and the 8 warps then sum in a fixed order (shuffles, then shared memory): deterministic. The
+// row and the 16 warps then sum in a fixed order (shuffles, then shared memory): deterministic. The
 // shared expert's ys[t] and the bf16 rounding come last, as in decode.cu.
 //
 // Why this shape. M = 16 rows per CTA gives H / 16 CTAs (128 at H = 2048: one wave on 132 SMs) and
@@ -34,10 +34,16 @@
 // Bytes in flight. Each warp prefetches its first window of items (16 rows' data lines, nvfp4's
 // scale sectors) into L1 before the grid-dependency wait and keeps that window ahead of its loads as
 // it goes; loads take kBatch items at a time and mostly hit L1. The window is 6 nvfp4 items (16 x 64
-// data bytes each) or 3 bf16 ones (16 x 128): ~48 KB of L1 for the 8 warps at most, within what the
-// staging leaves of L1 up to T = 4. At T = 1 with nvfp4 that is the CTA's whole tile (8 experts x 16
+// data bytes each) or 3 bf16 ones (16 x 128), 6 KB a warp and never more than the CTA's items, within
+// what the staging leaves of L1 up to T = 4. At T = 1 with nvfp4 that is the CTA's whole tile (8 experts x 16
 // rows x 384 bytes = 48 KB) requested while gate/up still runs (which also prefetches these experts'
 // down bytes into L2).
+//
+// Why 16 warps: the grid is one CTA an SM (H / 16 = 128 CTAs), so the warps a CTA has are all the
+// SM has; after the wait each warp's items are a chain of decodes and MMAs, and 16 warps halve it
+// against 8 (111 registers at MAXT 16, no spills; one CTA an SM either way). H200, both arms in one
+// call: the operator at T = 1 30.3 -> 28.7 us, T = 8 112.4 -> 104.7; nvfp4 tg128 380.3 -> 388.1
+// (docs/data/ab_down_warps_h200.txt).
 //
 // Under programmatic dependent launch the kernel starts while its predecessor (gate/up, or the shared
 // expert's down) runs: the routing it reads was complete before any launch after the router passed
@@ -53,7 +59,7 @@ namespace nf {
 
 namespace {
 
-constexpr int kWarps = 8;       // warps of a CTA, splitting the (task, chunk) items
+constexpr int kWarps = 16;      // warps of a CTA, splitting the (task, chunk) items
 constexpr int kBatch = 2;       // items a lane has loaded at a time
 constexpr int kStageUnroll = 4; // 8-element groups a thread stages with their loads in flight
 constexpr int kPass = 4;        // positions per task (hi and lo columns each: the MMA's N = 8)
@@ -139,7 +145,7 @@ __device__ __forceinline__ void load_items(const DevMat &W, const int4 *tasks, i
 
 // grid: x = tiles of 16 output rows; kWarps warps. MAXT >= T: per-token registers.
 template <class R, int MAXT>
-__global__ void __launch_bounds__(kWarps * 32, 2)
+__global__ void __launch_bounds__(kWarps * 32, 1)
     down_mma_kernel(DevMat W, const float *act, Routing r, uint32_t T, uint32_t k, const float *ys, uint16_t *out)
 {
     extern __shared__ __align__(16) uint8_t smem[];
