@@ -99,14 +99,16 @@ void check_down_mma_admission()
         for (uint32_t k : {1u, 2u, 4u, 8u, 16u})
             for (uint32_t T = 1; T <= 16; T++) {
                 const size_t P = (size_t)T * k, cols = 2 * P * (2 * I + 64), got = nf::down_mma_smem(T, k, I);
-                // the staged columns, the work list (16 bytes a position), weights and tokens (8)
-                if (got < cols + 24 * P || got > cols + 24 * P + 8192 + 64) {
+                // the staged columns, the work list (16 bytes a position), weights and tokens (8); the
+                // warps' per-token sums that reuse the staged columns' space (16 warps x 16 tokens x 16
+                // rows x 4 bytes at most) may exceed them
+                if (got < cols + 24 * P || got > cols + 24 * P + 16384 + 64) {
                     if (bad < 5)
                         printf("  down_mma_smem(T %u, k %u, I %u) = %zu, staged columns %zu\n", T, k, I, got, cols);
                     bad++;
                 }
             }
-    CHECK_MSG(bad == 0, "down_mma_smem: %zu shapes outside [staged columns + work list, + 8 KB]", bad);
+    CHECK_MSG(bad == 0, "down_mma_smem: %zu shapes outside [staged columns + work list, + 16 KB]", bad);
     CHECK(nf::down_mma_smem(0, 8, 768) == 0 && nf::down_mma_smem(17, 8, 768) == 0);
 
     nf::DevMat W;
