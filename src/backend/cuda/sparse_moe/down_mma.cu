@@ -34,10 +34,10 @@
 // Bytes in flight. Each warp prefetches its first window of items (16 rows' data lines, nvfp4's
 // scale sectors) into L1 before the grid-dependency wait and keeps that window ahead of its loads as
 // it goes; loads take kBatch items at a time and mostly hit L1. The window is 6 nvfp4 items (16 x 64
-// data bytes each) or 3 bf16 ones (16 x 128), 6 KB a warp and never more than the CTA's items, within
-// what the staging leaves of L1 up to T = 4. At T = 1 with nvfp4 that is the CTA's whole tile (8 experts x 16
-// rows x 384 bytes = 48 KB) requested while gate/up still runs (which also prefetches these experts'
-// down bytes into L2).
+// data bytes each) or 3 bf16 ones (16 x 128), 6 KB a warp and never more than the CTA's items,
+// within what the staging leaves of L1 up to T = 4. At T = 1 with nvfp4 that is the CTA's whole tile
+// (8 experts x 16 rows x 384 bytes = 48 KB) requested while gate/up still runs (which also
+// prefetches these experts' down bytes into L2).
 //
 // Why 16 warps: the grid is one CTA an SM (H / 16 = 128 CTAs), so the warps a CTA has are all the
 // SM has; after the wait each warp's items are a chain of decodes and MMAs, and 16 warps halve it
