@@ -9,8 +9,9 @@
 //    (the second term covers fp32 accumulation over a few thousand terms), and rel-L2 <= 2^-8.
 //    The k-quant and q8_0 banks' int8 activations have their own per-element bound (below).
 //  prefill: the tensor cores take bf16 operands: the dequantized weights are rounded to bf16 (a
-//    property of the route, exact for the bf16 profile), so the reference for this route uses the
-//    same bf16-rounded weights; the SwiGLU intermediate is rounded to bf16 (unit roundoff 2^-8),
+//    property of the route, exact for the bf16 profile; nvfp4 weights enter as e2m1 * e4m3, exact,
+//    with each output column scaled by its row's 1 / divisor after the fp32 sums, so for nvfp4 the
+//    weights are the exact ones), so the reference for this route uses the same bf16-rounded weights; the SwiGLU intermediate is rounded to bf16 (unit roundoff 2^-8),
 //    which the reference propagates to a first-order bound B_h per element (nf_moe_ref_bound):
 //        |gpu - ref| <= 1.01 B_h + 2^-8 |ref| + 1e-5 max|ref|,  rel-L2 <= (1.01 ||B|| + 2^-8 ||ref||) / ||ref||
 //    (1.01 absorbs the second-order terms, all below 2^-16 relative). The kernels' decode may round
@@ -104,7 +105,8 @@ struct Mat {
     uint32_t experts = 0, rows = 0, cols = 0, divisors = 1;
     std::vector<uint8_t> payload;
     std::vector<float> deq;    // [experts*rows][cols]
-    std::vector<float> deq_bf; // the same rounded to bf16: what the prefill route's tensor cores see
+    std::vector<float> deq_bf; // what the prefill route's tensor cores see: deq rounded to bf16, but
+                               // nvfp4's exact e2m1 * e4m3 with 1 / divisor applied after the sums
     std::vector<float> off;    // q4_k/q5_k: each 32-element sub-block's offset m_s (w = d_s q - m_s)
     size_t inexact = 0;        // q4_k/q5_k weights whose CPU value fl(d_s q - m_s) is not d_s q - m_s
     nf_moe_matrix desc() const
@@ -168,7 +170,7 @@ Mat make_mat(int codec, uint32_t experts, uint32_t rows, uint32_t cols, float sd
         }
     }
     m.deq_bf.resize(m.deq.size());
-    for (size_t i = 0; i < m.deq.size(); i++) m.deq_bf[i] = bf2f(f2bf(m.deq[i]));
+    for (size_t i = 0; i < m.deq.size(); i++) m.deq_bf[i] = codec == NF_CODEC_NVFP4 ? m.deq[i] : bf2f(f2bf(m.deq[i]));
     return m;
 }
 

@@ -15,6 +15,8 @@
 #pragma once
 #include <cuda_fp8.h>
 
+#include <type_traits>
+
 #include "internal.cuh"
 
 namespace nf {
@@ -45,6 +47,51 @@ __device__ __forceinline__ uint32_t a4_nibble(float x, float eff)
     return (q < 0.0f ? 8u : 0u) | i;
 }
 
+// One nvfp4 block (8 data bytes v, scale byte s) as 8 bf16x2 words of e2m1 * e4m3, element order,
+// exact (e2m1 * e4m3 has at most 6 significant bits: CNVFP4Raw below).
+__device__ __forceinline__ void a4_decode16(uint2 v, uint32_t s, uint32_t (&p)[8])
+{
+    const float sc = e4m3_f(s);
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const uint32_t byte = ((j < 4 ? v.x : v.y) >> (8 * (j & 3))) & 0xFF;
+        p[j] = (uint32_t)f2bf(e2m1_f(byte & 0xF) * sc) | ((uint32_t)f2bf(e2m1_f(byte >> 4) * sc) << 16);
+    }
+}
+
+// 1 / (divisor of weight row wrow of `expert`)
+__device__ __forceinline__ float inv_row_div(const DevMat &W, int expert, uint32_t wrow)
+{
+    return 1.0f / W.divisors[((uint64_t)expert * W.rows + wrow) / W.rows_per_div];
+}
+
+// The W4A4 gate/up epilogue for one position row: v[ni] are the quad's SwiGLU values (element
+// ni * 4 + lane % 4 of the warp's block of 16); encodes the block with divisor gd and, when
+// `live`, stores it (8 data bytes and the scale byte) at row `pos`, block `blk` of `out`. All 32
+// lanes must call it (shuffles).
+__device__ __forceinline__ void a4_store_block(const float v[4], float gd, bool live, size_t pos, int blk,
+                                               const A4Plane &out)
+{
+    const int lane = threadIdx.x & 31;
+    float am = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+    am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
+    am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
+    const uint32_t sb = a4_scale_byte(am, gd);
+    const float eff = a4_eff(sb, gd);
+    uint32_t P = 0; // lanes 0 and 2 of the quad: bytes 2 ni (lane 0) or 2 ni + 1 (lane 2)
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++) {
+        const uint32_t nib = a4_nibble(v[ni], eff), hi = __shfl_xor_sync(0xffffffffu, nib, 1);
+        P |= (nib | (hi << 4)) << (8 * ni);
+    }
+    const uint32_t P2 = __shfl_xor_sync(0xffffffffu, P, 2);
+    if (live && (lane & 3) == 0) {
+        *reinterpret_cast<uint2 *>(out.q + pos * (out.cols / 2) + blk * 8) =
+            make_uint2(__byte_perm(P, P2, 0x5140), __byte_perm(P, P2, 0x7362));
+        out.s[pos * (out.cols / 16) + blk] = (uint8_t)sb;
+    }
+}
+
 // The weights of the W4A4 GEMM decoded WITHOUT the divisor: e2m1 * e4m3, which bf16 holds exactly
 // (e2m1 has at most 2 significant bits, e4m3 at most 4, so the product has at most 6 <= bf16's 8;
 // its magnitude lies in [2^-10, 2688], far inside bf16's exponent range). The divisor is applied
@@ -56,6 +103,11 @@ struct CNVFP4Raw : CNVFP4 {
         return Row{m.data + g * m.row_stride, m.scales, g, m.kt, 1.0f};
     }
 };
+
+// The prefill GEMMs' codec for a bank codec: nvfp4 banks decode without the divisor (CNVFP4Raw)
+// and the epilogue scales each column by its row's 1 / divisor, so every product is exact.
+template <class C>
+using raw_nvfp4_t = typename std::conditional<std::is_same<C, CNVFP4>::value, CNVFP4Raw, C>::type;
 
 // The operands of one W4A4 GEMM launch.
 //   in:       A, nvfp4 rows (x rows through pos_entry for gate/up, positions for down)
@@ -69,6 +121,10 @@ struct A4Args {
     A4Plane out;
     const float *out_div;
 };
+
+// prefill_wg.cu: the same on warpgroup MMA (prefill_wg_usable devices and tile lists).
+cudaError_t launch_prefill_wg_a4(bool glu, const DevMat &W, const A4Args &a, const Groups &g, const TileList &tl,
+                                 float *y, uint32_t y_stride, cudaStream_t s);
 
 // a4.cu: encodes x [T][cols] bf16 into `out` with divisor *divisor (device).
 cudaError_t launch_a4_encode(const uint16_t *x, uint32_t T, uint32_t cols, const float *divisor, A4Plane out,

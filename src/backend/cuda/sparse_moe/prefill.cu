@@ -27,10 +27,13 @@
 // intermediate per 16 elements with the expert's down input divisor (a warp's 32 B rows are 16
 // intermediate elements of each of its positions, held by the 4 lanes of a quad: two shuffles
 // give the block amax, two more gather the 8 data bytes).
+#include <type_traits>
+
 #include "a4.cuh"
 #include "internal.cuh"
 #include "ptx.cuh"
 #include "rowdot.cuh"
+#include "wgmma.cuh"
 
 namespace nf {
 
@@ -51,11 +54,6 @@ struct Shape {
 
 // byte offset of element (r, k) in a swizzled [128][128] bf16 tile
 __device__ __forceinline__ uint32_t swz(int r, int k) { return r * 256 + ((((k >> 3) ^ (r & 7)) << 4) | ((k & 7) << 1)); }
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
-{
-    return (uint32_t)f2bf(lo) | ((uint32_t)f2bf(hi) << 16);
-}
 
 // A slice: BM rows x 128 bf16 of the CTA's positions (rows past `count` are zero-filled).
 // Each thread copies BM / 16 chunks of 16 bytes.
@@ -99,8 +97,8 @@ struct BSlice {
                 const int k0 = C::elem(q0 + i, run) - kk * BK; // within the slice; runs are 4, 8 or 16 long
 #pragma unroll
                 for (int j = 0; j < C::RUN; j += 4) {
-                    uint2 v = make_uint2(pack_bf16(w[run * C::RUN + j], w[run * C::RUN + j + 1]),
-                                         pack_bf16(w[run * C::RUN + j + 2], w[run * C::RUN + j + 3]));
+                    uint2 v = make_uint2(pack_bf16x2(w[run * C::RUN + j], w[run * C::RUN + j + 1]),
+                                         pack_bf16x2(w[run * C::RUN + j + 2], w[run * C::RUN + j + 3]));
                     *reinterpret_cast<uint2 *>(sb + swz(r, k0 + j)) = v;
                 }
             }
@@ -134,49 +132,32 @@ struct A4Slice {
 #pragma unroll
         for (int i = 0; i < N; i++) {
             const int c = threadIdx.x + i * kThreads, r = c >> 3, b = c & 7;
-            const float sc = e4m3_f(s[i]);
             uint32_t p[8];
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const uint32_t byte = ((j < 4 ? v[i].x : v[i].y) >> (8 * (j & 3))) & 0xFF;
-                p[j] = pack_bf16(e2m1_f(byte & 0xF) * sc, e2m1_f(byte >> 4) * sc); // exact (a4.cuh)
-            }
+            a4_decode16(v[i], s[i], p);
             *reinterpret_cast<uint4 *>(sa + r * 256 + (((2 * b) ^ (r & 7)) << 4)) = make_uint4(p[0], p[1], p[2], p[3]);
             *reinterpret_cast<uint4 *>(sa + r * 256 + (((2 * b + 1) ^ (r & 7)) << 4)) = make_uint4(p[4], p[5], p[6], p[7]);
         }
     }
 };
 
-// 1 / (divisor of weight row wrow of `expert`)
-__device__ __forceinline__ float inv_row_div(const DevMat &W, int expert, uint32_t wrow)
-{
-    return 1.0f / W.divisors[((uint64_t)expert * W.rows + wrow) / W.rows_per_div];
-}
-
-// The W4A4 gate/up epilogue for one position row: v[ni] are the quad's SwiGLU values (element
-// ni * 4 + lane % 4 of the warp's block of 16); encodes the block with divisor gd and, when
-// `live`, stores it (8 data bytes and the scale byte) at row `pos`, block `blk` of `out`. All 32
-// lanes must call it (shuffles).
-__device__ __forceinline__ void a4_store_block(const float v[4], float gd, bool live, size_t pos, int blk,
-                                               const A4Plane &out)
+// The scales of an nvfp4 warp tile's columns: s0[ni], s1[ni] for the thread's two accumulator
+// columns of n8 tile ni, 1 / (row divisor * ga).
+template <bool GLU>
+__device__ __forceinline__ void col_scales(const DevMat &W, int expert, int n0, int wn, float ga, float (&s0)[4],
+                                           float (&s1)[4])
 {
     const int lane = threadIdx.x & 31;
-    float am = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-    am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
-    am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
-    const uint32_t sb = a4_scale_byte(am, gd);
-    const float eff = a4_eff(sb, gd);
-    uint32_t P = 0; // lanes 0 and 2 of the quad: bytes 2 ni (lane 0) or 2 ni + 1 (lane 2)
 #pragma unroll
     for (int ni = 0; ni < 4; ni++) {
-        const uint32_t nib = a4_nibble(v[ni], eff), hi = __shfl_xor_sync(0xffffffffu, nib, 1);
-        P |= (nib | (hi << 4)) << (8 * ni);
-    }
-    const uint32_t P2 = __shfl_xor_sync(0xffffffffu, P, 2);
-    if (live && (lane & 3) == 0) {
-        *reinterpret_cast<uint2 *>(out.q + pos * (out.cols / 2) + blk * 8) =
-            make_uint2(__byte_perm(P, P2, 0x5140), __byte_perm(P, P2, 0x7362));
-        out.s[pos * (out.cols / 16) + blk] = (uint8_t)sb;
+        const int col = wn + ni * 8 + (lane & 3) * 2;
+        if (GLU) { // (gate, up) rows of intermediate element n0 + col / 2
+            const uint32_t i = (uint32_t)(n0 + col / 2);
+            s0[ni] = inv_row_div(W, expert, i) / ga;
+            s1[ni] = inv_row_div(W, expert, i + W.rows / 2) / ga;
+        } else {
+            s0[ni] = inv_row_div(W, expert, (uint32_t)(n0 + col)) / ga;
+            s1[ni] = inv_row_div(W, expert, (uint32_t)(n0 + col + 1)) / ga;
+        }
     }
 }
 
@@ -190,18 +171,7 @@ __device__ __forceinline__ void a4_epilogue(const float (&acc)[MI][4][4], const 
     const int lane = threadIdx.x & 31;
     const float ga = a4.in_div[(uint32_t)expert * a4.in_div_stride];
     float s0[4], s1[4]; // per ni: the scale of the thread's two accumulator columns
-#pragma unroll
-    for (int ni = 0; ni < 4; ni++) {
-        const int col = wn + ni * 8 + (lane & 3) * 2;
-        if (GLU) { // (gate, up) rows of intermediate element n0 + col / 2
-            const uint32_t i = (uint32_t)(n0 + col / 2);
-            s0[ni] = inv_row_div(W, expert, i) / ga;
-            s1[ni] = inv_row_div(W, expert, i + W.rows / 2) / ga;
-        } else {
-            s0[ni] = inv_row_div(W, expert, (uint32_t)(n0 + col)) / ga;
-            s1[ni] = inv_row_div(W, expert, (uint32_t)(n0 + col + 1)) / ga;
-        }
-    }
+    col_scales<GLU>(W, expert, n0, wn, ga, s0, s1);
     const float gd = GLU ? a4.out_div[expert] : 0.0f;
 #pragma unroll
     for (int mi = 0; mi < MI; mi++)
@@ -314,7 +284,9 @@ __global__ void __launch_bounds__(kThreads, BM < 128 ? 2 : 1)
 
     if constexpr (A4) {
         a4_epilogue<GLU, S::MI>(acc, W, expert, n0, wm, wn, start, count, a4, (float *)out, out_stride);
-    } else { // bf16 act (GLU) or fp32 y
+    } else { // bf16 act (GLU) or fp32 y; nvfp4 (decoded without divisors) scaled per column
+        float s0[4] = {1.0f, 1.0f, 1.0f, 1.0f}, s1[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+        if constexpr (std::is_same<C, CNVFP4Raw>::value) col_scales<GLU>(W, expert, n0, wn, 1.0f, s0, s1);
 #pragma unroll
         for (int mi = 0; mi < S::MI; mi++)
 #pragma unroll
@@ -324,7 +296,7 @@ __global__ void __launch_bounds__(kThreads, BM < 128 ? 2 : 1)
                 const size_t pos = (size_t)start + r;
 #pragma unroll
                 for (int ni = 0; ni < 4; ni++) {
-                    const float c0 = acc[mi][ni][2 * hrow], c1 = acc[mi][ni][2 * hrow + 1];
+                    const float c0 = acc[mi][ni][2 * hrow] * s0[ni], c1 = acc[mi][ni][2 * hrow + 1] * s1[ni];
                     const int col = wn + ni * 8 + (lane & 3) * 2; // tile column of c0
                     if (GLU) {
                         const float v = silu(c0) * c1;
@@ -381,8 +353,9 @@ bool prefill_supported(const DevMat &gate_up, const DevMat &down)
 cudaError_t launch_prefill_gemm(int codec, bool glu, const DevMat &W, const uint16_t *in, uint32_t in_stride,
                                 const Groups &g, const TileList &tl, void *out, uint32_t out_stride, cudaStream_t s)
 {
+    if (prefill_wg_usable(tl.height, tl.max)) return launch_prefill_wg(codec, glu, W, in, in_stride, g, tl, out, out_stride, s);
     return dispatch_codec(codec, [&](auto c) {
-        using C = decltype(c);
+        using C = raw_nvfp4_t<decltype(c)>;
         return glu ? launch_t<C, true>(W, in, in_stride, g, tl, out, out_stride, s)
                    : launch_t<C, false>(W, in, in_stride, g, tl, out, out_stride, s);
     });
@@ -391,6 +364,7 @@ cudaError_t launch_prefill_gemm(int codec, bool glu, const DevMat &W, const uint
 cudaError_t launch_prefill_gemm_a4(bool glu, const DevMat &W, const A4Args &a, const Groups &g, const TileList &tl,
                                    float *y, uint32_t y_stride, cudaStream_t s)
 {
+    if (prefill_wg_usable(tl.height, tl.max)) return launch_prefill_wg_a4(glu, W, a, g, tl, y, y_stride, s);
     return glu ? launch_t<CNVFP4Raw, true, true>(W, nullptr, 0, g, tl, nullptr, 0, s, a)
                : launch_t<CNVFP4Raw, false, true>(W, nullptr, 0, g, tl, y, y_stride, s, a);
 }
