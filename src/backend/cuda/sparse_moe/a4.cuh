@@ -122,10 +122,6 @@ struct A4Args {
     const float *out_div;
 };
 
-// prefill_wg.cu: the same on warpgroup MMA (prefill_wg_usable devices and tile lists).
-cudaError_t launch_prefill_wg_a4(bool glu, const DevMat &W, const A4Args &a, const Groups &g, const TileList &tl,
-                                 float *y, uint32_t y_stride, cudaStream_t s);
-
 // a4.cu: encodes x [T][cols] bf16 into `out` with divisor *divisor (device).
 cudaError_t launch_a4_encode(const uint16_t *x, uint32_t T, uint32_t cols, const float *divisor, A4Plane out,
                              cudaStream_t s);

@@ -273,9 +273,10 @@ bool prefill_supported(const DevMat &gate_up, const DevMat &down);
 cudaError_t launch_prefill_gemm(int codec, bool glu, const DevMat &W, const uint16_t *in, uint32_t in_stride,
                                 const Groups &g, const TileList &tl, void *out, uint32_t out_stride, cudaStream_t s);
 
-// prefill_wg.cu: the same GEMM (not W4A4) on warpgroup MMA for sm_90 devices: usable says whether
-// this device and tile list can take it; launch_prefill_gemm uses it when so.
-bool prefill_wg_usable(int height, uint32_t max_tiles);
+// prefill_wg.cu: the same GEMM on warpgroup MMA for bf16 and nvfp4 banks (W4A16) on sm_90 devices:
+// usable says whether this codec, device and tile list can take it; launch_prefill_gemm uses it
+// when so.
+bool prefill_wg_usable(int codec, int height, uint32_t max_tiles);
 cudaError_t launch_prefill_wg(int codec, bool glu, const DevMat &W, const uint16_t *in, uint32_t in_stride,
                               const Groups &g, const TileList &tl, void *out, uint32_t out_stride, cudaStream_t s);
 

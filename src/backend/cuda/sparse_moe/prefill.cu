@@ -353,7 +353,7 @@ bool prefill_supported(const DevMat &gate_up, const DevMat &down)
 cudaError_t launch_prefill_gemm(int codec, bool glu, const DevMat &W, const uint16_t *in, uint32_t in_stride,
                                 const Groups &g, const TileList &tl, void *out, uint32_t out_stride, cudaStream_t s)
 {
-    if (prefill_wg_usable(tl.height, tl.max)) return launch_prefill_wg(codec, glu, W, in, in_stride, g, tl, out, out_stride, s);
+    if (prefill_wg_usable(codec, tl.height, tl.max)) return launch_prefill_wg(codec, glu, W, in, in_stride, g, tl, out, out_stride, s);
     return dispatch_codec(codec, [&](auto c) {
         using C = raw_nvfp4_t<decltype(c)>;
         return glu ? launch_t<C, true>(W, in, in_stride, g, tl, out, out_stride, s)
@@ -364,7 +364,6 @@ cudaError_t launch_prefill_gemm(int codec, bool glu, const DevMat &W, const uint
 cudaError_t launch_prefill_gemm_a4(bool glu, const DevMat &W, const A4Args &a, const Groups &g, const TileList &tl,
                                    float *y, uint32_t y_stride, cudaStream_t s)
 {
-    if (prefill_wg_usable(tl.height, tl.max)) return launch_prefill_wg_a4(glu, W, a, g, tl, y, y_stride, s);
     return glu ? launch_t<CNVFP4Raw, true, true>(W, nullptr, 0, g, tl, nullptr, 0, s, a)
                : launch_t<CNVFP4Raw, false, true>(W, nullptr, 0, g, tl, y, y_stride, s, a);
 }
