@@ -1,9 +1,11 @@
 // The nvfp4 -> bf16 tensor-core operand decode of gemv_mma.cu (fp4_mma.cuh), exhaustively on the
 // host (built by nvcc, runs without a GPU): every nibble pair at each of the four pair positions
-// of a word, against every non-NaN e4m3 scale byte, under three fillings of the other nibbles (so
-// a shift that drags a neighbour in shows). Each half must equal e2m1 * e4m3 * 2^-8 from the CPU
-// codec (nf_e2m1_to_f32, nf_e4m3_to_f32), exactly: the kernel's numerics rest on that product
-// being exact. The scale operand itself is checked for every byte.
+// of a word, against every non-NaN e4m3 scale byte, under 67 fillings of the other nibbles: none,
+// all ones, a mixed word, and every single bit set alone and cleared alone (so a mask that lets a
+// neighbour into the multiply, or a carry out of one, shows). fp4_pair is the kernel's own code on
+// both sides (mask, integer multiply, mask; only the bf16x2 multiply is emulated here). Each half must
+// equal e2m1 * e4m3 * 2^-8 from the CPU codec (nf_e2m1_to_f32, nf_e4m3_to_f32), exactly: the kernel's
+// numerics rest on that product being exact. The scale operand itself is checked for every byte.
 //
 // What this cannot check: the device's mul.rn.bf16x2 on the subnormal bf16 that e2m1 0.5 decodes
 // to (the host multiplies in f32); test_gemv_mma covers that on a GPU.
@@ -61,12 +63,14 @@ void check_scales()
 
 void check_pairs()
 {
-    const uint32_t fills[3] = {0x00000000u, 0xFFFFFFFFu, 0x5A3C96E1u};
+    constexpr int kFills = 3 + 2 * 32;
+    uint32_t fills[kFills] = {0x00000000u, 0xFFFFFFFFu, 0x5A3C96E1u};
+    for (int i = 0; i < 32; i++) fills[3 + 2 * i] = 1u << i, fills[4 + 2 * i] = ~(1u << i);
     size_t bad = 0, checked = 0;
     for (int q = 0; q < 4; q++)
         for (uint32_t nib = 0; nib < 256; nib++) { // low nibble: element q, high nibble: element q + 4
             const uint32_t lo = nib & 0xF, hi = nib >> 4;
-            for (uint32_t f = 0; f < 3; f++) {
+            for (int f = 0; f < kFills; f++) {
                 uint32_t w = fills[f];
                 w &= ~((0xFu << (4 * q)) | (0xFu << (4 * q + 16)));
                 w |= (lo << (4 * q)) | (hi << (4 * q + 16));

@@ -14,8 +14,9 @@
 // exactly, the two subnormal e2m1 values (0, 0.5) landing on the bf16 subnormals 0 and 2^-127.
 // One bf16x2 multiply by e4m3 * 2^118 (at most 448 * 2^118 < 2^127: no overflow) then gives
 // e2m1 * e4m3 * 2^-8, exact because the product is representable. Pairing the nibble at bit p of a
-// word with the one at bit p + 16 lets both halves of the bf16x2 share their shifts: a pair costs
-// two shifts, a mask, a LOP3 and the multiply.
+// word with the one at bit p + 16 lets both halves of the bf16x2 share their instructions: a mask,
+// an integer multiply, a mask and the bf16x2 multiply a pair (fp4_pair), plus one shift a word for
+// the word's upper two pairs.
 #pragma once
 #include <stdint.h>
 #include <string.h>
@@ -73,17 +74,33 @@ NF_HD uint32_t fp4_scale2(uint32_t b)
 // The bf16x2 {e2m1(nibble at bit 4Q of w), e2m1(nibble at bit 4Q + 16)} * s, s from fp4_scale2:
 // e2m1 * e4m3 * 2^-8 in each half (file comment). Q = 0..3 covers a word's 8 nibbles as the pairs
 // (Q, Q + 4) in element order.
+//
+// The placement by an integer multiply: m, the pair's two nibbles masked out of the word (bits P..P+3
+// and P+16..P+19, P = 4Q), times 2^a + 2^(a+6) with a = 6 - P is two copies of m, one shifted by a
+// (magnitude bits 0-2 of each nibble at bits 6-8 and 22-24) and one by a + 6 (sign bit 3 at bits 15
+// and 31). The copies occupy bits 6-9, 12-15, 22-25 and 28-31: disjoint, so the sum has no carries,
+// and the top one ends at bit 31, so nothing is lost mod 2^32. The mask 0x81C081C0 keeps bits 6-8,
+// 15, 22-24 and 31: the magnitudes and the signs. That is a mask, a multiply and a mask (LOP3, IMAD,
+// LOP3) a pair against two shifts and two LOP3s placing magnitude and sign apart.
+// For Q = 2, 3 (P = 8, 12) a would be negative: their nibbles are taken from w >> 8, where they sit as
+// those of Q = 0, 1 (the same shift for both pairs of the word; the compiler shares it, one SHF a
+// word). A multiply-high does not save it: one word of a 32 x 32-bit product holds only left-shifted
+// (low word) or only right-shifted (high word) copies, and Q = 2 needs both (-2 for the magnitudes, +4
+// for the signs). Q = 3 alone could skip the shift ((m >> 6) + m, one LEA.HI), which leaves the same
+// count. The nvfp4 GEMV's K loop (T = 1 decode form, sm_90a SASS): 465 -> 433 instructions an
+// iteration of two chunks (16 words a lane: 15 -> 13 decode instructions a word, HMUL2 aside).
 template <int Q>
 NF_HD uint32_t fp4_pair(uint32_t w, uint32_t s2)
 {
-    constexpr int P = 4 * Q;
-    uint32_t mag; // magnitude bits 0-2 of each nibble to bits 6-8 of its half
-    if constexpr (P <= 6)
-        mag = w << (6 - P);
-    else
-        mag = w >> (P - 6);
-    const uint32_t t = (mag & 0x01C001C0u) | ((w << (12 - P)) & 0x80008000u); // sign bit 3 to bit 15
-    return bf16x2_mul(t, s2);
+    static_assert(Q >= 0 && Q < 4, "a word holds four nibble pairs");
+    if constexpr (Q >= 2) {
+        return fp4_pair<Q - 2>(w >> 8, s2);
+    } else {
+        constexpr int P = 4 * Q;
+        const uint32_t m = w & (0x000F000Fu << P);
+        const uint32_t t = (m * ((0x41u << 6) >> P)) & 0x81C081C0u; // 2^(6-P) + 2^(12-P)
+        return bf16x2_mul(t, s2);
+    }
 }
 
 // ---- nvfp4 rows as a 16-row tensor-core tile (the row-format policy of mma_rows.cuh) -------------
