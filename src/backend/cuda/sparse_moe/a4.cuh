@@ -55,7 +55,7 @@ __device__ __forceinline__ void a4_decode16(uint2 v, uint32_t s, uint32_t (&p)[8
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         const uint32_t byte = ((j < 4 ? v.x : v.y) >> (8 * (j & 3))) & 0xFF;
-        p[j] = (uint32_t)f2bf(e2m1_f(byte & 0xF) * sc) | ((uint32_t)f2bf(e2m1_f(byte >> 4) * sc) << 16);
+        p[j] = pack_bf16x2(e2m1_f(byte & 0xF) * sc, e2m1_f(byte >> 4) * sc);
     }
 }
 

@@ -53,6 +53,8 @@ __device__ __forceinline__ float u2f(uint32_t v) { return __uint_as_float(0x4B00
 __device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 // f as bf16 bits, round to nearest even.
 __device__ __forceinline__ uint16_t f2bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+// Two floats as one bf16x2 word (lo in the low half), each rounded to nearest even.
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) { return (uint32_t)f2bf(lo) | ((uint32_t)f2bf(hi) << 16); }
 
 // ---- q4_k: fields qs[128], scales[12], d/dmin[4] -------------------------------------------------
 // The 6-bit scale and min of sub-block s (get_scale_min_k4), from the 12 scale bytes held as three

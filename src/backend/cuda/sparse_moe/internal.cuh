@@ -123,6 +123,25 @@ struct Groups {
     uint32_t max_groups;      // grid bound (the device-side count decides which exit early)
 };
 
+// A prefill tile's entries (TileList tile i): its group's expert, its first position and its live
+// positions (at most `height`); threads 0 .. BM - 1 write rows[r] = the input row of position
+// start + r (0 past count: those rows load zeros). The caller syncs before reading rows.
+struct TileRows {
+    int expert, start, count;
+};
+template <int BM>
+__device__ __forceinline__ TileRows tile_rows(const Groups &g, const int32_t *tile_group, const int32_t *tile_m0,
+                                              int tile, int height, int32_t *rows)
+{
+    const int gi = tile_group[tile], m0 = tile_m0[tile];
+    const TileRows t{g.expert[gi], g.start[gi] + m0, min(height, g.count[gi] - m0)};
+    if (threadIdx.x < BM) {
+        const int p = t.start + (int)threadIdx.x;
+        rows[threadIdx.x] = threadIdx.x < (unsigned)t.count ? (g.pos_entry ? g.pos_entry[p] / (int)g.entry_div : p) : 0;
+    }
+    return t;
+}
+
 // A group slot's table entries: the live group count, and slot gi's expert, first position and count.
 struct GroupEntry {
     int live, expert, start, count;

@@ -33,7 +33,6 @@
 #include "internal.cuh"
 #include "ptx.cuh"
 #include "rowdot.cuh"
-#include "wgmma.cuh"
 
 namespace nf {
 
@@ -208,12 +207,8 @@ __global__ void __launch_bounds__(kThreads, BM < 128 ? 2 : 1)
     __shared__ int32_t rows[BM];
     const int tile = blockIdx.x;
     if (tile >= *n_tiles) return;
-    const int gi = tile_group[tile], m0 = tile_m0[tile];
-    const int expert = g.expert[gi], start = g.start[gi] + m0, count = min(BM, g.count[gi] - m0);
-    if (threadIdx.x < BM) {
-        const int p = start + (int)threadIdx.x;
-        rows[threadIdx.x] = threadIdx.x < (unsigned)count ? (g.pos_entry ? g.pos_entry[p] / (int)g.entry_div : p) : 0;
-    }
+    const TileRows t = tile_rows<BM>(g, tile_group, tile_m0, tile, BM, rows);
+    const int expert = t.expert, start = t.start, count = t.count;
     __syncthreads();
 
     const int half = (int)W.rows / 2;

@@ -230,12 +230,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     __shared__ int32_t rows[BM];
     const int tile = blockIdx.y;
     if (tile >= *n_tiles) return;
-    const int gi = tile_group[tile], m0 = tile_m0[tile];
-    const int expert = g.expert[gi], start = g.start[gi] + m0, count = min(height, g.count[gi] - m0);
-    if (threadIdx.x < BM) {
-        const int p = start + (int)threadIdx.x;
-        rows[threadIdx.x] = threadIdx.x < (unsigned)count ? (g.pos_entry ? g.pos_entry[p] / (int)g.entry_div : p) : 0;
-    }
+    const TileRows t = tile_rows<BM>(g, tile_group, tile_m0, tile, height, rows);
+    const int expert = t.expert, start = t.start, count = t.count;
     if (threadIdx.x < S::kStages) {
         mbar_init(&full[threadIdx.x], 128);
         mbar_init(&empty[threadIdx.x], 8);

@@ -9,7 +9,6 @@
 #pragma once
 #include <stdint.h>
 
-#include "dev_codecs.cuh"
 #include "ptx.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -17,9 +16,6 @@
 #endif
 
 namespace nf {
-
-// Two floats as one bf16x2 word (lo in the low half), each rounded to nearest even.
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) { return (uint32_t)f2bf(lo) | ((uint32_t)f2bf(hi) << 16); }
 
 // byte offset of element (r, k) in a [rows][64] K-major tile in the 128-byte swizzle
 __device__ __forceinline__ uint32_t sw128(int r, int k) { return r * 128 + ((((k >> 3) ^ r) & 7) << 4) + (k & 7) * 2; }
