@@ -65,6 +65,22 @@ __device__ __forceinline__ float inv_row_div(const DevMat &W, int expert, uint32
     return 1.0f / W.divisors[((uint64_t)expert * W.rows + wrow) / W.rows_per_div];
 }
 
+// The scales of an nvfp4 tile's accumulator columns, 1 / (row divisor * ga): s0[j], s1[j] for the
+// thread's columns col0 + 8 j + 2 (lane % 4) and + 1 of column block bx (the m16n8 / wgmma
+// accumulator layout), each column's weight row by prefill_b_row.
+template <bool GLU, int NJ>
+__device__ __forceinline__ void col_scales(const DevMat &W, int expert, int bx, int col0, float ga, float (&s0)[NJ],
+                                           float (&s1)[NJ])
+{
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        const int col = col0 + 8 * j + 2 * (lane & 3);
+        s0[j] = inv_row_div(W, expert, prefill_b_row<GLU>(W, bx, col)) / ga;
+        s1[j] = inv_row_div(W, expert, prefill_b_row<GLU>(W, bx, col + 1)) / ga;
+    }
+}
+
 // The W4A4 gate/up epilogue for one position row: v[ni] are the quad's SwiGLU values (element
 // ni * 4 + lane % 4 of the warp's block of 16); encodes the block with divisor gd and, when
 // `live`, stores it (8 data bytes and the scale byte) at row `pos`, block `blk` of `out`. All 32

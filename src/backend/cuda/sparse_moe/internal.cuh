@@ -123,6 +123,18 @@ struct Groups {
     uint32_t max_groups;      // grid bound (the device-side count decides which exit early)
 };
 
+// The prefill GEMMs' B tiles are kPrefillTileN weight rows. B row r of column block bx holds weight
+// row prefill_b_row(bx, r): for gate/up, rows 2i and 2i + 1 are gate and up of intermediate element
+// 64 bx + i, so a thread's accumulator pair (columns 2i, 2i + 1) is (gate, up) of one element and
+// SwiGLU needs no exchange; for a plain matrix, row 128 bx + r.
+constexpr int kPrefillTileN = 128;
+template <bool GLU>
+__device__ __forceinline__ uint32_t prefill_b_row(const DevMat &W, int bx, int r)
+{
+    return GLU ? (uint32_t)(bx * (kPrefillTileN / 2) + (r >> 1) + ((r & 1) ? (int)W.rows / 2 : 0))
+               : (uint32_t)(bx * kPrefillTileN + r);
+}
+
 // A prefill tile's entries (TileList tile i): its group's expert, its first position and its live
 // positions (at most `height`); threads 0 .. BM - 1 write rows[r] = the input row of position
 // start + r (0 past count: those rows load zeros). The caller syncs before reading rows.

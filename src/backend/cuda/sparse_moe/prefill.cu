@@ -38,7 +38,7 @@ namespace nf {
 
 namespace {
 
-constexpr int BN = 128, BK = 128, kThreads = 256;
+constexpr int BN = kPrefillTileN, BK = 128, kThreads = 256;
 constexpr int kBTileBytes = BN * BK * 2; // one B slice, bf16
 
 // The CTA tile's shape for BM positions: 8 warps as 2 (M) x 4 (N), a warp tile of BM / 2 x 32
@@ -139,27 +139,6 @@ struct A4Slice {
     }
 };
 
-// The scales of an nvfp4 warp tile's columns: s0[ni], s1[ni] for the thread's two accumulator
-// columns of n8 tile ni, 1 / (row divisor * ga).
-template <bool GLU>
-__device__ __forceinline__ void col_scales(const DevMat &W, int expert, int n0, int wn, float ga, float (&s0)[4],
-                                           float (&s1)[4])
-{
-    const int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int ni = 0; ni < 4; ni++) {
-        const int col = wn + ni * 8 + (lane & 3) * 2;
-        if (GLU) { // (gate, up) rows of intermediate element n0 + col / 2
-            const uint32_t i = (uint32_t)(n0 + col / 2);
-            s0[ni] = inv_row_div(W, expert, i) / ga;
-            s1[ni] = inv_row_div(W, expert, i + W.rows / 2) / ga;
-        } else {
-            s0[ni] = inv_row_div(W, expert, (uint32_t)(n0 + col)) / ga;
-            s1[ni] = inv_row_div(W, expert, (uint32_t)(n0 + col + 1)) / ga;
-        }
-    }
-}
-
 // The W4A4 epilogue. Column col of the warp tile (0..31) is B row wn + col of the CTA tile; the
 // thread's columns are wn + ni * 8 + (lane % 4) * 2 and + 1.
 template <bool GLU, int MI>
@@ -170,7 +149,7 @@ __device__ __forceinline__ void a4_epilogue(const float (&acc)[MI][4][4], const 
     const int lane = threadIdx.x & 31;
     const float ga = a4.in_div[(uint32_t)expert * a4.in_div_stride];
     float s0[4], s1[4]; // per ni: the scale of the thread's two accumulator columns
-    col_scales<GLU>(W, expert, n0, wn, ga, s0, s1);
+    col_scales<GLU, 4>(W, expert, blockIdx.y, wn, ga, s0, s1);
     const float gd = GLU ? a4.out_div[expert] : 0.0f;
 #pragma unroll
     for (int mi = 0; mi < MI; mi++)
@@ -211,10 +190,8 @@ __global__ void __launch_bounds__(kThreads, BM < 128 ? 2 : 1)
     const int expert = t.expert, start = t.start, count = t.count;
     __syncthreads();
 
-    const int half = (int)W.rows / 2;
     const int n0 = blockIdx.y * (GLU ? BN / 2 : BN); // first output column of the tile
-    const int br = threadIdx.x >> 1;                  // the B row this thread decodes
-    const uint32_t wrow = GLU ? (uint32_t)(n0 + (br >> 1) + ((br & 1) ? half : 0)) : (uint32_t)(n0 + br);
+    const uint32_t wrow = prefill_b_row<GLU>(W, blockIdx.y, threadIdx.x >> 1); // the B row this thread decodes
     const int nk = (int)W.cols / BK;
 
     using S = Shape<BM>;
@@ -281,7 +258,7 @@ __global__ void __launch_bounds__(kThreads, BM < 128 ? 2 : 1)
         a4_epilogue<GLU, S::MI>(acc, W, expert, n0, wm, wn, start, count, a4, (float *)out, out_stride);
     } else { // bf16 act (GLU) or fp32 y; nvfp4 (decoded without divisors) scaled per column
         float s0[4] = {1.0f, 1.0f, 1.0f, 1.0f}, s1[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-        if constexpr (std::is_same<C, CNVFP4Raw>::value) col_scales<GLU>(W, expert, n0, wn, 1.0f, s0, s1);
+        if constexpr (std::is_same<C, CNVFP4Raw>::value) col_scales<GLU, 4>(W, expert, blockIdx.y, wn, 1.0f, s0, s1);
 #pragma unroll
         for (int mi = 0; mi < S::MI; mi++)
 #pragma unroll

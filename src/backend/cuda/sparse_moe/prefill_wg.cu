@@ -45,7 +45,7 @@ namespace nf {
 
 namespace {
 
-constexpr int BN = 128, BK = 128, kThreads = 384;
+constexpr int BN = kPrefillTileN, BK = 128, kThreads = 384;
 constexpr int kSubB = 128 * 128; // one K half of B: 128 rows x 128 bytes
 
 // An nvfp4 slice's raw bytes: 128 rows x 64 data bytes (chunk q of row r at chunk q ^ (r / 2 % 4),
@@ -64,15 +64,6 @@ struct WgShape {
     static constexpr int WN = BM == 128 ? 128 : 64;       // a consumer warpgroup's columns
     static constexpr int NACC = WN / 2;                   // its accumulators a thread
 };
-
-// The weight row that B row r (0..127) of tile column block bx holds: for gate/up, rows 2i and
-// 2i + 1 are gate and up of intermediate element 64 bx + i, so a thread's accumulator pair is
-// (gate, up) of one element (prefill.cu's convention).
-template <bool GLU>
-__device__ __forceinline__ uint32_t b_row(const DevMat &W, int bx, int r)
-{
-    return GLU ? (uint32_t)(bx * (BN / 2) + (r >> 1) + ((r & 1) ? (int)W.rows / 2 : 0)) : (uint32_t)(bx * BN + r);
-}
 
 // 16-byte chunk c (0..15) of the slice kk of a bf16 row to its place in a [rows][128] stage tile of
 // `rows` rows (two K halves of rows x 128 bytes).
@@ -103,15 +94,8 @@ __device__ __forceinline__ void load_b_bf16(uint8_t *sb, const DevMat &W, int ex
 #pragma unroll
     for (int i = 0; i < 16; i++) {
         const int c = tid + i * 128, r = c >> 4;
-        cp_chunk(sb, BN, r, c & 15, row_ptr(W, (uint32_t)expert, b_row<GLU>(W, blockIdx.x, r)), kk, true);
+        cp_chunk(sb, BN, r, c & 15, row_ptr(W, (uint32_t)expert, prefill_b_row<GLU>(W, blockIdx.x, r)), kk, true);
     }
-}
-
-// The first stacked row of scale region g (0: gate or down rows, 1: up rows) of the CTA's B tile.
-template <bool GLU>
-__device__ __forceinline__ uint64_t region_row(const DevMat &W, int expert, int g)
-{
-    return (uint64_t)expert * W.rows + (GLU ? (uint32_t)(g * (int)W.rows / 2 + blockIdx.x * (BN / 2)) : blockIdx.x * BN);
 }
 
 // An nvfp4 slice's raw bytes into a raw slot: 4 data chunks a producer thread (the 4 threads of a
@@ -122,13 +106,14 @@ __device__ __forceinline__ void load_raw_nvfp4(uint8_t *slot, const DevMat &W, i
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const int c = tid + i * 128, r = c >> 2, q = c & 3;
-        const uint64_t grow = (uint64_t)expert * W.rows + b_row<GLU>(W, blockIdx.x, r);
+        const uint64_t grow = (uint64_t)expert * W.rows + prefill_b_row<GLU>(W, blockIdx.x, r);
         cp_async16(smem_u32(slot + r * 64 + ((q ^ ((r >> 1) & 3)) << 4)), W.data + grow * W.row_stride + kk * 64 + q * 16,
                    16);
     }
     const int g = tid >> 6, off = (tid & 63) * 16;
     if (GLU || g == 0) {
-        const uint64_t m0 = region_row<GLU>(W, expert, g);
+        // the region's first stacked row: B row g is the first gate (or down) row, or the first up row
+        const uint64_t m0 = (uint64_t)expert * W.rows + prefill_b_row<GLU>(W, blockIdx.x, g);
         cp_async16(smem_u32(slot + kRawData + g * 1024 + off), W.scales + ((m0 >> 7) * W.kt + 2 * kk) * 512 + off, 16);
     }
 }
@@ -138,7 +123,7 @@ __device__ __forceinline__ void load_raw_nvfp4(uint8_t *slot, const DevMat &W, i
 template <bool GLU>
 __device__ __forceinline__ void decode_nvfp4(const uint8_t *slot, uint8_t *sb, const DevMat &W, int expert, int r)
 {
-    const uint64_t m = (uint64_t)expert * W.rows + b_row<GLU>(W, blockIdx.x, r);
+    const uint64_t m = (uint64_t)expert * W.rows + prefill_b_row<GLU>(W, blockIdx.x, r);
     const uint8_t *sc = slot + kRawData + (GLU ? (r & 1) * 1024 : 0) + (m & 31) * 16 + ((m & 127) >> 5) * 4;
     const uint32_t s4[2] = {*reinterpret_cast<const uint32_t *>(sc), *reinterpret_cast<const uint32_t *>(sc + 512)};
 #pragma unroll
@@ -272,14 +257,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     // epilogue: thread rows a_row0 + 16 q + lane / 4 (+ 8), columns b_row0 + 8 j + 2 (lane % 4) (+ 1);
     // nvfp4 columns scaled by 2^8 / their row's divisor
-    constexpr bool kDiv = std::is_same<C, CNVFP4Raw>::value;
-    float s[S::WN / 4]; // the scale of the thread's column c (0, 1) of column block j: s[2 j + c]
+    float s0[S::WN / 8], s1[S::WN / 8]; // the scales of the thread's two columns of column block j
+    if constexpr (std::is_same<C, CNVFP4Raw>::value) {
+        col_scales<GLU, S::WN / 8>(W, expert, blockIdx.x, b_row0, 0x1p-8f, s0, s1); // / 2^-8: exact
+    } else {
 #pragma unroll
-    for (int j = 0; j < S::WN / 8; j++)
-#pragma unroll
-        for (int c = 0; c < 2; c++)
-            s[2 * j + c] = kDiv ? inv_row_div(W, expert, b_row<GLU>(W, blockIdx.x, b_row0 + 8 * j + 2 * (lane & 3) + c)) * 256.0f
-                                : 1.0f;
+        for (int j = 0; j < S::WN / 8; j++) s0[j] = s1[j] = 1.0f;
+    }
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int r = a_row0 + 16 * q + (lane >> 2) + 8 * h;
@@ -288,7 +272,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int j = 0; j < S::WN / 8; j++) {
             const int col = b_row0 + 8 * j + 2 * (lane & 3);
-            const float c0 = acc[4 * j + 2 * h] * s[2 * j], c1 = acc[4 * j + 2 * h + 1] * s[2 * j + 1];
+            const float c0 = acc[4 * j + 2 * h] * s0[j], c1 = acc[4 * j + 2 * h + 1] * s1[j];
             if (GLU)
                 ((uint16_t *)out)[pos * out_stride + blockIdx.x * (BN / 2) + col / 2] = f2bf(silu(c0) * c1);
             else

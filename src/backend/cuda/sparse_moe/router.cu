@@ -317,6 +317,20 @@ __global__ void topk_kernel(const float *logits, uint32_t T, uint32_t E, uint32_
     if (t < T) topk_warp<16>(logits, t, E, k, norm, ids, wts);
 }
 
+// Exclusive prefix sums over warp 0's lanes of two per-lane totals (each lane's run of experts), in
+// place; the warp's grand totals are a + (the lane's own total) on lane 31.
+__device__ __forceinline__ void warp_exclusive_scan2(int &a, int &b)
+{
+    const int lane = threadIdx.x & 31;
+    int ax = a, bx = b; // inclusive scans
+    for (int o = 1; o < 32; o <<= 1) {
+        const int u = __shfl_up_sync(0xffffffffu, ax, o), v = __shfl_up_sync(0xffffffffu, bx, o);
+        if (lane >= o) ax += u, bx += v;
+    }
+    a = ax - a;
+    b = bx - b;
+}
+
 // Counts per expert, exclusive scan, active-expert groups in increasing expert id, then each
 // entry's position. stable = 1 orders an expert's entries by entry index (small n, one CTA);
 // otherwise positions come from atomics and may differ between runs, which no output depends on:
@@ -335,13 +349,7 @@ __device__ void build_worklist(const int32_t *ids, uint32_t n, uint32_t E, const
             const int e = lane * per + i;
             if (e < (int)E) off += cnt[e], grp += cnt[e] > 0;
         }
-        int off_x = off, grp_x = grp; // inclusive warp scans
-        for (int o = 1; o < 32; o <<= 1) {
-            const int a = __shfl_up_sync(0xffffffffu, off_x, o), b = __shfl_up_sync(0xffffffffu, grp_x, o);
-            if (lane >= o) off_x += a, grp_x += b;
-        }
-        off = off_x - off;
-        grp = grp_x - grp;
+        warp_exclusive_scan2(off, grp);
         for (int i = 0; i < per; i++) {
             const int e = lane * per + i;
             if (e >= (int)E) break;
@@ -391,13 +399,8 @@ __device__ void build_tiles(const int *cnt, uint32_t E, uint32_t T, const Routin
             const int e = lane * per + i;
             if (e < (int)E) tiles += (cnt[e] + tm - 1) / tm, grp += cnt[e] > 0;
         }
-        int tiles_x = tiles, grp_x = grp; // inclusive warp scans
-        for (int o = 1; o < 32; o <<= 1) {
-            const int a = __shfl_up_sync(0xffffffffu, tiles_x, o), b = __shfl_up_sync(0xffffffffu, grp_x, o);
-            if (lane >= o) tiles_x += a, grp_x += b;
-        }
-        int t = tiles_x - tiles;
-        grp = grp_x - grp;
+        int t = tiles;
+        warp_exclusive_scan2(t, grp);
         for (int i = 0; i < per; i++) {
             const int e = lane * per + i;
             if (e >= (int)E) break;
@@ -408,7 +411,7 @@ __device__ void build_tiles(const int *cnt, uint32_t E, uint32_t T, const Routin
             }
             grp++;
         }
-        if (lane == 31) *r.n_tiles = tiles_x;
+        if (lane == 31) *r.n_tiles = t; // past its own tiles: every tile
     }
     const uint32_t sh = (T + (uint32_t)r.sh_tile_m - 1) / (uint32_t)r.sh_tile_m;
     for (uint32_t i = threadIdx.x; i < sh; i += blockDim.x) {
