@@ -29,11 +29,13 @@ static const uint32_t kSmallRouteMax = 16;
 // tensor-core one, from the recorded sweep in docs/sparse_moe.md (H200, qwen3-30b-a3b geometry,
 // trace-like routing, cold L2, graph replay). q4_k+q6_k stands for the k-quant gate/up profiles, which
 // share its kernels' per-byte cost; the other k-quant mixes were not swept apart. 16 is the kernels'
-// limit (kSmallRouteMax), not a crossing.
+// limit (kSmallRouteMax), not a crossing. bf16 on sm_90 has the wgmma prefill (prefill_wg.cu), which
+// wins from T = 7 (175 vs 169 us; 355 vs 220 at 16, docs/data/frontier_wg_h200.csv); elsewhere its
+// prefill is prefill.cu's mma.sync kernel, which the small-token route beats up to 16.
 static uint32_t small_route_max(int gate_up_codec)
 {
     switch (gate_up_codec) {
-    case NF_CODEC_BF16: return 16;  // tensor-core gate/up and down: 360 vs 560 us at 16
+    case NF_CODEC_BF16: return prefill_wg_usable(NF_CODEC_BF16, 128, 0) ? 6 : 16;
     case NF_CODEC_NVFP4: return 12; // tensor-core gate/up: 254 vs 417 us at 12, the sweep's end
     case NF_CODEC_Q8_0: return 16;  // 347 vs 472 us at 16
     default: return 16;             // q4_k+q6_k: 359 vs 568 us at 16
