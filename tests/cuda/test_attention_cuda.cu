@@ -2,9 +2,10 @@
 // attn_worst's bound (tests/common/attn_ref.h). Prefill (splits = 1, T >= 16): the tensor-core kernel
 // for head dims 64 and 128 (q and P rounded to bf16: the reference rounds q, the bound has the P
 // term), the CUDA-core one for the rest. Decode and small chunks: the CUDA-core split kernel (q and p
-// in f32: reference q unrounded, no P term), every split count the engine picks from 1 to 32,
-// including splits left empty at short contexts, and each case launched twice: the second must give
-// the same bits (the last split CTA resets its ticket; a stale ticket would skip or repeat the merge).
+// in f32: reference q unrounded, no P term), every split count the engine picks from 1 to 32, of
+// which a token uses ceil(keys / 256) (the rest exit): the cases put the context below, at and past
+// that edge and at 1 .. 32 splits in use, and each case is launched twice: the second must give the
+// same bits (the last split CTA resets its ticket; a stale ticket would skip or repeat the merge).
 // Cache rows past pos0 + T are NaN (a read of one shows), the output row past T is a guard that must
 // stay untouched. test_attn_mma checks the tensor-core kernel's fragment arithmetic on the host; this
 // one the kernels themselves (cp.async staging, ldmatrix, the MMAs, the shuffles, PDL launch, the grid).
@@ -178,16 +179,17 @@ int main(void)
     check_case(96, 4, 2, 40, 10);
     const uint32_t split_counts[] = {1, 2, 9, 32};
     for (uint32_t sp : split_counts)
-        for (uint32_t pos0 : {0u, 31u, 32u, 127u, 600u}) check_case(128, 32, 4, 1, pos0, sp);
+        for (uint32_t pos0 : {0u, 31u, 32u, 127u, 255u, 256u, 600u}) check_case(128, 32, 4, 1, pos0, sp);
     check_case(128, 32, 4, 1, 4000, 16);
+    check_case(128, 32, 4, 1, 8000, 32); // 8001 keys: all 32 splits in use
     check_case(128, 32, 4, 3, 50, 3);
     check_case(64, 2, 1, 1, 48, 2);
     check_case(96, 4, 2, 2, 70, 3);
     check_case(256, 8, 2, 1, 100, 2);
     check_case(256, 8, 2, 2, 40, 1);
-    // the fused decode form: splits that leave the new key in the last, a middle (empty splits after
-    // it) and the first split; every head dim the kernel takes a form for; with and without qk norm
-    // and biases
+    // the fused decode form: the new key in the last split of several in use, in the only one (short
+    // contexts: one split of the grid's in use), and in the first; every head dim the kernel takes a
+    // form for; with and without qk norm and biases
     for (uint32_t sp : split_counts) check_rope_case(128, 32, 4, 600, sp, true, false);
     check_rope_case(128, 32, 4, 3, 9, true, false);
     check_rope_case(128, 32, 4, 0, 2, true, true);

@@ -19,6 +19,11 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kMaxHd = 256;
+// Keys a split keeps at least: the grid's split count is set for the full context (attention_splits),
+// and a shorter context runs on ceil(keys / kSplitKeys) of them, the others exiting at once, down to
+// one, which writes the output itself: below that a split's keys take less time than the merge's
+// ticket, partial stores and reloads.
+constexpr int kSplitKeys = 256;
 
 __device__ __forceinline__ float warp_max(float v)
 {
@@ -108,15 +113,15 @@ __device__ void key_block(const AttnArgs &a, const float *qs, uint32_t kvh, int 
 // out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M) over the splits' partials of (token t,
 // head h), which other CTAs wrote: read through L2 (__ldcg). Warp 0 takes one split a lane (at most
 // 32); every partial load of an output element is independent of the others.
-__device__ void merge_splits(const AttnArgs &a, uint32_t t, uint32_t h)
+__device__ void merge_splits(const AttnArgs &a, uint32_t t, uint32_t h, uint32_t used)
 {
     __shared__ float sf[32], sl;
     const uint32_t hd = a.hd, row = hd + 2;
     const float *pp = a.part + ((size_t)t * a.heads + h) * a.splits * row;
     if (threadIdx.x < 32) {
         const uint32_t sp = threadIdx.x;
-        const float m = sp < a.splits ? __ldcg(pp + sp * row) : -INFINITY;
-        const float l = sp < a.splits ? __ldcg(pp + sp * row + 1) : 0.0f;
+        const float m = sp < used ? __ldcg(pp + sp * row) : -INFINITY;
+        const float l = sp < used ? __ldcg(pp + sp * row + 1) : 0.0f;
         const float M = warp_max(m), e = m == -INFINITY ? 0.0f : expf(m - M);
         const float L = warp_sum(l * e);
         sf[sp] = e;
@@ -126,7 +131,7 @@ __device__ void merge_splits(const AttnArgs &a, uint32_t t, uint32_t h)
     for (uint32_t d = threadIdx.x; d < hd; d += blockDim.x) {
         float v = 0;
 #pragma unroll 4
-        for (uint32_t sp = 0; sp < a.splits; sp++)
+        for (uint32_t sp = 0; sp < used; sp++)
             if (sf[sp] != 0.0f) v += __ldcg(pp + sp * row + 2 + d) * sf[sp];
         a.out[((size_t)t * a.heads + h) * hd + d] = f2bf(v / sl);
     }
@@ -148,7 +153,9 @@ __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a, const Ste
     // step is written before the forward's first kernel; the cache rows of the warp's first block
     // start on their way into L2 while the predecessor (which writes only the new positions) runs
     const int n_keys = step->pos0 + (int)t + 1;
-    const int per = (n_keys + (int)a.splits - 1) / (int)a.splits;
+    const int used = min((int)a.splits, (n_keys + kSplitKeys - 1) / kSplitKeys);
+    if ((int)split >= used) return; // reads and writes nothing: a no-op for the grid-dependency chain
+    const int per = (n_keys + used - 1) / used;
     const int kb = (int)split * per, ke = min(n_keys, kb + per);
     if (kb + 32 * warp + lane < ke) {
         const size_t row = (size_t)(kb + 32 * warp + lane) * a.kv_heads * hd + kvh * hd;
@@ -193,7 +200,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a, const Ste
     for (int w = 0; w < kWarps; w++) M = fmaxf(M, wm[w]);
     float L = 0, f[kWarps];
     for (int w = 0; w < kWarps; w++) f[w] = M == -INFINITY ? 0.0f : expf(wm[w] - M), L += wl[w] * f[w];
-    if (a.splits == 1) {
+    if (used == 1) {
         for (uint32_t d = threadIdx.x; d < hd; d += blockDim.x) {
             float v = 0;
             for (int w = 0; w < kWarps; w++) v += wacc[w][d] * f[w];
@@ -215,13 +222,13 @@ __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a, const Ste
     __syncthreads();
     if (threadIdx.x == 0) {
         unsigned *ticket = a.ticket + (size_t)t * a.heads + h;
-        last = atomicAdd(ticket, 1u) == a.splits - 1;
+        last = atomicAdd(ticket, 1u) == (unsigned)used - 1;
         if (last) atomicExch(ticket, 0u); // every split has taken its ticket: ready for the next launch
     }
     __syncthreads();
     if (!last) return;
     __threadfence();
-    merge_splits(a, t, h);
+    merge_splits(a, t, h, (uint32_t)used);
 }
 
 // ---- prefill: a tile of query tokens per CTA -------------------------------------------------------
@@ -494,8 +501,9 @@ cudaError_t launch_mma(const AttnArgs &a, const Step *step, uint32_t T, cudaStre
 
 uint32_t attention_splits(uint32_t T, uint32_t ctx, uint32_t heads)
 {
-    // Enough CTAs to cover the GPU twice at decode sizes; each split keeps >= 256 keys at full context.
-    const uint32_t want = (264 + T * heads - 1) / (T * heads), most = (ctx + 255) / 256;
+    // Enough CTAs to cover the GPU twice at decode sizes; each split keeps >= kSplitKeys keys at full
+    // context (and at any shorter one, attn_kernel).
+    const uint32_t want = (264 + T * heads - 1) / (T * heads), most = (ctx + kSplitKeys - 1) / kSplitKeys;
     uint32_t s = want < most ? want : most;
     if (s > 32) s = 32;
     return s ? s : 1;

@@ -80,7 +80,8 @@ void rope_table(const float *src, uint32_t ctx, uint32_t half, float2 *tab, cuda
 
 // att[t] (bf16 [T][heads*hd]) = softmax(q_t K^T / sqrt(hd)) V over cache rows 0 .. pos0 + t,
 // kv head = head / (heads / kv_heads). splits > 1 divides the keys (split-K) and merges through
-// `part` ([T][heads][splits][hd + 2] f32).
+// `part` ([T][heads][splits][hd + 2] f32); a token whose context is short uses fewer of them (at least
+// 256 keys a split, attention.cu), so the count, fixed in a captured graph, is a maximum.
 struct AttnArgs {
     const float *q; // [T][q_stride], heads * hd used
     uint32_t q_stride;
