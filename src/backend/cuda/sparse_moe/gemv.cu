@@ -27,7 +27,7 @@ __device__ __forceinline__ void stage_rows(const void *in, uint32_t in_stride, c
             const uint32_t v = v0 + u * blockDim.x;
             if (v < total) {
                 const int t = (int)(v / vecs), pos = pos0 + t;
-                const int row = g.pos_entry ? g.pos_entry[pos] / (int)g.entry_div : pos;
+                const int row = input_row(g, pos);
                 const uint8_t *src = (const uint8_t *)in + ((size_t)row * in_stride + (v % vecs) * PER) * (IN_BF16 ? 2 : 4);
                 buf[u] = *reinterpret_cast<const uint4 *>(src);
             }

@@ -42,7 +42,7 @@ __device__ void stage_q8(const uint16_t *in, uint32_t in_stride, const Groups &g
         uint4 raw = make_uint4(0, 0, 0, 0);
         if (ok) {
             const int t = (int)(v / vecs), pos = pos0 + t;
-            const int row = g.pos_entry ? g.pos_entry[pos] / (int)g.entry_div : pos;
+            const int row = input_row(g, pos);
             raw = *reinterpret_cast<const uint4 *>(in + (size_t)row * in_stride + (v % vecs) * 8);
         }
         const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};

@@ -93,12 +93,6 @@ __device__ __forceinline__ void load_batch(const typename R::Lane &L, int k0, in
         if (k0 + j < ke) ch[j] = R::load(L, k0 + j);
 }
 
-// The input row of a position: x through pos_entry (the routes' gate/up) or the position itself.
-__device__ __forceinline__ int input_row(const Groups &g, int pos)
-{
-    return g.pos_entry ? g.pos_entry[pos] / (int)g.entry_div : pos;
-}
-
 // Row j (0..15) of the CTA's M tile, clamped into the expert (reads past the end repeat the last
 // row; their outputs are not stored). GLU: j < 8 gate row p0 + j, j >= 8 its up row.
 template <bool GLU>

@@ -123,6 +123,12 @@ struct Groups {
     uint32_t max_groups;      // grid bound (the device-side count decides which exit early)
 };
 
+// The input row of a position: x through pos_entry (the routes' gate/up) or the position itself.
+__device__ __forceinline__ int input_row(const Groups &g, int pos)
+{
+    return g.pos_entry ? g.pos_entry[pos] / (int)g.entry_div : pos;
+}
+
 // The prefill GEMMs' B tiles are kPrefillTileN weight rows. B row r of column block bx holds weight
 // row prefill_b_row(bx, r): for gate/up, rows 2i and 2i + 1 are gate and up of intermediate element
 // 64 bx + i, so a thread's accumulator pair (columns 2i, 2i + 1) is (gate, up) of one element and
@@ -149,7 +155,7 @@ __device__ __forceinline__ TileRows tile_rows(const Groups &g, const int32_t *ti
     const TileRows t{g.expert[gi], g.start[gi] + m0, min(height, g.count[gi] - m0)};
     if (threadIdx.x < BM) {
         const int p = t.start + (int)threadIdx.x;
-        rows[threadIdx.x] = threadIdx.x < (unsigned)t.count ? (g.pos_entry ? g.pos_entry[p] / (int)g.entry_div : p) : 0;
+        rows[threadIdx.x] = threadIdx.x < (unsigned)t.count ? input_row(g, p) : 0;
     }
     return t;
 }
