@@ -31,7 +31,8 @@ double nf_gpu_bench_gemm_peak(nf_gpu_bench *b, int n, int repeat, char *why, siz
 double nf_gpu_bench_event_resolution_us(nf_gpu_bench *b);
 
 /* Times `enqueue(ctx, stream)`: as one CUDA graph replayed (graph = 1) or issued on the stream, with
- * the L2 flushed before every repeat (cold = 1) by writing the flush buffer. samples[repeat] in us. */
+ * the L2 flushed before every repeat (cold = 1) by reading the flush buffer, which leaves it holding
+ * clean lines (gpu_bench.cu says why). samples[repeat] in us. */
 typedef nf_status (*nf_gpu_enqueue_fn)(void *ctx, void *stream, nf_error *err);
 nf_status nf_gpu_bench_time(nf_gpu_bench *b, nf_gpu_enqueue_fn enqueue, void *ctx, int graph, int cold, int warmup,
                             int repeat, double *samples, nf_error *err);
