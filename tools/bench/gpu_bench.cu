@@ -18,6 +18,7 @@ struct nf_gpu_bench {
     void *flush;      // the cold-L2 flush's buffer, read before each timed run
     size_t flush_bytes;
     unsigned *sink;   // the flush read's never-taken store
+    int read_grid;    // read_kernel's CTAs (8 an SM): the DRAM ceiling's and the flush's reads
     char name[400];
 };
 
@@ -54,6 +55,7 @@ extern "C" nf_status nf_gpu_bench_create(size_t flush_bytes, nf_gpu_bench **out,
     }
     cudaDeviceProp p;
     cudaGetDeviceProperties(&p, 0);
+    b->read_grid = p.multiProcessorCount * 8;
     snprintf(b->name, sizeof b->name, "%.256s (sm_%d%d, %d SMs, L2 %d MiB)", p.name, p.major, p.minor, p.multiProcessorCount,
              p.l2CacheSize >> 20);
     *out = b;
@@ -106,13 +108,10 @@ extern "C" double nf_gpu_bench_dram_read(nf_gpu_bench *b, size_t bytes, int repe
     if (cudaMalloc(&buf, bytes) != cudaSuccess) return -1;
     cudaMalloc(&sink, 4);
     cudaMemsetAsync(buf, 1, bytes, b->s);
-    cudaDeviceProp p;
-    cudaGetDeviceProperties(&p, 0);
-    const int grid = p.multiProcessorCount * 8;
     std::vector<double> gbs;
     for (int r = 0; r < repeat + 2; r++) {
         cudaEventRecord(b->e0, b->s);
-        read_kernel<<<grid, 512, 0, b->s>>>((const uint4 *)buf, bytes / 16, sink);
+        read_kernel<<<b->read_grid, 512, 0, b->s>>>((const uint4 *)buf, bytes / 16, sink);
         cudaEventRecord(b->e1, b->s);
         cudaEventSynchronize(b->e1);
         float ms;
@@ -250,10 +249,7 @@ extern "C" double nf_gpu_bench_event_resolution_us(nf_gpu_bench *b)
 // (docs/bench.md, "Cold L2").
 static void flush_l2(nf_gpu_bench *b)
 {
-    int sms = 0, dev = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    read_kernel<<<sms * 8, 512, 0, b->s>>>((const uint4 *)b->flush, b->flush_bytes / 16, b->sink);
+    read_kernel<<<b->read_grid, 512, 0, b->s>>>((const uint4 *)b->flush, b->flush_bytes / 16, b->sink);
 }
 
 extern "C" nf_status nf_gpu_bench_time(nf_gpu_bench *b, nf_gpu_enqueue_fn enqueue, void *ctx, int graph, int cold,
