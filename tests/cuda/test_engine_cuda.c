@@ -1,6 +1,6 @@
 /* The GPU engine against the CPU engine on the tiny checkpoints of tests/fixtures/models, every
- * recipe (label cuda; exits 77 = skipped without a GPU). Data dir: $NF_TEST_DATA, else the source
- * tree's tests/.
+ * recipe, and on a synthetic model whose LM head streams (label cuda; exits 77 = skipped without a
+ * GPU). Data dir: $NF_TEST_DATA, else the source tree's tests/.
  *
  * Logits bounds. Both engines read the same artifact and the CPU keeps its KV cache in bf16 as the
  * GPU does. The GPU additionally rounds to bf16 (unit roundoff u = 2^-9) the input of every
@@ -57,6 +57,7 @@
 #include "engine/sampler.h"
 #include "nf_test.h"
 #include "common/engine_fixture.h"
+#include "convert/synth.h"
 
 enum { P = 64, G = 32, CHUNK = 16 };
 
@@ -265,12 +266,9 @@ static unsigned a8_inputs(const nf_model *m)
     return n;
 }
 
-static void check_model(const char *name, const char *recipe, const char *tmp)
+/* The comparisons above on the artifact at `out` (removed at the end). */
+static void check_artifact(const char *name, const char *recipe, const char *out)
 {
-    char dir[1024], out[1200];
-    snprintf(dir, sizeof dir, "%s/fixtures/models/%s", data_dir(), name);
-    snprintf(out, sizeof out, "%s/%s-%s.nf", tmp, name, recipe);
-    if (!fx_convert(dir, recipe, out)) return;
     nf_model *m;
     nf_error e;
     if (nf_model_load(out, &m, &e)) {
@@ -297,6 +295,31 @@ static void check_model(const char *name, const char *recipe, const char *tmp)
     for (int i = 0; i < 4; i++) free(r[i].route), free(r[i].pre), free(r[i].gl);
     nf_model_free(m);
     remove(out);
+}
+
+static void check_model(const char *name, const char *recipe, const char *tmp)
+{
+    char dir[1024], out[1200];
+    snprintf(dir, sizeof dir, "%s/fixtures/models/%s", data_dir(), name);
+    snprintf(out, sizeof out, "%s/%s-%s.nf", tmp, name, recipe);
+    if (fx_convert(dir, recipe, out)) check_artifact(name, recipe, out);
+}
+
+/* A synthetic 2-layer model (synth's tiny geometry) with a 20 000-row bf16 LM head: 1250 tiles of 16
+ * rows, more than one wave of the 4-warp tensor-core GEMV (132 SMs x at most 8), so the decoder's
+ * head streams (gemv_stream.cu), which the fixtures' small vocabularies never reach. */
+static void check_streamed_head(const char *tmp)
+{
+    char out[1200];
+    snprintf(out, sizeof out, "%s/synth-tiny-bf16.nf", tmp);
+    const nf_synth_opts o = {.geometry = "tiny", .recipe = "bf16", .seed = 1, .vocab = 20000, .quiet = 1};
+    nf_synth_stats st;
+    nf_error e;
+    if (nf_synth_write(out, &o, &st, &e) != NF_OK) {
+        CHECK_MSG(0, "synth: %s", e.msg);
+        return;
+    }
+    check_artifact("synth-tiny", "bf16", out);
 }
 
 /* 100 sessions (create, prefill, two graph decode steps, free): device memory back where it was. A
@@ -345,6 +368,7 @@ int main(void)
     for (int i = 0; i < 4; i++)
         for (int r = 0; r < 5; r++) /* nvfp4 needs 128-row expert shares: the 32-row tiny MoE banks refuse it */
             if (r < 4 || i >= 2) check_model(models[i], recipes[r], tmp);
+    check_streamed_head(tmp);
     check_sessions(tmp);
     rmdir(tmp);
     return nf_test_report();

@@ -181,6 +181,12 @@ bool launch_captured(F &&launch)
     return ok;
 }
 
+// A launch's form as gemv_mma_warps names it: "4 w" .. "16 w", or "stream".
+const char *form_name(int nw)
+{
+    return nw == -1 ? "stream" : nw == 4 ? "4 w" : nw == 8 ? "8 w" : nw == 16 ? "16 w" : "?";
+}
+
 void run_case(const Case &c)
 {
     const bool fp4 = c.codec == NF_CODEC_NVFP4;
@@ -248,7 +254,7 @@ void run_case(const Case &c)
     const nf::NextMat next = c.early ? nf::NextMat{W.data, (uint64_t)c.rows * W.row_stride} : nf::NextMat{nullptr, 0};
     const nf::GemvLaunch opt{next, c.early || c.ready, c.early, false, c.ready};
     const int nw = nf::gemv_mma_warps(c.codec, c.glu, W, c.bf16, g.max_groups, c.T, opt.rows_are_x0);
-    CHECK_MSG(c.want ? nw == c.want : nw == 4 || nw == 8 || nw == 16, "%d warps a CTA (want %d)", nw, c.want);
+    CHECK_MSG(c.want ? nw == c.want : nw == 4 || nw == 8 || nw == 16, "%d warps a CTA (want %d; -1: streams)", nw, c.want);
     cudaError_t e = nf::launch_gemv_ex(c.codec, c.glu, W, d.x, c.bf16, in_stride, g, d.out, stride, c.T, opt, 0);
     if (e == cudaSuccess) e = cudaDeviceSynchronize();
     CHECK_MSG(e == cudaSuccess, "launch: %s", cudaGetErrorString(e));
@@ -307,9 +313,9 @@ void run_case(const Case &c)
             memcpy(&bits, &got[(size_t)p * stride + r], 4);
             if (bits != 0xFFFFFFFFu) guard_bad++;
         }
-    printf("  %-5s %-5s %-4s rows %5u cols %5u T %2u D %u%s%s%s%s, %2d warps: worst %.4f of the allowance, %zu outside\n",
+    printf("  %-5s %-5s %-4s rows %5u cols %5u T %2u D %u%s%s%s%s, %6s: worst %.4f of the allowance, %zu outside\n",
            fp4 ? "nvfp4" : "bf16", c.glu ? "glu" : "plain", c.bf16 ? "bf16" : "f32", c.rows, c.cols, c.T, D, c.entries ? " entries" : "",
-           c.early ? " early" : "", c.ready ? " ready" : "", c.one ? " one group" : "", nw, worst, bad);
+           c.early ? " early" : "", c.ready ? " ready" : "", c.one ? " one group" : "", form_name(nw), worst, bad);
     CHECK_MSG(bad == 0, "%s %s %s rows %u cols %u T %u: %zu outputs outside the allowance (worst %.2f x)",
               fp4 ? "nvfp4" : "bf16", c.glu ? "glu" : "plain", c.bf16 ? "bf16" : "f32", c.rows, c.cols, c.T, bad, worst);
     CHECK_MSG(guard_bad == 0, "%zu guard values written", guard_bad);
@@ -332,11 +338,12 @@ void check_forms(int sms)
     const Shape shapes[] = {
         {NF_CODEC_BF16, false, 2048, 4096, 1, false, 16, "attention output"},
         {NF_CODEC_BF16, false, 5120, 2048, 1, false, 8, "q/k/v"},
-        {NF_CODEC_BF16, false, 151936, 2048, 1, false, 4, "LM head"},
+        {NF_CODEC_BF16, false, 151936, 2048, 1, false, -1, "LM head"},       // streams (gemv_stream.cu)
         {NF_CODEC_BF16, true, 1536, 2048, 8, true, 4, "routed gate/up"},
         {NF_CODEC_NVFP4, false, 2048, 4096, 1, false, 16, "attention output"},
         {NF_CODEC_NVFP4, false, 5120, 2048, 1, false, 8, "q/k/v"},
         {NF_CODEC_NVFP4, true, 1536, 2048, 8, true, 4, "routed gate/up"},
+        {NF_CODEC_NVFP4, false, 151936, 2048, 1, false, 4, "LM head"},       // bf16 rows only stream
     };
     for (const Shape &f : shapes) {
         nf::DevMat W;
@@ -352,8 +359,8 @@ void check_forms(int sms)
             W.rows_per_div = f.rows;
         }
         const int nw = nf::gemv_mma_warps(f.codec, f.glu, W, true, f.groups, 1, f.early);
-        printf("  %-5s %-16s %6u x %4u, %u group slots: %2d warps (H200: %d)\n",
-               f.codec == NF_CODEC_BF16 ? "bf16" : "nvfp4", f.what, f.rows, f.cols, f.groups, nw, f.want);
+        printf("  %-5s %-16s %6u x %4u, %u group slots: %s (H200: %s)\n", f.codec == NF_CODEC_BF16 ? "bf16" : "nvfp4",
+               f.what, f.rows, f.cols, f.groups, form_name(nw), form_name(f.want));
         if (sms == 132) CHECK_MSG(nw == f.want, "%s: %d warps, want %d", f.what, nw, f.want);
     }
 }
@@ -461,5 +468,25 @@ int main(void)
         run_case(as(dense4, false, 4));
         run_case(as({true, false, 32 * S, 2048, 5}, false, 4));
     }
+
+    // The streaming form (gemv_stream.cu): one token, one group, bf16 rows and inputs, more tiles than
+    // one wave of 4-warp CTAs (8 S + 1 tiles: at 64 or more registers a thread no SM holds 8). Slices of 1024 columns: two, a
+    // short last one (64), one narrow one, five; tiles whose last rows clamp; the group tables read
+    // before the wait (ready, PDL) or after it (a plain launch).
+    const uint32_t big = 16 * 8 * S;
+    Case head{false, true, big + 5, 2048, 1};
+    head.ready = true, head.one = true, head.want = -1;
+    run_case(bf16w(head));
+    Case plain_head = head;
+    plain_head.ready = false;
+    run_case(bf16w(plain_head));
+    for (uint32_t cols : {1088u, 512u, 4160u}) {
+        Case h = head;
+        h.rows = cols == 4160 ? big + 1 : big + 16, h.cols = cols;
+        run_case(bf16w(h));
+    }
+    Case two = head; // two tokens, or f32 inputs: the 4-warp form
+    two.T = 2, two.want = 4;
+    run_case(bf16w(two));
     return nf_test_report();
 }

@@ -49,6 +49,8 @@
 // in the last bits, only through the f32 summation order (shorter per-warp chains, more cross-warp
 // sums). Measured (H200, ncu, nvfp4 recipe's decode step): the attention output 14.7 -> 9.7 us at
 // 16 warps, q / k / v 12.0 -> 10.8 us at 8; `bench e2e` nvfp4 tg128 306.0 -> 337.9 t/s.
+#include <type_traits>
+
 #include "fp4_mma.cuh"
 #include "internal.cuh"
 #include "mma_rows.cuh"
@@ -355,12 +357,25 @@ Plan plan(bool glu, const DevMat &W, bool in_bf16, uint32_t max_groups, uint32_t
     return p;
 }
 
+// Whether a launch of plan p streams instead (gemv_stream.cu): one token of one group against bf16 rows
+// whose 4-warp grid is more than one wave (the LM head).
+template <class R>
+bool streams(bool glu, const DevMat &W, bool in_bf16, uint32_t max_groups, uint32_t max_tokens, const Plan &p)
+{
+    if (!std::is_same<R, Bf16Rows>::value || glu || !in_bf16 || max_groups != 1 || max_tokens != 1 || p.nw != 4 ||
+        !gemv_stream_supported(2, W))
+        return false;
+    return p.tiles > (uint64_t)sm_count() * (uint64_t)resident_ctas(pick<R>(4, p.f), 4, p.smem);
+}
+
 template <class R>
 cudaError_t launch(bool glu, const DevMat &W, const void *in, bool in_bf16, uint32_t in_stride, const Groups &g,
                    float *out, uint32_t out_stride, uint32_t max_tokens, const GemvLaunch &opt, cudaStream_t s)
 {
     if (!supported<R>(W)) return cudaErrorInvalidValue;
     const Plan p = plan<R>(glu, W, in_bf16, g.max_groups, max_tokens, opt.rows_are_x0);
+    if (streams<R>(glu, W, in_bf16, g.max_groups, max_tokens, p))
+        return launch_gemv_stream(W, (const uint16_t *)in, in_stride, g, out, out_stride, opt, s);
     const MmaKernel k = pick<R>(p.nw, p.f);
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)p.smem);
     if (e != cudaSuccess) return e;
@@ -371,7 +386,9 @@ cudaError_t launch(bool glu, const DevMat &W, const void *in, bool in_bf16, uint
 template <class R>
 int warps_of(bool glu, const DevMat &W, bool in_bf16, uint32_t max_groups, uint32_t max_tokens, bool rows_are_x0)
 {
-    return supported<R>(W) ? plan<R>(glu, W, in_bf16, max_groups, max_tokens, rows_are_x0).nw : 0;
+    if (!supported<R>(W)) return 0;
+    const Plan p = plan<R>(glu, W, in_bf16, max_groups, max_tokens, rows_are_x0);
+    return streams<R>(glu, W, in_bf16, max_groups, max_tokens, p) ? -1 : p.nw;
 }
 
 } // namespace

@@ -300,9 +300,17 @@ cudaError_t launch_gemv_mma(int codec, bool glu, const DevMat &W, const void *in
                             const Groups &g, float *out, uint32_t out_stride, uint32_t max_tokens,
                             const GemvLaunch &opt, cudaStream_t s);
 // The warps (4, 8 or 16; 0: not supported) a CTA of launch_gemv_mma with these arguments gets:
-// 8 or 16 when the grid stays one wave (gemv_mma.cu, "Warps a CTA").
+// 8 or 16 when the grid stays one wave (gemv_mma.cu, "Warps a CTA"); -1 when it streams
+// (gemv_stream.cu).
 int gemv_mma_warps(int codec, bool glu, const DevMat &W, bool in_bf16, uint32_t max_groups, uint32_t max_tokens,
                    bool rows_are_x0);
+
+// gemv_stream.cu: one token of one group against bf16 rows, a resident CTA an SM walking 16-row tiles
+// that bulk copies bring into shared memory; launch_gemv_mma's choice for matrices whose 4-warp grid
+// is more than one wave (the LM head).
+bool gemv_stream_supported(int codec, const DevMat &W);
+cudaError_t launch_gemv_stream(const DevMat &W, const uint16_t *in, uint32_t in_stride, const Groups &g, float *out,
+                               uint32_t out_stride, const GemvLaunch &opt, cudaStream_t s);
 
 // prefill.cu: the tensor-core grouped GEMM. glu: in = x rows through pos_entry, out = act (bf16,
 // [pos][W.rows / 2]); else in = act (bf16), out = y (f32, [pos][W.rows]).
