@@ -33,16 +33,17 @@
 //
 // Warps a CTA: a warp has only its next chunks' loads in flight, so an SM's bytes in flight are its
 // resident warps' (the tile's L1 prefetch does not make up for it: the measurements below). The LM
-// head's 9496 tiles fill every SM with 4-warp CTAs (ncu, H200: 3.6 TB/s of the ~4.4 the device reads),
-// but a decode step's dense bf16 layers have a few hundred tiles: the attention output projection (2048
+// head's 9496 tiles fill every SM with 4-warp CTAs, yet read at 3.6 TB/s of the ~4.4 the device
+// reads (ncu, H200), so bf16 matrices of more than a wave at one token stream instead (streams(),
+// gemv_stream.cu: 4.05 TB/s); a decode step's dense bf16 layers have a few hundred tiles: the attention output projection (2048
 // x 4096, 128 CTAs: one of 4 warps an SM) read at 1.14 TB/s, q/k/v (5120 x 2048, 320 CTAs: two or three
 // an SM) at 1.75 TB/s, latency-bound. So the host (pick_warps) widens the CTA to 16 or to 8 warps, the
 // widest that (a) still has the whole grid resident at once (one wave, by the occupancy calculator: a
 // second, partial wave would cost back what the wider split saves) and (b) leaves each warp
 // kMinWarpChunks chunks; else 4. On an H200 (132 SMs), T = 1: 2048 x 4096 takes 16 warps (one CTA an
 // SM, 16 warps instead of 4), 5120 x 2048 takes 8 (three CTAs an SM at 80 registers, ~19 warps instead
-// of ~10), nvfp4 rows the same (5120 x 2048: 8, 16 chunks); the LM head and the routed gate/up (768
-// CTAs, already a full wave of 4-warp CTAs) keep 4, whose code is unchanged. The 8-warp forms are bound
+// of ~10), nvfp4 rows the same (5120 x 2048: 8, 16 chunks); the routed gate/up (768 CTAs, already a full
+// wave of 4-warp CTAs) keeps 4, whose code is unchanged. The 8-warp forms are bound
 // to 80 registers (3 CTAs an SM), 70 - 80 with their threads staging one group at a time (kStageUnroll:
 // the CTA keeps as many staging loads in flight as 4 warps at two); the 16-warp ones take 86 - 104 (one
 // CTA an SM whatever the count). No form spills. The wider forms' outputs differ from the 4-warp form's
