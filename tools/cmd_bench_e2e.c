@@ -269,7 +269,7 @@ int nf_cmd_bench_e2e(int argc, char **argv)
         {"--format", 'o', NF_OPT_STRING, &format, "F", "table (default), csv or json, on stdout", 0, 0},
     };
     const nf_cmd_usage u = {
-        "e2e", "-m MODEL [-p 512] [-n 128] [-r 5] [--device auto] [--threads N] [--format table|csv|json]",
+        "bench e2e", "-m MODEL [-p 512] [-n 128] [-r 5] [--device auto] [--threads N] [--format table|csv|json]",
         "llama-bench-style prompt processing (pp: -p pseudo-random ids into an empty context) and text\n"
         "generation (tg: -n tokens decoded one by one from an empty context, greedy) tokens/s, mean +- sd\n"
         "over -r repetitions after --warmup untimed runs, with the device, the model's profile (codecs of\n"

@@ -49,9 +49,10 @@ extern "C" nf_status nf_gpu_bench_create(size_t flush_bytes, nf_gpu_bench **out,
     b->flush_bytes = flush_bytes;
     if (e == cudaSuccess && flush_bytes) e = cudaMalloc(&b->flush, flush_bytes);
     if (e == cudaSuccess && flush_bytes) e = cudaMalloc(&b->sink, 4);
-    if (e != cudaSuccess) {
-        free(b);
-        return cuda_fail(err, e, "setup");
+    if (e != cudaSuccess) { // what was made before the failure goes back
+        const nf_status st = cuda_fail(err, e, "setup");
+        nf_gpu_bench_destroy(b);
+        return st;
     }
     cudaDeviceProp p;
     cudaGetDeviceProperties(&p, 0);
@@ -67,9 +68,9 @@ extern "C" void nf_gpu_bench_destroy(nf_gpu_bench *b)
     if (!b) return;
     cudaFree(b->flush);
     cudaFree(b->sink);
-    cudaEventDestroy(b->e0);
-    cudaEventDestroy(b->e1);
-    cudaStreamDestroy(b->s);
+    if (b->e0) cudaEventDestroy(b->e0);
+    if (b->e1) cudaEventDestroy(b->e1);
+    if (b->s) cudaStreamDestroy(b->s);
     free(b);
 }
 
