@@ -27,6 +27,11 @@
 // nvfp4 weights are decoded without their divisor as e2m1 * e4m3 * 2^-8 (exact in bf16: fp4_mma.cuh)
 // and each output column is scaled by 2^8 / its row's divisor in the epilogue: every product is
 // exact and only the fp32 accumulation rounds, as in prefill.cu.
+#include <cuda.h> // CUtensorMap (the encoder is fetched through the runtime: no link to the driver library)
+
+#include <stdlib.h>
+#include <string.h>
+
 #include <type_traits>
 
 #include "a4.cuh"
@@ -282,6 +287,184 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+// ---- The wide tile: 128 positions x 256 weight rows (bf16 banks, tile height 128) -----------------
+// The 128 x 128 tile moves (128 + 128) rows of a K step for 2 * 128 * 128 FLOPs; at T = 4096 it read
+// 64 KiB a slice an SM at ~1.9 us a slice (236 TFLOP/s), bound by the bytes it asks of L2 and shared
+// memory, not by the tensor cores. This tile moves (128 + 256) rows for twice the FLOPs (3/4 of the
+// bytes a FLOP), each consumer warpgroup taking its 64 positions against all 256 rows (m64n256k16,
+// 128 accumulators a thread). Slices are 64 deep (one 128-byte swizzle row a tile row): 48 KiB a stage,
+// four stages. B rows 0..127 and 128..255 are each 128 contiguous weight rows (gate/up: the gate rows
+// and the up rows of intermediate elements 128 bx ..; plain: rows 256 bx ..), so that each is one box
+// of a bulk tensor copy, and a consumer thread's column blocks j and j + 16 hold gate and up of one
+// element. Per output element the K chain (k16 steps in order into one fp32 accumulator) is the same
+// as the 128 x 128 and 64-row tiles', so the tile changes no bit.
+constexpr int kWideN = 256, kWideK = 64, kWideStages = 4;
+constexpr int kWideA = 128 * 128, kWideB = kWideN * 128, kWideStage = kWideA + kWideB;
+constexpr int kWideSmem = kWideStages * kWideStage + 1024; // + alignment of the ring to 1024
+
+// B row r (0..255) of column block bx: its weight row.
+template <bool GLU>
+__device__ __forceinline__ uint32_t wide_b_row(const DevMat &W, int bx, int r)
+{
+    return GLU ? (uint32_t)(bx * 128 + (r & 127) + (r >> 7) * (int)(W.rows / 2)) : (uint32_t)(bx * kWideN + r);
+}
+
+#ifdef NF_WGMMA // the device helpers issue wgmma and bulk copies: sm_90a passes only
+// 16-byte chunk c (0..7) of slice kk of a bf16 row into row r of a [rows][64] swizzled tile.
+__device__ __forceinline__ void cp_chunk64(uint8_t *tile, int r, int c, const uint8_t *row, int kk, bool live)
+{
+    cp_async16(smem_u32(tile + sw128(r, c * 8)), row + kk * (kWideK * 2) + c * 16, live ? 16 : 0);
+}
+
+// The producer's copies of slice j: A (128 positions, 8 chunks a producer thread, the 8 threads of a
+// row reading its 128 contiguous bytes) by cp.async, and B either by two bulk tensor copies (issued by
+// thread 0, whose arrival carries their bytes) or by cp.async, 16 chunks a thread.
+template <bool GLU, bool kTma>
+__device__ __forceinline__ void wide_copy(uint8_t *stage, uint64_t *full, const CUtensorMap *bmap, const DevMat &W,
+                                          const uint16_t *in, uint32_t in_stride, const int32_t *rows, int count,
+                                          int expert, int j, int tid)
+{
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const int c = tid + i * 128, r = c >> 3;
+        const bool live = r < count;
+        cp_chunk64(stage, r, c & 7, (const uint8_t *)(in + (size_t)(live ? rows[r] : 0) * in_stride), j, live);
+    }
+    uint8_t *sb = stage + kWideA;
+    if constexpr (kTma) {
+        if (tid == 0) {
+            const int y = expert * (int)W.rows;
+            mbar_arrive_tx(full, kWideB);
+            tma_load_2d(smem_u32(sb), bmap, j * kWideK, y + (int)wide_b_row<GLU>(W, blockIdx.x, 0), full);
+            tma_load_2d(smem_u32(sb + 128 * 128), bmap, j * kWideK, y + (int)wide_b_row<GLU>(W, blockIdx.x, 128), full);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            const int c = tid + i * 128, r = c >> 3;
+            cp_chunk64(sb, r, c & 7, row_ptr(W, (uint32_t)expert, wide_b_row<GLU>(W, blockIdx.x, r)), j, true);
+        }
+    }
+}
+
+// The producer warpgroup: slices 0 .. nk-1 into the ring, kWideStages - 1 ahead (one cp.async group
+// a slice, empty groups included, so that one wait count covers every slice).
+template <bool GLU, bool kTma>
+__device__ __forceinline__ void wide_produce(uint8_t *ring, uint64_t *full, uint64_t *empty, const CUtensorMap *bmap,
+                                             const DevMat &W, const uint16_t *in, uint32_t in_stride,
+                                             const int32_t *rows, int count, int expert, int nk)
+{
+    constexpr int kAhead = kWideStages - 1;
+    const int tid = threadIdx.x;
+    auto copy = [&](int j) {
+        if (j < nk) {
+            const int s = j % kWideStages;
+            if (j >= kWideStages) mbar_wait(&empty[s], (j / kWideStages - 1) & 1);
+            wide_copy<GLU, kTma>(ring + s * kWideStage, &full[s], bmap, W, in, in_stride, rows, count, expert, j, tid);
+        }
+        cp_async_commit();
+    };
+    for (int j = 0; j < kAhead; j++) copy(j);
+    for (int kk = 0; kk < nk; kk++) { // publish first: copy() may wait for the consumers to free a stage
+        cp_async_wait<kAhead - 1>();
+        fence_proxy_async();
+        mbar_arrive(&full[kk % kWideStages]);
+        copy(kk + kAhead);
+    }
+}
+
+// A consumer warpgroup's K loop: acc += its 64 positions x the 256 rows over every slice. With kWait1
+// one wgmma group stays in flight while the next is issued (its stage goes back one slice later);
+// otherwise each slice's group completes before the next one is issued.
+template <bool kWait1>
+__device__ __forceinline__ void wide_consume(float (&acc)[128], uint8_t *ring, uint64_t *full, uint64_t *empty, int wg,
+                                             int nk)
+{
+    const int lane = threadIdx.x & 31;
+    for (int kk = 0; kk < nk; kk++) {
+        const int s = kk % kWideStages;
+        const uint32_t a_base = smem_u32(ring + s * kWideStage) + 64 * wg * 128;
+        const uint32_t b_base = smem_u32(ring + s * kWideStage + kWideA);
+        mbar_wait(&full[s], (kk / kWideStages) & 1);
+        wg_fence();
+#pragma unroll
+        for (int k16 = 0; k16 < 4; k16++) wg_mma_n256(acc, wg_desc(a_base + k16 * 32), wg_desc(b_base + k16 * 32));
+        wg_commit();
+        if constexpr (kWait1) {
+            wg_wait<1>();
+            if (kk > 0 && lane == 0) mbar_arrive(&empty[(kk - 1) % kWideStages]);
+        } else {
+            wg_wait<0>();
+            if (lane == 0) mbar_arrive(&empty[s]);
+        }
+    }
+    if constexpr (kWait1) wg_wait<0>();
+}
+
+// The epilogue of one consumer thread: rows 64 wg + 16 q + lane / 4 (+ 8), column blocks j (8 j +
+// 2 (lane % 4), + 1). gate/up: act[pos][128 bx + c] = bf16(silu(gate_c) * up_c), gate in blocks 0..15
+// and up in 16..31 of the same thread; plain: y[pos][256 bx + c] in fp32.
+template <bool GLU>
+__device__ __forceinline__ void wide_store(const float (&acc)[128], int wg, int start, int count, void *out,
+                                           uint32_t out_stride)
+{
+    const int q = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = 64 * wg + 16 * q + (lane >> 2) + 8 * h;
+        if (r >= count) continue;
+        const size_t pos = (size_t)start + r;
+#pragma unroll
+        for (int j = 0; j < (GLU ? 16 : 32); j++) {
+            const int c = 8 * j + 2 * (lane & 3);
+            const float c0 = acc[4 * j + 2 * h], c1 = acc[4 * j + 2 * h + 1];
+            if constexpr (GLU) {
+                const float u0 = acc[4 * (j + 16) + 2 * h], u1 = acc[4 * (j + 16) + 2 * h + 1];
+                *reinterpret_cast<uint32_t *>((uint16_t *)out + pos * out_stride + blockIdx.x * 128 + c) =
+                    pack_bf16x2(silu(c0) * u0, silu(c1) * u1);
+            } else {
+                *reinterpret_cast<float2 *>((float *)out + pos * out_stride + blockIdx.x * kWideN + c) = make_float2(c0, c1);
+            }
+        }
+    }
+}
+
+#endif // NF_WGMMA
+
+template <bool GLU, bool kTma, bool kWait1>
+__global__ void __launch_bounds__(kThreads, 1)
+    prefill_wg_wide(const __grid_constant__ CUtensorMap bmap, DevMat W, const uint16_t *in, uint32_t in_stride, Groups g,
+                    const int32_t *n_tiles, const int32_t *tile_group, const int32_t *tile_m0, int height, void *out,
+                    uint32_t out_stride)
+{
+#ifdef NF_WGMMA
+    extern __shared__ uint8_t smem_raw[];
+    __shared__ __align__(8) uint64_t full[kWideStages], empty[kWideStages];
+    __shared__ int32_t rows[128];
+    const int tile = blockIdx.y;
+    if (tile >= *n_tiles) return;
+    const TileRows t = tile_rows<128>(g, tile_group, tile_m0, tile, height, rows);
+    if (threadIdx.x < kWideStages) {
+        mbar_init(&full[threadIdx.x], 128 + (kTma ? 1 : 0)); // + thread 0's arrival with the B bytes
+        mbar_init(&empty[threadIdx.x], 8);
+        fence_barrier_init();
+    }
+    __syncthreads();
+    uint8_t *ring = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+    const int nk = (int)W.cols / kWideK;
+    if (threadIdx.x < 128) {
+        wide_produce<GLU, kTma>(ring, full, empty, &bmap, W, in, in_stride, rows, t.count, t.expert, nk);
+        return;
+    }
+    const int wg = threadIdx.x / 128 - 1;
+    float acc[128];
+#pragma unroll
+    for (int i = 0; i < 128; i++) acc[i] = 0.0f;
+    wide_consume<kWait1>(acc, ring, full, empty, wg, nk);
+    wide_store<GLU>(acc, wg, t.start, t.count, out, out_stride);
+#endif
+}
+
 template <class C, bool GLU, int BM>
 cudaError_t launch_bm(const DevMat &W, const uint16_t *in, uint32_t in_stride, const Groups &g, const TileList &tl,
                       void *out, uint32_t out_stride, cudaStream_t s)
@@ -302,6 +485,90 @@ cudaError_t launch_h(const DevMat &W, const uint16_t *in, uint32_t in_stride, co
                             : launch_bm<C, GLU, 64>(W, in, in_stride, g, tl, out, out_stride, s);
 }
 
+// ---- the wide tile's launch -----------------------------------------------------------------------
+// Experiment switch (temporary, for one binary to serve every arm): NF_WG_WIDE = 0 the 128 x 128
+// tile, 1 the wide tile with B by cp.async, 2 with B by bulk tensor copy, 3 = 2 and 4 = 1 with one
+// wgmma group kept in flight.
+int wide_variant()
+{
+    static const int v = [] {
+        const char *e = getenv("NF_WG_WIDE");
+        return e ? atoi(e) : 2;
+    }();
+    return v;
+}
+
+using EncodeTiled = CUresult (*)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                 const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// cuTensorMapEncodeTiled through the runtime's entry-point query (NULL where the driver lacks it):
+// the library then needs no link to libcuda.
+EncodeTiled tensor_map_encoder()
+{
+    static const EncodeTiled f = [] {
+        void *p = nullptr;
+        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess) {
+            cudaGetLastError();
+            p = nullptr;
+        }
+        return (EncodeTiled)p;
+    }();
+    return f;
+}
+
+// B's map: the bank as one [rows of every expert][cols] bf16 matrix in boxes of 128 rows x 64 columns,
+// 128-byte swizzled (the consumers' layout). DevMat does not carry the expert count, so the row
+// extent is the largest a coordinate names; the tile list keeps every box inside the bank (expert <
+// E, row < W.rows), as it keeps the cp.async path's addresses.
+bool wide_b_map(const DevMat &W, CUtensorMap *m)
+{
+    const EncodeTiled f = tensor_map_encoder();
+    if (!f) return false;
+    const cuuint64_t dim[2] = {W.cols, 0x7FFFFFFFu}, stride[1] = {W.row_stride};
+    const cuuint32_t box[2] = {kWideK, 128}, es[2] = {1, 1};
+    return f(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)W.data, dim, stride, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// Whether a launch can take the wide tile: tile height 128, whole slices of 64 and B tiles of 256
+// rows (gate/up: 128 gate and 128 up rows), even output strides (pairs of columns stored together).
+bool wide_fits(bool glu, const DevMat &W, const TileList &tl, uint32_t out_stride)
+{
+    return tl.height == 128 && W.cols % kWideK == 0 && out_stride % 2 == 0 && W.row_stride % 16 == 0 &&
+           (glu ? (W.rows / 2) % 128 == 0 : W.rows % kWideN == 0);
+}
+
+template <bool GLU, bool kTma, bool kWait1>
+cudaError_t launch_wide_t(const CUtensorMap &map, const DevMat &W, const uint16_t *in, uint32_t in_stride,
+                          const Groups &g, const TileList &tl, void *out, uint32_t out_stride, cudaStream_t s)
+{
+    auto k = prefill_wg_wide<GLU, kTma, kWait1>;
+    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kWideSmem);
+    if (e != cudaSuccess) return e;
+    k<<<dim3(W.rows / kWideN, tl.max), kThreads, kWideSmem, s>>>(map, W, in, in_stride, g, tl.n, tl.group, tl.m0,
+                                                                  tl.height, out, out_stride);
+    return cudaGetLastError();
+}
+
+// B by bulk tensor copy where the variant asks for it and the map encodes, else by cp.async.
+template <bool GLU>
+cudaError_t launch_wide(int variant, const DevMat &W, const uint16_t *in, uint32_t in_stride, const Groups &g,
+                        const TileList &tl, void *out, uint32_t out_stride, cudaStream_t s)
+{
+    CUtensorMap map;
+    memset(&map, 0, sizeof map);
+    const bool tma = (variant == 2 || variant == 3) && wide_b_map(W, &map);
+    const bool wait1 = variant == 3 || variant == 4;
+    if (tma)
+        return wait1 ? launch_wide_t<GLU, true, true>(map, W, in, in_stride, g, tl, out, out_stride, s)
+                     : launch_wide_t<GLU, true, false>(map, W, in, in_stride, g, tl, out, out_stride, s);
+    return wait1 ? launch_wide_t<GLU, false, true>(map, W, in, in_stride, g, tl, out, out_stride, s)
+                 : launch_wide_t<GLU, false, false>(map, W, in, in_stride, g, tl, out, out_stride, s);
+}
+
 } // namespace
 
 bool prefill_wg_usable(int codec, int height, uint32_t max_tiles)
@@ -316,6 +583,9 @@ bool prefill_wg_usable(int codec, int height, uint32_t max_tiles)
 cudaError_t launch_prefill_wg(int codec, bool glu, const DevMat &W, const uint16_t *in, uint32_t in_stride,
                               const Groups &g, const TileList &tl, void *out, uint32_t out_stride, cudaStream_t s)
 {
+    if (codec == 2 && wide_variant() != 0 && wide_fits(glu, W, tl, out_stride))
+        return glu ? launch_wide<true>(wide_variant(), W, in, in_stride, g, tl, out, out_stride, s)
+                   : launch_wide<false>(wide_variant(), W, in, in_stride, g, tl, out, out_stride, s);
     if (codec == 2)
         return glu ? launch_h<CBF16, true>(W, in, in_stride, g, tl, out, out_stride, s)
                    : launch_h<CBF16, false>(W, in, in_stride, g, tl, out, out_stride, s);
