@@ -123,6 +123,28 @@ __device__ __forceinline__ void load_raw_nvfp4(uint8_t *slot, const DevMat &W, i
     }
 }
 
+// One nvfp4 block of 16 (words w0: elements 0-7, w1: 8-15; scale s2 from fp4_scale2) decoded to bf16
+// (e2m1 * e4m3 * 2^-8, fp4_pair's exact form) in element order into row r, elements k0 .. k0 + 15,
+// of a [rows][64] swizzled tile.
+__device__ __forceinline__ void fp4_block16(uint32_t w0, uint32_t w1, uint32_t s2, uint8_t *tile, int r, int k0)
+{
+    const uint32_t w[2] = {w0, w1};
+    uint32_t p[8];
+#pragma unroll
+    for (int v = 0; v < 2; v++) {
+        // low nibbles (even elements) and high nibbles (odd) of the word's bytes, then bytes
+        // regrouped so that fp4_pair's nibble pairs (bit 4Q, 4Q + 16) are elements (2i, 2i + 1)
+        const uint32_t lo = w[v] & 0x0F0F0F0Fu, hi = (w[v] >> 4) & 0x0F0F0F0Fu;
+        const uint32_t x0 = __byte_perm(lo, hi, 0x5410), x1 = __byte_perm(lo, hi, 0x7632);
+        p[4 * v + 0] = fp4_pair<0>(x0, s2);
+        p[4 * v + 1] = fp4_pair<2>(x0, s2);
+        p[4 * v + 2] = fp4_pair<0>(x1, s2);
+        p[4 * v + 3] = fp4_pair<2>(x1, s2);
+    }
+    *reinterpret_cast<uint4 *>(tile + sw128(r, k0)) = make_uint4(p[0], p[1], p[2], p[3]);
+    *reinterpret_cast<uint4 *>(tile + sw128(r, k0 + 8)) = make_uint4(p[4], p[5], p[6], p[7]);
+}
+
 // Producer thread r's weight row of the slot: its 8 blocks of 16 decoded to bf16 (e2m1 * e4m3 *
 // 2^-8, fp4_pair's exact form, in element order) into row r of the stage's B tile.
 template <bool GLU>
@@ -138,22 +160,8 @@ __device__ __forceinline__ void decode_nvfp4(const uint8_t *slot, uint8_t *sb, c
 #pragma unroll
         for (int h = 0; h < 2; h++) { // block 2j + h: words w[2h] (elements 0-7), w[2h + 1] (8-15)
             const int b = 2 * j + h;
-            const uint32_t s2 = fp4_scale2((s4[b >> 2] >> (8 * (b & 3))) & 0xFF);
-            uint32_t p[8];
-#pragma unroll
-            for (int v = 0; v < 2; v++) {
-                // low nibbles (even elements) and high nibbles (odd) of the word's bytes, then bytes
-                // regrouped so that fp4_pair's nibble pairs (bit 4Q, 4Q + 16) are elements (2i, 2i + 1)
-                const uint32_t lo = w[2 * h + v] & 0x0F0F0F0Fu, hi = (w[2 * h + v] >> 4) & 0x0F0F0F0Fu;
-                const uint32_t x0 = __byte_perm(lo, hi, 0x5410), x1 = __byte_perm(lo, hi, 0x7632);
-                p[4 * v + 0] = fp4_pair<0>(x0, s2);
-                p[4 * v + 1] = fp4_pair<2>(x0, s2);
-                p[4 * v + 2] = fp4_pair<0>(x1, s2);
-                p[4 * v + 3] = fp4_pair<2>(x1, s2);
-            }
-            uint8_t *dst = sb + (b >> 2) * kSubB;
-            *reinterpret_cast<uint4 *>(dst + sw128(r, (b & 3) * 16)) = make_uint4(p[0], p[1], p[2], p[3]);
-            *reinterpret_cast<uint4 *>(dst + sw128(r, (b & 3) * 16 + 8)) = make_uint4(p[4], p[5], p[6], p[7]);
+            fp4_block16(w[2 * h], w[2 * h + 1], fp4_scale2((s4[b >> 2] >> (8 * (b & 3))) & 0xFF),
+                        sb + (b >> 2) * kSubB, r, (b & 3) * 16);
         }
     }
 }
@@ -300,7 +308,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 // as the 128 x 128 and 64-row tiles', so the tile changes no bit.
 constexpr int kWideN = 256, kWideK = 64, kWideStages = 4;
 constexpr int kWideA = 128 * 128, kWideB = kWideN * 128, kWideStage = kWideA + kWideB;
-constexpr int kWideSmem = kWideStages * kWideStage + 1024; // + alignment of the ring to 1024
+// nvfp4 banks: a slice's raw bytes (256 rows x 32 data bytes, chunk q of row r at q ^ (r / 4 % 2) so
+// that 8 threads' 16-byte reads of their rows hit 8 bank groups; then the two 512-byte scale tiles of
+// the slice's 4 scale columns, one per run of 128 rows), three slots: 220 KiB in all.
+constexpr int kWideRawData = kWideN * 32, kWideRaw = kWideRawData + 1024, kWideSlots = 3;
+constexpr int wide_smem(bool raw) { return kWideStages * kWideStage + (raw ? kWideSlots * kWideRaw : 0) + 1024; }
 
 // B row r (0..255) of column block bx: its weight row.
 template <bool GLU>
@@ -319,7 +331,7 @@ __device__ __forceinline__ void cp_chunk64(uint8_t *tile, int r, int c, const ui
 // The producer's copies of slice j: A (128 positions, 8 chunks a producer thread, the 8 threads of a
 // row reading its 128 contiguous bytes) by cp.async, and B either by two bulk tensor copies (issued by
 // thread 0, whose arrival carries their bytes) or by cp.async, 16 chunks a thread.
-template <bool GLU, bool kTma>
+template <bool GLU, bool kTma, bool kB = true>
 __device__ __forceinline__ void wide_copy(uint8_t *stage, uint64_t *full, const CUtensorMap *bmap, const DevMat &W,
                                           const uint16_t *in, uint32_t in_stride, const int32_t *rows, int count,
                                           int expert, int j, int tid)
@@ -331,7 +343,9 @@ __device__ __forceinline__ void wide_copy(uint8_t *stage, uint64_t *full, const 
         cp_chunk64(stage, r, c & 7, (const uint8_t *)(in + (size_t)(live ? rows[r] : 0) * in_stride), j, live);
     }
     uint8_t *sb = stage + kWideA;
-    if constexpr (kTma) {
+    if constexpr (!kB) {
+        // nvfp4: the producer decodes B itself
+    } else if constexpr (kTma) {
         if (tid == 0) {
             const int y = expert * (int)W.rows;
             mbar_arrive_tx(full, kWideB);
@@ -373,6 +387,77 @@ __device__ __forceinline__ void wide_produce(uint8_t *ring, uint64_t *full, uint
     }
 }
 
+// An nvfp4 slice's raw bytes into a raw slot: 4 data chunks a producer thread (the 2 threads of a row
+// read its 32 contiguous bytes) and, for threads 0..63, one 16-byte chunk of the scale tiles. Each run
+// of 128 B rows starts a 128-row scale group (wide_fits: W.rows / 2 and W.rows multiples of 128).
+template <bool GLU>
+__device__ __forceinline__ void wide_load_raw(uint8_t *slot, const DevMat &W, int expert, int kk, int tid)
+{
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int c = tid + i * 128, r = c >> 1, q = c & 1;
+        const uint64_t grow = (uint64_t)expert * W.rows + wide_b_row<GLU>(W, blockIdx.x, r);
+        cp_async16(smem_u32(slot + r * 32 + ((q ^ ((r >> 2) & 1)) << 4)), W.data + grow * W.row_stride + kk * 32 + q * 16,
+                   16);
+    }
+    if (tid < 64) {
+        const int g = tid >> 5, off = (tid & 31) * 16;
+        const uint64_t m0 = (uint64_t)expert * W.rows + wide_b_row<GLU>(W, blockIdx.x, 128 * g);
+        cp_async16(smem_u32(slot + kWideRawData + g * 512 + off), W.scales + ((m0 >> 7) * W.kt + kk) * 512 + off, 16);
+    }
+}
+
+// B row r of the slot decoded into the stage's B tile: its 4 blocks of 16, scale bytes from its run's
+// tile (row r % 128 of the group: byte (r % 32) * 16 + (r % 128 / 32) * 4 + block).
+__device__ __forceinline__ void wide_decode_row(const uint8_t *slot, uint8_t *sb, int r)
+{
+    const uint32_t s4 = *reinterpret_cast<const uint32_t *>(slot + kWideRawData + (r >> 7) * 512 + (r & 31) * 16 +
+                                                            ((r & 127) >> 5) * 4);
+#pragma unroll
+    for (int j = 0; j < 2; j++) { // data chunk j: blocks 2j and 2j + 1
+        const uint4 d = *reinterpret_cast<const uint4 *>(slot + r * 32 + ((j ^ ((r >> 2) & 1)) << 4));
+        fp4_block16(d.x, d.y, fp4_scale2((s4 >> (16 * j)) & 0xFF), sb, r, 32 * j);
+        fp4_block16(d.z, d.w, fp4_scale2((s4 >> (16 * j + 8)) & 0xFF), sb, r, 32 * j + 16);
+    }
+}
+
+// The producer for nvfp4 banks: A one slice ahead, raw bytes two ahead, and its threads decode slice
+// kk (rows tid and tid + 128) into the stage of kk itself, as produce() does for the 128-row tile.
+template <bool GLU>
+__device__ __forceinline__ void wide_produce_raw(uint8_t *ring, uint8_t *raw, uint64_t *full, uint64_t *empty,
+                                                 const DevMat &W, const uint16_t *in, uint32_t in_stride,
+                                                 const int32_t *rows, int count, int expert, int nk)
+{
+    const int tid = threadIdx.x;
+    auto copy = [&](int j) { // A of slice j, once its stage is free
+        if (j < nk) {
+            const int s = j % kWideStages;
+            if (j >= kWideStages) mbar_wait(&empty[s], (j / kWideStages - 1) & 1);
+            wide_copy<GLU, false, false>(ring + s * kWideStage, &full[s], nullptr, W, in, in_stride, rows, count, expert,
+                                         j, tid);
+        }
+        cp_async_commit();
+    };
+    auto copy_raw = [&](int j) {
+        if (j < nk) wide_load_raw<GLU>(raw + (j % kWideSlots) * kWideRaw, W, expert, j, tid);
+        cp_async_commit();
+    };
+    copy(0), copy_raw(0), copy_raw(1);
+    for (int kk = 0; kk < nk; kk++) {
+        const int s = kk % kWideStages;
+        cp_async_wait<1>(); // A(kk) and raw(kk) landed; raw(kk + 1) may fly
+        producer_sync();    // every thread's raw copies of kk visible; every thread done decoding kk - 1
+        copy(kk + 1);
+        copy_raw(kk + 2); // into the slot of kk - 1
+        const uint8_t *slot = raw + (kk % kWideSlots) * kWideRaw;
+        uint8_t *sb = ring + s * kWideStage + kWideA;
+        wide_decode_row(slot, sb, tid);
+        wide_decode_row(slot, sb, tid + 128);
+        fence_proxy_async();
+        mbar_arrive(&full[s]);
+    }
+}
+
 // A consumer warpgroup's K loop: acc += its 64 positions x the 256 rows over every slice. With kWait1
 // one wgmma group stays in flight while the next is issued (its stage goes back one slice later);
 // otherwise each slice's group completes before the next one is issued.
@@ -401,25 +486,37 @@ __device__ __forceinline__ void wide_consume(float (&acc)[128], uint8_t *ring, u
     if constexpr (kWait1) wg_wait<0>();
 }
 
+// The scale of B column c's weight row: 2^8 / its divisor for nvfp4 (decoded without it, times
+// 2^-8), 1 for bf16.
+template <class C, bool GLU>
+__device__ __forceinline__ float wide_col_scale(const DevMat &W, int expert, int c)
+{
+    if constexpr (std::is_same<C, CNVFP4Raw>::value) return inv_row_div(W, expert, wide_b_row<GLU>(W, blockIdx.x, c)) / 0x1p-8f;
+    else return 1.0f;
+}
+
 // The epilogue of one consumer thread: rows 64 wg + 16 q + lane / 4 (+ 8), column blocks j (8 j +
-// 2 (lane % 4), + 1). gate/up: act[pos][128 bx + c] = bf16(silu(gate_c) * up_c), gate in blocks 0..15
-// and up in 16..31 of the same thread; plain: y[pos][256 bx + c] in fp32.
-template <bool GLU>
-__device__ __forceinline__ void wide_store(const float (&acc)[128], int wg, int start, int count, void *out,
-                                           uint32_t out_stride)
+// 2 (lane % 4), + 1), each column times its scale. gate/up: act[pos][128 bx + c] = bf16(silu(gate_c) *
+// up_c), gate in blocks 0..15 and up in 16..31 of the same thread; plain: y[pos][256 bx + c] in fp32.
+template <class C, bool GLU>
+__device__ __forceinline__ void wide_store(const float (&acc)[128], const DevMat &W, int expert, int wg, int start,
+                                           int count, void *out, uint32_t out_stride)
 {
     const int q = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int r = 64 * wg + 16 * q + (lane >> 2) + 8 * h;
-        if (r >= count) continue;
-        const size_t pos = (size_t)start + r;
+    for (int j = 0; j < (GLU ? 16 : 32); j++) {
+        const int c = 8 * j + 2 * (lane & 3);
+        const float s0 = wide_col_scale<C, GLU>(W, expert, c), s1 = wide_col_scale<C, GLU>(W, expert, c + 1);
+        const float t0 = GLU ? wide_col_scale<C, GLU>(W, expert, c + 128) : 0.0f;
+        const float t1 = GLU ? wide_col_scale<C, GLU>(W, expert, c + 129) : 0.0f;
 #pragma unroll
-        for (int j = 0; j < (GLU ? 16 : 32); j++) {
-            const int c = 8 * j + 2 * (lane & 3);
-            const float c0 = acc[4 * j + 2 * h], c1 = acc[4 * j + 2 * h + 1];
+        for (int h = 0; h < 2; h++) {
+            const int r = 64 * wg + 16 * q + (lane >> 2) + 8 * h;
+            if (r >= count) continue;
+            const size_t pos = (size_t)start + r;
+            const float c0 = acc[4 * j + 2 * h] * s0, c1 = acc[4 * j + 2 * h + 1] * s1;
             if constexpr (GLU) {
-                const float u0 = acc[4 * (j + 16) + 2 * h], u1 = acc[4 * (j + 16) + 2 * h + 1];
+                const float u0 = acc[4 * (j + 16) + 2 * h] * t0, u1 = acc[4 * (j + 16) + 2 * h + 1] * t1;
                 *reinterpret_cast<uint32_t *>((uint16_t *)out + pos * out_stride + blockIdx.x * 128 + c) =
                     pack_bf16x2(silu(c0) * u0, silu(c1) * u1);
             } else {
@@ -431,13 +528,14 @@ __device__ __forceinline__ void wide_store(const float (&acc)[128], int wg, int 
 
 #endif // NF_WGMMA
 
-template <bool GLU, bool kTma, bool kWait1>
+template <class C, bool GLU, bool kTma, bool kWait1>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_wg_wide(const __grid_constant__ CUtensorMap bmap, DevMat W, const uint16_t *in, uint32_t in_stride, Groups g,
                     const int32_t *n_tiles, const int32_t *tile_group, const int32_t *tile_m0, int height, void *out,
                     uint32_t out_stride)
 {
 #ifdef NF_WGMMA
+    constexpr bool kRaw = std::is_same<C, CNVFP4Raw>::value;
     extern __shared__ uint8_t smem_raw[];
     __shared__ __align__(8) uint64_t full[kWideStages], empty[kWideStages];
     __shared__ int32_t rows[128];
@@ -453,7 +551,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint8_t *ring = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
     const int nk = (int)W.cols / kWideK;
     if (threadIdx.x < 128) {
-        wide_produce<GLU, kTma>(ring, full, empty, &bmap, W, in, in_stride, rows, t.count, t.expert, nk);
+        if constexpr (kRaw)
+            wide_produce_raw<GLU>(ring, ring + kWideStages * kWideStage, full, empty, W, in, in_stride, rows, t.count,
+                                  t.expert, nk);
+        else
+            wide_produce<GLU, kTma>(ring, full, empty, &bmap, W, in, in_stride, rows, t.count, t.expert, nk);
         return;
     }
     const int wg = threadIdx.x / 128 - 1;
@@ -461,7 +563,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int i = 0; i < 128; i++) acc[i] = 0.0f;
     wide_consume<kWait1>(acc, ring, full, empty, wg, nk);
-    wide_store<GLU>(acc, wg, t.start, t.count, out, out_stride);
+    wide_store<C, GLU>(acc, W, t.expert, wg, t.start, t.count, out, out_stride);
 #endif
 }
 
@@ -535,38 +637,44 @@ bool wide_b_map(const DevMat &W, CUtensorMap *m)
 
 // Whether a launch can take the wide tile: tile height 128, whole slices of 64 and B tiles of 256
 // rows (gate/up: 128 gate and 128 up rows), even output strides (pairs of columns stored together).
-bool wide_fits(bool glu, const DevMat &W, const TileList &tl, uint32_t out_stride)
+bool wide_fits(int codec, bool glu, const DevMat &W, const TileList &tl, uint32_t out_stride)
 {
-    return tl.height == 128 && W.cols % kWideK == 0 && out_stride % 2 == 0 && W.row_stride % 16 == 0 &&
+    return smem_optin_limit() >= (size_t)wide_smem(codec == 11) && tl.height == 128 && W.cols % kWideK == 0 && out_stride % 2 == 0 && W.row_stride % 16 == 0 &&
            (glu ? (W.rows / 2) % 128 == 0 : W.rows % kWideN == 0);
 }
 
-template <bool GLU, bool kTma, bool kWait1>
+template <class C, bool GLU, bool kTma, bool kWait1>
 cudaError_t launch_wide_t(const CUtensorMap &map, const DevMat &W, const uint16_t *in, uint32_t in_stride,
                           const Groups &g, const TileList &tl, void *out, uint32_t out_stride, cudaStream_t s)
 {
-    auto k = prefill_wg_wide<GLU, kTma, kWait1>;
-    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kWideSmem);
+    constexpr int smem = wide_smem(std::is_same<C, CNVFP4Raw>::value);
+    auto k = prefill_wg_wide<C, GLU, kTma, kWait1>;
+    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
-    k<<<dim3(W.rows / kWideN, tl.max), kThreads, kWideSmem, s>>>(map, W, in, in_stride, g, tl.n, tl.group, tl.m0,
+    k<<<dim3(W.rows / kWideN, tl.max), kThreads, smem, s>>>(map, W, in, in_stride, g, tl.n, tl.group, tl.m0,
                                                                   tl.height, out, out_stride);
     return cudaGetLastError();
 }
 
-// B by bulk tensor copy where the variant asks for it and the map encodes, else by cp.async.
-template <bool GLU>
+// bf16 B by bulk tensor copy where the variant asks for it and the map encodes, else by cp.async;
+// nvfp4 B decoded by the producer.
+template <class C, bool GLU>
 cudaError_t launch_wide(int variant, const DevMat &W, const uint16_t *in, uint32_t in_stride, const Groups &g,
                         const TileList &tl, void *out, uint32_t out_stride, cudaStream_t s)
 {
     CUtensorMap map;
     memset(&map, 0, sizeof map);
-    const bool tma = (variant == 2 || variant == 3) && wide_b_map(W, &map);
     const bool wait1 = variant == 3 || variant == 4;
-    if (tma)
-        return wait1 ? launch_wide_t<GLU, true, true>(map, W, in, in_stride, g, tl, out, out_stride, s)
-                     : launch_wide_t<GLU, true, false>(map, W, in, in_stride, g, tl, out, out_stride, s);
-    return wait1 ? launch_wide_t<GLU, false, true>(map, W, in, in_stride, g, tl, out, out_stride, s)
-                 : launch_wide_t<GLU, false, false>(map, W, in, in_stride, g, tl, out, out_stride, s);
+    if constexpr (std::is_same<C, CNVFP4Raw>::value) {
+        return wait1 ? launch_wide_t<C, GLU, false, true>(map, W, in, in_stride, g, tl, out, out_stride, s)
+                     : launch_wide_t<C, GLU, false, false>(map, W, in, in_stride, g, tl, out, out_stride, s);
+    } else {
+        if ((variant == 2 || variant == 3) && wide_b_map(W, &map))
+            return wait1 ? launch_wide_t<C, GLU, true, true>(map, W, in, in_stride, g, tl, out, out_stride, s)
+                         : launch_wide_t<C, GLU, true, false>(map, W, in, in_stride, g, tl, out, out_stride, s);
+        return wait1 ? launch_wide_t<C, GLU, false, true>(map, W, in, in_stride, g, tl, out, out_stride, s)
+                     : launch_wide_t<C, GLU, false, false>(map, W, in, in_stride, g, tl, out, out_stride, s);
+    }
 }
 
 } // namespace
@@ -583,9 +691,14 @@ bool prefill_wg_usable(int codec, int height, uint32_t max_tiles)
 cudaError_t launch_prefill_wg(int codec, bool glu, const DevMat &W, const uint16_t *in, uint32_t in_stride,
                               const Groups &g, const TileList &tl, void *out, uint32_t out_stride, cudaStream_t s)
 {
-    if (codec == 2 && wide_variant() != 0 && wide_fits(glu, W, tl, out_stride))
-        return glu ? launch_wide<true>(wide_variant(), W, in, in_stride, g, tl, out, out_stride, s)
-                   : launch_wide<false>(wide_variant(), W, in, in_stride, g, tl, out, out_stride, s);
+    if (wide_variant() != 0 && wide_fits(codec, glu, W, tl, out_stride)) {
+        if (codec == 2)
+            return glu ? launch_wide<CBF16, true>(wide_variant(), W, in, in_stride, g, tl, out, out_stride, s)
+                       : launch_wide<CBF16, false>(wide_variant(), W, in, in_stride, g, tl, out, out_stride, s);
+        if (codec == 11)
+            return glu ? launch_wide<CNVFP4Raw, true>(wide_variant(), W, in, in_stride, g, tl, out, out_stride, s)
+                       : launch_wide<CNVFP4Raw, false>(wide_variant(), W, in, in_stride, g, tl, out, out_stride, s);
+    }
     if (codec == 2)
         return glu ? launch_h<CBF16, true>(W, in, in_stride, g, tl, out, out_stride, s)
                    : launch_h<CBF16, false>(W, in, in_stride, g, tl, out, out_stride, s);
