@@ -330,11 +330,13 @@ __device__ __forceinline__ void cp_chunk64(uint8_t *tile, int r, int c, const ui
 
 // The producer's copies of slice j: A (128 positions, 8 chunks a producer thread, the 8 threads of a
 // row reading its 128 contiguous bytes) by cp.async, and B either by two bulk tensor copies (issued by
-// thread 0, whose arrival carries their bytes) or by cp.async, 16 chunks a thread.
+// thread 0, whose arrival carries their bytes) or by cp.async, 16 chunks a thread. half >= 0: the CTA
+// pair shares B (one expert), and this CTA copies only its half, to both CTAs (the other half comes
+// from its peer with the same bytes on this CTA's barrier).
 template <bool GLU, bool kTma, bool kB = true>
 __device__ __forceinline__ void wide_copy(uint8_t *stage, uint64_t *full, const CUtensorMap *bmap, const DevMat &W,
                                           const uint16_t *in, uint32_t in_stride, const int32_t *rows, int count,
-                                          int expert, int j, int tid)
+                                          int expert, int j, int tid, int half = -1)
 {
 #pragma unroll
     for (int i = 0; i < 8; i++) {
@@ -349,8 +351,13 @@ __device__ __forceinline__ void wide_copy(uint8_t *stage, uint64_t *full, const 
         if (tid == 0) {
             const int y = expert * (int)W.rows;
             mbar_arrive_tx(full, kWideB);
-            tma_load_2d(smem_u32(sb), bmap, j * kWideK, y + (int)wide_b_row<GLU>(W, blockIdx.x, 0), full);
-            tma_load_2d(smem_u32(sb + 128 * 128), bmap, j * kWideK, y + (int)wide_b_row<GLU>(W, blockIdx.x, 128), full);
+            if (half >= 0) {
+                tma_load_2d_mc(smem_u32(sb + half * 128 * 128), bmap, j * kWideK,
+                               y + (int)wide_b_row<GLU>(W, blockIdx.x, 128 * half), full, 0x3);
+            } else {
+                tma_load_2d(smem_u32(sb), bmap, j * kWideK, y + (int)wide_b_row<GLU>(W, blockIdx.x, 0), full);
+                tma_load_2d(smem_u32(sb + 128 * 128), bmap, j * kWideK, y + (int)wide_b_row<GLU>(W, blockIdx.x, 128), full);
+            }
         }
     } else {
 #pragma unroll
@@ -366,7 +373,7 @@ __device__ __forceinline__ void wide_copy(uint8_t *stage, uint64_t *full, const 
 template <bool GLU, bool kTma>
 __device__ __forceinline__ void wide_produce(uint8_t *ring, uint64_t *full, uint64_t *empty, const CUtensorMap *bmap,
                                              const DevMat &W, const uint16_t *in, uint32_t in_stride,
-                                             const int32_t *rows, int count, int expert, int nk)
+                                             const int32_t *rows, int count, int expert, int nk, int half)
 {
     constexpr int kAhead = kWideStages - 1;
     const int tid = threadIdx.x;
@@ -374,7 +381,8 @@ __device__ __forceinline__ void wide_produce(uint8_t *ring, uint64_t *full, uint
         if (j < nk) {
             const int s = j % kWideStages;
             if (j >= kWideStages) mbar_wait(&empty[s], (j / kWideStages - 1) & 1);
-            wide_copy<GLU, kTma>(ring + s * kWideStage, &full[s], bmap, W, in, in_stride, rows, count, expert, j, tid);
+            wide_copy<GLU, kTma>(ring + s * kWideStage, &full[s], bmap, W, in, in_stride, rows, count, expert, j, tid,
+                                 half);
         }
         cp_async_commit();
     };
@@ -463,7 +471,7 @@ __device__ __forceinline__ void wide_produce_raw(uint8_t *ring, uint8_t *raw, ui
 // otherwise each slice's group completes before the next one is issued.
 template <bool kWait1>
 __device__ __forceinline__ void wide_consume(float (&acc)[128], uint8_t *ring, uint64_t *full, uint64_t *empty, int wg,
-                                             int nk)
+                                             int nk, int peer)
 {
     const int lane = threadIdx.x & 31;
     for (int kk = 0; kk < nk; kk++) {
@@ -480,7 +488,10 @@ __device__ __forceinline__ void wide_consume(float (&acc)[128], uint8_t *ring, u
             if (kk > 0 && lane == 0) mbar_arrive(&empty[(kk - 1) % kWideStages]);
         } else {
             wg_wait<0>();
-            if (lane == 0) mbar_arrive(&empty[s]);
+            if (lane == 0) {
+                mbar_arrive(&empty[s]);
+                if (peer >= 0) mbar_arrive_cluster(&empty[s], (uint32_t)peer); // its multicast writes here too
+            }
         }
     }
     if constexpr (kWait1) wg_wait<0>();
@@ -528,7 +539,29 @@ __device__ __forceinline__ void wide_store(const float (&acc)[128], const DevMat
 
 #endif // NF_WGMMA
 
-template <class C, bool GLU, bool kTma, bool kWait1>
+// A CTA pair (kPair: clusters of two along y, tiles 2i and 2i + 1) whose tiles are one expert's
+// shares B: each CTA copies one half of every B slice to both, so the pair reads B from L2 once. A
+// stage is then refilled only once both CTAs' consumers freed it (each consumer warp arrives on both
+// CTAs' `empty`), and a CTA exits only with its peer (the peer's multicasts and arrivals land in its
+// shared memory). The pair's CTAs exit together when neither tile is live.
+struct PairMode {
+    bool live;   // this CTA's tile is in the list
+    int half;    // the B half this CTA copies for both (-1: not shared)
+    int peer;    // the peer's rank whose `empty` barriers this CTA's consumers also arrive on (-1: none)
+};
+#ifdef NF_WGMMA
+template <bool kPair>
+__device__ __forceinline__ PairMode pair_mode(const Groups &g, const int32_t *tile_group, int n)
+{
+    const int tile = blockIdx.y;
+    if constexpr (!kPair) return PairMode{tile < n, -1, -1};
+    const int base = tile & ~1;
+    const bool shared = base + 1 < n && g.expert[tile_group[base]] == g.expert[tile_group[base + 1]];
+    return PairMode{tile < n, shared ? tile & 1 : -1, shared ? (int)(cluster_rank() ^ 1) : -1};
+}
+#endif
+
+template <class C, bool GLU, bool kTma, bool kWait1, bool kPair>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_wg_wide(const __grid_constant__ CUtensorMap bmap, DevMat W, const uint16_t *in, uint32_t in_stride, Groups g,
                     const int32_t *n_tiles, const int32_t *tile_group, const int32_t *tile_m0, int height, void *out,
@@ -539,31 +572,34 @@ __global__ void __launch_bounds__(kThreads, 1)
     extern __shared__ uint8_t smem_raw[];
     __shared__ __align__(8) uint64_t full[kWideStages], empty[kWideStages];
     __shared__ int32_t rows[128];
-    const int tile = blockIdx.y;
-    if (tile >= *n_tiles) return;
-    const TileRows t = tile_rows<128>(g, tile_group, tile_m0, tile, height, rows);
+    const int n = *n_tiles;
+    if ((kPair ? (int)(blockIdx.y & ~1u) : (int)blockIdx.y) >= n) return; // a pair exits together
+    const PairMode pm = pair_mode<kPair>(g, tile_group, n);
+    const TileRows t = pm.live ? tile_rows<128>(g, tile_group, tile_m0, blockIdx.y, height, rows) : TileRows{0, 0, 0};
     if (threadIdx.x < kWideStages) {
         mbar_init(&full[threadIdx.x], 128 + (kTma ? 1 : 0)); // + thread 0's arrival with the B bytes
-        mbar_init(&empty[threadIdx.x], 8);
+        mbar_init(&empty[threadIdx.x], pm.peer >= 0 ? 16 : 8);
         fence_barrier_init();
     }
-    __syncthreads();
+    if constexpr (kPair) cluster_sync(); // the peer's barriers exist before anything lands on them
+    else __syncthreads();
     uint8_t *ring = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
     const int nk = (int)W.cols / kWideK;
-    if (threadIdx.x < 128) {
+    if (pm.live && threadIdx.x < 128) {
         if constexpr (kRaw)
             wide_produce_raw<GLU>(ring, ring + kWideStages * kWideStage, full, empty, W, in, in_stride, rows, t.count,
                                   t.expert, nk);
         else
-            wide_produce<GLU, kTma>(ring, full, empty, &bmap, W, in, in_stride, rows, t.count, t.expert, nk);
-        return;
-    }
-    const int wg = threadIdx.x / 128 - 1;
-    float acc[128];
+            wide_produce<GLU, kTma>(ring, full, empty, &bmap, W, in, in_stride, rows, t.count, t.expert, nk, pm.half);
+    } else if (pm.live) {
+        const int wg = threadIdx.x / 128 - 1;
+        float acc[128];
 #pragma unroll
-    for (int i = 0; i < 128; i++) acc[i] = 0.0f;
-    wide_consume<kWait1>(acc, ring, full, empty, wg, nk);
-    wide_store<C, GLU>(acc, W, t.expert, wg, t.start, t.count, out, out_stride);
+        for (int i = 0; i < 128; i++) acc[i] = 0.0f;
+        wide_consume<kWait1>(acc, ring, full, empty, wg, nk, pm.peer);
+        wide_store<C, GLU>(acc, W, t.expert, wg, t.start, t.count, out, out_stride);
+    }
+    if constexpr (kPair) cluster_sync();
 #endif
 }
 
@@ -590,7 +626,7 @@ cudaError_t launch_h(const DevMat &W, const uint16_t *in, uint32_t in_stride, co
 // ---- the wide tile's launch -----------------------------------------------------------------------
 // Experiment switch (temporary, for one binary to serve every arm): NF_WG_WIDE = 0 the 128 x 128
 // tile, 1 the wide tile with B by cp.async, 2 with B by bulk tensor copy, 3 = 2 and 4 = 1 with one
-// wgmma group kept in flight.
+// wgmma group kept in flight, 5 = 2 in CTA pairs sharing B by multicast (bf16; nvfp4 as 2).
 int wide_variant()
 {
     static const int v = [] {
@@ -643,17 +679,26 @@ bool wide_fits(int codec, bool glu, const DevMat &W, const TileList &tl, uint32_
            (glu ? (W.rows / 2) % 128 == 0 : W.rows % kWideN == 0);
 }
 
-template <class C, bool GLU, bool kTma, bool kWait1>
+template <class C, bool GLU, bool kTma, bool kWait1, bool kPair = false>
 cudaError_t launch_wide_t(const CUtensorMap &map, const DevMat &W, const uint16_t *in, uint32_t in_stride,
                           const Groups &g, const TileList &tl, void *out, uint32_t out_stride, cudaStream_t s)
 {
     constexpr int smem = wide_smem(std::is_same<C, CNVFP4Raw>::value);
-    auto k = prefill_wg_wide<C, GLU, kTma, kWait1>;
+    auto k = prefill_wg_wide<C, GLU, kTma, kWait1, kPair>;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
-    k<<<dim3(W.rows / kWideN, tl.max), kThreads, smem, s>>>(map, W, in, in_stride, g, tl.n, tl.group, tl.m0,
-                                                                  tl.height, out, out_stride);
-    return cudaGetLastError();
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(W.rows / kWideN, kPair ? (tl.max + 1) & ~1u : tl.max);
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 1, at[0].val.clusterDim.y = 2, at[0].val.clusterDim.z = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = kPair ? 1 : 0;
+    e = cudaLaunchKernelEx(&cfg, k, map, W, in, in_stride, g, tl.n, tl.group, tl.m0, tl.height, out, out_stride);
+    return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 // bf16 B by bulk tensor copy where the variant asks for it and the map encodes, else by cp.async;
@@ -669,7 +714,9 @@ cudaError_t launch_wide(int variant, const DevMat &W, const uint16_t *in, uint32
         return wait1 ? launch_wide_t<C, GLU, false, true>(map, W, in, in_stride, g, tl, out, out_stride, s)
                      : launch_wide_t<C, GLU, false, false>(map, W, in, in_stride, g, tl, out, out_stride, s);
     } else {
-        if ((variant == 2 || variant == 3) && wide_b_map(W, &map))
+        if (variant == 5 && tl.max < 65535 && wide_b_map(W, &map))
+            return launch_wide_t<C, GLU, true, false, true>(map, W, in, in_stride, g, tl, out, out_stride, s);
+        if ((variant == 2 || variant == 3 || variant == 5) && wide_b_map(W, &map))
             return wait1 ? launch_wide_t<C, GLU, true, true>(map, W, in, in_stride, g, tl, out, out_stride, s)
                          : launch_wide_t<C, GLU, true, false>(map, W, in, in_stride, g, tl, out, out_stride, s);
         return wait1 ? launch_wide_t<C, GLU, false, true>(map, W, in, in_stride, g, tl, out, out_stride, s)
