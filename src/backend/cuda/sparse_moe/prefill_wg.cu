@@ -29,7 +29,7 @@
 // exact and only the fp32 accumulation rounds, as in prefill.cu.
 #include <cuda.h> // CUtensorMap (the encoder is fetched through the runtime: no link to the driver library)
 
-#include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #include <type_traits>
@@ -329,14 +329,13 @@ __device__ __forceinline__ void cp_chunk64(uint8_t *tile, int r, int c, const ui
 }
 
 // The producer's copies of slice j: A (128 positions, 8 chunks a producer thread, the 8 threads of a
-// row reading its 128 contiguous bytes) by cp.async, and B either by two bulk tensor copies (issued by
-// thread 0, whose arrival carries their bytes) or by cp.async, 16 chunks a thread. half >= 0: the CTA
-// pair shares B (one expert), and this CTA copies only its half, to both CTAs (the other half comes
-// from its peer with the same bytes on this CTA's barrier).
-template <bool GLU, bool kTma, bool kB = true>
+// row reading its 128 contiguous bytes) by cp.async and, with kTma (bf16), B by two bulk tensor
+// copies issued by thread 0, whose arrival carries their bytes. (B by cp.async, 16 chunks a thread,
+// measured 1182 against 1072 us for the bf16 layer at T = 4096.) nvfp4's producer decodes B itself.
+template <bool GLU, bool kTma>
 __device__ __forceinline__ void wide_copy(uint8_t *stage, uint64_t *full, const CUtensorMap *bmap, const DevMat &W,
                                           const uint16_t *in, uint32_t in_stride, const int32_t *rows, int count,
-                                          int expert, int j, int tid, int half = -1)
+                                          int expert, int j, int tid)
 {
 #pragma unroll
     for (int i = 0; i < 8; i++) {
@@ -344,36 +343,21 @@ __device__ __forceinline__ void wide_copy(uint8_t *stage, uint64_t *full, const 
         const bool live = r < count;
         cp_chunk64(stage, r, c & 7, (const uint8_t *)(in + (size_t)(live ? rows[r] : 0) * in_stride), j, live);
     }
-    uint8_t *sb = stage + kWideA;
-    if constexpr (!kB) {
-        // nvfp4: the producer decodes B itself
-    } else if constexpr (kTma) {
-        if (tid == 0) {
-            const int y = expert * (int)W.rows;
-            mbar_arrive_tx(full, kWideB);
-            if (half >= 0) {
-                tma_load_2d_mc(smem_u32(sb + half * 128 * 128), bmap, j * kWideK,
-                               y + (int)wide_b_row<GLU>(W, blockIdx.x, 128 * half), full, 0x3);
-            } else {
-                tma_load_2d(smem_u32(sb), bmap, j * kWideK, y + (int)wide_b_row<GLU>(W, blockIdx.x, 0), full);
-                tma_load_2d(smem_u32(sb + 128 * 128), bmap, j * kWideK, y + (int)wide_b_row<GLU>(W, blockIdx.x, 128), full);
-            }
-        }
-    } else {
-#pragma unroll
-        for (int i = 0; i < 16; i++) {
-            const int c = tid + i * 128, r = c >> 3;
-            cp_chunk64(sb, r, c & 7, row_ptr(W, (uint32_t)expert, wide_b_row<GLU>(W, blockIdx.x, r)), j, true);
-        }
+    if (kTma && tid == 0) {
+        uint8_t *sb = stage + kWideA;
+        const int y = expert * (int)W.rows;
+        mbar_arrive_tx(full, kWideB);
+        tma_load_2d(smem_u32(sb), bmap, j * kWideK, y + (int)wide_b_row<GLU>(W, blockIdx.x, 0), full);
+        tma_load_2d(smem_u32(sb + 128 * 128), bmap, j * kWideK, y + (int)wide_b_row<GLU>(W, blockIdx.x, 128), full);
     }
 }
 
 // The producer warpgroup: slices 0 .. nk-1 into the ring, kWideStages - 1 ahead (one cp.async group
 // a slice, empty groups included, so that one wait count covers every slice).
-template <bool GLU, bool kTma>
+template <bool GLU>
 __device__ __forceinline__ void wide_produce(uint8_t *ring, uint64_t *full, uint64_t *empty, const CUtensorMap *bmap,
                                              const DevMat &W, const uint16_t *in, uint32_t in_stride,
-                                             const int32_t *rows, int count, int expert, int nk, int half)
+                                             const int32_t *rows, int count, int expert, int nk)
 {
     constexpr int kAhead = kWideStages - 1;
     const int tid = threadIdx.x;
@@ -381,8 +365,7 @@ __device__ __forceinline__ void wide_produce(uint8_t *ring, uint64_t *full, uint
         if (j < nk) {
             const int s = j % kWideStages;
             if (j >= kWideStages) mbar_wait(&empty[s], (j / kWideStages - 1) & 1);
-            wide_copy<GLU, kTma>(ring + s * kWideStage, &full[s], bmap, W, in, in_stride, rows, count, expert, j, tid,
-                                 half);
+            wide_copy<GLU, true>(ring + s * kWideStage, &full[s], bmap, W, in, in_stride, rows, count, expert, j, tid);
         }
         cp_async_commit();
     };
@@ -441,8 +424,8 @@ __device__ __forceinline__ void wide_produce_raw(uint8_t *ring, uint8_t *raw, ui
         if (j < nk) {
             const int s = j % kWideStages;
             if (j >= kWideStages) mbar_wait(&empty[s], (j / kWideStages - 1) & 1);
-            wide_copy<GLU, false, false>(ring + s * kWideStage, &full[s], nullptr, W, in, in_stride, rows, count, expert,
-                                         j, tid);
+            wide_copy<GLU, false>(ring + s * kWideStage, &full[s], nullptr, W, in, in_stride, rows, count, expert, j,
+                                  tid);
         }
         cp_async_commit();
     };
@@ -466,12 +449,12 @@ __device__ __forceinline__ void wide_produce_raw(uint8_t *ring, uint8_t *raw, ui
     }
 }
 
-// A consumer warpgroup's K loop: acc += its 64 positions x the 256 rows over every slice. With kWait1
-// one wgmma group stays in flight while the next is issued (its stage goes back one slice later);
-// otherwise each slice's group completes before the next one is issued.
-template <bool kWait1>
+// A consumer warpgroup's K loop: acc += its 64 positions x the 256 rows over every slice, each
+// slice's wgmma group completed before the next is issued and its stage then freed. (Keeping one group
+// in flight, the stage freed a slice later, measured 1100 against 1072 us for the bf16 layer at
+// T = 4096: the producer then runs one slice less ahead.)
 __device__ __forceinline__ void wide_consume(float (&acc)[128], uint8_t *ring, uint64_t *full, uint64_t *empty, int wg,
-                                             int nk, int peer)
+                                             int nk)
 {
     const int lane = threadIdx.x & 31;
     for (int kk = 0; kk < nk; kk++) {
@@ -483,18 +466,9 @@ __device__ __forceinline__ void wide_consume(float (&acc)[128], uint8_t *ring, u
 #pragma unroll
         for (int k16 = 0; k16 < 4; k16++) wg_mma_n256(acc, wg_desc(a_base + k16 * 32), wg_desc(b_base + k16 * 32));
         wg_commit();
-        if constexpr (kWait1) {
-            wg_wait<1>();
-            if (kk > 0 && lane == 0) mbar_arrive(&empty[(kk - 1) % kWideStages]);
-        } else {
-            wg_wait<0>();
-            if (lane == 0) {
-                mbar_arrive(&empty[s]);
-                if (peer >= 0) mbar_arrive_cluster(&empty[s], (uint32_t)peer); // its multicast writes here too
-            }
-        }
+        wg_wait<0>();
+        if (lane == 0) mbar_arrive(&empty[s]);
     }
-    if constexpr (kWait1) wg_wait<0>();
 }
 
 // The scale of B column c's weight row: 2^8 / its divisor for nvfp4 (decoded without it, times
@@ -539,29 +513,9 @@ __device__ __forceinline__ void wide_store(const float (&acc)[128], const DevMat
 
 #endif // NF_WGMMA
 
-// A CTA pair (kPair: clusters of two along y, tiles 2i and 2i + 1) whose tiles are one expert's
-// shares B: each CTA copies one half of every B slice to both, so the pair reads B from L2 once. A
-// stage is then refilled only once both CTAs' consumers freed it (each consumer warp arrives on both
-// CTAs' `empty`), and a CTA exits only with its peer (the peer's multicasts and arrivals land in its
-// shared memory). The pair's CTAs exit together when neither tile is live.
-struct PairMode {
-    bool live;   // this CTA's tile is in the list
-    int half;    // the B half this CTA copies for both (-1: not shared)
-    int peer;    // the peer's rank whose `empty` barriers this CTA's consumers also arrive on (-1: none)
-};
-#ifdef NF_WGMMA
-template <bool kPair>
-__device__ __forceinline__ PairMode pair_mode(const Groups &g, const int32_t *tile_group, int n)
-{
-    const int tile = blockIdx.y;
-    if constexpr (!kPair) return PairMode{tile < n, -1, -1};
-    const int base = tile & ~1;
-    const bool shared = base + 1 < n && g.expert[tile_group[base]] == g.expert[tile_group[base + 1]];
-    return PairMode{tile < n, shared ? tile & 1 : -1, shared ? (int)(cluster_rank() ^ 1) : -1};
-}
-#endif
-
-template <class C, bool GLU, bool kTma, bool kWait1, bool kPair>
+// The wide-tile kernel: bf16 (B by bulk tensor copy through bmap) or nvfp4 (B decoded by the
+// producer; bmap unused). Shapes: wide_fits.
+template <class C, bool GLU>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_wg_wide(const __grid_constant__ CUtensorMap bmap, DevMat W, const uint16_t *in, uint32_t in_stride, Groups g,
                     const int32_t *n_tiles, const int32_t *tile_group, const int32_t *tile_m0, int height, void *out,
@@ -572,34 +526,31 @@ __global__ void __launch_bounds__(kThreads, 1)
     extern __shared__ uint8_t smem_raw[];
     __shared__ __align__(8) uint64_t full[kWideStages], empty[kWideStages];
     __shared__ int32_t rows[128];
-    const int n = *n_tiles;
-    if ((kPair ? (int)(blockIdx.y & ~1u) : (int)blockIdx.y) >= n) return; // a pair exits together
-    const PairMode pm = pair_mode<kPair>(g, tile_group, n);
-    const TileRows t = pm.live ? tile_rows<128>(g, tile_group, tile_m0, blockIdx.y, height, rows) : TileRows{0, 0, 0};
+    const int tile = blockIdx.y;
+    if (tile >= *n_tiles) return;
+    const TileRows t = tile_rows<128>(g, tile_group, tile_m0, tile, height, rows);
     if (threadIdx.x < kWideStages) {
-        mbar_init(&full[threadIdx.x], 128 + (kTma ? 1 : 0)); // + thread 0's arrival with the B bytes
-        mbar_init(&empty[threadIdx.x], pm.peer >= 0 ? 16 : 8);
+        mbar_init(&full[threadIdx.x], 128 + (kRaw ? 0 : 1)); // + thread 0's arrival with the B bytes
+        mbar_init(&empty[threadIdx.x], 8);
         fence_barrier_init();
     }
-    if constexpr (kPair) cluster_sync(); // the peer's barriers exist before anything lands on them
-    else __syncthreads();
+    __syncthreads();
     uint8_t *ring = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
     const int nk = (int)W.cols / kWideK;
-    if (pm.live && threadIdx.x < 128) {
+    if (threadIdx.x < 128) {
         if constexpr (kRaw)
             wide_produce_raw<GLU>(ring, ring + kWideStages * kWideStage, full, empty, W, in, in_stride, rows, t.count,
                                   t.expert, nk);
         else
-            wide_produce<GLU, kTma>(ring, full, empty, &bmap, W, in, in_stride, rows, t.count, t.expert, nk, pm.half);
-    } else if (pm.live) {
-        const int wg = threadIdx.x / 128 - 1;
-        float acc[128];
-#pragma unroll
-        for (int i = 0; i < 128; i++) acc[i] = 0.0f;
-        wide_consume<kWait1>(acc, ring, full, empty, wg, nk, pm.peer);
-        wide_store<C, GLU>(acc, W, t.expert, wg, t.start, t.count, out, out_stride);
+            wide_produce<GLU>(ring, full, empty, &bmap, W, in, in_stride, rows, t.count, t.expert, nk);
+        return;
     }
-    if constexpr (kPair) cluster_sync();
+    const int wg = threadIdx.x / 128 - 1;
+    float acc[128];
+#pragma unroll
+    for (int i = 0; i < 128; i++) acc[i] = 0.0f;
+    wide_consume(acc, ring, full, empty, wg, nk);
+    wide_store<C, GLU>(acc, W, t.expert, wg, t.start, t.count, out, out_stride);
 #endif
 }
 
@@ -624,18 +575,6 @@ cudaError_t launch_h(const DevMat &W, const uint16_t *in, uint32_t in_stride, co
 }
 
 // ---- the wide tile's launch -----------------------------------------------------------------------
-// Experiment switch (temporary, for one binary to serve every arm): NF_WG_WIDE = 0 the 128 x 128
-// tile, 1 the wide tile with B by cp.async, 2 with B by bulk tensor copy, 3 = 2 and 4 = 1 with one
-// wgmma group kept in flight, 5 = 2 in CTA pairs sharing B by multicast (bf16; nvfp4 as 2).
-int wide_variant()
-{
-    static const int v = [] {
-        const char *e = getenv("NF_WG_WIDE");
-        return e ? atoi(e) : 2;
-    }();
-    return v;
-}
-
 using EncodeTiled = CUresult (*)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
                                  const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
@@ -660,7 +599,7 @@ EncodeTiled tensor_map_encoder()
 // B's map: the bank as one [rows of every expert][cols] bf16 matrix in boxes of 128 rows x 64 columns,
 // 128-byte swizzled (the consumers' layout). DevMat does not carry the expert count, so the row
 // extent is the largest a coordinate names; the tile list keeps every box inside the bank (expert <
-// E, row < W.rows), as it keeps the cp.async path's addresses.
+// E, row < W.rows), as it keeps the cp.async paths' addresses.
 bool wide_b_map(const DevMat &W, CUtensorMap *m)
 {
     const EncodeTiled f = tensor_map_encoder();
@@ -671,57 +610,35 @@ bool wide_b_map(const DevMat &W, CUtensorMap *m)
              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// Whether a launch can take the wide tile: tile height 128, whole slices of 64 and B tiles of 256
-// rows (gate/up: 128 gate and 128 up rows), even output strides (pairs of columns stored together).
+// Whether a launch can take the wide tile: a codec and device it serves (wide_serves), tile height
+// 128, whole slices of 64 and B tiles of 256 rows (gate/up: 128 gate and 128 up rows, each run a whole
+// nvfp4 scale group), even output strides (pairs of columns stored together).
+bool wide_serves(int codec)
+{
+    return (codec == 2 && tensor_map_encoder()) || (codec == 11 && smem_optin_limit() >= (size_t)wide_smem(true));
+}
 bool wide_fits(int codec, bool glu, const DevMat &W, const TileList &tl, uint32_t out_stride)
 {
-    return smem_optin_limit() >= (size_t)wide_smem(codec == 11) && tl.height == 128 && W.cols % kWideK == 0 && out_stride % 2 == 0 && W.row_stride % 16 == 0 &&
-           (glu ? (W.rows / 2) % 128 == 0 : W.rows % kWideN == 0);
+    return wide_serves(codec) && tl.height == 128 && W.cols % kWideK == 0 && out_stride % 2 == 0 &&
+           W.row_stride % 16 == 0 && (glu ? (W.rows / 2) % 128 == 0 : W.rows % kWideN == 0);
 }
 
-template <class C, bool GLU, bool kTma, bool kWait1, bool kPair = false>
-cudaError_t launch_wide_t(const CUtensorMap &map, const DevMat &W, const uint16_t *in, uint32_t in_stride,
-                          const Groups &g, const TileList &tl, void *out, uint32_t out_stride, cudaStream_t s)
-{
-    constexpr int smem = wide_smem(std::is_same<C, CNVFP4Raw>::value);
-    auto k = prefill_wg_wide<C, GLU, kTma, kWait1, kPair>;
-    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess) return e;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(W.rows / kWideN, kPair ? (tl.max + 1) & ~1u : tl.max);
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = 1, at[0].val.clusterDim.y = 2, at[0].val.clusterDim.z = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = kPair ? 1 : 0;
-    e = cudaLaunchKernelEx(&cfg, k, map, W, in, in_stride, g, tl.n, tl.group, tl.m0, tl.height, out, out_stride);
-    return e != cudaSuccess ? e : cudaGetLastError();
-}
-
-// bf16 B by bulk tensor copy where the variant asks for it and the map encodes, else by cp.async;
-// nvfp4 B decoded by the producer.
+// bf16: the map encodes or the caller falls back to the 128 x 128 tile (cudaErrorNotSupported).
 template <class C, bool GLU>
-cudaError_t launch_wide(int variant, const DevMat &W, const uint16_t *in, uint32_t in_stride, const Groups &g,
-                        const TileList &tl, void *out, uint32_t out_stride, cudaStream_t s)
+cudaError_t launch_wide(const DevMat &W, const uint16_t *in, uint32_t in_stride, const Groups &g, const TileList &tl,
+                        void *out, uint32_t out_stride, cudaStream_t s)
 {
+    constexpr bool kRaw = std::is_same<C, CNVFP4Raw>::value;
+    constexpr int smem = wide_smem(kRaw);
     CUtensorMap map;
     memset(&map, 0, sizeof map);
-    const bool wait1 = variant == 3 || variant == 4;
-    if constexpr (std::is_same<C, CNVFP4Raw>::value) {
-        return wait1 ? launch_wide_t<C, GLU, false, true>(map, W, in, in_stride, g, tl, out, out_stride, s)
-                     : launch_wide_t<C, GLU, false, false>(map, W, in, in_stride, g, tl, out, out_stride, s);
-    } else {
-        if (variant == 5 && tl.max < 65535 && wide_b_map(W, &map))
-            return launch_wide_t<C, GLU, true, false, true>(map, W, in, in_stride, g, tl, out, out_stride, s);
-        if ((variant == 2 || variant == 3 || variant == 5) && wide_b_map(W, &map))
-            return wait1 ? launch_wide_t<C, GLU, true, true>(map, W, in, in_stride, g, tl, out, out_stride, s)
-                         : launch_wide_t<C, GLU, true, false>(map, W, in, in_stride, g, tl, out, out_stride, s);
-        return wait1 ? launch_wide_t<C, GLU, false, true>(map, W, in, in_stride, g, tl, out, out_stride, s)
-                     : launch_wide_t<C, GLU, false, false>(map, W, in, in_stride, g, tl, out, out_stride, s);
-    }
+    if (!kRaw && !wide_b_map(W, &map)) return cudaErrorNotSupported;
+    auto k = prefill_wg_wide<C, GLU>;
+    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return e;
+    k<<<dim3(W.rows / kWideN, tl.max), kThreads, smem, s>>>(map, W, in, in_stride, g, tl.n, tl.group, tl.m0, tl.height,
+                                                             out, out_stride);
+    return cudaGetLastError();
 }
 
 } // namespace
@@ -735,16 +652,28 @@ bool prefill_wg_usable(int codec, int height, uint32_t max_tiles)
            smem_optin_limit() >= (size_t)WgShape<128>::kSmem;
 }
 
+// From the tile-height sweep of the wide tile (docs/sparse_moe.md, "Tile height"; qwen3 geometry,
+// H200, T = 512 .. 4096: height 128 against 64): bf16 gains from 32 positions an expert on average
+// (T = 512: 0.908x, 1024: 0.833x, 2048: 0.716x); nvfp4, whose producer decodes B once per tile, loses
+// at 32 (1.135x) and 64 (1.013x) and gains at 128 (0.853x), so its threshold sits between the two.
+double prefill_wg_tall_from(int codec)
+{
+    if (!prefill_wg_usable(codec, 128, 0) || !wide_serves(codec)) return INFINITY;
+    return codec == 2 ? 32.0 : 96.0;
+}
+
 cudaError_t launch_prefill_wg(int codec, bool glu, const DevMat &W, const uint16_t *in, uint32_t in_stride,
                               const Groups &g, const TileList &tl, void *out, uint32_t out_stride, cudaStream_t s)
 {
-    if (wide_variant() != 0 && wide_fits(codec, glu, W, tl, out_stride)) {
+    if (wide_fits(codec, glu, W, tl, out_stride)) {
+        cudaError_t e = cudaErrorNotSupported;
         if (codec == 2)
-            return glu ? launch_wide<CBF16, true>(wide_variant(), W, in, in_stride, g, tl, out, out_stride, s)
-                       : launch_wide<CBF16, false>(wide_variant(), W, in, in_stride, g, tl, out, out_stride, s);
-        if (codec == 11)
-            return glu ? launch_wide<CNVFP4Raw, true>(wide_variant(), W, in, in_stride, g, tl, out, out_stride, s)
-                       : launch_wide<CNVFP4Raw, false>(wide_variant(), W, in, in_stride, g, tl, out, out_stride, s);
+            e = glu ? launch_wide<CBF16, true>(W, in, in_stride, g, tl, out, out_stride, s)
+                    : launch_wide<CBF16, false>(W, in, in_stride, g, tl, out, out_stride, s);
+        else if (codec == 11)
+            e = glu ? launch_wide<CNVFP4Raw, true>(W, in, in_stride, g, tl, out, out_stride, s)
+                    : launch_wide<CNVFP4Raw, false>(W, in, in_stride, g, tl, out, out_stride, s);
+        if (e != cudaErrorNotSupported) return e;
     }
     if (codec == 2)
         return glu ? launch_h<CBF16, true>(W, in, in_stride, g, tl, out, out_stride, s)

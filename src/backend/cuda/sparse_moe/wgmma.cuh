@@ -104,37 +104,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void *tmap, int 
                  ::"r"(dst), "l"(tmap), "r"(x), "r"(y), "r"(smem_u32(bar))
                  : "memory");
 }
-// The same box delivered to the same shared offset of every CTA of the cluster in cta_mask, each
-// CTA's barrier at bar's offset completing its bytes.
-__device__ __forceinline__ void tma_load_2d_mc(uint32_t dst, const void *tmap, int x, int y, uint64_t *bar,
-                                               uint16_t cta_mask)
-{
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
-                 "[%0], [%1, {%2, %3}], [%4], %5;\n"
-                 ::"r"(dst), "l"(tmap), "r"(x), "r"(y), "r"(smem_u32(bar)), "h"(cta_mask)
-                 : "memory");
-}
-
-// ---- clusters ---------------------------------------------------------------------------------------
-__device__ __forceinline__ uint32_t cluster_rank()
-{
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-    return r;
-}
-// Every thread of every CTA of the cluster: arrives, then waits for all (release / acquire).
-__device__ __forceinline__ void cluster_sync()
-{
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-// An arrival on the barrier at bar's offset in the shared memory of cluster CTA `cta`.
-__device__ __forceinline__ void mbar_arrive_cluster(uint64_t *bar, uint32_t cta)
-{
-    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(smem_u32(bar)),
-                 "r"(cta)
-                 : "memory");
-}
 #endif
 
 // ---- mbarriers (shared memory, CTA scope) --------------------------------------------------------
