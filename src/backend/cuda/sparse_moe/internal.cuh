@@ -105,7 +105,10 @@ constexpr int kPrefillTileMinM = 32; // the shortest: tile tables are sized for 
 // prefill.cu: the tile height for groups of `avg` positions on average (T * k / E routed, T shared):
 // a tile's MMAs cover all its rows, filled or not, and shorter tiles decode each weight slice once
 // per tile, so the height follows the group size (thresholds: docs/sparse_moe.md, "Tile height").
-int prefill_tile_height(double avg);
+// wg_codec: the bank's codec where its GEMMs may run on prefill_wg.cu's kernels (bf16, nvfp4 W4A16),
+// -1 otherwise; height 128 then starts at prefill_wg_tall_from(wg_codec) positions (the wide tile).
+int prefill_tile_height(double avg, int wg_codec);
+double prefill_wg_tall_from(int codec); // prefill_wg.cu; INFINITY where the wide tile does not serve it
 
 // devmat.cu: one matrix (experts x rows x cols) in the kernels' layout. devmat_bytes: the device
 // bytes it takes (NF_ERR_REFUSED for an nvfp4 plane set breaking its layout rules); devmat_upload

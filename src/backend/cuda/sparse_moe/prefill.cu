@@ -310,9 +310,12 @@ cudaError_t launch_t(const DevMat &W, const uint16_t *in, uint32_t in_stride, co
 
 // From the recorded sweep (docs/sparse_moe.md, "Tile height"; qwen3 geometry, four profiles, every
 // height at T = 17 .. 4096): 32 wins while groups average under 32 positions (T < 512 at top-8 of
-// 128), 64 up to 128 (T <= 2048; bf16 at 2048 is the one exception, 5 % slower), 128 beyond.
-int prefill_tile_height(double avg)
+// 128), 64 up to 128 (T <= 2048; bf16 at 2048 is the one exception, 5 % slower), 128 beyond. On
+// Hopper the bf16 and nvfp4 W4A16 banks' height-128 tiles are prefill_wg.cu's wide tile, which wins
+// from fewer positions (prefill_wg_tall_from).
+int prefill_tile_height(double avg, int wg_codec)
 {
+    if (wg_codec >= 0 && avg >= prefill_wg_tall_from(wg_codec)) return 128;
     return avg < 32 ? 32 : avg <= 128 ? 64 : 128;
 }
 

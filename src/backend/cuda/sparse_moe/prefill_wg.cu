@@ -27,6 +27,11 @@
 // nvfp4 weights are decoded without their divisor as e2m1 * e4m3 * 2^-8 (exact in bf16: fp4_mma.cuh)
 // and each output column is scaled by 2^8 / its row's divisor in the epilogue: every product is
 // exact and only the fp32 accumulation rounds, as in prefill.cu.
+#include <cuda.h> // CUtensorMap (the encoder is fetched through the runtime: no link to the driver library)
+
+#include <math.h>
+#include <string.h>
+
 #include <type_traits>
 
 #include "a4.cuh"
@@ -118,6 +123,28 @@ __device__ __forceinline__ void load_raw_nvfp4(uint8_t *slot, const DevMat &W, i
     }
 }
 
+// One nvfp4 block of 16 (words w0: elements 0-7, w1: 8-15; scale s2 from fp4_scale2) decoded to bf16
+// (e2m1 * e4m3 * 2^-8, fp4_pair's exact form) in element order into row r, elements k0 .. k0 + 15,
+// of a [rows][64] swizzled tile.
+__device__ __forceinline__ void fp4_block16(uint32_t w0, uint32_t w1, uint32_t s2, uint8_t *tile, int r, int k0)
+{
+    const uint32_t w[2] = {w0, w1};
+    uint32_t p[8];
+#pragma unroll
+    for (int v = 0; v < 2; v++) {
+        // low nibbles (even elements) and high nibbles (odd) of the word's bytes, then bytes
+        // regrouped so that fp4_pair's nibble pairs (bit 4Q, 4Q + 16) are elements (2i, 2i + 1)
+        const uint32_t lo = w[v] & 0x0F0F0F0Fu, hi = (w[v] >> 4) & 0x0F0F0F0Fu;
+        const uint32_t x0 = __byte_perm(lo, hi, 0x5410), x1 = __byte_perm(lo, hi, 0x7632);
+        p[4 * v + 0] = fp4_pair<0>(x0, s2);
+        p[4 * v + 1] = fp4_pair<2>(x0, s2);
+        p[4 * v + 2] = fp4_pair<0>(x1, s2);
+        p[4 * v + 3] = fp4_pair<2>(x1, s2);
+    }
+    *reinterpret_cast<uint4 *>(tile + sw128(r, k0)) = make_uint4(p[0], p[1], p[2], p[3]);
+    *reinterpret_cast<uint4 *>(tile + sw128(r, k0 + 8)) = make_uint4(p[4], p[5], p[6], p[7]);
+}
+
 // Producer thread r's weight row of the slot: its 8 blocks of 16 decoded to bf16 (e2m1 * e4m3 *
 // 2^-8, fp4_pair's exact form, in element order) into row r of the stage's B tile.
 template <bool GLU>
@@ -133,22 +160,8 @@ __device__ __forceinline__ void decode_nvfp4(const uint8_t *slot, uint8_t *sb, c
 #pragma unroll
         for (int h = 0; h < 2; h++) { // block 2j + h: words w[2h] (elements 0-7), w[2h + 1] (8-15)
             const int b = 2 * j + h;
-            const uint32_t s2 = fp4_scale2((s4[b >> 2] >> (8 * (b & 3))) & 0xFF);
-            uint32_t p[8];
-#pragma unroll
-            for (int v = 0; v < 2; v++) {
-                // low nibbles (even elements) and high nibbles (odd) of the word's bytes, then bytes
-                // regrouped so that fp4_pair's nibble pairs (bit 4Q, 4Q + 16) are elements (2i, 2i + 1)
-                const uint32_t lo = w[2 * h + v] & 0x0F0F0F0Fu, hi = (w[2 * h + v] >> 4) & 0x0F0F0F0Fu;
-                const uint32_t x0 = __byte_perm(lo, hi, 0x5410), x1 = __byte_perm(lo, hi, 0x7632);
-                p[4 * v + 0] = fp4_pair<0>(x0, s2);
-                p[4 * v + 1] = fp4_pair<2>(x0, s2);
-                p[4 * v + 2] = fp4_pair<0>(x1, s2);
-                p[4 * v + 3] = fp4_pair<2>(x1, s2);
-            }
-            uint8_t *dst = sb + (b >> 2) * kSubB;
-            *reinterpret_cast<uint4 *>(dst + sw128(r, (b & 3) * 16)) = make_uint4(p[0], p[1], p[2], p[3]);
-            *reinterpret_cast<uint4 *>(dst + sw128(r, (b & 3) * 16 + 8)) = make_uint4(p[4], p[5], p[6], p[7]);
+            fp4_block16(w[2 * h], w[2 * h + 1], fp4_scale2((s4[b >> 2] >> (8 * (b & 3))) & 0xFF),
+                        sb + (b >> 2) * kSubB, r, (b & 3) * 16);
         }
     }
 }
@@ -282,6 +295,265 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+// ---- The wide tile: 128 positions x 256 weight rows (bf16 banks, tile height 128) -----------------
+// The 128 x 128 tile moves (128 + 128) rows of a K step for 2 * 128 * 128 FLOPs; at T = 4096 it read
+// 64 KiB a slice an SM at ~1.9 us a slice (236 TFLOP/s), bound by the bytes it asks of L2 and shared
+// memory, not by the tensor cores. This tile moves (128 + 256) rows for twice the FLOPs (3/4 of the
+// bytes a FLOP), each consumer warpgroup taking its 64 positions against all 256 rows (m64n256k16,
+// 128 accumulators a thread). Slices are 64 deep (one 128-byte swizzle row a tile row): 48 KiB a stage,
+// four stages. B rows 0..127 and 128..255 are each 128 contiguous weight rows (gate/up: the gate rows
+// and the up rows of intermediate elements 128 bx ..; plain: rows 256 bx ..), so that each is one box
+// of a bulk tensor copy, and a consumer thread's column blocks j and j + 16 hold gate and up of one
+// element. Per output element the K chain (k16 steps in order into one fp32 accumulator) is the same
+// as the 128 x 128 and 64-row tiles', so the tile changes no bit.
+constexpr int kWideN = 256, kWideK = 64, kWideStages = 4;
+constexpr int kWideA = 128 * 128, kWideB = kWideN * 128, kWideStage = kWideA + kWideB;
+// nvfp4 banks: a slice's raw bytes (256 rows x 32 data bytes, chunk q of row r at q ^ (r / 4 % 2) so
+// that 8 threads' 16-byte reads of their rows hit 8 bank groups; then the two 512-byte scale tiles of
+// the slice's 4 scale columns, one per run of 128 rows), three slots: 220 KiB in all.
+constexpr int kWideRawData = kWideN * 32, kWideRaw = kWideRawData + 1024, kWideSlots = 3;
+constexpr int wide_smem(bool raw) { return kWideStages * kWideStage + (raw ? kWideSlots * kWideRaw : 0) + 1024; }
+
+// B row r (0..255) of column block bx: its weight row.
+template <bool GLU>
+__device__ __forceinline__ uint32_t wide_b_row(const DevMat &W, int bx, int r)
+{
+    return GLU ? (uint32_t)(bx * 128 + (r & 127) + (r >> 7) * (int)(W.rows / 2)) : (uint32_t)(bx * kWideN + r);
+}
+
+#ifdef NF_WGMMA // the device helpers issue wgmma and bulk copies: sm_90a passes only
+// 16-byte chunk c (0..7) of slice kk of a bf16 row into row r of a [rows][64] swizzled tile.
+__device__ __forceinline__ void cp_chunk64(uint8_t *tile, int r, int c, const uint8_t *row, int kk, bool live)
+{
+    cp_async16(smem_u32(tile + sw128(r, c * 8)), row + kk * (kWideK * 2) + c * 16, live ? 16 : 0);
+}
+
+// The producer's copies of slice j: A (128 positions, 8 chunks a producer thread, the 8 threads of a
+// row reading its 128 contiguous bytes) by cp.async and, with kTma (bf16), B by two bulk tensor
+// copies issued by thread 0, whose arrival carries their bytes. (B by cp.async, 16 chunks a thread,
+// measured 1182 against 1072 us for the bf16 layer at T = 4096.) nvfp4's producer decodes B itself.
+template <bool GLU, bool kTma>
+__device__ __forceinline__ void wide_copy(uint8_t *stage, uint64_t *full, const CUtensorMap *bmap, const DevMat &W,
+                                          const uint16_t *in, uint32_t in_stride, const int32_t *rows, int count,
+                                          int expert, int j, int tid)
+{
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const int c = tid + i * 128, r = c >> 3;
+        const bool live = r < count;
+        cp_chunk64(stage, r, c & 7, (const uint8_t *)(in + (size_t)(live ? rows[r] : 0) * in_stride), j, live);
+    }
+    if (kTma && tid == 0) {
+        uint8_t *sb = stage + kWideA;
+        const int y = expert * (int)W.rows;
+        mbar_arrive_tx(full, kWideB);
+        tma_load_2d(smem_u32(sb), bmap, j * kWideK, y + (int)wide_b_row<GLU>(W, blockIdx.x, 0), full);
+        tma_load_2d(smem_u32(sb + 128 * 128), bmap, j * kWideK, y + (int)wide_b_row<GLU>(W, blockIdx.x, 128), full);
+    }
+}
+
+// The producer warpgroup: slices 0 .. nk-1 into the ring, kWideStages - 1 ahead (one cp.async group
+// a slice, empty groups included, so that one wait count covers every slice).
+template <bool GLU>
+__device__ __forceinline__ void wide_produce(uint8_t *ring, uint64_t *full, uint64_t *empty, const CUtensorMap *bmap,
+                                             const DevMat &W, const uint16_t *in, uint32_t in_stride,
+                                             const int32_t *rows, int count, int expert, int nk)
+{
+    constexpr int kAhead = kWideStages - 1;
+    const int tid = threadIdx.x;
+    auto copy = [&](int j) {
+        if (j < nk) {
+            const int s = j % kWideStages;
+            if (j >= kWideStages) mbar_wait(&empty[s], (j / kWideStages - 1) & 1);
+            wide_copy<GLU, true>(ring + s * kWideStage, &full[s], bmap, W, in, in_stride, rows, count, expert, j, tid);
+        }
+        cp_async_commit();
+    };
+    for (int j = 0; j < kAhead; j++) copy(j);
+    for (int kk = 0; kk < nk; kk++) { // publish first: copy() may wait for the consumers to free a stage
+        cp_async_wait<kAhead - 1>();
+        fence_proxy_async();
+        mbar_arrive(&full[kk % kWideStages]);
+        copy(kk + kAhead);
+    }
+}
+
+// An nvfp4 slice's raw bytes into a raw slot: 4 data chunks a producer thread (the 2 threads of a row
+// read its 32 contiguous bytes) and, for threads 0..63, one 16-byte chunk of the scale tiles. Each run
+// of 128 B rows starts a 128-row scale group (wide_fits: W.rows / 2 and W.rows multiples of 128).
+template <bool GLU>
+__device__ __forceinline__ void wide_load_raw(uint8_t *slot, const DevMat &W, int expert, int kk, int tid)
+{
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int c = tid + i * 128, r = c >> 1, q = c & 1;
+        const uint64_t grow = (uint64_t)expert * W.rows + wide_b_row<GLU>(W, blockIdx.x, r);
+        cp_async16(smem_u32(slot + r * 32 + ((q ^ ((r >> 2) & 1)) << 4)), W.data + grow * W.row_stride + kk * 32 + q * 16,
+                   16);
+    }
+    if (tid < 64) {
+        const int g = tid >> 5, off = (tid & 31) * 16;
+        const uint64_t m0 = (uint64_t)expert * W.rows + wide_b_row<GLU>(W, blockIdx.x, 128 * g);
+        cp_async16(smem_u32(slot + kWideRawData + g * 512 + off), W.scales + ((m0 >> 7) * W.kt + kk) * 512 + off, 16);
+    }
+}
+
+// B row r of the slot decoded into the stage's B tile: its 4 blocks of 16, scale bytes from its run's
+// tile (row r % 128 of the group: byte (r % 32) * 16 + (r % 128 / 32) * 4 + block).
+__device__ __forceinline__ void wide_decode_row(const uint8_t *slot, uint8_t *sb, int r)
+{
+    const uint32_t s4 = *reinterpret_cast<const uint32_t *>(slot + kWideRawData + (r >> 7) * 512 + (r & 31) * 16 +
+                                                            ((r & 127) >> 5) * 4);
+#pragma unroll
+    for (int j = 0; j < 2; j++) { // data chunk j: blocks 2j and 2j + 1
+        const uint4 d = *reinterpret_cast<const uint4 *>(slot + r * 32 + ((j ^ ((r >> 2) & 1)) << 4));
+        fp4_block16(d.x, d.y, fp4_scale2((s4 >> (16 * j)) & 0xFF), sb, r, 32 * j);
+        fp4_block16(d.z, d.w, fp4_scale2((s4 >> (16 * j + 8)) & 0xFF), sb, r, 32 * j + 16);
+    }
+}
+
+// The producer for nvfp4 banks: A one slice ahead, raw bytes two ahead, and its threads decode slice
+// kk (rows tid and tid + 128) into the stage of kk itself, as produce() does for the 128-row tile.
+template <bool GLU>
+__device__ __forceinline__ void wide_produce_raw(uint8_t *ring, uint8_t *raw, uint64_t *full, uint64_t *empty,
+                                                 const DevMat &W, const uint16_t *in, uint32_t in_stride,
+                                                 const int32_t *rows, int count, int expert, int nk)
+{
+    const int tid = threadIdx.x;
+    auto copy = [&](int j) { // A of slice j, once its stage is free
+        if (j < nk) {
+            const int s = j % kWideStages;
+            if (j >= kWideStages) mbar_wait(&empty[s], (j / kWideStages - 1) & 1);
+            wide_copy<GLU, false>(ring + s * kWideStage, &full[s], nullptr, W, in, in_stride, rows, count, expert, j,
+                                  tid);
+        }
+        cp_async_commit();
+    };
+    auto copy_raw = [&](int j) {
+        if (j < nk) wide_load_raw<GLU>(raw + (j % kWideSlots) * kWideRaw, W, expert, j, tid);
+        cp_async_commit();
+    };
+    copy(0), copy_raw(0), copy_raw(1);
+    for (int kk = 0; kk < nk; kk++) {
+        const int s = kk % kWideStages;
+        cp_async_wait<1>(); // A(kk) and raw(kk) landed; raw(kk + 1) may fly
+        producer_sync();    // every thread's raw copies of kk visible; every thread done decoding kk - 1
+        copy(kk + 1);
+        copy_raw(kk + 2); // into the slot of kk - 1
+        const uint8_t *slot = raw + (kk % kWideSlots) * kWideRaw;
+        uint8_t *sb = ring + s * kWideStage + kWideA;
+        wide_decode_row(slot, sb, tid);
+        wide_decode_row(slot, sb, tid + 128);
+        fence_proxy_async();
+        mbar_arrive(&full[s]);
+    }
+}
+
+// A consumer warpgroup's K loop: acc += its 64 positions x the 256 rows over every slice, each
+// slice's wgmma group completed before the next is issued and its stage then freed. (Keeping one group
+// in flight, the stage freed a slice later, measured 1100 against 1072 us for the bf16 layer at
+// T = 4096: the producer then runs one slice less ahead.)
+__device__ __forceinline__ void wide_consume(float (&acc)[128], uint8_t *ring, uint64_t *full, uint64_t *empty, int wg,
+                                             int nk)
+{
+    const int lane = threadIdx.x & 31;
+    for (int kk = 0; kk < nk; kk++) {
+        const int s = kk % kWideStages;
+        const uint32_t a_base = smem_u32(ring + s * kWideStage) + 64 * wg * 128;
+        const uint32_t b_base = smem_u32(ring + s * kWideStage + kWideA);
+        mbar_wait(&full[s], (kk / kWideStages) & 1);
+        wg_fence();
+#pragma unroll
+        for (int k16 = 0; k16 < 4; k16++) wg_mma_n256(acc, wg_desc(a_base + k16 * 32), wg_desc(b_base + k16 * 32));
+        wg_commit();
+        wg_wait<0>();
+        if (lane == 0) mbar_arrive(&empty[s]);
+    }
+}
+
+// The scale of B column c's weight row: 2^8 / its divisor for nvfp4 (decoded without it, times
+// 2^-8), 1 for bf16.
+template <class C, bool GLU>
+__device__ __forceinline__ float wide_col_scale(const DevMat &W, int expert, int c)
+{
+    if constexpr (std::is_same<C, CNVFP4Raw>::value) return inv_row_div(W, expert, wide_b_row<GLU>(W, blockIdx.x, c)) / 0x1p-8f;
+    else return 1.0f;
+}
+
+// The epilogue of one consumer thread: rows 64 wg + 16 q + lane / 4 (+ 8), column blocks j (8 j +
+// 2 (lane % 4), + 1), each column times its scale. gate/up: act[pos][128 bx + c] = bf16(silu(gate_c) *
+// up_c), gate in blocks 0..15 and up in 16..31 of the same thread; plain: y[pos][256 bx + c] in fp32.
+template <class C, bool GLU>
+__device__ __forceinline__ void wide_store(const float (&acc)[128], const DevMat &W, int expert, int wg, int start,
+                                           int count, void *out, uint32_t out_stride)
+{
+    const int q = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int j = 0; j < (GLU ? 16 : 32); j++) {
+        const int c = 8 * j + 2 * (lane & 3);
+        const float s0 = wide_col_scale<C, GLU>(W, expert, c), s1 = wide_col_scale<C, GLU>(W, expert, c + 1);
+        const float t0 = GLU ? wide_col_scale<C, GLU>(W, expert, c + 128) : 0.0f;
+        const float t1 = GLU ? wide_col_scale<C, GLU>(W, expert, c + 129) : 0.0f;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = 64 * wg + 16 * q + (lane >> 2) + 8 * h;
+            if (r >= count) continue;
+            const size_t pos = (size_t)start + r;
+            const float c0 = acc[4 * j + 2 * h] * s0, c1 = acc[4 * j + 2 * h + 1] * s1;
+            if constexpr (GLU) {
+                const float u0 = acc[4 * (j + 16) + 2 * h] * t0, u1 = acc[4 * (j + 16) + 2 * h + 1] * t1;
+                *reinterpret_cast<uint32_t *>((uint16_t *)out + pos * out_stride + blockIdx.x * 128 + c) =
+                    pack_bf16x2(silu(c0) * u0, silu(c1) * u1);
+            } else {
+                *reinterpret_cast<float2 *>((float *)out + pos * out_stride + blockIdx.x * kWideN + c) = make_float2(c0, c1);
+            }
+        }
+    }
+}
+
+#endif // NF_WGMMA
+
+// The wide-tile kernel: bf16 (B by bulk tensor copy through bmap) or nvfp4 (B decoded by the
+// producer; bmap unused). Shapes: wide_fits.
+template <class C, bool GLU>
+__global__ void __launch_bounds__(kThreads, 1)
+    prefill_wg_wide(const __grid_constant__ CUtensorMap bmap, DevMat W, const uint16_t *in, uint32_t in_stride, Groups g,
+                    const int32_t *n_tiles, const int32_t *tile_group, const int32_t *tile_m0, int height, void *out,
+                    uint32_t out_stride)
+{
+#ifdef NF_WGMMA
+    constexpr bool kRaw = std::is_same<C, CNVFP4Raw>::value;
+    extern __shared__ uint8_t smem_raw[];
+    __shared__ __align__(8) uint64_t full[kWideStages], empty[kWideStages];
+    __shared__ int32_t rows[128];
+    const int tile = blockIdx.y;
+    if (tile >= *n_tiles) return;
+    const TileRows t = tile_rows<128>(g, tile_group, tile_m0, tile, height, rows);
+    if (threadIdx.x < kWideStages) {
+        mbar_init(&full[threadIdx.x], 128 + (kRaw ? 0 : 1)); // + thread 0's arrival with the B bytes
+        mbar_init(&empty[threadIdx.x], 8);
+        fence_barrier_init();
+    }
+    __syncthreads();
+    uint8_t *ring = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+    const int nk = (int)W.cols / kWideK;
+    if (threadIdx.x < 128) {
+        if constexpr (kRaw)
+            wide_produce_raw<GLU>(ring, ring + kWideStages * kWideStage, full, empty, W, in, in_stride, rows, t.count,
+                                  t.expert, nk);
+        else
+            wide_produce<GLU>(ring, full, empty, &bmap, W, in, in_stride, rows, t.count, t.expert, nk);
+        return;
+    }
+    const int wg = threadIdx.x / 128 - 1;
+    float acc[128];
+#pragma unroll
+    for (int i = 0; i < 128; i++) acc[i] = 0.0f;
+    wide_consume(acc, ring, full, empty, wg, nk);
+    wide_store<C, GLU>(acc, W, t.expert, wg, t.start, t.count, out, out_stride);
+#endif
+}
+
 template <class C, bool GLU, int BM>
 cudaError_t launch_bm(const DevMat &W, const uint16_t *in, uint32_t in_stride, const Groups &g, const TileList &tl,
                       void *out, uint32_t out_stride, cudaStream_t s)
@@ -302,6 +574,73 @@ cudaError_t launch_h(const DevMat &W, const uint16_t *in, uint32_t in_stride, co
                             : launch_bm<C, GLU, 64>(W, in, in_stride, g, tl, out, out_stride, s);
 }
 
+// ---- the wide tile's launch -----------------------------------------------------------------------
+using EncodeTiled = CUresult (*)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                 const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// cuTensorMapEncodeTiled through the runtime's entry-point query (NULL where the driver lacks it):
+// the library then needs no link to libcuda.
+EncodeTiled tensor_map_encoder()
+{
+    static const EncodeTiled f = [] {
+        void *p = nullptr;
+        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess) {
+            cudaGetLastError();
+            p = nullptr;
+        }
+        return (EncodeTiled)p;
+    }();
+    return f;
+}
+
+// B's map: the bank as one [rows of every expert][cols] bf16 matrix in boxes of 128 rows x 64 columns,
+// 128-byte swizzled (the consumers' layout). DevMat does not carry the expert count, so the row
+// extent is the largest a coordinate names; the tile list keeps every box inside the bank (expert <
+// E, row < W.rows), as it keeps the cp.async paths' addresses.
+bool wide_b_map(const DevMat &W, CUtensorMap *m)
+{
+    const EncodeTiled f = tensor_map_encoder();
+    if (!f) return false;
+    const cuuint64_t dim[2] = {W.cols, 0x7FFFFFFFu}, stride[1] = {W.row_stride};
+    const cuuint32_t box[2] = {kWideK, 128}, es[2] = {1, 1};
+    return f(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)W.data, dim, stride, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// Whether a launch can take the wide tile: a codec and device it serves (wide_serves), tile height
+// 128, whole slices of 64 and B tiles of 256 rows (gate/up: 128 gate and 128 up rows, each run a whole
+// nvfp4 scale group), even output strides (pairs of columns stored together).
+bool wide_serves(int codec)
+{
+    return (codec == 2 && tensor_map_encoder()) || (codec == 11 && smem_optin_limit() >= (size_t)wide_smem(true));
+}
+bool wide_fits(int codec, bool glu, const DevMat &W, const TileList &tl, uint32_t out_stride)
+{
+    return wide_serves(codec) && tl.height == 128 && W.cols % kWideK == 0 && out_stride % 2 == 0 &&
+           W.row_stride % 16 == 0 && (glu ? (W.rows / 2) % 128 == 0 : W.rows % kWideN == 0);
+}
+
+// bf16: the map encodes or the caller falls back to the 128 x 128 tile (cudaErrorNotSupported).
+template <class C, bool GLU>
+cudaError_t launch_wide(const DevMat &W, const uint16_t *in, uint32_t in_stride, const Groups &g, const TileList &tl,
+                        void *out, uint32_t out_stride, cudaStream_t s)
+{
+    constexpr bool kRaw = std::is_same<C, CNVFP4Raw>::value;
+    constexpr int smem = wide_smem(kRaw);
+    CUtensorMap map;
+    memset(&map, 0, sizeof map);
+    if (!kRaw && !wide_b_map(W, &map)) return cudaErrorNotSupported;
+    auto k = prefill_wg_wide<C, GLU>;
+    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return e;
+    k<<<dim3(W.rows / kWideN, tl.max), kThreads, smem, s>>>(map, W, in, in_stride, g, tl.n, tl.group, tl.m0, tl.height,
+                                                             out, out_stride);
+    return cudaGetLastError();
+}
+
 } // namespace
 
 bool prefill_wg_usable(int codec, int height, uint32_t max_tiles)
@@ -313,9 +652,29 @@ bool prefill_wg_usable(int codec, int height, uint32_t max_tiles)
            smem_optin_limit() >= (size_t)WgShape<128>::kSmem;
 }
 
+// From the tile-height sweep of the wide tile (docs/sparse_moe.md, "Tile height"; qwen3 geometry,
+// H200, T = 512 .. 4096: height 128 against 64): bf16 gains from 32 positions an expert on average
+// (T = 512: 0.908x, 1024: 0.833x, 2048: 0.716x); nvfp4, whose producer decodes B once per tile, loses
+// at 32 (1.135x) and 64 (1.013x) and gains at 128 (0.853x), so its threshold sits between the two.
+double prefill_wg_tall_from(int codec)
+{
+    if (!prefill_wg_usable(codec, 128, 0) || !wide_serves(codec)) return INFINITY;
+    return codec == 2 ? 32.0 : 96.0;
+}
+
 cudaError_t launch_prefill_wg(int codec, bool glu, const DevMat &W, const uint16_t *in, uint32_t in_stride,
                               const Groups &g, const TileList &tl, void *out, uint32_t out_stride, cudaStream_t s)
 {
+    if (wide_fits(codec, glu, W, tl, out_stride)) {
+        cudaError_t e = cudaErrorNotSupported;
+        if (codec == 2)
+            e = glu ? launch_wide<CBF16, true>(W, in, in_stride, g, tl, out, out_stride, s)
+                    : launch_wide<CBF16, false>(W, in, in_stride, g, tl, out, out_stride, s);
+        else if (codec == 11)
+            e = glu ? launch_wide<CNVFP4Raw, true>(W, in, in_stride, g, tl, out, out_stride, s)
+                    : launch_wide<CNVFP4Raw, false>(W, in, in_stride, g, tl, out, out_stride, s);
+        if (e != cudaErrorNotSupported) return e;
+    }
     if (codec == 2)
         return glu ? launch_h<CBF16, true>(W, in, in_stride, g, tl, out, out_stride, s)
                    : launch_h<CBF16, false>(W, in, in_stride, g, tl, out, out_stride, s);

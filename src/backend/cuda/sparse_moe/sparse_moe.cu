@@ -494,8 +494,10 @@ static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint
     const uint32_t E = b.experts, k = b.top_k, H = b.hidden, I = b.inter, S = b.shared_inter;
     const bool small = nf_sparse_moe_route(m, T) != NF_MOE_ROUTE_PREFILL && T <= kSmallRouteMax;
     Routing r = routing_at(m, ws);
-    r.tile_m = m->tile_m ? m->tile_m : prefill_tile_height((double)T * k / E);
-    r.sh_tile_m = m->tile_m ? m->tile_m : prefill_tile_height(T);
+    // W4A4 runs prefill.cu's kernel: no wide tile (prefill_tile_height)
+    const int wg_gu = m->a4 ? -1 : m->codec[M_GATE_UP], wg_sgu = m->a4 ? -1 : m->codec[M_SGU];
+    r.tile_m = m->tile_m ? m->tile_m : prefill_tile_height((double)T * k / E, wg_gu);
+    r.sh_tile_m = m->tile_m ? m->tile_m : prefill_tile_height(T, wg_sgu);
     launch_routing(m->m[M_ROUTER], m->codec[M_ROUTER], m->has_shared ? &m->m[M_SGATE] : nullptr, m->codec[M_SGATE], x, T,
                    H, E, k, b.norm_topk, r, m->forced_ids, m->counter, small, s);
     float *act = (float *)(ws + m->o_act), *y = (float *)(ws + m->o_y);

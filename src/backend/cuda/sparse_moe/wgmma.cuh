@@ -66,7 +66,44 @@ __device__ __forceinline__ void wg_mma_n64(float (&d)[32], uint64_t a, uint64_t 
                  : NF_WG_D8(0), NF_WG_D8(8), NF_WG_D8(16), NF_WG_D8(24)
                  : "l"(a), "l"(b), "r"(1));
 }
+// The same with B 256 x 16: d[128], column blocks j = 0..31 (the 128 x 256 tile's consumer).
+__device__ __forceinline__ void wg_mma_n256(float (&d)[128], uint64_t a, uint64_t b)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
+                 "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, "
+                 "%41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, "
+                 "%61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, "
+                 "%81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, "
+                 "%100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, "
+                 "%116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+                 : NF_WG_D8(0), NF_WG_D8(8), NF_WG_D8(16), NF_WG_D8(24), NF_WG_D8(32), NF_WG_D8(40), NF_WG_D8(48),
+                   NF_WG_D8(56), NF_WG_D8(64), NF_WG_D8(72), NF_WG_D8(80), NF_WG_D8(88), NF_WG_D8(96), NF_WG_D8(104),
+                   NF_WG_D8(112), NF_WG_D8(120)
+                 : "l"(a), "l"(b), "r"(1));
+}
 #undef NF_WG_D8
+
+// ---- the bulk tensor copy (TMA) --------------------------------------------------------------------
+// This thread's arrival on bar, after which the phase also waits for `bytes` of bulk copies.
+__device__ __forceinline__ void mbar_arrive_tx(uint64_t *bar, uint32_t bytes)
+{
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(smem_u32(bar)),
+                 "r"(bytes)
+                 : "memory");
+}
+// Makes this thread's mbarrier initialisations visible to the async proxy (the copies that complete
+// transactions on them); a CTA barrier then publishes them to the other threads.
+__device__ __forceinline__ void fence_barrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+// A 2D box of the tensor map (global address in generic space: a __grid_constant__ kernel parameter)
+// at coordinates (x: innermost, y) into shared memory at dst; its bytes complete_tx on bar.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void *tmap, int x, int y, uint64_t *bar)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+                 ::"r"(dst), "l"(tmap), "r"(x), "r"(y), "r"(smem_u32(bar))
+                 : "memory");
+}
 #endif
 
 // ---- mbarriers (shared memory, CTA scope) --------------------------------------------------------
