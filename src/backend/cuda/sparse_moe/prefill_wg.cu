@@ -346,7 +346,7 @@ __device__ __forceinline__ void wide_copy(uint8_t *stage, uint64_t *full, const 
     if (kTma && tid == 0) {
         uint8_t *sb = stage + kWideA;
         const int y = expert * (int)W.rows;
-        mbar_arrive_tx(full, kWideB);
+        mbar_expect_tx(full, kWideB);
         tma_load_2d(smem_u32(sb), bmap, j * kWideK, y + (int)wide_b_row<GLU>(W, blockIdx.x, 0), full);
         tma_load_2d(smem_u32(sb + 128 * 128), bmap, j * kWideK, y + (int)wide_b_row<GLU>(W, blockIdx.x, 128), full);
     }
@@ -532,7 +532,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x < kWideStages) {
         mbar_init(&full[threadIdx.x], 128 + (kRaw ? 0 : 1)); // + thread 0's arrival with the B bytes
         mbar_init(&empty[threadIdx.x], 8);
-        fence_barrier_init();
+        fence_mbar_init();
     }
     __syncthreads();
     uint8_t *ring = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);

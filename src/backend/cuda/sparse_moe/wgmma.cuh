@@ -86,16 +86,6 @@ __device__ __forceinline__ void wg_mma_n256(float (&d)[128], uint64_t a, uint64_
 #undef NF_WG_D8
 
 // ---- the bulk tensor copy (TMA) --------------------------------------------------------------------
-// This thread's arrival on bar, after which the phase also waits for `bytes` of bulk copies.
-__device__ __forceinline__ void mbar_arrive_tx(uint64_t *bar, uint32_t bytes)
-{
-    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(smem_u32(bar)),
-                 "r"(bytes)
-                 : "memory");
-}
-// Makes this thread's mbarrier initialisations visible to the async proxy (the copies that complete
-// transactions on them); a CTA barrier then publishes them to the other threads.
-__device__ __forceinline__ void fence_barrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
 // A 2D box of the tensor map (global address in generic space: a __grid_constant__ kernel parameter)
 // at coordinates (x: innermost, y) into shared memory at dst; its bytes complete_tx on bar.
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void *tmap, int x, int y, uint64_t *bar)
