@@ -29,13 +29,13 @@ def main():
     agg = collections.defaultdict(lambda: [0, 0.0])
     # ncu writes a row per (launch, metric): other metrics of the same run are left out, and the
     # duration's unit (ns or us, as ncu chose) is honoured
+    us_per = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
     rows = [d for d in rows if d.get("Metric Name", "gpu__time_duration.sum") == "gpu__time_duration.sum"]
     for d in rows:
         name = re.sub(r"nf::|\(anonymous namespace\)::|<unnamed>::|dec::", "", d["Kernel Name"])
         if name.startswith("read_kernel"):
             continue
-        scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
-        us = float(d["Metric Value"].replace(",", "")) * scale.get(d.get("Metric Unit", "ns"), 1e-3)
+        us = float(d["Metric Value"].replace(",", "")) * us_per.get(d.get("Metric Unit", "ns"), 1e-3)
         key = (re.sub(r"\(.*", "", name)[:80], d["Grid Size"])
         agg[key][0] += 1
         agg[key][1] += us

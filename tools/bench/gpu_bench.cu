@@ -17,7 +17,7 @@ struct nf_gpu_bench {
     cudaEvent_t e0, e1;
     void *flush;      // the cold-L2 flush's buffer, read before each timed run
     size_t flush_bytes;
-    unsigned *sink;   // the flush read's never-taken store
+    unsigned *sink;   // read_kernel's never-taken store (the DRAM ceiling's and the flush's reads)
     int read_grid;    // read_kernel's CTAs (8 an SM): the DRAM ceiling's and the flush's reads
     char name[400];
 };
@@ -48,7 +48,7 @@ extern "C" nf_status nf_gpu_bench_create(size_t flush_bytes, nf_gpu_bench **out,
     if (e == cudaSuccess) e = cudaEventCreate(&b->e1);
     b->flush_bytes = flush_bytes;
     if (e == cudaSuccess && flush_bytes) e = cudaMalloc(&b->flush, flush_bytes);
-    if (e == cudaSuccess && flush_bytes) e = cudaMalloc(&b->sink, 4);
+    if (e == cudaSuccess) e = cudaMalloc(&b->sink, 4);
     if (e != cudaSuccess) { // what was made before the failure goes back
         const nf_status st = cuda_fail(err, e, "setup");
         nf_gpu_bench_destroy(b);
@@ -105,14 +105,12 @@ __global__ void read_kernel(const uint4 *p, size_t n, unsigned *sink)
 extern "C" double nf_gpu_bench_dram_read(nf_gpu_bench *b, size_t bytes, int repeat)
 {
     void *buf;
-    unsigned *sink;
     if (cudaMalloc(&buf, bytes) != cudaSuccess) return -1;
-    cudaMalloc(&sink, 4);
     cudaMemsetAsync(buf, 1, bytes, b->s);
     std::vector<double> gbs;
     for (int r = 0; r < repeat + 2; r++) {
         cudaEventRecord(b->e0, b->s);
-        read_kernel<<<b->read_grid, 512, 0, b->s>>>((const uint4 *)buf, bytes / 16, sink);
+        read_kernel<<<b->read_grid, 512, 0, b->s>>>((const uint4 *)buf, bytes / 16, b->sink);
         cudaEventRecord(b->e1, b->s);
         cudaEventSynchronize(b->e1);
         float ms;
@@ -120,7 +118,6 @@ extern "C" double nf_gpu_bench_dram_read(nf_gpu_bench *b, size_t bytes, int repe
         if (r >= 2) gbs.push_back(bytes / (ms * 1e-3) / 1e9);
     }
     cudaFree(buf);
-    cudaFree(sink);
     return median(gbs);
 }
 
