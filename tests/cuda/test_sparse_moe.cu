@@ -221,13 +221,17 @@ Bank make_bank(const Profile &p)
 {
     Bank b;
     const float sdx = 1.0f / sqrtf((float)H), sdi = 1.0f / sqrtf((float)I);
-    b.router = make_mat(NF_CODEC_BF16, 1, E, H, 3.0f * sdx, 1);
+    // GGUF files carry the router and shared gate in f32 (llama.cpp keeps ffn_gate_inp in F32), so
+    // the k-quant and q8_0 profiles take f32 ones: the f32 paths of every router form
+    const bool gguf = p.gu != NF_CODEC_BF16 && p.gu != NF_CODEC_NVFP4;
+    const int rc = gguf ? NF_CODEC_F32 : NF_CODEC_BF16;
+    b.router = make_mat(rc, 1, E, H, 3.0f * sdx, 1);
     b.gu = make_mat(p.gu, E, 2 * I, H, sdx, 2 * E);
     b.dn = make_mat(p.dn, E, H, I, sdi, E);
     if (p.sgu >= 0) {
         b.sgu = make_mat(p.sgu, 1, 2 * S, H, sdx, 2);
         b.sdn = make_mat(p.sdn, 1, H, S, sdi, 1);
-        b.sg = make_mat(NF_CODEC_BF16, 1, 1, H, sdx, 1);
+        b.sg = make_mat(rc, 1, 1, H, sdx, 1);
     }
     return b;
 }
@@ -709,7 +713,7 @@ int main(void)
     // T on both sides of every route threshold (decode <= 1; small-token <= 6, 12 or 16 by profile and
     // device: small_route_max; the fused small-token kernels end at 16), a ragged tail past the chunk
     // (4097 = 4096 + 1). NF_TEST_TOKENS=1,13,4097 narrows the list (sanitizer runs; the wide
-    // geometries take the tokens of the list up to 64).
+    // geometries take the tokens of the list up to 768).
     std::vector<uint32_t> Ts = {1, 2, 3, 6, 7, 8, 11, 12, 13, 14, 15, 16, 17, 64, 768, 4097};
     if (const char *env = getenv("NF_TEST_TOKENS")) {
         Ts.clear();
@@ -738,11 +742,13 @@ int main(void)
     test_refusals();
     cudaFree(dx);
 
-    std::vector<uint32_t> wide = {1, 2, 8, 16, 17, 64};
+    // 768: the tensor-core prefill router (kRouterMmaFrom) on E = 128 and on E = 512 with the shared
+    // gate, f32 for the GGUF profiles
+    std::vector<uint32_t> wide = {1, 2, 8, 16, 17, 64, 768};
     if (getenv("NF_TEST_TOKENS")) {
         wide.clear();
         for (uint32_t T : Ts)
-            if (T <= 64) wide.push_back(T);
+            if (T <= 768) wide.push_back(T);
     }
     if (!wide.empty()) test_wide(wide);
     nf_pool_destroy(pool);

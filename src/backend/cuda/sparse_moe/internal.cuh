@@ -85,6 +85,8 @@ struct Routing {
     int32_t *n_groups;
     int32_t *g_expert, *g_start, *g_count;
     int32_t *shared_group; // [4]: n_groups = 1, expert 0, start 0, count T (set per slice)
+    int32_t *wl_base;      // [E]: the prefill work list's first position of each expert
+    int *wl_state;         // [1 + E] operator state, 0 between forwards: the work list's ticket, counts
     // prefill tile tables (routed; shared expert): tile i covers positions tile_m0[i] ..
     // + tile_m - 1 (sh_tile_m) of group tile_group[i]; n_tiles live entries
     int32_t *n_tiles, *tile_group, *tile_m0;
@@ -189,6 +191,18 @@ __device__ __forceinline__ GroupEntry group_entry(const Groups &g, int gi)
 void launch_routing(const DevMat &router, int router_codec, const DevMat *shared_gate, int shared_gate_codec,
                     const uint16_t *x, uint32_t T, uint32_t H, uint32_t E, uint32_t k, int norm_topk, const Routing &r,
                     const int32_t *forced, int *counter, bool small, cudaStream_t s);
+
+// router_mma.cu: the prefill form's logits on tensor cores with softmax, top-k and the shared gate in
+// the same launch (writes r.topk_id, r.topk_w, r.shared_g; not r.logits). false: nothing launched
+// (E > 512, k > 16, or its shared memory exceeds the device's). w_f32 / gw_f32: the rows are f32,
+// else bf16; gw may be NULL.
+bool launch_router_mma(const void *w, int w_f32, const void *gw, int gw_f32, const uint16_t *x, uint32_t T, uint32_t H,
+                       uint32_t E, uint32_t k, int norm, const Routing &r, cudaStream_t s);
+// T from which the prefill router runs on tensor cores. One CTA takes 16 tokens against all E rows
+// (the top-k needs them together), so below a few CTAs a slice pulls every router row through one SM:
+// bf16 qwen3-30b-a3b router, ncu on the H200: 24.6 - 26.5 us at T = 8 .. 512 (1 .. 32 CTAs) against
+// the CUDA-core logits + top-k's 23.7 at T = 8 and 27.2 at T = 512; 36.5 against 134.5 at T = 4096.
+constexpr uint32_t kRouterMmaFrom = 512;
 
 // decode.cu: down projection and combine in one pass for the decode and small-token routes:
 // out[t][h] = bf16( sum over t's positions p of w(p) * (down_e(p)[h] . act[p]) + shared_g[t] * ys[t][h] )

@@ -8,6 +8,7 @@
 #include <cooperative_groups.h>
 
 #include "internal.cuh"
+#include "topk.cuh"
 
 namespace nf {
 
@@ -238,78 +239,6 @@ __global__ void __launch_bounds__(kRouterWarps * 32, 3)
         if (r < nr) store_row<TT>(acc[r], e0 + r, t0, nt, E, logits, shared_g, lane);
 }
 
-// One warp's softmax statistics over E logits l: lane's v[s] = l[lane + 32 s] (-inf past E), their
-// max, and the sum of exp(v - max) in one fixed order (lane partials, then the butterfly) that both
-// top-k forms share, so they give the same weights to the bit. L2: l was written by other CTAs.
-template <int NS, bool L2>
-__device__ __forceinline__ void softmax_stats(const float *l, uint32_t E, float (&v)[NS], float &mx, float &sum)
-{
-    const int lane = threadIdx.x % 32;
-    mx = -INFINITY;
-#pragma unroll
-    for (int s = 0; s < NS; s++) {
-        const uint32_t e = lane + 32 * s;
-        v[s] = e < E ? (L2 ? __ldcg(l + e) : l[e]) : -INFINITY;
-        mx = fmaxf(mx, v[s]);
-    }
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    sum = 0.f;
-#pragma unroll
-    for (int s = 0; s < NS; s++)
-        if (lane + 32 * s < E) sum += expf(v[s] - mx);
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-}
-
-// One warp: softmax over E in fp32 and the k largest logits of token t, ties to the lower index.
-// NS: logits per lane (E <= 32 * NS), so E = 128 walks 4 registers, not 16.
-// L2: the logits were written by other CTAs of this grid (read through L2); else they are in this
-// CTA's shared memory.
-template <int NS, bool L2 = true>
-__device__ void topk_warp(const float *logits, uint32_t t, uint32_t E, uint32_t k, int norm, int32_t *ids,
-                          float *wts)
-{
-    const int lane = threadIdx.x % 32;
-    float v[NS], mx, sum; // v: this lane's logits, experts lane, lane + 32, ...
-    softmax_stats<NS, L2>(logits + (uint64_t)t * E, E, v, mx, sum);
-
-    // k rounds of a warp argmax over the experts not yet taken
-    float psum = 0.f, my_p = 0.f;
-    int my_e = -1;
-    for (uint32_t j = 0; j < k; j++) {
-        float best = -INFINITY;
-        int bi = 0x7fffffff;
-#pragma unroll
-        for (int s = 0; s < NS; s++) {
-            const int e = lane + 32 * s;
-            if (e < (int)E && (v[s] > best || (v[s] == best && e < bi))) {
-                best = v[s];
-                bi = e;
-            }
-        }
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ov > best || (ov == best && oi < bi)) {
-                best = ov;
-                bi = oi;
-            }
-        }
-#pragma unroll
-        for (int s = 0; s < NS; s++)
-            if (lane + 32 * s == bi) v[s] = -INFINITY; // taken (logits are finite, so never chosen again)
-        const float p = expf(best - mx) / sum;
-        psum += p;
-        if ((uint32_t)lane == j) {
-            my_p = p;
-            my_e = bi;
-        }
-    }
-    if ((uint32_t)lane < k) {
-        ids[(uint64_t)t * k + lane] = my_e;
-        wts[(uint64_t)t * k + lane] = norm ? my_p / psum : my_p;
-    }
-}
-
 __global__ void topk_kernel(const float *logits, uint32_t T, uint32_t E, uint32_t k, int norm, int32_t *ids,
                             float *wts)
 {
@@ -331,18 +260,17 @@ __device__ __forceinline__ void warp_exclusive_scan2(int &a, int &b)
     b = bx - b;
 }
 
-// Counts per expert, exclusive scan, active-expert groups in increasing expert id, then each
-// entry's position. stable = 1 orders an expert's entries by entry index (small n, one CTA);
-// otherwise positions come from atomics and may differ between runs, which no output depends on:
-// every kernel computes a position's row independently of its neighbours.
-__device__ void build_worklist(const int32_t *ids, uint32_t n, uint32_t E, const Routing &r, uint32_t T, int stable,
-                               int *cnt, int *cur)
+// The prefill work list over the grid, in two launches. One CTA for all T * k entries took 43 us at
+// T = 4096, k = 8 (35 with its loads batched; H200, ncu): one SM's shared atomics and scattered stores.
+// Positions within an expert come from atomics and may differ between runs, which no output depends
+// on: every kernel computes a position's row independently of its neighbours.
+constexpr int kWlThreads = 256, kWlPer = 4; // entries a thread of wl_count_kernel
+
+// The groups (active experts in increasing id), each expert's first position (base) and the
+// tile tables from the per-expert counts cnt [E] in shared memory; warp 0 scans.
+__device__ void scan_groups(const int *cnt, uint32_t E, uint32_t T, const Routing &r)
 {
-    for (uint32_t e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
-    __syncthreads();
-    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) atomicAdd(&cnt[ids[i]], 1);
-    __syncthreads();
-    if (threadIdx.x < 32) { // warp 0: scan counts and group flags, each lane over a run of experts
+    if (threadIdx.x < 32) { // each lane over a run of experts
         const int lane = threadIdx.x, per = (int)((E + 31) / 32);
         int off = 0, grp = 0;
         for (int i = 0; i < per; i++) {
@@ -353,7 +281,7 @@ __device__ void build_worklist(const int32_t *ids, uint32_t n, uint32_t E, const
         for (int i = 0; i < per; i++) {
             const int e = lane * per + i;
             if (e >= (int)E) break;
-            cur[e] = off;
+            r.wl_base[e] = off;
             if (cnt[e]) {
                 r.g_expert[grp] = e;
                 r.g_start[grp] = off;
@@ -370,19 +298,71 @@ __device__ void build_worklist(const int32_t *ids, uint32_t n, uint32_t E, const
             r.shared_group[3] = (int)T;
         }
     }
+}
+
+__device__ void build_tiles(const int *cnt, uint32_t E, uint32_t T, const Routing &r);
+
+// Each CTA ranks its kWlThreads * kWlPer entries per expert in shared memory and reserves its run of
+// each expert with one global atomic; slot[i] holds the entry's offset within its expert until
+// wl_place_kernel adds the expert's base. The last CTA to finish (r.wl_state[0], a ticket) scans the
+// totals (r.wl_state[1 ..]) into the groups, the bases and the tile tables, and clears the state for
+// the next forward.
+__global__ void __launch_bounds__(kWlThreads) wl_count_kernel(const int32_t *ids, uint32_t n, uint32_t T, uint32_t E,
+                                                              Routing r)
+{
+    __shared__ int cnt[512];
+    __shared__ bool last;
+    for (uint32_t e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
     __syncthreads();
-    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
-        int p;
-        if (stable) {
-            int rank = 0;
-            for (uint32_t j = 0; j < i; j++) rank += ids[j] == ids[i];
-            p = cur[ids[i]] + rank;
-        } else {
-            p = atomicAdd(&cur[ids[i]], 1);
-        }
-        r.slot[i] = p;
-        r.pos_entry[p] = (int)i;
+    const uint32_t i0 = blockIdx.x * kWlThreads * kWlPer + threadIdx.x;
+    int32_t id[kWlPer], rank[kWlPer] = {};
+#pragma unroll
+    for (int u = 0; u < kWlPer; u++) {
+        const uint32_t i = i0 + u * kWlThreads;
+        id[u] = i < n ? ids[i] : -1;
     }
+#pragma unroll
+    for (int u = 0; u < kWlPer; u++)
+        if (id[u] >= 0) rank[u] = atomicAdd(&cnt[id[u]], 1);
+    __syncthreads();
+    int *total = r.wl_state + 1;
+    for (uint32_t e = threadIdx.x; e < E; e += blockDim.x)
+        if (cnt[e]) cnt[e] = atomicAdd(&total[e], cnt[e]); // now this CTA's offset within expert e
+    __syncthreads();
+#pragma unroll
+    for (int u = 0; u < kWlPer; u++)
+        if (id[u] >= 0) r.slot[i0 + u * kWlThreads] = cnt[id[u]] + rank[u];
+    __threadfence(); // this CTA's reservations are visible before it is counted
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(&r.wl_state[0], 1) == (int)gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (uint32_t e = threadIdx.x; e < E; e += blockDim.x) {
+        cnt[e] = __ldcg(&total[e]);
+        total[e] = 0;
+    }
+    if (threadIdx.x == 0) r.wl_state[0] = 0;
+    __syncthreads();
+    scan_groups(cnt, E, T, r);
+    build_tiles(cnt, E, T, r);
+}
+
+// slot[i] = base[expert] + its offset within the expert, and the position's entry.
+__global__ void wl_place_kernel(const int32_t *ids, uint32_t n, Routing r)
+{
+    const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int p = r.wl_base[ids[i]] + r.slot[i];
+    r.slot[i] = p;
+    r.pos_entry[p] = (int)i;
+}
+
+void launch_worklist(const int32_t *ids, uint32_t T, uint32_t k, uint32_t E, const Routing &r, cudaStream_t s)
+{
+    const uint32_t n = T * k;
+    wl_count_kernel<<<(n + kWlThreads * kWlPer - 1) / (kWlThreads * kWlPer), kWlThreads, 0, s>>>(ids, n, T, E, r);
+    wl_place_kernel<<<(n + 255) / 256, 256, 0, s>>>(ids, n, r);
 }
 
 // The prefill tile tables from the per-expert counts in shared memory: group g (the g-th active
@@ -421,12 +401,6 @@ __device__ void build_tiles(const int *cnt, uint32_t E, uint32_t T, const Routin
     if (threadIdx.x == 0) *r.sh_n_tiles = (int)sh;
 }
 
-__global__ void worklist_kernel(const int32_t *ids, uint32_t T, uint32_t k, uint32_t E, Routing r)
-{
-    __shared__ int cnt[512], cur[512];
-    build_worklist(ids, T * k, E, r, T, 0, cnt, cur);
-    build_tiles(cnt, E, T, r);
-}
 
 // The small route's work list (n = T * k <= 256 entries, one CTA): entry i's position is the number
 // of entries with a lower expert id or the same id and a lower index (stable, as the reference
@@ -649,6 +623,11 @@ void launch_logits(const W *w, const G *gw, const uint16_t *x, uint32_t T, uint3
         else launch_small<kRouterTokens>(w, gw, x, T, H, E, k, norm, r, forced, counter, s);
         return;
     }
+    const int32_t *wl_ids = forced ? forced : r.topk_id;
+    if (T >= kRouterMmaFrom && launch_router_mma(w, sizeof(W) == 4, gw, sizeof(G) == 4, x, T, H, E, k, norm, r, s)) {
+        launch_worklist(wl_ids, T, k, E, r, s);
+        return;
+    }
     const size_t smem = (size_t)kRouterTokens * H * sizeof(float);
     const uint32_t tiles = (T + kRouterTokens - 1) / kRouterTokens, groups = (E + kRowsPerWarp - 1) / kRowsPerWarp;
     const dim3 grid((groups + kRouterWarps - 1) / kRouterWarps, tiles);
@@ -656,7 +635,7 @@ void launch_logits(const W *w, const G *gw, const uint16_t *x, uint32_t T, uint3
     cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     kern<<<grid, kRouterWarps * 32, smem, s>>>(w, gw, x, T, H, E, r.logits, r.shared_g);
     topk_kernel<<<(T + 7) / 8, 256, 0, s>>>(r.logits, T, E, k, norm, r.topk_id, r.topk_w);
-    worklist_kernel<<<1, 1024, 0, s>>>(forced ? forced : r.topk_id, T, k, E, r);
+    launch_worklist(wl_ids, T, k, E, r, s);
 }
 
 template <typename W>

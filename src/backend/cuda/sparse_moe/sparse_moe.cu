@@ -52,13 +52,14 @@ struct nf_sparse_moe {
     size_t dev_bytes;
     char profile[64];
     uint32_t decode_max, small_max;
-    int *counter;              // device int, 0 between forwards: the small router's grid-wide count
+    int *counter;              // device [2 + E], 0 between forwards: the small router's grid-wide count, then
+                               // the prefill work list's ticket and per-expert counts (Routing::wl_state)
     int a4;                    // nvfp4-w4a4: the prefill route runs W4A4 (a4.cuh)
     const float *a4div;        // device [2 + E]: gate/up input divisor, shared down's, each expert's down
     const int32_t *forced_ids; // benchmarks: route by these ids (device, [max_tokens][k]) instead of the router's
     int tile_m;                // benchmarks: the prefill tile height (32, 64, 128), 0: chosen per slice
     // workspace layout (byte offsets)
-    size_t o_logits, o_id, o_w, o_sg, o_slot, o_pos, o_ng, o_ge, o_gs, o_gc, o_sgrp, o_act, o_y, o_acts, o_ys;
+    size_t o_logits, o_id, o_w, o_sg, o_slot, o_pos, o_ng, o_ge, o_gs, o_gc, o_sgrp, o_wlb, o_act, o_y, o_acts, o_ys;
     size_t o_tiles, o_acth, o_actsh; // prefill: tile tables; bf16 act planes (routed, shared)
     size_t o_xq, o_aq, o_saq;        // W4A4 prefill: nvfp4 planes of x, act, shared act (A4Plane)
     uint32_t max_tiles;              // tile-table capacity: ceil(T*k / kPrefillTileMinM) + E
@@ -219,6 +220,7 @@ static void layout_workspace(nf_sparse_moe *m, size_t T)
     m->o_gs = take(&a, E * 4);
     m->o_gc = take(&a, E * 4);
     m->o_sgrp = take(&a, 16);
+    m->o_wlb = take(&a, E * 4);
     const size_t max_tiles = (T * k + kPrefillTileMinM - 1) / kPrefillTileMinM + E;
     m->max_tiles = (uint32_t)max_tiles;
     m->o_tiles = take(&a, (2 * max_tiles + 1 + 2 * ((T + kPrefillTileMinM - 1) / kPrefillTileMinM) + 1) * 4);
@@ -301,7 +303,8 @@ extern "C" nf_status nf_sparse_moe_bind(const nf_moe_bank *b, uint32_t max_token
     }
     for (int i = nmat; i < 6; i++) m->codec[i] = -1;
     const size_t state_off = total;
-    total += 256 + 4 * (2 + (size_t)E); // operator state: the small router's counter; W4A4 divisors
+    const size_t zeroed = (4 * (2 + (size_t)E) + 255) & ~(size_t)255;
+    total += zeroed + 4 * (2 + (size_t)E); // operator state: the counters (zeroed); W4A4 divisors
     if (cudaMalloc(&m->dev, total) != cudaSuccess) {
         free(m);
         cudaGetLastError();
@@ -309,7 +312,7 @@ extern "C" nf_status nf_sparse_moe_bind(const nf_moe_bank *b, uint32_t max_token
     }
     m->dev_bytes = total;
     m->counter = (int *)(m->dev + state_off);
-    if (cudaMemset(m->counter, 0, 256) != cudaSuccess) {
+    if (cudaMemset(m->counter, 0, zeroed) != cudaSuccess) {
         nf_sparse_moe_free(m);
         return nf_error_set(err, NF_ERR_CUDA, "sparse_moe bind: cannot clear the operator state");
     }
@@ -323,7 +326,7 @@ extern "C" nf_status nf_sparse_moe_bind(const nf_moe_bank *b, uint32_t max_token
         h[0] = input_divisor_of(&b->gate_up, 0);
         h[1] = has_shared ? input_divisor_of(&b->shared_down, 0) : 1.0f;
         for (uint32_t e = 0; e < E; e++) h[2 + e] = input_divisor_of(&b->down, e);
-        m->a4div = (const float *)(m->dev + state_off + 256);
+        m->a4div = (const float *)(m->dev + state_off + zeroed);
         const cudaError_t ce = cudaMemcpy((void *)m->a4div, h, 4 * (2 + (size_t)E), cudaMemcpyHostToDevice);
         free(h);
         if (ce != cudaSuccess) {
@@ -395,6 +398,8 @@ static Routing routing_at(const nf_sparse_moe *m, uint8_t *ws)
     r.g_start = (int32_t *)(ws + m->o_gs);
     r.g_count = (int32_t *)(ws + m->o_gc);
     r.shared_group = (int32_t *)(ws + m->o_sgrp);
+    r.wl_base = (int32_t *)(ws + m->o_wlb);
+    r.wl_state = m->counter + 1;
     int32_t *tiles = (int32_t *)(ws + m->o_tiles);
     r.n_tiles = tiles;
     r.tile_group = tiles + 1;

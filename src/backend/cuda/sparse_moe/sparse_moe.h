@@ -70,14 +70,15 @@ typedef struct nf_sparse_moe nf_sparse_moe;
 /* Workspace: one arena carved at bind (byte offsets, 256-byte aligned), laid out by lifetime within
  * a slice of T <= max_tokens tokens:
  *   whole slice       routing (logits [T][E] f32, top-k ids/weights [T][k], shared gate [T]), the
- *                     work list (slot and position maps [T*k], groups [E], prefill tile tables), and
+ *                     work list (slot and position maps [T*k], groups [E], each expert's first
+ *                     position [E], prefill tile tables), and
  *                     the per-position down output y [T*k][H] f32 (+ shared ys [T][H] f32)
  *   one route only    the intermediates, in ONE region the routes share (a slice takes one route,
  *                     and slices, like layers using one workspace, run one after another):
  *                       decode / small-token / CUDA-core: act [T*k][I] f32 (+ shared [T][S] f32)
  *                       W4A16 prefill: act [T*k][I] bf16 (+ shared [T][S] bf16)
  *                       W4A4 prefill: x, act (+ shared act) as nvfp4 planes
- * qwen3-30b-a3b geometry: 95 232 bytes at T = 1 and 371 742 208 at T = 4096 (every profile; the fp32
+ * qwen3-30b-a3b geometry: 95 744 bytes at T = 1 and 371 749 632 at T = 4096 (every profile; the fp32
  * route planes are the largest of the three).
  *
  * Admits and uploads `bank` for chunks of up to max_tokens tokens; *workspace_bytes receives the
