@@ -335,7 +335,7 @@ __device__ __forceinline__ void cp_chunk64(uint8_t *tile, int r, int c, const ui
 template <bool GLU, bool kTma>
 __device__ __forceinline__ void wide_copy(uint8_t *stage, uint64_t *full, const CUtensorMap *bmap, const DevMat &W,
                                           const uint16_t *in, uint32_t in_stride, const int32_t *rows, int count,
-                                          int expert, int j, int tid)
+                                          int expert, int bx, int j, int tid)
 {
 #pragma unroll
     for (int i = 0; i < 8; i++) {
@@ -347,25 +347,27 @@ __device__ __forceinline__ void wide_copy(uint8_t *stage, uint64_t *full, const 
         uint8_t *sb = stage + kWideA;
         const int y = expert * (int)W.rows;
         mbar_expect_tx(full, kWideB);
-        tma_load_2d(smem_u32(sb), bmap, j * kWideK, y + (int)wide_b_row<GLU>(W, blockIdx.x, 0), full);
-        tma_load_2d(smem_u32(sb + 128 * 128), bmap, j * kWideK, y + (int)wide_b_row<GLU>(W, blockIdx.x, 128), full);
+        tma_load_2d(smem_u32(sb), bmap, j * kWideK, y + (int)wide_b_row<GLU>(W, bx, 0), full);
+        tma_load_2d(smem_u32(sb + 128 * 128), bmap, j * kWideK, y + (int)wide_b_row<GLU>(W, bx, 128), full);
     }
 }
 
-// The producer warpgroup: slices 0 .. nk-1 into the ring, kWideStages - 1 ahead (one cp.async group
-// a slice, empty groups included, so that one wait count covers every slice).
+// The producer warpgroup: one tile's slices 0 .. nk-1 into the ring, kWideStages - 1 ahead (one
+// cp.async group a slice, empty groups included, so that one wait count covers every slice). The
+// ring runs on across a CTA's tiles: slice j of this tile is the CTA's slice base + j.
 template <bool GLU>
 __device__ __forceinline__ void wide_produce(uint8_t *ring, uint64_t *full, uint64_t *empty, const CUtensorMap *bmap,
                                              const DevMat &W, const uint16_t *in, uint32_t in_stride,
-                                             const int32_t *rows, int count, int expert, int nk)
+                                             const int32_t *rows, int count, int expert, int bx, int nk, int base)
 {
     constexpr int kAhead = kWideStages - 1;
     const int tid = threadIdx.x;
     auto copy = [&](int j) {
         if (j < nk) {
-            const int s = j % kWideStages;
-            if (j >= kWideStages) mbar_wait(&empty[s], (j / kWideStages - 1) & 1);
-            wide_copy<GLU, true>(ring + s * kWideStage, &full[s], bmap, W, in, in_stride, rows, count, expert, j, tid);
+            const int jg = base + j, s = jg % kWideStages;
+            if (jg >= kWideStages) mbar_wait(&empty[s], (jg / kWideStages - 1) & 1);
+            wide_copy<GLU, true>(ring + s * kWideStage, &full[s], bmap, W, in, in_stride, rows, count, expert, bx, j,
+                                 tid);
         }
         cp_async_commit();
     };
@@ -373,7 +375,7 @@ __device__ __forceinline__ void wide_produce(uint8_t *ring, uint64_t *full, uint
     for (int kk = 0; kk < nk; kk++) { // publish first: copy() may wait for the consumers to free a stage
         cp_async_wait<kAhead - 1>();
         fence_proxy_async();
-        mbar_arrive(&full[kk % kWideStages]);
+        mbar_arrive(&full[(base + kk) % kWideStages]);
         copy(kk + kAhead);
     }
 }
@@ -382,18 +384,18 @@ __device__ __forceinline__ void wide_produce(uint8_t *ring, uint64_t *full, uint
 // read its 32 contiguous bytes) and, for threads 0..63, one 16-byte chunk of the scale tiles. Each run
 // of 128 B rows starts a 128-row scale group (wide_fits: W.rows / 2 and W.rows multiples of 128).
 template <bool GLU>
-__device__ __forceinline__ void wide_load_raw(uint8_t *slot, const DevMat &W, int expert, int kk, int tid)
+__device__ __forceinline__ void wide_load_raw(uint8_t *slot, const DevMat &W, int expert, int bx, int kk, int tid)
 {
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const int c = tid + i * 128, r = c >> 1, q = c & 1;
-        const uint64_t grow = (uint64_t)expert * W.rows + wide_b_row<GLU>(W, blockIdx.x, r);
+        const uint64_t grow = (uint64_t)expert * W.rows + wide_b_row<GLU>(W, bx, r);
         cp_async16(smem_u32(slot + r * 32 + ((q ^ ((r >> 2) & 1)) << 4)), W.data + grow * W.row_stride + kk * 32 + q * 16,
                    16);
     }
     if (tid < 64) {
         const int g = tid >> 5, off = (tid & 31) * 16;
-        const uint64_t m0 = (uint64_t)expert * W.rows + wide_b_row<GLU>(W, blockIdx.x, 128 * g);
+        const uint64_t m0 = (uint64_t)expert * W.rows + wide_b_row<GLU>(W, bx, 128 * g);
         cp_async16(smem_u32(slot + kWideRawData + g * 512 + off), W.scales + ((m0 >> 7) * W.kt + kk) * 512 + off, 16);
     }
 }
@@ -414,33 +416,34 @@ __device__ __forceinline__ void wide_decode_row(const uint8_t *slot, uint8_t *sb
 
 // The producer for nvfp4 banks: A one slice ahead, raw bytes two ahead, and its threads decode slice
 // kk (rows tid and tid + 128) into the stage of kk itself, as produce() does for the 128-row tile.
+// Ring and raw slots run on across the CTA's tiles (slice kk is the CTA's base + kk).
 template <bool GLU>
 __device__ __forceinline__ void wide_produce_raw(uint8_t *ring, uint8_t *raw, uint64_t *full, uint64_t *empty,
                                                  const DevMat &W, const uint16_t *in, uint32_t in_stride,
-                                                 const int32_t *rows, int count, int expert, int nk)
+                                                 const int32_t *rows, int count, int expert, int bx, int nk, int base)
 {
     const int tid = threadIdx.x;
     auto copy = [&](int j) { // A of slice j, once its stage is free
         if (j < nk) {
-            const int s = j % kWideStages;
-            if (j >= kWideStages) mbar_wait(&empty[s], (j / kWideStages - 1) & 1);
-            wide_copy<GLU, false>(ring + s * kWideStage, &full[s], nullptr, W, in, in_stride, rows, count, expert, j,
-                                  tid);
+            const int jg = base + j, s = jg % kWideStages;
+            if (jg >= kWideStages) mbar_wait(&empty[s], (jg / kWideStages - 1) & 1);
+            wide_copy<GLU, false>(ring + s * kWideStage, &full[s], nullptr, W, in, in_stride, rows, count, expert, bx,
+                                  j, tid);
         }
         cp_async_commit();
     };
     auto copy_raw = [&](int j) {
-        if (j < nk) wide_load_raw<GLU>(raw + (j % kWideSlots) * kWideRaw, W, expert, j, tid);
+        if (j < nk) wide_load_raw<GLU>(raw + ((base + j) % kWideSlots) * kWideRaw, W, expert, bx, j, tid);
         cp_async_commit();
     };
     copy(0), copy_raw(0), copy_raw(1);
     for (int kk = 0; kk < nk; kk++) {
-        const int s = kk % kWideStages;
+        const int s = (base + kk) % kWideStages;
         cp_async_wait<1>(); // A(kk) and raw(kk) landed; raw(kk + 1) may fly
         producer_sync();    // every thread's raw copies of kk visible; every thread done decoding kk - 1
         copy(kk + 1);
         copy_raw(kk + 2); // into the slot of kk - 1
-        const uint8_t *slot = raw + (kk % kWideSlots) * kWideRaw;
+        const uint8_t *slot = raw + ((base + kk) % kWideSlots) * kWideRaw;
         uint8_t *sb = ring + s * kWideStage + kWideA;
         wide_decode_row(slot, sb, tid);
         wide_decode_row(slot, sb, tid + 128);
@@ -454,14 +457,14 @@ __device__ __forceinline__ void wide_produce_raw(uint8_t *ring, uint8_t *raw, ui
 // in flight, the stage freed a slice later, measured 1100 against 1072 us for the bf16 layer at
 // T = 4096: the producer then runs one slice less ahead.)
 __device__ __forceinline__ void wide_consume(float (&acc)[128], uint8_t *ring, uint64_t *full, uint64_t *empty, int wg,
-                                             int nk)
+                                             int nk, int base)
 {
     const int lane = threadIdx.x & 31;
     for (int kk = 0; kk < nk; kk++) {
-        const int s = kk % kWideStages;
+        const int jg = base + kk, s = jg % kWideStages;
         const uint32_t a_base = smem_u32(ring + s * kWideStage) + 64 * wg * 128;
         const uint32_t b_base = smem_u32(ring + s * kWideStage + kWideA);
-        mbar_wait(&full[s], (kk / kWideStages) & 1);
+        mbar_wait(&full[s], (jg / kWideStages) & 1);
         wg_fence();
 #pragma unroll
         for (int k16 = 0; k16 < 4; k16++) wg_mma_n256(acc, wg_desc(a_base + k16 * 32), wg_desc(b_base + k16 * 32));
@@ -474,9 +477,9 @@ __device__ __forceinline__ void wide_consume(float (&acc)[128], uint8_t *ring, u
 // The scale of B column c's weight row: 2^8 / its divisor for nvfp4 (decoded without it, times
 // 2^-8), 1 for bf16.
 template <class C, bool GLU>
-__device__ __forceinline__ float wide_col_scale(const DevMat &W, int expert, int c)
+__device__ __forceinline__ float wide_col_scale(const DevMat &W, int expert, int bx, int c)
 {
-    if constexpr (std::is_same<C, CNVFP4Raw>::value) return inv_row_div(W, expert, wide_b_row<GLU>(W, blockIdx.x, c)) / 0x1p-8f;
+    if constexpr (std::is_same<C, CNVFP4Raw>::value) return inv_row_div(W, expert, wide_b_row<GLU>(W, bx, c)) / 0x1p-8f;
     else return 1.0f;
 }
 
@@ -484,16 +487,16 @@ __device__ __forceinline__ float wide_col_scale(const DevMat &W, int expert, int
 // 2 (lane % 4), + 1), each column times its scale. gate/up: act[pos][128 bx + c] = bf16(silu(gate_c) *
 // up_c), gate in blocks 0..15 and up in 16..31 of the same thread; plain: y[pos][256 bx + c] in fp32.
 template <class C, bool GLU>
-__device__ __forceinline__ void wide_store(const float (&acc)[128], const DevMat &W, int expert, int wg, int start,
-                                           int count, void *out, uint32_t out_stride)
+__device__ __forceinline__ void wide_store(const float (&acc)[128], const DevMat &W, int expert, int bx, int wg,
+                                           int start, int count, void *out, uint32_t out_stride)
 {
     const int q = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
 #pragma unroll
     for (int j = 0; j < (GLU ? 16 : 32); j++) {
         const int c = 8 * j + 2 * (lane & 3);
-        const float s0 = wide_col_scale<C, GLU>(W, expert, c), s1 = wide_col_scale<C, GLU>(W, expert, c + 1);
-        const float t0 = GLU ? wide_col_scale<C, GLU>(W, expert, c + 128) : 0.0f;
-        const float t1 = GLU ? wide_col_scale<C, GLU>(W, expert, c + 129) : 0.0f;
+        const float s0 = wide_col_scale<C, GLU>(W, expert, bx, c), s1 = wide_col_scale<C, GLU>(W, expert, bx, c + 1);
+        const float t0 = GLU ? wide_col_scale<C, GLU>(W, expert, bx, c + 128) : 0.0f;
+        const float t1 = GLU ? wide_col_scale<C, GLU>(W, expert, bx, c + 129) : 0.0f;
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int r = 64 * wg + 16 * q + (lane >> 2) + 8 * h;
@@ -502,10 +505,10 @@ __device__ __forceinline__ void wide_store(const float (&acc)[128], const DevMat
             const float c0 = acc[4 * j + 2 * h] * s0, c1 = acc[4 * j + 2 * h + 1] * s1;
             if constexpr (GLU) {
                 const float u0 = acc[4 * (j + 16) + 2 * h] * t0, u1 = acc[4 * (j + 16) + 2 * h + 1] * t1;
-                *reinterpret_cast<uint32_t *>((uint16_t *)out + pos * out_stride + blockIdx.x * 128 + c) =
+                *reinterpret_cast<uint32_t *>((uint16_t *)out + pos * out_stride + bx * 128 + c) =
                     pack_bf16x2(silu(c0) * u0, silu(c1) * u1);
             } else {
-                *reinterpret_cast<float2 *>((float *)out + pos * out_stride + blockIdx.x * kWideN + c) = make_float2(c0, c1);
+                *reinterpret_cast<float2 *>((float *)out + pos * out_stride + bx * kWideN + c) = make_float2(c0, c1);
             }
         }
     }
@@ -514,7 +517,10 @@ __device__ __forceinline__ void wide_store(const float (&acc)[128], const DevMat
 #endif // NF_WGMMA
 
 // The wide-tile kernel: bf16 (B by bulk tensor copy through bmap) or nvfp4 (B decoded by the
-// producer; bmap unused). Shapes: wide_fits.
+// producer; bmap unused). Shapes: wide_fits. Persistent: one CTA an SM walks the tiles L = blockIdx.x,
+// + gridDim.x, ... (weight tile L % nN, position tile L / nN: the CTAs in flight share their A rows),
+// and the ring runs on from tile to tile, so the producer fills the next tile's first stages while the
+// consumers are in the last one's epilogue (a CTA a tile waited for its first slices each time).
 template <class C, bool GLU>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_wg_wide(const __grid_constant__ CUtensorMap bmap, DevMat W, const uint16_t *in, uint32_t in_stride, Groups g,
@@ -526,9 +532,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     extern __shared__ uint8_t smem_raw[];
     __shared__ __align__(8) uint64_t full[kWideStages], empty[kWideStages];
     __shared__ int32_t rows[128];
-    const int tile = blockIdx.y;
-    if (tile >= *n_tiles) return;
-    const TileRows t = tile_rows<128>(g, tile_group, tile_m0, tile, height, rows);
+    const int nN = (int)(W.rows / kWideN), live = *n_tiles, nk = (int)W.cols / kWideK;
     if (threadIdx.x < kWideStages) {
         mbar_init(&full[threadIdx.x], 128 + (kRaw ? 0 : 1)); // + thread 0's arrival with the B bytes
         mbar_init(&empty[threadIdx.x], 8);
@@ -536,21 +540,29 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();
     uint8_t *ring = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
-    const int nk = (int)W.cols / kWideK;
-    if (threadIdx.x < 128) {
-        if constexpr (kRaw)
-            wide_produce_raw<GLU>(ring, ring + kWideStages * kWideStage, full, empty, W, in, in_stride, rows, t.count,
-                                  t.expert, nk);
-        else
-            wide_produce<GLU>(ring, full, empty, &bmap, W, in, in_stride, rows, t.count, t.expert, nk);
-        return;
-    }
+    const bool producer = threadIdx.x < 128;
     const int wg = threadIdx.x / 128 - 1;
-    float acc[128];
+    int base = 0; // the CTA's slices so far
+    for (int L = blockIdx.x; L / nN < live; L += gridDim.x, base += nk) {
+        const int bx = L % nN, tile = L / nN;
+        if (producer) {
+            producer_sync(); // every producer thread has issued the last tile's copies (they read rows)
+            const TileRows t = tile_rows<128>(g, tile_group, tile_m0, tile, height, rows);
+            producer_sync(); // the tile's rows are in shared memory
+            if constexpr (kRaw)
+                wide_produce_raw<GLU>(ring, ring + kWideStages * kWideStage, full, empty, W, in, in_stride, rows,
+                                      t.count, t.expert, bx, nk, base);
+            else
+                wide_produce<GLU>(ring, full, empty, &bmap, W, in, in_stride, rows, t.count, t.expert, bx, nk, base);
+            continue;
+        }
+        const TileRows t = tile_rows<128>(g, tile_group, tile_m0, tile, height, rows); // (writes no rows)
+        float acc[128];
 #pragma unroll
-    for (int i = 0; i < 128; i++) acc[i] = 0.0f;
-    wide_consume(acc, ring, full, empty, wg, nk);
-    wide_store<C, GLU>(acc, W, t.expert, wg, t.start, t.count, out, out_stride);
+        for (int i = 0; i < 128; i++) acc[i] = 0.0f;
+        wide_consume(acc, ring, full, empty, wg, nk, base);
+        wide_store<C, GLU>(acc, W, t.expert, bx, wg, t.start, t.count, out, out_stride);
+    }
 #endif
 }
 
@@ -636,8 +648,9 @@ cudaError_t launch_wide(const DevMat &W, const uint16_t *in, uint32_t in_stride,
     auto k = prefill_wg_wide<C, GLU>;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
-    k<<<dim3(W.rows / kWideN, tl.max), kThreads, smem, s>>>(map, W, in, in_stride, g, tl.n, tl.group, tl.m0, tl.height,
-                                                             out, out_stride);
+    // one CTA an SM (its shared memory), never more than the largest tile list has tiles
+    const uint32_t tiles = W.rows / kWideN * tl.max, grid = min(tiles, (uint32_t)sm_count());
+    k<<<grid, kThreads, smem, s>>>(map, W, in, in_stride, g, tl.n, tl.group, tl.m0, tl.height, out, out_stride);
     return cudaGetLastError();
 }
 
