@@ -157,18 +157,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
     const uint32_t first = min(w.units, (uint32_t)stages); // units issued before any stage is reused
     GroupEntry ge{0, 0, 0, 0};
-    if (ready) {
+    auto start = [&] { // the group entry, and the producer's first units of the ring
         ge = group_entry(g, 0);
         if (producer && ge.live > 0 && ge.count > 0)
             for (uint32_t u = 0; u < first; u++) issue(w, ge.expert, u);
-    }
+    };
+    if (ready) start(); // the tables predate this launch: fill the ring before the wait
     cudaGridDependencySynchronize();
     cudaTriggerProgrammaticLaunchCompletion();
-    if (!ready) {
-        ge = group_entry(g, 0);
-        if (producer && ge.live > 0 && ge.count > 0)
-            for (uint32_t u = 0; u < first; u++) issue(w, ge.expert, u);
-    }
+    if (!ready) start();
     if (ge.live <= 0 || ge.count <= 0) return; // nothing was issued
     stage_cols<Bf16Rows, true, 2>(in, in_stride, [&](int pos) { return input_row(g, pos); }, ge.start, 1, W.cols, xs,
                                   mma_col_stride(W.cols));
