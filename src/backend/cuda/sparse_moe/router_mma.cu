@@ -58,11 +58,11 @@ struct Plane<float> { // f32 rows: three bf16 planes, hi + mid + lo == w
     __device__ static void frag(const uint32_t *row, int o, uint32_t (&b)[3][2])
     {
         const float *f = reinterpret_cast<const float *>(row);
-        uint32_t lo[3], hi[3];
-        split(*reinterpret_cast<const float2 *>(f + 2 * o), lo);
-        split(*reinterpret_cast<const float2 *>(f + 2 * o + 8), hi);
+        uint32_t k0[3], k8[3]; // the planes of k 2c, 2c + 1 and of k 2c + 8, 2c + 9
+        split(*reinterpret_cast<const float2 *>(f + 2 * o), k0);
+        split(*reinterpret_cast<const float2 *>(f + 2 * o + 8), k8);
 #pragma unroll
-        for (int i = 0; i < 3; i++) b[i][0] = lo[i], b[i][1] = hi[i];
+        for (int i = 0; i < 3; i++) b[i][0] = k0[i], b[i][1] = k8[i];
     }
     static constexpr int kParts = 3;
 };
