@@ -6,15 +6,16 @@
 //
 // Exactness. x is bf16. A bf16 router row is its own operand, so every product x * w is exact in
 // fp32 and the logit is an fp32 sum of exact products, as on CUDA cores; only the order of the sum
-// differs. An f32 row is split into three bf16 planes with hi + mid + lo == w exactly (each step
-// rounds to nearest and leaves at most 8 significant bits for the next), three MMAs into the same
-// accumulator: exact products again. The shared expert's gate (one row, qwen2_moe) is an fp32 FMA
-// chain on CUDA cores over the staged activations.
+// differs. An f32 row is split into three bf16 planes with hi + mid + lo == w exactly (bf16x3.cuh:
+// each step rounds to nearest and leaves at most 8 significant bits for the next; exact for
+// |w| >= 2^-110), three MMAs into the same accumulator: exact products again. The shared expert's
+// gate (one row, qwen2_moe) is an fp32 FMA chain on CUDA cores over the staged activations.
 //
 // Shapes: W [E][H] (bf16 or f32), x [T][H] bf16, H % 8 == 0, E <= 64 NT <= 512, k <= 16.
 // A CTA of 8 warps: warp w owns experts 8 NT w .. 8 NT (w + 1) - 1 for all 16 MT tokens; K walks
 // slices of 128 bytes a row (64 bf16 or 32 f32) through a ring of cp.async stages, as many as the
 // shared memory holds up to 8 (small T runs one CTA: its bytes in flight are the ring).
+#include "bf16x3.cuh"
 #include "internal.cuh"
 #include "ptx.cuh"
 #include "topk.cuh"
@@ -45,14 +46,11 @@ struct Plane<float> { // f32 rows: three bf16 planes, hi + mid + lo == w
     static constexpr int kK = 32, kStrideW = 40;
     __device__ static void split(float2 f, uint32_t (&p)[3])
     {
-        float a = f.x, b = f.y;
+        uint16_t a[3], b[3];
+        bf16x3(f.x, a);
+        bf16x3(f.y, b);
 #pragma unroll
-        for (int i = 0; i < 3; i++) {
-            const uint32_t q = pack_bf16x2(a, b);
-            p[i] = q;
-            a -= __uint_as_float(q << 16); // exact: the residual of a round to nearest
-            b -= __uint_as_float(q & 0xFFFF0000u);
-        }
+        for (int i = 0; i < 3; i++) p[i] = (uint32_t)a[i] | (uint32_t)b[i] << 16;
     }
     // word offset o counts bf16 pairs of the logical k axis; the f32 row has them at 2 o
     __device__ static void frag(const uint32_t *row, int o, uint32_t (&b)[3][2])
