@@ -201,7 +201,7 @@ bool launch_router_mma(const void *w, int w_f32, const void *gw, int gw_f32, con
 // T from which the prefill router runs on tensor cores. One CTA takes 16 tokens against all E rows
 // (the top-k needs them together), so below a few CTAs a slice pulls every router row through one SM:
 // bf16 qwen3-30b-a3b router, ncu on the H200: 24.6 - 26.5 us at T = 8 .. 512 (1 .. 32 CTAs) against
-// the CUDA-core logits + top-k's 23.7 at T = 8 and 27.2 at T = 512; 36.5 against 134.5 at T = 4096.
+// the CUDA-core logits + top-k's 24.3 at T = 8 and 27.3 at T = 512; 36.5 against 134.9 at T = 4096.
 constexpr uint32_t kRouterMmaFrom = 512;
 
 // decode.cu: down projection and combine in one pass for the decode and small-token routes:
