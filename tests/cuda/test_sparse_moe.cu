@@ -713,7 +713,7 @@ int main(void)
     // T on both sides of every route threshold (decode <= 1; small-token <= 6, 12 or 16 by profile and
     // device: small_route_max; the fused small-token kernels end at 16), a ragged tail past the chunk
     // (4097 = 4096 + 1). NF_TEST_TOKENS=1,13,4097 narrows the list (sanitizer runs; the wide
-    // geometries take the tokens of the list up to 768).
+    // geometries take the tokens of the list up to 2049).
     std::vector<uint32_t> Ts = {1, 2, 3, 6, 7, 8, 11, 12, 13, 14, 15, 16, 17, 64, 768, 4097};
     if (const char *env = getenv("NF_TEST_TOKENS")) {
         Ts.clear();
@@ -742,13 +742,14 @@ int main(void)
     test_refusals();
     cudaFree(dx);
 
-    // 768: the tensor-core prefill router (kRouterMmaFrom) on E = 128 and on E = 512 with the shared
-    // gate, f32 for the GGUF profiles
-    std::vector<uint32_t> wide = {1, 2, 8, 16, 17, 64, 768};
+    // 768 and 2049: the tensor-core prefill router (kRouterMmaFrom) on E = 128 and on E = 512 with the
+    // shared gate, f32 for the GGUF profiles; from 2048 its CTAs take 32 tokens (2049: a last CTA of
+    // one), the qwen3 geometry's form at T = 4096
+    std::vector<uint32_t> wide = {1, 2, 8, 16, 17, 64, 768, 2049};
     if (getenv("NF_TEST_TOKENS")) {
         wide.clear();
         for (uint32_t T : Ts)
-            if (T <= 768) wide.push_back(T);
+            if (T <= 2049) wide.push_back(T);
     }
     if (!wide.empty()) test_wide(wide);
     nf_pool_destroy(pool);
