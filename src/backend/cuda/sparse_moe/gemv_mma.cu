@@ -35,9 +35,9 @@
 // resident warps' (the tile's L1 prefetch does not make up for it: the measurements below). The LM
 // head's 9496 tiles fill every SM with 4-warp CTAs, yet read at 3.6 TB/s of the ~4.4 the device
 // reads (ncu, H200), so bf16 matrices of more than a wave at one token stream instead (streams(),
-// gemv_stream.cu: 4.05 TB/s); a decode step's dense bf16 layers have a few hundred tiles: the attention output projection (2048
-// x 4096, 128 CTAs: one of 4 warps an SM) read at 1.14 TB/s, q/k/v (5120 x 2048, 320 CTAs: two or three
-// an SM) at 1.75 TB/s, latency-bound. So the host (pick_warps) widens the CTA to 16 or to 8 warps, the
+// gemv_stream.cu: 4.05 TB/s); a decode step's dense bf16 layers have a few hundred tiles: the
+// attention output projection (2048 x 4096, 128 CTAs: one of 4 warps an SM) read at 1.14 TB/s, q/k/v
+// (5120 x 2048, 320 CTAs: two or three an SM) at 1.75 TB/s, latency-bound. So the host (pick_warps) widens the CTA to 16 or to 8 warps, the
 // widest that (a) still has the whole grid resident at once (one wave, by the occupancy calculator: a
 // second, partial wave would cost back what the wider split saves) and (b) leaves each warp
 // kMinWarpChunks chunks; else 4. On an H200 (132 SMs), T = 1: 2048 x 4096 takes 16 warps (one CTA an

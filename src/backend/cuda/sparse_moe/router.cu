@@ -260,6 +260,42 @@ __device__ __forceinline__ void warp_exclusive_scan2(int &a, int &b)
     b = bx - b;
 }
 
+// The prefill tile tables from the per-expert counts in shared memory: group g (the g-th active
+// expert) gets ceil(count / tile_m) tiles, laid out in group order. Warp 0 scans the tile counts
+// (each lane over a run of experts, as scan_groups below) and every lane writes its experts'
+// tiles; the shared expert's table is T / sh_tile_m tiles of its one group. One serial thread
+// reading the group table back from global memory took 66 us at T = 4096 (H200, ncu).
+__device__ void build_tiles(const int *cnt, uint32_t E, uint32_t T, const Routing &r)
+{
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x, per = (int)((E + 31) / 32), tm = r.tile_m;
+        int tiles = 0, grp = 0;
+        for (int i = 0; i < per; i++) {
+            const int e = lane * per + i;
+            if (e < (int)E) tiles += (cnt[e] + tm - 1) / tm, grp += cnt[e] > 0;
+        }
+        int t = tiles;
+        warp_exclusive_scan2(t, grp);
+        for (int i = 0; i < per; i++) {
+            const int e = lane * per + i;
+            if (e >= (int)E) break;
+            if (cnt[e] == 0) continue;
+            for (int m0 = 0; m0 < cnt[e]; m0 += tm, t++) {
+                r.tile_group[t] = grp;
+                r.tile_m0[t] = m0;
+            }
+            grp++;
+        }
+        if (lane == 31) *r.n_tiles = t; // past its own tiles: every tile
+    }
+    const uint32_t sh = (T + (uint32_t)r.sh_tile_m - 1) / (uint32_t)r.sh_tile_m;
+    for (uint32_t i = threadIdx.x; i < sh; i += blockDim.x) {
+        r.sh_tile_group[i] = 0;
+        r.sh_tile_m0[i] = (int)(i * (uint32_t)r.sh_tile_m);
+    }
+    if (threadIdx.x == 0) *r.sh_n_tiles = (int)sh;
+}
+
 // The prefill work list over the grid, in two launches. One CTA for all T * k entries took 43 us at
 // T = 4096, k = 8 (35 with its loads batched; H200, ncu): one SM's shared atomics and scattered stores.
 // Positions within an expert come from atomics and may differ between runs, which no output depends
@@ -299,8 +335,6 @@ __device__ void scan_groups(const int *cnt, uint32_t E, uint32_t T, const Routin
         }
     }
 }
-
-__device__ void build_tiles(const int *cnt, uint32_t E, uint32_t T, const Routing &r);
 
 // Each CTA ranks its kWlThreads * kWlPer entries per expert in shared memory and reserves its run of
 // each expert with one global atomic; slot[i] holds the entry's offset within its expert until
@@ -364,43 +398,6 @@ void launch_worklist(const int32_t *ids, uint32_t T, uint32_t k, uint32_t E, con
     wl_count_kernel<<<(n + kWlThreads * kWlPer - 1) / (kWlThreads * kWlPer), kWlThreads, 0, s>>>(ids, n, T, E, r);
     wl_place_kernel<<<(n + 255) / 256, 256, 0, s>>>(ids, n, r);
 }
-
-// The prefill tile tables from the per-expert counts in shared memory: group g (the g-th active
-// expert) gets ceil(count / tile_m) tiles, laid out in group order. Warp 0 scans the tile counts
-// (each lane over a run of experts, as build_worklist's scan) and every lane writes its experts'
-// tiles; the shared expert's table is T / sh_tile_m tiles of its one group. One serial thread
-// reading the group table back from global memory took 66 us at T = 4096 (H200, ncu).
-__device__ void build_tiles(const int *cnt, uint32_t E, uint32_t T, const Routing &r)
-{
-    if (threadIdx.x < 32) {
-        const int lane = threadIdx.x, per = (int)((E + 31) / 32), tm = r.tile_m;
-        int tiles = 0, grp = 0;
-        for (int i = 0; i < per; i++) {
-            const int e = lane * per + i;
-            if (e < (int)E) tiles += (cnt[e] + tm - 1) / tm, grp += cnt[e] > 0;
-        }
-        int t = tiles;
-        warp_exclusive_scan2(t, grp);
-        for (int i = 0; i < per; i++) {
-            const int e = lane * per + i;
-            if (e >= (int)E) break;
-            if (cnt[e] == 0) continue;
-            for (int m0 = 0; m0 < cnt[e]; m0 += tm, t++) {
-                r.tile_group[t] = grp;
-                r.tile_m0[t] = m0;
-            }
-            grp++;
-        }
-        if (lane == 31) *r.n_tiles = t; // past its own tiles: every tile
-    }
-    const uint32_t sh = (T + (uint32_t)r.sh_tile_m - 1) / (uint32_t)r.sh_tile_m;
-    for (uint32_t i = threadIdx.x; i < sh; i += blockDim.x) {
-        r.sh_tile_group[i] = 0;
-        r.sh_tile_m0[i] = (int)(i * (uint32_t)r.sh_tile_m);
-    }
-    if (threadIdx.x == 0) *r.sh_n_tiles = (int)sh;
-}
-
 
 // The small route's work list (n = T * k <= 256 entries, one CTA): entry i's position is the number
 // of entries with a lower expert id or the same id and a lower index (stable, as the reference

@@ -224,7 +224,8 @@ __global__ void __launch_bounds__(kThreads)
     if (gw) gpart[threadIdx.x] = gacc;
     __syncthreads();
     const uint32_t nt_live = min((uint32_t)S::kM, T - t0);
-    for (uint32_t t = warp; t < nt_live; t += kWarps) topk_warp<2 * NT, false>(lg, t, E, k, norm, ids + (uint64_t)t0 * k, wts + (uint64_t)t0 * k);
+    for (uint32_t t = warp; t < nt_live; t += kWarps)
+        topk_warp<2 * NT, false>(lg, t, E, k, norm, ids + (uint64_t)t0 * k, wts + (uint64_t)t0 * k);
     if (gw && threadIdx.x < nt_live) {
         float v = 0.f;
         for (int p = 0; p < kGParts; p++) v += gpart[p * S::kM + threadIdx.x];
