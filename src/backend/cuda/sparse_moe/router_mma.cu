@@ -13,8 +13,10 @@
 //
 // Shapes: W [E][H] (bf16 or f32), x [T][H] bf16, H % 8 == 0, E <= 64 NT <= 512, k <= 16.
 // A CTA of 8 warps: warp w owns experts 8 NT w .. 8 NT (w + 1) - 1 for all 16 MT tokens; K walks
-// slices of 128 bytes a row (64 bf16 or 32 f32) through a ring of cp.async stages, as many as the
-// shared memory holds up to 8 (small T runs one CTA: its bytes in flight are the ring).
+// slices of 128 bytes a row (64 bf16 or 32 f32) through a ring of 4 (or 2) cp.async stages;
+// fragments by ldmatrix (bf16 rows).
+#include <type_traits>
+
 #include "bf16x3.cuh"
 #include "internal.cuh"
 #include "ptx.cuh"
@@ -70,25 +72,12 @@ struct Shape {
     static constexpr int kNE = 8 * NT * kWarps, kM = 16 * MT;
     static constexpr int kXBytes = kM * kXStrideW * 4, kWBytes = kNE * Plane<W>::kStrideW * 4;
     static constexpr int kStageBytes = kXBytes + kWBytes;
-    static_assert(kM * kNE * 4 <= 2 * kStageBytes, "the logits reuse the stages");
+    // the ring's depth, fixed at compile time (a run-time depth cost a modulo and a wait switch a
+    // slice): 4 stages where they fit 96 KiB (E <= 128), else 2
+    static constexpr int kStages = 4 * kStageBytes <= 96 * 1024 ? 4 : 2;
+    static constexpr int kSmem = kStages * kStageBytes;
+    static_assert(kM * kNE * 4 <= kSmem, "the logits reuse the stages");
 };
-
-constexpr int kMaxStages = 8;
-
-// cp.async.wait_group with a run-time count (the ring's depth is chosen at launch).
-__device__ __forceinline__ void cp_async_wait_upto(int n)
-{
-    switch (n) {
-    case 0: cp_async_wait<0>(); break;
-    case 1: cp_async_wait<1>(); break;
-    case 2: cp_async_wait<2>(); break;
-    case 3: cp_async_wait<3>(); break;
-    case 4: cp_async_wait<4>(); break;
-    case 5: cp_async_wait<5>(); break;
-    case 6: cp_async_wait<6>(); break;
-    default: cp_async_wait<7>(); break;
-    }
-}
 
 // A thread's share of every K slice's copies, resolved once: thread i copies 16-byte chunk i % 8 of
 // the W rows i / 8 + 32 u and chunk i % kXC of the x rows i / kXC + (256 / kXC) v; a slice then costs
@@ -145,7 +134,7 @@ struct SliceCopy {
 template <typename W, int NT, int MT>
 __global__ void __launch_bounds__(kThreads)
     router_mma_kernel(const W *w, const void *gw, int gw_f32, const uint16_t *x, uint32_t T, uint32_t H, uint32_t E,
-                      uint32_t k, int norm, int stages, int32_t *ids, float *wts, float *shared_g)
+                      uint32_t k, int norm, int32_t *ids, float *wts, float *shared_g)
 {
     using S = Shape<W, NT, MT>;
     using P = Plane<W>;
@@ -162,36 +151,52 @@ __global__ void __launch_bounds__(kThreads)
     float acc[MT][NT][4] = {};
     const SliceCopy<W, NT, MT> copy(w, x, T, H, E, t0);
     const uint32_t base = smem_u32(smem);
-    for (int s = 0; s < stages - 1; s++) {
+#pragma unroll
+    for (int s = 0; s < S::kStages - 1; s++) {
         if ((uint32_t)s < slices) copy.issue(base + s * S::kStageBytes, s);
         cp_async_commit();
     }
+    int rd = 0, wr = S::kStages - 1; // the stages of slice s and of slice s + kStages - 1
     for (uint32_t s = 0; s < slices; s++) {
-        const uint32_t nx = s + stages - 1;
-        if (nx < slices) copy.issue(base + (nx % stages) * S::kStageBytes, nx);
+        const uint32_t nx = s + S::kStages - 1;
+        if (nx < slices) copy.issue(base + wr * S::kStageBytes, nx);
         cp_async_commit();
-        cp_async_wait_upto(stages - 1);
+        cp_async_wait<S::kStages - 1>();
         __syncthreads();
-        const uint8_t *stage = smem + (s % stages) * S::kStageBytes;
+        const uint8_t *stage = smem + rd * S::kStageBytes;
+        rd = rd + 1 == S::kStages ? 0 : rd + 1;
+        wr = wr + 1 == S::kStages ? 0 : wr + 1;
         const uint32_t *xs = reinterpret_cast<const uint32_t *>(stage);
         const uint32_t *ws = reinterpret_cast<const uint32_t *>(stage + S::kXBytes);
 #pragma unroll
         for (int kk = 0; kk < kSteps; kk++) {
             uint32_t a[MT][4];
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-                const uint32_t *r0 = xs + (mt * 16 + g) * kXStrideW + kk * 8 + c, *r1 = r0 + 8 * kXStrideW;
-                a[mt][0] = r0[0], a[mt][1] = r1[0], a[mt][2] = r0[4], a[mt][3] = r1[4];
-            }
+            for (int mt = 0; mt < MT; mt++) // rows lane % 16, columns 8 (lane / 16) of the k16 step
+                ldsm_x4(smem_u32(xs + (mt * 16 + lane % 16) * kXStrideW + kk * 8 + lane / 16 * 4), a[mt]);
+            if constexpr (std::is_same<W, uint16_t>::value && NT % 2 == 0) {
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-                uint32_t b[3][2];
-                P::frag(ws + (warp * NT * 8 + nt * 8 + g) * P::kStrideW, kk * 8 + c, b);
+                for (int nt = 0; nt < NT; nt += 2) { // b0, b1 of n-tiles nt and nt + 1 in one ldmatrix
+                    uint32_t b[4];
+                    const int n = warp * NT * 8 + nt * 8 + (lane / 16) * 8 + lane % 8;
+                    ldsm_x4(smem_u32(ws + n * P::kStrideW + kk * 8 + (lane / 8) % 2 * 4), b);
 #pragma unroll
-                for (int p = 0; p < P::kParts; p++)
+                    for (int mt = 0; mt < MT; mt++) {
+                        mma_bf16_16816(acc[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b[0], b[1]);
+                        mma_bf16_16816(acc[mt][nt + 1], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b[2], b[3]);
+                    }
+                }
+            } else {
 #pragma unroll
-                    for (int mt = 0; mt < MT; mt++)
-                        mma_bf16_16816(acc[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b[p][0], b[p][1]);
+                for (int nt = 0; nt < NT; nt++) {
+                    uint32_t b[3][2];
+                    P::frag(ws + (warp * NT * 8 + nt * 8 + g) * P::kStrideW, kk * 8 + c, b);
+#pragma unroll
+                    for (int p = 0; p < P::kParts; p++)
+#pragma unroll
+                        for (int mt = 0; mt < MT; mt++)
+                            mma_bf16_16816(acc[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b[p][0], b[p][1]);
+                }
             }
         }
         if (gw) { // the shared gate's partial over this slice's columns (x staged as bf16 pairs)
@@ -238,16 +243,14 @@ bool launch_nt_mt(const W *w, const void *gw, int gw_f32, const uint16_t *x, uin
                   uint32_t k, int norm, const Routing &r, cudaStream_t s)
 {
     using S = Shape<W, NT, MT>;
-    const size_t limit = smem_optin_limit() - sizeof(float) * kThreads; // less the gate's partials
-    const int stages = (int)min((size_t)kMaxStages, limit / S::kStageBytes);
-    if (stages < 2) return false;
-    const int smem = stages * S::kStageBytes;
+    const int smem = S::kSmem;
+    if ((size_t)smem + sizeof(float) * kThreads > smem_optin_limit()) return false; // + the gate's partials
     auto kern = router_mma_kernel<W, NT, MT>;
     if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) {
         cudaGetLastError();
         return false;
     }
-    kern<<<(T + S::kM - 1) / S::kM, kThreads, smem, s>>>(w, gw, gw_f32, x, T, H, E, k, norm, stages, r.topk_id,
+    kern<<<(T + S::kM - 1) / S::kM, kThreads, smem, s>>>(w, gw, gw_f32, x, T, H, E, k, norm, r.topk_id,
                                                              r.topk_w, r.shared_g);
     return true;
 }
