@@ -45,9 +45,10 @@ __global__ void __launch_bounds__(kDeqWarps * 32) dequant_kernel(DevMat W, Group
 
 bool dequant_route_codec(int codec) { return codec == 3 || codec == 4 || codec == 5 || codec == 6; }
 
-cudaError_t launch_dequant_bf16(int codec, const DevMat &W, const Groups &g, uint16_t *dst, DevMat *bf,
+cudaError_t launch_dequant_bf16(int codec, const DevMat W, const Groups &g, uint16_t *dst, DevMat *bf,
                                 cudaStream_t s)
 {
+    // W by value: callers pass their own descriptor as both W and *bf
     if (!dequant_route_codec(codec)) return cudaErrorInvalidValue;
     *bf = DevMat{};
     bf->data = reinterpret_cast<const uint8_t *>(dst);

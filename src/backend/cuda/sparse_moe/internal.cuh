@@ -208,7 +208,7 @@ constexpr uint32_t kRouterMmaFrom = 512;
 // experts of W (live groups of g) decoded into dst as a bf16 bank [E][W.rows][W.cols], *bf its
 // descriptor, for the bf16 wide tile. dequant_route_codec: the codecs it takes.
 bool dequant_route_codec(int codec);
-cudaError_t launch_dequant_bf16(int codec, const DevMat &W, const Groups &g, uint16_t *dst, DevMat *bf,
+cudaError_t launch_dequant_bf16(int codec, const DevMat W, const Groups &g, uint16_t *dst, DevMat *bf,
                                 cudaStream_t s);
 constexpr uint32_t kDequantFrom = 512; // NOT MEASURED: a guess from the bf16 and q4_k+q6_k layer times
 
