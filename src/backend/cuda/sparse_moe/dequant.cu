@@ -56,13 +56,23 @@ __global__ void __launch_bounds__(kDeqWarps * 32) dequant_kernel(DevMat W, Group
 
 } // namespace
 
-bool dequant_route_codec(int codec) { return codec == 3 || codec == 4 || codec == 5 || codec == 6; }
+static bool dequant_takes(int codec) { return codec == 3 || codec == 4 || codec == 5 || codec == 6; }
+
+// From the sweep (docs/sparse_moe.md, "k-quant prefill through bf16"; qwen3 geometry, H200, this
+// route against the k-quant kernel): q4_k, q5_k and q6_k gate/up gain from T = 512 (0.98x, 0.92x,
+// 0.95x; 1.07 - 1.20x at 256); q8_0, whose own kernel decodes cheaply, from 1536 (1.016x at 1024,
+// 0.878x at 1536). Gate/up holds two thirds of the bytes, so its codec decides.
+uint32_t dequant_from(int codec_gate_up, int codec_down)
+{
+    if (!dequant_takes(codec_gate_up) || !dequant_takes(codec_down)) return UINT32_MAX;
+    return codec_gate_up == 3 /* q8_0 */ ? 1536 : 512;
+}
 
 cudaError_t launch_dequant_bf16(int codec, const DevMat W, const Groups &g, uint16_t *dst, DevMat *bf,
                                 cudaStream_t s)
 {
     // W by value: callers pass their own descriptor as both W and *bf
-    if (!dequant_route_codec(codec)) return cudaErrorInvalidValue;
+    if (!dequant_takes(codec)) return cudaErrorInvalidValue;
     *bf = DevMat{};
     bf->data = reinterpret_cast<const uint8_t *>(dst);
     bf->row_stride = 2ull * W.cols;

@@ -55,8 +55,8 @@ struct nf_sparse_moe {
     int *counter;              // device [2 + E], 0 between forwards: the small router's grid-wide count, then
                                // the prefill work list's ticket and per-expert counts (Routing::wl_state)
     int a4;                    // nvfp4-w4a4: the prefill route runs W4A4 (a4.cuh)
-    int deq;                   // k-quant / q8_0 routed bank: slices of kDequantFrom tokens and more run
-                               // their routed GEMMs on a bf16 copy of the active experts (dequant.cu)
+    uint32_t deq_from;         // k-quant / q8_0 routed bank: slices of this many tokens and more run their
+                               // routed GEMMs on a bf16 copy of the active experts (dequant.cu); else UINT32_MAX
     const float *a4div;        // device [2 + E]: gate/up input divisor, shared down's, each expert's down
     const int32_t *forced_ids; // benchmarks: route by these ids (device, [max_tokens][k]) instead of the router's
     int tile_m;                // benchmarks: the prefill tile height (32, 64, 128), 0: chosen per slice
@@ -242,7 +242,7 @@ static void layout_workspace(nf_sparse_moe *m, size_t T)
     m->o_aq = m->a4 ? take(&a, T * k * I / 2 + T * k * I / 16) : 0;
     m->o_saq = m->a4 && m->has_shared ? take(&a, T * S / 2 + T * S / 16) : 0;
     const size_t deq_elems = E * (2 * I * H > H * I ? 2 * I * H : H * I); // gate/up's, then down's
-    m->o_deq = m->deq && T >= kDequantFrom ? take(&a, deq_elems * 2) : 0;
+    m->o_deq = T >= m->deq_from ? take(&a, deq_elems * 2) : 0;
     m->ws_bytes = a.peak;
 }
 
@@ -347,8 +347,9 @@ extern "C" nf_status nf_sparse_moe_bind(const nf_moe_bank *b, uint32_t max_token
             return s;
         }
     }
-    m->deq = !m->a4 && dequant_route_codec(m->codec[M_GATE_UP]) && dequant_route_codec(m->codec[M_DOWN]) &&
-             isfinite(prefill_wg_tall_from(2 /* bf16 */));
+    m->deq_from = !m->a4 && isfinite(prefill_wg_tall_from(2 /* bf16 */))
+                      ? dequant_from(m->codec[M_GATE_UP], m->codec[M_DOWN])
+                      : UINT32_MAX;
     layout_workspace(m, max_tokens);
     *workspace_bytes = m->ws_bytes;
     *out = m;
@@ -482,7 +483,7 @@ static cudaError_t prefill_slice(const nf_sparse_moe *m, const uint16_t *x, uint
     float *y = (float *)(ws + m->o_y);
     const TileList tl = routed_tiles(r, T, k, g), sl = shared_tiles(r, T);
     // the dequant route: each routed GEMM on a bf16 copy of its active experts (one scratch, reused)
-    const bool deq = m->deq && T >= kDequantFrom;
+    const bool deq = T >= m->deq_from;
     uint16_t *scratch = (uint16_t *)(ws + m->o_deq);
     DevMat gu = m->m[M_GATE_UP], dn = m->m[M_DOWN];
     int cgu = m->codec[M_GATE_UP], cdn = m->codec[M_DOWN];
@@ -515,7 +516,7 @@ static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint
     const bool small = nf_sparse_moe_route(m, T) != NF_MOE_ROUTE_PREFILL && T <= kSmallRouteMax;
     Routing r = routing_at(m, ws);
     // W4A4 runs prefill.cu's kernel: no wide tile (prefill_tile_height)
-    const int wg_gu = m->a4 ? -1 : m->deq && T >= kDequantFrom ? 2 : m->codec[M_GATE_UP];
+    const int wg_gu = m->a4 ? -1 : T >= m->deq_from ? 2 : m->codec[M_GATE_UP];
     const int wg_sgu = m->a4 ? -1 : m->codec[M_SGU];
     r.tile_m = m->tile_m ? m->tile_m : prefill_tile_height((double)T * k / E, wg_gu);
     r.sh_tile_m = m->tile_m ? m->tile_m : prefill_tile_height(T, wg_sgu);
