@@ -204,6 +204,13 @@ bool launch_router_mma(const void *w, int w_f32, const void *gw, int gw_f32, con
 // the CUDA-core logits + top-k's 24.3 at T = 8 and 27.3 at T = 512; 36.5 against 134.9 at T = 4096.
 constexpr uint32_t kRouterMmaFrom = 512;
 
+// dequant.cu: the prefill route of k-quant and q8_0 banks from dequant_from(gate/up codec, down
+// codec) tokens (UINT32_MAX: a codec it does not take): the active experts of W (live groups of g)
+// decoded into dst as a bf16 bank [E][W.rows][W.cols], *bf its descriptor, for the bf16 wide tile.
+uint32_t dequant_from(int codec_gate_up, int codec_down);
+cudaError_t launch_dequant_bf16(int codec, const DevMat W, const Groups &g, uint16_t *dst, DevMat *bf,
+                                cudaStream_t s);
+
 // decode.cu: down projection and combine in one pass for the decode and small-token routes:
 // out[t][h] = bf16( sum over t's positions p of w(p) * (down_e(p)[h] . act[p]) + shared_g[t] * ys[t][h] )
 // pdl: launched with programmatic dependent launch after gate/up (see decode.cu for what that needs).

@@ -55,6 +55,8 @@ struct nf_sparse_moe {
     int *counter;              // device [2 + E], 0 between forwards: the small router's grid-wide count, then
                                // the prefill work list's ticket and per-expert counts (Routing::wl_state)
     int a4;                    // nvfp4-w4a4: the prefill route runs W4A4 (a4.cuh)
+    uint32_t deq_from;         // k-quant / q8_0 routed bank: slices of this many tokens and more run their
+                               // routed GEMMs on a bf16 copy of the active experts (dequant.cu); else UINT32_MAX
     const float *a4div;        // device [2 + E]: gate/up input divisor, shared down's, each expert's down
     const int32_t *forced_ids; // benchmarks: route by these ids (device, [max_tokens][k]) instead of the router's
     int tile_m;                // benchmarks: the prefill tile height (32, 64, 128), 0: chosen per slice
@@ -62,6 +64,7 @@ struct nf_sparse_moe {
     size_t o_logits, o_id, o_w, o_sg, o_slot, o_pos, o_ng, o_ge, o_gs, o_gc, o_sgrp, o_wlb, o_act, o_y, o_acts, o_ys;
     size_t o_tiles, o_acth, o_actsh; // prefill: tile tables; bf16 act planes (routed, shared)
     size_t o_xq, o_aq, o_saq;        // W4A4 prefill: nvfp4 planes of x, act, shared act (A4Plane)
+    size_t o_deq;                    // dequant route: bf16 bank [E][rows][cols] of gate/up, then of down
     uint32_t max_tiles;              // tile-table capacity: ceil(T*k / kPrefillTileMinM) + E
     size_t ws_bytes;
 };
@@ -238,6 +241,8 @@ static void layout_workspace(nf_sparse_moe *m, size_t T)
     m->o_xq = m->a4 ? take(&a, T * H / 2 + T * H / 16) : 0;
     m->o_aq = m->a4 ? take(&a, T * k * I / 2 + T * k * I / 16) : 0;
     m->o_saq = m->a4 && m->has_shared ? take(&a, T * S / 2 + T * S / 16) : 0;
+    const size_t deq_elems = E * (2 * I * H > H * I ? 2 * I * H : H * I); // gate/up's, then down's
+    m->o_deq = T >= m->deq_from ? take(&a, deq_elems * 2) : 0;
     m->ws_bytes = a.peak;
 }
 
@@ -342,6 +347,9 @@ extern "C" nf_status nf_sparse_moe_bind(const nf_moe_bank *b, uint32_t max_token
             return s;
         }
     }
+    m->deq_from = !m->a4 && isfinite(prefill_wg_tall_from(2 /* bf16 */))
+                      ? dequant_from(m->codec[M_GATE_UP], m->codec[M_DOWN])
+                      : UINT32_MAX;
     layout_workspace(m, max_tokens);
     *workspace_bytes = m->ws_bytes;
     *out = m;
@@ -474,10 +482,18 @@ static cudaError_t prefill_slice(const nf_sparse_moe *m, const uint16_t *x, uint
     uint16_t *acth = (uint16_t *)(ws + m->o_acth);
     float *y = (float *)(ws + m->o_y);
     const TileList tl = routed_tiles(r, T, k, g), sl = shared_tiles(r, T);
-    cudaError_t e = launch_prefill_gemm(m->codec[M_GATE_UP], true, m->m[M_GATE_UP], x, H, g, tl, acth, I, s);
+    // the dequant route: each routed GEMM on a bf16 copy of its active experts (one scratch, reused)
+    const bool deq = T >= m->deq_from;
+    uint16_t *scratch = (uint16_t *)(ws + m->o_deq);
+    DevMat gu = m->m[M_GATE_UP], dn = m->m[M_DOWN];
+    int cgu = m->codec[M_GATE_UP], cdn = m->codec[M_DOWN];
+    cudaError_t e = deq ? launch_dequant_bf16(cgu, gu, g, scratch, &gu, s) : cudaSuccess;
+    if (deq) cgu = 2; // bf16
+    if (e == cudaSuccess) e = launch_prefill_gemm(cgu, true, gu, x, H, g, tl, acth, I, s);
     if (e != cudaSuccess) return e;
     g.pos_entry = nullptr;
-    e = launch_prefill_gemm(m->codec[M_DOWN], false, m->m[M_DOWN], acth, I, g, tl, y, H, s);
+    if (deq) e = launch_dequant_bf16(cdn, dn, g, scratch, &dn, s), cdn = 2;
+    if (e == cudaSuccess) e = launch_prefill_gemm(cdn, false, dn, acth, I, g, tl, y, H, s);
     float *ys = nullptr;
     if (e == cudaSuccess && m->has_shared) {
         uint16_t *actsh = (uint16_t *)(ws + m->o_actsh);
@@ -500,7 +516,8 @@ static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint
     const bool small = nf_sparse_moe_route(m, T) != NF_MOE_ROUTE_PREFILL && T <= kSmallRouteMax;
     Routing r = routing_at(m, ws);
     // W4A4 runs prefill.cu's kernel: no wide tile (prefill_tile_height)
-    const int wg_gu = m->a4 ? -1 : m->codec[M_GATE_UP], wg_sgu = m->a4 ? -1 : m->codec[M_SGU];
+    const int wg_gu = m->a4 ? -1 : T >= m->deq_from ? 2 : m->codec[M_GATE_UP];
+    const int wg_sgu = m->a4 ? -1 : m->codec[M_SGU];
     r.tile_m = m->tile_m ? m->tile_m : prefill_tile_height((double)T * k / E, wg_gu);
     r.sh_tile_m = m->tile_m ? m->tile_m : prefill_tile_height(T, wg_sgu);
     launch_routing(m->m[M_ROUTER], m->codec[M_ROUTER], m->has_shared ? &m->m[M_SGATE] : nullptr, m->codec[M_SGATE], x, T,

@@ -78,8 +78,12 @@ typedef struct nf_sparse_moe nf_sparse_moe;
  *                       decode / small-token / CUDA-core: act [T*k][I] f32 (+ shared [T][S] f32)
  *                       W4A16 prefill: act [T*k][I] bf16 (+ shared [T][S] bf16)
  *                       W4A4 prefill: x, act (+ shared act) as nvfp4 planes
- * qwen3-30b-a3b geometry: 95 744 bytes at T = 1 and 371 749 632 at T = 4096 (every profile; the fp32
- * route planes are the largest of the three).
+ *                       k-quant / q8_0 prefill from 512 tokens (q8_0 gate/up: 1536): act bf16 and a
+ *                       bf16 copy of the routed bank, gate/up's then down's [E][rows][cols] (dequant.cu)
+ * qwen3-30b-a3b geometry: 95 744 bytes at T = 1 for every profile; at T = 4096, 371 749 632 (bf16,
+ * nvfp4: the fp32 route planes are the largest) and 1 126 724 352 (k-quant and q8_0 banks: the bf16
+ * copy of gate/up, 805 MB, is the largest). Bound for chunks below the threshold, a k-quant bank
+ * needs no copy.
  *
  * Admits and uploads `bank` for chunks of up to max_tokens tokens; *workspace_bytes receives the
  * device workspace a forward needs. Refusals are NF_ERR_REFUSED with the reason. */

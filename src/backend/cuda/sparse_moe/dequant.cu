@@ -1,0 +1,93 @@
+// The prefill of k-quant and q8_0 banks at large T through bf16: each slice decodes its active
+// experts' rows once into a bf16 scratch bank (the codec's own device decode, then bf16 as the
+// prefill kernels round every weight), which the bf16 wide tile (prefill_wg.cu) multiplies. Why: the
+// mma.sync kernel decodes B in every warp of its MMA loop and reached 14 % of cuBLAS at T = 4096
+// (q4_k+q6_k, H200), where the bf16 wide tile reaches 43 %; a slice's decode reads the quantised
+// bank once and writes bf16 once (qwen3 geometry, all 128 experts: ~0.4 GB read, 1.2 GB written).
+// The operands are the same bf16 values, so the route changes no tolerance.
+#include "internal.cuh"
+
+namespace nf {
+
+namespace {
+
+constexpr int kDeqWarps = 8, kDeqRows = 32; // rows a CTA, a warp a row at a time
+
+// Rows blockIdx.x * kDeqRows .. of live group blockIdx.y's expert into dst[(e * rows + r) * cols].
+// A warp takes a row 32 pieces (512 weights: whole blocks of every codec) at a time: each lane decodes
+// one piece into the warp's shared stage, then the warp stores the 1 KiB run 16 bytes a lane,
+// whole sectors in order (a piece's runs are scattered 8-byte pieces of its block; stored straight
+// from registers they cost 4x the store transactions).
+template <class C>
+__global__ void __launch_bounds__(kDeqWarps * 32) dequant_kernel(DevMat W, Groups g, uint16_t *dst)
+{
+    static_assert(C::PE == 16 && 32 % C::PIECES == 0, "a warp's 32 pieces are 512 weights in whole blocks");
+    __shared__ __align__(16) uint16_t stage[kDeqWarps][32 * 16];
+    const int gi = blockIdx.y;
+    if (gi >= *g.n) return;
+    const uint32_t e = (uint32_t)g.expert[gi], pieces = W.cols / C::BLK * C::PIECES;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    uint16_t *buf = stage[warp];
+    for (uint32_t r = blockIdx.x * kDeqRows + warp; r < min(W.rows, (blockIdx.x + 1) * kDeqRows); r += kDeqWarps) {
+        const typename C::Row row = C::row(W, e, r);
+        uint16_t *out = dst + ((size_t)e * W.rows + r) * W.cols;
+        for (uint32_t q0 = 0; q0 < pieces; q0 += 32) {
+            const uint32_t n = min(32u, pieces - q0), q = q0 + lane;
+            if ((uint32_t)lane < n) {
+                float w[C::PE];
+                C::decode(row, C::load(row, (int)q), (int)q, w);
+#pragma unroll
+                for (int run = 0; run < C::RUNS; run++) {
+                    const int k0 = C::elem((int)q, run) - (int)q0 * C::PE;
+#pragma unroll
+                    for (int j = 0; j < C::RUN; j += 4)
+                        *reinterpret_cast<uint2 *>(buf + k0 + j) =
+                            make_uint2(pack_bf16x2(w[run * C::RUN + j], w[run * C::RUN + j + 1]),
+                                       pack_bf16x2(w[run * C::RUN + j + 2], w[run * C::RUN + j + 3]));
+                }
+            }
+            __syncwarp();
+            for (uint32_t i = lane; i < n * 2; i += 32) // n pieces: n * 32 bytes
+                reinterpret_cast<uint4 *>(out + (size_t)q0 * C::PE)[i] = reinterpret_cast<const uint4 *>(buf)[i];
+            __syncwarp();
+        }
+    }
+}
+
+} // namespace
+
+static bool dequant_takes(int codec) { return codec == 3 || codec == 4 || codec == 5 || codec == 6; }
+
+// From the sweep (docs/sparse_moe.md, "k-quant prefill through bf16"; qwen3 geometry, H200, this
+// route against the k-quant kernel): q4_k, q5_k and q6_k gate/up gain from T = 512 (0.98x, 0.92x,
+// 0.95x; 1.07 - 1.20x at 256); q8_0, whose own kernel decodes cheaply, from 1536 (1.016x at 1024,
+// 0.878x at 1536). Gate/up holds two thirds of the bytes, so its codec decides.
+uint32_t dequant_from(int codec_gate_up, int codec_down)
+{
+    if (!dequant_takes(codec_gate_up) || !dequant_takes(codec_down)) return UINT32_MAX;
+    return codec_gate_up == 3 /* q8_0 */ ? 1536 : 512;
+}
+
+cudaError_t launch_dequant_bf16(int codec, const DevMat W, const Groups &g, uint16_t *dst, DevMat *bf,
+                                cudaStream_t s)
+{
+    // W by value: callers pass their own descriptor as both W and *bf
+    if (!dequant_takes(codec)) return cudaErrorInvalidValue;
+    *bf = DevMat{};
+    bf->data = reinterpret_cast<const uint8_t *>(dst);
+    bf->row_stride = 2ull * W.cols;
+    bf->rows = W.rows;
+    bf->cols = W.cols;
+    const dim3 grid((W.rows + kDeqRows - 1) / kDeqRows, g.max_groups);
+    return dispatch_codec(codec, [&](auto c) {
+        using C = decltype(c);
+        if constexpr (std::is_same<C, CBF16>::value || std::is_same<C, CNVFP4>::value) {
+            return cudaErrorInvalidValue;
+        } else {
+            dequant_kernel<C><<<grid, kDeqWarps * 32, 0, s>>>(W, g, dst);
+            return cudaGetLastError();
+        }
+    });
+}
+
+} // namespace nf
