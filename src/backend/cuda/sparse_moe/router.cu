@@ -550,19 +550,12 @@ __global__ void router_cluster_kernel(const W *w, const G *gw, const uint16_t *x
     logits_tile<TT>(w, gw, x, T, H, E, logits, r.shared_g, xs);
     cluster.sync(); // release / acquire: every CTA's logits are in the first CTA's shared memory
     if (cluster.block_rank() != 0) return;
-    if constexpr (TT == 1) {
-        if (!forced) return topk_rank_decode<NS>(lg, E, k, norm, r, ids, wts, stat);
-        // forced ids (tests) may repeat an expert: the general work list
-        if (threadIdx.x < 32) topk_warp<NS, false>(lg, 0, E, k, norm, ids, wts);
-        __syncthreads();
-        if (threadIdx.x < k) r.topk_id[threadIdx.x] = ids[threadIdx.x], r.topk_w[threadIdx.x] = wts[threadIdx.x];
-        small_worklist(forced, k, 1, r, sid, sfirst);
-    } else {
-        for (uint32_t t = threadIdx.x / 32; t < T; t += blockDim.x / 32)
-            topk_warp<NS, false>(lg, t, E, k, norm, r.topk_id, r.topk_w);
-        __syncthreads(); // the CTA's own global writes of the ids, visible to it
-        small_worklist(forced ? forced : r.topk_id, T * k, T, r, sid, sfirst);
-    }
+    // one token without forced ids (tests' forced ids may repeat an expert): the rank form
+    if (TT == 1 && !forced) return topk_rank_decode<NS>(lg, E, k, norm, r, ids, wts, stat);
+    for (uint32_t t = threadIdx.x / 32; t < T; t += blockDim.x / 32)
+        topk_warp<NS, false>(lg, t, E, k, norm, r.topk_id, r.topk_w);
+    __syncthreads(); // the CTA's own global writes of the ids, visible to it
+    small_worklist(forced ? forced : r.topk_id, T * k, T, r, sid, sfirst);
 }
 
 // Launches the cluster router for T <= TT tokens; false (nothing launched) when the device cannot run

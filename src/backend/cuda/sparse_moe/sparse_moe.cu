@@ -485,14 +485,14 @@ static cudaError_t prefill_slice(const nf_sparse_moe *m, const uint16_t *x, uint
     // the dequant route: each routed GEMM on a bf16 copy of its active experts (one scratch, reused)
     const bool deq = T >= m->deq_from;
     uint16_t *scratch = (uint16_t *)(ws + m->o_deq);
-    DevMat gu = m->m[M_GATE_UP], dn = m->m[M_DOWN];
-    int cgu = m->codec[M_GATE_UP], cdn = m->codec[M_DOWN];
-    cudaError_t e = deq ? launch_dequant_bf16(cgu, gu, g, scratch, &gu, s) : cudaSuccess;
-    if (deq) cgu = 2; // bf16
+    DevMat gu = m->m[M_GATE_UP], dn = m->m[M_DOWN]; // the bank's, or (deq) the copy's descriptors
+    const int cgu = deq ? 2 /* bf16 */ : m->codec[M_GATE_UP], cdn = deq ? 2 : m->codec[M_DOWN];
+    cudaError_t e = cudaSuccess;
+    if (deq) e = launch_dequant_bf16(m->codec[M_GATE_UP], m->m[M_GATE_UP], g, scratch, &gu, s);
     if (e == cudaSuccess) e = launch_prefill_gemm(cgu, true, gu, x, H, g, tl, acth, I, s);
     if (e != cudaSuccess) return e;
     g.pos_entry = nullptr;
-    if (deq) e = launch_dequant_bf16(cdn, dn, g, scratch, &dn, s), cdn = 2;
+    if (deq) e = launch_dequant_bf16(m->codec[M_DOWN], m->m[M_DOWN], g, scratch, &dn, s);
     if (e == cudaSuccess) e = launch_prefill_gemm(cdn, false, dn, acth, I, g, tl, y, H, s);
     float *ys = nullptr;
     if (e == cudaSuccess && m->has_shared) {
