@@ -1,5 +1,7 @@
 // The weighted combine: out[t] = bf16( sum_j w[t,j] * y[slot(t,j)] + shared_g[t] * ys[t] ), summed
-// in j order so the result does not depend on where the work list put each position.
+// in j order so the result does not depend on where the work list put each position. y is the down
+// GEMMs' plane: bf16 from the tensor-core prefill (half the bytes of the combine's read, the layer's
+// largest), f32 from the CUDA-core fallback.
 #include "internal.cuh"
 
 namespace nf {
@@ -7,11 +9,22 @@ namespace nf {
 namespace {
 
 // One CTA a token, 4 columns a thread: the token's slots and weights staged once, every slot's
-// 16-byte load of y issued before the sums, which run in j order into fmaf as before (the same bits).
+// load of y (16 bytes f32, 8 bf16) issued before the sums, which run in j order into fmaf as before (the same bits).
 // (A column a thread with the slot and weight reloaded each step read the [T k][H] plane at 3.7 TB/s:
 // 76.6 us at T = 4096, k = 8, H = 2048; H200, ncu.) H % 4 == 0 (bind: H % 8), k <= kMaxK.
 constexpr uint32_t kMaxK = 16;
-__global__ void combine_kernel(const int32_t *slot, const float *w, const float *y, const float *shared_g,
+
+// Four consecutive elements of y at element i: one 16-byte load (f32) or 8-byte load (bf16).
+__device__ __forceinline__ float4 load4(const float *y, size_t i) { return *reinterpret_cast<const float4 *>(y + i); }
+__device__ __forceinline__ float4 load4(const uint16_t *y, size_t i)
+{
+    const uint2 v = *reinterpret_cast<const uint2 *>(y + i);
+    return make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xFFFF0000u), __uint_as_float(v.y << 16),
+                       __uint_as_float(v.y & 0xFFFF0000u));
+}
+
+template <class Y>
+__global__ void combine_kernel(const int32_t *slot, const float *w, const Y *y, const float *shared_g,
                                const float *ys, uint32_t H, uint32_t k, uint16_t *out)
 {
     __shared__ uint32_t sl[kMaxK];
@@ -24,7 +37,7 @@ __global__ void combine_kernel(const int32_t *slot, const float *w, const float 
         float4 v[kMaxK];
 #pragma unroll
         for (uint32_t j = 0; j < kMaxK; j++)
-            if (j < k) v[j] = *reinterpret_cast<const float4 *>(y + (size_t)sl[j] * H + h);
+            if (j < k) v[j] = load4(y, (size_t)sl[j] * H + h);
         float a[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (uint32_t j = 0; j < kMaxK; j++)
@@ -42,10 +55,11 @@ __global__ void combine_kernel(const int32_t *slot, const float *w, const float 
 
 } // namespace
 
-void launch_combine(const Routing &r, const float *y, const float *ys, uint32_t T, uint32_t H, uint32_t k,
+void launch_combine(const Routing &r, const void *y, bool y16, const float *ys, uint32_t T, uint32_t H, uint32_t k,
                     uint16_t *out, cudaStream_t s)
 {
-    combine_kernel<<<T, 256, 0, s>>>(r.slot, r.topk_w, y, r.shared_g, ys, H, k, out);
+    if (y16) combine_kernel<<<T, 256, 0, s>>>(r.slot, r.topk_w, (const uint16_t *)y, r.shared_g, ys, H, k, out);
+    else combine_kernel<<<T, 256, 0, s>>>(r.slot, r.topk_w, (const float *)y, r.shared_g, ys, H, k, out);
 }
 
 } // namespace nf
