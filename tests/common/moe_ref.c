@@ -83,7 +83,7 @@ static double adot(const float *a, const float *x, uint32_t n)
 }
 
 static void expert_bound(const float *gu, const float *dn, uint32_t H, uint32_t n, const float *x, double scale,
-                         double wq, double ar, double *bound)
+                         double wq, double ar, double yr, double *bound)
 {
     double *a = malloc(sizeof(double) * n), *da = malloc(sizeof(double) * n);
     for (uint32_t r = 0; r < n; r++) {
@@ -93,29 +93,30 @@ static void expert_bound(const float *gu, const float *dn, uint32_t H, uint32_t 
         da[r] = wq * (1.1 * fabs(u) * adot(wg, x, H) + fabs(sg) * adot(wu, x, H)) + ar * fabs(a[r]);
     }
     for (uint32_t h = 0; h < H; h++) {
-        double b = 0;
+        double b = 0, y = 0;
         for (uint32_t r = 0; r < n; r++) {
             double w = fabs((double)dn[(size_t)h * n + r]);
             b += w * da[r] + wq * w * fabs(a[r]);
+            y += (double)dn[(size_t)h * n + r] * a[r];
         }
-        bound[h] += scale * b;
+        bound[h] += scale * (b + yr * fabs(y));
     }
     free(a);
     free(da);
 }
 
 void nf_moe_ref_bound(const nf_moe_ref *m, const float *x, const int32_t *ids, const double *weights, double wq,
-                      double ar, double *bound)
+                      double ar, double yr, double *bound)
 {
     for (uint32_t h = 0; h < m->H; h++) bound[h] = 0;
     for (uint32_t j = 0; j < m->k; j++) {
         size_t e = (size_t)ids[j];
         expert_bound(m->gate_up + e * 2 * m->I * m->H, m->down + e * m->H * m->I, m->H, m->I, x, fabs(weights[j]), wq,
-                     ar, bound);
+                     ar, yr, bound);
     }
     if (m->S) {
         double sg = 1.0 / (1.0 + exp(-dot(m->sgate, x, m->H)));
-        expert_bound(m->sgate_up, m->sdown, m->H, m->S, x, sg, wq, ar, bound);
+        expert_bound(m->sgate_up, m->sdown, m->H, m->S, x, sg, wq, ar, 0.0, bound);
     }
 }
 
@@ -196,10 +197,10 @@ static void a4_block(const double *a, const double *da, float g, double *q, doub
 }
 
 /* One expert in W4A4: gu [2n][H], dn [H][n] dequantized; xq the encoded input; gd the down input
- * divisor. Adds scale * y to out and |scale| * (its bound) to bound; returns sum_h |y_h|-weighted
- * nothing (the combine's rounding is the caller's). */
+ * divisor; yr the unit roundoff of the format y is stored in (0: f32). Adds scale * y to out,
+ * |scale| * (its bound) to bound and |scale y| to yabs (the combine's rounding is the caller's). */
 static void expert_a4(const float *gu, const float *dn, uint32_t H, uint32_t n, const double *xq, float gd,
-                      double scale, double *out, double *bound, double *yabs)
+                      double scale, double yr, double *out, double *bound, double *yabs)
 {
     double *a = malloc(sizeof(double) * n * 4), *da = a + n, *q = a + 2 * n, *dev = a + 3 * n;
     const double eh = nf_moe_ref_acc_rel(H), en = nf_moe_ref_acc_rel(n);
@@ -228,14 +229,15 @@ static void expert_a4(const float *gu, const float *dn, uint32_t H, uint32_t n, 
             ya += fabs((double)w[r]) * (fabs(q[r]) + dev[r]);
         }
         out[h] += scale * y;
-        bound[h] += fabs(scale) * (yb + en * ya);
+        /* the stored y is within yb + en ya of y, and its rounding moves it by yr of its magnitude */
+        bound[h] += fabs(scale) * (yb + en * ya + yr * (fabs(y) + yb + en * ya));
         yabs[h] += fabs(scale * y);
     }
     free(a);
 }
 
 void nf_moe_ref_token_a4(const nf_moe_ref *m, const nf_moe_ref_a4 *a, const float *x, const int32_t *ids,
-                         const double *weights, double *out, double *bound)
+                         const double *weights, double yr, double *out, double *bound)
 {
     double *xq = malloc(sizeof(double) * m->H * 2), *yabs = xq + m->H;
     nf_moe_ref_encode_a4(x, m->H, a->in_div, NULL, NULL, xq);
@@ -243,11 +245,11 @@ void nf_moe_ref_token_a4(const nf_moe_ref *m, const nf_moe_ref_a4 *a, const floa
     for (uint32_t j = 0; j < m->k; j++) {
         size_t e = (size_t)ids[j];
         expert_a4(m->gate_up + e * 2 * m->I * m->H, m->down + e * m->H * m->I, m->H, m->I, xq, a->down_div[e],
-                  weights[j], out, bound, yabs);
+                  weights[j], yr, out, bound, yabs);
     }
     if (m->S) {
         double sg = 1.0 / (1.0 + exp(-dot(m->sgate, x, m->H)));
-        expert_a4(m->sgate_up, m->sdown, m->H, m->S, xq, a->sdown_div, sg, out, bound, yabs);
+        expert_a4(m->sgate_up, m->sdown, m->H, m->S, xq, a->sdown_div, sg, 0.0, out, bound, yabs);
     }
     /* the combine sums k + 1 weighted terms in fp32 */
     for (uint32_t h = 0; h < m->H; h++) bound[h] += ldexp(yabs[h], -20);

@@ -26,14 +26,16 @@ void nf_moe_ref_route(const nf_moe_ref *m, const float *x, int32_t *ids, double 
 void nf_moe_ref_token(const nf_moe_ref *m, const float *x, const int32_t *ids, const double *weights, double *out);
 
 /* A first-order bound on |computed - out| per element for a computation that rounds the
- * dequantized weights to a format of unit roundoff wq (0: exact weights) and the SwiGLU
- * intermediate to unit roundoff ar (0: kept in fp32), accumulating in fp32 (neglected here; the
- * caller adds a small absolute slack). Output rounding is the caller's. With g = w_g.x, u = w_u.x,
- * a = silu(g) u, |silu'| <= 1.1:
+ * dequantized weights to a format of unit roundoff wq (0: exact weights), the SwiGLU
+ * intermediate to unit roundoff ar (0: kept in fp32) and the routed experts' down outputs y to unit
+ * roundoff yr (0: kept in fp32; the shared expert's stay fp32), accumulating in fp32 (neglected
+ * here; the caller adds a small absolute slack). Output rounding is the caller's. With g = w_g.x,
+ * u = w_u.x, a = silu(g) u, |silu'| <= 1.1:
  *   |da_r| <= wq (1.1 |u_r| sum|w_g x| + |silu(g_r)| sum|w_u x|) + ar |a_r|
- *   |dy_h| <= sum_r |W_hr| |da_r| + wq sum_r |W_hr a_r|,  bound_h = sum_j p_j |dy_jh| (+ shared). */
+ *   |dy_h| <= sum_r |W_hr| |da_r| + wq sum_r |W_hr a_r| + yr |y_h|,
+ *   bound_h = sum_j p_j |dy_jh| (+ shared, without the yr term). */
 void nf_moe_ref_bound(const nf_moe_ref *m, const float *x, const int32_t *ids, const double *weights, double wq,
-                      double ar, double *bound);
+                      double ar, double yr, double *bound);
 
 /* ---- W4A4 (nvfp4 activations), the device's prefill route for nvfp4-w4a4 banks ----------------
  * Encodes x[n] (n a multiple of 16) to nvfp4 with `divisor` exactly as compressed-tensors (and the
@@ -58,9 +60,11 @@ typedef struct nf_moe_ref_a4 {
  * intermediate (or a block's amax) lies within the device's accumulation error of an e2m1 (or
  * e4m3) rounding threshold, the device may legitimately encode it one step away; every encoding
  * reachable within those intervals is enumerated and the largest departure from out's is
- * propagated through |down| (docs/sparse_moe.md, "W4A4"). */
+ * propagated through |down| (docs/sparse_moe.md, "W4A4"). yr: the unit roundoff of the format the
+ * device stores the routed experts' down outputs in before the weighted sum (0: f32), added to the
+ * bound; the shared expert's stay f32. */
 void nf_moe_ref_token_a4(const nf_moe_ref *m, const nf_moe_ref_a4 *a, const float *x, const int32_t *ids,
-                         const double *weights, double *out, double *bound);
+                         const double *weights, double yr, double *out, double *bound);
 
 /* The relative error bound used for a device dot product of length K (fp32 accumulation on tensor
  * cores, exact products; see moe_ref.c). */

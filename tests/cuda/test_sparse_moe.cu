@@ -12,7 +12,9 @@
 //    property of the route, exact for the bf16 profile; nvfp4 weights enter as e2m1 * e4m3, exact,
 //    with each output column scaled by its row's 1 / divisor after the fp32 sums, so for nvfp4 the
 //    weights are the exact ones), so the reference for this route uses the same bf16-rounded weights; the SwiGLU intermediate is rounded to bf16 (unit roundoff 2^-8),
-//    which the reference propagates to a first-order bound B_h per element (nf_moe_ref_bound):
+//    and so is each routed expert's down output y before the weighted sum (the combine reads a bf16
+//    plane), both of which the reference propagates to a first-order bound B_h per element
+//    (nf_moe_ref_bound; the y term is 2^-8 sum_j p_j |y_jh|):
 //        |gpu - ref| <= 1.01 B_h + 2^-8 |ref| + 1e-5 max|ref|,  rel-L2 <= (1.01 ||B|| + 2^-8 ||ref||) / ||ref||
 //    (1.01 absorbs the second-order terms, all below 2^-16 relative). The kernels' decode may round
 //    a weight differently from the CPU before the bf16 rounding (fused multiply-add), which moves a
@@ -26,7 +28,8 @@
 //    accumulation terms) into a per-element bound A_h, so
 //        |gpu - ref| <= A_h + 2^-8 |ref| + 1e-5 max|ref|,  rel-L2 <= (||A|| + 2^-8 ||ref||) / ||ref||
 //    with 2^-8 the output's bf16 rounding and 1e-5 max|ref| the fp32 router weights (as above).
-//    No bf16 rounding of anything else enters: the intermediate is never held in bf16.
+//    The routed experts' y is held in bf16 before the weighted sum (2^-8 of each |p_j y_jh|, in A_h);
+//    no other bf16 rounding enters: the intermediate is never held in bf16.
 //  decode / small-token with k-quant or q8_0 gate/up and down (W4A8..W8A8: gemv_a8.cu, down_a8.cu):
 //    the routed gate/up quantises x to int8 per 32-element block (d = max|x| / 127 in f32,
 //    q = rint(x / d) with an IEEE division, ties to even), which the reference repeats bit for bit
@@ -340,8 +343,9 @@ Ref reference(const Bank &b, const Profile &p, const std::vector<float> &xf)
         nf_moe_ref_route(&m, xt, id, w.data(), &r.gap[t]);
         nf_moe_ref_token(&m, xt, id, w.data(), &r.out[(size_t)t * H]);
         nf_moe_ref_token(&mb, xt, id, w.data(), &r.pout[(size_t)t * H]);
-        nf_moe_ref_bound(&mb, xt, id, w.data(), 0.0, eps, &r.pbound[(size_t)t * H]);
-        if (p.a4) nf_moe_ref_token_a4(&m, &a4, xt, id, w.data(), &r.aout[(size_t)t * H], &r.abound[(size_t)t * H]);
+        nf_moe_ref_bound(&mb, xt, id, w.data(), 0.0, eps, eps, &r.pbound[(size_t)t * H]);
+        if (p.a4)
+            nf_moe_ref_token_a4(&m, &a4, xt, id, w.data(), eps, &r.aout[(size_t)t * H], &r.abound[(size_t)t * H]);
         // the decode/small-token tokens of the T list (<= 16, and the decode slice of 4097)
         if (a8 && (t <= 16 || t == TMAX - 1))
             nf_moe_ref_token_a8(&m, &q8, xt, id, w.data(), &r.qout[(size_t)t * H], &r.qbound[(size_t)t * H], &r.qnear[t]);

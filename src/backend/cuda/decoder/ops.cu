@@ -140,7 +140,7 @@ cudaError_t linear(const Linear &L, const DenseTables &t, const uint16_t *in, ui
     Groups g{t.n_groups, t.expert, t.start, t.count, nullptr, 1, 1};
     if (L.gemm && T > kGemvMaxT) {
         const TileList tl{t.n_tiles, t.tile_group, t.tile_m0, (T + kPrefillTileM - 1) / kPrefillTileM, kPrefillTileM};
-        return launch_prefill_gemm(L.codec, false, L.m, in, L.m.cols, g, tl, out, out_stride, s);
+        return launch_prefill_gemm(L.codec, false, L.m, in, L.m.cols, g, tl, out, out_stride, false, s);
     }
     // k-quant and q8_0 weights take int8 activations (gemv_a8.cu): the f32 GEMV spends ~6
     // instructions a weight and reads these shapes at ~12 % of the DRAM rate. Programmatic dependent

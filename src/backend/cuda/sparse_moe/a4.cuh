@@ -143,8 +143,8 @@ cudaError_t launch_a4_encode(const uint16_t *x, uint32_t T, uint32_t cols, const
                              cudaStream_t s);
 
 // prefill.cu: the W4A4 grouped GEMM over an nvfp4 bank W. glu: out = a.out (y unused); else
-// y[pos][W.rows] f32 = (W_row . A_pos) / (row divisor * A divisor).
+// y[pos][W.rows] = (W_row . A_pos) / (row divisor * A divisor), f32 or (y16) bf16.
 cudaError_t launch_prefill_gemm_a4(bool glu, const DevMat &W, const A4Args &a, const Groups &g, const TileList &tl,
-                                   float *y, uint32_t y_stride, cudaStream_t s);
+                                   void *y, uint32_t y_stride, bool y16, cudaStream_t s);
 
 } // namespace nf

@@ -1,51 +1,85 @@
 // The weighted combine: out[t] = bf16( sum_j w[t,j] * y[slot(t,j)] + shared_g[t] * ys[t] ), summed
-// in j order so the result does not depend on where the work list put each position.
+// in j order so the result does not depend on where the work list put each position. y is the down
+// GEMMs' plane: bf16 from the tensor-core prefill (half the bytes of the combine's read, the layer's
+// largest), f32 from the CUDA-core fallback.
 #include "internal.cuh"
 
 namespace nf {
 
 namespace {
 
-// One CTA a token, 4 columns a thread: the token's slots and weights staged once, every slot's
-// 16-byte load of y issued before the sums, which run in j order into fmaf as before (the same bits).
-// (A column a thread with the slot and weight reloaded each step read the [T k][H] plane at 3.7 TB/s:
-// 76.6 us at T = 4096, k = 8, H = 2048; H200, ncu.) H % 4 == 0 (bind: H % 8), k <= kMaxK.
+// One CTA a token, one 16-byte load of y a slot per thread (4 columns of f32, 8 of bf16): the token's
+// slots and weights staged once, every slot's load issued before the sums, which run in j order into
+// fmaf (the same bits whatever the width). (A column a thread with the slot and weight reloaded each step
+// read the [T k][H] plane at 3.7 TB/s: 76.6 us at T = 4096, k = 8, H = 2048; H200, ncu. With bf16 y at
+// 4 columns a thread, 8-byte loads, the same plane's half took 135 us: too few bytes in flight.)
+// H % C == 0 (bind: H % 8), k <= kMaxK.
 constexpr uint32_t kMaxK = 16;
-__global__ void combine_kernel(const int32_t *slot, const float *w, const float *y, const float *shared_g,
+
+// C consecutive elements of y at element i: one 16-byte load, kept raw until the sums (16 slots of
+// raw vectors are 64 registers for either width) and widened to f32 element by element.
+template <class Y> struct Vec;
+template <> struct Vec<float> {
+    static constexpr uint32_t C = 4;
+    __device__ static float at(const uint4 &u, uint32_t c) { return __uint_as_float((&u.x)[c]); }
+};
+template <> struct Vec<uint16_t> {
+    static constexpr uint32_t C = 8;
+    __device__ static float at(const uint4 &u, uint32_t c)
+    {
+        const uint32_t w = (&u.x)[c / 2];
+        return __uint_as_float(c % 2 ? w & 0xFFFF0000u : w << 16);
+    }
+};
+
+template <class Y>
+__global__ void combine_kernel(const int32_t *slot, const float *w, const Y *y, const float *shared_g,
                                const float *ys, uint32_t H, uint32_t k, uint16_t *out)
 {
+    constexpr uint32_t C = Vec<Y>::C;
     __shared__ uint32_t sl[kMaxK];
     __shared__ float sw[kMaxK];
     const uint32_t t = blockIdx.x;
     if (threadIdx.x < k) sl[threadIdx.x] = (uint32_t)slot[(size_t)t * k + threadIdx.x], sw[threadIdx.x] = w[(size_t)t * k + threadIdx.x];
     __syncthreads();
     const float g = ys ? shared_g[t] : 0.f;
-    for (uint32_t h = 4 * threadIdx.x; h < H; h += 4 * blockDim.x) {
-        float4 v[kMaxK];
+    for (uint32_t h = C * threadIdx.x; h < H; h += C * blockDim.x) {
+        uint4 v[kMaxK];
 #pragma unroll
         for (uint32_t j = 0; j < kMaxK; j++)
-            if (j < k) v[j] = *reinterpret_cast<const float4 *>(y + (size_t)sl[j] * H + h);
-        float a[4] = {0.f, 0.f, 0.f, 0.f};
+            if (j < k) v[j] = *reinterpret_cast<const uint4 *>(y + (size_t)sl[j] * H + h);
+        float a[C];
+#pragma unroll
+        for (uint32_t c = 0; c < C; c++) a[c] = 0.f;
 #pragma unroll
         for (uint32_t j = 0; j < kMaxK; j++)
             if (j < k) {
-                a[0] = fmaf(sw[j], v[j].x, a[0]), a[1] = fmaf(sw[j], v[j].y, a[1]);
-                a[2] = fmaf(sw[j], v[j].z, a[2]), a[3] = fmaf(sw[j], v[j].w, a[3]);
+#pragma unroll
+                for (uint32_t c = 0; c < C; c++) a[c] = fmaf(sw[j], Vec<Y>::at(v[j], c), a[c]);
             }
         if (ys) {
-            const float4 u = *reinterpret_cast<const float4 *>(ys + (size_t)t * H + h);
-            a[0] = fmaf(g, u.x, a[0]), a[1] = fmaf(g, u.y, a[1]), a[2] = fmaf(g, u.z, a[2]), a[3] = fmaf(g, u.w, a[3]);
+#pragma unroll
+            for (uint32_t c = 0; c < C; c += 4) {
+                const float4 u = *reinterpret_cast<const float4 *>(ys + (size_t)t * H + h + c);
+                a[c] = fmaf(g, u.x, a[c]), a[c + 1] = fmaf(g, u.y, a[c + 1]);
+                a[c + 2] = fmaf(g, u.z, a[c + 2]), a[c + 3] = fmaf(g, u.w, a[c + 3]);
+            }
         }
-        *reinterpret_cast<uint2 *>(out + (size_t)t * H + h) = make_uint2(pack_bf16x2(a[0], a[1]), pack_bf16x2(a[2], a[3]));
+        uint32_t o[C / 2];
+#pragma unroll
+        for (uint32_t c = 0; c < C / 2; c++) o[c] = pack_bf16x2(a[2 * c], a[2 * c + 1]);
+        if constexpr (C == 8) *reinterpret_cast<uint4 *>(out + (size_t)t * H + h) = make_uint4(o[0], o[1], o[2], o[3]);
+        else *reinterpret_cast<uint2 *>(out + (size_t)t * H + h) = make_uint2(o[0], o[1]);
     }
 }
 
 } // namespace
 
-void launch_combine(const Routing &r, const float *y, const float *ys, uint32_t T, uint32_t H, uint32_t k,
+void launch_combine(const Routing &r, const void *y, bool y16, const float *ys, uint32_t T, uint32_t H, uint32_t k,
                     uint16_t *out, cudaStream_t s)
 {
-    combine_kernel<<<T, 256, 0, s>>>(r.slot, r.topk_w, y, r.shared_g, ys, H, k, out);
+    if (y16) combine_kernel<<<T, 256, 0, s>>>(r.slot, r.topk_w, (const uint16_t *)y, r.shared_g, ys, H, k, out);
+    else combine_kernel<<<T, 256, 0, s>>>(r.slot, r.topk_w, (const float *)y, r.shared_g, ys, H, k, out);
 }
 
 } // namespace nf

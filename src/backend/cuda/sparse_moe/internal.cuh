@@ -337,20 +337,31 @@ cudaError_t launch_gemv_stream(const DevMat &W, const uint16_t *in, uint32_t in_
                                uint32_t out_stride, const GemvLaunch &opt, cudaStream_t s);
 
 // prefill.cu: the tensor-core grouped GEMM. glu: in = x rows through pos_entry, out = act (bf16,
-// [pos][W.rows / 2]); else in = act (bf16), out = y (f32, [pos][W.rows]).
+// [pos][W.rows / 2]); else in = act (bf16), out = y ([pos][W.rows], f32, or bf16 when y16: the
+// sparse-MoE down's y plane, which the combine reads; the decoder's dense layers keep f32).
 bool prefill_supported(const DevMat &gate_up, const DevMat &down);
 cudaError_t launch_prefill_gemm(int codec, bool glu, const DevMat &W, const uint16_t *in, uint32_t in_stride,
-                                const Groups &g, const TileList &tl, void *out, uint32_t out_stride, cudaStream_t s);
+                                const Groups &g, const TileList &tl, void *out, uint32_t out_stride, bool y16,
+                                cudaStream_t s);
 
 // prefill_wg.cu: the same GEMM on warpgroup MMA for bf16 and nvfp4 banks (W4A16) on sm_90 devices:
 // usable says whether this codec, device and tile list can take it; launch_prefill_gemm uses it
 // when so.
 bool prefill_wg_usable(int codec, int height, uint32_t max_tiles);
 cudaError_t launch_prefill_wg(int codec, bool glu, const DevMat &W, const uint16_t *in, uint32_t in_stride,
-                              const Groups &g, const TileList &tl, void *out, uint32_t out_stride, cudaStream_t s);
+                              const Groups &g, const TileList &tl, void *out, uint32_t out_stride, bool y16,
+                              cudaStream_t s);
 
-// combine.cu: out[t] = bf16( sum_j w[t,j] * y[slot(t,j)] + shared_g[t] * ys[t] )
-void launch_combine(const Routing &r, const float *y, const float *ys, uint32_t T, uint32_t H, uint32_t k,
+// A plain epilogue's two adjacent outputs at element i of out: f32, or bf16 when y16.
+__device__ __forceinline__ void store_plain2(void *out, size_t i, bool y16, float c0, float c1)
+{
+    if (y16) *reinterpret_cast<uint32_t *>((uint16_t *)out + i) = pack_bf16x2(c0, c1);
+    else *reinterpret_cast<float2 *>((float *)out + i) = make_float2(c0, c1);
+}
+
+// combine.cu: out[t] = bf16( sum_j w[t,j] * y[slot(t,j)] + shared_g[t] * ys[t] ), y f32 or (y16) bf16,
+// ys f32
+void launch_combine(const Routing &r, const void *y, bool y16, const float *ys, uint32_t T, uint32_t H, uint32_t k,
                     uint16_t *out, cudaStream_t s);
 
 } // namespace nf

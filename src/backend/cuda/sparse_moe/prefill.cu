@@ -143,8 +143,8 @@ struct A4Slice {
 // thread's columns are wn + ni * 8 + (lane % 4) * 2 and + 1.
 template <bool GLU, int MI>
 __device__ __forceinline__ void a4_epilogue(const float (&acc)[MI][4][4], const DevMat &W, int expert, int n0, int wm,
-                                            int wn, int start, int count, const A4Args &a4, float *y,
-                                            uint32_t y_stride)
+                                            int wn, int start, int count, const A4Args &a4, void *y,
+                                            uint32_t y_stride, bool y16)
 {
     const int lane = threadIdx.x & 31;
     const float ga = a4.in_div[(uint32_t)expert * a4.in_div_stride];
@@ -167,8 +167,8 @@ __device__ __forceinline__ void a4_epilogue(const float (&acc)[MI][4][4], const 
 #pragma unroll
                 for (int ni = 0; ni < 4; ni++) {
                     const int col = wn + ni * 8 + (lane & 3) * 2;
-                    *reinterpret_cast<float2 *>(y + pos * y_stride + n0 + col) =
-                        make_float2(acc[mi][ni][2 * hrow] * s0[ni], acc[mi][ni][2 * hrow + 1] * s1[ni]);
+                    store_plain2(y, pos * y_stride + n0 + col, y16, acc[mi][ni][2 * hrow] * s0[ni],
+                                 acc[mi][ni][2 * hrow + 1] * s1[ni]);
                 }
             }
         }
@@ -180,7 +180,7 @@ __device__ __forceinline__ void a4_epilogue(const float (&acc)[MI][4][4], const 
 template <class C, bool GLU, bool A4, int BM>
 __global__ void __launch_bounds__(kThreads, BM < 128 ? 2 : 1)
     prefill_gemm_kernel(DevMat W, const uint16_t *in, uint32_t in_stride, Groups g, const int32_t *n_tiles,
-                        const int32_t *tile_group, const int32_t *tile_m0, void *out, uint32_t out_stride, A4Args a4)
+                        const int32_t *tile_group, const int32_t *tile_m0, void *out, uint32_t out_stride, bool y16, A4Args a4)
 {
     extern __shared__ __align__(128) uint8_t smem[];
     __shared__ int32_t rows[BM];
@@ -255,7 +255,7 @@ __global__ void __launch_bounds__(kThreads, BM < 128 ? 2 : 1)
     }
 
     if constexpr (A4) {
-        a4_epilogue<GLU, S::MI>(acc, W, expert, n0, wm, wn, start, count, a4, (float *)out, out_stride);
+        a4_epilogue<GLU, S::MI>(acc, W, expert, n0, wm, wn, start, count, a4, out, out_stride, y16);
     } else { // bf16 act (GLU) or fp32 y; nvfp4 (decoded without divisors) scaled per column
         float s0[4] = {1.0f, 1.0f, 1.0f, 1.0f}, s1[4] = {1.0f, 1.0f, 1.0f, 1.0f};
         if constexpr (std::is_same<C, CNVFP4Raw>::value) col_scales<GLU, 4>(W, expert, blockIdx.y, wn, 1.0f, s0, s1);
@@ -274,7 +274,7 @@ __global__ void __launch_bounds__(kThreads, BM < 128 ? 2 : 1)
                         const float v = silu(c0) * c1;
                         ((uint16_t *)out)[pos * out_stride + n0 + col / 2] = f2bf(v);
                     } else {
-                        *reinterpret_cast<float2 *>((float *)out + pos * out_stride + n0 + col) = make_float2(c0, c1);
+                        store_plain2(out, pos * out_stride + n0 + col, y16, c0, c1);
                     }
                 }
             }
@@ -283,25 +283,25 @@ __global__ void __launch_bounds__(kThreads, BM < 128 ? 2 : 1)
 
 template <class C, bool GLU, bool A4, int BM>
 cudaError_t launch_bm(const DevMat &W, const uint16_t *in, uint32_t in_stride, const Groups &g, const TileList &tl,
-                      void *out, uint32_t out_stride, cudaStream_t s, const A4Args &a4)
+                      void *out, uint32_t out_stride, bool y16, cudaStream_t s, const A4Args &a4)
 {
     auto k = prefill_gemm_kernel<C, GLU, A4, BM>;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape<BM>::kSmem);
     if (e != cudaSuccess) return e;
     const uint32_t ntiles_n = W.rows / BN; // GLU: 2I rows -> I/64 tiles of 128 B rows
     k<<<dim3(tl.max, ntiles_n), kThreads, Shape<BM>::kSmem, s>>>(W, in, in_stride, g, tl.n, tl.group, tl.m0, out,
-                                                                 out_stride, a4);
+                                                                 out_stride, y16, a4);
     return cudaGetLastError();
 }
 
 template <class C, bool GLU, bool A4 = false>
 cudaError_t launch_t(const DevMat &W, const uint16_t *in, uint32_t in_stride, const Groups &g, const TileList &tl,
-                     void *out, uint32_t out_stride, cudaStream_t s, const A4Args &a4 = A4Args{})
+                     void *out, uint32_t out_stride, bool y16, cudaStream_t s, const A4Args &a4 = A4Args{})
 {
     switch (tl.height) {
-    case 32: return launch_bm<C, GLU, A4, 32>(W, in, in_stride, g, tl, out, out_stride, s, a4);
-    case 64: return launch_bm<C, GLU, A4, 64>(W, in, in_stride, g, tl, out, out_stride, s, a4);
-    case 128: return launch_bm<C, GLU, A4, 128>(W, in, in_stride, g, tl, out, out_stride, s, a4);
+    case 32: return launch_bm<C, GLU, A4, 32>(W, in, in_stride, g, tl, out, out_stride, y16, s, a4);
+    case 64: return launch_bm<C, GLU, A4, 64>(W, in, in_stride, g, tl, out, out_stride, y16, s, a4);
+    case 128: return launch_bm<C, GLU, A4, 128>(W, in, in_stride, g, tl, out, out_stride, y16, s, a4);
     default: return cudaErrorInvalidValue;
     }
 }
@@ -326,21 +326,21 @@ bool prefill_supported(const DevMat &gate_up, const DevMat &down)
 }
 
 cudaError_t launch_prefill_gemm(int codec, bool glu, const DevMat &W, const uint16_t *in, uint32_t in_stride,
-                                const Groups &g, const TileList &tl, void *out, uint32_t out_stride, cudaStream_t s)
+                                const Groups &g, const TileList &tl, void *out, uint32_t out_stride, bool y16, cudaStream_t s)
 {
-    if (prefill_wg_usable(codec, tl.height, tl.max)) return launch_prefill_wg(codec, glu, W, in, in_stride, g, tl, out, out_stride, s);
+    if (prefill_wg_usable(codec, tl.height, tl.max)) return launch_prefill_wg(codec, glu, W, in, in_stride, g, tl, out, out_stride, y16, s);
     return dispatch_codec(codec, [&](auto c) {
         using C = raw_nvfp4_t<decltype(c)>;
-        return glu ? launch_t<C, true>(W, in, in_stride, g, tl, out, out_stride, s)
-                   : launch_t<C, false>(W, in, in_stride, g, tl, out, out_stride, s);
+        return glu ? launch_t<C, true>(W, in, in_stride, g, tl, out, out_stride, y16, s)
+                   : launch_t<C, false>(W, in, in_stride, g, tl, out, out_stride, y16, s);
     });
 }
 
 cudaError_t launch_prefill_gemm_a4(bool glu, const DevMat &W, const A4Args &a, const Groups &g, const TileList &tl,
-                                   float *y, uint32_t y_stride, cudaStream_t s)
+                                   void *y, uint32_t y_stride, bool y16, cudaStream_t s)
 {
-    return glu ? launch_t<CNVFP4Raw, true, true>(W, nullptr, 0, g, tl, nullptr, 0, s, a)
-               : launch_t<CNVFP4Raw, false, true>(W, nullptr, 0, g, tl, y, y_stride, s, a);
+    return glu ? launch_t<CNVFP4Raw, true, true>(W, nullptr, 0, g, tl, nullptr, 0, false, s, a)
+               : launch_t<CNVFP4Raw, false, true>(W, nullptr, 0, g, tl, y, y_stride, y16, s, a);
 }
 
 } // namespace nf

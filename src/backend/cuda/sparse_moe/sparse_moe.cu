@@ -55,6 +55,8 @@ struct nf_sparse_moe {
     int *counter;              // device [2 + E], 0 between forwards: the small router's grid-wide count, then
                                // the prefill work list's ticket and per-expert counts (Routing::wl_state)
     int a4;                    // nvfp4-w4a4: the prefill route runs W4A4 (a4.cuh)
+    int y16;                   // the tensor-core prefill serves the bank (tensor_prefill): the down
+                               // GEMMs write the y plane in bf16; else the CUDA-core fallback's f32
     uint32_t deq_from;         // k-quant / q8_0 routed bank: slices of this many tokens and more run their
                                // routed GEMMs on a bf16 copy of the active experts (dequant.cu); else UINT32_MAX
     const float *a4div;        // device [2 + E]: gate/up input divisor, shared down's, each expert's down
@@ -206,6 +208,14 @@ static size_t take(nf_arena *a, size_t bytes)
     return off;
 }
 
+// Whether the bank's prefill route runs the tensor-core GEMMs (their tile shapes): else the CUDA-core
+// GEMVs with an f32 y plane.
+static bool tensor_prefill(const nf_sparse_moe *m)
+{
+    return prefill_supported(m->m[M_GATE_UP], m->m[M_DOWN]) &&
+           (!m->has_shared || prefill_supported(m->m[M_SGU], m->m[M_SDOWN]));
+}
+
 static void layout_workspace(nf_sparse_moe *m, size_t T)
 {
     const size_t E = m->bank.experts, k = m->bank.top_k, H = m->bank.hidden,
@@ -227,7 +237,7 @@ static void layout_workspace(nf_sparse_moe *m, size_t T)
     const size_t max_tiles = (T * k + kPrefillTileMinM - 1) / kPrefillTileMinM + E;
     m->max_tiles = (uint32_t)max_tiles;
     m->o_tiles = take(&a, (2 * max_tiles + 1 + 2 * ((T + kPrefillTileMinM - 1) / kPrefillTileMinM) + 1) * 4);
-    m->o_y = take(&a, T * k * H * 4);
+    m->o_y = take(&a, T * k * H * (m->y16 ? 2 : 4));
     m->o_ys = m->has_shared ? take(&a, T * H * 4) : 0;
     // The intermediates are private to the route a slice takes, so the routes share one region
     // (sparse_moe.h, "Workspace"): the CUDA-core routes' fp32 planes, the W4A16 prefill's bf16
@@ -347,6 +357,7 @@ extern "C" nf_status nf_sparse_moe_bind(const nf_moe_bank *b, uint32_t max_token
             return s;
         }
     }
+    m->y16 = tensor_prefill(m);
     m->deq_from = !m->a4 && isfinite(prefill_wg_tall_from(2 /* bf16 */))
                       ? dequant_from(m->codec[M_GATE_UP], m->codec[M_DOWN])
                       : UINT32_MAX;
@@ -441,33 +452,34 @@ static TileList shared_tiles(const Routing &r, uint32_t T)
 
 // The W4A4 prefill slice (nvfp4-w4a4): x encoded once with the gate/up input divisor; the gate/up
 // GEMMs write the intermediate encoded with each expert's down input divisor (the shared expert's:
-// shared_down's); the down GEMMs write fp32 y with both divisors applied; the combine weights it.
+// shared_down's); the down GEMMs write y (bf16; the shared expert's ys f32) with both divisors
+// applied; the combine weights it.
 static cudaError_t prefill_slice_a4(const nf_sparse_moe *m, const uint16_t *x, uint32_t T, uint16_t *out,
                                     uint8_t *ws, const Routing &r, Groups g, cudaStream_t s)
 {
     const nf_moe_bank &b = m->bank;
     const uint32_t k = b.top_k, H = b.hidden, I = b.inter, S = b.shared_inter;
     const A4Plane xq = a4_plane(ws + m->o_xq, T, H), aq = a4_plane(ws + m->o_aq, (size_t)T * k, I);
-    float *y = (float *)(ws + m->o_y);
+    void *y = ws + m->o_y;
     const TileList tl = routed_tiles(r, T, k, g), sl = shared_tiles(r, T);
     const float *ga = m->a4div, *gsd = m->a4div + 1, *gd = m->a4div + 2;
     cudaError_t e = launch_a4_encode(x, T, H, ga, xq, s);
-    if (e == cudaSuccess) e = launch_prefill_gemm_a4(true, m->m[M_GATE_UP], A4Args{xq, ga, 0, aq, gd}, g, tl, nullptr, 0, s);
+    if (e == cudaSuccess) e = launch_prefill_gemm_a4(true, m->m[M_GATE_UP], A4Args{xq, ga, 0, aq, gd}, g, tl, nullptr, 0, false, s);
     g.pos_entry = nullptr;
     if (e == cudaSuccess)
-        e = launch_prefill_gemm_a4(false, m->m[M_DOWN], A4Args{aq, gd, 1, A4Plane{}, nullptr}, g, tl, y, H, s);
+        e = launch_prefill_gemm_a4(false, m->m[M_DOWN], A4Args{aq, gd, 1, A4Plane{}, nullptr}, g, tl, y, H, true, s);
     float *ys = nullptr;
     if (e == cudaSuccess && m->has_shared) {
         const A4Plane saq = a4_plane(ws + m->o_saq, T, S);
         ys = (float *)(ws + m->o_ys);
         Groups sg{r.shared_group, r.shared_group + 1, r.shared_group + 2, r.shared_group + 3, nullptr, 1, 1};
         // the shared group is expert 0, so gsd[0] is shared_down's divisor
-        e = launch_prefill_gemm_a4(true, m->m[M_SGU], A4Args{xq, ga, 0, saq, gsd}, sg, sl, nullptr, 0, s);
+        e = launch_prefill_gemm_a4(true, m->m[M_SGU], A4Args{xq, ga, 0, saq, gsd}, sg, sl, nullptr, 0, false, s);
         if (e == cudaSuccess)
-            e = launch_prefill_gemm_a4(false, m->m[M_SDOWN], A4Args{saq, gsd, 1, A4Plane{}, nullptr}, sg, sl, ys, H, s);
+            e = launch_prefill_gemm_a4(false, m->m[M_SDOWN], A4Args{saq, gsd, 1, A4Plane{}, nullptr}, sg, sl, ys, H, false, s);
     }
     if (e != cudaSuccess) return e;
-    launch_combine(r, y, ys, T, H, k, out, s);
+    launch_combine(r, y, true, ys, T, H, k, out, s);
     return cudaGetLastError();
 }
 
@@ -480,7 +492,7 @@ static cudaError_t prefill_slice(const nf_sparse_moe *m, const uint16_t *x, uint
     const nf_moe_bank &b = m->bank;
     const uint32_t k = b.top_k, H = b.hidden, I = b.inter, S = b.shared_inter;
     uint16_t *acth = (uint16_t *)(ws + m->o_acth);
-    float *y = (float *)(ws + m->o_y);
+    void *y = ws + m->o_y;
     const TileList tl = routed_tiles(r, T, k, g), sl = shared_tiles(r, T);
     // the dequant route: each routed GEMM on a bf16 copy of its active experts (one scratch, reused)
     const bool deq = T >= m->deq_from;
@@ -489,21 +501,21 @@ static cudaError_t prefill_slice(const nf_sparse_moe *m, const uint16_t *x, uint
     const int cgu = deq ? 2 /* bf16 */ : m->codec[M_GATE_UP], cdn = deq ? 2 : m->codec[M_DOWN];
     cudaError_t e = cudaSuccess;
     if (deq) e = launch_dequant_bf16(m->codec[M_GATE_UP], m->m[M_GATE_UP], g, scratch, &gu, s);
-    if (e == cudaSuccess) e = launch_prefill_gemm(cgu, true, gu, x, H, g, tl, acth, I, s);
+    if (e == cudaSuccess) e = launch_prefill_gemm(cgu, true, gu, x, H, g, tl, acth, I, false, s);
     if (e != cudaSuccess) return e;
     g.pos_entry = nullptr;
     if (deq) e = launch_dequant_bf16(m->codec[M_DOWN], m->m[M_DOWN], g, scratch, &dn, s);
-    if (e == cudaSuccess) e = launch_prefill_gemm(cdn, false, dn, acth, I, g, tl, y, H, s);
+    if (e == cudaSuccess) e = launch_prefill_gemm(cdn, false, dn, acth, I, g, tl, y, H, true, s);
     float *ys = nullptr;
     if (e == cudaSuccess && m->has_shared) {
         uint16_t *actsh = (uint16_t *)(ws + m->o_actsh);
         ys = (float *)(ws + m->o_ys);
         Groups sg{r.shared_group, r.shared_group + 1, r.shared_group + 2, r.shared_group + 3, nullptr, 1, 1};
-        e = launch_prefill_gemm(m->codec[M_SGU], true, m->m[M_SGU], x, H, sg, sl, actsh, S, s);
-        if (e == cudaSuccess) e = launch_prefill_gemm(m->codec[M_SDOWN], false, m->m[M_SDOWN], actsh, S, sg, sl, ys, H, s);
+        e = launch_prefill_gemm(m->codec[M_SGU], true, m->m[M_SGU], x, H, sg, sl, actsh, S, false, s);
+        if (e == cudaSuccess) e = launch_prefill_gemm(m->codec[M_SDOWN], false, m->m[M_SDOWN], actsh, S, sg, sl, ys, H, false, s);
     }
     if (e != cudaSuccess) return e;
-    launch_combine(r, y, ys, T, H, k, out, s);
+    launch_combine(r, y, true, ys, T, H, k, out, s);
     return cudaGetLastError();
 }
 
@@ -525,8 +537,7 @@ static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint
     float *act = (float *)(ws + m->o_act), *y = (float *)(ws + m->o_y);
     const uint32_t max_groups = T * k < E ? T * k : E;
     Groups g{r.n_groups, r.g_expert, r.g_start, r.g_count, r.pos_entry, k, max_groups};
-    if (!small && prefill_supported(m->m[M_GATE_UP], m->m[M_DOWN]) &&
-        (!m->has_shared || prefill_supported(m->m[M_SGU], m->m[M_SDOWN])))
+    if (!small && m->y16)
         return prefill_slice(m, x, T, out, ws, r, g, s);
     // decode/small-token: gate/up waits for the router on the device (programmatic dependent
     // launch), prefetches the routed experts' down bytes into L2 for the fused down kernel and
@@ -552,7 +563,7 @@ static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint
     g.pos_entry = nullptr;
     e = launch_gemv(m->codec[M_DOWN], false, m->m[M_DOWN], act, false, I, g, y, H, T, s);
     if (e != cudaSuccess) return e;
-    launch_combine(r, y, ys, T, H, k, out, s);
+    launch_combine(r, y, false, ys, T, H, k, out, s);
     return cudaGetLastError();
 }
 

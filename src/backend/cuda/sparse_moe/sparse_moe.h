@@ -72,7 +72,8 @@ typedef struct nf_sparse_moe nf_sparse_moe;
  *   whole slice       routing (logits [T][E] f32, top-k ids/weights [T][k], shared gate [T]), the
  *                     work list (slot and position maps [T*k], groups [E], each expert's first
  *                     position [E], prefill tile tables), and
- *                     the per-position down output y [T*k][H] f32 (+ shared ys [T][H] f32)
+ *                     the per-position down output y [T*k][H] (bf16 where the tensor-core prefill serves
+ *                     the bank, else f32) (+ shared ys [T][H] f32)
  *   one route only    the intermediates, in ONE region the routes share (a slice takes one route,
  *                     and slices, like layers using one workspace, run one after another):
  *                       decode / small-token / CUDA-core: act [T*k][I] f32 (+ shared [T][S] f32)
@@ -80,9 +81,10 @@ typedef struct nf_sparse_moe nf_sparse_moe;
  *                       W4A4 prefill: x, act (+ shared act) as nvfp4 planes
  *                       k-quant / q8_0 prefill from 512 tokens (q8_0 gate/up: 1536): act bf16 and a
  *                       bf16 copy of the routed bank, gate/up's then down's [E][rows][cols] (dequant.cu)
- * qwen3-30b-a3b geometry: 95 744 bytes at T = 1 for every profile; at T = 4096, 371 749 632 (bf16,
- * nvfp4: the fp32 route planes are the largest) and 1 126 724 352 (k-quant and q8_0 banks: the bf16
- * copy of gate/up, 805 MB, is the largest). Bound for chunks below the threshold, a k-quant bank
+ * qwen3-30b-a3b geometry (computed from this layout, the y plane in bf16; the device printed 32 768
+ * and 134 217 728 bytes more with it in f32): 62 976 bytes at T = 1 for every profile; at T = 4096,
+ * 237 531 904 (bf16, nvfp4: the fp32 route planes are the largest) and 992 506 624 (k-quant and q8_0
+ * banks: the bf16 copy of gate/up, 805 MB, is the largest). Bound for chunks below the threshold, a k-quant bank
  * needs no copy.
  *
  * Admits and uploads `bank` for chunks of up to max_tokens tokens; *workspace_bytes receives the
