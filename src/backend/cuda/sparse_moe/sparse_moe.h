@@ -81,8 +81,8 @@ typedef struct nf_sparse_moe nf_sparse_moe;
  *                       W4A4 prefill: x, act (+ shared act) as nvfp4 planes
  *                       k-quant / q8_0 prefill from 512 tokens (q8_0 gate/up: 1536): act bf16 and a
  *                       bf16 copy of the routed bank, gate/up's then down's [E][rows][cols] (dequant.cu)
- * qwen3-30b-a3b geometry (computed from this layout, the y plane in bf16; the device printed 32 768
- * and 134 217 728 bytes more with it in f32): 62 976 bytes at T = 1 for every profile; at T = 4096,
+ * qwen3-30b-a3b geometry (the device printed these at 07bdca4; with the y plane in f32 they were
+ * 32 768 and 134 217 728 bytes more): 62 976 bytes at T = 1 for every profile; at T = 4096,
  * 237 531 904 (bf16, nvfp4: the fp32 route planes are the largest) and 992 506 624 (k-quant and q8_0
  * banks: the bf16 copy of gate/up, 805 MB, is the largest). Bound for chunks below the threshold, a k-quant bank
  * needs no copy.
