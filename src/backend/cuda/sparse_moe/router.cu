@@ -64,13 +64,25 @@ __device__ __forceinline__ void row_chunks(const W *w, uint32_t e, uint32_t H, i
         if (lane + 32 * u < chunks) v[u] = row[lane + 32 * u];
 }
 
-// xs holds each token's row chunk-transposed: element h at (h % 8) * (H / 8) + h / 8, so the lanes of
-// a warp, which take consecutive 8-element chunks, read consecutive words (no bank conflicts).
-__device__ __forceinline__ uint32_t xs_at(uint32_t t, uint32_t h, uint32_t H) { return t * H + (h & 7) * (H / 8) + (h >> 3); }
+// xs holds each token's row in quads of 4 elements. A weight chunk (16 bytes) spans P quads (P =
+// Vec16<W>::N / 4: 2 for bf16 rows, 1 for f32), and quad q sits at (q % P) * (H / P) + (q / P) * 4, so
+// the lanes of a warp, which take consecutive chunks, read a float4 each from consecutive 16-byte
+// words: one conflict-free 16-byte shared load per quad. (Element by element, 4-byte loads, the
+// T = 8 cluster router issued a shared load per FMA.) H % 8 == 0, so every quad is 16-byte aligned.
+template <int P>
+__device__ __forceinline__ uint32_t xq_at(uint32_t t, uint32_t q, uint32_t H) { return t * H + (q % P) * (H / P) + (q / P) * 4; }
+template <int P>
+__device__ __forceinline__ uint32_t xs_at(uint32_t t, uint32_t h, uint32_t H) { return xq_at<P>(t, h >> 2, H) + (h & 3); }
+template <int P>
+__device__ __forceinline__ float4 xs_quad(const float *xs, uint32_t t, uint32_t q, uint32_t H)
+{
+    return *reinterpret_cast<const float4 *>(xs + xq_at<P>(t, q, H));
+}
 
-// Stages tokens t0 .. t0 + nt - 1 of x (bf16 [T][H]) into xs as f32 [TT][H] (xs_at's layout): 8 bf16
-// per 16-byte load, loads issued before stores; rows past nt are zero (they feed discarded sums).
-template <int TT>
+// Stages tokens t0 .. t0 + nt - 1 of x (bf16 [T][H]) into xs as f32 [TT][H] (xs_at<P>'s layout): 8 bf16
+// per 16-byte load, loads issued before stores, two quads stored a load; rows past nt are zero (they
+// feed discarded sums).
+template <int TT, int P>
 __device__ __forceinline__ void stage_x(const uint16_t *x, uint32_t t0, uint32_t nt, uint32_t H, float *xs)
 {
     const uint32_t vecs = TT * H / 8, live = nt * H / 8;
@@ -86,24 +98,24 @@ __device__ __forceinline__ void stage_x(const uint16_t *x, uint32_t t0, uint32_t
         for (int u = 0; u < 4; u++) {
             const uint32_t v = v0 + u * blockDim.x;
             if (v >= vecs) break;
-            const uint32_t w[4] = {buf[u].x, buf[u].y, buf[u].z, buf[u].w};
-            const uint32_t t = v / (H / 8), c = v % (H / 8); // token, 8-element chunk
-            float *dst = xs + t * H + c;
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                dst[(2 * i) * (H / 8)] = __uint_as_float(w[i] << 16), dst[(2 * i + 1) * (H / 8)] = __uint_as_float(w[i] & 0xFFFF0000u);
+            const uint4 b = buf[u];
+            const uint32_t t = v / (H / 8), c = v % (H / 8); // token, 8-element chunk: quads 2c, 2c + 1
+            auto lo = [](uint32_t w) { return __uint_as_float(w << 16); };
+            auto hi = [](uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); };
+            *reinterpret_cast<float4 *>(xs + xq_at<P>(t, 2 * c, H)) = make_float4(lo(b.x), hi(b.x), lo(b.y), hi(b.y));
+            *reinterpret_cast<float4 *>(xs + xq_at<P>(t, 2 * c + 1, H)) = make_float4(lo(b.z), hi(b.z), lo(b.w), hi(b.w));
         }
     }
 }
 
 // The shared gate's dot for TT tokens: element h = lane, lane + 32, ... (one row, any codec wval reads).
-template <int TT, typename G>
+template <int TT, int P, typename G>
 __device__ __forceinline__ void gate_dot(const G *gw, uint32_t H, const float *xs, int lane, float (&acc)[TT])
 {
     for (uint32_t h = lane; h < H; h += 32) {
         const float wv = wval(gw, h);
 #pragma unroll
-        for (int t = 0; t < TT; t++) acc[t] = fmaf(wv, xs[xs_at(t, h, H)], acc[t]);
+        for (int t = 0; t < TT; t++) acc[t] = fmaf(wv, xs[xs_at<P>(t, h, H)], acc[t]);
     }
 }
 
@@ -149,7 +161,7 @@ __device__ void logits_tile(const W *w, const G *gw, const uint16_t *x, uint32_t
     // plain launch.)
     cudaGridDependencySynchronize();
     cudaTriggerProgrammaticLaunchCompletion();
-    stage_x<TT>(x, t0, nt, H, xs);
+    stage_x<TT, Vec16<W>::N / 4>(x, t0, nt, H, xs);
     __syncthreads();
     for (uint32_t e = e0; e < E + (gw ? 1 : 0); e += estep)
         logits_row<TT>(w, gw, e, t0, nt, H, E, logits, shared_g, xs, lane, pre, e == e0);
@@ -160,9 +172,9 @@ __device__ __forceinline__ void logits_row(const W *w, const G *gw, uint32_t e, 
                                            uint32_t E, float *logits, float *shared_g, const float *xs, int lane,
                                            const uint4 (&pre)[kRouterChunks], bool use_pre)
 {
+    constexpr int N = Vec16<W>::N, P = N / 4;
     float acc[TT] = {};
     if (e < E) {
-        constexpr int N = Vec16<W>::N;
         const uint4 *row = reinterpret_cast<const uint4 *>(w + (uint64_t)e * H);
         const int chunks = (int)(H / N);
         for (int c0 = lane; c0 < chunks; c0 += 32 * kRouterChunks) {
@@ -177,13 +189,17 @@ __device__ __forceinline__ void logits_row(const W *w, const G *gw, uint32_t e, 
                 float f[N];
                 Vec16<W>::unpack(v[u], f);
 #pragma unroll
-                for (int t = 0; t < TT; t++)
+                for (int t = 0; t < TT; t++) {
+                    float4 xq[P];
 #pragma unroll
-                    for (int i = 0; i < N; i++) acc[t] = fmaf(f[i], xs[xs_at(t, c * N + i, H)], acc[t]);
+                    for (int p = 0; p < P; p++) xq[p] = xs_quad<P>(xs, t, c * P + p, H);
+#pragma unroll
+                    for (int i = 0; i < N; i++) acc[t] = fmaf(f[i], (&xq[i / 4].x)[i % 4], acc[t]);
+                }
             }
         }
     } else {
-        gate_dot<TT>(gw, H, xs, lane, acc);
+        gate_dot<TT, P>(gw, H, xs, lane, acc);
     }
     store_row<TT>(acc, e, t0, nt, E, logits, shared_g, lane);
 }
@@ -202,17 +218,17 @@ __global__ void __launch_bounds__(kRouterWarps * 32, 3)
     router_logits_kernel(const W *w, const G *gw, const uint16_t *x, uint32_t T, uint32_t H, uint32_t E, float *logits,
                          float *shared_g)
 {
-    extern __shared__ float xs[]; // [kRouterTokens][H], xs_at's layout
-    constexpr int TT = kRouterTokens, R = kRowsPerWarp, N = Vec16<W>::N;
+    extern __shared__ float xs[]; // [kRouterTokens][H], xs_at<P>'s layout
+    constexpr int TT = kRouterTokens, R = kRowsPerWarp, N = Vec16<W>::N, P = N / 4;
     const uint32_t t0 = blockIdx.y * TT, nt = min((uint32_t)TT, T - t0);
     const int lane = threadIdx.x % 32;
     const uint32_t group = blockIdx.x * kRouterWarps + threadIdx.x / 32, groups = (E + R - 1) / R, e0 = group * R;
-    stage_x<TT>(x, t0, nt, H, xs);
+    stage_x<TT, P>(x, t0, nt, H, xs);
     __syncthreads();
     if (group >= groups) return;
     if (gw && group == groups - 1) { // the last group's warp takes the shared gate too
         float acc[TT] = {};
-        gate_dot<TT>(gw, H, xs, lane, acc);
+        gate_dot<TT, P>(gw, H, xs, lane, acc);
         store_row<TT>(acc, E, t0, nt, E, logits, shared_g, lane);
     }
     const int nr = (int)min((uint32_t)R, E - e0), chunks = (int)(H / N);
@@ -226,13 +242,15 @@ __global__ void __launch_bounds__(kRouterWarps * 32, 3)
             Vec16<W>::unpack(v, f[r]);
         }
 #pragma unroll
-        for (int i = 0; i < N; i++)
+        for (int t = 0; t < TT; t++) {
+            float4 xq[P];
 #pragma unroll
-            for (int t = 0; t < TT; t++) {
-                const float xv = xs[xs_at(t, c * N + i, H)];
+            for (int p = 0; p < P; p++) xq[p] = xs_quad<P>(xs, t, c * P + p, H);
 #pragma unroll
-                for (int r = 0; r < R; r++) acc[r][t] = fmaf(f[r][i], xv, acc[r][t]);
-            }
+            for (int i = 0; i < N; i++)
+#pragma unroll
+                for (int r = 0; r < R; r++) acc[r][t] = fmaf(f[r][i], (&xq[i / 4].x)[i % 4], acc[r][t]);
+        }
     }
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -402,41 +420,66 @@ void launch_worklist(const int32_t *ids, uint32_t T, uint32_t k, uint32_t E, con
 // The small route's work list (n = T * k <= 256 entries, one CTA): entry i's position is the number
 // of entries with a lower expert id or the same id and a lower index (stable, as the reference
 // orders them); groups in increasing expert id. O(n) per entry over ids in shared memory: one
-// pass and two barriers, where the general builder's counts and scans take several.
+// pass and two barriers, where the general builder's counts and scans take several. Each entry's
+// scan is split over G threads (the largest of 8, 4, 2, 1 with n G <= the CTA's threads) and summed
+// by shuffles in aligned groups of G lanes: at T = 8, k = 8 one thread's 64 dependent steps of a
+// shared load became 8. Every thread runs the same number of rounds (the shuffles need whole warps).
+__device__ __forceinline__ uint32_t wl_split(uint32_t n)
+{
+    uint32_t g = 8;
+    while (g > 1 && n * g > blockDim.x) g >>= 1;
+    return g;
+}
+
+__device__ __forceinline__ int group_sum(int v, uint32_t g)
+{
+    for (uint32_t o = 1; o < g; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
 __device__ void small_worklist(const int32_t *ids, uint32_t n, uint32_t T, const Routing &r, int *sid, int *sfirst)
 {
+    const uint32_t g = wl_split(n);
     for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) sid[i] = ids[i];
     __syncthreads();
-    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const int id = sid[i];
+    for (uint32_t b = 0; b < n * g; b += blockDim.x) {
+        const uint32_t i = (b + threadIdx.x) / g, part = (b + threadIdx.x) % g;
+        const bool live = i < n;
+        const int id = live ? sid[i] : 0;
         int pos = 0, same_before = 0;
-        for (uint32_t j = 0; j < n; j++) {
+        for (uint32_t j = part; live && j < n; j += g) {
             const int o = sid[j];
             pos += o < id;
             same_before += o == id && j < i;
         }
-        pos += same_before;
-        r.slot[i] = pos;
-        r.pos_entry[pos] = (int)i;
-        sfirst[i] = same_before == 0 ? pos : -1; // a group starts here
+        pos = group_sum(pos, g), same_before = group_sum(same_before, g);
+        if (live && part == 0) {
+            pos += same_before;
+            r.slot[i] = pos;
+            r.pos_entry[pos] = (int)i;
+            sfirst[i] = same_before == 0 ? pos : -1; // a group starts here
+        }
     }
     __syncthreads();
-    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
-        if (sfirst[i] < 0) continue;
-        const int id = sid[i];
-        int grp = 0, count = 0;
-        for (uint32_t j = 0; j < n; j++) {
+    for (uint32_t b = 0; b < n * g; b += blockDim.x) {
+        const uint32_t i = (b + threadIdx.x) / g, part = (b + threadIdx.x) % g;
+        const bool live = i < n && sfirst[i] >= 0;
+        const int id = live ? sid[i] : 0;
+        int grp = 0, count = 0, above = 0;
+        for (uint32_t j = part; live && j < n; j += g) {
             grp += sfirst[j] >= 0 && sid[j] < id;
             count += sid[j] == id;
+            above += sid[j] > id;
         }
-        r.g_expert[grp] = id;
-        r.g_start[grp] = sfirst[i];
-        r.g_count[grp] = count;
+        grp = group_sum(grp, g), count = group_sum(count, g), above = group_sum(above, g);
+        if (live && part == 0) {
+            r.g_expert[grp] = id;
+            r.g_start[grp] = sfirst[i];
+            r.g_count[grp] = count;
+            if (above == 0) *r.n_groups = grp + 1; // the last group
+        }
     }
     if (threadIdx.x == 0) {
-        int groups = 0;
-        for (uint32_t j = 0; j < n; j++) groups += sfirst[j] >= 0;
-        *r.n_groups = groups;
         r.shared_group[0] = 1;
         r.shared_group[1] = 0;
         r.shared_group[2] = 0;
@@ -537,8 +580,8 @@ __global__ void router_cluster_kernel(const W *w, const G *gw, const uint16_t *x
                                       uint32_t k, int norm, Routing r, const int32_t *forced)
 {
     extern __shared__ float xs[]; // [TT][H] staged x, then [TT][E] the cluster's logits (first CTA's)
-    __shared__ int32_t ids[16];
-    __shared__ float wts[16];
+    __shared__ int32_t ids[16 * TT]; // [T][k] the chosen experts and their weights
+    __shared__ float wts[16 * TT];
     __shared__ int sid[16 * TT], sfirst[16 * TT];
     __shared__ float stat[2];
     namespace cg = cooperative_groups;
@@ -552,10 +595,12 @@ __global__ void router_cluster_kernel(const W *w, const G *gw, const uint16_t *x
     if (cluster.block_rank() != 0) return;
     // one token without forced ids (tests' forced ids may repeat an expert): the rank form
     if (TT == 1 && !forced) return topk_rank_decode<NS>(lg, E, k, norm, r, ids, wts, stat);
-    for (uint32_t t = threadIdx.x / 32; t < T; t += blockDim.x / 32)
-        topk_warp<NS, false>(lg, t, E, k, norm, r.topk_id, r.topk_w);
-    __syncthreads(); // the CTA's own global writes of the ids, visible to it
-    small_worklist(forced ? forced : r.topk_id, T * k, T, r, sid, sfirst);
+    // top-k into shared memory, then global: the work list reads the ids from here, not back
+    // through L2 after a barrier
+    for (uint32_t t = threadIdx.x / 32; t < T; t += blockDim.x / 32) topk_warp<NS, false>(lg, t, E, k, norm, ids, wts);
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < T * k; i += blockDim.x) r.topk_id[i] = ids[i], r.topk_w[i] = wts[i];
+    small_worklist(forced ? forced : ids, T * k, T, r, sid, sfirst);
 }
 
 // Launches the cluster router for T <= TT tokens; false (nothing launched) when the device cannot run
