@@ -278,6 +278,12 @@ __device__ __forceinline__ void warp_exclusive_scan2(int &a, int &b)
     b = bx - b;
 }
 
+// The shared expert's group record (Routing::shared_group): one group, expert 0, positions 0 .. T - 1.
+__device__ __forceinline__ void set_shared_group(const Routing &r, uint32_t T)
+{
+    r.shared_group[0] = 1, r.shared_group[1] = 0, r.shared_group[2] = 0, r.shared_group[3] = (int)T;
+}
+
 // The prefill tile tables from the per-expert counts in shared memory: group g (the g-th active
 // expert) gets ceil(count / tile_m) tiles, laid out in group order. Warp 0 scans the tile counts
 // (each lane over a run of experts, as scan_groups below) and every lane writes its experts'
@@ -320,8 +326,9 @@ __device__ void build_tiles(const int *cnt, uint32_t E, uint32_t T, const Routin
 // on: every kernel computes a position's row independently of its neighbours.
 constexpr int kWlThreads = 256, kWlPer = 4; // entries a thread of wl_count_kernel
 
-// The groups (active experts in increasing id), each expert's first position (base) and the
-// tile tables from the per-expert counts cnt [E] in shared memory; warp 0 scans.
+// The groups (active experts in increasing id), each expert's first position (wl_base) and the
+// shared expert's group from the per-expert counts cnt [E] in shared memory; warp 0 scans.
+// (build_tiles makes the tile tables from the same counts.)
 __device__ void scan_groups(const int *cnt, uint32_t E, uint32_t T, const Routing &r)
 {
     if (threadIdx.x < 32) { // each lane over a run of experts
@@ -345,12 +352,7 @@ __device__ void scan_groups(const int *cnt, uint32_t E, uint32_t T, const Routin
             off += cnt[e];
         }
         if (lane == 31) *r.n_groups = grp;
-        if (lane == 0) {
-            r.shared_group[0] = 1;
-            r.shared_group[1] = 0;
-            r.shared_group[2] = 0;
-            r.shared_group[3] = (int)T;
-        }
+        if (lane == 0) set_shared_group(r, T);
     }
 }
 
@@ -479,12 +481,7 @@ __device__ void small_worklist(const int32_t *ids, uint32_t n, uint32_t T, const
             if (above == 0) *r.n_groups = grp + 1; // the last group
         }
     }
-    if (threadIdx.x == 0) {
-        r.shared_group[0] = 1;
-        r.shared_group[1] = 0;
-        r.shared_group[2] = 0;
-        r.shared_group[3] = (int)T;
-    }
+    if (threadIdx.x == 0) set_shared_group(r, T);
 }
 
 // The decode/small-token router: logits over the grid, then the last CTA routes and sorts. It lets
@@ -562,7 +559,7 @@ __device__ void topk_rank_decode(const float *lg, uint32_t E, uint32_t k, int no
     }
     if (j == 0) {
         *r.n_groups = (int)k;
-        r.shared_group[0] = 1, r.shared_group[1] = 0, r.shared_group[2] = 0, r.shared_group[3] = 1;
+        set_shared_group(r, 1);
     }
 }
 

@@ -55,8 +55,8 @@ struct nf_sparse_moe {
     int *counter;              // device [2 + E], 0 between forwards: the small router's grid-wide count, then
                                // the prefill work list's ticket and per-expert counts (Routing::wl_state)
     int a4;                    // nvfp4-w4a4: the prefill route runs W4A4 (a4.cuh)
-    int y16;                   // the tensor-core prefill serves the bank (tensor_prefill): the down
-                               // GEMMs write the y plane in bf16; else the CUDA-core fallback's f32
+    int tensor;                // the prefill route runs the tensor-core GEMMs (tensor_prefill), whose
+                               // down writes the y plane in bf16; else the CUDA-core GEMVs' f32 plane
     uint32_t deq_from;         // k-quant / q8_0 routed bank: slices of this many tokens and more run their
                                // routed GEMMs on a bf16 copy of the active experts (dequant.cu); else UINT32_MAX
     const float *a4div;        // device [2 + E]: gate/up input divisor, shared down's, each expert's down
@@ -237,7 +237,7 @@ static void layout_workspace(nf_sparse_moe *m, size_t T)
     const size_t max_tiles = (T * k + kPrefillTileMinM - 1) / kPrefillTileMinM + E;
     m->max_tiles = (uint32_t)max_tiles;
     m->o_tiles = take(&a, (2 * max_tiles + 1 + 2 * ((T + kPrefillTileMinM - 1) / kPrefillTileMinM) + 1) * 4);
-    m->o_y = take(&a, T * k * H * (m->y16 ? 2 : 4));
+    m->o_y = take(&a, T * k * H * (m->tensor ? 2 : 4));
     m->o_ys = m->has_shared ? take(&a, T * H * 4) : 0;
     // The intermediates are private to the route a slice takes, so the routes share one region
     // (sparse_moe.h, "Workspace"): the CUDA-core routes' fp32 planes, the W4A16 prefill's bf16
@@ -357,7 +357,7 @@ extern "C" nf_status nf_sparse_moe_bind(const nf_moe_bank *b, uint32_t max_token
             return s;
         }
     }
-    m->y16 = tensor_prefill(m);
+    m->tensor = tensor_prefill(m);
     m->deq_from = !m->a4 && isfinite(prefill_wg_tall_from(2 /* bf16 */))
                       ? dequant_from(m->codec[M_GATE_UP], m->codec[M_DOWN])
                       : UINT32_MAX;
@@ -537,7 +537,7 @@ static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint
     float *act = (float *)(ws + m->o_act), *y = (float *)(ws + m->o_y);
     const uint32_t max_groups = T * k < E ? T * k : E;
     Groups g{r.n_groups, r.g_expert, r.g_start, r.g_count, r.pos_entry, k, max_groups};
-    if (!small && m->y16)
+    if (!small && m->tensor)
         return prefill_slice(m, x, T, out, ws, r, g, s);
     // decode/small-token: gate/up waits for the router on the device (programmatic dependent
     // launch), prefetches the routed experts' down bytes into L2 for the fused down kernel and
