@@ -414,35 +414,37 @@ __device__ __forceinline__ void wide_decode_row(const uint8_t *slot, uint8_t *sb
     }
 }
 
-// The producer for nvfp4 banks: A one slice ahead, raw bytes two ahead, and its threads decode slice
-// kk (rows tid and tid + 128) into the stage of kk itself, as produce() does for the 128-row tile.
-// Ring and raw slots run on across the CTA's tiles (slice kk is the CTA's base + kk).
+// The producer for nvfp4 banks: A and raw bytes of slice j copied together (one cp.async group), two
+// slices ahead, and its threads decode slice kk (rows tid and tid + 128) into the stage of kk itself,
+// as produce() does for the 128-row tile. Ring and raw slots run on across the CTA's tiles (slice kk
+// is the CTA's base + kk). Two ahead is the most the ring allows without the decode waiting for the
+// consumers: A(kk + 2) needs the stage of kk - 2 back (four stages), and raw(kk + 2) the slot of kk - 1
+// (three slots, 220 KiB with the ring). (A was one slice ahead: the gather of x rows from L2, ~1 us,
+// against a slice's ~0.6 us of wgmma.)
 template <bool GLU>
 __device__ __forceinline__ void wide_produce_raw(uint8_t *ring, uint8_t *raw, uint64_t *full, uint64_t *empty,
                                                  const DevMat &W, const uint16_t *in, uint32_t in_stride,
                                                  const int32_t *rows, int count, int expert, int bx, int nk, int base)
 {
+    constexpr int kAhead = 2;
+    static_assert(kAhead <= kWideStages - 2 && kAhead <= kWideSlots - 1, "the decode must not wait on the consumers");
     const int tid = threadIdx.x;
-    auto copy = [&](int j) { // A of slice j, once its stage is free
+    auto copy = [&](int j) { // A and raw bytes of slice j, once its stage is free
         if (j < nk) {
             const int jg = base + j, s = jg % kWideStages;
             if (jg >= kWideStages) mbar_wait(&empty[s], (jg / kWideStages - 1) & 1);
             wide_copy<GLU, false>(ring + s * kWideStage, &full[s], nullptr, W, in, in_stride, rows, count, expert, bx,
                                   j, tid);
+            wide_load_raw<GLU>(raw + (jg % kWideSlots) * kWideRaw, W, expert, bx, j, tid);
         }
         cp_async_commit();
     };
-    auto copy_raw = [&](int j) {
-        if (j < nk) wide_load_raw<GLU>(raw + ((base + j) % kWideSlots) * kWideRaw, W, expert, bx, j, tid);
-        cp_async_commit();
-    };
-    copy(0), copy_raw(0), copy_raw(1);
+    for (int j = 0; j < kAhead; j++) copy(j);
     for (int kk = 0; kk < nk; kk++) {
         const int s = (base + kk) % kWideStages;
-        cp_async_wait<1>(); // A(kk) and raw(kk) landed; raw(kk + 1) may fly
-        producer_sync();    // every thread's raw copies of kk visible; every thread done decoding kk - 1
-        copy(kk + 1);
-        copy_raw(kk + 2); // into the slot of kk - 1
+        cp_async_wait<kAhead - 1>(); // slice kk's copies landed; the newer ones may fly
+        producer_sync();             // every thread's copies of kk visible; every thread done decoding kk - 1
+        copy(kk + kAhead);           // raw into the slot of kk - 1
         const uint8_t *slot = raw + ((base + kk) % kWideSlots) * kWideRaw;
         uint8_t *sb = ring + s * kWideStage + kWideA;
         wide_decode_row(slot, sb, tid);
