@@ -485,6 +485,31 @@ __device__ __forceinline__ float wide_col_scale(const DevMat &W, int expert, int
     else return 1.0f;
 }
 
+// A tile's column scales (wide_col_scale), looked up once a run of 128 B rows where the run lies in
+// one divisor's rows (B rows 0..127 and 128..255 are each contiguous weight rows, so the divisor
+// index is monotonic along a run: equal at both ends means equal throughout), else once a column.
+// Same values either way. Why: a column's lookup divides a 64-bit row index by rows_per_div, and the
+// epilogue took 64 of them a thread a tile, with as many reciprocals (for the qwen geometries every run
+// is uniform: I and H are multiples of 128).
+template <class C, bool GLU>
+struct WideScales {
+    float run[2] = {1.0f, 1.0f};
+    bool uniform = true;
+    __device__ WideScales(const DevMat &W, int expert, int bx)
+    {
+        if constexpr (std::is_same<C, CNVFP4Raw>::value) {
+            auto idx = [&](int c) { return ((uint64_t)expert * W.rows + wide_b_row<GLU>(W, bx, c)) / W.rows_per_div; };
+            uniform = idx(0) == idx(127) && idx(128) == idx(255);
+            run[0] = wide_col_scale<C, GLU>(W, expert, bx, 0);
+            run[1] = wide_col_scale<C, GLU>(W, expert, bx, 128);
+        }
+    }
+    __device__ float operator()(const DevMat &W, int expert, int bx, int c) const
+    {
+        return uniform ? run[c >= 128] : wide_col_scale<C, GLU>(W, expert, bx, c);
+    }
+};
+
 // Four column blocks' bf16 pairs of one row, held across a quad (lane q: p[i] = columns 8 i + 2 q,
 // + 1 of the four blocks), transposed so that lane q holds block q's 8 columns: one 16-byte store a
 // lane, 64 contiguous bytes a quad. (A 4-byte store a lane wrote each 32-byte sector in two halves:
@@ -517,6 +542,7 @@ __device__ __forceinline__ void wide_store(const float (&acc)[128], const DevMat
                                            int start, int count, void *out, uint32_t out_stride, bool y16)
 {
     const int q = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
+    const WideScales<C, GLU> scale(W, expert, bx);
     if (!GLU && y16) {
 #pragma unroll
         for (int g = 0; g < 8; g++) {
@@ -524,7 +550,7 @@ __device__ __forceinline__ void wide_store(const float (&acc)[128], const DevMat
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const int j = 4 * g + i, c = 8 * j + 2 * (lane & 3);
-                const float s0 = wide_col_scale<C, GLU>(W, expert, bx, c), s1 = wide_col_scale<C, GLU>(W, expert, bx, c + 1);
+                const float s0 = scale(W, expert, bx, c), s1 = scale(W, expert, bx, c + 1);
 #pragma unroll
                 for (int h = 0; h < 2; h++) p[h][i] = pack_bf16x2(acc[4 * j + 2 * h] * s0, acc[4 * j + 2 * h + 1] * s1);
             }
@@ -542,9 +568,9 @@ __device__ __forceinline__ void wide_store(const float (&acc)[128], const DevMat
 #pragma unroll
     for (int j = 0; j < (GLU ? 16 : 32); j++) {
         const int c = 8 * j + 2 * (lane & 3);
-        const float s0 = wide_col_scale<C, GLU>(W, expert, bx, c), s1 = wide_col_scale<C, GLU>(W, expert, bx, c + 1);
-        const float t0 = GLU ? wide_col_scale<C, GLU>(W, expert, bx, c + 128) : 0.0f;
-        const float t1 = GLU ? wide_col_scale<C, GLU>(W, expert, bx, c + 129) : 0.0f;
+        const float s0 = scale(W, expert, bx, c), s1 = scale(W, expert, bx, c + 1);
+        const float t0 = GLU ? scale(W, expert, bx, c + 128) : 0.0f;
+        const float t1 = GLU ? scale(W, expert, bx, c + 129) : 0.0f;
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int r = 64 * wg + 16 * q + (lane >> 2) + 8 * h;
