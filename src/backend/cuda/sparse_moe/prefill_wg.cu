@@ -414,35 +414,37 @@ __device__ __forceinline__ void wide_decode_row(const uint8_t *slot, uint8_t *sb
     }
 }
 
-// The producer for nvfp4 banks: A one slice ahead, raw bytes two ahead, and its threads decode slice
-// kk (rows tid and tid + 128) into the stage of kk itself, as produce() does for the 128-row tile.
-// Ring and raw slots run on across the CTA's tiles (slice kk is the CTA's base + kk).
+// The producer for nvfp4 banks: A and raw bytes of slice j copied together (one cp.async group), two
+// slices ahead, and its threads decode slice kk (rows tid and tid + 128) into the stage of kk itself,
+// as produce() does for the 128-row tile. Ring and raw slots run on across the CTA's tiles (slice kk
+// is the CTA's base + kk). Two ahead is the most the ring allows without the decode waiting for the
+// consumers: A(kk + 2) needs the stage of kk - 2 back (four stages), and raw(kk + 2) the slot of kk - 1
+// (three slots, 220 KiB with the ring). (A was one slice ahead: the gather of x rows from L2, ~1 us,
+// against a slice's ~0.6 us of wgmma.)
 template <bool GLU>
 __device__ __forceinline__ void wide_produce_raw(uint8_t *ring, uint8_t *raw, uint64_t *full, uint64_t *empty,
                                                  const DevMat &W, const uint16_t *in, uint32_t in_stride,
                                                  const int32_t *rows, int count, int expert, int bx, int nk, int base)
 {
+    constexpr int kAhead = 2;
+    static_assert(kAhead <= kWideStages - 2 && kAhead <= kWideSlots - 1, "the decode must not wait on the consumers");
     const int tid = threadIdx.x;
-    auto copy = [&](int j) { // A of slice j, once its stage is free
+    auto copy = [&](int j) { // A and raw bytes of slice j, once its stage is free
         if (j < nk) {
             const int jg = base + j, s = jg % kWideStages;
             if (jg >= kWideStages) mbar_wait(&empty[s], (jg / kWideStages - 1) & 1);
             wide_copy<GLU, false>(ring + s * kWideStage, &full[s], nullptr, W, in, in_stride, rows, count, expert, bx,
                                   j, tid);
+            wide_load_raw<GLU>(raw + (jg % kWideSlots) * kWideRaw, W, expert, bx, j, tid);
         }
         cp_async_commit();
     };
-    auto copy_raw = [&](int j) {
-        if (j < nk) wide_load_raw<GLU>(raw + ((base + j) % kWideSlots) * kWideRaw, W, expert, bx, j, tid);
-        cp_async_commit();
-    };
-    copy(0), copy_raw(0), copy_raw(1);
+    for (int j = 0; j < kAhead; j++) copy(j);
     for (int kk = 0; kk < nk; kk++) {
         const int s = (base + kk) % kWideStages;
-        cp_async_wait<1>(); // A(kk) and raw(kk) landed; raw(kk + 1) may fly
-        producer_sync();    // every thread's raw copies of kk visible; every thread done decoding kk - 1
-        copy(kk + 1);
-        copy_raw(kk + 2); // into the slot of kk - 1
+        cp_async_wait<kAhead - 1>(); // slice kk's copies landed; the newer ones may fly
+        producer_sync();             // every thread's copies of kk visible; every thread done decoding kk - 1
+        copy(kk + kAhead);           // raw into the slot of kk - 1
         const uint8_t *slot = raw + ((base + kk) % kWideSlots) * kWideRaw;
         uint8_t *sb = ring + s * kWideStage + kWideA;
         wide_decode_row(slot, sb, tid);
@@ -483,6 +485,31 @@ __device__ __forceinline__ float wide_col_scale(const DevMat &W, int expert, int
     else return 1.0f;
 }
 
+// A tile's column scales (wide_col_scale), looked up once a run of 128 B rows where the run lies in
+// one divisor's rows (B rows 0..127 and 128..255 are each contiguous weight rows, so the divisor
+// index is monotonic along a run: equal at both ends means equal throughout), else once a column.
+// Same values either way. Why: a column's lookup divides a 64-bit row index by rows_per_div, and the
+// epilogue took 64 of them a thread a tile, with as many reciprocals (for the qwen geometries every run
+// is uniform: I and H are multiples of 128).
+template <class C, bool GLU>
+struct WideScales {
+    float run[2] = {1.0f, 1.0f};
+    bool uniform = true;
+    __device__ WideScales(const DevMat &W, int expert, int bx)
+    {
+        if constexpr (std::is_same<C, CNVFP4Raw>::value) {
+            auto idx = [&](int c) { return ((uint64_t)expert * W.rows + wide_b_row<GLU>(W, bx, c)) / W.rows_per_div; };
+            uniform = idx(0) == idx(127) && idx(128) == idx(255);
+            run[0] = wide_col_scale<C, GLU>(W, expert, bx, 0);
+            run[1] = wide_col_scale<C, GLU>(W, expert, bx, 128);
+        }
+    }
+    __device__ float operator()(const DevMat &W, int expert, int bx, int c) const
+    {
+        return uniform ? run[c >= 128] : wide_col_scale<C, GLU>(W, expert, bx, c);
+    }
+};
+
 // Four column blocks' bf16 pairs of one row, held across a quad (lane q: p[i] = columns 8 i + 2 q,
 // + 1 of the four blocks), transposed so that lane q holds block q's 8 columns: one 16-byte store a
 // lane, 64 contiguous bytes a quad. (A 4-byte store a lane wrote each 32-byte sector in two halves:
@@ -515,6 +542,7 @@ __device__ __forceinline__ void wide_store(const float (&acc)[128], const DevMat
                                            int start, int count, void *out, uint32_t out_stride, bool y16)
 {
     const int q = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
+    const WideScales<C, GLU> scale(W, expert, bx);
     if (!GLU && y16) {
 #pragma unroll
         for (int g = 0; g < 8; g++) {
@@ -522,7 +550,7 @@ __device__ __forceinline__ void wide_store(const float (&acc)[128], const DevMat
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const int j = 4 * g + i, c = 8 * j + 2 * (lane & 3);
-                const float s0 = wide_col_scale<C, GLU>(W, expert, bx, c), s1 = wide_col_scale<C, GLU>(W, expert, bx, c + 1);
+                const float s0 = scale(W, expert, bx, c), s1 = scale(W, expert, bx, c + 1);
 #pragma unroll
                 for (int h = 0; h < 2; h++) p[h][i] = pack_bf16x2(acc[4 * j + 2 * h] * s0, acc[4 * j + 2 * h + 1] * s1);
             }
@@ -540,9 +568,9 @@ __device__ __forceinline__ void wide_store(const float (&acc)[128], const DevMat
 #pragma unroll
     for (int j = 0; j < (GLU ? 16 : 32); j++) {
         const int c = 8 * j + 2 * (lane & 3);
-        const float s0 = wide_col_scale<C, GLU>(W, expert, bx, c), s1 = wide_col_scale<C, GLU>(W, expert, bx, c + 1);
-        const float t0 = GLU ? wide_col_scale<C, GLU>(W, expert, bx, c + 128) : 0.0f;
-        const float t1 = GLU ? wide_col_scale<C, GLU>(W, expert, bx, c + 129) : 0.0f;
+        const float s0 = scale(W, expert, bx, c), s1 = scale(W, expert, bx, c + 1);
+        const float t0 = GLU ? scale(W, expert, bx, c + 128) : 0.0f;
+        const float t1 = GLU ? scale(W, expert, bx, c + 129) : 0.0f;
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int r = 64 * wg + 16 * q + (lane >> 2) + 8 * h;
