@@ -356,7 +356,7 @@ void check_forms(int sms)
             W.scales = dummy;
             W.divisors = reinterpret_cast<const float *>(dummy);
             W.kt = (f.cols + 63) / 64;
-            W.rows_per_div = f.rows;
+            W.rows_per_div = nf_fastdiv_make(f.rows);
         }
         const int nw = nf::gemv_mma_warps(f.codec, f.glu, W, true, f.groups, 1, f.early);
         printf("  %-5s %-16s %6u x %4u, %u group slots: %s (H200: %s)\n", f.codec == NF_CODEC_BF16 ? "bf16" : "nvfp4",

@@ -290,7 +290,7 @@ void check_fp4(uint32_t cols)
     W.row_stride = cols / 2;
     W.scales = payload.p() + p.layout.scale_offset;
     W.divisors = (const float *)(payload.p() + p.layout.divisor_offset);
-    W.rows_per_div = (uint32_t)(R / D);
+    W.rows_per_div = nf_fastdiv_make((uint32_t)(R / D));
     W.kt = (cols / 16 + 3) / 4;
     CHECK(nf::Fp4Rows::admits(W));
     uint64_t grow[16];

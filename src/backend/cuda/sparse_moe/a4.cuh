@@ -62,7 +62,7 @@ __device__ __forceinline__ void a4_decode16(uint2 v, uint32_t s, uint32_t (&p)[8
 // 1 / (divisor of weight row wrow of `expert`)
 __device__ __forceinline__ float inv_row_div(const DevMat &W, int expert, uint32_t wrow)
 {
-    return 1.0f / W.divisors[((uint64_t)expert * W.rows + wrow) / W.rows_per_div];
+    return 1.0f / W.divisors[div_word(W, (uint64_t)expert * W.rows + wrow)];
 }
 
 // The scales of an nvfp4 tile's accumulator columns, 1 / (row divisor * ga): s0[j], s1[j] for the

@@ -15,6 +15,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "base/fastdiv.h"
+
 // Functions the host may call too (the span arithmetic is checked on the CPU: test_a8_spans).
 #define NF_HD __host__ __device__ __forceinline__
 
@@ -36,7 +38,7 @@ struct DevMat {
     uint32_t plane[4];         // byte offset of each field plane inside a row (row-planar codecs)
     const uint8_t *scales;     // nvfp4: swizzled scale plane of the whole stacked matrix
     const float *divisors;     // nvfp4: [D]
-    uint32_t rows_per_div;     // nvfp4: stacked rows sharing one divisor
+    nf_fastdiv rows_per_div;   // nvfp4: stacked rows sharing one divisor, as a multiply-shift (div_word)
     uint32_t kt;               // nvfp4: scale tiles along K = ceil(cols / 64)
 };
 
@@ -44,6 +46,9 @@ NF_HD const uint8_t *row_ptr(const DevMat &m, uint32_t e, uint32_t r)
 {
     return m.data + ((uint64_t)e * m.rows + r) * m.row_stride;
 }
+
+// nvfp4: the divisor word of stacked row grow (= expert * rows + row; bind keeps it below 2^31).
+NF_HD uint32_t div_word(const DevMat &m, uint64_t grow) { return nf_fastdiv_apply((uint32_t)grow, m.rows_per_div); }
 
 NF_HD float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
@@ -316,7 +321,7 @@ struct CNVFP4 {
     __device__ static Row row(const DevMat &m, uint32_t e, uint32_t r)
     {
         uint64_t g = (uint64_t)e * m.rows + r;
-        return Row{m.data + g * m.row_stride, m.scales, g, m.kt, 1.0f / m.divisors[g / m.rows_per_div]};
+        return Row{m.data + g * m.row_stride, m.scales, g, m.kt, 1.0f / m.divisors[div_word(m, g)]};
     }
     __device__ static int elem(int q, int) { return q * 16; }
     __device__ static Raw load(const Row &R, int q)

@@ -93,6 +93,9 @@ nf_status devmat_upload(const nf_moe_matrix *mm, uint8_t *dst, DevMat *d, const 
         nf_nvfp4_planes p;
         nf_nvfp4_layout l;
         const uint64_t R = (uint64_t)mm->experts * mm->rows;
+        if (R >= 0x80000000ull) // div_word's multiply-shift holds below 2^31 stacked rows
+            return nf_error_set(err, NF_ERR_REFUSED, "%s: %llu stacked nvfp4 rows (experts x rows), the limit is 2^31 - 1",
+                                name, (unsigned long long)R);
         nf_status s = nf_nvfp4_layout_of(R, mm->cols, mm->divisors, &l, err);
         if (s == NF_OK) s = nf_nvfp4_view(mm->data, l.payload_bytes, R, mm->cols, mm->divisors, &p, err);
         if (s == NF_OK) s = nf_nvfp4_validate(&p, err);
@@ -104,7 +107,7 @@ nf_status devmat_upload(const nf_moe_matrix *mm, uint8_t *dst, DevMat *d, const 
         d->row_stride = mm->cols / 2;
         d->scales = dst + p.layout.scale_offset;
         d->divisors = (const float *)(dst + p.layout.divisor_offset);
-        d->rows_per_div = (uint32_t)((uint64_t)mm->experts * mm->rows / mm->divisors);
+        d->rows_per_div = nf_fastdiv_make((uint32_t)(R / mm->divisors));
         d->kt = (mm->cols / 16 + 3) / 4;
         if (cudaMemcpy(dst, mm->data, p.layout.payload_bytes, cudaMemcpyHostToDevice) != cudaSuccess)
             return nf_error_set(err, NF_ERR_CUDA, "%s: upload failed", name);

@@ -178,7 +178,7 @@ struct Fp4Rows {
     }
     // The divisor word of a stacked row, and the output factor 2^8 / divisor it gives (apart, so a
     // kernel can issue the load with its first weight loads and use it after its K loop).
-    NF_HD static float divisor(const DevMat &W, uint64_t grow) { return W.divisors[grow / W.rows_per_div]; }
+    NF_HD static float divisor(const DevMat &W, uint64_t grow) { return W.divisors[div_word(W, grow)]; }
     NF_HD static float factor_of(float divisor) { return (1.0f / divisor) * 256.0f; }
     // A row's scales: 4 bytes in each 512-byte tile (4 scale columns), one line per tile.
     NF_HD static uint32_t aux_lines(const DevMat &W) { return W.kt; }

@@ -488,9 +488,9 @@ __device__ __forceinline__ float wide_col_scale(const DevMat &W, int expert, int
 // A tile's column scales (wide_col_scale), looked up once a run of 128 B rows where the run lies in
 // one divisor's rows (B rows 0..127 and 128..255 are each contiguous weight rows, so the divisor
 // index is monotonic along a run: equal at both ends means equal throughout), else once a column.
-// Same values either way. Why: a column's lookup divides a 64-bit row index by rows_per_div, and the
-// epilogue took 64 of them a thread a tile, with as many reciprocals (for the qwen geometries every run
-// is uniform: I and H are multiples of 128).
+// Same values either way. Why: the epilogue took 64 lookups a thread a tile, each a load and a
+// reciprocal (and, before div_word, a 64-bit division); for the qwen geometries every run is uniform
+// (I and H are multiples of 128).
 template <class C, bool GLU>
 struct WideScales {
     float run[2] = {1.0f, 1.0f};
@@ -498,7 +498,7 @@ struct WideScales {
     __device__ WideScales(const DevMat &W, int expert, int bx)
     {
         if constexpr (std::is_same<C, CNVFP4Raw>::value) {
-            auto idx = [&](int c) { return ((uint64_t)expert * W.rows + wide_b_row<GLU>(W, bx, c)) / W.rows_per_div; };
+            auto idx = [&](int c) { return div_word(W, (uint64_t)expert * W.rows + wide_b_row<GLU>(W, bx, c)); };
             uniform = idx(0) == idx(127) && idx(128) == idx(255);
             run[0] = wide_col_scale<C, GLU>(W, expert, bx, 0);
             run[1] = wide_col_scale<C, GLU>(W, expert, bx, 128);
