@@ -582,7 +582,7 @@ __device__ __forceinline__ void wide_store(const float (&acc)[128], const DevMat
                 *reinterpret_cast<uint32_t *>((uint16_t *)out + pos * out_stride + bx * 128 + c) =
                     pack_bf16x2(silu(c0) * u0, silu(c1) * u1);
             } else {
-                *reinterpret_cast<float2 *>((float *)out + pos * out_stride + bx * kWideN + c) = make_float2(c0, c1);
+                store_plain2(out, pos * out_stride + bx * kWideN + c, false, c0, c1); // f32 (bf16 above)
             }
         }
     }

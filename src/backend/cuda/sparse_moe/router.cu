@@ -419,6 +419,14 @@ void launch_worklist(const int32_t *ids, uint32_t T, uint32_t k, uint32_t E, con
     wl_place_kernel<<<(n + 255) / 256, 256, 0, s>>>(ids, n, r);
 }
 
+// Copies n ids into shared memory for small_worklist; returns dst.
+__device__ const int32_t *stage_ids(const int32_t *ids, uint32_t n, int32_t *dst)
+{
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = ids[i];
+    __syncthreads();
+    return dst;
+}
+
 // The small route's work list (n = T * k <= 256 entries, one CTA): entry i's position is the number
 // of entries with a lower expert id or the same id and a lower index (stable, as the reference
 // orders them); groups in increasing expert id. O(n) per entry over ids in shared memory: one
@@ -439,11 +447,10 @@ __device__ __forceinline__ int group_sum(int v, uint32_t g)
     return v;
 }
 
-__device__ void small_worklist(const int32_t *ids, uint32_t n, uint32_t T, const Routing &r, int *sid, int *sfirst)
+// sid: the n ids in shared memory, visible to the whole CTA (stage_ids); sfirst: [n] shared scratch.
+__device__ void small_worklist(const int32_t *sid, uint32_t n, uint32_t T, const Routing &r, int *sfirst)
 {
     const uint32_t g = wl_split(n);
-    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) sid[i] = ids[i];
-    __syncthreads();
     for (uint32_t b = 0; b < n * g; b += blockDim.x) {
         const uint32_t i = (b + threadIdx.x) / g, part = (b + threadIdx.x) % g;
         const bool live = i < n;
@@ -505,7 +512,7 @@ __global__ void router_small_kernel(const W *w, const G *gw, const uint16_t *x, 
     for (uint32_t t = threadIdx.x / 32; t < T; t += blockDim.x / 32)
         topk_warp<NS>(r.logits, t, E, k, norm, r.topk_id, r.topk_w);
     __syncthreads();
-    small_worklist(forced ? forced : r.topk_id, T * k, T, r, sid, sfirst);
+    small_worklist(stage_ids(forced ? forced : r.topk_id, T * k, sid), T * k, T, r, sfirst);
     if (threadIdx.x == 0) *counter = 0; // ready for the next forward (or graph replay)
 }
 
@@ -597,7 +604,7 @@ __global__ void router_cluster_kernel(const W *w, const G *gw, const uint16_t *x
     for (uint32_t t = threadIdx.x / 32; t < T; t += blockDim.x / 32) topk_warp<NS, false>(lg, t, E, k, norm, ids, wts);
     __syncthreads();
     for (uint32_t i = threadIdx.x; i < T * k; i += blockDim.x) r.topk_id[i] = ids[i], r.topk_w[i] = wts[i];
-    small_worklist(forced ? forced : ids, T * k, T, r, sid, sfirst);
+    small_worklist(forced ? stage_ids(forced, T * k, sid) : ids, T * k, T, r, sfirst); // ids: shared, synced
 }
 
 // Launches the cluster router for T <= TT tokens; false (nothing launched) when the device cannot run
