@@ -322,26 +322,37 @@ __device__ __forceinline__ uint32_t wide_b_row(const DevMat &W, int bx, int r)
 }
 
 #ifdef NF_WGMMA // the device helpers issue wgmma and bulk copies: sm_90a passes only
-// 16-byte chunk c (0..7) of slice kk of a bf16 row into row r of a [rows][64] swizzled tile.
-__device__ __forceinline__ void cp_chunk64(uint8_t *tile, int r, int c, const uint8_t *row, int kk, bool live)
-{
-    cp_async16(smem_u32(tile + sw128(r, c * 8)), row + kk * (kWideK * 2) + c * 16, live ? 16 : 0);
-}
+// A producer thread's share of a tile's A copies: chunk tid % 8 of positions (tid + 128 i) / 8,
+// i = 0..7 (the 8 threads of a position read its 128 contiguous bytes of a slice). The source rows
+// stay the same over the tile's slices, so they are found once a tile: per slice and chunk that had
+// been a shared load of the position, a 64-bit multiply and the adds before each copy, in the
+// producer warpgroup that bounds the nvfp4 tile.
+struct WideA {
+    const uint8_t *src[8]; // the chunk's bytes in slice 0 (position 0's row for a dead position)
+    uint32_t live;         // bit i: chunk i's position is in the tile (else the copy zero-fills)
+    __device__ WideA(const uint16_t *in, uint32_t in_stride, const int32_t *rows, int count, int tid)
+    {
+        live = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const int r = (tid + i * 128) >> 3;
+            live |= (uint32_t)(r < count) << i;
+            src[i] = (const uint8_t *)(in + (size_t)(r < count ? rows[r] : 0) * in_stride) + (tid & 7) * 16;
+        }
+    }
+};
 
-// The producer's copies of slice j: A (128 positions, 8 chunks a producer thread, the 8 threads of a
-// row reading its 128 contiguous bytes) by cp.async and, with kTma (bf16), B by two bulk tensor
+// The producer's copies of slice j: A by cp.async (WideA) and, with kTma (bf16), B by two bulk tensor
 // copies issued by thread 0, whose arrival carries their bytes. (B by cp.async, 16 chunks a thread,
 // measured 1182 against 1072 us for the bf16 layer at T = 4096.) nvfp4's producer decodes B itself.
 template <bool GLU, bool kTma>
 __device__ __forceinline__ void wide_copy(uint8_t *stage, uint64_t *full, const CUtensorMap *bmap, const DevMat &W,
-                                          const uint16_t *in, uint32_t in_stride, const int32_t *rows, int count,
-                                          int expert, int bx, int j, int tid)
+                                          const WideA &a, int expert, int bx, int j, int tid)
 {
 #pragma unroll
     for (int i = 0; i < 8; i++) {
-        const int c = tid + i * 128, r = c >> 3;
-        const bool live = r < count;
-        cp_chunk64(stage, r, c & 7, (const uint8_t *)(in + (size_t)(live ? rows[r] : 0) * in_stride), j, live);
+        const int r = (tid + i * 128) >> 3;
+        cp_async16(smem_u32(stage + sw128(r, (tid & 7) * 8)), a.src[i] + j * (kWideK * 2), (a.live >> i) & 1 ? 16 : 0);
     }
     if (kTma && tid == 0) {
         uint8_t *sb = stage + kWideA;
@@ -362,12 +373,12 @@ __device__ __forceinline__ void wide_produce(uint8_t *ring, uint64_t *full, uint
 {
     constexpr int kAhead = kWideStages - 1;
     const int tid = threadIdx.x;
+    const WideA a(in, in_stride, rows, count, tid);
     auto copy = [&](int j) {
         if (j < nk) {
             const int jg = base + j, s = jg % kWideStages;
             if (jg >= kWideStages) mbar_wait(&empty[s], (jg / kWideStages - 1) & 1);
-            wide_copy<GLU, true>(ring + s * kWideStage, &full[s], bmap, W, in, in_stride, rows, count, expert, bx, j,
-                                 tid);
+            wide_copy<GLU, true>(ring + s * kWideStage, &full[s], bmap, W, a, expert, bx, j, tid);
         }
         cp_async_commit();
     };
@@ -382,22 +393,35 @@ __device__ __forceinline__ void wide_produce(uint8_t *ring, uint64_t *full, uint
 
 // An nvfp4 slice's raw bytes into a raw slot: 4 data chunks a producer thread (the 2 threads of a row
 // read its 32 contiguous bytes) and, for threads 0..63, one 16-byte chunk of the scale tiles. Each run
-// of 128 B rows starts a 128-row scale group (wide_fits: W.rows / 2 and W.rows multiples of 128).
-template <bool GLU>
-__device__ __forceinline__ void wide_load_raw(uint8_t *slot, const DevMat &W, int expert, int bx, int kk, int tid)
+// of 128 B rows starts a 128-row scale group (wide_fits: W.rows / 2 and W.rows multiples of 128). The
+// sources in slice 0 are found once a tile (as WideA's); slice kk is 32 data bytes and one 512-byte
+// scale tile further.
+struct WideRaw {
+    const uint8_t *src[4], *scale;
+    template <bool GLU>
+    __device__ static WideRaw of(const DevMat &W, int expert, int bx, int tid)
+    {
+        WideRaw w;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int c = tid + i * 128, r = c >> 1, q = c & 1;
+            w.src[i] = W.data + ((uint64_t)expert * W.rows + wide_b_row<GLU>(W, bx, r)) * W.row_stride + q * 16;
+        }
+        const int g = (tid >> 5) & 1, off = (tid & 31) * 16;
+        const uint64_t m0 = (uint64_t)expert * W.rows + wide_b_row<GLU>(W, bx, 128 * g);
+        w.scale = W.scales + (m0 >> 7) * W.kt * 512 + off;
+        return w;
+    }
+};
+
+__device__ __forceinline__ void wide_load_raw(uint8_t *slot, const WideRaw &w, int kk, int tid)
 {
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const int c = tid + i * 128, r = c >> 1, q = c & 1;
-        const uint64_t grow = (uint64_t)expert * W.rows + wide_b_row<GLU>(W, bx, r);
-        cp_async16(smem_u32(slot + r * 32 + ((q ^ ((r >> 2) & 1)) << 4)), W.data + grow * W.row_stride + kk * 32 + q * 16,
-                   16);
+        cp_async16(smem_u32(slot + r * 32 + ((q ^ ((r >> 2) & 1)) << 4)), w.src[i] + kk * 32, 16);
     }
-    if (tid < 64) {
-        const int g = tid >> 5, off = (tid & 31) * 16;
-        const uint64_t m0 = (uint64_t)expert * W.rows + wide_b_row<GLU>(W, bx, 128 * g);
-        cp_async16(smem_u32(slot + kWideRawData + g * 512 + off), W.scales + ((m0 >> 7) * W.kt + kk) * 512 + off, 16);
-    }
+    if (tid < 64) cp_async16(smem_u32(slot + kWideRawData + tid * 16), w.scale + kk * 512, 16);
 }
 
 // B row r of the slot decoded into the stage's B tile: its 4 blocks of 16, scale bytes from its run's
@@ -429,13 +453,14 @@ __device__ __forceinline__ void wide_produce_raw(uint8_t *ring, uint8_t *raw, ui
     constexpr int kAhead = 2;
     static_assert(kAhead <= kWideStages - 2 && kAhead <= kWideSlots - 1, "the decode must not wait on the consumers");
     const int tid = threadIdx.x;
+    const WideA a(in, in_stride, rows, count, tid);
+    const WideRaw w = WideRaw::of<GLU>(W, expert, bx, tid);
     auto copy = [&](int j) { // A and raw bytes of slice j, once its stage is free
         if (j < nk) {
             const int jg = base + j, s = jg % kWideStages;
             if (jg >= kWideStages) mbar_wait(&empty[s], (jg / kWideStages - 1) & 1);
-            wide_copy<GLU, false>(ring + s * kWideStage, &full[s], nullptr, W, in, in_stride, rows, count, expert, bx,
-                                  j, tid);
-            wide_load_raw<GLU>(raw + (jg % kWideSlots) * kWideRaw, W, expert, bx, j, tid);
+            wide_copy<GLU, false>(ring + s * kWideStage, &full[s], nullptr, W, a, expert, bx, j, tid);
+            wide_load_raw(raw + (jg % kWideSlots) * kWideRaw, w, j, tid);
         }
         cp_async_commit();
     };
