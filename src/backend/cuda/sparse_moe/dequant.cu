@@ -78,7 +78,9 @@ static bool dequant_takes(int codec) { return codec == 3 || codec == 4 || codec 
 // From the sweep (docs/sparse_moe.md, "k-quant prefill through bf16"; qwen3 geometry, H200, this
 // route against the k-quant kernel): q4_k, q5_k and q6_k gate/up gain from T = 512 (0.98x, 0.92x,
 // 0.95x; 1.07 - 1.20x at 256); q8_0, whose own kernel decodes cheaply, from 1536 (1.016x at 1024,
-// 0.878x at 1536). Gate/up holds two thirds of the bytes, so its codec decides.
+// 0.878x at 1536). Gate/up holds two thirds of the bytes, so its codec decides. The sweep's routing
+// is trace-like (skewed, as real routing is); under uniform routing the copy loses up to T = 768 and
+// wins from 1024 (docs/data/dequant_from_h200.txt): the routing, not the cache, moves the crossover.
 uint32_t dequant_from(int codec_gate_up, int codec_down)
 {
     if (!dequant_takes(codec_gate_up) || !dequant_takes(codec_down)) return UINT32_MAX;

@@ -84,8 +84,8 @@ typedef struct nf_sparse_moe nf_sparse_moe;
  * qwen3-30b-a3b geometry (the device printed these at 07bdca4; with the y plane in f32 they were
  * 32 768 and 134 217 728 bytes more): 62 976 bytes at T = 1 for every profile; at T = 4096,
  * 237 531 904 (bf16, nvfp4: the fp32 route planes are the largest) and 992 506 624 (k-quant and q8_0
- * banks: the bf16 copy of gate/up, 805 MB, is the largest). Bound for chunks below the threshold, a k-quant bank
- * needs no copy.
+ * banks: the bf16 copy of gate/up, 805 MB, is the largest). A k-quant bank bound for chunks below its
+ * threshold has no copy in its workspace.
  *
  * Admits and uploads `bank` for chunks of up to max_tokens tokens; *workspace_bytes receives the
  * device workspace a forward needs. Refusals are NF_ERR_REFUSED with the reason. */
