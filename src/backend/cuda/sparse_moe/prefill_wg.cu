@@ -70,58 +70,93 @@ struct WgShape {
     static constexpr int NACC = WN / 2;                   // its accumulators a thread
 };
 
-// 16-byte chunk c (0..15) of the slice kk of a bf16 row to its place in a [rows][128] stage tile of
-// `rows` rows (two K halves of rows x 128 bytes).
-__device__ __forceinline__ void cp_chunk(uint8_t *tile, int rows, int r, int c, const uint8_t *row, int kk, bool live)
-{
-    cp_async16(smem_u32(tile + (c >> 3) * rows * 128 + sw128(r, (c & 7) * 8)), row + kk * (BK * 2) + c * 16,
-               live ? 16 : 0);
-}
-
-// A slice: BM rows of bf16 activations, 16 chunks a row, BM / 8 chunks a producer thread (the 16
-// threads of a row read its 256 contiguous bytes). Rows past `count` are zero-filled.
-template <int BM>
-__device__ __forceinline__ void load_a(uint8_t *sa, const uint16_t *in, uint32_t in_stride, const int32_t *rows,
-                                       int count, int kk, int tid)
-{
+// A producer thread's share of a tile's A copies, its sources found once a tile: chunk tid % kPerRow
+// (16 bytes) of tile rows (tid + 128 i) / kPerRow, i < kChunks (the kPerRow threads of a row read its
+// kPerRow * 16 contiguous bytes of a slice). Per slice and chunk that had been a shared load of the
+// position, a 64-bit multiply and the adds before each copy, in the producer warpgroup that bounds
+// the nvfp4 tiles; a slice further is now a constant step. Rows past `count` are zero-filled.
+// kRows: the tile's rows (positions); kPerRow: 16 for slices of 128 (the 128- and 64-row tiles), 8
+// for slices of 64 (the wide tile).
+template <int kRows, int kPerRow>
+struct ChunkSrc {
+    static constexpr int kChunks = kRows * kPerRow / 128;
+    const uint8_t *src[kChunks]; // the chunk's bytes in slice 0 (position 0's row for a dead position)
+    uint32_t live;               // bit i: chunk i's position is in the tile (else the copy zero-fills)
+    __device__ ChunkSrc(const uint16_t *in, uint32_t in_stride, const int32_t *rows, int count, int tid)
+    {
+        live = 0;
 #pragma unroll
-    for (int i = 0; i < BM / 8; i++) {
-        const int c = tid + i * 128, r = c >> 4;
-        const bool live = r < count;
-        cp_chunk(sa, BM, r, c & 15, (const uint8_t *)(in + (size_t)(live ? rows[r] : 0) * in_stride), kk, live);
+        for (int i = 0; i < kChunks; i++) {
+            const int r = (int)(((unsigned)tid + i * 128) / kPerRow);
+            live |= (uint32_t)(r < count) << i;
+            src[i] = (const uint8_t *)(in + (size_t)(r < count ? rows[r] : 0) * in_stride) + (unsigned)tid % kPerRow * 16;
+        }
     }
-}
+    // slice j's chunks into a [kRows][64]-per-K-half swizzled tile
+    __device__ __forceinline__ void copy(uint8_t *tile, int j, int tid) const
+    {
+        const int c = (int)((unsigned)tid % kPerRow);
+#pragma unroll
+        for (int i = 0; i < kChunks; i++) {
+            const int r = (int)(((unsigned)tid + i * 128) / kPerRow);
+            cp_async16(smem_u32(tile + (c >> 3) * kRows * 128 + sw128(r, (c & 7) * 8)), src[i] + j * (kPerRow * 16),
+                       (live >> i) & 1 ? 16 : 0);
+        }
+    }
+};
 
-// B slice of a bf16 bank: 128 weight rows, copied as A is.
+// B of the 128- and 64-row tiles for a bf16 bank: 128 weight rows, 16 chunks a row. Thread tid copies
+// chunk tid % 16 of B rows tid / 16 + 8 i, which are weight rows a constant step apart (prefill_b_row:
+// 4 for gate/up, 8 for a plain matrix), so one source and the step serve every chunk of every slice.
 template <bool GLU>
-__device__ __forceinline__ void load_b_bf16(uint8_t *sb, const DevMat &W, int expert, int kk, int tid)
-{
-#pragma unroll
-    for (int i = 0; i < 16; i++) {
-        const int c = tid + i * 128, r = c >> 4;
-        cp_chunk(sb, BN, r, c & 15, row_ptr(W, (uint32_t)expert, prefill_b_row<GLU>(W, blockIdx.x, r)), kk, true);
+struct BSrc {
+    const uint8_t *src; // chunk 0's bytes in slice 0
+    uint64_t step;      // bytes between chunk i and i + 1
+    __device__ BSrc(const DevMat &W, int expert, int tid)
+        : src(row_ptr(W, (uint32_t)expert, prefill_b_row<GLU>(W, blockIdx.x, tid >> 4)) + (tid & 15) * 16),
+          step((uint64_t)(GLU ? 4 : 8) * W.row_stride)
+    {
     }
-}
+    __device__ __forceinline__ void copy(uint8_t *sb, int kk, int tid) const
+    {
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            const int c = tid + i * 128;
+            cp_async16(smem_u32(sb + ((c & 15) >> 3) * BN * 128 + sw128(c >> 4, (c & 7) * 8)), src + i * step + kk * (BK * 2),
+                       16);
+        }
+    }
+};
 
-// An nvfp4 slice's raw bytes into a raw slot: 4 data chunks a producer thread (the 4 threads of a
-// row read its 64 contiguous bytes), and one 16-byte chunk of the scale regions (64 a region).
+// An nvfp4 slice's raw bytes into a raw slot: 4 data chunks a producer thread (chunk tid % 4 of B rows
+// tid / 4 + 32 i: the 4 threads of a row read its 64 contiguous bytes; the rows are weight rows a
+// constant step apart, 16 for gate/up and 32 for a plain matrix, as BSrc's), and one 16-byte chunk of
+// the scale regions (64 a region; region g's first stacked row is B row g's: the first gate (or down)
+// row, or the first up row). Sources found once a tile; a slice further is 64 data bytes and two
+// 512-byte scale tiles.
 template <bool GLU>
-__device__ __forceinline__ void load_raw_nvfp4(uint8_t *slot, const DevMat &W, int expert, int kk, int tid)
-{
+struct RawSrc {
+    const uint8_t *data, *scale; // slice 0's: data chunk 0; the scale chunk (NULL: none for this thread)
+    uint64_t step;
+    __device__ RawSrc(const DevMat &W, int expert, int tid)
+    {
+        const uint64_t m = (uint64_t)expert * W.rows;
+        data = W.data + (m + prefill_b_row<GLU>(W, blockIdx.x, tid >> 2)) * W.row_stride + (tid & 3) * 16;
+        step = (uint64_t)(GLU ? 16 : 32) * W.row_stride;
+        const int g = tid >> 6;
+        scale = GLU || g == 0 ? W.scales + ((m + prefill_b_row<GLU>(W, blockIdx.x, g)) >> 7) * W.kt * 512 + (tid & 63) * 16
+                              : nullptr;
+    }
+    __device__ __forceinline__ void copy(uint8_t *slot, int kk, int tid) const
+    {
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int c = tid + i * 128, r = c >> 2, q = c & 3;
-        const uint64_t grow = (uint64_t)expert * W.rows + prefill_b_row<GLU>(W, blockIdx.x, r);
-        cp_async16(smem_u32(slot + r * 64 + ((q ^ ((r >> 1) & 3)) << 4)), W.data + grow * W.row_stride + kk * 64 + q * 16,
-                   16);
+        for (int i = 0; i < 4; i++) {
+            const int c = tid + i * 128, r = c >> 2, q = c & 3;
+            cp_async16(smem_u32(slot + r * 64 + ((q ^ ((r >> 1) & 3)) << 4)), data + i * step + kk * 64, 16);
+        }
+        if (scale) cp_async16(smem_u32(slot + kRawData + (tid >> 6) * 1024 + (tid & 63) * 16), scale + kk * 1024, 16);
     }
-    const int g = tid >> 6, off = (tid & 63) * 16;
-    if (GLU || g == 0) {
-        // the region's first stacked row: B row g is the first gate (or down) row, or the first up row
-        const uint64_t m0 = (uint64_t)expert * W.rows + prefill_b_row<GLU>(W, blockIdx.x, g);
-        cp_async16(smem_u32(slot + kRawData + g * 1024 + off), W.scales + ((m0 >> 7) * W.kt + 2 * kk) * 512 + off, 16);
-    }
-}
+};
 
 // One nvfp4 block of 16 (words w0: elements 0-7, w1: 8-15; scale s2 from fp4_scale2) decoded to bf16
 // (e2m1 * e4m3 * 2^-8, fp4_pair's exact form) in element order into row r, elements k0 .. k0 + 15,
@@ -145,13 +180,21 @@ __device__ __forceinline__ void fp4_block16(uint32_t w0, uint32_t w1, uint32_t s
     *reinterpret_cast<uint4 *>(tile + sw128(r, k0 + 8)) = make_uint4(p[4], p[5], p[6], p[7]);
 }
 
-// Producer thread r's weight row of the slot: its 8 blocks of 16 decoded to bf16 (e2m1 * e4m3 *
-// 2^-8, fp4_pair's exact form, in element order) into row r of the stage's B tile.
+// The slot offset of B row r's scale words (its region; byte (m % 32) * 16 + (m % 128 / 32) * 4 for
+// stacked row m), the same in every slice of a tile.
 template <bool GLU>
-__device__ __forceinline__ void decode_nvfp4(const uint8_t *slot, uint8_t *sb, const DevMat &W, int expert, int r)
+__device__ __forceinline__ uint32_t raw_scale_at(const DevMat &W, int expert, int r)
 {
     const uint64_t m = (uint64_t)expert * W.rows + prefill_b_row<GLU>(W, blockIdx.x, r);
-    const uint8_t *sc = slot + kRawData + (GLU ? (r & 1) * 1024 : 0) + (m & 31) * 16 + ((m & 127) >> 5) * 4;
+    return kRawData + (GLU ? (r & 1) * 1024 : 0) + (uint32_t)(m & 31) * 16 + (uint32_t)((m & 127) >> 5) * 4;
+}
+
+// Producer thread r's weight row of the slot: its 8 blocks of 16 decoded to bf16 (e2m1 * e4m3 *
+// 2^-8, fp4_pair's exact form, in element order) into row r of the stage's B tile; its scale words
+// at slot offset sc_at (raw_scale_at).
+__device__ __forceinline__ void decode_nvfp4(const uint8_t *slot, uint8_t *sb, int r, uint32_t sc_at)
+{
+    const uint8_t *sc = slot + sc_at;
     const uint32_t s4[2] = {*reinterpret_cast<const uint32_t *>(sc), *reinterpret_cast<const uint32_t *>(sc + 512)};
 #pragma unroll
     for (int j = 0; j < 4; j++) { // data chunk j: blocks 2j and 2j + 1
@@ -181,17 +224,21 @@ __device__ __forceinline__ void produce(uint8_t *ring, uint8_t *raw, uint64_t *f
     constexpr bool kRaw = std::is_same<C, CNVFP4Raw>::value;
     constexpr int kAhead = kRaw ? 1 : S::kStages - 1; // how many slices ahead A (and bf16 B) is copied
     const int tid = threadIdx.x;
+    const ChunkSrc<BM, 16> a(in, in_stride, rows, count, tid);
+    const BSrc<GLU> b(W, expert, tid);
     auto copy = [&](int j) { // A (and bf16 B) of slice j into its stage, once that stage is free
         if (j < nk) {
             const int s = j % S::kStages;
             if (j >= S::kStages) mbar_wait(&empty[s], (j / S::kStages - 1) & 1);
-            load_a<BM>(ring + s * S::kStage, in, in_stride, rows, count, j, tid);
-            if constexpr (!kRaw) load_b_bf16<GLU>(ring + s * S::kStage + S::kABytes, W, expert, j, tid);
+            a.copy(ring + s * S::kStage, j, tid);
+            if constexpr (!kRaw) b.copy(ring + s * S::kStage + S::kABytes, j, tid);
         }
         cp_async_commit();
     };
+    const RawSrc<GLU> rs(W, expert, tid);
+    const uint32_t sc_at = kRaw ? raw_scale_at<GLU>(W, expert, tid) : 0;
     auto copy_raw = [&](int j) {
-        if (j < nk) load_raw_nvfp4<GLU>(raw + (j % kRawSlots) * kRawBytes, W, expert, j, tid);
+        if (j < nk) rs.copy(raw + (j % kRawSlots) * kRawBytes, j, tid);
         cp_async_commit();
     };
     for (int j = 0; j < kAhead; j++) copy(j);
@@ -204,7 +251,7 @@ __device__ __forceinline__ void produce(uint8_t *ring, uint8_t *raw, uint64_t *f
             producer_sync(); // every thread's raw copies of kk visible; every thread done decoding kk - 1
             copy(kk + 1);
             copy_raw(kk + 2); // into the slot of kk - 1
-            decode_nvfp4<GLU>(raw + (kk % kRawSlots) * kRawBytes, ring + s * S::kStage + S::kABytes, W, expert, tid);
+            decode_nvfp4(raw + (kk % kRawSlots) * kRawBytes, ring + s * S::kStage + S::kABytes, tid, sc_at);
             fence_proxy_async();
             mbar_arrive(&full[s]);
         } else { // publish first: copy() may wait for the consumers to free a stage
@@ -322,25 +369,7 @@ __device__ __forceinline__ uint32_t wide_b_row(const DevMat &W, int bx, int r)
 }
 
 #ifdef NF_WGMMA // the device helpers issue wgmma and bulk copies: sm_90a passes only
-// A producer thread's share of a tile's A copies: chunk tid % 8 of positions (tid + 128 i) / 8,
-// i = 0..7 (the 8 threads of a position read its 128 contiguous bytes of a slice). The source rows
-// stay the same over the tile's slices, so they are found once a tile: per slice and chunk that had
-// been a shared load of the position, a 64-bit multiply and the adds before each copy, in the
-// producer warpgroup that bounds the nvfp4 tile.
-struct WideA {
-    const uint8_t *src[8]; // the chunk's bytes in slice 0 (position 0's row for a dead position)
-    uint32_t live;         // bit i: chunk i's position is in the tile (else the copy zero-fills)
-    __device__ WideA(const uint16_t *in, uint32_t in_stride, const int32_t *rows, int count, int tid)
-    {
-        live = 0;
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const int r = (tid + i * 128) >> 3;
-            live |= (uint32_t)(r < count) << i;
-            src[i] = (const uint8_t *)(in + (size_t)(r < count ? rows[r] : 0) * in_stride) + (tid & 7) * 16;
-        }
-    }
-};
+using WideA = ChunkSrc<128, 8>; // the wide tile's A: 128 positions, slices of 64
 
 // The producer's copies of slice j: A by cp.async (WideA) and, with kTma (bf16), B by two bulk tensor
 // copies issued by thread 0, whose arrival carries their bytes. (B by cp.async, 16 chunks a thread,
@@ -349,11 +378,7 @@ template <bool GLU, bool kTma>
 __device__ __forceinline__ void wide_copy(uint8_t *stage, uint64_t *full, const CUtensorMap *bmap, const DevMat &W,
                                           const WideA &a, int expert, int bx, int j, int tid)
 {
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        const int r = (tid + i * 128) >> 3;
-        cp_async16(smem_u32(stage + sw128(r, (tid & 7) * 8)), a.src[i] + j * (kWideK * 2), (a.live >> i) & 1 ? 16 : 0);
-    }
+    a.copy(stage, j, tid);
     if (kTma && tid == 0) {
         uint8_t *sb = stage + kWideA;
         const int y = expert * (int)W.rows;
