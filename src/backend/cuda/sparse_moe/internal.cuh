@@ -186,17 +186,24 @@ __device__ __forceinline__ GroupEntry group_entry(const Groups &g, int gi)
                       ld_s32_volatile(g.count + gi)};
 }
 
+// The router as the tensor-core prefill router reads it: bf16 planes [n][E][H] whose sum is each row
+// (n = 1: a bf16 router's own rows; 3: an f32 router split once at bind into hi + mid + lo, bf16x3.cuh).
+struct RouterPlanes {
+    const uint16_t *p;
+    uint32_t n;
+};
+
 // router.cu: logits, top-k and the work list of a slice. small = the decode/small-token form (one
 // launch; `counter` is a device int that is 0 between forwards). forced: benchmark routing or NULL.
-void launch_routing(const DevMat &router, int router_codec, const DevMat *shared_gate, int shared_gate_codec,
-                    const uint16_t *x, uint32_t T, uint32_t H, uint32_t E, uint32_t k, int norm_topk, const Routing &r,
-                    const int32_t *forced, int *counter, bool small, cudaStream_t s);
+void launch_routing(const DevMat &router, int router_codec, const RouterPlanes &rp, const DevMat *shared_gate,
+                    int shared_gate_codec, const uint16_t *x, uint32_t T, uint32_t H, uint32_t E, uint32_t k,
+                    int norm_topk, const Routing &r, const int32_t *forced, int *counter, bool small, cudaStream_t s);
 
 // router_mma.cu: the prefill form's logits on tensor cores with softmax, top-k and the shared gate in
 // the same launch (writes r.topk_id, r.topk_w, r.shared_g; not r.logits). false: nothing launched
-// (E > 512, k > 16, or its shared memory exceeds the device's). w_f32 / gw_f32: the rows are f32,
-// else bf16; gw may be NULL.
-bool launch_router_mma(const void *w, int w_f32, const void *gw, int gw_f32, const uint16_t *x, uint32_t T, uint32_t H,
+// (E > 512, k > 16, no bulk tensor copy, or its shared memory exceeds the device's). gw (the shared
+// gate, f32 where gw_f32, else bf16) may be NULL.
+bool launch_router_mma(const RouterPlanes &rp, const void *gw, int gw_f32, const uint16_t *x, uint32_t T, uint32_t H,
                        uint32_t E, uint32_t k, int norm, const Routing &r, cudaStream_t s);
 // T from which the prefill router runs on tensor cores. One CTA takes 16 tokens against all E rows
 // (the top-k needs them together), so below a few CTAs a slice pulls every router row through one SM:

@@ -27,7 +27,6 @@
 // nvfp4 weights are decoded without their divisor as e2m1 * e4m3 * 2^-8 (exact in bf16: fp4_mma.cuh)
 // and each output column is scaled by 2^8 / its row's divisor in the epilogue: every product is
 // exact and only the fp32 accumulation rounds, as in prefill.cu.
-#include <cuda.h> // CUtensorMap (the encoder is fetched through the runtime: no link to the driver library)
 
 #include <math.h>
 #include <string.h>
@@ -38,6 +37,7 @@
 #include "fp4_mma.cuh"
 #include "internal.cuh"
 #include "rowdot.cuh"
+#include "tmap.cuh"
 #include "wgmma.cuh"
 
 // Passes for other targets (sm_120a) compile the kernel empty and never launch it (prefill_wg_usable),
@@ -711,39 +711,15 @@ cudaError_t launch_h(const DevMat &W, const uint16_t *in, uint32_t in_stride, co
 }
 
 // ---- the wide tile's launch -----------------------------------------------------------------------
-using EncodeTiled = CUresult (*)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
-                                 const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
-                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-// cuTensorMapEncodeTiled through the runtime's entry-point query (NULL where the driver lacks it):
-// the library then needs no link to libcuda.
-EncodeTiled tensor_map_encoder()
-{
-    static const EncodeTiled f = [] {
-        void *p = nullptr;
-        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-            q != cudaDriverEntryPointSuccess) {
-            cudaGetLastError();
-            p = nullptr;
-        }
-        return (EncodeTiled)p;
-    }();
-    return f;
-}
-
 // B's map: the bank as one [rows of every expert][cols] bf16 matrix in boxes of 128 rows x 64 columns,
 // 128-byte swizzled (the consumers' layout). DevMat does not carry the expert count, so the row
 // extent is the largest a coordinate names; the tile list keeps every box inside the bank (expert <
 // E, row < W.rows), as it keeps the cp.async paths' addresses.
 bool wide_b_map(const DevMat &W, CUtensorMap *m)
 {
-    const EncodeTiled f = tensor_map_encoder();
-    if (!f) return false;
     const cuuint64_t dim[2] = {W.cols, 0x7FFFFFFFu}, stride[1] = {W.row_stride};
-    const cuuint32_t box[2] = {kWideK, 128}, es[2] = {1, 1};
-    return f(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)W.data, dim, stride, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
-             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+    const cuuint32_t box[2] = {kWideK, 128};
+    return tmap_bf16(m, W.data, 2, dim, stride, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
 // Whether a launch can take the wide tile: a codec and device it serves (wide_serves), tile height

@@ -664,8 +664,8 @@ void launch_small(const W *w, const G *gw, const uint16_t *x, uint32_t T, uint32
 }
 
 template <typename W, typename G>
-void launch_logits(const W *w, const G *gw, const uint16_t *x, uint32_t T, uint32_t H, uint32_t E, uint32_t k,
-                   int norm, const Routing &r, const int32_t *forced, int *counter, bool small, cudaStream_t s)
+void launch_logits(const W *w, const RouterPlanes &rp, const G *gw, const uint16_t *x, uint32_t T, uint32_t H, uint32_t E,
+                   uint32_t k, int norm, const Routing &r, const int32_t *forced, int *counter, bool small, cudaStream_t s)
 {
     if (small) { // the cluster router, or where it cannot run the last-CTA form
         if (T == 1 ? launch_cluster<1>(w, gw, x, T, H, E, k, norm, r, forced, s)
@@ -677,7 +677,7 @@ void launch_logits(const W *w, const G *gw, const uint16_t *x, uint32_t T, uint3
         return;
     }
     const int32_t *wl_ids = forced ? forced : r.topk_id;
-    if (T >= kRouterMmaFrom && launch_router_mma(w, sizeof(W) == 4, gw, sizeof(G) == 4, x, T, H, E, k, norm, r, s)) {
+    if (T >= kRouterMmaFrom && launch_router_mma(rp, gw, sizeof(G) == 4, x, T, H, E, k, norm, r, s)) {
         launch_worklist(wl_ids, T, k, E, r, s);
         return;
     }
@@ -692,27 +692,27 @@ void launch_logits(const W *w, const G *gw, const uint16_t *x, uint32_t T, uint3
 }
 
 template <typename W>
-void launch_w(const W *w, const DevMat *sg, int sg_codec, const uint16_t *x, uint32_t T, uint32_t H, uint32_t E,
+void launch_w(const W *w, const RouterPlanes &rp, const DevMat *sg, int sg_codec, const uint16_t *x, uint32_t T, uint32_t H, uint32_t E,
               uint32_t k, int norm, const Routing &r, const int32_t *forced, int *counter, bool small, cudaStream_t s)
 {
     if (sg && sg_codec == 0 /* NF_CODEC_F32 */)
-        launch_logits(w, (const float *)sg->data, x, T, H, E, k, norm, r, forced, counter, small, s);
+        launch_logits(w, rp, (const float *)sg->data, x, T, H, E, k, norm, r, forced, counter, small, s);
     else
-        launch_logits(w, sg ? (const uint16_t *)sg->data : (const uint16_t *)nullptr, x, T, H, E, k, norm, r, forced,
+        launch_logits(w, rp, sg ? (const uint16_t *)sg->data : (const uint16_t *)nullptr, x, T, H, E, k, norm, r, forced,
                       counter, small, s);
 }
 
 } // namespace
 
-void launch_routing(const DevMat &router, int router_codec, const DevMat *shared_gate, int shared_gate_codec,
+void launch_routing(const DevMat &router, int router_codec, const RouterPlanes &rp, const DevMat *shared_gate, int shared_gate_codec,
                     const uint16_t *x, uint32_t T, uint32_t H, uint32_t E, uint32_t k, int norm_topk, const Routing &r,
                     const int32_t *forced, int *counter, bool small, cudaStream_t s)
 {
     if (router_codec == 0 /* NF_CODEC_F32 */)
-        launch_w((const float *)router.data, shared_gate, shared_gate_codec, x, T, H, E, k, norm_topk, r, forced,
+        launch_w((const float *)router.data, rp, shared_gate, shared_gate_codec, x, T, H, E, k, norm_topk, r, forced,
                  counter, small, s);
     else
-        launch_w((const uint16_t *)router.data, shared_gate, shared_gate_codec, x, T, H, E, k, norm_topk, r, forced,
+        launch_w((const uint16_t *)router.data, rp, shared_gate, shared_gate_codec, x, T, H, E, k, norm_topk, r, forced,
                  counter, small, s);
 }
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "a4.cuh"
+#include "bf16x3.cuh"
 #include "internal.cuh"
 
 extern "C" {
@@ -47,6 +48,7 @@ struct nf_sparse_moe {
     uint32_t max_tokens;   // the chunk
     DevMat m[6];           // router, gate_up, down, shared_gate_up, shared_down, shared_gate
     int codec[6];
+    RouterPlanes rplanes;  // the router as bf16 planes (router_mma.cu): its own rows, or an f32 router's split
     int has_shared;
     uint8_t *dev;          // one allocation holding every matrix
     size_t dev_bytes;
@@ -256,6 +258,26 @@ static void layout_workspace(nf_sparse_moe *m, size_t T)
     m->ws_bytes = a.peak;
 }
 
+// An f32 router [E][H] as three bf16 planes [3][E][H], hi + mid + lo == each weight (bf16x3.cuh), at
+// dst on the device: the tensor-core prefill router's operands, split once here rather than by every
+// CTA of every forward.
+static nf_status split_router(const nf_moe_matrix *r, uint32_t H, uint16_t *dst, nf_error *err)
+{
+    const size_t n = (size_t)r->rows * H;
+    uint16_t *h = (uint16_t *)malloc(3 * n * sizeof(uint16_t));
+    if (!h) return nf_error_set(err, NF_ERR_NOMEM, "sparse_moe bind: out of memory");
+    const float *w = (const float *)r->data;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t p[3];
+        bf16x3(w[i], p);
+        for (int j = 0; j < 3; j++) h[j * n + i] = p[j];
+    }
+    const cudaError_t ce = cudaMemcpy(dst, h, 3 * n * sizeof(uint16_t), cudaMemcpyHostToDevice);
+    free(h);
+    return ce == cudaSuccess ? NF_OK
+                             : nf_error_set(err, NF_ERR_CUDA, "sparse_moe bind: cannot upload the router's planes");
+}
+
 extern "C" nf_status nf_sparse_moe_bind(const nf_moe_bank *b, uint32_t max_tokens, nf_sparse_moe **out,
                                         size_t *workspace_bytes, nf_error *err)
 {
@@ -317,6 +339,8 @@ extern "C" nf_status nf_sparse_moe_bind(const nf_moe_bank *b, uint32_t max_token
         m->codec[i] = want[i].mm->codec;
     }
     for (int i = nmat; i < 6; i++) m->codec[i] = -1;
+    const size_t planes_off = total; // an f32 router's three bf16 planes
+    if (b->router.codec == NF_CODEC_F32) total += (3 * sizeof(uint16_t) * E * H + 255) & ~(size_t)255;
     const size_t state_off = total;
     const size_t zeroed = (4 * (2 + (size_t)E) + 255) & ~(size_t)255;
     total += zeroed + 4 * (2 + (size_t)E); // operator state: the counters (zeroed); W4A4 divisors
@@ -356,6 +380,15 @@ extern "C" nf_status nf_sparse_moe_bind(const nf_moe_bank *b, uint32_t max_token
             nf_sparse_moe_free(m);
             return s;
         }
+    }
+    m->rplanes = {(const uint16_t *)m->m[M_ROUTER].data, 1};
+    if (b->router.codec == NF_CODEC_F32) {
+        uint16_t *planes = (uint16_t *)(m->dev + planes_off);
+        if ((s = split_router(&b->router, H, planes, err)) != NF_OK) {
+            nf_sparse_moe_free(m);
+            return s;
+        }
+        m->rplanes = {planes, 3};
     }
     m->tensor = tensor_prefill(m);
     m->deq_from = !m->a4 && isfinite(prefill_wg_tall_from(2 /* bf16 */))
@@ -532,7 +565,7 @@ static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint
     const int wg_sgu = m->a4 ? -1 : m->codec[M_SGU];
     r.tile_m = m->tile_m ? m->tile_m : prefill_tile_height((double)T * k / E, wg_gu);
     r.sh_tile_m = m->tile_m ? m->tile_m : prefill_tile_height(T, wg_sgu);
-    launch_routing(m->m[M_ROUTER], m->codec[M_ROUTER], m->has_shared ? &m->m[M_SGATE] : nullptr, m->codec[M_SGATE], x, T,
+    launch_routing(m->m[M_ROUTER], m->codec[M_ROUTER], m->rplanes, m->has_shared ? &m->m[M_SGATE] : nullptr, m->codec[M_SGATE], x, T,
                    H, E, k, b.norm_topk, r, m->forced_ids, m->counter, small, s);
     float *act = (float *)(ws + m->o_act), *y = (float *)(ws + m->o_y);
     const uint32_t max_groups = T * k < E ? T * k : E;

@@ -29,54 +29,84 @@ __device__ __forceinline__ void softmax_stats(const float *l, uint32_t E, float 
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
 }
 
-// One warp: softmax over E in fp32 and the k largest logits of token t, ties to the lower index.
+// One warp: softmax over E in fp32 and the k largest logits of each of NT tokens t[i] (logits row
+// t[i] * stride), ties to the lower index; ids and weights go to row t[i] of ids and wts where
+// t[i] < n_live. The tokens' chains are independent and interleave: a token's k rounds are ~5k
+// dependent shuffles, so a warp that takes its tokens one after another waits on latency (the
+// tensor-core router's top-k of 4 tokens a warp: 43 % of its instructions, ~30 % of its stall samples
+// at T = 4096; ncu, H200). Each token's arithmetic is the single-token order, so every form gives the
+// same weights to the bit.
 // NS: logits per lane (E <= 32 * NS), so E = 128 walks 4 registers, not 16.
 // L2: the logits were written by other CTAs of this grid (read through L2); else they are in this
 // CTA's shared memory.
-template <int NS, bool L2 = true>
-__device__ void topk_warp(const float *logits, uint32_t t, uint32_t E, uint32_t k, int norm, int32_t *ids,
-                          float *wts)
+template <int NS, int NT, bool L2>
+__device__ void topk_warp_n(const float *logits, uint32_t stride, const uint32_t (&t)[NT], uint32_t n_live,
+                            uint32_t E, uint32_t k, int norm, int32_t *ids, float *wts)
 {
     const int lane = threadIdx.x % 32;
-    float v[NS], mx, sum; // v: this lane's logits, experts lane, lane + 32, ...
-    softmax_stats<NS, L2>(logits + (uint64_t)t * E, E, v, mx, sum);
+    float v[NT][NS], mx[NT], sum[NT]; // v: this lane's logits, experts lane, lane + 32, ...
+#pragma unroll
+    for (int i = 0; i < NT; i++) softmax_stats<NS, L2>(logits + (uint64_t)t[i] * stride, E, v[i], mx[i], sum[i]);
 
     // k rounds of a warp argmax over the experts not yet taken
-    float psum = 0.f, my_p = 0.f;
-    int my_e = -1;
+    float psum[NT], my_p[NT];
+    int my_e[NT];
+#pragma unroll
+    for (int i = 0; i < NT; i++) psum[i] = 0.f, my_p[i] = 0.f, my_e[i] = -1;
     for (uint32_t j = 0; j < k; j++) {
-        float best = -INFINITY;
-        int bi = 0x7fffffff;
+        float best[NT];
+        int bi[NT];
 #pragma unroll
-        for (int s = 0; s < NS; s++) {
-            const int e = lane + 32 * s;
-            if (e < (int)E && (v[s] > best || (v[s] == best && e < bi))) {
-                best = v[s];
-                bi = e;
-            }
-        }
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ov > best || (ov == best && oi < bi)) {
-                best = ov;
-                bi = oi;
+        for (int i = 0; i < NT; i++) {
+            best[i] = -INFINITY;
+            bi[i] = 0x7fffffff;
+#pragma unroll
+            for (int s = 0; s < NS; s++) {
+                const int e = lane + 32 * s;
+                if (e < (int)E && (v[i][s] > best[i] || (v[i][s] == best[i] && e < bi[i]))) {
+                    best[i] = v[i][s];
+                    bi[i] = e;
+                }
             }
         }
 #pragma unroll
-        for (int s = 0; s < NS; s++)
-            if (lane + 32 * s == bi) v[s] = -INFINITY; // taken (logits are finite, so never chosen again)
-        const float p = expf(best - mx) / sum;
-        psum += p;
-        if ((uint32_t)lane == j) {
-            my_p = p;
-            my_e = bi;
+        for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+            for (int i = 0; i < NT; i++) {
+                const float ov = __shfl_xor_sync(0xffffffffu, best[i], o);
+                const int oi = __shfl_xor_sync(0xffffffffu, bi[i], o);
+                if (ov > best[i] || (ov == best[i] && oi < bi[i])) {
+                    best[i] = ov;
+                    bi[i] = oi;
+                }
+            }
+#pragma unroll
+        for (int i = 0; i < NT; i++) {
+#pragma unroll
+            for (int s = 0; s < NS; s++)
+                if (lane + 32 * s == bi[i]) v[i][s] = -INFINITY; // taken (logits are finite: never chosen again)
+            const float p = expf(best[i] - mx[i]) / sum[i];
+            psum[i] += p;
+            if ((uint32_t)lane == j) {
+                my_p[i] = p;
+                my_e[i] = bi[i];
+            }
         }
     }
-    if ((uint32_t)lane < k) {
-        ids[(uint64_t)t * k + lane] = my_e;
-        wts[(uint64_t)t * k + lane] = norm ? my_p / psum : my_p;
-    }
+#pragma unroll
+    for (int i = 0; i < NT; i++)
+        if ((uint32_t)lane < k && t[i] < n_live) {
+            ids[(uint64_t)t[i] * k + lane] = my_e[i];
+            wts[(uint64_t)t[i] * k + lane] = norm ? my_p[i] / psum[i] : my_p[i];
+        }
+}
+
+// The same for one token t, logits rows E apart.
+template <int NS, bool L2 = true>
+__device__ void topk_warp(const float *logits, uint32_t t, uint32_t E, uint32_t k, int norm, int32_t *ids, float *wts)
+{
+    const uint32_t tt[1] = {t};
+    topk_warp_n<NS, 1, L2>(logits, E, tt, t + 1, E, k, norm, ids, wts);
 }
 
 } // namespace nf

@@ -85,7 +85,9 @@ __device__ __forceinline__ void wg_mma_n256(float (&d)[128], uint64_t a, uint64_
 }
 #undef NF_WG_D8
 
-// ---- the bulk tensor copy (TMA) --------------------------------------------------------------------
+#endif
+
+// ---- the bulk tensor copy (TMA; sm_90 and later) ------------------------------------------------
 // A 2D box of the tensor map (global address in generic space: a __grid_constant__ kernel parameter)
 // at coordinates (x: innermost, y) into shared memory at dst; its bytes complete_tx on bar.
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void *tmap, int x, int y, uint64_t *bar)
@@ -94,7 +96,13 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void *tmap, int 
                  ::"r"(dst), "l"(tmap), "r"(x), "r"(y), "r"(smem_u32(bar))
                  : "memory");
 }
-#endif
+// The same for a 3D box at (x, y, z).
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const void *tmap, int x, int y, int z, uint64_t *bar)
+{
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
+                 ::"r"(dst), "l"(tmap), "r"(x), "r"(y), "r"(z), "r"(smem_u32(bar))
+                 : "memory");
+}
 
 // ---- mbarriers (shared memory, CTA scope) --------------------------------------------------------
 __device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count)
