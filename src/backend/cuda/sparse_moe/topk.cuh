@@ -29,6 +29,15 @@ __device__ __forceinline__ void softmax_stats(const float *l, uint32_t E, float 
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
 }
 
+// An fp32 logit as an unsigned key in the same order (-0 taken as +0, which compares equal to it);
+// finite logits give keys above 0x007fffff (-inf's), so 0 can mark "none".
+__device__ __forceinline__ uint32_t order_key(float f)
+{
+    const uint32_t u = __float_as_uint(f + 0.0f);
+    return u & 0x80000000u ? ~u : u | 0x80000000u;
+}
+__device__ __forceinline__ float key_value(uint32_t k) { return __uint_as_float(k & 0x80000000u ? k & 0x7fffffffu : ~k); }
+
 // One warp: softmax over E in fp32 and the k largest logits of each of NT tokens t[i] (logits row
 // t[i] * stride), ties to the lower index; ids and weights go to row t[i] of ids and wts where
 // t[i] < n_live. The tokens' chains are independent and interleave: a token's k rounds are ~5k
@@ -48,48 +57,46 @@ __device__ void topk_warp_n(const float *logits, uint32_t stride, const uint32_t
 #pragma unroll
     for (int i = 0; i < NT; i++) softmax_stats<NS, L2>(logits + (uint64_t)t[i] * stride, E, v[i], mx[i], sum[i]);
 
-    // k rounds of a warp argmax over the experts not yet taken
+    // k rounds of a warp argmax over the experts not yet taken, on order-preserving integer keys so
+    // that the warp's max and the lowest index holding it are one redux each (the float butterfly
+    // was 10 dependent shuffles and ~60 instructions a round). The round's winner is the float
+    // argmax with ties to the lower index, as before, and p its softmax weight to the bit.
+    uint32_t kv[NT][NS]; // 0: absent (e >= E) or taken; below every logit's key
+#pragma unroll
+    for (int i = 0; i < NT; i++)
+#pragma unroll
+        for (int s = 0; s < NS; s++) kv[i][s] = lane + 32 * s < (int)E ? order_key(v[i][s]) : 0u;
     float psum[NT], my_p[NT];
     int my_e[NT];
 #pragma unroll
     for (int i = 0; i < NT; i++) psum[i] = 0.f, my_p[i] = 0.f, my_e[i] = -1;
     for (uint32_t j = 0; j < k; j++) {
-        float best[NT];
-        int bi[NT];
+        uint32_t mk[NT], bi[NT];
 #pragma unroll
         for (int i = 0; i < NT; i++) {
-            best[i] = -INFINITY;
-            bi[i] = 0x7fffffff;
+            uint32_t lk = kv[i][0];
 #pragma unroll
-            for (int s = 0; s < NS; s++) {
-                const int e = lane + 32 * s;
-                if (e < (int)E && (v[i][s] > best[i] || (v[i][s] == best[i] && e < bi[i]))) {
-                    best[i] = v[i][s];
-                    bi[i] = e;
-                }
-            }
+            for (int s = 1; s < NS; s++) lk = max(lk, kv[i][s]);
+            mk[i] = __reduce_max_sync(0xffffffffu, lk);
         }
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
+        for (int i = 0; i < NT; i++) {
+            uint32_t cand = 0xffffffffu; // this lane's lowest expert holding the max
 #pragma unroll
-            for (int i = 0; i < NT; i++) {
-                const float ov = __shfl_xor_sync(0xffffffffu, best[i], o);
-                const int oi = __shfl_xor_sync(0xffffffffu, bi[i], o);
-                if (ov > best[i] || (ov == best[i] && oi < bi[i])) {
-                    best[i] = ov;
-                    bi[i] = oi;
-                }
-            }
+            for (int s = NS - 1; s >= 0; s--)
+                if (kv[i][s] == mk[i]) cand = lane + 32 * s;
+            bi[i] = __reduce_min_sync(0xffffffffu, cand);
+        }
 #pragma unroll
         for (int i = 0; i < NT; i++) {
 #pragma unroll
             for (int s = 0; s < NS; s++)
-                if (lane + 32 * s == bi[i]) v[i][s] = -INFINITY; // taken (logits are finite: never chosen again)
-            const float p = expf(best[i] - mx[i]) / sum[i];
+                if ((uint32_t)(lane + 32 * s) == bi[i]) kv[i][s] = 0; // taken
+            const float p = expf(key_value(mk[i]) - mx[i]) / sum[i];
             psum[i] += p;
             if ((uint32_t)lane == j) {
                 my_p[i] = p;
-                my_e[i] = bi[i];
+                my_e[i] = (int)bi[i];
             }
         }
     }
