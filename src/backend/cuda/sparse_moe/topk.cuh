@@ -40,11 +40,11 @@ __device__ __forceinline__ float key_value(uint32_t k) { return __uint_as_float(
 
 // One warp: softmax over E in fp32 and the k largest logits of each of NT tokens t[i] (logits row
 // t[i] * stride), ties to the lower index; ids and weights go to row t[i] of ids and wts where
-// t[i] < n_live. The tokens' chains are independent and interleave: a token's k rounds are ~5k
-// dependent shuffles, so a warp that takes its tokens one after another waits on latency (the
-// tensor-core router's top-k of 4 tokens a warp: 43 % of its instructions, ~30 % of its stall samples
-// at T = 4096; ncu, H200). Each token's arithmetic is the single-token order, so every form gives the
-// same weights to the bit.
+// t[i] < n_live. The tokens' chains are independent and interleave: a token's k rounds are k chains
+// of warp reductions, so a warp that takes its tokens one after another waits on latency (the
+// tensor-core router's top-k of 4 tokens a warp, with shuffle butterflies: 43 % of its instructions,
+// ~30 % of its stall samples at T = 4096; ncu, H200). Each token's arithmetic is the single-token
+// order, so every form gives the same weights to the bit.
 // NS: logits per lane (E <= 32 * NS), so E = 128 walks 4 registers, not 16.
 // L2: the logits were written by other CTAs of this grid (read through L2); else they are in this
 // CTA's shared memory.
