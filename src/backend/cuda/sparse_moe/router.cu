@@ -692,8 +692,9 @@ void launch_logits(const W *w, const RouterPlanes &rp, const G *gw, const uint16
 }
 
 template <typename W>
-void launch_w(const W *w, const RouterPlanes &rp, const DevMat *sg, int sg_codec, const uint16_t *x, uint32_t T, uint32_t H, uint32_t E,
-              uint32_t k, int norm, const Routing &r, const int32_t *forced, int *counter, bool small, cudaStream_t s)
+void launch_w(const W *w, const RouterPlanes &rp, const DevMat *sg, int sg_codec, const uint16_t *x, uint32_t T,
+              uint32_t H, uint32_t E, uint32_t k, int norm, const Routing &r, const int32_t *forced, int *counter,
+              bool small, cudaStream_t s)
 {
     if (sg && sg_codec == 0 /* NF_CODEC_F32 */)
         launch_logits(w, rp, (const float *)sg->data, x, T, H, E, k, norm, r, forced, counter, small, s);
@@ -704,9 +705,9 @@ void launch_w(const W *w, const RouterPlanes &rp, const DevMat *sg, int sg_codec
 
 } // namespace
 
-void launch_routing(const DevMat &router, int router_codec, const RouterPlanes &rp, const DevMat *shared_gate, int shared_gate_codec,
-                    const uint16_t *x, uint32_t T, uint32_t H, uint32_t E, uint32_t k, int norm_topk, const Routing &r,
-                    const int32_t *forced, int *counter, bool small, cudaStream_t s)
+void launch_routing(const DevMat &router, int router_codec, const RouterPlanes &rp, const DevMat *shared_gate,
+                    int shared_gate_codec, const uint16_t *x, uint32_t T, uint32_t H, uint32_t E, uint32_t k,
+                    int norm_topk, const Routing &r, const int32_t *forced, int *counter, bool small, cudaStream_t s)
 {
     if (router_codec == 0 /* NF_CODEC_F32 */)
         launch_w((const float *)router.data, rp, shared_gate, shared_gate_codec, x, T, H, E, k, norm_topk, r, forced,

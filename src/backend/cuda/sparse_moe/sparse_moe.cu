@@ -565,8 +565,8 @@ static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint
     const int wg_sgu = m->a4 ? -1 : m->codec[M_SGU];
     r.tile_m = m->tile_m ? m->tile_m : prefill_tile_height((double)T * k / E, wg_gu);
     r.sh_tile_m = m->tile_m ? m->tile_m : prefill_tile_height(T, wg_sgu);
-    launch_routing(m->m[M_ROUTER], m->codec[M_ROUTER], m->rplanes, m->has_shared ? &m->m[M_SGATE] : nullptr, m->codec[M_SGATE], x, T,
-                   H, E, k, b.norm_topk, r, m->forced_ids, m->counter, small, s);
+    launch_routing(m->m[M_ROUTER], m->codec[M_ROUTER], m->rplanes, m->has_shared ? &m->m[M_SGATE] : nullptr,
+                   m->codec[M_SGATE], x, T, H, E, k, b.norm_topk, r, m->forced_ids, m->counter, small, s);
     float *act = (float *)(ws + m->o_act), *y = (float *)(ws + m->o_y);
     const uint32_t max_groups = T * k < E ? T * k : E;
     Groups g{r.n_groups, r.g_expert, r.g_start, r.g_count, r.pos_entry, k, max_groups};
