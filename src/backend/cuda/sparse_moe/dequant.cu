@@ -7,6 +7,7 @@
 // The operands are the same bf16 values, so the route changes no tolerance: the test's witnesses
 // of these cases are the mma.sync kernel's bits. Measured (H200, q4_k+q6_k, T = 4096): the layer
 // 2748 -> 1336 us, the decode ~430 us of it (docs/sparse_moe.md, "k-quant and q8_0 prefill").
+#include "base/fastdiv.h"
 #include "internal.cuh"
 
 namespace nf {
@@ -23,35 +24,42 @@ constexpr int kDeqP = 4;                     // pieces a lane loads before it de
 // stores the run 16 bytes a lane, whole sectors in order (a piece's runs are scattered 8-byte pieces
 // of its block; stored straight from registers they cost 4x the store transactions). Four loads a
 // lane in flight across rows, not one piece a row: the one-piece form moved 2.9 - 3.4 TB/s (ncu,
-// H200, qwen3 bank), its down rows of 768 weights a pass and a half.
+// H200, qwen3 bank), its down rows of 768 weights a pass and a half. A piece's row is a multiply and
+// shift (`pieces`: a row's pieces), not a division (a software routine of ~20 instructions, two a
+// piece), and its address is taken from the CTA's first row in 32 bits.
 template <class C>
-__global__ void __launch_bounds__(kDeqWarps * 32) dequant_kernel(DevMat W, Groups g, uint16_t *dst)
+__global__ void __launch_bounds__(kDeqWarps * 32) dequant_kernel(DevMat W, Groups g, nf_fastdiv pieces, uint16_t *dst)
 {
     constexpr uint32_t kRun = 32 * kDeqP; // pieces a warp pass
     static_assert(C::PE == 16 && kRun % C::PIECES == 0, "a warp pass is whole blocks of 16-weight pieces");
     __shared__ __align__(16) uint16_t stage[kDeqWarps][kRun * 16];
     const int gi = blockIdx.y;
     if (gi >= *g.n) return;
-    const uint32_t e = (uint32_t)g.expert[gi], pieces = W.cols / C::BLK * C::PIECES; // a row's
-    const uint32_t r0 = blockIdx.x * kDeqRows, total = (min(W.rows, r0 + kDeqRows) - r0) * pieces;
+    const uint32_t e = (uint32_t)g.expert[gi], np = W.cols / C::BLK * C::PIECES; // a row's pieces
+    const uint32_t r0 = blockIdx.x * kDeqRows, total = (min(W.rows, r0 + kDeqRows) - r0) * np;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     uint16_t *buf = stage[warp], *out = dst + ((size_t)e * W.rows + r0) * W.cols;
+    DevMat V = W; // the CTA's rows as rows 0 .. of expert 0
+    V.data = row_ptr(W, e, r0);
     for (uint32_t p0 = warp * kRun; p0 < total; p0 += kDeqWarps * kRun) {
         const uint32_t n = min(kRun, total - p0);
         typename C::Raw raw[kDeqP];
         typename C::Row row[kDeqP];
+        int qs[kDeqP]; // each piece's index in its row
 #pragma unroll
         for (int i = 0; i < kDeqP; i++) {
             const uint32_t p = p0 + lane + 32 * i;
             if (p >= p0 + n) continue;
-            row[i] = C::row(W, e, r0 + p / pieces);
-            raw[i] = C::load(row[i], (int)(p % pieces));
+            const uint32_t r = nf_fastdiv_apply(p, pieces);
+            qs[i] = (int)(p - r * np);
+            row[i] = C::row(V, 0, r);
+            raw[i] = C::load(row[i], qs[i]);
         }
 #pragma unroll
         for (int i = 0; i < kDeqP; i++) {
             const uint32_t p = p0 + lane + 32 * i;
             if (p >= p0 + n) continue;
-            const int q = (int)(p % pieces), base = (int)(p - p0) * C::PE - q * C::PE; // stage offset of the row
+            const int q = qs[i], base = (int)(p - p0) * C::PE - q * C::PE; // stage offset of the row
             float w[C::PE];
             C::decode(row[i], raw[i], q, w);
 #pragma unroll
@@ -103,7 +111,7 @@ cudaError_t launch_dequant_bf16(int codec, const DevMat W, const Groups &g, uint
         if constexpr (std::is_same<C, CBF16>::value || std::is_same<C, CNVFP4>::value) {
             return cudaErrorInvalidValue;
         } else {
-            dequant_kernel<C><<<grid, kDeqWarps * 32, 0, s>>>(W, g, dst);
+            dequant_kernel<C><<<grid, kDeqWarps * 32, 0, s>>>(W, g, nf_fastdiv_make(W.cols / C::BLK * C::PIECES), dst);
             return cudaGetLastError();
         }
     });

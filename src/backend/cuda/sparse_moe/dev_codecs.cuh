@@ -52,9 +52,14 @@ NF_HD uint32_t div_word(const DevMat &m, uint64_t grow) { return nf_fastdiv_appl
 
 NF_HD float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
-// A small unsigned integer (< 2^23) as float without the conversion unit: place it in the mantissa
-// of 2^23 and subtract 2^23 (exact). Two fast-pipe instructions instead of an I2F.
-__device__ __forceinline__ float u2f(uint32_t v) { return __uint_as_float(0x4B000000u | v) - 8388608.0f; }
+// 2^23 + byte i of v as a float, exactly, in one byte permute (the byte in the mantissa of 2^23,
+// without the conversion unit). The decoders gather a codec's four values of one byte position into
+// a word with a mask or shift or two, and subtract 2^23 (plus any offset of the codec: the difference
+// is a small integer, exact) in one add: with the scale's multiply, 3 instructions a weight where a
+// shift, a mask, an or and one or two adds had each value. (The copy kernel, with its row lookup by
+// multiply: 14 % (q4_k), 27 % (q6_k), 29 % (q8_0) fewer instructions executed; the mma.sync prefill,
+// which decodes in its MMA loop, 0.91 - 0.96x the layer's time at T = 64 .. 1024: docs/sparse_moe.md.)
+__device__ __forceinline__ float byte_f23(uint32_t v, int i) { return __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7540u | i)); }
 __device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 // f as bf16 bits, round to nearest even.
 __device__ __forceinline__ uint16_t f2bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
@@ -125,12 +130,14 @@ struct CQ4K {
         const int j = (q & 15) >> 2;
         float d1, mm1, d2, mm2;
         k4_sub_scales(w.sc, w.dm, j, d1, mm1, d2, mm2);
+        const uint32_t xl = w.qs.x & 0x0F0F0F0Fu, yl = w.qs.y & 0x0F0F0F0Fu;
+        const uint32_t xh = (w.qs.x >> 4) & 0x0F0F0F0Fu, yh = (w.qs.y >> 4) & 0x0F0F0F0Fu;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            out[i] = d1 * u2f((w.qs.x >> (8 * i)) & 0xF) - mm1;
-            out[4 + i] = d1 * u2f((w.qs.y >> (8 * i)) & 0xF) - mm1;
-            out[8 + i] = d2 * u2f((w.qs.x >> (8 * i + 4)) & 0xF) - mm2;
-            out[12 + i] = d2 * u2f((w.qs.y >> (8 * i + 4)) & 0xF) - mm2;
+            out[i] = d1 * (byte_f23(xl, i) - 8388608.0f) - mm1;
+            out[4 + i] = d1 * (byte_f23(yl, i) - 8388608.0f) - mm1;
+            out[8 + i] = d2 * (byte_f23(xh, i) - 8388608.0f) - mm2;
+            out[12 + i] = d2 * (byte_f23(yh, i) - 8388608.0f) - mm2;
         }
     }
 };
@@ -167,13 +174,17 @@ struct CQ5K {
         float d1, mm1, d2, mm2;
         k4_sub_scales(w.sc, w.dm, j, d1, mm1, d2, mm2);
         const int b1 = 2 * j, b2 = 2 * j + 1;
+        // the four 5-bit values of each byte position: a nibble of qs, bit b1 (low) or b2 (high) of qh
+        constexpr uint32_t kN = 0x0F0F0F0Fu, kB = 0x01010101u;
+        const uint32_t xl = (w.qs.x & kN) | (((w.qh.x >> b1) & kB) << 4), yl = (w.qs.y & kN) | (((w.qh.y >> b1) & kB) << 4);
+        const uint32_t xh = ((w.qs.x >> 4) & kN) | (((w.qh.x >> b2) & kB) << 4);
+        const uint32_t yh = ((w.qs.y >> 4) & kN) | (((w.qh.y >> b2) & kB) << 4);
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const uint32_t qv = i < 4 ? w.qs.x : w.qs.y, hv = i < 4 ? w.qh.x : w.qh.y;
-            const int sh = 8 * (i & 3);
-            const int ql = (qv >> sh) & 0xFF, qh = (hv >> sh) & 0xFF;
-            out[i] = d1 * u2f((ql & 0xF) | (((qh >> b1) & 1) << 4)) - mm1;
-            out[8 + i] = d2 * u2f((ql >> 4) | (((qh >> b2) & 1) << 4)) - mm2;
+        for (int i = 0; i < 4; i++) {
+            out[i] = d1 * (byte_f23(xl, i) - 8388608.0f) - mm1;
+            out[4 + i] = d1 * (byte_f23(yl, i) - 8388608.0f) - mm1;
+            out[8 + i] = d2 * (byte_f23(xh, i) - 8388608.0f) - mm2;
+            out[12 + i] = d2 * (byte_f23(yh, i) - 8388608.0f) - mm2;
         }
     }
 };
@@ -214,13 +225,16 @@ struct CQ6K {
         const float d = h2f(w.d);
         const float s0 = d * (int8_t)(w.sc.x >> (8 * is)), s1 = d * (int8_t)(w.sc.x >> (8 * is + 16));
         const float s2 = d * (int8_t)(w.sc.y >> (8 * is)), s3 = d * (int8_t)(w.sc.y >> (8 * is + 16));
+        // the four 6-bit values of each byte position: low or high nibble of qa / qb, two bits of qh
+        constexpr uint32_t kN = 0x0F0F0F0Fu, kH = 0x30303030u;
+        const uint32_t v0 = (w.qa & kN) | ((w.qh << 4) & kH), v1 = (w.qb & kN) | ((w.qh << 2) & kH);
+        const uint32_t v2 = ((w.qa >> 4) & kN) | (w.qh & kH), v3 = ((w.qb >> 4) & kN) | ((w.qh >> 2) & kH);
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int a = (w.qa >> (8 * i)) & 0xFF, c = (w.qb >> (8 * i)) & 0xFF, h = (w.qh >> (8 * i)) & 0xFF;
-            out[i] = s0 * (u2f((a & 0xF) | ((h & 3) << 4)) - 32.0f);
-            out[4 + i] = s1 * (u2f((c & 0xF) | (((h >> 2) & 3) << 4)) - 32.0f);
-            out[8 + i] = s2 * (u2f((a >> 4) | (((h >> 4) & 3) << 4)) - 32.0f);
-            out[12 + i] = s3 * (u2f((c >> 4) | (((h >> 6) & 3) << 4)) - 32.0f);
+        for (int i = 0; i < 4; i++) { // 2^23 + q - (2^23 + 32): q - 32, exact
+            out[i] = s0 * (byte_f23(v0, i) - 8388640.0f);
+            out[4 + i] = s1 * (byte_f23(v1, i) - 8388640.0f);
+            out[8 + i] = s2 * (byte_f23(v2, i) - 8388640.0f);
+            out[12 + i] = s3 * (byte_f23(v3, i) - 8388640.0f);
         }
     }
 };
@@ -251,9 +265,11 @@ struct CQ8 {
     __device__ static void decode(const Row &, const Raw &w, int, float *out)
     {
         const float d = h2f(w.d);
-        const int32_t words[4] = {w.qs.x, w.qs.y, w.qs.z, w.qs.w};
+        // int8 q as the byte q + 128 (sign bit flipped); 2^23 + q + 128 - (2^23 + 128): q, exact
+        const uint32_t words[4] = {(uint32_t)w.qs.x ^ 0x80808080u, (uint32_t)w.qs.y ^ 0x80808080u,
+                                   (uint32_t)w.qs.z ^ 0x80808080u, (uint32_t)w.qs.w ^ 0x80808080u};
 #pragma unroll
-        for (int i = 0; i < 16; i++) out[i] = d * (u2f(((words[i >> 2] >> (8 * (i & 3))) & 0xFF) ^ 0x80) - 128.0f);
+        for (int i = 0; i < 16; i++) out[i] = d * (byte_f23(words[i >> 2], i & 3) - 8388736.0f);
     }
 };
 
