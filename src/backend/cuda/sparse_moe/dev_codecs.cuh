@@ -57,8 +57,9 @@ NF_HD float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 // a word with a mask or shift or two, and subtract 2^23 (plus any offset of the codec: the difference
 // is a small integer, exact) in one add: with the scale's multiply, 3 instructions a weight where a
 // shift, a mask, an or and one or two adds had each value. (The copy kernel, with its row lookup by
-// multiply: 14 % (q4_k), 27 % (q6_k), 29 % (q8_0) fewer instructions executed; the mma.sync prefill,
-// which decodes in its MMA loop, 0.91 - 0.96x the layer's time at T = 64 .. 1024: docs/sparse_moe.md.)
+// multiply: 14 % (q4_k), 27 % (q6_k), 29 % (q8_0) fewer instructions executed, ncu; the mma.sync
+// prefill, which decodes in its MMA loop: 0.92 - 0.97x the layer's time at T = 64, H200;
+// docs/sparse_moe.md, "The decoders' values by byte permute".)
 __device__ __forceinline__ float byte_f23(uint32_t v, int i) { return __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7540u | i)); }
 __device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 // f as bf16 bits, round to nearest even.
