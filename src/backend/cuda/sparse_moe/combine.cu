@@ -13,8 +13,9 @@ namespace {
 // fmaf (the same bits whatever the width). (A column a thread with the slot and weight reloaded each step
 // read the [T k][H] plane at 3.7 TB/s: 76.6 us at T = 4096, k = 8, H = 2048; H200, ncu. With bf16 y at
 // 4 columns a thread, 8-byte loads, the same plane's half took 135 us: too few bytes in flight.)
-// H % C == 0 (bind: H % 8), k <= kMaxK.
-constexpr uint32_t kMaxK = 16;
+// H % C == 0 (bind: H % 8), k <= KM: 8 (the qwen geometries' top-8) or 16, the most a bank has. The
+// raw vectors are KM x 4 registers whichever k runs, so KM = 16 for k = 8 held a 256-thread CTA to
+// two an SM (128 registers, bf16 y); at 8 (64 registers) four fit, and the loads in flight an SM with them.
 
 // C consecutive elements of y at element i: one 16-byte load, kept raw until the sums (16 slots of
 // raw vectors are 64 registers for either width) and widened to f32 element by element.
@@ -32,27 +33,27 @@ template <> struct Vec<uint16_t> {
     }
 };
 
-template <class Y>
-__global__ void combine_kernel(const int32_t *slot, const float *w, const Y *y, const float *shared_g,
+template <class Y, uint32_t KM>
+__global__ void __launch_bounds__(256, KM == 8 ? 4 : 2) combine_kernel(const int32_t *slot, const float *w, const Y *y, const float *shared_g,
                                const float *ys, uint32_t H, uint32_t k, uint16_t *out)
 {
     constexpr uint32_t C = Vec<Y>::C;
-    __shared__ uint32_t sl[kMaxK];
-    __shared__ float sw[kMaxK];
+    __shared__ uint32_t sl[KM];
+    __shared__ float sw[KM];
     const uint32_t t = blockIdx.x;
     if (threadIdx.x < k) sl[threadIdx.x] = (uint32_t)slot[(size_t)t * k + threadIdx.x], sw[threadIdx.x] = w[(size_t)t * k + threadIdx.x];
     __syncthreads();
     const float g = ys ? shared_g[t] : 0.f;
     for (uint32_t h = C * threadIdx.x; h < H; h += C * blockDim.x) {
-        uint4 v[kMaxK];
+        uint4 v[KM];
 #pragma unroll
-        for (uint32_t j = 0; j < kMaxK; j++)
+        for (uint32_t j = 0; j < KM; j++)
             if (j < k) v[j] = *reinterpret_cast<const uint4 *>(y + (size_t)sl[j] * H + h);
         float a[C];
 #pragma unroll
         for (uint32_t c = 0; c < C; c++) a[c] = 0.f;
 #pragma unroll
-        for (uint32_t j = 0; j < kMaxK; j++)
+        for (uint32_t j = 0; j < KM; j++)
             if (j < k) {
 #pragma unroll
                 for (uint32_t c = 0; c < C; c++) a[c] = fmaf(sw[j], Vec<Y>::at(v[j], c), a[c]);
@@ -78,8 +79,9 @@ __global__ void combine_kernel(const int32_t *slot, const float *w, const Y *y, 
 void launch_combine(const Routing &r, const void *y, bool y16, const float *ys, uint32_t T, uint32_t H, uint32_t k,
                     uint16_t *out, cudaStream_t s)
 {
-    if (y16) combine_kernel<<<T, 256, 0, s>>>(r.slot, r.topk_w, (const uint16_t *)y, r.shared_g, ys, H, k, out);
-    else combine_kernel<<<T, 256, 0, s>>>(r.slot, r.topk_w, (const float *)y, r.shared_g, ys, H, k, out);
+    auto go = [&](auto kernel, const auto *yp) { kernel<<<T, 256, 0, s>>>(r.slot, r.topk_w, yp, r.shared_g, ys, H, k, out); };
+    if (y16) k <= 8 ? go(combine_kernel<uint16_t, 8>, (const uint16_t *)y) : go(combine_kernel<uint16_t, 16>, (const uint16_t *)y);
+    else k <= 8 ? go(combine_kernel<float, 8>, (const float *)y) : go(combine_kernel<float, 16>, (const float *)y);
 }
 
 } // namespace nf
