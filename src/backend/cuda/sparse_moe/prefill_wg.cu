@@ -294,26 +294,31 @@ __global__ void __launch_bounds__(kThreads, 1)
     float acc[S::NACC];
 #pragma unroll
     for (int i = 0; i < S::NACC; i++) acc[i] = 0.0f;
+    const bool live = BM == 64 || a_row0 < count; // as wide_consume's: no wgmma for a warpgroup without positions
     for (int kk = 0; kk < nk; kk++) {
         const int s = kk % S::kStages;
         const uint32_t a_base = smem_u32(ring + s * S::kStage) + a_row0 * 128;
         const uint32_t b_base = smem_u32(ring + s * S::kStage + S::kABytes) + b_row0 * 128;
         mbar_wait(&full[s], (kk / S::kStages) & 1);
-        wg_fence();
+        if (live) {
+            wg_fence();
 #pragma unroll
-        for (int kh = 0; kh < 2; kh++)
+            for (int kh = 0; kh < 2; kh++)
 #pragma unroll
-            for (int k16 = 0; k16 < 4; k16++) {
-                const uint64_t da = wg_desc(a_base + kh * BM * 128 + k16 * 32), db = wg_desc(b_base + kh * kSubB + k16 * 32);
-                if constexpr (BM == 128) wg_mma_n128(acc, da, db);
-                else wg_mma_n64(acc, da, db);
-            }
-        wg_commit();
-        // The stage goes back as soon as its wgmma completes (holding it one slice longer, so that
-        // the next slice's wgmma is issued first, measured 0.95x on bf16 at T = 4096).
-        wg_wait<0>();
+                for (int k16 = 0; k16 < 4; k16++) {
+                    const uint64_t da = wg_desc(a_base + kh * BM * 128 + k16 * 32),
+                                   db = wg_desc(b_base + kh * kSubB + k16 * 32);
+                    if constexpr (BM == 128) wg_mma_n128(acc, da, db);
+                    else wg_mma_n64(acc, da, db);
+                }
+            wg_commit();
+            // The stage goes back as soon as its wgmma completes (holding it one slice longer, so
+            // that the next slice's wgmma is issued first, measured 0.95x on bf16 at T = 4096).
+            wg_wait<0>();
+        }
         if (lane == 0) mbar_arrive(&empty[s]);
     }
+    if (!live) return;
 
     // epilogue: thread rows a_row0 + 16 q + lane / 4 (+ 8), columns b_row0 + 8 j + 2 (lane % 4) (+ 1);
     // nvfp4 columns scaled by 2^8 / their row's divisor
@@ -508,8 +513,12 @@ __device__ __forceinline__ void wide_produce_raw(uint8_t *ring, uint8_t *raw, ui
 // slice's wgmma group completed before the next is issued and its stage then freed. (Keeping one group
 // in flight, the stage freed a slice later, measured 1100 against 1072 us for the bf16 layer at
 // T = 4096: the producer then runs one slice less ahead.)
+// A warpgroup none of whose positions is in the tile (`live` false: an expert's last tile of at most
+// 64 positions) issues no wgmma and leaves the tensor cores to the other; it still waits for each
+// stage before freeing it, so that its arrivals never count toward a later use of the stage. (Its
+// accumulators stay zero and are never stored; the live rows' values are the same.)
 __device__ __forceinline__ void wide_consume(float (&acc)[128], uint8_t *ring, uint64_t *full, uint64_t *empty, int wg,
-                                             int nk, int base)
+                                             bool live, int nk, int base)
 {
     const int lane = threadIdx.x & 31;
     for (int kk = 0; kk < nk; kk++) {
@@ -517,11 +526,13 @@ __device__ __forceinline__ void wide_consume(float (&acc)[128], uint8_t *ring, u
         const uint32_t a_base = smem_u32(ring + s * kWideStage) + 64 * wg * 128;
         const uint32_t b_base = smem_u32(ring + s * kWideStage + kWideA);
         mbar_wait(&full[s], (jg / kWideStages) & 1);
-        wg_fence();
+        if (live) {
+            wg_fence();
 #pragma unroll
-        for (int k16 = 0; k16 < 4; k16++) wg_mma_n256(acc, wg_desc(a_base + k16 * 32), wg_desc(b_base + k16 * 32));
-        wg_commit();
-        wg_wait<0>();
+            for (int k16 = 0; k16 < 4; k16++) wg_mma_n256(acc, wg_desc(a_base + k16 * 32), wg_desc(b_base + k16 * 32));
+            wg_commit();
+            wg_wait<0>();
+        }
         if (lane == 0) mbar_arrive(&empty[s]);
     }
 }
@@ -684,8 +695,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         float acc[128];
 #pragma unroll
         for (int i = 0; i < 128; i++) acc[i] = 0.0f;
-        wide_consume(acc, ring, full, empty, wg, nk, base);
-        wide_store<C, GLU>(acc, W, t.expert, bx, wg, t.start, t.count, out, out_stride, y16);
+        const bool live = 64 * wg < t.count;
+        wide_consume(acc, ring, full, empty, wg, live, nk, base);
+        if (live) wide_store<C, GLU>(acc, W, t.expert, bx, wg, t.start, t.count, out, out_stride, y16);
     }
 #endif
 }
