@@ -339,8 +339,10 @@ extern "C" nf_status nf_sparse_moe_bind(const nf_moe_bank *b, uint32_t max_token
         m->codec[i] = want[i].mm->codec;
     }
     for (int i = nmat; i < 6; i++) m->codec[i] = -1;
-    const size_t planes_off = total; // an f32 router's three bf16 planes
-    if (b->router.codec == NF_CODEC_F32) total += (3 * sizeof(uint16_t) * E * H + 255) & ~(size_t)255;
+    // an f32 router's three bf16 planes, for the tensor-core router: only if a slice can reach it
+    const bool split = b->router.codec == NF_CODEC_F32 && max_tokens >= kRouterMmaFrom;
+    const size_t planes_off = total;
+    if (split) total += (3 * sizeof(uint16_t) * E * H + 255) & ~(size_t)255;
     const size_t state_off = total;
     const size_t zeroed = (4 * (2 + (size_t)E) + 255) & ~(size_t)255;
     total += zeroed + 4 * (2 + (size_t)E); // operator state: the counters (zeroed); W4A4 divisors
@@ -381,8 +383,8 @@ extern "C" nf_status nf_sparse_moe_bind(const nf_moe_bank *b, uint32_t max_token
             return s;
         }
     }
-    m->rplanes = {(const uint16_t *)m->m[M_ROUTER].data, 1};
-    if (b->router.codec == NF_CODEC_F32) {
+    m->rplanes = {b->router.codec == NF_CODEC_BF16 ? (const uint16_t *)m->m[M_ROUTER].data : nullptr, 1};
+    if (split) {
         uint16_t *planes = (uint16_t *)(m->dev + planes_off);
         if ((s = split_router(&b->router, H, planes, err)) != NF_OK) {
             nf_sparse_moe_free(m);
