@@ -102,6 +102,20 @@ NF_HD void k4_sub_scales(const uint32_t w[3], uint32_t dmw, int j, float &d1, fl
     d1 = d * s1, mm1 = dmin * m1, d2 = d * s2, mm2 = dmin * m2;
 }
 
+// A q4_k / q5_k piece's 16 values from its four words of unsigned quants (xl, yl: sub-block 2j's
+// byte positions 0-3 and 4-7; xh, yh: sub-block 2j + 1's), each d * q - dmin * m of its sub-block.
+__device__ __forceinline__ void k4_values(uint32_t xl, uint32_t yl, uint32_t xh, uint32_t yh, float d1, float mm1,
+                                          float d2, float mm2, float *out)
+{
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        out[i] = d1 * (byte_f23(xl, i) - 8388608.0f) - mm1;
+        out[4 + i] = d1 * (byte_f23(yl, i) - 8388608.0f) - mm1;
+        out[8 + i] = d2 * (byte_f23(xh, i) - 8388608.0f) - mm2;
+        out[12 + i] = d2 * (byte_f23(yh, i) - 8388608.0f) - mm2;
+    }
+}
+
 struct CQ4K {
     static constexpr int BLK = 256, PIECES = 16, PE = 16, RUNS = 2, RUN = 8;
     struct Row {
@@ -133,13 +147,7 @@ struct CQ4K {
         k4_sub_scales(w.sc, w.dm, j, d1, mm1, d2, mm2);
         const uint32_t xl = w.qs.x & 0x0F0F0F0Fu, yl = w.qs.y & 0x0F0F0F0Fu;
         const uint32_t xh = (w.qs.x >> 4) & 0x0F0F0F0Fu, yh = (w.qs.y >> 4) & 0x0F0F0F0Fu;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            out[i] = d1 * (byte_f23(xl, i) - 8388608.0f) - mm1;
-            out[4 + i] = d1 * (byte_f23(yl, i) - 8388608.0f) - mm1;
-            out[8 + i] = d2 * (byte_f23(xh, i) - 8388608.0f) - mm2;
-            out[12 + i] = d2 * (byte_f23(yh, i) - 8388608.0f) - mm2;
-        }
+        k4_values(xl, yl, xh, yh, d1, mm1, d2, mm2, out);
     }
 };
 
@@ -180,13 +188,7 @@ struct CQ5K {
         const uint32_t xl = (w.qs.x & kN) | (((w.qh.x >> b1) & kB) << 4), yl = (w.qs.y & kN) | (((w.qh.y >> b1) & kB) << 4);
         const uint32_t xh = ((w.qs.x >> 4) & kN) | (((w.qh.x >> b2) & kB) << 4);
         const uint32_t yh = ((w.qs.y >> 4) & kN) | (((w.qh.y >> b2) & kB) << 4);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            out[i] = d1 * (byte_f23(xl, i) - 8388608.0f) - mm1;
-            out[4 + i] = d1 * (byte_f23(yl, i) - 8388608.0f) - mm1;
-            out[8 + i] = d2 * (byte_f23(xh, i) - 8388608.0f) - mm2;
-            out[12 + i] = d2 * (byte_f23(yh, i) - 8388608.0f) - mm2;
-        }
+        k4_values(xl, yl, xh, yh, d1, mm1, d2, mm2, out);
     }
 };
 
