@@ -294,13 +294,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     float acc[S::NACC];
 #pragma unroll
     for (int i = 0; i < S::NACC; i++) acc[i] = 0.0f;
-    const bool live = BM == 64 || a_row0 < count; // as wide_consume's: no wgmma for a warpgroup without positions
+    const bool busy = BM == 64 || a_row0 < count; // as wide_consume's: no wgmma for a warpgroup without positions
     for (int kk = 0; kk < nk; kk++) {
         const int s = kk % S::kStages;
         const uint32_t a_base = smem_u32(ring + s * S::kStage) + a_row0 * 128;
         const uint32_t b_base = smem_u32(ring + s * S::kStage + S::kABytes) + b_row0 * 128;
         mbar_wait(&full[s], (kk / S::kStages) & 1);
-        if (live) {
+        if (busy) {
             wg_fence();
 #pragma unroll
             for (int kh = 0; kh < 2; kh++)
@@ -318,7 +318,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         if (lane == 0) mbar_arrive(&empty[s]);
     }
-    if (!live) return;
+    if (!busy) return;
 
     // epilogue: thread rows a_row0 + 16 q + lane / 4 (+ 8), columns b_row0 + 8 j + 2 (lane % 4) (+ 1);
     // nvfp4 columns scaled by 2^8 / their row's divisor
@@ -513,12 +513,12 @@ __device__ __forceinline__ void wide_produce_raw(uint8_t *ring, uint8_t *raw, ui
 // slice's wgmma group completed before the next is issued and its stage then freed. (Keeping one group
 // in flight, the stage freed a slice later, measured 1100 against 1072 us for the bf16 layer at
 // T = 4096: the producer then runs one slice less ahead.)
-// A warpgroup none of whose positions is in the tile (`live` false: an expert's last tile of at most
+// A warpgroup none of whose positions is in the tile (`busy` false: an expert's last tile of at most
 // 64 positions) issues no wgmma and leaves the tensor cores to the other; it still waits for each
 // stage before freeing it, so that its arrivals never count toward a later use of the stage. (Its
 // accumulators stay zero and are never stored; the live rows' values are the same.)
 __device__ __forceinline__ void wide_consume(float (&acc)[128], uint8_t *ring, uint64_t *full, uint64_t *empty, int wg,
-                                             bool live, int nk, int base)
+                                             bool busy, int nk, int base)
 {
     const int lane = threadIdx.x & 31;
     for (int kk = 0; kk < nk; kk++) {
@@ -526,7 +526,7 @@ __device__ __forceinline__ void wide_consume(float (&acc)[128], uint8_t *ring, u
         const uint32_t a_base = smem_u32(ring + s * kWideStage) + 64 * wg * 128;
         const uint32_t b_base = smem_u32(ring + s * kWideStage + kWideA);
         mbar_wait(&full[s], (jg / kWideStages) & 1);
-        if (live) {
+        if (busy) {
             wg_fence();
 #pragma unroll
             for (int k16 = 0; k16 < 4; k16++) wg_mma_n256(acc, wg_desc(a_base + k16 * 32), wg_desc(b_base + k16 * 32));
@@ -695,9 +695,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         float acc[128];
 #pragma unroll
         for (int i = 0; i < 128; i++) acc[i] = 0.0f;
-        const bool live = 64 * wg < t.count;
-        wide_consume(acc, ring, full, empty, wg, live, nk, base);
-        if (live) wide_store<C, GLU>(acc, W, t.expert, bx, wg, t.start, t.count, out, out_stride, y16);
+        const bool busy = 64 * wg < t.count; // (live: the tile list's length)
+        wide_consume(acc, ring, full, empty, wg, busy, nk, base);
+        if (busy) wide_store<C, GLU>(acc, W, t.expert, bx, wg, t.start, t.count, out, out_stride, y16);
     }
 #endif
 }

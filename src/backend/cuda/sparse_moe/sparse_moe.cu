@@ -49,6 +49,7 @@ struct nf_sparse_moe {
     DevMat m[6];           // router, gate_up, down, shared_gate_up, shared_down, shared_gate
     int codec[6];
     RouterPlanes rplanes;  // the router as bf16 planes (router_mma.cu): its own rows, or an f32 router's split
+                           // (p NULL: an f32 router bound for slices below kRouterMmaFrom)
     int has_shared;
     uint8_t *dev;          // one allocation holding every matrix
     size_t dev_bytes;
