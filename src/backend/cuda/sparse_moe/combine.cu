@@ -17,8 +17,8 @@ namespace {
 // raw vectors are KM x 4 registers whichever k runs, so KM = 16 for k = 8 held a 256-thread CTA to
 // two an SM (128 registers, bf16 y); at 8 (64 registers) four fit, and the loads in flight an SM with them.
 
-// C consecutive elements of y at element i: one 16-byte load, kept raw until the sums (16 slots of
-// raw vectors are 64 registers for either width) and widened to f32 element by element.
+// C consecutive elements of y at element i: one 16-byte load, kept raw until the sums (KM slots of
+// raw vectors, 4 registers each for either width) and widened to f32 element by element.
 template <class Y> struct Vec;
 template <> struct Vec<float> {
     static constexpr uint32_t C = 4;
