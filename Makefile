@@ -5,23 +5,27 @@ CMAKE_FLAGS ?=
 BUILD ?= build
 GENERATOR := $(if $(shell command -v ninja),Ninja,Unix Makefiles)
 
-.PHONY: all build test asan fuzz clean gpu-bundle demo
+.PHONY: all deps build test asan fuzz clean gpu-bundle demo
 
 all: build
 
-$(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+# The Debian packages the build needs, installed when missing (tools/deps.sh holds the one list).
+deps:
+	@bash tools/deps.sh
 
-build: $(BUILD)/CMakeCache.txt
+$(BUILD)/CMakeCache.txt: | deps
+	cmake -S . -B $(BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) || { rm -f $@; exit 1; }
+
+build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
-build-asan/CMakeCache.txt:
-	cmake -S . -B build-asan -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Debug -DNF_SANITIZE=ON -DNF_CUDA=OFF
+build-asan/CMakeCache.txt: | deps
+	cmake -S . -B build-asan -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Debug -DNF_SANITIZE=ON -DNF_CUDA=OFF || { rm -f $@; exit 1; }
 
-asan: build-asan/CMakeCache.txt
+asan: deps build-asan/CMakeCache.txt
 	cmake --build build-asan -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir build-asan --output-on-failure -j $(JOBS) -L cpu
@@ -30,8 +34,8 @@ asan: build-asan/CMakeCache.txt
 # 60) from a generated seed corpus; the corpus grows in build-fuzz/corpus. A crash input lands in
 # build-fuzz/ as crash-*: commit it under tests/fixtures/format/regress/ (test_artifact_regress).
 FUZZ_TIME ?= 60
-build-fuzz/CMakeCache.txt:
-	CC=clang cmake -S . -B build-fuzz -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Debug -DNF_FUZZ=ON -DNF_CUDA=OFF
+build-fuzz/CMakeCache.txt: | deps
+	CC=clang cmake -S . -B build-fuzz -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Debug -DNF_FUZZ=ON -DNF_CUDA=OFF || { rm -f $@; exit 1; }
 
 fuzz: build-fuzz/CMakeCache.txt
 	cmake --build build-fuzz -j $(JOBS) --target fuzz_artifact fuzz_gen_seeds
@@ -46,8 +50,8 @@ fuzz: build-fuzz/CMakeCache.txt
 # Its own build tree for the device's target only (GPU_ARCHS, default sm_90a: the H200), which halves
 # the binaries and keeps gpu-bundle.txz (~30 MB) inside the device tool's carry limit with the tree.
 GPU_ARCHS ?= 90a
-build-gpu/CMakeCache.txt:
-	cmake -S . -B build-gpu -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Release -DNF_CUDA_ARCHS="$(GPU_ARCHS)" $(CMAKE_FLAGS)
+build-gpu/CMakeCache.txt: | deps
+	cmake -S . -B build-gpu -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Release -DNF_CUDA_ARCHS="$(GPU_ARCHS)" $(CMAKE_FLAGS) || { rm -f $@; exit 1; }
 
 gpu-bundle: build-gpu/CMakeCache.txt
 	cmake --build build-gpu -j $(JOBS) --target gpu-bundle

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The Debian packages ninfer's build, tests and demo need: the one list, used by the Makefile (so by
+# `make`, `make demo` and `make test`) and by .ci/run. Installs only what is missing, as root or
+# through sudo; when it cannot, it names the packages and the command and exits non-zero.
+#
+#   tools/deps.sh            install what is missing (quiet when nothing is)
+#   tools/deps.sh --list     print the list and exit
+#
+# NF_SKIP_DEPS=1 skips the check (a machine that is not Debian, or a build that brings its own).
+set -euo pipefail
+
+packages=(build-essential cmake ninja-build git pkg-config libpcre2-dev libcjson-dev clang libclang-rt-14-dev
+          python3 python3-pip)
+
+if [ "${1:-}" = "--list" ]; then
+  printf '%s\n' "${packages[@]}"
+  exit 0
+fi
+[ "${NF_SKIP_DEPS:-0}" = 1 ] && exit 0
+if ! command -v dpkg-query >/dev/null 2>&1; then
+  echo "deps: not a Debian system (no dpkg-query); make sure these are installed: ${packages[*]}" >&2
+  exit 0
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+cmd="apt-get update && apt-get install -y --no-install-recommends ${missing[*]}"
+SUDO=
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    SUDO=sudo
+  else
+    echo "deps: error: missing Debian packages: ${missing[*]}" >&2
+    echo "deps: install them as root:  $cmd" >&2
+    echo "deps: (or set NF_SKIP_DEPS=1 if they are installed some other way)" >&2
+    exit 1
+  fi
+fi
+echo "deps: installing ${missing[*]}" >&2
+if ! { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >&2; then
+  echo "deps: error: could not install ${missing[*]}; try by hand:  ${SUDO:+sudo }$cmd" >&2
+  exit 1
+fi
