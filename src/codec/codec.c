@@ -26,6 +26,10 @@ NF_CODEC_DECL(nf_codec_q4_1);
 NF_CODEC_DECL(nf_codec_q5_0);
 NF_CODEC_DECL(nf_codec_q5_1);
 NF_CODEC_DECL(nf_codec_nvfp4);
+NF_CODEC_DECL(nf_codec_q2_k);
+NF_CODEC_DECL(nf_codec_q3_k);
+NF_CODEC_DECL(nf_codec_iq4_xs);
+NF_CODEC_DECL(nf_codec_iq4_nl);
 
 static const nf_codec *table(nf_codec_id id)
 {
@@ -42,6 +46,10 @@ static const nf_codec *table(nf_codec_id id)
     case NF_CODEC_Q5_0: return &nf_codec_q5_0;
     case NF_CODEC_Q5_1: return &nf_codec_q5_1;
     case NF_CODEC_NVFP4: return &nf_codec_nvfp4;
+    case NF_CODEC_Q2_K: return &nf_codec_q2_k;
+    case NF_CODEC_Q3_K: return &nf_codec_q3_k;
+    case NF_CODEC_IQ4_XS: return &nf_codec_iq4_xs;
+    case NF_CODEC_IQ4_NL: return &nf_codec_iq4_nl;
     case NF_CODEC_COUNT: break;
     }
     return NULL;

@@ -5,7 +5,7 @@
  * nvfp4 is planar (a data plane, a swizzled scale plane shared by the whole matrix, and fp32
  * divisor words): its matrix-level API is in codec/nvfp4.h, and its row ops here are NULL.
  *
- * Value identity: q8_0, q4_k, q5_k, q6_k and the legacy q4_0/q4_1/q5_0/q5_1 decode to exactly the
+ * Value identity: q8_0, q4_k, q5_k, q6_k, q2_k, q3_k, iq4_xs, iq4_nl and the legacy q4_0/q4_1/q5_0/q5_1 decode to exactly the
  * floats llama.cpp's dequantize_row_* produces for the same bytes (docs/codecs.md). */
 #ifndef NF_CODEC_CODEC_H
 #define NF_CODEC_CODEC_H
@@ -28,12 +28,17 @@ typedef enum nf_codec_id {
     NF_CODEC_Q5_0,
     NF_CODEC_Q5_1,
     NF_CODEC_NVFP4,
+    NF_CODEC_Q2_K, /* imported from GGUF, decoded, never encoded */
+    NF_CODEC_Q3_K,
+    NF_CODEC_IQ4_XS,
+    NF_CODEC_IQ4_NL,
     NF_CODEC_COUNT
 } nf_codec_id;
 
 enum {
     NF_CODEC_DEQUANT_ONLY = 1u << 0, /* no quantizer: imported, then re-encoded by a recipe */
     NF_CODEC_PLANAR = 1u << 1,       /* not a sequence of self-contained blocks (nvfp4) */
+    NF_CODEC_IMPORT_ONLY = 1u << 2,  /* no quantizer: carried over from GGUF as it is, never a recipe's choice */
 };
 
 /* Row operations. n is the row length in elements, a multiple of block_elems.
@@ -54,8 +59,8 @@ typedef struct nf_codec {
     int ggml_type;        /* GGML type id (Q4_K = 12, ...), -1 when GGUF has none */
     uint32_t block_elems; /* elements per block (1 for f32/f16/bf16, 16 for nvfp4) */
     uint32_t block_bytes; /* bytes per block; for nvfp4 the data plane only (8 per 16 elements) */
-    unsigned flags;       /* NF_CODEC_DEQUANT_ONLY, NF_CODEC_PLANAR */
-    nf_quantize_row_fn quantize_row;     /* NULL for dequant-only and planar codecs */
+    unsigned flags;       /* NF_CODEC_DEQUANT_ONLY, NF_CODEC_PLANAR, NF_CODEC_IMPORT_ONLY */
+    nf_quantize_row_fn quantize_row;     /* NULL for dequant-only, import-only and planar codecs */
     nf_dequantize_row_fn dequantize_row; /* NULL for planar codecs */
     nf_dot_row_fn dot_row;               /* NULL for planar codecs */
     nf_matvec_fn matvec_scalar;          /* portable multi-row kernel (NULL for planar) */

@@ -14,6 +14,11 @@
  *   q4_k (256 el, 144 B): d f16 @0 | dmin f16 @2 | u8 scales[12] @4 | u8 qs[128] @16
  *   q5_k (256 el, 176 B): d f16 @0 | dmin f16 @2 | u8 scales[12] @4 | u8 qh[32] @16 | u8 qs[128] @48
  *   q6_k (256 el, 210 B): u8 ql[128] @0 | u8 qh[64] @128 | int8 scales[16] @192 | d f16 @208
+ *   q2_k (256 el,  84 B): u8 scales[16] @0 | u8 qs[64] @16 | d f16 @80 | dmin f16 @82
+ *   q3_k (256 el, 110 B): u8 hmask[32] @0 | u8 qs[64] @32 | u8 scales[12] @96 | d f16 @108
+ *   iq4_nl (32 el, 18 B): d f16 @0 | u8 qs[16] @2                                y = d*kv[q]
+ *   iq4_xs (256 el, 136 B): d f16 @0 | u16 scales_h @2 | u8 scales_l[4] @4 | u8 qs[128] @8
+ *     (q2_k.c, q3_k.c and iq4.c say how each element and scale is found)
  * docs/codecs.md spells out which bits of which byte hold each element. */
 #ifndef NF_CODEC_GGML_BLOCKS_H
 #define NF_CODEC_GGML_BLOCKS_H
@@ -36,6 +41,10 @@ enum {
     NF_Q4_K_BYTES = 144,
     NF_Q5_K_BYTES = 176,
     NF_Q6_K_BYTES = 210,
+    NF_Q2_K_BYTES = 84,
+    NF_Q3_K_BYTES = 110,
+    NF_IQ4_NL_BYTES = 18,
+    NF_IQ4_XS_BYTES = 136,
 };
 
 static inline uint16_t nf_rd16(const uint8_t *p)
@@ -89,6 +98,42 @@ void nf_kq_encode_superblock(const float *x, int nmax, int nstep, float step, ui
 /* Fits x[n] ~ scale * l with l in [-nmax, nmax - 1] (the q6_k model); the search and refit are
  * as above. Returns the (signed) scale and writes l + nmax to L[n]. */
 float nf_kq_fit_sym(const float *x, int n, int nmax, int nstep, float step, uint8_t *L);
+
+/* Block decoders of the decode-only codecs (q2_k.c, q3_k.c, iq4.c, legacy.c): bytes -> floats of
+ * one block, bit-identical to gguf-py. The scale helpers return a sub-block's signed 6-bit scale. */
+void nf_q2_k_block_dequantize(const uint8_t *b, float *y);
+void nf_q3_k_block_dequantize(const uint8_t *b, float *y);
+void nf_iq4_nl_block_dequantize(const uint8_t *b, float *y);
+void nf_iq4_xs_block_dequantize(const uint8_t *b, float *y);
+int nf_q3_k_scale(const uint8_t *scales12, int i);
+int nf_iq4_xs_scale(const uint8_t *block, int ib);
+extern const int8_t nf_iq4_values[16]; /* kvalues_iq4nl */
+
+/* Row operations of a codec defined by its block decoder: dequantize_row, the reference dot_row
+ * (float per block, double across blocks, as every codec's) and the scalar matvec built on it. */
+#define NF_GGML_ROW_OPS(name, ELEMS, BYTES, block_fn)                                                \
+    static void name##_dequantize(const void *src, float *y, size_t n)                               \
+    {                                                                                                \
+        const uint8_t *b = src;                                                                      \
+        for (size_t i = 0; i < n / (ELEMS); i++) block_fn(b + i * (BYTES), y + i * (ELEMS));         \
+    }                                                                                                \
+    static float name##_dot(const void *w, const float *x, size_t n)                                 \
+    {                                                                                                \
+        const uint8_t *b = w;                                                                        \
+        double s = 0;                                                                                \
+        float v[ELEMS];                                                                              \
+        for (size_t i = 0; i < n / (ELEMS); i++, b += (BYTES), x += (ELEMS)) {                       \
+            block_fn(b, v);                                                                          \
+            float bs = 0;                                                                            \
+            for (int j = 0; j < (ELEMS); j++) bs += v[j] * x[j];                                     \
+            s += bs;                                                                                 \
+        }                                                                                            \
+        return (float)s;                                                                             \
+    }                                                                                                \
+    static void name##_matvec(const void *w, size_t row_bytes, size_t rows, const float *x, float *y, size_t n) \
+    {                                                                                                \
+        for (size_t r = 0; r < rows; r++) y[r] = name##_dot((const uint8_t *)w + r * row_bytes, x, n); \
+    }
 
 /* Round to nearest, ties to even (the current rounding mode), as an int. */
 static inline int nf_round_int(float x) { return (int)__builtin_lrintf(x); }

@@ -52,36 +52,10 @@ static void q5_1_block(const uint8_t *b, float *y)
     }
 }
 
-/* Row operations for a block decoder: dequantize, and the reference dot (float per block of 32,
- * double across blocks) as every codec defines it. */
-#define NF_LEGACY_ROW_OPS(name, BYTES)                                                               \
-    static void name##_dequantize(const void *src, float *y, size_t n)                               \
-    {                                                                                                \
-        const uint8_t *b = src;                                                                      \
-        for (size_t i = 0; i < n / NF_QK_LEGACY; i++) name##_block(b + i * (BYTES), y + i * NF_QK_LEGACY); \
-    }                                                                                                \
-    static float name##_dot(const void *w, const float *x, size_t n)                                 \
-    {                                                                                                \
-        const uint8_t *b = w;                                                                        \
-        double s = 0;                                                                                \
-        float v[NF_QK_LEGACY];                                                                       \
-        for (size_t i = 0; i < n / NF_QK_LEGACY; i++, b += (BYTES), x += NF_QK_LEGACY) {             \
-            name##_block(b, v);                                                                      \
-            float bs = 0;                                                                            \
-            for (int j = 0; j < NF_QK_LEGACY; j++) bs += v[j] * x[j];                                \
-            s += bs;                                                                                 \
-        }                                                                                            \
-        return (float)s;                                                                             \
-    }                                                                                                \
-    static void name##_matvec(const void *w, size_t row_bytes, size_t rows, const float *x, float *y, size_t n) \
-    {                                                                                                \
-        for (size_t r = 0; r < rows; r++) y[r] = name##_dot((const uint8_t *)w + r * row_bytes, x, n); \
-    }
-
-NF_LEGACY_ROW_OPS(q4_0, NF_Q4_0_BYTES)
-NF_LEGACY_ROW_OPS(q4_1, NF_Q4_1_BYTES)
-NF_LEGACY_ROW_OPS(q5_0, NF_Q5_0_BYTES)
-NF_LEGACY_ROW_OPS(q5_1, NF_Q5_1_BYTES)
+NF_GGML_ROW_OPS(q4_0, NF_QK_LEGACY, NF_Q4_0_BYTES, q4_0_block)
+NF_GGML_ROW_OPS(q4_1, NF_QK_LEGACY, NF_Q4_1_BYTES, q4_1_block)
+NF_GGML_ROW_OPS(q5_0, NF_QK_LEGACY, NF_Q5_0_BYTES, q5_0_block)
+NF_GGML_ROW_OPS(q5_1, NF_QK_LEGACY, NF_Q5_1_BYTES, q5_1_block)
 
 #define NF_LEGACY_CODEC(cn, ID, TYPE, BYTES)                                                       \
     const nf_codec nf_codec_##cn = {                                                               \

@@ -22,6 +22,8 @@ static const struct {
     {NF_CODEC_Q6_K, "q6_k", 14, 256, 210, 0},   {NF_CODEC_Q4_0, "q4_0", 2, 32, 18, NF_CODEC_DEQUANT_ONLY},
     {NF_CODEC_Q4_1, "q4_1", 3, 32, 20, NF_CODEC_DEQUANT_ONLY}, {NF_CODEC_Q5_0, "q5_0", 6, 32, 22, NF_CODEC_DEQUANT_ONLY},
     {NF_CODEC_Q5_1, "q5_1", 7, 32, 24, NF_CODEC_DEQUANT_ONLY},
+    {NF_CODEC_Q2_K, "q2_k", 10, 256, 84, NF_CODEC_IMPORT_ONLY}, {NF_CODEC_Q3_K, "q3_k", 11, 256, 110, NF_CODEC_IMPORT_ONLY},
+    {NF_CODEC_IQ4_NL, "iq4_nl", 20, 32, 18, NF_CODEC_IMPORT_ONLY}, {NF_CODEC_IQ4_XS, "iq4_xs", 23, 256, 136, NF_CODEC_IMPORT_ONLY},
 };
 
 static void check_entries(void)
@@ -39,13 +41,13 @@ static void check_entries(void)
         CHECK(nf_codec_by_name(expect[i].name) == c);
         CHECK(nf_codec_by_ggml_type(expect[i].ggml) == c);
         CHECK(c->dequantize_row && c->dot_row && c->matvec_scalar);
-        CHECK((c->quantize_row == NULL) == ((c->flags & NF_CODEC_DEQUANT_ONLY) != 0));
+        CHECK((c->quantize_row == NULL) == ((c->flags & (NF_CODEC_DEQUANT_ONLY | NF_CODEC_IMPORT_ONLY)) != 0));
         CHECK(nf_codec_matvec(c) != NULL);
         CHECK_EQ_U64(nf_codec_row_bytes(c, 4096), 4096 / expect[i].elems * expect[i].bytes);
     }
     CHECK(nf_codec_by_name("q4_K") == NULL); /* names are lower case, exactly */
     CHECK(nf_codec_by_name(NULL) == NULL);
-    CHECK(nf_codec_by_ggml_type(10) == NULL); /* Q2_K: not a ninfer codec */
+    CHECK(nf_codec_by_ggml_type(16) == NULL); /* IQ2_XXS: not a ninfer codec */
     CHECK(nf_codec_get(NF_CODEC_COUNT) == NULL);
 }
 
