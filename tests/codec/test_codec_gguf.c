@@ -1,8 +1,9 @@
 /* GGUF codecs against gguf-py (llama.cpp's Python package), through the committed fixtures of
  * tests/oracle/gguf_codecs.py:
  *   - dequantize_row of every fixture block equals gguf.quants.dequantize bit for bit (q8_0, q4_k,
- *     q5_k, q6_k, q4_0, q4_1, q5_0, q5_1 on random, all-zero, extreme, negative-zero and subnormal
- *     scales; f16 on all 65536 patterns; bf16 on a sample);
+ *     q5_k, q6_k, q4_0, q4_1, q5_0, q5_1 and the import-only q2_k, q3_k, iq4_xs, iq4_nl on random,
+ *     all-zero, extreme, negative-zero and subnormal scales, plus all-minimum and all-maximum
+ *     sub-block scale codes for q2_k/q3_k/iq4_xs; f16 on all 65536 patterns; bf16 on a sample);
  *   - quantize_row equals gguf.quants.quantize byte for byte where that quantizer is defined
  *     bit-exactly (q8_0, f16, bf16; NaN only has to stay a NaN of the same sign). */
 #include <math.h>
@@ -113,6 +114,10 @@ int main(void)
     check_dequant("deq_q4_1.bin", "q4_1");
     check_dequant("deq_q5_0.bin", "q5_0");
     check_dequant("deq_q5_1.bin", "q5_1");
+    check_dequant("deq_q2_k.bin", "q2_k");
+    check_dequant("deq_q3_k.bin", "q3_k");
+    check_dequant("deq_iq4_xs.bin", "iq4_xs");
+    check_dequant("deq_iq4_nl.bin", "iq4_nl");
     check_dequant("deq_f16.bin", "f16");
     check_dequant("deq_bf16.bin", "bf16");
     check_encode_half("enc_f16.bin", "f16");

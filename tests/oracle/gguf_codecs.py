@@ -3,7 +3,12 @@
 
   deq_<codec>.bin   encoded blocks and gguf.quants.dequantize of them (bit-exact decode oracle):
                     random blocks, all-zero blocks, extreme scales (+-65504), negative-zero scales,
-                    subnormal f16 scales; f16: every one of the 65536 bit patterns.
+                    subnormal f16 scales; f16: every one of the 65536 bit patterns. The import-only
+                    codecs (q2_k, q3_k, iq4_xs, iq4_nl: gguf-py can only decode them, ninfer too) also
+                    get blocks whose packed sub-block scale codes are all at either extreme (0 and
+                    the largest code: 4-bit for q2_k, 6-bit for q3_k and iq4_xs), with ordinary and
+                    +-65504 super-scales; they come from a second RNG stream so the older fixtures
+                    keep their bytes.
   enc_<codec>.bin   f32 inputs and gguf.quants.quantize of them (byte-exact encode oracle) for the
                     codecs whose quantizer is defined bit-for-bit: q8_0, f16, bf16 (ties, f16
                     subnormals, overflow edges, signed zeros, inf, NaN).
@@ -29,6 +34,7 @@ from gguf import quants
 from gguf.constants import GGML_QUANT_SIZES
 
 RNG = np.random.default_rng(20240531)
+RNG_IMPORT = np.random.default_rng(20261206)  # the import-only codecs' stream (added later)
 
 
 def write_nfcx(path, qtype, blocks, values):
@@ -51,7 +57,13 @@ SCALE_FIELDS = {
     T.Q8_0: (0, None), T.Q4_0: (0, None), T.Q5_0: (0, None),
     T.Q4_1: (0, 2), T.Q5_1: (0, 2),
     T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208, None),
+    T.Q2_K: (80, 82), T.Q3_K: (108, None), T.IQ4_NL: (0, None), T.IQ4_XS: (0, None),
 }
+
+# Where the packed sub-block scale codes sit (offset, bytes): q2_k's 16 bytes of 4-bit scale|min,
+# q3_k's 12 bytes of 6-bit scales, iq4_xs's scales_h (u16) and scales_l[4]. All-0x00 is code 0 in
+# every sub-block, all-0xFF the largest (15 / 63). iq4_nl has none.
+SCALE_CODES = {T.Q2_K: (0, 16), T.Q3_K: (96, 12), T.IQ4_XS: (2, 6)}
 
 
 def special_scales():
@@ -66,17 +78,17 @@ def special_scales():
     ]
 
 
-def quant_blocks(qtype, n_random=48):
+def quant_blocks(qtype, n_random=48, rng=RNG):
     """Random blocks with finite random f16 scales, all-zero blocks and the special scales (each on
     random payload bytes)."""
     _, block_bytes = GGML_QUANT_SIZES[qtype]
     d_off, m_off = SCALE_FIELDS[qtype]
     specials = special_scales()
     n = n_random + 4 + len(specials)
-    b = RNG.integers(0, 256, size=(n, block_bytes), dtype=np.uint8)
+    b = rng.integers(0, 256, size=(n, block_bytes), dtype=np.uint8)
     # finite random scales: magnitudes 2^-20 .. 2^4, random sign
-    d = (RNG.choice([-1.0, 1.0], n) * np.exp2(RNG.uniform(-20, 4, n))).astype(np.float16)
-    m = (RNG.choice([-1.0, 1.0], n) * np.exp2(RNG.uniform(-20, 4, n))).astype(np.float16)
+    d = (rng.choice([-1.0, 1.0], n) * np.exp2(rng.uniform(-20, 4, n))).astype(np.float16)
+    m = (rng.choice([-1.0, 1.0], n) * np.exp2(rng.uniform(-20, 4, n))).astype(np.float16)
     for i, (sd, sm) in enumerate(specials):
         d[n_random + 4 + i] = sd
         m[n_random + 4 + i] = sm
@@ -91,6 +103,34 @@ def quant_blocks(qtype, n_random=48):
     if m_off is not None:
         b[n_random + 2:n_random + 4, m_off:m_off + 2] = keep[:, m_off:m_off + 2]
     return b
+
+
+def extreme_code_blocks(qtype, rng):
+    """Blocks whose sub-block scale codes are all 0 or all at the maximum, each with a random, a
+    +65504 and a -65504 super-scale (d and dmin alike) on random payload bytes."""
+    _, block_bytes = GGML_QUANT_SIZES[qtype]
+    d_off, m_off = SCALE_FIELDS[qtype]
+    c_off, c_len = SCALE_CODES[qtype]
+    scales = [float(np.float16(rng.uniform(1e-3, 1.0))), 65504.0, -65504.0]
+    b = rng.integers(0, 256, size=(2 * len(scales), block_bytes), dtype=np.uint8)
+    for i, (code, d) in enumerate((c, d) for c in (0x00, 0xFF) for d in scales):
+        b[i, c_off:c_off + c_len] = code
+        b[i, d_off:d_off + 2] = f16_bytes([d])[0]
+        if m_off is not None:
+            b[i, m_off:m_off + 2] = f16_bytes([d])[0]
+    return b
+
+
+def write_import_only_fixtures(out):
+    """q2_k, q3_k, iq4_xs, iq4_nl: gguf-py has no quantizer for them, so every block is random
+    bytes with chosen scale fields (quant_blocks' cases plus the extreme scale codes)."""
+    names = {T.Q2_K: "q2_k", T.Q3_K: "q3_k", T.IQ4_XS: "iq4_xs", T.IQ4_NL: "iq4_nl"}
+    for qtype, name in names.items():
+        b = quant_blocks(qtype, rng=RNG_IMPORT)
+        if qtype in SCALE_CODES:
+            b = np.concatenate([b, extreme_code_blocks(qtype, RNG_IMPORT)])
+        y = quants.dequantize(b, qtype)
+        write_nfcx(os.path.join(out, f"deq_{name}.bin"), qtype, b, y)
 
 
 def write_dequant_fixtures(out):
@@ -339,6 +379,7 @@ def main():
     write_dequant_fixtures(a.out)
     write_encode_fixtures(a.out)
     write_rmse_fixtures(a.out)
+    write_import_only_fixtures(a.out)
 
 
 if __name__ == "__main__":
