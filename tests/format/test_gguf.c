@@ -191,18 +191,27 @@ static void test_lookups(void)
     nf_gguf_close(g);
 }
 
-/* A type ggml knows but ninfer has no codec for: refused by default with the type and tensor,
- * readable (metadata, sizes from ggml's block geometry) with NF_GGUF_METADATA_ONLY. */
+/* A type ggml knows but ninfer has no codec for (IQ2_XXS, tests/fixtures/gguf/bad_type.gguf):
+ * refused by default with the type and tensor, readable (metadata, sizes from ggml's block
+ * geometry) with NF_GGUF_METADATA_ONLY. iq4nl.gguf was that case before iq4_nl became an
+ * import-only codec: it now opens in full, its tensor typed iq4_nl. */
 static void test_unsupported_type(const cJSON *m)
 {
     nf_error err = {0};
     nf_gguf *g = NULL;
-    CHECK_EQ_INT(nf_gguf_open(SRC "/iq4nl.gguf", 0, &g, &err), NF_ERR_UNSUPPORTED);
-    CHECK_CONTAINS(err.msg, "tensor 'blk.0.ffn_down.weight': ggml type 20 (iq4_nl) is not supported");
+    const char *bad = NF_TEST_DATA "/fixtures/gguf/bad_type.gguf";
+    CHECK_EQ_INT(nf_gguf_open(bad, 0, &g, &err), NF_ERR_UNSUPPORTED);
+    CHECK_CONTAINS(err.msg, "tensor 'token_embd.weight': ggml type 16 (iq2_xxs) is not supported");
     CHECK_CONTAINS(err.msg, "q4_k=12");
-    test_file(m, "iq4nl.gguf", NF_GGUF_METADATA_ONLY);
-    CHECK_EQ_INT(nf_gguf_open(SRC "/iq4nl.gguf", NF_GGUF_METADATA_ONLY, &g, &err), NF_OK);
-    if (g) CHECK(nf_gguf_find_tensor(g, "blk.0.ffn_down.weight")->codec == NULL);
+    CHECK_CONTAINS(err.msg, "iq4_nl=20");
+    CHECK_EQ_INT(nf_gguf_open(bad, NF_GGUF_METADATA_ONLY, &g, &err), NF_OK);
+    if (g) CHECK(nf_gguf_find_tensor(g, "token_embd.weight")->codec == NULL);
+    nf_gguf_close(g);
+    g = NULL;
+    test_file(m, "iq4nl.gguf", 0);
+    CHECK_EQ_INT(nf_gguf_open(SRC "/iq4nl.gguf", 0, &g, &err), NF_OK);
+    const nf_gguf_tensor *t = g ? nf_gguf_find_tensor(g, "blk.0.ffn_down.weight") : NULL;
+    CHECK(t && t->codec && t->codec->id == NF_CODEC_IQ4_NL && t->ne[0] == 64);
     nf_gguf_close(g);
 }
 

@@ -277,7 +277,8 @@ def write_gguf_fixtures(manifest):
     manifest["v2.gguf"] = gguf_manifest(p2)
     assert manifest["v2.gguf"]["version"] == 2
 
-    # A ggml type ggml knows but ninfer has no codec for (IQ4_NL: 32 elements in 18 bytes).
+    # IQ4_NL (32 elements in 18 bytes): once a type ninfer had no codec for, now an import-only codec
+    # (test_gguf reads it in full; bad_type.gguf of gguf_fixture.py is the unsupported case).
     pu = os.path.join(OUT, "iq4nl.gguf")
     iq = rng.integers(0, 256, (2, 64 // 32 * 18), dtype=np.uint8)
     write_gguf(pu, [("token_embd.weight", rng.standard_normal((2, 32)).astype(np.float32), None),
