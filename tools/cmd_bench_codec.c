@@ -7,8 +7,8 @@
  * in L1 (so it measures decoding, not writing 4-8x more f32 bytes); matvec computes y = W x with
  * the kernel nf_codec_matvec picks (AVX2 when available; --scalar forces the portable one). One
  * warm-up pass, then the median of --repeat passes. The matrix is not a real model's: rows are
- * tiled from 64 distinct quantized random rows (dequantize-only codecs: random bytes with sane f16
- * scales), which does not change the bytes streamed or the work per byte. nvfp4 goes through its
+ * tiled from 64 distinct quantized random rows (codecs without a quantizer: random bytes with
+ * sane f16 scales, nf_codec_fill_random), which does not change the bytes streamed or the work per byte. nvfp4 goes through its
  * plane API (codec/nvfp4.h) on a random plane set with one divisor. */
 #include <math.h>
 #include <stdio.h>
@@ -105,12 +105,8 @@ static void fill_matrix(const nf_codec *c, uint8_t *w, size_t rows, size_t cols,
         if (c->quantize_row) {
             for (size_t i = 0; i < cols; i++) src[i] = frand() + frand() + frand();
             c->quantize_row(src, w + r * rb, cols);
-        } else { /* legacy: random levels, f16 scale 0.01 (and min -0.1 for the _1 variants) */
-            for (size_t i = 0; i < rb; i++) w[r * rb + i] = (uint8_t)rnd();
-            for (size_t b = 0; b < rb; b += c->block_bytes) {
-                w[r * rb + b] = 0x1f, w[r * rb + b + 1] = 0x21;
-                if (c->id == NF_CODEC_Q4_1 || c->id == NF_CODEC_Q5_1) w[r * rb + b + 2] = 0x66, w[r * rb + b + 3] = 0xae;
-            }
+        } else { /* no quantizer (legacy, import-only): random levels, f16 scales around 0.01 */
+            nf_codec_fill_random(c, w + r * rb, rb / c->block_bytes, &g_rng, 0.01f);
         }
     }
     for (size_t r = distinct; r < rows; r++) memcpy(w + r * rb, w + (r % distinct) * rb, rb);

@@ -130,3 +130,45 @@ nf_status nf_codec_payload_bytes(const nf_codec *c, uint64_t rows, uint64_t cols
     *bytes = rows * row;
     return NF_OK;
 }
+
+int nf_codec_scale_fields(const nf_codec *c, int off[2])
+{
+    off[0] = off[1] = -1;
+    switch (c->id) {
+    case NF_CODEC_Q8_0:
+    case NF_CODEC_Q4_0:
+    case NF_CODEC_Q5_0:
+    case NF_CODEC_IQ4_NL:
+    case NF_CODEC_IQ4_XS: off[0] = 0; return 1;
+    case NF_CODEC_Q4_1:
+    case NF_CODEC_Q5_1:
+    case NF_CODEC_Q4_K:
+    case NF_CODEC_Q5_K: off[0] = 0, off[1] = 2; return 2;
+    case NF_CODEC_Q6_K: off[0] = 208; return 1;
+    case NF_CODEC_Q2_K: off[0] = 80, off[1] = 82; return 2;
+    case NF_CODEC_Q3_K: off[0] = 108; return 1;
+    default: return 0;
+    }
+}
+
+static uint64_t xorshift(uint64_t *s)
+{
+    *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+    return *s;
+}
+
+int nf_codec_fill_random(const nf_codec *c, void *dst, size_t n_blocks, uint64_t *state, float d)
+{
+    int off[2];
+    const int k = nf_codec_scale_fields(c, off);
+    if (k == 0) return -1;
+    uint8_t *b = dst;
+    for (size_t i = 0; i < n_blocks * c->block_bytes; i++) b[i] = (uint8_t)(xorshift(state) >> 32);
+    for (size_t i = 0; i < n_blocks; i++, b += c->block_bytes)
+        for (int f = 0; f < k; f++) {
+            const float u = (float)(xorshift(state) >> 40) * 0x1.0p-24f; /* [0, 1) */
+            const uint16_t h = nf_f32_to_f16(d * (0.5f + u));
+            memcpy(b + off[f], &h, 2);
+        }
+    return 0;
+}

@@ -86,6 +86,16 @@ size_t nf_codec_row_bytes(const nf_codec *c, size_t n);
 nf_status nf_codec_payload_bytes(const nf_codec *c, uint64_t rows, uint64_t cols, uint32_t divisors,
                                  uint64_t *bytes, nf_error *err);
 
+/* Offsets of the f16 scale fields inside one block of c: off[0] the scale (d), off[1] the offset
+ * or min field (dmin, m) or -1. Returns how many there are (0 for f32/f16/bf16 and nvfp4). */
+int nf_codec_scale_fields(const nf_codec *c, int off[2]);
+
+/* Fills n_blocks blocks of a block codec with random bytes, then sets every f16 scale field to a
+ * random value in [d/2, 3d/2) (sign kept positive): valid blocks with sane values for codecs that
+ * have no quantizer (import-only, dequant-only), for benchmarks and tests. *state is a nonzero
+ * xorshift64 state, advanced. Fails (returns -1) for codecs without scale fields. */
+int nf_codec_fill_random(const nf_codec *c, void *dst, size_t n_blocks, uint64_t *state, float d);
+
 /* Scalar conversions shared by every codec (round-to-nearest-even, NaN preserved). */
 float nf_f16_to_f32(uint16_t h);
 uint16_t nf_f32_to_f16(float f);
