@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "convert/recipe.h"
 #include "convert/synth.h"
 
 static int usage_error(const nf_cmd_usage *u, const char *msg, const char *value, const char *choices)
@@ -54,8 +55,11 @@ int nf_cmd_synth(int argc, char **argv)
     }
     if (!nf_synth_geometry_find(geometry)) return usage_error(&u, "--geometry", geometry, nf_synth_geometry_names());
     nf_codec_id c;
-    if (nf_synth_codec(recipe, "token_embd", 1, 1, 0, 256, &c, NULL, NULL))
-        return usage_error(&u, "--recipe", recipe, "bf16, q8q8, q4q6, q4q5, nvfp4");
+    if (nf_synth_codec(recipe, "token_embd", 1, 1, 0, 256, &c, NULL, NULL)) {
+        char note[256], choices[320];
+        snprintf(choices, sizeof choices, "bf16, q8q8, q4q6, q4q5, nvfp4%s", nf_recipe_codec_note(recipe, note, sizeof note));
+        return usage_error(&u, "--recipe", recipe, choices);
+    }
     if (!no_tok && vocab && vocab < 256) {
         fprintf(stderr, "ninfer: error: --vocab %ld is below the toy tokenizer's 256 byte tokens (add --no-tokenizer)\n",
                 vocab);

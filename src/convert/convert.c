@@ -224,6 +224,10 @@ static nf_status write_rows(const nf_plan *p, const nf_plan_tensor *t, nf_artifa
     uint8_t *out = malloc((size_t)(batch < rows ? batch : rows) * rb);
     float *scratch = malloc((size_t)nf_pool_size(pool) * cols * sizeof(float));
     nf_status s = out && scratch ? NF_OK : nf_error_set(err, NF_ERR_NOMEM, "%s: out of memory", t->name);
+    /* import-only and dequant-only codecs can be copied, never encoded: a plan that asks is a bug */
+    if (s == NF_OK && t->action != NF_ACT_COPY && !nf_codec_get(t->codec)->quantize_row)
+        s = nf_error_set(err, NF_ERR_INTERNAL, "%s: planned as an encode to %s, which has no quantizer", t->name,
+                         nf_codec_get(t->codec)->name);
     for (uint64_t r0 = 0; r0 < rows && s == NF_OK; r0 += batch) {
         uint64_t n = rows - r0 < batch ? rows - r0 : batch;
         if (t->action == NF_ACT_COPY) {

@@ -548,26 +548,59 @@ static nf_status hf_plan(nf_plan *p, const char *dir, nf_error *err)
 
 /* ---- entry ------------------------------------------------------------------------------------ */
 
-/* One warning per source codec naming the quantized tensors the recipe re-encodes (a real GGUF has
- * hundreds: the first few are named, --plan marks every one). */
+/* The distinct source codecs of t's parts, in order, joined by '+' ("q2_k+q3_k"); 1 if there are
+ * more than one. */
+static int part_codecs(const nf_plan_tensor *t, char *buf, size_t cap)
+{
+    int seen[NF_CODEC_COUNT] = {0}, k = 0;
+    size_t o = 0;
+    buf[0] = '\0';
+    for (uint32_t i = 0; i < t->n_parts; i++) {
+        nf_codec_id c = t->parts[i].src_codec;
+        if (seen[c]++) continue;
+        o += (size_t)snprintf(buf + o, o < cap ? cap - o : 0, "%s%s", k++ ? "+" : "", nf_codec_get(c)->name);
+    }
+    return k > 1;
+}
+
+/* One warning per source codec naming the decode-only tensors the recipe re-encodes, and one naming
+ * the stacked tensors whose sources differ in codec (a real GGUF has hundreds: the first few are
+ * named, --plan marks every one). */
 static void warn_reencoded(const nf_plan *p)
 {
     enum { SHOW = 8 };
+    char names[SHOW * 96], mix[64];
     for (int c = 0; c < NF_CODEC_COUNT; c++) {
-        char names[SHOW * 72] = "";
         size_t o = 0, n = 0;
+        names[0] = '\0';
         for (size_t i = 0; i < p->n; i++) {
             const nf_plan_tensor *t = &p->t[i];
-            if (!t->reencoded || (int)t->parts[0].src_codec != c) continue;
+            if (!t->reencoded || (int)t->parts[0].src_codec != c || part_codecs(t, mix, sizeof mix)) continue;
             if (n++ < SHOW) o += (size_t)snprintf(names + o, sizeof names - o, "%s%s (as %s)", n > 1 ? ", " : "", t->name,
                                                   nf_codec_get(t->codec)->name);
         }
         if (!n) continue;
         const nf_codec *sc = nf_codec_get((nf_codec_id)c);
-        NF_WARN("convert: %zu tensor%s stored as %s %s dequantized and re-encoded by recipe '%s': %s%s", n, n > 1 ? "s" : "",
-                sc->name, sc->flags & NF_CODEC_DEQUANT_ONLY ? "(decode-only in ninfer) are" : "(stacked with other codecs) are",
-                p->recipe, names, n > SHOW ? ", ... (--plan marks every one [re-encoded])" : "");
+        NF_WARN("convert: %zu tensor%s stored as %s (decode-only in ninfer) %s dequantized and re-encoded by recipe '%s': "
+                "%s%s", n, n > 1 ? "s" : "", sc->name, n > 1 ? "are" : "is", p->recipe, names,
+                n > SHOW ? ", ... (--plan marks every one [re-encoded])" : "");
     }
+    /* Stacked from sources of different codecs (gate and up of a bank or shared expert): the stacked
+     * matrix has one codec, and none holds both sources' values exactly (a grid of one k-quant is not
+     * another's; q2_k, q3_k and iq4_* cannot be encoded at all), so there is no loss-free carry-over. */
+    size_t o = 0, n = 0;
+    names[0] = '\0';
+    for (size_t i = 0; i < p->n; i++) {
+        const nf_plan_tensor *t = &p->t[i];
+        if (!t->reencoded || !part_codecs(t, mix, sizeof mix)) continue;
+        if (n++ < SHOW) o += (size_t)snprintf(names + o, sizeof names - o, "%s%s (%s, as %s)", n > 1 ? ", " : "", t->name,
+                                              mix, nf_codec_get(t->codec)->name);
+    }
+    if (n)
+        NF_WARN("convert: %zu stacked tensor%s mix%s source codecs and %s dequantized and re-encoded by recipe '%s' (a "
+                "stacked matrix has one codec, and no codec holds both sources' values exactly, so it cannot be carried "
+                "over): %s%s", n, n > 1 ? "s" : "", n > 1 ? "" : "es", n > 1 ? "are" : "is", p->recipe, names,
+                n > SHOW ? ", ... (--plan marks every one [re-encoded])" : "");
 }
 
 nf_status nf_plan_build(const char *source, const nf_convert_opts *o, nf_plan *p, nf_error *err)
@@ -575,9 +608,10 @@ nf_status nf_plan_build(const char *source, const nf_convert_opts *o, nf_plan *p
     memset(p, 0, sizeof *p);
     snprintf(p->source, sizeof p->source, "%s", source);
     if (o && o->recipe) {
+        char note[256];
         if (!nf_recipe_find(o->recipe))
-            return nf_error_set(err, NF_ERR_INVALID_ARG, "unknown recipe '%s' (bf16, q8q8, q4q6, q4q5, nvfp4, source)",
-                                o->recipe);
+            return nf_error_set(err, NF_ERR_INVALID_ARG, "unknown recipe '%s' (bf16, q8q8, q4q6, q4q5, nvfp4, source)%s",
+                                o->recipe, nf_recipe_codec_note(o->recipe, note, sizeof note));
         snprintf(p->recipe, sizeof p->recipe, "%s", o->recipe);
     }
     p->requantize = o ? o->requantize : 0;

@@ -1,6 +1,7 @@
 /* The recipe table: see recipe.h and docs/convert.md. */
 #include "convert/recipe.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,6 +58,20 @@ const nf_recipe *nf_recipe_find(const char *name)
     for (size_t i = 0; name && i < sizeof recipes / sizeof recipes[0]; i++)
         if (strcmp(name, recipes[i].name) == 0) return &recipes[i];
     return NULL;
+}
+
+const char *nf_recipe_codec_note(const char *name, char *buf, size_t cap)
+{
+    const nf_codec *c = nf_codec_by_name(name);
+    if (cap) buf[0] = '\0';
+    if (!c || !cap) return buf;
+    if (c->flags & NF_CODEC_IMPORT_ONLY)
+        snprintf(buf, cap, "; %s is a codec ninfer imports from GGUF but cannot encode (no quantizer), so no recipe "
+                 "produces it: a GGUF's %s tensors are carried over as they are under any recipe (default 'source')",
+                 c->name, c->name);
+    else
+        snprintf(buf, cap, "; %s is a codec, not a recipe: a recipe picks a codec per tensor (docs/convert.md)", c->name);
+    return buf;
 }
 
 /* llama.cpp's use_more_bits: the first and last eighth of the layers and every third between. */

@@ -9,6 +9,7 @@
 #ifndef NF_CONVERT_RECIPE_H
 #define NF_CONVERT_RECIPE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "codec/codec.h"
@@ -34,6 +35,13 @@ typedef struct nf_recipe nf_recipe;
 /* The recipe of that name ("bf16", "q8q8", "q4q6", "q4q5", "nvfp4", "source"), or NULL. "source"
  * (GGUF: keep what the file stores) encodes what it must re-encode as q8q8 does. */
 const nf_recipe *nf_recipe_find(const char *name);
+
+/* Why `name`, given as a recipe, is not one, when it is a codec's name (people type --recipe q2_k):
+ * an import-only codec (NF_CODEC_IMPORT_ONLY: q2_k, q3_k, iq4_xs, iq4_nl) has no quantizer and is
+ * never a recipe's choice, GGUF tensors in it are carried over as they are; any other codec is a
+ * per-tensor choice of the recipes. Writes a sentence starting with "; " to buf (empty when name is
+ * not a codec) and returns buf. */
+const char *nf_recipe_codec_note(const char *name, char *buf, size_t cap);
 
 /* What the table's choices depend on. */
 typedef struct nf_recipe_model {

@@ -64,9 +64,10 @@ static int recipe_ok(const char *r) { return nf_recipe_find(r) && strcmp(r, "sou
 nf_status nf_synth_codec(const char *recipe, const char *name, uint32_t layers, uint32_t experts, int tied,
                          uint64_t cols, nf_codec_id *out, int *fallback, nf_error *err)
 {
+    char note[256];
     if (!recipe_ok(recipe))
-        return nf_error_set(err, NF_ERR_INVALID_ARG, "unknown recipe '%s' (bf16, q8q8, q4q6, q4q5, nvfp4)",
-                            recipe ? recipe : "(null)");
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "unknown recipe '%s' (bf16, q8q8, q4q6, q4q5, nvfp4)%s",
+                            recipe ? recipe : "(null)", recipe ? nf_recipe_codec_note(recipe, note, sizeof note) : "");
     int layer, r = nf_recipe_role_of(name, &layer);
     if (r < 0) return nf_error_set(err, NF_ERR_INVALID_ARG, "'%s' is not a tensor name of docs/model_schema.md", name);
     const nf_recipe_model m = {layers, experts, tied};

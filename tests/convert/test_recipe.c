@@ -157,11 +157,42 @@ static void test_names(void)
     CHECK(nf_recipe_role_of("token_embd", &l) == NF_ROLE_EMBD && l == -1);
 }
 
+/* Import-only codecs (q2_k, q3_k, iq4_xs, iq4_nl) have no quantizer: no recipe may pick one for any
+ * role, layer, expert count or tying, and their names given as a recipe are refused with the reason. */
+static void test_import_only(void)
+{
+    int checked = 0;
+    for (int r = 0; r < NREC; r++)
+        for (int role = 0; role < NF_ROLE_COUNT; role++)
+            for (uint32_t e = 0; e <= 8; e += 8)
+                for (int tied = 0; tied < 2; tied++)
+                    for (int layer = 0; layer < 24; layer++) {
+                        const nf_recipe_model m = {24, e, tied};
+                        const nf_codec *c = nf_codec_get(nf_recipe_codec(nf_recipe_find(recipes[r]), (nf_role)role, layer, &m));
+                        CHECK_MSG(c && !(c->flags & NF_CODEC_IMPORT_ONLY) &&
+                                      (c->quantize_row || (c->flags & NF_CODEC_PLANAR) || c->id == NF_CODEC_F32),
+                                  "recipe %s role %d layer %d picks %s, which has no quantizer", recipes[r], role, layer,
+                                  c ? c->name : "?");
+                        checked++;
+                    }
+    CHECK(checked == NREC * NF_ROLE_COUNT * 2 * 2 * 24);
+    static const char *imp[] = {"q2_k", "q3_k", "iq4_xs", "iq4_nl"};
+    char note[256];
+    for (size_t i = 0; i < 4; i++) {
+        CHECK(nf_recipe_find(imp[i]) == NULL);
+        CHECK_CONTAINS(nf_recipe_codec_note(imp[i], note, sizeof note), "cannot encode (no quantizer)");
+        CHECK_CONTAINS(note, imp[i]);
+    }
+    CHECK_CONTAINS(nf_recipe_codec_note("q4_k", note, sizeof note), "q4_k is a codec, not a recipe");
+    CHECK(strcmp(nf_recipe_codec_note("q9", note, sizeof note), "") == 0);
+}
+
 int main(void)
 {
     test_table();
     test_more_bits();
     test_fallback();
     test_names();
+    test_import_only();
     return nf_test_report();
 }
