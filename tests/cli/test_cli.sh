@@ -42,6 +42,9 @@ if [ -n "$data" ]; then # inspect on the committed reference artifact (tests/fix
     expect "inspect" 0 "tensors" out -- inspect "$ref"
     expect "inspect --json" 0 '^\{' out -- inspect --json "$ref"
     expect "inspect --verify" 0 "checksum" out -- inspect --verify "$ref"
+    for c in q2_k q3_k iq4_xs iq4_nl; do # the import-only codecs are listed with their totals
+        expect "inspect shows $c" 0 "^  $c +1 tensors" out -- inspect "$ref"
+    done
     head -c 1000 "$ref" > /tmp/nf_cli_trunc.$$
     expect "inspect truncated" 1 "error" err -- inspect /tmp/nf_cli_trunc.$$
     expect "inspect missing" 1 "cannot open" err -- inspect /nonexistent.nf

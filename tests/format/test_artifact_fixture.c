@@ -170,7 +170,7 @@ int main(int argc, char **argv)
     if (root) compare(a, root);
     size_t checked, bad;
     CHECK(nf_artifact_verify(a, &checked, &bad, &e) == NF_OK && checked == nf_artifact_n_tensors(a) && bad == 0);
-    CHECK(nf_artifact_n_tensors(a) == 15 && nf_artifact_n_meta(a) == 19);
+    CHECK(nf_artifact_n_tensors(a) == 19 && nf_artifact_n_meta(a) == 19);
     cJSON_Delete(root);
     free(js);
     nf_artifact_close(a);

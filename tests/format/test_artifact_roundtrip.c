@@ -215,7 +215,7 @@ int main(void)
     CHECK(dir != NULL);
     if (!dir) return nf_test_report();
     nts = ta_reference_tensors(ts);
-    CHECK_MSG(nts == 15, "reference set has %d tensors (11 codecs + 4 nvfp4 expected)", nts);
+    CHECK_MSG(nts == 19, "reference set has %d tensors (15 codecs + 4 nvfp4 expected)", nts);
     for (int i = 0; i < nts; i++) CHECK(ta_make_payload(&ts[i]) == 0);
     int allow_a4 = 0, multi_div = 0;
     for (int i = 0; i < nts; i++) {

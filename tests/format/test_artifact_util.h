@@ -157,6 +157,10 @@ static inline int ta_reference_tensors(ta_tensor *ts)
         {"q4_1.w", NF_CODEC_Q4_1, 2, {2, 32}},
         {"q5_0.w", NF_CODEC_Q5_0, 2, {2, 32}},
         {"q5_1.w", NF_CODEC_Q5_1, 2, {2, 32}},
+        {"q2_k.w", NF_CODEC_Q2_K, 2, {2, 256}},
+        {"q3_k.w", NF_CODEC_Q3_K, 2, {2, 256}},
+        {"iq4_xs.bank", NF_CODEC_IQ4_XS, 3, {2, 2, 256}},
+        {"iq4_nl.w", NF_CODEC_IQ4_NL, 2, {3, 64}},
     };
     for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
         if (!nf_codec_get(plain[i].id)) {

@@ -44,6 +44,7 @@ if [ "$rc" -eq 0 ] && grep -q '"test": "tg3", "n_tokens": 3, "reps": 2' <<<"$out
 # bad arguments: exit 2 naming the flag
 check "synth unknown geometry" 2 "--geometry 'gpt' is not one of" synth --geometry gpt -o "$dir/x.nf"
 check "synth unknown recipe" 2 "--recipe 'q9q9' is not one of" synth -g tiny --recipe q9q9 -o "$dir/x.nf"
+check "synth import-only codec as recipe" 2 "q3_k is a codec ninfer imports from GGUF but cannot encode" synth -g tiny --recipe q3_k -o "$dir/x.nf"
 check "synth no output" 2 "needs --geometry G and -o FILE" synth -g tiny
 check "synth layers 0" 2 "--layers" synth -g tiny -o "$dir/x.nf" --layers 0
 check "synth small vocab" 2 "--vocab 100" synth -g tiny -o "$dir/x.nf" --vocab 100
