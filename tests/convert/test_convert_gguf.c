@@ -7,7 +7,9 @@
  * ones (q4_1 always, f16/f32 matrices under q8q8) must be q8_0 within its error bound, and the q4_1
  * ones named in a warning. Metadata is compared with what the script wrote (.meta.txt); refusals
  * (unknown ggml type, inconsistent shape, missing tensor, unknown architecture, nvfp4 recipe) must
- * name the tensor and the rule. */
+ * name the tensor and the rule. qwen3moe_lowbit (q2_k, q3_k, iq4_xs, iq4_nl, the import-only codecs, mixed
+ * with q5_k/q6_k/q8_0 as llama.cpp's low-bit types do) is carried over bit-exact under any recipe;
+ * gate_up_mix (a q2_k gate with a q3_k up) is re-encoded with its warning. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -126,10 +128,12 @@ static void check_tensor(const nf_artifact *a, const nf_gguf *g, const nf_safete
     char key[96];
     snprintf(key, sizeof key, "%s.src_rows", e->name);
     const nf_st_tensor *src_rows = nf_safetensors_find(ex, key);
-    uint32_t st = s0->ggml_type; /* 0 f32, 1 f16, 3 q4_1, 8 q8_0, 12..14 q4_k..q6_k */
+    uint32_t st = s0->ggml_type; /* 0 f32, 1 f16, else a block codec */
     int vector = e->n_dims == 1, router = strstr(e->name, "ffn_gate_inp") != NULL;
-    int kquant_or_q8 = st == 8 || (st >= 12 && st <= 14);
-    int carried = !vector && (kquant_or_q8 || ((st == 0 || st == 1) && (strcmp(recipe, "source") == 0 || router)));
+    /* every GGUF block codec but the legacy dequant-only ones is carried over, the import-only q2_k,
+     * q3_k, iq4_xs, iq4_nl included (the fixtures' stacked banks have one codec for gate and up) */
+    int block_carried = st > 1 && !(s0->codec->flags & NF_CODEC_DEQUANT_ONLY);
+    int carried = !vector && (block_carried || ((st == 0 || st == 1) && (strcmp(recipe, "source") == 0 || router)));
     nf_codec_id want = vector ? NF_CODEC_F32 : carried ? s0->codec->id : NF_CODEC_Q8_0;
     CHECK_MSG(t->desc.codec == want, "%s: codec %s, expected %s (source %s, recipe %s)", e->name, t->codec->name,
               nf_codec_get(want)->name, s0->type_name, recipe);
@@ -232,6 +236,7 @@ static int check_meta(const nf_artifact *a, const char *meta_path)
 static void check_fixture(const char *stem, const char *recipe, int expect_copied, int expect_reencoded,
                           const char *const *q41)
 {
+    static const char q41_warning[] = "2 tensors stored as q4_1 (decode-only in ninfer) are dequantized and re-encoded";
     char src[300], out[400], exp[300], meta[300];
     snprintf(src, sizeof src, FIX "%s.gguf", stem);
     snprintf(out, sizeof out, "%s/%s-%s.nf", tmpdir, stem, recipe);
@@ -245,8 +250,10 @@ static void check_fixture(const char *stem, const char *recipe, int expect_copie
     nf_status s = NF_ERR_INTERNAL;
     char *log = capture_stderr(conv_run, &j, &s);
     CHECK_MSG(s == NF_OK, "%s (%s): %s", stem, recipe, j.err.msg);
-    /* every q4_1 tensor is named in a warning and planned as a q8_0 re-encode */
-    CHECK_CONTAINS(log ? log : "", "2 tensors stored as q4_1 (decode-only in ninfer) are dequantized and re-encoded");
+    /* every q4_1 tensor is named in a warning and planned as a q8_0 re-encode; a fixture without
+     * one warns of nothing */
+    if (q41[0]) CHECK_CONTAINS(log ? log : "", q41_warning);
+    else CHECK_MSG(log && !strstr(log, "re-encoded"), "%s (%s): unexpected warning: %s", stem, recipe, log ? log : "");
     for (int i = 0; q41[i]; i++) {
         char w[128];
         snprintf(w, sizeof w, "%s (as q8_0)", q41[i]);
@@ -321,6 +328,61 @@ static void check_refusals(void)
     CHECK(s == NF_ERR_UNSUPPORTED);
     CHECK_CONTAINS(err.msg, "bad_tok.gguf: tokenizer.ggml: pre-tokenizer 'default' is not supported");
     CHECK(access(out, F_OK) != 0); /* nothing written under the name */
+}
+
+/* gate_up_mix.gguf: ffn_gate_exps q2_k, ffn_up_exps q3_k. The stacked bank has one codec, neither
+ * can be encoded, so it is re-encoded by the recipe (q8_0 under source), warned with the reason and
+ * both codecs; its values are within q8_0's bound of the decoded sources, and everything else is
+ * carried. */
+static void check_gate_up_mix(void)
+{
+    char out[400];
+    snprintf(out, sizeof out, "%s/gate_up_mix.nf", tmpdir);
+    conv_job j;
+    memset(&j, 0, sizeof j);
+    j.src = FIX "gate_up_mix.gguf";
+    j.recipe = NULL;
+    j.out = out;
+    nf_status s = NF_ERR_INTERNAL;
+    char *log = capture_stderr(conv_run, &j, &s);
+    CHECK_MSG(s == NF_OK, "gate_up_mix: %s", j.err.msg);
+    CHECK_CONTAINS(log ? log : "", "1 stacked tensor mixes source codecs and is dequantized and re-encoded by recipe "
+                                   "'source' (a stacked matrix has one codec");
+    CHECK_CONTAINS(log ? log : "", "blk.0.ffn_gate_up_exps (q2_k+q3_k, as q8_0)");
+    const nf_plan_tensor *pt = nf_plan_find(&j.plan, "blk.0.ffn_gate_up_exps");
+    CHECK(pt && pt->reencoded && pt->action == NF_ACT_ENCODE && pt->codec == NF_CODEC_Q8_0);
+    free(log);
+    nf_plan_free(&j.plan);
+    nf_artifact *a = NULL;
+    nf_gguf *g = NULL;
+    nf_error err = {0};
+    CHECK_MSG(nf_artifact_open(out, &a, &err) == NF_OK, "%s", err.msg);
+    CHECK_MSG(nf_gguf_open(j.src, 0, &g, &err) == NF_OK, "%s", err.msg);
+    const nf_tensor *t = a ? nf_artifact_find_tensor(a, "blk.0.ffn_gate_up_exps") : NULL;
+    CHECK(t && t->desc.codec == NF_CODEC_Q8_0 && t->desc.dims[1] == 64 && t->desc.dims[2] == 256);
+    if (t && g) {
+        const uint64_t cols = t->layout.cols, I = t->desc.dims[1] / 2;
+        float y[256], x[256];
+        int ok = 1;
+        for (uint64_t r = 0; r < t->layout.rows; r++) {
+            int half = (r % (2 * I)) >= I;
+            const nf_gguf_tensor *src = gguf_src(g, t->desc.name, half);
+            uint64_t gr = r / (2 * I) * I + r % I;
+            src->codec->dequantize_row((const uint8_t *)src->data + gr * nf_codec_row_bytes(src->codec, cols), x, cols);
+            t->codec->dequantize_row(t->data + r * nf_codec_row_bytes(t->codec, cols), y, cols);
+            for (uint64_t k0 = 0; k0 < cols; k0 += 32) { /* q8_0's bound, as in check_tensor */
+                float amax = 0;
+                for (uint64_t k = k0; k < k0 + 32; k++) amax = fmaxf(amax, fabsf(x[k]));
+                for (uint64_t k = k0; k < k0 + 32; k++)
+                    ok &= fabs((double)x[k] - y[k]) <= (0.5 + 127.0 / 2048) * amax / 127 * (1 + 1e-6);
+            }
+        }
+        CHECK_MSG(ok, "gate_up_mix: the q8_0 bank is not within q8_0's bound of the decoded q2_k/q3_k sources");
+        const nf_tensor *dn = nf_artifact_find_tensor(a, "blk.0.ffn_down_exps");
+        CHECK(dn && dn->desc.codec == NF_CODEC_Q8_0);
+    }
+    nf_gguf_close(g);
+    nf_artifact_close(a);
 }
 
 /* --plan lists the stacked bank as a copy of the q4_k sources, the q4_1 re-encode and the warnings. */
@@ -417,6 +479,13 @@ int main(void)
     check_fixture("qwen2moe", "q8q8", 13, 4, q41_qwen2);
     check_fixture("llama", "source", 13, 2, q41_llama);
     check_fixture("llama", "q8q8", 9, 6, q41_llama);
+    /* qwen3moe_lowbit: every matrix in q2_k, q3_k, iq4_xs, iq4_nl (import-only) or q5_k/q6_k/q8_0 is
+     * carried over byte for byte and bit-exact under any recipe: 15 matrices and the f32 router, nothing
+     * re-encoded */
+    static const char *const none[] = {NULL};
+    check_fixture("qwen3moe_lowbit", "source", 16, 0, none);
+    check_fixture("qwen3moe_lowbit", "q4q6", 16, 0, none);
+    check_gate_up_mix();
     check_plan_print();
     check_yarn();
     check_source_hash("qwen3moe");

@@ -11,6 +11,18 @@ tests/convert/test_convert_gguf.c, and gguf-py's dequantization of every tensor 
                   shared expert (ffn_{gate,up,down}_shexp, ffn_gate_inp_shexp [1, H] as HF's
                   shared_expert_gate.weight converts), expert_shared_feed_forward_length; layer 1 a
                   dense MLP; tied embeddings. The shared gate/up are stacked here (gate rows, then up).
+  qwen3moe_lowbit.gguf
+                  a 2-layer qwen3moe in the import-only codecs, mixed as llama.cpp's low-bit types
+                  mix them: token_embd q3_k, output q6_k; layer 0 (sparse) attn_q/k iq4_xs, attn_v
+                  q6_k, attn_output iq4_nl (32-wide rows), ffn_{gate,up}_exps q2_k, ffn_down_exps
+                  iq4_nl; layer 1 (dense) attn_q/k q3_k, attn_v q5_k, attn_output q8_0, ffn_gate
+                  q3_k, ffn_up q2_k, ffn_down q8_0. Blocks are random bytes with scales chosen per
+                  type (SANE) so weights stay around 0.05-0.1 and the model's activations finite
+                  (gguf-py has no quantizer for these types). With .expected.safetensors, .meta.txt
+                  and .fnv1a64 as qwen3moe's.
+  gate_up_mix.gguf
+                  a 1-layer qwen3moe whose ffn_gate_exps is q2_k and ffn_up_exps q3_k: the stacked
+                  gate_up bank cannot be carried over (one codec per tensor) and is re-encoded.
   llama.gguf      a 2-layer llama (GQA, tied embeddings); attn_q/attn_k rows are in llama.cpp's
                   permuted rotary order, as convert_hf_to_gguf.py's LlamaModel.permute leaves them.
   *.expected.safetensors
@@ -31,7 +43,7 @@ tests/convert/test_convert_gguf.c, and gguf-py's dequantization of every tensor 
   bad_tok.gguf    a tiny llama whose tokenizer.ggml.pre is llama.cpp's "default" (not a pre-tokenizer
                   ninfer has).
 
-gguf-py has no k-quant quantizer: quantized tensors are random blocks (sane fp16 scales) written as
+gguf-py has no k-quant (nor q2_k/q3_k/iq4) quantizer: quantized tensors are random blocks (sane fp16 scales) written as
 raw bytes with the declared ggml type (add_tensor(..., raw_dtype=)).
 
 Usage: python tests/oracle/gguf_fixture.py [--out tests/fixtures/gguf]   (deterministic: fixed seed)
@@ -52,14 +64,17 @@ RNG = np.random.default_rng(20250805)
 SCALES = {T.Q8_0: (0,), T.Q4_1: (0, 2), T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,), T.IQ2_XXS: (0,)}
 
 
-def random_blocks(qtype, rows, cols):
-    """[rows][row_bytes] uint8 of random blocks with fp16 scales in [2e-3, 2e-2)."""
+def random_blocks(qtype, rows, cols, rng=None, sane=None):
+    """[rows][row_bytes] uint8 of random blocks with fp16 scales in [2e-3, 2e-2), or with `sane`'s
+    per-type ((offset, lo, hi), ...) ranges when given."""
+    rng = RNG if rng is None else rng
     be, bb = GGML_QUANT_SIZES[qtype]
     assert cols % be == 0, (qtype, cols)
     nb = rows * cols // be
-    b = RNG.integers(0, 256, size=(nb, bb), dtype=np.uint8)
-    for off in SCALES[qtype]:
-        d = RNG.uniform(2e-3, 2e-2, size=nb).astype(np.float16)
+    b = rng.integers(0, 256, size=(nb, bb), dtype=np.uint8)
+    fields = sane[qtype] if sane else [(off, 2e-3, 2e-2) for off in SCALES[qtype]]
+    for off, lo, hi in fields:
+        d = rng.uniform(lo, hi, size=nb).astype(np.float16)
         b[:, off:off + 2] = d.view(np.uint8).reshape(nb, 2)
     return b.reshape(rows, cols // be * bb)
 
@@ -67,21 +82,23 @@ def random_blocks(qtype, rows, cols):
 class Model:
     """Collects tensors (GGUF name -> (numpy data for the writer, raw_dtype, dequantized f32))."""
 
-    def __init__(self):
+    def __init__(self, rng=None, sane=None):
         self.tensors = {}
+        self.rng = RNG if rng is None else rng
+        self.sane = sane
 
     def add(self, name, qtype, shape, suffix=".weight"):
         """shape outermost first ([E][rows][cols] or [rows][cols] or [n]); returns the f32 values."""
         cols = shape[-1]
         rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
         if qtype == T.F32:
-            data = RNG.standard_normal(size=shape).astype(np.float32) * 0.5
+            data = self.rng.standard_normal(size=shape).astype(np.float32) * 0.5
             raw = None
         elif qtype == T.F16:
-            data = (RNG.standard_normal(size=shape) * 0.1).astype(np.float16)
+            data = (self.rng.standard_normal(size=shape) * 0.1).astype(np.float16)
             raw = None
         else:
-            data = random_blocks(qtype, rows, cols).reshape(*shape[:-1], -1)
+            data = random_blocks(qtype, rows, cols, self.rng, self.sane).reshape(*shape[:-1], -1)
             raw = qtype
         deq = gguf.quants.dequantize(data, qtype if raw else (T.F32 if qtype == T.F32 else T.F16))
         deq = np.asarray(deq, dtype=np.float32).reshape(shape)
@@ -314,6 +331,108 @@ def qwen2moe(out):
     write_meta(os.path.join(out, "qwen2moe.meta.txt"), meta + tokenizer_meta(tok))
 
 
+# Per-type scale ranges (field offset, low, high) for the low-bit fixture: each gives weights of
+# typical magnitude 0.05-0.1 given the codec's level and sub-scale ranges (q2_k: d*sc*q - dmin*m
+# with sc, m < 16, q < 4; q3_k: d*sc*q, |sc| <= 32, |q| <= 4; iq4_xs: d*ls*kv, |ls| <= 32, |kv| <= 127;
+# iq4_nl: d*kv; q4_k/q5_k: 6-bit sc, 4/5-bit q; q6_k: int8 sc, |q| <= 32; q8_0: |q| <= 127). Lower
+# bounds stay above f16's smallest normal (6.1e-5).
+SANE = {
+    T.Q2_K: ((80, 2e-3, 8e-3), (82, 1e-3, 4e-3)), T.Q3_K: ((108, 1e-3, 3e-3),),
+    T.IQ4_XS: ((0, 6.2e-5, 1.5e-4),), T.IQ4_NL: ((0, 5e-4, 2e-3),),
+    T.Q4_K: ((0, 1e-4, 3e-4), (2, 1e-4, 3e-4)), T.Q5_K: ((0, 6.2e-5, 1.5e-4), (2, 6.2e-5, 1.5e-4)),
+    T.Q6_K: ((208, 6.2e-5, 1e-4),), T.Q8_0: ((0, 5e-4, 1.5e-3),),
+}
+
+
+def qwen3moe_kv(w, L, H, NH, NKV, HD, D, E, K, I, tok, eps, theta, ctx, ftype):
+    """The keys convert_hf_to_gguf.py's TextModel + Qwen2MoeModel write for Qwen3-MoE."""
+    w.add_block_count(L)
+    w.add_context_length(ctx)
+    w.add_embedding_length(H)
+    w.add_feed_forward_length(D)
+    w.add_head_count(NH)
+    w.add_head_count_kv(NKV)
+    w.add_rope_freq_base(theta)
+    w.add_layer_norm_rms_eps(eps)
+    w.add_expert_used_count(K)
+    w.add_key_length(HD)
+    w.add_value_length(HD)
+    w.add_file_type(ftype)
+    w.add_expert_count(E)
+    w.add_expert_feed_forward_length(I)
+    add_tokenizer(w, tok)
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+
+
+def qwen3moe_lowbit(out):
+    H, V, L, NH, NKV, HD, D, E, K, I = 256, 32, 2, 2, 1, 16, 32, 4, 2, 32
+    m, exp = Model(np.random.default_rng(20261207), SANE), {}
+    exp["token_embd"] = m.add("token_embd", T.Q3_K, [V, H])
+    attn = [dict(q=T.IQ4_XS, k=T.IQ4_XS, v=T.Q6_K, o=T.IQ4_NL), dict(q=T.Q3_K, k=T.Q3_K, v=T.Q5_K, o=T.Q8_0)]
+    for i in range(L):
+        c, b = attn[i], "blk.%d." % i
+        exp[b + "attn_norm"] = m.add(b + "attn_norm", T.F32, [H])
+        exp[b + "attn_q"] = m.add(b + "attn_q", c["q"], [NH * HD, H])
+        exp[b + "attn_k"] = m.add(b + "attn_k", c["k"], [NKV * HD, H])
+        exp[b + "attn_v"] = m.add(b + "attn_v", c["v"], [NKV * HD, H])
+        exp[b + "attn_output"] = m.add(b + "attn_output", c["o"], [H, NH * HD])
+        exp[b + "attn_q_norm"] = m.add(b + "attn_q_norm", T.F32, [HD])
+        exp[b + "attn_k_norm"] = m.add(b + "attn_k_norm", T.F32, [HD])
+        exp[b + "ffn_norm"] = m.add(b + "ffn_norm", T.F32, [H])
+        if i == 0:  # sparse: q2_k experts' gate/up, iq4_nl down (its 32-wide rows take no k-quant)
+            exp[b + "ffn_gate_inp"] = m.add(b + "ffn_gate_inp", T.F32, [E, H])
+            gate = m.add(b + "ffn_gate_exps", T.Q2_K, [E, I, H])
+            up = m.add(b + "ffn_up_exps", T.Q2_K, [E, I, H])
+            exp[b + "ffn_gate_up_exps"] = np.concatenate([gate, up], axis=1)
+            exp[b + "ffn_down_exps"] = m.add(b + "ffn_down_exps", T.IQ4_NL, [E, H, I])
+        else:  # dense: gate and up stay separate tensors, so their codecs may differ and still carry
+            exp[b + "ffn_gate"] = m.add(b + "ffn_gate", T.Q3_K, [D, H])
+            exp[b + "ffn_up"] = m.add(b + "ffn_up", T.Q2_K, [D, H])
+            exp[b + "ffn_down"] = m.add(b + "ffn_down", T.Q8_0, [H, D])
+    exp["output_norm"] = m.add("output_norm", T.F32, [H])
+    exp["output"] = m.add("output", T.Q6_K, [V, H])
+    tok = tokenizer(V, "qwen2", with_eot=False)
+    eps, theta, ctx = 1e-6, 1000000.0, 4096
+    m.write(os.path.join(out, "qwen3moe_lowbit.gguf"), "qwen3moe",
+            lambda w: qwen3moe_kv(w, L, H, NH, NKV, HD, D, E, K, I, tok, eps, theta, ctx,
+                                  gguf.LlamaFileType.MOSTLY_Q3_K_M))
+    write_safetensors(os.path.join(out, "qwen3moe_lowbit.expected.safetensors"), exp)
+    meta = [("str", "model.arch", "qwen3_moe"), ("u32", "model.hidden", H), ("u32", "model.layers", L),
+            ("u32", "model.heads", NH), ("u32", "model.kv_heads", NKV), ("u32", "model.head_dim", HD),
+            ("u32", "model.vocab", V), ("f32", "model.rms_eps", np.float32(eps)), ("f64", "model.rope_theta", theta),
+            ("str", "model.rope_scaling", "none"), ("u32", "model.max_ctx", ctx),
+            ("bool", "model.tie_embeddings", 0), ("bool", "model.qkv_bias", 0), ("bool", "model.qk_norm", 1),
+            ("u32", "model.dense_inter", D), ("u32", "model.experts", E), ("u32", "model.top_k", K),
+            ("u32", "model.moe_inter", I), ("u32", "model.shared_inter", 0), ("bool", "model.norm_topk", 1),
+            ("i32[]", "model.moe_layers", [1, 0])]
+    write_meta(os.path.join(out, "qwen3moe_lowbit.meta.txt"), meta + tokenizer_meta(tok))
+    with open(os.path.join(out, "qwen3moe_lowbit.fnv1a64"), "w") as f:
+        f.write(fnv1a64(os.path.join(out, "qwen3moe_lowbit.gguf")) + "\n")
+
+
+def gate_up_mix(out):
+    """One sparse layer whose expert gate is q2_k and up q3_k; the rest q8_0 / f32 (no oracle file:
+    the test checks the plan, the warning and the q8_0 re-encode against the decoded source)."""
+    H, V, NH, NKV, HD, E, K, I = 256, 32, 2, 1, 16, 2, 1, 32
+    m = Model(np.random.default_rng(20261208), SANE)
+    m.add("token_embd", T.Q8_0, [V, H])
+    b = "blk.0."
+    for n, shape in (("attn_q", [NH * HD, H]), ("attn_k", [NKV * HD, H]), ("attn_v", [NKV * HD, H]),
+                     ("attn_output", [H, NH * HD])):
+        m.add(b + n, T.Q8_0, shape)
+    for n, shape in (("attn_norm", [H]), ("ffn_norm", [H]), ("attn_q_norm", [HD]), ("attn_k_norm", [HD]),
+                     ("ffn_gate_inp", [E, H])):
+        m.add(b + n, T.F32, shape)
+    m.add(b + "ffn_gate_exps", T.Q2_K, [E, I, H])
+    m.add(b + "ffn_up_exps", T.Q3_K, [E, I, H])
+    m.add(b + "ffn_down_exps", T.Q8_0, [E, H, I])
+    m.add("output_norm", T.F32, [H])
+    tok = tokenizer(V, "qwen2", with_eot=False)
+    m.write(os.path.join(out, "gate_up_mix.gguf"), "qwen3moe",
+            lambda w: qwen3moe_kv(w, 1, H, NH, NKV, HD, 32, E, K, I, tok, 1e-6, 1000000.0, 4096,
+                                  gguf.LlamaFileType.MOSTLY_Q2_K))
+
+
 def llama_permute(w, n_head):
     """convert_hf_to_gguf.py's LlamaModel.permute: HF rows -> llama.cpp's rotary row order."""
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
@@ -443,6 +562,8 @@ def main():
     qwen2moe(out)  # last: the files above keep the bytes they had before it was added (one RNG stream)
     with open(os.path.join(out, "qwen2moe.fnv1a64"), "w") as f:
         f.write(fnv1a64(os.path.join(out, "qwen2moe.gguf")) + "\n")
+    qwen3moe_lowbit(out)  # own RNG streams: the files above keep their bytes
+    gate_up_mix(out)
     for f in sorted(os.listdir(out)):
         print("%8d %s" % (os.path.getsize(os.path.join(out, f)), f))
 
