@@ -1,0 +1,163 @@
+/* The CPU engine on a GGUF in the import-only codecs: tests/fixtures/gguf/qwen3moe_lowbit.gguf
+ * (tests/oracle/gguf_fixture.py: q2_k expert gate/up, iq4_nl expert down, iq4_xs/q3_k attention,
+ * q3_k embedding, q6_k head, ...), converted with recipe `source` (carried over as it is), against
+ * its f32 twin: an artifact with the same metadata whose every tensor is f32 holding gguf-py's
+ * dequantization of the source (the fixture's .expected.safetensors), run through the same engine.
+ *
+ * Both models hold the same weight values bit for bit (test_convert_gguf checks the carried-over
+ * tensors decode to exactly gguf-py's values), so the logits differ only by f32 summation order:
+ * the q2_k/q3_k/iq4 kernels factor the block scales out of each partial sum (d*sc * sum(q x))
+ * where the f32 kernels sum the decoded products. Per dot that is at most about (B + n/8 + 20) u
+ * of sum|w x| (docs/codecs.md, SIMD tolerance; n <= 256, B = 256: 4e-5 worst case, typically 100x
+ * less), compounded over 2 layers of about six products and the attention softmax; rel-L2 <= 1e-4
+ * per position is the bound test_oracle_tiny uses for the same situation. Checked:
+ *   - prefill logits of every prompt position (chunks of 4: several tiles, attention across them);
+ *   - a 16-token greedy continuation, one decode step at a time (the SIMD matvec path), equal
+ *     tokens and each step's logits within the bound, all finite;
+ *   - the fast path vs the reference path (dequantize + double dot) on the quantized artifact. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/engine.h"
+#include "format/artifact.h"
+#include "format/safetensors.h"
+#include "nf_test.h"
+#include "common/engine_fixture.h"
+
+#define FIX NF_TEST_DATA "/fixtures/gguf/"
+
+enum { P = 13, G = 16 };
+
+/* One metadata entry of a into w, whatever its type. */
+static nf_status copy_meta(nf_artifact_writer *w, const nf_meta *m, nf_error *e)
+{
+    switch (m->type) {
+    case NF_META_U32: return nf_artifact_writer_add_u32(w, m->key, m->v.u32, e);
+    case NF_META_I32: return nf_artifact_writer_add_i32(w, m->key, m->v.i32, e);
+    case NF_META_U64: return nf_artifact_writer_add_u64(w, m->key, m->v.u64, e);
+    case NF_META_I64: return nf_artifact_writer_add_i64(w, m->key, m->v.i64, e);
+    case NF_META_F32: return nf_artifact_writer_add_f32(w, m->key, m->v.f32, e);
+    case NF_META_F64: return nf_artifact_writer_add_f64(w, m->key, m->v.f64, e);
+    case NF_META_BOOL: return nf_artifact_writer_add_bool(w, m->key, m->v.b, e);
+    case NF_META_STRING: return nf_artifact_writer_add_strn(w, m->key, m->str, (size_t)m->count, e);
+    case NF_META_ARRAY:
+        if (m->elem_type == NF_META_STRING)
+            return nf_artifact_writer_add_str_array(w, m->key, m->strs, m->str_lens, (size_t)m->count, e);
+        return nf_artifact_writer_add_array(w, m->key, m->elem_type, m->elems, (size_t)m->count, e);
+    }
+    return nf_error_set(e, NF_ERR_INTERNAL, "metadata '%s': unknown type", m->key);
+}
+
+/* The f32 twin of the artifact at src: its metadata, and every tensor as f32 from the oracle. */
+static int write_f32_twin(const char *src, const char *oracle, const char *out)
+{
+    nf_artifact *a = NULL;
+    nf_safetensors *ex = NULL;
+    nf_artifact_writer *w = NULL;
+    nf_error e = {0};
+    nf_status s = nf_artifact_open(src, &a, &e);
+    if (!s) s = nf_safetensors_open(oracle, &ex, &e);
+    if (!s) s = nf_artifact_writer_open(out, &w, &e);
+    for (size_t i = 0; !s && i < nf_artifact_n_meta(a); i++) s = copy_meta(w, nf_artifact_meta(a, i), &e);
+    for (size_t i = 0; !s && i < nf_artifact_n_tensors(a); i++) {
+        const nf_tensor *t = nf_artifact_tensor(a, i);
+        const nf_st_tensor *x = nf_safetensors_find(ex, t->desc.name);
+        if (!x || x->dtype != NF_ST_F32 || x->nbytes != t->layout.rows * t->layout.cols * 4) {
+            s = nf_error_set(&e, NF_ERR_FORMAT, "%s: no f32 oracle of its size", t->desc.name);
+            break;
+        }
+        nf_tensor_desc d = t->desc;
+        d.codec = NF_CODEC_F32;
+        s = nf_artifact_writer_add_tensor(w, &d, x->data, x->nbytes, &e);
+    }
+    if (!s) s = nf_artifact_writer_finish(w, &e);
+    else nf_artifact_writer_abort(w);
+    nf_safetensors_close(ex);
+    nf_artifact_close(a);
+    CHECK_MSG(s == NF_OK, "f32 twin: %s", e.msg);
+    return s == NF_OK;
+}
+
+/* Prefill logits [P][V] of ids, then G greedy steps (tokens and each step's logits [G][V]). */
+static void run(const char *path, int reference, const int32_t *ids, float *pre, int32_t *greedy, float *gl)
+{
+    nf_model *m;
+    nf_engine *eng;
+    nf_error e;
+    if (nf_model_load(path, &m, &e)) {
+        CHECK_MSG(0, "%s", e.msg);
+        return;
+    }
+    const size_t V = m->cfg.vocab;
+    nf_engine_opts o = {.threads = 2, .ctx = P + G, .chunk = 4, .reference = reference};
+    if (nf_engine_create(m, &o, &eng, &e)) {
+        CHECK_MSG(0, "%s", e.msg);
+        nf_model_free(m);
+        return;
+    }
+    CHECK(nf_engine_prefill(eng, ids, P, pre, &e) == NF_OK);
+    for (size_t g = 0; g < G; g++) {
+        memcpy(gl + g * V, eng->logits, V * sizeof(float));
+        greedy[g] = (int32_t)fx_argmax(eng->logits, V);
+        if (g + 1 < G) CHECK(nf_engine_decode(eng, greedy[g], &e) == NF_OK);
+    }
+    nf_engine_free(eng);
+    nf_model_free(m);
+}
+
+static double worst_rows(const float *a, const float *b, size_t rows, size_t V)
+{
+    double w = 0;
+    for (size_t t = 0; t < rows; t++) w = fmax(w, fx_rel_l2(a + t * V, b + t * V, V));
+    return w;
+}
+
+static int all_finite(const float *a, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(a[i])) return 0;
+    return 1;
+}
+
+int main(void)
+{
+    char dir[] = "/tmp/nf_gguf_lowbit_XXXXXX", q[256], f[256];
+    if (!mkdtemp(dir)) return 1;
+    snprintf(q, sizeof q, "%s/lowbit.nf", dir);
+    snprintf(f, sizeof f, "%s/lowbit-f32.nf", dir);
+    enum { V = 32 }; /* the fixture's vocabulary */
+    static float pre[3][P * V], gl[3][G * V];
+    static int32_t greedy[3][G];
+    const int32_t ids[P] = {1, 14, 3, 17, 5, 9, 26, 2, 31, 8, 0, 20, 11};
+    if (fx_convert(FIX "qwen3moe_lowbit.gguf", "source", q) &&
+        write_f32_twin(q, FIX "qwen3moe_lowbit.expected.safetensors", f)) {
+        run(q, 0, ids, pre[0], greedy[0], gl[0]); /* quantized, fast kernels */
+        run(q, 1, ids, pre[1], greedy[1], gl[1]); /* quantized, reference path */
+        run(f, 0, ids, pre[2], greedy[2], gl[2]); /* f32 twin */
+        CHECK_MSG(all_finite(pre[0], P * V) && all_finite(gl[0], G * V), "non-finite logits");
+        const double wp = worst_rows(pre[0], pre[2], P, V), wg = worst_rows(gl[0], gl[2], G, V);
+        const double rp = worst_rows(pre[0], pre[1], P, V), rg = worst_rows(gl[0], gl[1], G, V);
+        size_t same = 0;
+        while (same < G && greedy[0][same] == greedy[2][same]) same++;
+        printf("qwen3moe_lowbit vs its f32 twin: prefill rel-L2 (worst position) %.2e, decode %.2e, greedy %zu/%d "
+               "tokens equal; fast vs reference path: prefill %.2e, decode %.2e\n",
+               wp, wg, same, G, rp, rg);
+        CHECK_MSG(wp <= 1e-4, "prefill logits vs the f32 twin: rel-L2 %.3g > 1e-4", wp);
+        CHECK_MSG(wg <= 1e-4, "greedy-step logits vs the f32 twin: rel-L2 %.3g > 1e-4", wg);
+        CHECK_MSG(same == G, "greedy continuation differs from the f32 twin's at token %zu", same);
+        CHECK_MSG(rp <= 1e-4 && rg <= 1e-4, "fast vs reference path: %.3g / %.3g > 1e-4", rp, rg);
+        /* the logits are not degenerate: they vary over the vocabulary */
+        double sd = 0, mean = 0;
+        for (int i = 0; i < V; i++) mean += pre[0][(P - 1) * V + i] / V;
+        for (int i = 0; i < V; i++) sd += pow(pre[0][(P - 1) * V + i] - mean, 2) / V;
+        CHECK_MSG(sqrt(sd) > 1e-3, "last position's logits are flat (sd %.3g)", sqrt(sd));
+    }
+    remove(q);
+    remove(f);
+    rmdir(dir);
+    return nf_test_report();
+}
