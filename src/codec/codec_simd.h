@@ -17,5 +17,9 @@ NF_MATVEC_DECL(nf_q8_0_matvec_avx2);
 NF_MATVEC_DECL(nf_q4_k_matvec_avx2);
 NF_MATVEC_DECL(nf_q5_k_matvec_avx2);
 NF_MATVEC_DECL(nf_q6_k_matvec_avx2);
+NF_MATVEC_DECL(nf_q2_k_matvec_avx2);
+NF_MATVEC_DECL(nf_q3_k_matvec_avx2);
+NF_MATVEC_DECL(nf_iq4_xs_matvec_avx2);
+NF_MATVEC_DECL(nf_iq4_nl_matvec_avx2);
 
 #endif

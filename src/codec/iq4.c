@@ -40,11 +40,11 @@ NF_GGML_ROW_OPS(iq4_xs, NF_QK_K, NF_IQ4_XS_BYTES, nf_iq4_xs_block_dequantize)
 const nf_codec nf_codec_iq4_nl = {
     .id = NF_CODEC_IQ4_NL, .name = "iq4_nl", .ggml_type = 20, .block_elems = NF_QK_LEGACY,
     .block_bytes = NF_IQ4_NL_BYTES, .flags = NF_CODEC_IMPORT_ONLY, .quantize_row = NULL,
-    .dequantize_row = iq4_nl_dequantize, .dot_row = iq4_nl_dot, .matvec_scalar = iq4_nl_matvec, .matvec_simd = NULL,
+    .dequantize_row = iq4_nl_dequantize, .dot_row = iq4_nl_dot, .matvec_scalar = iq4_nl_matvec, .matvec_simd = nf_iq4_nl_matvec_avx2,
 };
 
 const nf_codec nf_codec_iq4_xs = {
     .id = NF_CODEC_IQ4_XS, .name = "iq4_xs", .ggml_type = 23, .block_elems = NF_QK_K,
     .block_bytes = NF_IQ4_XS_BYTES, .flags = NF_CODEC_IMPORT_ONLY, .quantize_row = NULL,
-    .dequantize_row = iq4_xs_dequantize, .dot_row = iq4_xs_dot, .matvec_scalar = iq4_xs_matvec, .matvec_simd = NULL,
+    .dequantize_row = iq4_xs_dequantize, .dot_row = iq4_xs_dot, .matvec_scalar = iq4_xs_matvec, .matvec_simd = nf_iq4_xs_matvec_avx2,
 };

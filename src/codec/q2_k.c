@@ -24,5 +24,5 @@ NF_GGML_ROW_OPS(q2_k, NF_QK_K, NF_Q2_K_BYTES, nf_q2_k_block_dequantize)
 const nf_codec nf_codec_q2_k = {
     .id = NF_CODEC_Q2_K, .name = "q2_k", .ggml_type = 10, .block_elems = NF_QK_K, .block_bytes = NF_Q2_K_BYTES,
     .flags = NF_CODEC_IMPORT_ONLY, .quantize_row = NULL, .dequantize_row = q2_k_dequantize, .dot_row = q2_k_dot,
-    .matvec_scalar = q2_k_matvec, .matvec_simd = NULL,
+    .matvec_scalar = q2_k_matvec, .matvec_simd = nf_q2_k_matvec_avx2,
 };

@@ -35,5 +35,5 @@ NF_GGML_ROW_OPS(q3_k, NF_QK_K, NF_Q3_K_BYTES, nf_q3_k_block_dequantize)
 const nf_codec nf_codec_q3_k = {
     .id = NF_CODEC_Q3_K, .name = "q3_k", .ggml_type = 11, .block_elems = NF_QK_K, .block_bytes = NF_Q3_K_BYTES,
     .flags = NF_CODEC_IMPORT_ONLY, .quantize_row = NULL, .dequantize_row = q3_k_dequantize, .dot_row = q3_k_dot,
-    .matvec_scalar = q3_k_matvec, .matvec_simd = NULL,
+    .matvec_scalar = q3_k_matvec, .matvec_simd = nf_q3_k_matvec_avx2,
 };

@@ -3,7 +3,7 @@
  * lengths, unaligned row starts).
  *
  * Tolerance. Both sides compute sum_i (a_i - b_i) x_i where a_i - b_i is the decoded weight
- * (b_i the offset term dmin*m of q4_k/q5_k, else 0), in f32 with different summation orders. With
+ * (b_i the offset term dmin*m of q4_k/q5_k/q2_k, else 0), in f32 with different summation orders. With
  * u = 2^-24 and T = sum_i (|a_i| + |b_i|) |x_i|, first-order error analysis bounds each side by
  * (k + 2) u T, k the longest chain of additions feeding the result: the reference rounds each
  * weight (2 roundings) and sums a block of B elements in f32 (k <= B; across blocks in double);
@@ -35,6 +35,7 @@ static int offset_fields(const nf_codec *c, int *d_off, int *m_off)
     switch (c->id) {
     case NF_CODEC_Q4_K:
     case NF_CODEC_Q5_K: *d_off = 0, *m_off = 2; return 1;
+    case NF_CODEC_Q2_K: *d_off = 80, *m_off = 82; return 1;
     default: return 0;
     }
 }
@@ -76,8 +77,8 @@ static void check_codec(const nf_codec *c, size_t n, size_t rows, double *worst)
         for (size_t i = 0; i < n; i++) src[i] = grand() * scale + (r % 3 == 1 ? 0.5f * scale : 0.0f);
         if (c->quantize_row) {
             c->quantize_row(src, w + r * rb, n);
-        } else { /* dequantize-only codecs: random bytes */
-            for (size_t i = 0; i < rb; i++) w[r * rb + i] = (uint8_t)rnd();
+        } else { /* no quantizer (import-only): random levels and sub-scales, f16 scales around `scale`/64 */
+            CHECK(nf_codec_fill_random(c, w + r * rb, rb / c->block_bytes, &rng_state, scale / 64) == 0);
         }
     }
     for (size_t i = 0; i < n; i++) x[i] = grand();
@@ -115,9 +116,9 @@ int main(void)
         for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
             for (size_t rows = 1; rows <= 9; rows += 2) check_codec(c, ns[k], rows, &worst);
         if (c->block_elems == 1) check_codec(c, 4096 + 13, 5, &worst); /* float codecs: scalar tail */
-        printf("%-5s SIMD vs scalar: worst |diff| / bound = %.4f\n", c->name, worst);
+        printf("%-6s SIMD vs scalar: worst |diff| / bound = %.4f\n", c->name, worst);
         tested++;
     }
-    CHECK_EQ_INT(tested, 7); /* f32 f16 bf16 q8_0 q4_k q5_k q6_k */
+    CHECK_EQ_INT(tested, 11); /* f32 f16 bf16 q8_0 q4_k q5_k q6_k q2_k q3_k iq4_xs iq4_nl */
     return nf_test_report();
 }
