@@ -1,24 +1,25 @@
-/* AVX2+FMA+F16C matvec for q3_k. As q2_k, byte qs[32h + l] holds the low 2 bits of elements
- * 128h + 32j + l in bits 2j..2j+1; their high bit is bit 4h + j of hmask[l], and the level is
- * low - 4 when that bit is clear (q = low + 4*bit - 4, in [-4, 3]). One 8-byte load of qs and one
- * of hmask yield 8 lanes of four elements' levels; each 16-element sub-block's sum(q x) is one
- * 8-lane register, scaled into the row's accumulator by d * sc_i (as the decoder forms it). */
+/* AVX2+FMA+F16C matvec for q3_k. The 32 bytes qs[32h .. 32h + 31] (half h = 0, 1) hold the low 2
+ * bits of elements 128h + 32j + l in bits 2j..2j+1 of byte l (j = 0..3), and bit 4h + j of
+ * hmask[l] is their high bit; the level is low - 4 when that bit is clear (in [-4, 3]). So per half
+ * one 32-byte load of qs and of hmask give, for each j, 32 int8 levels in a few byte operations
+ * (shift, mask, compare, subtract); they are widened 8 at a time to f32 and multiplied with x
+ * into one 8-lane sum per 16-element sub-block, scaled into the row's accumulator by d * sc_i (as
+ * the decoder forms it). Shift counts are in registers: the Debug build does not make immediates
+ * of loop variables. */
 #include "codec/avx2_util.h"
 #include "codec/codec_simd.h"
 #include "codec/ggml_blocks.h"
 
-/* levels of 8 elements: ((q >> 2j) & 3) | (((h >> hb) & 1) << 2), minus 4 (shift counts in registers:
- * the Debug build does not fold them into immediates) */
-NF_INLINE __m256 levels8(__m256i q, __m256i h, int j, int hb)
+/* sum over 16 int8 levels v (one 128-bit half) times x[0..16), as one 8-lane vector */
+NF_INLINE __m256 dot16_i8(__m128i v, const float *x)
 {
-    const __m256i m3 = _mm256_set1_epi32(3), one = _mm256_set1_epi32(1), m4 = _mm256_set1_epi32(4);
-    const __m256i lo = _mm256_and_si256(_mm256_srl_epi32(q, _mm_cvtsi32_si128(2 * j)), m3);
-    const __m256i hi = _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(h, _mm_cvtsi32_si128(hb)), one), 2);
-    return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_or_si256(lo, hi), m4));
+    const __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), _mm256_loadu_ps(x));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8))), _mm256_loadu_ps(x + 8), s);
 }
 
 NF_INLINE void rows_kernel(const uint8_t *w, size_t rb, int R, const float *x, float *y, size_t n)
 {
+    const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4), zero = _mm256_setzero_si256();
     __m256 acc[NF_MV_ROWS];
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (size_t ib = 0; ib < n / NF_QK_K; ib++) {
@@ -26,19 +27,21 @@ NF_INLINE void rows_kernel(const uint8_t *w, size_t rb, int R, const float *x, f
         for (int r = 0; r < R; r++) {
             const uint8_t *b = w + r * rb + ib * NF_Q3_K_BYTES;
             const float d = nf_f16_at(b + 108);
-            for (int h = 0; h < 2; h++)
-                for (int g = 0; g < 2; g++) { /* l in [16g, 16g + 16): sub-blocks 8h + 2j + g */
-                    const uint8_t *qs = b + 32 + 32 * h + 16 * g, *hm = b + 16 * g;
-                    const __m256i q0 = nf_load8_u8(qs), q1 = nf_load8_u8(qs + 8);
-                    const __m256i h0 = nf_load8_u8(hm), h1 = nf_load8_u8(hm + 8);
-                    const float *xl = xb + 128 * h + 16 * g;
-                    for (int j = 0; j < 4; j++) {
-                        __m256 s = _mm256_mul_ps(levels8(q0, h0, j, 4 * h + j), _mm256_loadu_ps(xl + 32 * j));
-                        s = _mm256_fmadd_ps(levels8(q1, h1, j, 4 * h + j), _mm256_loadu_ps(xl + 32 * j + 8), s);
-                        const float dl = d * (float)nf_q3_k_scale(b + 96, 8 * h + 2 * j + g);
-                        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dl), s, acc[r]);
-                    }
+            const __m256i hm = _mm256_loadu_si256((const __m256i *)b);
+            for (int h = 0; h < 2; h++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(b + 32 + 32 * h));
+                for (int j = 0; j < 4; j++) {
+                    const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * j)), m3);
+                    const __m256i clear = _mm256_cmpeq_epi8(_mm256_and_si256(hm, _mm256_set1_epi8((char)(1 << (4 * h + j)))), zero);
+                    const __m256i v = _mm256_sub_epi8(lo, _mm256_and_si256(clear, four));
+                    const float *xl = xb + 128 * h + 32 * j;
+                    const int i = 8 * h + 2 * j; /* sub-blocks i (l < 16) and i + 1 */
+                    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)nf_q3_k_scale(b + 96, i)),
+                                             dot16_i8(_mm256_castsi256_si128(v), xl), acc[r]);
+                    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)nf_q3_k_scale(b + 96, i + 1)),
+                                             dot16_i8(_mm256_extracti128_si256(v, 1), xl + 16), acc[r]);
                 }
+            }
         }
     }
     for (int r = 0; r < R; r++) y[r] = nf_hsum8(acc[r]);
