@@ -47,9 +47,12 @@ static void encode(enc *e, nf_codec_id id, uint32_t rows, uint32_t cols, uint32_
     } else {
         e->w.data = e->buf;
         e->w.row_bytes = nf_codec_row_bytes(c, cols);
+        static uint64_t rng = 0x8F1BBCDCCA62C1D6ull;
         for (uint32_t r = 0; r < rows; r++) {
-            c->quantize_row(w + (size_t)r * cols, e->buf + r * e->w.row_bytes, cols);
-            c->dequantize_row(e->buf + r * e->w.row_bytes, e->deq + (size_t)r * cols, cols);
+            uint8_t *row = e->buf + r * e->w.row_bytes;
+            if (c->quantize_row) c->quantize_row(w + (size_t)r * cols, row, cols);
+            else nf_codec_fill_random(c, row, e->w.row_bytes / c->block_bytes, &rng, 0.01f); /* import-only */
+            c->dequantize_row(row, e->deq + (size_t)r * cols, cols);
         }
     }
     free(w);
@@ -83,7 +86,8 @@ static double gemm_err(const enc *e, const float *x, size_t n, const float *y, s
 static void test_gemm(nf_cpu *c1, nf_cpu *c3)
 {
     const nf_codec_id ids[] = {NF_CODEC_F32, NF_CODEC_F16, NF_CODEC_BF16, NF_CODEC_Q8_0,
-                               NF_CODEC_Q4_K, NF_CODEC_Q5_K, NF_CODEC_Q6_K, NF_CODEC_NVFP4};
+                               NF_CODEC_Q4_K, NF_CODEC_Q5_K, NF_CODEC_Q6_K, NF_CODEC_NVFP4,
+                               NF_CODEC_Q2_K, NF_CODEC_Q3_K, NF_CODEC_IQ4_XS, NF_CODEC_IQ4_NL};
     const size_t ns[] = {1, 3, 17};
     const uint32_t rows = 256, cols = 512; /* nvfp4 with 2 divisors: 128-row shares */
     float *x = malloc(17 * cols * sizeof(float)), *y1 = malloc(17 * rows * sizeof(float)),
