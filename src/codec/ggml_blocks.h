@@ -105,9 +105,25 @@ void nf_q2_k_block_dequantize(const uint8_t *b, float *y);
 void nf_q3_k_block_dequantize(const uint8_t *b, float *y);
 void nf_iq4_nl_block_dequantize(const uint8_t *b, float *y);
 void nf_iq4_xs_block_dequantize(const uint8_t *b, float *y);
-int nf_q3_k_scale(const uint8_t *scales12, int i);
-int nf_iq4_xs_scale(const uint8_t *block, int ib);
 extern const int8_t nf_iq4_values[16]; /* kvalues_iq4nl */
+
+/* q3_k sub-block i's 6-bit scale minus 32: low nibble of scales[i] (i < 8) or high nibble of
+ * scales[i - 8], bits 2 * (i / 4) of scales[8 + i % 4] as bits 4-5. Inline: the AVX2 kernels call
+ * it per sub-block. */
+static inline int nf_q3_k_scale(const uint8_t *sc, int i)
+{
+    const int lo = i < 8 ? sc[i] & 0xF : sc[i - 8] >> 4;
+    const int hi = (sc[8 + i % 4] >> (2 * (i / 4))) & 3;
+    return (lo | hi << 4) - 32;
+}
+
+/* iq4_xs sub-block ib's 6-bit scale minus 32: nibble ib % 2 of scales_l[ib / 2] (@4) with bits
+ * 2ib..2ib+1 of scales_h (@2) on top. */
+static inline int nf_iq4_xs_scale(const uint8_t *b, int ib)
+{
+    const int lo = (b[4 + ib / 2] >> (4 * (ib % 2))) & 0xF, hi = (nf_rd16(b + 2) >> (2 * ib)) & 3;
+    return (lo | hi << 4) - 32;
+}
 
 /* Row operations of a codec defined by its block decoder: dequantize_row, the reference dot_row
  * (float per block, double across blocks, as every codec's) and the scalar matvec built on it. */

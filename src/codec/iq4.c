@@ -22,12 +22,6 @@ static void nibbles32(const uint8_t *qs, float dl, float *y)
 
 void nf_iq4_nl_block_dequantize(const uint8_t *b, float *y) { nibbles32(b + 2, nf_rd_f16(b), y); }
 
-int nf_iq4_xs_scale(const uint8_t *b, int ib)
-{
-    const int lo = (b[4 + ib / 2] >> (4 * (ib % 2))) & 0xF, hi = (nf_rd16(b + 2) >> (2 * ib)) & 3;
-    return (lo | hi << 4) - 32;
-}
-
 void nf_iq4_xs_block_dequantize(const uint8_t *b, float *y)
 {
     const float d = nf_rd_f16(b);

@@ -8,13 +8,6 @@
 #include "codec/codec_simd.h"
 #include "codec/ggml_blocks.h"
 
-int nf_q3_k_scale(const uint8_t *sc, int i)
-{
-    const int lo = i < 8 ? sc[i] & 0xF : sc[i - 8] >> 4;
-    const int hi = (sc[8 + i % 4] >> (2 * (i / 4))) & 3;
-    return (lo | hi << 4) - 32;
-}
-
 void nf_q3_k_block_dequantize(const uint8_t *b, float *y)
 {
     const float d = nf_rd_f16(b + 108);
