@@ -377,7 +377,7 @@ int main(void)
     static const struct {
         const char *name;
         int nvfp4;
-    } models[] = {{"qwen3_moe", 0}, {"qwen2_moe", 0}, {"llama", 1}, {"qwen3_moe_256", 1}};
+    } models[] = {{"qwen3_moe", 0}, {"qwen2_moe", 0}, {"qwen2_moe_nobias", 0}, {"llama", 1}, {"qwen3_moe_256", 1}};
     const char *recipes[] = {"bf16", "q8q8", "q4q6", "q4q5", "nvfp4"};
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
         for (int r = 0; r < 5; r++)
