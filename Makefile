@@ -3,7 +3,8 @@
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 BUILD ?= build
-GENERATOR := $(if $(shell command -v ninja),Ninja,Unix Makefiles)
+# Expanded when a configure recipe runs, so after `deps` has installed ninja-build on a fresh machine.
+GENERATOR = $(if $(shell command -v ninja),Ninja,Unix Makefiles)
 
 .PHONY: all deps build test asan fuzz clean gpu-bundle demo
 

@@ -112,8 +112,8 @@ int nf_cmd_chat(int argc, char **argv)
     const nf_cmd_usage u = {
         .name = "chat",
         .synopsis = "-m MODEL [--system TEXT] [sampling flags as for run]",
-        .description = "Interactive chat: one line of input is one user message; the reply streams to stdout.\n"
-                       "/reset forgets the conversation, /exit or end of input quits.",
+        .description = "Interactive chat (on the GPU when one is visible, else the CPU; --device): one line of input is\n"
+                       "one user message; the reply streams to stdout. /reset forgets the conversation, /exit or end of input quits.",
         .opts = opts,
         .n_opts = n,
     };

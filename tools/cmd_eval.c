@@ -84,8 +84,9 @@ int nf_cmd_eval(int argc, char **argv)
     const nf_cmd_usage u = {
         .name = "eval",
         .synopsis = "-m MODEL (--tokens IDS | --tokens-file F.npy) [--logits-out L.npy]",
-        .description = "Run the token ids as one prompt on the CPU and write the logits of every position as a\n"
-                       "float32 [T][vocab] .npy file; prints the argmax of each position when no output is given.",
+        .description = "Run the token ids as one prompt (on the CPU reference unless --device cuda|auto) and write the\n"
+                       "logits of every position as a float32 [T][vocab] .npy file; prints the argmax of each\n"
+                       "position when no output is given.",
         .opts = opts,
         .n_opts = NF_CLI_COUNT(opts),
     };

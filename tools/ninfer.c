@@ -10,9 +10,9 @@ static const nf_command commands[] = {
     {"inspect", "validate a .nf artifact and show its metadata and tensors", nf_cmd_inspect},
     {"convert", "convert a Hugging Face checkpoint or GGUF file into a .nf artifact", nf_cmd_convert},
     {"bench", "benchmarks: bench codec (CPU codecs), bench sparse-moe (CUDA operator), bench e2e (a model)", nf_cmd_bench},
-    {"run", "generate text from a prompt (CPU)", nf_cmd_run},
-    {"chat", "interactive chat with the model's chat template (CPU)", nf_cmd_chat},
-    {"eval", "run token ids as one prompt and write every position's logits (.npy)", nf_cmd_eval},
+    {"run", "generate text from a prompt (CUDA when a GPU is visible, else CPU; --device)", nf_cmd_run},
+    {"chat", "interactive chat with the model's chat template (CUDA or CPU, as run)", nf_cmd_chat},
+    {"eval", "run token ids as one prompt and write every position's logits (.npy; CPU unless --device)", nf_cmd_eval},
     {"perplexity", "perplexity of a text file (llama.cpp's windows)", nf_cmd_perplexity},
     {"synth", "write a full-size model of a named geometry with random weights (no download)", nf_cmd_synth},
 };

@@ -441,7 +441,7 @@ static nf_status model_meta(const nf_plan *p, nf_artifact_writer *w, nf_error *e
         .rope_factor = none || !c->rope.factor ? 1.0f : (float)c->rope.factor,
         .rope_orig_ctx = none ? 0 : (uint32_t)c->rope.original_max_position,
         .rope_low_freq_factor = (float)c->rope.low_freq_factor, .rope_high_freq_factor = (float)c->rope.high_freq_factor,
-        .max_ctx = c->max_position, .tie_embeddings = c->tie_word_embeddings, .qkv_bias = c->arch == NF_HF_QWEN2_MOE,
+        .max_ctx = c->max_position, .tie_embeddings = c->tie_word_embeddings, .qkv_bias = c->qkv_bias,
         .qk_norm = c->arch == NF_HF_QWEN3_MOE, .dense_inter = c->intermediate_size, .experts = c->n_experts,
         .top_k = c->n_experts_used, .moe_inter = c->moe_intermediate_size,
         .shared_inter = c->arch == NF_HF_QWEN2_MOE ? c->shared_intermediate_size : 0, .norm_topk = c->norm_topk_prob,

@@ -224,6 +224,22 @@ static nf_status read_moe(const cJSON *root, nf_hf_config *c, nf_error *err)
     return s;
 }
 
+/* qwen2_moe: "qkv_bias" (default true); qwen3_moe, llama: "attention_bias" (default false), whose
+ * o_proj bias the schema cannot hold, so true is refused. */
+static nf_status read_bias(const cJSON *root, nf_hf_config *c, nf_error *err)
+{
+    if (c->arch == NF_HF_QWEN2_MOE) {
+        c->qkv_bias = 1;
+        return opt_bool(root, "qkv_bias", &c->qkv_bias, err);
+    }
+    int attention_bias = 0;
+    nf_status s = opt_bool(root, "attention_bias", &attention_bias, err);
+    if (s == NF_OK && attention_bias)
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "\"attention_bias\": true (biases on q/k/v/o_proj) is not supported "
+                            "for %s", arch_names[c->arch]);
+    return s;
+}
+
 /* cJSON finds the first of two equal keys and Python's json keeps the last: refuse the ambiguity. */
 static nf_status check_unique_keys(const cJSON *root, nf_error *err)
 {
@@ -248,6 +264,7 @@ static nf_status read_all(const cJSON *root, nf_hf_config *c, nf_error *err)
     if (s == NF_OK && dense && (!found_i || c->intermediate_size == 0))
         return nf_error_set(err, NF_ERR_FORMAT, "\"intermediate_size\" is missing or 0, and the model has dense MLP layers");
     if (s == NF_OK) s = opt_bool(root, "tie_word_embeddings", &c->tie_word_embeddings, err);
+    if (s == NF_OK) s = read_bias(root, c, err);
     if (s == NF_OK) s = opt_str(root, "dtype", c->dtype, sizeof c->dtype, &found_dt, err);
     if (s == NF_OK && !found_dt) s = opt_str(root, "torch_dtype", c->dtype, sizeof c->dtype, NULL, err);
     return s;

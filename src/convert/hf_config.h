@@ -8,7 +8,12 @@
  * When both spellings of one value are present they must agree. Keys a config may omit take the
  * transformers class default (num_key_value_heads = num_attention_heads, head_dim = hidden_size /
  * num_attention_heads, rope_theta 10000, decoder_sparse_step 1, norm_topk_prob false,
- * tie_word_embeddings false); the sizes that define the model are required.
+ * tie_word_embeddings false, qwen2_moe's qkv_bias true); the sizes that define the model are required.
+ *
+ * Attention biases: qwen2_moe's q/k/v projections carry biases exactly when "qkv_bias" says so
+ * (transformers' Qwen2MoeConfig, default true; o_proj never has one). qwen3_moe and llama spell it
+ * "attention_bias" (default false) and put a bias on o_proj too, which the artifact schema has no
+ * tensor for: "attention_bias": true is refused for them.
  *
  * Architectures ("model_type"): qwen3_moe, qwen2_moe (shared expert with a sigmoid gate), llama
  * (dense). Anything else is refused with its name and this list. */
@@ -55,6 +60,7 @@ typedef struct nf_hf_config {
     uint32_t *mlp_only_layers;     /* [n_mlp_only] ... and i is not listed here */
     size_t n_mlp_only;
     int tie_word_embeddings;       /* lm_head shares embed_tokens */
+    int qkv_bias;                  /* q/k/v projections have biases (qwen2_moe only) */
     char dtype[32];                /* "bfloat16", ... from dtype / torch_dtype; "" when absent */
 } nf_hf_config;
 

@@ -468,6 +468,25 @@ static nf_status hf_mlp(nf_plan *p, int i, const char *m, const char *gu_name, c
     return hf_matrix(p, down_name, NF_ROLE_FFN_DOWN, i, key, H, N, 0, err);
 }
 
+/* A q/k/v/o bias the config does not announce would be dropped, and the model would differ from the
+ * checkpoint: refuse it, naming the tensor and the config key. */
+static nf_status hf_no_bias(nf_plan *p, const char *pre, nf_error *err)
+{
+    static const char *const proj[] = {"q_proj", "k_proj", "v_proj", "o_proj"};
+    char key[320];
+    for (int j = 0; j < 4; j++) {
+        snprintf(key, sizeof key, "%s.self_attn.%s.bias", pre, proj[j]);
+        if (!nf_st_set_find(p->st, key)) continue;
+        if (p->cfg.arch == NF_HF_QWEN2_MOE && j < 3)
+            return nf_error_set(err, NF_ERR_FORMAT, "tensor '%s' is in the checkpoint but config.json says "
+                                "\"qkv_bias\": false", key);
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "tensor '%s' is in the checkpoint but %s has no attention "
+                            "bias there (config.json \"%s\")", key, nf_hf_arch_name(p->cfg.arch),
+                            p->cfg.arch == NF_HF_QWEN2_MOE ? "qkv_bias" : "attention_bias");
+    }
+    return NF_OK;
+}
+
 static nf_status hf_layer(nf_plan *p, int i, nf_error *err)
 {
     const nf_hf_config *c = &p->cfg;
@@ -482,11 +501,12 @@ static nf_status hf_layer(nf_plan *p, int i, nf_error *err)
     if (s == NF_OK) s = hf_matrix(p, NAME("attn_k"), NF_ROLE_ATTN_K, i, KEY("self_attn.k_proj"), kv, H, g_attn, err);
     if (s == NF_OK) s = hf_matrix(p, NAME("attn_v"), NF_ROLE_ATTN_V, i, KEY("self_attn.v_proj"), kv, H, g_attn, err);
     if (s == NF_OK) s = hf_matrix(p, NAME("attn_output"), NF_ROLE_ATTN_O, i, KEY("self_attn.o_proj"), H, q, 0, err);
-    if (s == NF_OK && c->arch == NF_HF_QWEN2_MOE) {
+    if (s == NF_OK && c->qkv_bias) {
         s = hf_matrix(p, NAME("attn_q_bias"), NF_ROLE_VECTOR, i, KEY("self_attn.q_proj.bias"), 1, q, 0, err);
         if (s == NF_OK) s = hf_matrix(p, NAME("attn_k_bias"), NF_ROLE_VECTOR, i, KEY("self_attn.k_proj.bias"), 1, kv, 0, err);
         if (s == NF_OK) s = hf_matrix(p, NAME("attn_v_bias"), NF_ROLE_VECTOR, i, KEY("self_attn.v_proj.bias"), 1, kv, 0, err);
     }
+    if (s == NF_OK && !c->qkv_bias) s = hf_no_bias(p, pre, err);
     if (s == NF_OK && c->arch == NF_HF_QWEN3_MOE) {
         s = hf_matrix(p, NAME("attn_q_norm"), NF_ROLE_VECTOR, i, KEY("self_attn.q_norm.weight"), 1, c->head_dim, 0, err);
         if (s == NF_OK)

@@ -134,6 +134,8 @@ static nf_status gguf_config(nf_plan *p, nf_error *err)
     if (!e) return nf_error_set(err, NF_ERR_FORMAT, "%s: tensor 'token_embd.weight' is missing", p->source);
     c->vocab_size = (uint32_t)e->ne[1];
     c->tie_word_embeddings = nf_gguf_find_tensor(p->gguf, "output.weight") == NULL;
+    /* qwen2moe: q/k/v biases when layer 0 has them (llama.cpp's are optional); then every layer must */
+    c->qkv_bias = c->arch == NF_HF_QWEN2_MOE && nf_gguf_find_tensor(p->gguf, "blk.0.attn_q.bias") != NULL;
     /* No expert_shared_feed_forward_length: the row length of the first ffn_down_shexp (layer 0 may
      * be a dense one) */
     for (uint32_t i = 0; c->arch == NF_HF_QWEN2_MOE && !c->shared_intermediate_size && i < c->n_layers; i++) {
@@ -227,7 +229,7 @@ static nf_status gguf_layer(nf_plan *p, int i, nf_error *err)
     }
     if (!s) s = gguf_simple(p, N("attn_v"), NF_ROLE_ATTN_V, i, G("attn_v.weight"), kv, H, err);
     if (!s) s = gguf_simple(p, N("attn_output"), NF_ROLE_ATTN_O, i, G("attn_output.weight"), H, q, err);
-    if (!s && c->arch == NF_HF_QWEN2_MOE) {
+    if (!s && c->qkv_bias) {
         s = gguf_simple(p, N("attn_q_bias"), NF_ROLE_VECTOR, i, G("attn_q.bias"), 1, q, err);
         if (!s) s = gguf_simple(p, N("attn_k_bias"), NF_ROLE_VECTOR, i, G("attn_k.bias"), 1, kv, err);
         if (!s) s = gguf_simple(p, N("attn_v_bias"), NF_ROLE_VECTOR, i, G("attn_v.bias"), 1, kv, err);

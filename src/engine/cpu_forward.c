@@ -2,7 +2,7 @@
  * decoder (transformers' LlamaModel / Qwen2MoeModel / Qwen3MoeModel forward, in f32):
  *
  *   x = embed(tokens)
- *   per layer:  h = rmsnorm(x) ; q,k,v = Wq h, Wk h, Wv h (+ bias: qwen2) ; q,k = rmsnorm per head
+ *   per layer:  h = rmsnorm(x) ; q,k,v = Wq h, Wk h, Wv h (+ bias: model.qkv_bias) ; q,k = rmsnorm per head
  *               (qwen3) ; rope(q, k) ; cache k, v ; x += Wo attention(q, K, V)
  *               h = rmsnorm(x) ; x += moe(h) or Wdown (silu(Wgate h) * Wup h)
  *   logits = Whead rmsnorm(x) */

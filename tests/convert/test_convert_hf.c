@@ -291,15 +291,66 @@ static void expect_refusal(const char *src, const char *recipe, nf_status code, 
     if (needle2) CHECK_CONTAINS(err.msg, needle2);
 }
 
-/* A copy of the qwen3_moe fixture with config.json edited by `from` -> `to`. */
-static void edited_copy(const char *dst, const char *from, const char *to)
+/* A copy of fixture `model` with config.json edited by the sed expression `from` -> `to`. */
+static void edited_model(const char *model, const char *dst, const char *from, const char *to)
 {
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
-             "rm -rf %s && mkdir -p %s && cp " NF_TEST_DATA "/fixtures/models/qwen3_moe/model.safetensors %s/ && "
-             "sed 's/%s/%s/' " NF_TEST_DATA "/fixtures/models/qwen3_moe/config.json > %s/config.json",
-             dst, dst, dst, from, to, dst);
+             "rm -rf %s && mkdir -p %s && cp " NF_TEST_DATA "/fixtures/models/%s/model.safetensors %s/ && "
+             "sed 's/%s/%s/' " NF_TEST_DATA "/fixtures/models/%s/config.json > %s/config.json",
+             dst, dst, model, dst, from, to, model, dst);
     CHECK(system(cmd) == 0);
+}
+
+/* A copy of the qwen3_moe fixture with config.json edited by `from` -> `to`. */
+static void edited_copy(const char *dst, const char *from, const char *to) { edited_model("qwen3_moe", dst, from, to); }
+
+/* qwen2_moe with "qkv_bias": false (tests/oracle/tiny_models.py's qwen2_moe_nobias, a checkpoint
+ * transformers writes without q/k/v biases): converts without bias tensors and model.qkv_bias false;
+ * the config and the checkpoint must agree both ways. */
+static void check_qkv_bias(void)
+{
+    char out[512], d[512];
+    nf_error err = {0};
+    snprintf(out, sizeof out, "%s/q2nb.nf", tmpdir);
+    CHECK_MSG(convert(NF_TEST_DATA "/fixtures/models/qwen2_moe_nobias", "bf16", 0, out, &err) == NF_OK, "%s", err.msg);
+    nf_artifact *a = NULL;
+    nf_st_set *st = NULL;
+    CHECK(nf_artifact_open(out, &a, NULL) == NF_OK);
+    CHECK(nf_st_set_open(NF_TEST_DATA "/fixtures/models/qwen2_moe_nobias", &st, NULL) == NF_OK);
+    if (a && st) {
+        CHECK(nf_st_set_find(st, "model.layers.0.self_attn.q_proj.bias") == NULL); /* the fixture is what it claims */
+        int qkv_bias = -1;
+        CHECK(nf_artifact_get_bool(a, "model.qkv_bias", &qkv_bias, NULL) == NF_OK && qkv_bias == 0);
+        for (int i = 0; i < 3; i++) {
+            char n[64];
+            snprintf(n, sizeof n, "blk.%d.attn_q_bias", i);
+            CHECK_MSG(nf_artifact_find_tensor(a, n) == NULL, "%s", n);
+        }
+        CHECK(rows_match(a, "blk.0.attn_q", 0, nf_st_set_find(st, "model.layers.0.self_attn.q_proj.weight"), 0));
+        CHECK(rows_match(a, "blk.0.ffn_gate_up_shexp", 0,
+                         nf_st_set_find(st, "model.layers.0.mlp.shared_expert.gate_proj.weight"), 0));
+    }
+    nf_st_set_close(st);
+    nf_artifact_close(a);
+    /* the biased fixture says so in its artifact */
+    snprintf(out, sizeof out, "%s/q2b.nf", tmpdir);
+    CHECK_MSG(convert(NF_TEST_DATA "/fixtures/models/qwen2_moe", "bf16", 0, out, &err) == NF_OK, "%s", err.msg);
+    a = NULL;
+    CHECK(nf_artifact_open(out, &a, NULL) == NF_OK);
+    int qkv_bias = -1;
+    if (a) CHECK(nf_artifact_get_bool(a, "model.qkv_bias", &qkv_bias, NULL) == NF_OK && qkv_bias == 1);
+    nf_artifact_close(a);
+    /* config promises biases (key absent: Qwen2MoeConfig's default true) the checkpoint lacks */
+    snprintf(d, sizeof d, "%s/nb_default", tmpdir);
+    edited_model("qwen2_moe_nobias", d, "\"qkv_bias\": false,", "");
+    expect_refusal(d, NULL, NF_ERR_FORMAT, "tensor 'model.layers.0.self_attn.q_proj.bias' is missing from the checkpoint",
+                   "blk.0.attn_q_bias");
+    /* config says no biases, the checkpoint has them: refused rather than dropped */
+    snprintf(d, sizeof d, "%s/b_false", tmpdir);
+    edited_model("qwen2_moe", d, "\"qkv_bias\": true", "\"qkv_bias\": false");
+    expect_refusal(d, NULL, NF_ERR_FORMAT, "tensor 'model.layers.0.self_attn.q_proj.bias' is in the checkpoint",
+                   "\"qkv_bias\": false");
 }
 
 static void check_refusals(void)
@@ -348,6 +399,7 @@ int main(void)
     check_nvfp4_source(NF_TEST_DATA "/fixtures/convert/modelopt_nvfp4", 1);
     check_modelopt_planes();
     check_refusals();
+    check_qkv_bias();
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0) return 1;

@@ -168,6 +168,40 @@ static void test_refusals(void)
     CHECK_EQ_INT(nf_hf_config_load("/nonexistent/config.json", &c, &err), NF_ERR_IO);
 }
 
+/* Attention biases: Qwen2MoeConfig's "qkv_bias" (default true: transformers 4's Qwen2MoeAttention
+ * always had them, and its published configs have no such key); qwen3_moe/llama's "attention_bias"
+ * would add an o_proj bias the schema lacks, so true is refused. */
+static void test_bias(void)
+{
+#define Q2 "{\"model_type\": \"qwen2_moe\", " MOE ", \"shared_expert_intermediate_size\": 8"
+    nf_hf_config c;
+    accepted(Q2 "}", &c);
+    CHECK(c.qkv_bias == 1);
+    nf_hf_config_free(&c);
+    accepted(Q2 ", \"qkv_bias\": false}", &c);
+    CHECK(c.qkv_bias == 0);
+    nf_hf_config_free(&c);
+    accepted(Q2 ", \"qkv_bias\": true, \"attention_bias\": true}", &c); /* not a qwen2_moe key: ignored */
+    CHECK(c.qkv_bias == 1);
+    nf_hf_config_free(&c);
+    refused(Q2 ", \"qkv_bias\": 0}", NF_ERR_FORMAT, "\"qkv_bias\" is not true or false");
+    nf_error err = {0};
+    CHECK_EQ_INT(nf_hf_config_load(SRC "/configs/published_qwen2_moe.json", &c, &err), NF_OK);
+    CHECK(c.qkv_bias == 1);
+    nf_hf_config_free(&c);
+    CHECK_EQ_INT(nf_hf_config_load(SRC "/configs/tiny_qwen3_moe.json", &c, &err), NF_OK);
+    CHECK(c.qkv_bias == 0);
+    nf_hf_config_free(&c);
+    accepted("{\"model_type\": \"llama\", " BASE ", \"attention_bias\": false, \"qkv_bias\": true}", &c);
+    CHECK(c.qkv_bias == 0);
+    nf_hf_config_free(&c);
+    refused("{\"model_type\": \"llama\", " BASE ", \"attention_bias\": true}", NF_ERR_UNSUPPORTED,
+            "\"attention_bias\": true (biases on q/k/v/o_proj) is not supported for llama");
+    refused("{\"model_type\": \"qwen3_moe\", " MOE ", \"attention_bias\": true}", NF_ERR_UNSUPPORTED,
+            "not supported for qwen3_moe");
+#undef Q2
+}
+
 int main(void)
 {
     cJSON *m = manifest();
@@ -176,6 +210,7 @@ int main(void)
     for (const cJSON *e = configs ? configs->child : NULL; e; e = e->next) check_config(e->string, e);
     test_moe_layers();
     test_refusals();
+    test_bias();
     cJSON_Delete(m);
     return nf_test_report();
 }

@@ -356,6 +356,16 @@ static void check_sessions(const char *tmp)
 
 int main(void)
 {
+    /* The fixtures first, GPU or not: a bundle run from another copy of the tree (gpu-bundle's
+     * CTestTestfile sets NF_TEST_DATA) must find that copy's, and says which it reads. */
+    char probe[1100];
+    snprintf(probe, sizeof probe, "%s/fixtures/models/qwen3_moe/config.json", data_dir());
+    printf("fixtures: %s/fixtures/models (NF_TEST_DATA %s)\n", data_dir(),
+           getenv("NF_TEST_DATA") && *getenv("NF_TEST_DATA") ? "set" : "unset: the build tree's path");
+    if (access(probe, R_OK) != 0) {
+        printf("FAIL: %s is not readable: set NF_TEST_DATA to the tree's tests/ folder\n", probe);
+        return 1;
+    }
     char why[256];
     if (nf_cuda_device_count(why, sizeof why) < 1) {
         printf("SKIP: %s\n", why);
@@ -363,11 +373,15 @@ int main(void)
     }
     char tmp[] = "/tmp/nf_engine_cuda_XXXXXX";
     if (!mkdtemp(tmp)) return 1;
-    const char *models[] = {"qwen3_moe", "qwen2_moe", "llama", "qwen3_moe_256"};
+    /* nvfp4 needs 128-row expert shares: the 32-row tiny MoE banks refuse it */
+    static const struct {
+        const char *name;
+        int nvfp4;
+    } models[] = {{"qwen3_moe", 0}, {"qwen2_moe", 0}, {"qwen2_moe_nobias", 0}, {"llama", 1}, {"qwen3_moe_256", 1}};
     const char *recipes[] = {"bf16", "q8q8", "q4q6", "q4q5", "nvfp4"};
-    for (int i = 0; i < 4; i++)
-        for (int r = 0; r < 5; r++) /* nvfp4 needs 128-row expert shares: the 32-row tiny MoE banks refuse it */
-            if (r < 4 || i >= 2) check_model(models[i], recipes[r], tmp);
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
+        for (int r = 0; r < 5; r++)
+            if (r < 4 || models[i].nvfp4) check_model(models[i].name, recipes[r], tmp);
     check_streamed_head(tmp);
     check_sessions(tmp);
     rmdir(tmp);

@@ -136,8 +136,9 @@ int main(void)
         fprintf(stderr, "mkdtemp failed\n");
         return 1;
     }
-    const char *models[] = {"qwen3_moe", "qwen3_moe_fused", "qwen2_moe", "llama"};
-    for (int i = 0; i < 4; i++) test_model(models[i], tmp);
+    /* qwen2_moe_nobias: "qkv_bias": false, no q/k/v biases in the checkpoint */
+    const char *models[] = {"qwen3_moe", "qwen3_moe_fused", "qwen2_moe", "qwen2_moe_nobias", "llama"};
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) test_model(models[i], tmp);
     rmdir(tmp);
     return nf_test_report();
 }

@@ -3,7 +3,7 @@
 tests/fixtures/models/. CI never runs this; the converter and the CPU engine tests read what it wrote.
 
     python3 -m venv /tmp/venv && /tmp/venv/bin/pip install -r tests/oracle/requirements-convert.txt
-    /tmp/venv/bin/python tests/oracle/tiny_models.py [qwen3_moe_256]   (that one alone)
+    /tmp/venv/bin/python tests/oracle/tiny_models.py [qwen3_moe_256 | qwen2_moe_nobias]   (that one alone)
 
 Models (all saved as bf16 safetensors with config.json, no tokenizer):
   qwen3_moe        2 layers, both sparse-MoE, 8 experts top-2, norm_topk_prob, q/k norm,
@@ -16,6 +16,8 @@ Models (all saved as bf16 safetensors with config.json, no tokenizer):
                    reference.json is written there, with "same_weights_as": "qwen3_moe".
   qwen2_moe        3 layers, layer 1 dense (mlp_only_layers=[1]), 8 experts top-2 without
                    renormalisation, a shared expert with its sigmoid gate, q/k/v biases, tied embeddings
+  qwen2_moe_nobias qwen2_moe's geometry with qkv_bias=False (Qwen2MoeConfig's key; default True):
+                   no q/k/v biases in the checkpoint, "qkv_bias": false in config.json; own seed
   llama            2 layers dense, GQA, tied embeddings (SmolLM2-like)
   qwen3_moe_256    1 layer, 4 experts, hidden = moe_intermediate = 256 (rows that k-quants and
                    128-row nvfp4 tiles take, so the q4q6/q4q5/nvfp4 recipes are exercised instead
@@ -60,8 +62,8 @@ def qwen3_moe_config():
         tie_word_embeddings=False, attention_bias=False, use_sliding_window=False)
 
 
-def qwen2_moe_config():
-    return transformers.Qwen2MoeConfig(
+def qwen2_moe_config(qkv_bias=True):
+    return transformers.Qwen2MoeConfig(qkv_bias=qkv_bias,
         vocab_size=2048, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
         shared_expert_intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
         num_key_value_heads=2, num_experts=8, num_experts_per_tok=2, norm_topk_prob=False,
@@ -244,6 +246,16 @@ def build(name, cfg, cls, seed, layouts, with_reference=True):
               f"logit std {ref[1].std():.3f}")
 
 
+def build_qwen2_moe_nobias():
+    cfg = qwen2_moe_config(qkv_bias=False)
+    build("qwen2_moe_nobias", cfg, transformers.Qwen2MoeForCausalLM, 5000, [("qwen2_moe_nobias", "per_expert")])
+    folder = os.path.join(OUT, "qwen2_moe_nobias")
+    keys = load_file(os.path.join(folder, "model.safetensors")).keys()
+    assert not any(k.endswith("_proj.bias") for k in keys), "qkv_bias=False still wrote biases"
+    with open(os.path.join(folder, "config.json")) as f:
+        assert json.load(f)["qkv_bias"] is False
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     only = sys.argv[1:]  # model names to (re)write; none: all
@@ -251,9 +263,13 @@ def main():
         build("qwen3_moe_256", qwen3_moe_256_config(), transformers.Qwen3MoeForCausalLM, 4000,
               [("qwen3_moe_256", "per_expert")], with_reference=False)
         return
+    if only == ["qwen2_moe_nobias"]:
+        build_qwen2_moe_nobias()
+        return
     build("qwen3_moe", qwen3_moe_config(), transformers.Qwen3MoeForCausalLM, 1000,
           [("qwen3_moe", "per_expert"), ("qwen3_moe_fused", "fused")])
     build("qwen2_moe", qwen2_moe_config(), transformers.Qwen2MoeForCausalLM, 2000, [("qwen2_moe", "per_expert")])
+    build_qwen2_moe_nobias()
     build("llama", llama_config(), transformers.LlamaForCausalLM, 3000, [("llama", "dense")])
     build("qwen3_moe_256", qwen3_moe_256_config(), transformers.Qwen3MoeForCausalLM, 4000,
           [("qwen3_moe_256", "per_expert")], with_reference=False)
