@@ -22,7 +22,8 @@ size_t up256(size_t n) { return (n + 255) & ~(size_t)255; }
 bool device_codec(int c)
 {
     return c == NF_CODEC_BF16 || c == NF_CODEC_Q8_0 || c == NF_CODEC_Q4_K || c == NF_CODEC_Q5_K ||
-           c == NF_CODEC_Q6_K || c == NF_CODEC_NVFP4;
+           c == NF_CODEC_Q6_K || c == NF_CODEC_NVFP4 || c == NF_CODEC_Q2_K || c == NF_CODEC_Q3_K ||
+           c == NF_CODEC_IQ4_XS || c == NF_CODEC_IQ4_NL;
 }
 
 // The dense weights in two passes over the same walk: sizing (dst == NULL) then upload.
@@ -43,7 +44,7 @@ struct Uploader {
         if (!device_codec(mm->codec)) {
             const nf_codec *c = nf_codec_get((nf_codec_id)mm->codec);
             return nf_error_set(err, NF_ERR_UNSUPPORTED, "cuda decoder: %s is %s, which has no CUDA kernel "
-                                "(bf16, q8_0, q4_k, q5_k, q6_k, nvfp4 have)", name, c ? c->name : "an unknown codec");
+                                "(bf16, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs, iq4_nl, nvfp4 have)", name, c ? c->name : "an unknown codec");
         }
         size_t bytes = 0;
         nf_status st = devmat_bytes(mm, name, &bytes, err);

@@ -81,7 +81,8 @@ __global__ void __launch_bounds__(kDeqWarps * 32) dequant_kernel(DevMat W, Group
 
 } // namespace
 
-static bool dequant_takes(int codec) { return codec == 3 || codec == 4 || codec == 5 || codec == 6; }
+// q8_0, q4_k, q5_k, q6_k and the import-only q2_k, q3_k, iq4_xs, iq4_nl (12 .. 15)
+static bool dequant_takes(int codec) { return (codec >= 3 && codec <= 6) || (codec >= 12 && codec <= 15); }
 
 // From the sweep (docs/sparse_moe.md, "k-quant prefill through bf16"; qwen3 geometry, H200, this
 // route against the k-quant kernel): q4_k, q5_k and q6_k gate/up gain from T = 512 (0.98x, 0.92x,
@@ -89,6 +90,8 @@ static bool dequant_takes(int codec) { return codec == 3 || codec == 4 || codec 
 // 0.878x at 1536). Gate/up holds two thirds of the bytes, so its codec decides. The sweep's routing
 // is trace-like (skewed, as real routing is); under uniform routing the copy loses up to T = 768 and
 // wins from 1024 (docs/data/dequant_from_h200.txt): the routing, not the cache, moves the crossover.
+// The import-only codecs take the k-quants' 512 (not swept: their decode costs as much or more a
+// weight than q4_k's, which is what makes the copy pay).
 uint32_t dequant_from(int codec_gate_up, int codec_down)
 {
     if (!dequant_takes(codec_gate_up) || !dequant_takes(codec_down)) return UINT32_MAX;

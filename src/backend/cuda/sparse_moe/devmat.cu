@@ -29,6 +29,12 @@ static int planar_layout(int codec, PlanarLayout *pl)
     case NF_CODEC_Q5_K: *pl = {4, {{48, 128}, {16, 32}, {4, 12}, {0, 4}}}; return 1;
     case NF_CODEC_Q6_K: *pl = {4, {{0, 128}, {128, 64}, {192, 16}, {208, 2}}}; return 1;
     case NF_CODEC_Q8_0: *pl = {2, {{2, 32}, {0, 2}}}; return 1;
+    // the import-only codecs (dev_codecs_import.cuh); q2_k's d and dmin stay one 4-byte field, as do
+    // iq4_xs's d, scales_h and scales_l (its 8-byte head: one load for every scale of a block)
+    case NF_CODEC_Q2_K: *pl = {3, {{16, 64}, {0, 16}, {80, 4}}}; return 1;
+    case NF_CODEC_Q3_K: *pl = {4, {{32, 64}, {0, 32}, {96, 12}, {108, 2}}}; return 1;
+    case NF_CODEC_IQ4_XS: *pl = {2, {{8, 128}, {0, 8}}}; return 1;
+    case NF_CODEC_IQ4_NL: *pl = {2, {{2, 16}, {0, 2}}}; return 1;
     case NF_CODEC_BF16: *pl = {1, {{0, 2}}}; return 1;
     case NF_CODEC_F32: *pl = {1, {{0, 4}}}; return 1;
     default: return 0;

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "dev_codecs.cuh"
+#include "dev_codecs_import.cuh"
 
 extern "C" {
 #include "base/error.h"
@@ -258,7 +259,8 @@ cudaError_t with_maxt(uint32_t T, F &&f)
 }
 
 // Calls f(Codec{}) with the device codec of an nf_codec_id; cudaErrorInvalidValue for others.
-// nf_codec_id values (codec/codec.h): BF16 2, Q8_0 3, Q4_K 4, Q5_K 5, Q6_K 6, NVFP4 11.
+// nf_codec_id values (codec/codec.h): BF16 2, Q8_0 3, Q4_K 4, Q5_K 5, Q6_K 6, NVFP4 11, and the
+// import-only Q2_K 12, Q3_K 13, IQ4_XS 14, IQ4_NL 15 (dev_codecs_import.cuh).
 template <class F>
 cudaError_t dispatch_codec(int codec, F &&f)
 {
@@ -269,6 +271,10 @@ cudaError_t dispatch_codec(int codec, F &&f)
     case 5: return f(CQ5K{});
     case 6: return f(CQ6K{});
     case 11: return f(CNVFP4{});
+    case 12: return f(CQ2K{});
+    case 13: return f(CQ3K{});
+    case 14: return f(CIQ4XS{});
+    case 15: return f(CIQ4NL{});
     default: return cudaErrorInvalidValue;
     }
 }

@@ -19,7 +19,8 @@ using namespace nf;
 
 // nf_codec_id values the device dispatch (internal.cuh) relies on.
 static_assert(NF_CODEC_F32 == 0 && NF_CODEC_BF16 == 2 && NF_CODEC_Q8_0 == 3 && NF_CODEC_Q4_K == 4 &&
-                  NF_CODEC_Q5_K == 5 && NF_CODEC_Q6_K == 6 && NF_CODEC_NVFP4 == 11,
+                  NF_CODEC_Q5_K == 5 && NF_CODEC_Q6_K == 6 && NF_CODEC_NVFP4 == 11 && NF_CODEC_Q2_K == 12 &&
+                  NF_CODEC_Q3_K == 13 && NF_CODEC_IQ4_XS == 14 && NF_CODEC_IQ4_NL == 15,
               "codec ids changed: update dispatch_codec in internal.cuh");
 
 // The largest T the fused decode/small-token kernels take (launch_down_combine's widest
@@ -145,7 +146,16 @@ static nf_status admit_a4_divisors(const nf_moe_bank *b, int has_shared, nf_erro
     return NF_OK;
 }
 
-static int is_gguf_codec(int c) { return c == NF_CODEC_Q4_K || c == NF_CODEC_Q5_K || c == NF_CODEC_Q6_K || c == NF_CODEC_Q8_0; }
+// The GGUF block codecs, mixed freely among themselves: k-quants, q8_0 and the import-only q2_k,
+// q3_k, iq4_xs, iq4_nl (the device codecs of dev_codecs.cuh and dev_codecs_import.cuh).
+static int is_gguf_codec(int c)
+{
+    switch (c) {
+    case NF_CODEC_Q4_K: case NF_CODEC_Q5_K: case NF_CODEC_Q6_K: case NF_CODEC_Q8_0:
+    case NF_CODEC_Q2_K: case NF_CODEC_Q3_K: case NF_CODEC_IQ4_XS: case NF_CODEC_IQ4_NL: return 1;
+    default: return 0;
+    }
+}
 
 // Admission: which profile the expert matrices form, or why none.
 static nf_status admit(const nf_moe_bank *b, int has_shared, char *profile, size_t n, nf_error *err)
@@ -191,8 +201,8 @@ static nf_status admit(const nf_moe_bank *b, int has_shared, char *profile, size
             if (!is_gguf_codec(ex[i]->codec)) {
                 const nf_codec *c = nf_codec_get((nf_codec_id)ex[i]->codec);
                 return nf_error_set(err, NF_ERR_REFUSED,
-                                    "sparse_moe bind: %s codec %s is not admitted (profiles: q4_k/q5_k/q6_k/q8_0 "
-                                    "combinations, bf16, nvfp4)",
+                                    "sparse_moe bind: %s codec %s is not admitted (profiles: q2_k/q3_k/q4_k/q5_k/"
+                                    "q6_k/q8_0/iq4_xs/iq4_nl combinations, bf16, nvfp4)",
                                     mat_name[1 + i], c ? c->name : "unknown");
             }
     }
@@ -591,7 +601,11 @@ static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint
         if (e == cudaSuccess) e = launch_gemv(m->codec[M_SDOWN], false, m->m[M_SDOWN], acts, false, S, sg, ys, H, T, s);
     }
     if (e != cudaSuccess) return e;
-    if (small && b.down.allow_a8 && down_a8_supported(m->codec[M_DOWN], dn, T, k))
+    // the down quantises its input to int8 only where gate/up took int8 activations too (every
+    // k-quant and q8_0 bank: the W·A8 pair test_sparse_moe's reference models); behind a gate/up
+    // codec without int8 spans (q2_k, q3_k, iq4_xs, iq4_nl) it stays f32 whatever its own codec
+    const bool gu_a8 = b.gate_up.allow_a8 && gemv_a8_supported(m->codec[M_GATE_UP], m->m[M_GATE_UP]);
+    if (small && gu_a8 && b.down.allow_a8 && down_a8_supported(m->codec[M_DOWN], dn, T, k))
         return launch_down_a8(m->codec[M_DOWN], dn, act, r, T, k, ys, out, true, s);
     if (small && down_mma_supported(m->codec[M_DOWN], dn, T, k)) // nvfp4 and bf16 on tensor cores
         return launch_down_mma(m->codec[M_DOWN], dn, act, r, T, k, ys, out, true, s);
