@@ -83,6 +83,7 @@ extern "C" {
 #include "codec/codec.h"
 #include "codec/nvfp4.h"
 #include "common/cuda_test_util.h"
+#include "common/import_blocks.h"
 #include "common/moe_ref.h"
 }
 #include "nf_test.h"
@@ -136,14 +137,27 @@ Mat make_mat(int codec, uint32_t experts, uint32_t rows, uint32_t cols, float sd
     m.rows = rows;
     m.cols = cols;
     const uint64_t R = (uint64_t)experts * rows;
-    std::vector<float> w(R * cols);
+    std::vector<float> w;
     const uint64_t share = R / sources;
-    for (uint64_t r = 0; r < R; r++) {
-        float amp = 1.0f + 3.0f * (float)((r / share) % 7) / 6.0f;
-        for (uint32_t c = 0; c < cols; c++) w[r * cols + c] = nrand() * sd * amp;
+    auto amp_of = [&](uint64_t r) { return 1.0f + 3.0f * (float)((r / share) % 7) / 6.0f; };
+    const nf_codec *cc = nf_codec_get((nf_codec_id)codec);
+    const bool import = cc && (cc->flags & NF_CODEC_IMPORT_ONLY);
+    if (!import) {
+        w.resize(R * cols);
+        for (uint64_t r = 0; r < R; r++)
+            for (uint32_t c = 0; c < cols; c++) w[r * cols + c] = nrand() * sd * amp_of(r);
     }
     m.deq.resize(R * cols);
-    if (codec == NF_CODEC_NVFP4) {
+    if (import) {
+        // no quantizer (q2_k, q3_k, iq4_xs, iq4_nl): random valid blocks of about the row's std
+        // (tests/common/import_blocks.h), dequantized by the CPU decoder as the reference's weights
+        const size_t rb = nf_codec_row_bytes(cc, cols);
+        m.payload.resize(R * rb);
+        for (uint64_t r = 0; r < R; r++) {
+            nf_test_import_blocks(codec, &m.payload[r * rb], cols / cc->block_elems, sd * amp_of(r), &rng);
+            cc->dequantize_row(&m.payload[r * rb], &m.deq[r * cols], cols);
+        }
+    } else if (codec == NF_CODEC_NVFP4) {
         m.divisors = sources;
         nf_nvfp4_layout l;
         nf_nvfp4_layout_of(R, cols, sources, &l, NULL);
@@ -704,6 +718,37 @@ void test_wide(const std::vector<uint32_t> &Ts)
     }
 }
 
+// The import-only GGUF codecs (q2_k, q3_k, iq4_xs, iq4_nl: random valid blocks, no quantizer), on
+// the small geometry, in every position of a bank: routed gate/up and down, mixed with the k-quants
+// and q8_0, and the shared expert's gate/up and down (one profile with a W·A8 routed pair and its
+// shared expert in them). Their device decoders reproduce the CPU's weights bit for bit
+// (test_import_decode), so every route's tolerance above holds unchanged: decode / small-token see
+// exactly the reference's weights; prefill their bf16 roundings. A gate/up in one of them takes no
+// int8 activations and leaves the down in f32 (sparse_moe.cu), so those profiles are held to the
+// f32 reference. Run last, from a seed of their own, so that every case before keeps its data and
+// its witness.
+void test_import(const std::vector<uint32_t> &Ts)
+{
+    H = 256, I = 256, E = 16, K = 4, S = 256;
+    TMAX = 0;
+    for (uint32_t T : Ts) TMAX = T > TMAX ? T : TMAX;
+    rng = 0x6A09E667F3BCC908ull;
+    const Profile profiles[] = {
+        {"q2_k+q3_k", NF_CODEC_Q2_K, NF_CODEC_Q3_K, -1, -1, 1},
+        {"q3_k+q5_k", NF_CODEC_Q3_K, NF_CODEC_Q5_K, -1, -1, 1},
+        {"iq4_xs+q6_k", NF_CODEC_IQ4_XS, NF_CODEC_Q6_K, -1, -1, 1},
+        {"iq4_nl+q8_0", NF_CODEC_IQ4_NL, NF_CODEC_Q8_0, -1, -1, 0},
+        {"q4_k+q6_k/iq4_nl+iq4_xs", NF_CODEC_Q4_K, NF_CODEC_Q6_K, NF_CODEC_IQ4_NL, NF_CODEC_IQ4_XS, 1},
+        {"iq4_xs+iq4_nl/q3_k+q2_k", NF_CODEC_IQ4_XS, NF_CODEC_IQ4_NL, NF_CODEC_Q3_K, NF_CODEC_Q2_K, 0},
+    };
+    printf("import-only codecs, geometry H %u, E %u, k %u, I %u, shared I %u\n", H, E, K, I, S);
+    std::vector<float> xf;
+    uint16_t *dx = make_inputs(xf);
+    for (const Profile &p : profiles)
+        if (selected(p)) test_profile(p, Ts, xf, dx);
+    cudaFree(dx);
+}
+
 } // namespace
 
 int main(void)
@@ -758,6 +803,7 @@ int main(void)
             if (T <= 2049) wide.push_back(T);
     }
     if (!wide.empty()) test_wide(wide);
+    test_import(Ts);
     nf_pool_destroy(pool);
     return nf_test_report();
 }
