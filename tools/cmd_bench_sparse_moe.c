@@ -128,7 +128,7 @@ int nf_cmd_bench_sparse_moe(int argc, char **argv)
     const nf_opt table[] = {
         {"--model", 'm', NF_OPT_STRING, &o.model, "FILE", "take the bank from this artifact (with --layer) instead of synthetic weights", 0, 0},
         {"--layer", 0, NF_OPT_INT, &o.layer, "N", "the MoE layer of --model (default 0)", 0, 1 << 20},
-        {"--codec", 0, NF_OPT_STRING, &o.codec, "P", "profiles, comma-separated (q4_k+q6_k, q8_0+q8_0, bf16, nvfp4, ...[/shared]) or all", 0, 0},
+        {"--codec", 0, NF_OPT_STRING, &o.codec, "P", "profiles, comma-separated (q4_k+q6_k, q8_0+q8_0, q3_k+q5_k, iq4_xs+q6_k, bf16, nvfp4, ...[/shared]) or all (the sweep's eight: q4_k+q6_k, q4_k+q5_k, q4_k+q4_k, q5_k+q6_k, q6_k+q6_k, q8_0+q8_0, bf16, nvfp4)", 0, 0},
         {"--geometry", 0, NF_OPT_STRING, &o.geometry, "G", "qwen3-30b-a3b (default), qwen3.5-35b-a3b, qwen2-57b-a14b, tiny", 0, 0},
         {"-H", 0, NF_OPT_INT, &o.H, "N", "hidden size (overrides the geometry)", 1, 65536},
         {"-E", 0, NF_OPT_INT, &o.E, "N", "experts", 1, 512},

@@ -180,10 +180,34 @@ static void test_parsing(void)
     CHECK(nf_bench_geometry("gpt-5") == NULL);
 }
 
+/* Synthetic banks of the import-only codecs (no quantizer: random bytes with finite f16 scales)
+ * decode to finite weights: q2_k and q3_k keep their scales last, where random bytes could be an
+ * f16 NaN or infinity. */
+static void test_import_payloads(void)
+{
+    const int codecs[] = {NF_CODEC_Q2_K, NF_CODEC_Q3_K, NF_CODEC_IQ4_XS, NF_CODEC_IQ4_NL};
+    enum { ROWS = 64, COLS = 512 };
+    static float y[COLS];
+    for (size_t i = 0; i < sizeof codecs / sizeof codecs[0]; i++) {
+        const nf_codec *c = nf_codec_get((nf_codec_id)codecs[i]);
+        size_t bytes = 0;
+        uint8_t *p = nf_bench_make_payload(codecs[i], 2, ROWS / 2, COLS, 1, 7, &bytes);
+        CHECK(p != NULL && bytes == ROWS * nf_codec_row_bytes(c, COLS));
+        size_t bad = 0;
+        for (int r = 0; p && r < ROWS; r++) {
+            c->dequantize_row(p + (size_t)r * nf_codec_row_bytes(c, COLS), y, COLS);
+            for (int j = 0; j < COLS; j++) bad += !isfinite(y[j]);
+        }
+        CHECK_MSG(bad == 0, "%s: %zu non-finite weights in a synthetic bank", c->name, bad);
+        free(p);
+    }
+}
+
 int main(void)
 {
     test_parsing();
     test_distributions();
     test_accounting();
+    test_import_payloads();
     return nf_test_report();
 }
