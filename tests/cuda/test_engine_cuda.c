@@ -305,6 +305,18 @@ static void check_model(const char *name, const char *recipe, const char *tmp)
     if (fx_convert(dir, recipe, out)) check_artifact(name, recipe, out);
 }
 
+/* A GGUF in the import-only codecs (tests/fixtures/gguf/qwen3moe_lowbit.gguf: q2_k expert gate/up,
+ * iq4_nl expert down, iq4_xs / q3_k attention, q3_k embedding, q6_k head), carried over as it is
+ * (recipe source): the comparisons above, so the device's q2_k / q3_k / iq4 decoders in the dense
+ * layers, the embedding and the sparse-MoE bank against the CPU engine. */
+static void check_lowbit(const char *tmp)
+{
+    char src[1024], out[1200];
+    snprintf(src, sizeof src, "%s/fixtures/gguf/qwen3moe_lowbit.gguf", data_dir());
+    snprintf(out, sizeof out, "%s/qwen3moe_lowbit-source.nf", tmp);
+    if (fx_convert(src, "source", out)) check_artifact("qwen3moe_lowbit", "source", out);
+}
+
 /* A synthetic 2-layer model (synth's tiny geometry) with a 20 000-row bf16 LM head: 1250 tiles of 16
  * rows, more than one wave of the 4-warp tensor-core GEMV (132 SMs x at most 8), so the decoder's
  * head streams (gemv_stream.cu), which the fixtures' small vocabularies never reach. */
@@ -382,6 +394,7 @@ int main(void)
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
         for (int r = 0; r < 5; r++)
             if (r < 4 || models[i].nvfp4) check_model(models[i].name, recipes[r], tmp);
+    check_lowbit(tmp);
     check_streamed_head(tmp);
     check_sessions(tmp);
     rmdir(tmp);

@@ -373,14 +373,15 @@ void *nf_bench_make_payload(int codec, uint32_t experts, uint32_t rows, uint32_t
         case NF_CODEC_Q8_0: put_f16_scale(blk, 1e-3f, &s); break;
         case NF_CODEC_Q6_K: put_f16_scale(blk + 208, 1e-3f, &s); break;
         /* the import-only codecs (no quantizer): random bytes are valid blocks once the f16 scales
-         * are finite (q2_k keeps d and dmin last, q3_k d last, iq4_xs and iq4_nl d first) */
+         * are finite, wherever the block keeps them (q2_k and q3_k last: nf_codec_scale_fields) */
         case NF_CODEC_Q2_K:
-            put_f16_scale(blk + 80, 1e-3f, &s);
-            put_f16_scale(blk + 82, 1e-3f, &s);
-            break;
-        case NF_CODEC_Q3_K: put_f16_scale(blk + 108, 1e-3f, &s); break;
+        case NF_CODEC_Q3_K:
         case NF_CODEC_IQ4_XS:
-        case NF_CODEC_IQ4_NL: put_f16_scale(blk, 1e-4f, &s); break;
+        case NF_CODEC_IQ4_NL: {
+            int off[2];
+            for (int f = 0, k = nf_codec_scale_fields(c, off); f < k; f++) put_f16_scale(blk + off[f], 1e-3f, &s);
+            break;
+        }
         default: /* q4_k, q5_k and the legacy codecs keep d (and dmin) first */
             put_f16_scale(blk, 1e-3f, &s);
             put_f16_scale(blk + 2, 1e-3f, &s);
