@@ -266,7 +266,8 @@ void nf_moe_ref_token_a4(const nf_moe_ref *m, const nf_moe_ref_a4 *a, const floa
  * Terms. A device dot over a row is a sum of group terms, each the exact sum of its group's
  * products times one rounded scale product: q4_k/q5_k per 32-element sub-block d_s d_x sum q q~ =
  * sum (w + m) x~ and m d_x sum q~ = m sum x~ (two terms: they can far exceed their difference); q6_k
- * per 16-element run (d sc) d_x sum q q~; q8_0 per 32-block. An fp32 operation's rounding error is
+ * per 16-element run (d sc) d_x sum q q~ (q3_k the same); q8_0 per 32-block; iq4_xs / iq4_nl per
+ * 32-element group (d ls) d_x sum kv q~ (two a span, no offset). An fp32 operation's rounding error is
  * at most u = 2^-24 of its result, so to first order |computed - exact| <= u (sum |term| + sum over
  * the additions and fmas of |exact partial sum|) (Higham, Accuracy and Stability of Numerical
  * Algorithms, 2nd ed., 3.1 and 4.2); the second-order remainder is below 64u of that, and 1.001 covers it.
@@ -353,7 +354,10 @@ static double a8_dot_err(int codec, const float *w, const float *off, const doub
         if (codec == NF_CODEC_Q4_K || codec == NF_CODEC_Q5_K) { /* sub-blocks 2j, 2j + 1 of block s / 4 */
             G = 32, gn = 2;
             g0[0] = (s / 4) * 256 + (s % 4) * 64, g0[1] = g0[0] + 32;
-        } else if (codec == NF_CODEC_Q6_K) { /* runs m: b 256 + n 128 + 16 h + 32 m */
+        } else if (codec == NF_CODEC_IQ4_XS || codec == NF_CODEC_IQ4_NL) { /* two 32-groups, no offsets */
+            G = 32, gn = 2;
+            g0[0] = 64 * s, g0[1] = g0[0] + 32;
+        } else if (codec == NF_CODEC_Q6_K || codec == NF_CODEC_Q3_K) { /* runs m: b 256 + n 128 + 16 h + 32 m */
             gn = 4;
             for (uint32_t m = 0; m < 4; m++) g0[m] = (s / 4) * 256 + ((s / 2) % 2) * 128 + (s % 2) * 16 + 32 * m;
         } else { /* q8_0: the span's block */

@@ -80,7 +80,9 @@ double nf_moe_ref_acc_rel(uint32_t K);
  * takes the device's operands exactly (moe_ref.c, "W·A8"): the routed weights must be the device's
  * own values (q4_k/q5_k: the caller checks that the CPU's fl(d_s q - m_s) is exact). */
 typedef struct nf_moe_ref_a8 {
-    int gate_up_codec; /* the routed gate/up's codec (nf_codec_id: q4_k, q5_k, q6_k, q8_0): the
+    int gate_up_codec; /* the routed gate/up's codec (nf_codec_id: q4_k, q5_k, q6_k, q8_0, q3_k,
+                        * iq4_xs, iq4_nl: their weights are exact integer multiples of one f32
+                        * scale per group, so the CPU decoders' values are the dots' own): the
                         * device's rounding chain of its dots (spans_a8.cuh's span policies) */
     /* Per 32-element sub-block of a routed row, the offset its codec subtracts (q4_k, q5_k:
      * m_s = dmin * m, w = d_s q - m_s): the device's dot takes d_s d_x sum q q~ and m_s d_x sum q~ as

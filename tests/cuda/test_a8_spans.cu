@@ -19,6 +19,7 @@
 extern "C" {
 #include "codec/codec.h"
 #include "common/cuda_test_util.h"
+#include "common/import_blocks.h"
 }
 #include "nf_test.h"
 
@@ -39,8 +40,12 @@ void check(int codec, uint32_t cols)
     std::vector<float> w(cols), deq((size_t)R * cols);
     for (uint32_t r = 0; r < R; r++) {
         const float amp = 0.02f * (1.0f + (float)(r % 5));
-        for (uint32_t i = 0; i < cols; i++) w[i] = nrand() * amp;
-        c->quantize_row(w.data(), &payload[r * rb], cols);
+        if (c->flags & NF_CODEC_IMPORT_ONLY) // no quantizer: random valid blocks (every field's bits)
+            nf_test_import_blocks(codec, &payload[r * rb], cols / c->block_elems, amp, &rng);
+        else {
+            for (uint32_t i = 0; i < cols; i++) w[i] = nrand() * amp;
+            c->quantize_row(w.data(), &payload[r * rb], cols);
+        }
         c->dequantize_row(&payload[r * rb], &deq[(size_t)r * cols], cols);
     }
     nf_moe_matrix mm;
@@ -101,11 +106,15 @@ void check(int codec, uint32_t cols)
 
 int main(void)
 {
+    check<nf::SpanIQ4NL>(NF_CODEC_IQ4_NL, 64); // iq4_nl rows need only cols % 64 == 0
     for (uint32_t cols : {256u, 2048u}) {
         check<nf::SpanQ4K>(NF_CODEC_Q4_K, cols);
         check<nf::SpanQ5K>(NF_CODEC_Q5_K, cols);
         check<nf::SpanQ6K>(NF_CODEC_Q6_K, cols);
         check<nf::SpanQ8>(NF_CODEC_Q8_0, cols);
+        check<nf::SpanIQ4XS>(NF_CODEC_IQ4_XS, cols);
+        check<nf::SpanIQ4NL>(NF_CODEC_IQ4_NL, cols);
+        check<nf::SpanQ3K>(NF_CODEC_Q3_K, cols);
     }
     return nf_test_report();
 }

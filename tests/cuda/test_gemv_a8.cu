@@ -1,4 +1,5 @@
-// The int8-activation GEMV (gemv_a8.cu) for every codec it takes (q4_k, q5_k, q6_k, q8_0), plain
+// The int8-activation GEMV (gemv_a8.cu) for every codec it takes (q4_k, q5_k, q6_k, q8_0, and the
+// import-only iq4_xs, iq4_nl, q3_k from random valid blocks: tests/common/import_blocks.h), plain
 // (the decoder's dense layers and LM head) and GLU (the sparse-MoE gate/up), against a double
 // reference over the dequantized weights and the activations quantised as the kernel does.
 //
@@ -29,6 +30,7 @@
 extern "C" {
 #include "codec/codec.h"
 #include "common/cuda_test_util.h"
+#include "common/import_blocks.h"
 }
 #include "nf_test.h"
 #include "common/need_gpu.h"
@@ -59,8 +61,12 @@ void run_case(const Case &c)
     std::vector<float> w(c.cols), deq((size_t)c.rows * c.cols);
     for (uint32_t r = 0; r < R; r++) {
         const float amp = 0.02f * (1.0f + (float)(r % 5)); // rows of different scales
-        for (uint32_t i = 0; i < c.cols; i++) w[i] = nrand() * amp;
-        cod->quantize_row(w.data(), &payload[r * rb], c.cols);
+        if (cod->flags & NF_CODEC_IMPORT_ONLY) // no quantizer: random valid blocks of about that std
+            nf_test_import_blocks(c.codec, &payload[r * rb], c.cols / cod->block_elems, amp, &rng);
+        else {
+            for (uint32_t i = 0; i < c.cols; i++) w[i] = nrand() * amp;
+            cod->quantize_row(w.data(), &payload[r * rb], c.cols);
+        }
         if (r / c.rows == pick) cod->dequantize_row(&payload[r * rb], &deq[(size_t)(r % c.rows) * c.cols], c.cols);
     }
     // activations: blocks of different amplitudes, one all-zero block per token
@@ -169,7 +175,8 @@ void run_case(const Case &c)
 int main(void)
 {
     if (!nf_test_gpu_visible("test_gemv_a8")) return NF_TEST_SKIP;
-    const int codecs[] = {NF_CODEC_Q4_K, NF_CODEC_Q5_K, NF_CODEC_Q6_K, NF_CODEC_Q8_0};
+    const int codecs[] = {NF_CODEC_Q4_K,  NF_CODEC_Q5_K,   NF_CODEC_Q6_K, NF_CODEC_Q8_0,
+                          NF_CODEC_IQ4_XS, NF_CODEC_IQ4_NL, NF_CODEC_Q3_K};
     for (int codec : codecs) {
         for (uint32_t T : {1u, 3u, 8u, 13u}) {
             run_case({codec, false, 1001, 512, T});

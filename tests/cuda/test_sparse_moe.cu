@@ -332,7 +332,11 @@ Ref reference(const Bank &b, const Profile &p, const std::vector<float> &xf)
     if (p.a4) r.aout.resize((size_t)TMAX * H), r.abound.resize((size_t)TMAX * H);
     // the decode/small routes quantise the routed gate/up input (gemv_a8_supported) and the routed
     // down's intermediate (down_a8_supported: the down codec; at these sizes its stage always fits)
-    auto a8_codec = [](int c) { return c == NF_CODEC_Q4_K || c == NF_CODEC_Q5_K || c == NF_CODEC_Q6_K || c == NF_CODEC_Q8_0; };
+    // (q2_k has no int8 span policy: a q2_k gate/up keeps f32 activations and its down stays f32)
+    auto a8_codec = [](int c) {
+        return c == NF_CODEC_Q4_K || c == NF_CODEC_Q5_K || c == NF_CODEC_Q6_K || c == NF_CODEC_Q8_0 ||
+               c == NF_CODEC_Q3_K || c == NF_CODEC_IQ4_XS || c == NF_CODEC_IQ4_NL;
+    };
     const bool a8 = a8_codec(p.gu);
     if (a8) {
         // nf_moe_ref_token_a8 quantises the down's input as down_a8.cu does, and takes the routed
@@ -723,10 +727,12 @@ void test_wide(const std::vector<uint32_t> &Ts)
 // and q8_0, and the shared expert's gate/up and down (one profile with a W·A8 routed pair and its
 // shared expert in them). Their device decoders reproduce the CPU's weights bit for bit
 // (test_import_decode), so every route's tolerance above holds unchanged: decode / small-token see
-// exactly the reference's weights; prefill their bf16 roundings. A gate/up in one of them takes no
-// int8 activations and leaves the down in f32 (sparse_moe.cu), so those profiles are held to the
-// f32 reference. Run last, from a seed of their own, so that every case before keeps its data and
-// its witness.
+// exactly the reference's weights; prefill their bf16 roundings. Decode / small-token gate/up and
+// down in q3_k, iq4_xs or iq4_nl take int8 activations (spans_a8.cuh; their weights are exact
+// integer multiples of one f32 scale per group, so the W·A8 reference's argument holds as for q6_k
+// and q8_0); a q2_k gate/up does not and leaves the down in f32 (sparse_moe.cu), so that profile
+// is held to the f32 reference. Run last, from a seed of their own, so that every case before keeps
+// its data and its witness.
 void test_import(const std::vector<uint32_t> &Ts)
 {
     H = 256, I = 256, E = 16, K = 4, S = 256;

@@ -1,5 +1,5 @@
 // Down projection and weighted combine with int8 activations, for the decode and small-token routes
-// of k-quant and q8_0 down banks whose down matrix allows A8 (the engine's default; ggml quantises the
+// of k-quant, q8_0, q3_k, iq4_xs and iq4_nl down banks whose down matrix allows A8 (the engine's default; ggml quantises the
 // intermediate the same way for its MUL_MAT_ID down).
 //
 // Why: decode.cu's f32 form spends most of its instructions on each weight (decode to f32, an FMA
@@ -173,6 +173,9 @@ cudaError_t launch_down_a8(int codec, const DevMat &W, const float *act, const R
     case 4: return launch_sp<SpanQ4K>(W, act, r, T, k, ys, out, pdl, s);
     case 5: return launch_sp<SpanQ5K>(W, act, r, T, k, ys, out, pdl, s);
     case 6: return launch_sp<SpanQ6K>(W, act, r, T, k, ys, out, pdl, s);
+    case 13: return launch_sp<SpanQ3K>(W, act, r, T, k, ys, out, pdl, s);
+    case 14: return launch_sp<SpanIQ4XS>(W, act, r, T, k, ys, out, pdl, s);
+    case 15: return launch_sp<SpanIQ4NL>(W, act, r, T, k, ys, out, pdl, s);
     default: return cudaErrorInvalidValue;
     }
 }

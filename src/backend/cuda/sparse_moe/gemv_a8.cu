@@ -1,4 +1,4 @@
-// The int8-activation GEMV for k-quant and q8_0 weights (W4A8 / W5A8 / W6A8 / W8A8): the sparse-MoE
+// The int8-activation GEMV for k-quant, q8_0, q3_k, iq4_xs and iq4_nl weights (W3A8 .. W8A8): the sparse-MoE
 // decode and small-token routes' gate/up (GLU: a warp owns a gate/up row pair) and the decoder's dense
 // linear layers and LM head at small T (plain: a warp owns two consecutive rows).
 //
@@ -306,7 +306,10 @@ __global__ void __launch_bounds__(kWarps * 32, NS == 1 ? 3 : 2) gemv_a8_segs_ker
     case 3: seg_rows<SpanQ8, NS>(S, blk0, ctas, xq, xd); break;
     case 4: seg_rows<SpanQ4K, NS>(S, blk0, ctas, xq, xd); break;
     case 5: seg_rows<SpanQ5K, NS>(S, blk0, ctas, xq, xd); break;
-    default: seg_rows<SpanQ6K, NS>(S, blk0, ctas, xq, xd); break;
+    case 6: seg_rows<SpanQ6K, NS>(S, blk0, ctas, xq, xd); break;
+    case 13: seg_rows<SpanQ3K, NS>(S, blk0, ctas, xq, xd); break;
+    case 14: seg_rows<SpanIQ4XS, NS>(S, blk0, ctas, xq, xd); break;
+    default: seg_rows<SpanIQ4NL, NS>(S, blk0, ctas, xq, xd); break;
     }
 }
 
@@ -362,8 +365,11 @@ bool gemv_a8_supported(int codec, const DevMat &W)
     case 3 /* NF_CODEC_Q8_0 */: return W.cols % 32 == 0;
     case 4 /* NF_CODEC_Q4_K */:
     case 5 /* NF_CODEC_Q5_K */:
-    case 6 /* NF_CODEC_Q6_K */: return W.cols % 256 == 0;
-    default: return false;
+    case 6 /* NF_CODEC_Q6_K */:
+    case 13 /* NF_CODEC_Q3_K */:
+    case 14 /* NF_CODEC_IQ4_XS */: return W.cols % 256 == 0;
+    case 15 /* NF_CODEC_IQ4_NL */: return W.cols % 64 == 0; // its span is two 32-element blocks
+    default: return false; // q2_k: no span policy yet (its per-16 min needs per-16 activation sums)
     }
 }
 
@@ -375,6 +381,9 @@ cudaError_t launch_gemv_a8(int codec, bool glu, const DevMat &W, const uint16_t 
     case 4: return launch_glu<SpanQ4K>(glu, W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
     case 5: return launch_glu<SpanQ5K>(glu, W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
     case 6: return launch_glu<SpanQ6K>(glu, W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
+    case 13: return launch_glu<SpanQ3K>(glu, W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
+    case 14: return launch_glu<SpanIQ4XS>(glu, W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
+    case 15: return launch_glu<SpanIQ4NL>(glu, W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -587,7 +587,7 @@ static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint
         return prefill_slice(m, x, T, out, ws, r, g, s);
     // decode/small-token: gate/up waits for the router on the device (programmatic dependent
     // launch), prefetches the routed experts' down bytes into L2 for the fused down kernel and
-    // may quantise the activations to int8 (k-quant / q8_0 gate/up: gemv_a8.cu)
+    // may quantise the activations to int8 (gate/up codecs with int8 spans: gemv_a8.cu)
     const DevMat &dn = m->m[M_DOWN];
     const GemvLaunch gl{small ? NextMat{dn.data, (uint64_t)dn.rows * dn.row_stride} : NextMat{nullptr, 0}, small,
                         T == 1, small && b.gate_up.allow_a8};
@@ -601,9 +601,9 @@ static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint
         if (e == cudaSuccess) e = launch_gemv(m->codec[M_SDOWN], false, m->m[M_SDOWN], acts, false, S, sg, ys, H, T, s);
     }
     if (e != cudaSuccess) return e;
-    // the down quantises its input to int8 only where gate/up took int8 activations too (every
-    // k-quant and q8_0 bank: the W·A8 pair test_sparse_moe's reference models); behind a gate/up
-    // codec without int8 spans (q2_k, q3_k, iq4_xs, iq4_nl) it stays f32 whatever its own codec
+    // the down quantises its input to int8 only where gate/up took int8 activations too (the W·A8
+    // pair test_sparse_moe's reference models: every codec with int8 spans, spans_a8.cuh); behind a
+    // gate/up without them (q2_k) it stays f32 whatever its own codec
     const bool gu_a8 = b.gate_up.allow_a8 && gemv_a8_supported(m->codec[M_GATE_UP], m->m[M_GATE_UP]);
     if (small && gu_a8 && b.down.allow_a8 && down_a8_supported(m->codec[M_DOWN], dn, T, k))
         return launch_down_a8(m->codec[M_DOWN], dn, act, r, T, k, ys, out, true, s);
