@@ -30,7 +30,8 @@ static const uint32_t kSmallRouteMax = 16;
 // The small-token/prefill frontier per profile: the largest T at which the CUDA-core route beats the
 // tensor-core one, from the recorded sweep in docs/sparse_moe.md (H200, qwen3-30b-a3b geometry,
 // trace-like routing, cold L2, graph replay). q4_k+q6_k stands for the k-quant gate/up profiles, which
-// share its kernels' per-byte cost; the other k-quant mixes were not swept apart. 16 is the kernels'
+// share its kernels' per-byte cost; the other k-quant mixes were not swept apart. The import-only
+// gate/up codecs were swept on an H100 (q3_k+q5_k, iq4_xs+q6_k, iq4_nl+q8_0, q2_k+q3_k). 16 is the kernels'
 // limit (kSmallRouteMax), not a crossing. bf16 on sm_90 has the wgmma prefill (prefill_wg.cu), which
 // wins from T = 7 (175 vs 169 us; 355 vs 220 at 16, docs/data/frontier_wg_h200.csv); elsewhere its
 // prefill is prefill.cu's mma.sync kernel, which the small-token route beats up to 16.
@@ -40,7 +41,13 @@ static uint32_t small_route_max(int gate_up_codec)
     case NF_CODEC_BF16: return prefill_wg_usable(NF_CODEC_BF16, 128, 0) ? 6 : 16;
     case NF_CODEC_NVFP4: return 12; // tensor-core gate/up: 254 vs 417 us at 12, the sweep's end
     case NF_CODEC_Q8_0: return 16;  // 347 vs 472 us at 16
-    default: return 16;             // q4_k+q6_k: 359 vs 568 us at 16
+    // the import-only codecs (H100, docs/data/import_a8_h100.txt): iq4's table lookups make its
+    // small-token route lose from 13 (iq4_xs+q6_k 342 vs 274 us; iq4_nl+q8_0 even from 13 on);
+    // q2_k has no int8 spans, its f32 GEMV loses from 5 (248 vs 162 us; even at 3 and 4)
+    case NF_CODEC_IQ4_XS: return 12; // 224 vs 273 us at 12
+    case NF_CODEC_IQ4_NL: return 12; // 174 vs 235 us at 12; 238 vs 237 at 13
+    case NF_CODEC_Q2_K: return 4;    // 159 vs 160 us at 4
+    default: return 16;             // q4_k+q6_k: 359 vs 568 us at 16; q3_k+q5_k (H100): 250 vs 293
     }
 }
 
