@@ -70,7 +70,8 @@ static uint64_t load_le(const uint8_t *p, unsigned n)
 }
 
 struct nf_gguf {
-    nf_mapped_file file;
+    nf_mapped_file file;              /* for open_memory: the caller's bytes, not a mapping */
+    int borrowed;                     /* file.data belongs to the caller: close only frees path */
     uint32_t version, alignment;
     uint64_t data_start, data_size;
     nf_gguf_kv *kvs;                  /* [n_kv], file order */
@@ -436,22 +437,49 @@ static nf_status parse(nf_gguf *g, unsigned flags, nf_error *err)
     return s;
 }
 
+/* Parses g->file (mapped or borrowed); on failure closes g, with the error prefixed by its name. */
+static nf_status open_common(nf_gguf *g, unsigned flags, nf_gguf **out, nf_error *err)
+{
+    nf_status s = parse(g, flags, err);
+    if (s != NF_OK) {
+        nf_error_prefix(err, "%s", g->file.path);
+        nf_gguf_close(g);
+        return s;
+    }
+    *out = g;
+    return NF_OK;
+}
+
 nf_status nf_gguf_open(const char *path, unsigned flags, nf_gguf **out, nf_error *err)
 {
     *out = NULL;
     nf_gguf *g = calloc(1, sizeof *g);
     if (!g) return nf_error_set(err, NF_ERR_NOMEM, "%s: out of memory", path);
     nf_status s = nf_map_file(path, &g->file, err);
-    if (s == NF_OK) {
-        s = parse(g, flags, err);
-        if (s != NF_OK) nf_error_prefix(err, "%s", path);
-    }
     if (s != NF_OK) {
-        nf_gguf_close(g);
+        free(g);
         return s;
     }
-    *out = g;
-    return NF_OK;
+    return open_common(g, flags, out, err);
+}
+
+nf_status nf_gguf_open_memory(const void *data, size_t size, const char *name, unsigned flags, nf_gguf **out,
+                              nf_error *err)
+{
+    *out = NULL;
+    if (!name) name = "(memory)";
+    nf_gguf *g = calloc(1, sizeof *g);
+    char *path = strdup(name);
+    if (!g || !path) {
+        free(g);
+        free(path);
+        return nf_error_set(err, NF_ERR_NOMEM, "%s: out of memory", name);
+    }
+    g->borrowed = 1;
+    g->file.data = size ? data : NULL; /* as nf_map_file leaves an empty file */
+    g->file.size = size;
+    g->file.path = path;
+    return open_common(g, flags, out, err);
 }
 
 void nf_gguf_close(nf_gguf *g)
@@ -466,7 +494,8 @@ void nf_gguf_close(nf_gguf *g)
     free(g->tensors);
     free(g->kv_sorted);
     free(g->t_sorted);
-    nf_unmap_file(&g->file);
+    if (g->borrowed) free(g->file.path);
+    else nf_unmap_file(&g->file);
     free(g);
 }
 
