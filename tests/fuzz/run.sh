@@ -3,7 +3,8 @@
 # Usage: tests/fuzz/run.sh NAME SECONDS [extra libFuzzer flags...]
 # Seeds: the files of tests/fuzz/inputs/NAME.txt, copied (cut to 128 KiB, the -max_len) into
 # build-fuzz/seeds/NAME; its folders (the regress folder among them) are read in place. The corpus
-# grows in build-fuzz/corpus/NAME; crash-*/timeout-*/leak-* inputs land in build-fuzz/NAME-*.
+# grows in build-fuzz/corpus/NAME; crash-*/timeout-*/leak-* inputs land in build-fuzz/NAME-*. An input
+# that runs over 10 s is a timeout (libFuzzer's default, 1200 s, would hide a slow reader).
 set -euo pipefail
 name=$1 secs=$2
 shift 2
@@ -25,4 +26,4 @@ dict=()
 cd "$b"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   exec "tests/fuzz/fuzz_$name" -max_total_time="$secs" -max_len=131072 -print_final_stats=1 \
-  -artifact_prefix="$b/$name-" "${dict[@]}" "$@" "$corpus" "$seeds" "${dirs[@]}"
+  -timeout=10 -artifact_prefix="$b/$name-" "${dict[@]}" "$@" "$corpus" "$seeds" "${dirs[@]}"
