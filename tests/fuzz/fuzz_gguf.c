@@ -65,6 +65,8 @@ static void walk_tensors(const nf_gguf *g)
         const nf_gguf_tensor *t = nf_gguf_tensor_at(g, i), *f = NULL;
         if (nf_gguf_find_tensor(g, t->name) != t || nf_gguf_get_tensor(g, t->name, &f, &e) || f != t) abort();
         sink += strlen(t->type_name) + t->n_elems;
+        /* every ggml type takes more than one bit per element: fewer bytes means the size wrapped */
+        if (strcmp(t->type_name, "unknown") != 0 && t->nbytes < t->n_elems / 8) abort();
         if (t->nbytes) { /* first and last byte: ASan sees a tensor that leaves the input */
             const uint8_t *d = t->data;
             sink += d[0] + d[t->nbytes - 1];
