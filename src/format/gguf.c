@@ -288,8 +288,14 @@ static nf_status size_tensor(nf_gguf_tensor *t, unsigned flags, nf_error *err)
     if (t->ne[0] % f->block_elems)
         return nf_error_set(err, NF_ERR_FORMAT, "tensor '%s': row length ne[0] = %" PRIu64
                             " is not a multiple of the %s block (%u elements)", t->name, t->ne[0], f->name, f->block_elems);
-    uint64_t row = t->codec && !(t->codec->flags & NF_CODEC_PLANAR) ? nf_codec_row_bytes(t->codec, (size_t)t->ne[0])
-                                                                     : t->ne[0] / f->block_elems * f->block_bytes;
+    /* One formula for every type (a block codec's geometry equals ggml's, checked above). The row
+     * itself can wrap: 2^62 float32 elements are 2^64 bytes, which would pass the bounds check below
+     * as 0 bytes while a reader of ne[0] elements runs off the file. */
+    uint64_t blocks = t->ne[0] / f->block_elems;
+    if (blocks > UINT64_MAX / f->block_bytes)
+        return nf_error_set(err, NF_ERR_FORMAT, "tensor '%s': a row of ne[0] = %" PRIu64 " %s elements overflows 64 bits",
+                            t->name, t->ne[0], f->name);
+    uint64_t row = blocks * f->block_bytes;
     uint64_t rows = t->ne[0] ? t->n_elems / t->ne[0] : 0;
     if (row && rows > UINT64_MAX / row)
         return nf_error_set(err, NF_ERR_FORMAT, "tensor '%s': byte size overflows 64 bits", t->name);
