@@ -35,12 +35,15 @@ static void walk_vocab(const nf_tokenizer *t)
 static void round_trip(const nf_tokenizer *t)
 {
     static const char text[] = "Hello, world! 123 <|im_start|>user\n\xc3\xa9t\xc3\xa9  x\t<|endoftext|>";
+    char *copy = malloc(sizeof text - 1); /* exact size, no NUL: ASan sees a read past the text */
+    if (!copy) return;
+    memcpy(copy, text, sizeof text - 1);
     for (unsigned flags = 0; flags <= NF_TOK_ADD_SPECIAL; flags++) {
         nf_tok_ids ids = {0};
         nf_error e = {0};
         char *out = NULL;
         size_t len = 0;
-        if (nf_tok_encode(t, text, sizeof text - 1, flags, &ids, &e) == NF_OK &&
+        if (nf_tok_encode(t, copy, sizeof text - 1, flags, &ids, &e) == NF_OK &&
             nf_tok_decode(t, ids.ids, ids.n, 0, &out, &len, &e) == NF_OK)
             sink += len;
         else if (e.msg[0] == 0)
@@ -48,6 +51,7 @@ static void round_trip(const nf_tokenizer *t)
         free(out);
         nf_tok_ids_free(&ids);
     }
+    free(copy);
 }
 
 static void render_chat(const nf_tokenizer *t)
