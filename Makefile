@@ -6,7 +6,7 @@ BUILD ?= build
 # Expanded when a configure recipe runs, so after `deps` has installed ninja-build on a fresh machine.
 GENERATOR = $(if $(shell command -v ninja),Ninja,Unix Makefiles)
 
-.PHONY: all deps build test asan fuzz clean gpu-bundle demo
+.PHONY: all deps build test asan fuzz fuzz-all clean gpu-bundle demo
 
 all: build
 
@@ -31,20 +31,25 @@ asan: deps build-asan/CMakeCache.txt
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir build-asan --output-on-failure -j $(JOBS) -L cpu
 
-# The artifact reader's libFuzzer target (clang, ASan+UBSan), one process (one core), FUZZ_TIME s (default
-# 60) from a generated seed corpus; the corpus grows in build-fuzz/corpus. A crash input lands in
-# build-fuzz/ as crash-*: commit it under tests/fixtures/format/regress/ (test_artifact_regress).
+# libFuzzer targets (clang, ASan+UBSan), one per untrusted-input reader: FUZZ_TARGET = artifact
+# (default), gguf, safetensors, hf_config, tokenizer_json. `make fuzz` runs one for FUZZ_TIME s
+# (default 60) in one process (one core) via tests/fuzz/run.sh: seeds from
+# tests/fuzz/inputs/$(FUZZ_TARGET).txt, the corpus grows in build-fuzz/corpus/$(FUZZ_TARGET), crash
+# inputs land in build-fuzz/$(FUZZ_TARGET)-crash-*. `make fuzz-all` runs every target in turn.
+# A crash input goes into the target's regress folder (listed in its inputs file; docs/fuzz.md),
+# where test_fuzz_regress_$(FUZZ_TARGET) keeps it fixed in `make test` and `make asan`.
 FUZZ_TIME ?= 60
+FUZZ_TARGET ?= artifact
+FUZZ_TARGETS := artifact gguf safetensors hf_config tokenizer_json
 build-fuzz/CMakeCache.txt: | deps
 	CC=clang cmake -S . -B build-fuzz -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Debug -DNF_FUZZ=ON -DNF_CUDA=OFF || { rm -f $@; exit 1; }
 
 fuzz: build-fuzz/CMakeCache.txt
-	cmake --build build-fuzz -j $(JOBS) --target fuzz_artifact fuzz_gen_seeds
-	mkdir -p build-fuzz/seeds build-fuzz/corpus
-	build-fuzz/tests/fuzz/fuzz_gen_seeds build-fuzz/seeds
-	cd build-fuzz && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-	  tests/fuzz/fuzz_artifact -max_total_time=$(FUZZ_TIME) -max_len=131072 -print_final_stats=1 \
-	  corpus seeds ../tests/fixtures/format/regress
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_$(FUZZ_TARGET) fuzz_gen_seeds
+	bash tests/fuzz/run.sh $(FUZZ_TARGET) $(FUZZ_TIME)
+
+fuzz-all:
+	for t in $(FUZZ_TARGETS); do $(MAKE) fuzz FUZZ_TARGET=$$t || exit 1; done
 
 # A self-contained folder to carry to the GPU machine: ninfer, the cuda-labelled tests and a
 # CTestTestfile with relative paths, so `ctest --test-dir gpu-bundle` runs there as here.

@@ -250,6 +250,15 @@ static nf_status check_unique_keys(const cJSON *root, nf_error *err)
     return NF_OK;
 }
 
+/* Whether some layer has a dense MLP (nf_hf_config_layer_is_moe false): no experts (llama), a sparse
+ * step above 1 (then layer 0 is dense), or any mlp_only_layers entry (each checked to be a layer).
+ * In closed form: asking every layer took num_hidden_layers steps, and 4294967295 layers made a 1 KB
+ * config take half a minute to refuse. */
+static int has_dense_layer(const nf_hf_config *c)
+{
+    return c->n_experts == 0 || c->decoder_sparse_step > 1 || c->n_mlp_only > 0;
+}
+
 static nf_status read_all(const cJSON *root, nf_hf_config *c, nf_error *err)
 {
     if (!cJSON_IsObject(root)) return nf_error_set(err, NF_ERR_FORMAT, "not a JSON object");
@@ -258,10 +267,9 @@ static nf_status read_all(const cJSON *root, nf_hf_config *c, nf_error *err)
     if (s == NF_OK) s = read_attention(root, c, err);
     if (s == NF_OK) s = read_rope(root, &c->rope, err);
     if (s == NF_OK && c->arch != NF_HF_LLAMA) s = read_moe(root, c, err);
-    int found_i = 0, found_dt = 0, dense = c->arch == NF_HF_LLAMA;
+    int found_i = 0, found_dt = 0;
     if (s == NF_OK) s = opt_u32(root, "intermediate_size", &c->intermediate_size, &found_i, err);
-    for (uint32_t i = 0; s == NF_OK && i < c->n_layers && !dense; i++) dense = !nf_hf_config_layer_is_moe(c, i);
-    if (s == NF_OK && dense && (!found_i || c->intermediate_size == 0))
+    if (s == NF_OK && has_dense_layer(c) && (!found_i || c->intermediate_size == 0))
         return nf_error_set(err, NF_ERR_FORMAT, "\"intermediate_size\" is missing or 0, and the model has dense MLP layers");
     if (s == NF_OK) s = opt_bool(root, "tie_word_embeddings", &c->tie_word_embeddings, err);
     if (s == NF_OK) s = read_bias(root, c, err);

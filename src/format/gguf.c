@@ -70,7 +70,8 @@ static uint64_t load_le(const uint8_t *p, unsigned n)
 }
 
 struct nf_gguf {
-    nf_mapped_file file;
+    nf_mapped_file file;              /* for open_memory: the caller's bytes, not a mapping */
+    int borrowed;                     /* file.data belongs to the caller: close only frees path */
     uint32_t version, alignment;
     uint64_t data_start, data_size;
     nf_gguf_kv *kvs;                  /* [n_kv], file order */
@@ -287,8 +288,14 @@ static nf_status size_tensor(nf_gguf_tensor *t, unsigned flags, nf_error *err)
     if (t->ne[0] % f->block_elems)
         return nf_error_set(err, NF_ERR_FORMAT, "tensor '%s': row length ne[0] = %" PRIu64
                             " is not a multiple of the %s block (%u elements)", t->name, t->ne[0], f->name, f->block_elems);
-    uint64_t row = t->codec && !(t->codec->flags & NF_CODEC_PLANAR) ? nf_codec_row_bytes(t->codec, (size_t)t->ne[0])
-                                                                     : t->ne[0] / f->block_elems * f->block_bytes;
+    /* One formula for every type (a block codec's geometry equals ggml's, checked above). The row
+     * itself can wrap: 2^62 float32 elements are 2^64 bytes, which would pass the bounds check below
+     * as 0 bytes while a reader of ne[0] elements runs off the file. */
+    uint64_t blocks = t->ne[0] / f->block_elems;
+    if (blocks > UINT64_MAX / f->block_bytes)
+        return nf_error_set(err, NF_ERR_FORMAT, "tensor '%s': a row of ne[0] = %" PRIu64 " %s elements overflows 64 bits",
+                            t->name, t->ne[0], f->name);
+    uint64_t row = blocks * f->block_bytes;
     uint64_t rows = t->ne[0] ? t->n_elems / t->ne[0] : 0;
     if (row && rows > UINT64_MAX / row)
         return nf_error_set(err, NF_ERR_FORMAT, "tensor '%s': byte size overflows 64 bits", t->name);
@@ -436,22 +443,49 @@ static nf_status parse(nf_gguf *g, unsigned flags, nf_error *err)
     return s;
 }
 
+/* Parses g->file (mapped or borrowed); on failure closes g, with the error prefixed by its name. */
+static nf_status open_common(nf_gguf *g, unsigned flags, nf_gguf **out, nf_error *err)
+{
+    nf_status s = parse(g, flags, err);
+    if (s != NF_OK) {
+        nf_error_prefix(err, "%s", g->file.path);
+        nf_gguf_close(g);
+        return s;
+    }
+    *out = g;
+    return NF_OK;
+}
+
 nf_status nf_gguf_open(const char *path, unsigned flags, nf_gguf **out, nf_error *err)
 {
     *out = NULL;
     nf_gguf *g = calloc(1, sizeof *g);
     if (!g) return nf_error_set(err, NF_ERR_NOMEM, "%s: out of memory", path);
     nf_status s = nf_map_file(path, &g->file, err);
-    if (s == NF_OK) {
-        s = parse(g, flags, err);
-        if (s != NF_OK) nf_error_prefix(err, "%s", path);
-    }
     if (s != NF_OK) {
-        nf_gguf_close(g);
+        free(g);
         return s;
     }
-    *out = g;
-    return NF_OK;
+    return open_common(g, flags, out, err);
+}
+
+nf_status nf_gguf_open_memory(const void *data, size_t size, const char *name, unsigned flags, nf_gguf **out,
+                              nf_error *err)
+{
+    *out = NULL;
+    if (!name) name = "(memory)";
+    nf_gguf *g = calloc(1, sizeof *g);
+    char *path = strdup(name);
+    if (!g || !path) {
+        free(g);
+        free(path);
+        return nf_error_set(err, NF_ERR_NOMEM, "%s: out of memory", name);
+    }
+    g->borrowed = 1;
+    g->file.data = size ? data : NULL; /* as nf_map_file leaves an empty file */
+    g->file.size = size;
+    g->file.path = path;
+    return open_common(g, flags, out, err);
 }
 
 void nf_gguf_close(nf_gguf *g)
@@ -466,7 +500,8 @@ void nf_gguf_close(nf_gguf *g)
     free(g->tensors);
     free(g->kv_sorted);
     free(g->t_sorted);
-    nf_unmap_file(&g->file);
+    if (g->borrowed) free(g->file.path);
+    else nf_unmap_file(&g->file);
     free(g);
 }
 

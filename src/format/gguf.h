@@ -89,6 +89,11 @@ enum {
 typedef struct nf_gguf nf_gguf;
 
 nf_status nf_gguf_open(const char *path, unsigned flags, nf_gguf **out, nf_error *err);
+/* The same checks over `size` bytes at `data` (a GGUF already in memory; the fuzz targets use it).
+ * Nothing is copied: the bytes must stay valid and unchanged until nf_gguf_close. `name` (NULL:
+ * "(memory)") stands for the path in messages and in nf_gguf_path. */
+nf_status nf_gguf_open_memory(const void *data, size_t size, const char *name, unsigned flags, nf_gguf **out,
+                              nf_error *err);
 void nf_gguf_close(nf_gguf *g);
 
 const char *nf_gguf_path(const nf_gguf *g);

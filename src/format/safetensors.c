@@ -43,7 +43,8 @@ static int dtype_by_name(const char *s, nf_st_dtype *out)
 }
 
 struct nf_safetensors {
-    nf_mapped_file file;
+    nf_mapped_file file;        /* for open_memory: the caller's bytes, not a mapping */
+    int borrowed;               /* file.data belongs to the caller: close only frees path */
     uint64_t data_start;        /* 8 + header length */
     nf_st_tensor *tensors;      /* [n], data-offset order */
     const nf_st_tensor **by_name; /* [n], sorted by name */
@@ -256,23 +257,50 @@ static nf_status parse_header(nf_safetensors *st, cJSON **root, nf_error *err)
     return NF_OK;
 }
 
+/* Parses st->file (mapped or borrowed); on failure closes st, with the error prefixed by its name. */
+static nf_status open_common(nf_safetensors *st, nf_safetensors **out, nf_error *err)
+{
+    nf_status s = parse_header(st, &st->root, err);
+    if (s == NF_OK) s = parse_entries(st, st->root, err);
+    if (s != NF_OK) {
+        nf_error_prefix(err, "%s", st->file.path);
+        nf_safetensors_close(st);
+        return s;
+    }
+    *out = st;
+    return NF_OK;
+}
+
 nf_status nf_safetensors_open(const char *path, nf_safetensors **out, nf_error *err)
 {
     *out = NULL;
     nf_safetensors *st = calloc(1, sizeof *st);
     if (!st) return nf_error_set(err, NF_ERR_NOMEM, "%s: out of memory", path);
     nf_status s = nf_map_file(path, &st->file, err);
-    if (s == NF_OK) {
-        s = parse_header(st, &st->root, err);
-        if (s == NF_OK) s = parse_entries(st, st->root, err);
-        if (s != NF_OK) nf_error_prefix(err, "%s", path);
-    }
     if (s != NF_OK) {
-        nf_safetensors_close(st);
+        free(st);
         return s;
     }
-    *out = st;
-    return NF_OK;
+    return open_common(st, out, err);
+}
+
+nf_status nf_safetensors_open_memory(const void *data, size_t size, const char *name, nf_safetensors **out,
+                                     nf_error *err)
+{
+    *out = NULL;
+    if (!name) name = "(memory)";
+    nf_safetensors *st = calloc(1, sizeof *st);
+    char *path = strdup(name);
+    if (!st || !path) {
+        free(st);
+        free(path);
+        return nf_error_set(err, NF_ERR_NOMEM, "%s: out of memory", name);
+    }
+    st->borrowed = 1;
+    st->file.data = size ? data : NULL; /* as nf_map_file leaves an empty file */
+    st->file.size = size;
+    st->file.path = path;
+    return open_common(st, out, err);
 }
 
 void nf_safetensors_close(nf_safetensors *st)
@@ -282,7 +310,8 @@ void nf_safetensors_close(nf_safetensors *st)
     free(st->tensors);
     free(st->by_name);
     free(st->meta);
-    nf_unmap_file(&st->file);
+    if (st->borrowed) free(st->file.path);
+    else nf_unmap_file(&st->file);
     free(st);
 }
 

@@ -63,6 +63,11 @@ typedef struct nf_st_tensor {
 typedef struct nf_safetensors nf_safetensors;
 
 nf_status nf_safetensors_open(const char *path, nf_safetensors **out, nf_error *err);
+/* The same checks over `size` bytes at `data` (a file already in memory; the fuzz targets use it).
+ * Nothing is copied: the bytes must stay valid and unchanged until nf_safetensors_close. `name`
+ * (NULL: "(memory)") stands for the path in messages and in nf_safetensors_path. */
+nf_status nf_safetensors_open_memory(const void *data, size_t size, const char *name, nf_safetensors **out,
+                                     nf_error *err);
 void nf_safetensors_close(nf_safetensors *st);
 
 const char *nf_safetensors_path(const nf_safetensors *st);

@@ -197,6 +197,7 @@ static nf_status split_stage(enc_ctx *c, uint32_t stage, const uint8_t *s, size_
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(c->md);
         size_t ms = ov[0], me = ov[1];
         if (me == ms) { // an empty match splits nothing: step over one character
+            if (ms >= n) break; // "$" matches empty at the very end: no character left to read
             size_t l;
             uint32_t cp;
             nf_u8_next(s + ms, n - ms, &l, &cp);
