@@ -6,9 +6,11 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "convert/convert.h"
 #include "convert/plan.h"
+#include "engine/engine.h"
 
 /* ||a - b|| / ||b|| over n values, in double. */
 static inline double fx_rel_l2(const float *a, const float *b, size_t n)
@@ -28,6 +30,44 @@ static inline size_t fx_argmax(const float *l, size_t n)
     for (size_t i = 1; i < n; i++)
         if (l[i] > l[b]) b = i;
     return b;
+}
+
+/* The largest fx_rel_l2 of `rows` rows of V values each. */
+static inline double fx_worst_rows(const float *a, const float *b, size_t rows, size_t V)
+{
+    double w = 0;
+    for (size_t t = 0; t < rows; t++) w = fmax(w, fx_rel_l2(a + t * V, b + t * V, V));
+    return w;
+}
+
+/* Loads the artifact at path and runs the CPU engine on it (`reference`: the reference path, else
+ * the fast one; prompt chunks of `chunk`): the prefill logits [P][V] of ids, then G greedy steps
+ * (their tokens, and each step's logits [G][V]). Failures count as CHECKs. */
+static inline void fx_run_greedy(const char *path, int reference, uint32_t chunk, const int32_t *ids, size_t P,
+                                 size_t G, float *pre, int32_t *greedy, float *gl)
+{
+    nf_model *m;
+    nf_engine *eng;
+    nf_error e;
+    if (nf_model_load(path, &m, &e)) {
+        CHECK_MSG(0, "%s", e.msg);
+        return;
+    }
+    const size_t V = m->cfg.vocab;
+    nf_engine_opts o = {.threads = 2, .ctx = (uint32_t)(P + G), .chunk = chunk, .reference = reference};
+    if (nf_engine_create(m, &o, &eng, &e)) {
+        CHECK_MSG(0, "%s", e.msg);
+        nf_model_free(m);
+        return;
+    }
+    CHECK(nf_engine_prefill(eng, ids, P, pre, &e) == NF_OK);
+    for (size_t g = 0; g < G; g++) {
+        memcpy(gl + g * V, eng->logits, V * sizeof(float));
+        greedy[g] = (int32_t)fx_argmax(eng->logits, V);
+        if (g + 1 < G) CHECK(nf_engine_decode(eng, greedy[g], &e) == NF_OK);
+    }
+    nf_engine_free(eng);
+    nf_model_free(m);
 }
 
 /* Converts a source (HF dir) with a recipe to out; 1 on success, else a failed CHECK. */

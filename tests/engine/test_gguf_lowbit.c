@@ -82,40 +82,6 @@ static int write_f32_twin(const char *src, const char *oracle, const char *out)
     return s == NF_OK;
 }
 
-/* Prefill logits [P][V] of ids, then G greedy steps (tokens and each step's logits [G][V]). */
-static void run(const char *path, int reference, const int32_t *ids, float *pre, int32_t *greedy, float *gl)
-{
-    nf_model *m;
-    nf_engine *eng;
-    nf_error e;
-    if (nf_model_load(path, &m, &e)) {
-        CHECK_MSG(0, "%s", e.msg);
-        return;
-    }
-    const size_t V = m->cfg.vocab;
-    nf_engine_opts o = {.threads = 2, .ctx = P + G, .chunk = 4, .reference = reference};
-    if (nf_engine_create(m, &o, &eng, &e)) {
-        CHECK_MSG(0, "%s", e.msg);
-        nf_model_free(m);
-        return;
-    }
-    CHECK(nf_engine_prefill(eng, ids, P, pre, &e) == NF_OK);
-    for (size_t g = 0; g < G; g++) {
-        memcpy(gl + g * V, eng->logits, V * sizeof(float));
-        greedy[g] = (int32_t)fx_argmax(eng->logits, V);
-        if (g + 1 < G) CHECK(nf_engine_decode(eng, greedy[g], &e) == NF_OK);
-    }
-    nf_engine_free(eng);
-    nf_model_free(m);
-}
-
-static double worst_rows(const float *a, const float *b, size_t rows, size_t V)
-{
-    double w = 0;
-    for (size_t t = 0; t < rows; t++) w = fmax(w, fx_rel_l2(a + t * V, b + t * V, V));
-    return w;
-}
-
 static int all_finite(const float *a, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -135,12 +101,12 @@ int main(void)
     const int32_t ids[P] = {1, 14, 3, 17, 5, 9, 26, 2, 31, 8, 0, 20, 11};
     if (fx_convert(FIX "qwen3moe_lowbit.gguf", "source", q) &&
         write_f32_twin(q, FIX "qwen3moe_lowbit.expected.safetensors", f)) {
-        run(q, 0, ids, pre[0], greedy[0], gl[0]); /* quantized, fast kernels */
-        run(q, 1, ids, pre[1], greedy[1], gl[1]); /* quantized, reference path */
-        run(f, 0, ids, pre[2], greedy[2], gl[2]); /* f32 twin */
+        fx_run_greedy(q, 0, 4, ids, P, G, pre[0], greedy[0], gl[0]); /* quantized, fast kernels */
+        fx_run_greedy(q, 1, 4, ids, P, G, pre[1], greedy[1], gl[1]); /* quantized, reference path */
+        fx_run_greedy(f, 0, 4, ids, P, G, pre[2], greedy[2], gl[2]); /* f32 twin */
         CHECK_MSG(all_finite(pre[0], P * V) && all_finite(gl[0], G * V), "non-finite logits");
-        const double wp = worst_rows(pre[0], pre[2], P, V), wg = worst_rows(gl[0], gl[2], G, V);
-        const double rp = worst_rows(pre[0], pre[1], P, V), rg = worst_rows(gl[0], gl[1], G, V);
+        const double wp = fx_worst_rows(pre[0], pre[2], P, V), wg = fx_worst_rows(gl[0], gl[2], G, V);
+        const double rp = fx_worst_rows(pre[0], pre[1], P, V), rg = fx_worst_rows(gl[0], gl[1], G, V);
         size_t same = 0;
         while (same < G && greedy[0][same] == greedy[2][same]) same++;
         printf("qwen3moe_lowbit vs its f32 twin: prefill rel-L2 (worst position) %.2e, decode %.2e, greedy %zu/%d "

@@ -41,45 +41,6 @@ typedef struct refs {
     nf_npy prompt, logits, greedy, glogits;
 } refs;
 
-/* Prefill logits of all positions and greedy decoding; fills *worst_prefill / *worst_decode and
- * the number of greedy tokens equal to the reference. `other` (may be NULL) receives the prefill
- * logits for a second comparison. */
-static void run_model(const char *path, int reference, const refs *r, float *prefill, int32_t *greedy, float *glogits)
-{
-    nf_model *m;
-    nf_engine *eng;
-    nf_error e;
-    if (nf_model_load(path, &m, &e)) {
-        CHECK_MSG(0, "%s", e.msg);
-        return;
-    }
-    const size_t P = r->prompt.count, G = r->greedy.count, V = m->cfg.vocab;
-    nf_engine_opts o = {.threads = 2, .ctx = (uint32_t)(P + G), .chunk = 16, .reference = reference};
-    if (nf_engine_create(m, &o, &eng, &e)) {
-        CHECK_MSG(0, "%s", e.msg);
-        nf_model_free(m);
-        return;
-    }
-    int32_t *ids = malloc(P * sizeof(int32_t));
-    for (size_t i = 0; i < P; i++) ids[i] = (int32_t)nf_npy_get_f64(&r->prompt, i);
-    CHECK(nf_engine_prefill(eng, ids, P, prefill, &e) == NF_OK);
-    for (size_t g = 0; g < G; g++) {
-        memcpy(glogits + g * V, eng->logits, V * sizeof(float));
-        greedy[g] = (int32_t)fx_argmax(eng->logits, V);
-        if (g + 1 < G) CHECK(nf_engine_decode(eng, greedy[g], &e) == NF_OK);
-    }
-    free(ids);
-    nf_engine_free(eng);
-    nf_model_free(m);
-}
-
-static double worst_rows(const float *a, const float *b, size_t rows, size_t V)
-{
-    double w = 0;
-    for (size_t t = 0; t < rows; t++) w = fmax(w, fx_rel_l2(a + t * V, b + t * V, V));
-    return w;
-}
-
 static void test_model(const char *name, const char *tmp)
 {
     char dir[1024], refdir[1024], out[1200];
@@ -95,11 +56,13 @@ static void test_model(const char *name, const char *tmp)
     float *pre = malloc(P * V * sizeof(float)), *gl = malloc(G * V * sizeof(float));
     float *pre_ref = malloc(P * V * sizeof(float)), *gl_ref = malloc(G * V * sizeof(float));
     int32_t *greedy = malloc(G * sizeof(int32_t)), *greedy_ref = malloc(G * sizeof(int32_t));
+    int32_t *ids = malloc(P * sizeof(int32_t));
+    for (size_t i = 0; i < P; i++) ids[i] = (int32_t)nf_npy_get_f64(&r.prompt, i);
 
     snprintf(out, sizeof out, "%s/%s-bf16.nf", tmp, name);
     if (fx_convert(dir, "bf16", out)) {
-        run_model(out, 0, &r, pre, greedy, gl);
-        double wp = worst_rows(pre, r.logits.data, P, V), wg = worst_rows(gl, r.glogits.data, G, V);
+        fx_run_greedy(out, 0, 16, ids, P, G, pre, greedy, gl);
+        double wp = fx_worst_rows(pre, r.logits.data, P, V), wg = fx_worst_rows(gl, r.glogits.data, G, V);
         size_t same = 0;
         while (same < G && greedy[same] == (int32_t)nf_npy_get_f64(&r.greedy, same)) same++;
         printf("%-16s bf16: prefill rel-L2 (worst position) %.2e, decode %.2e, greedy %zu/%zu tokens equal\n", name,
@@ -113,19 +76,19 @@ static void test_model(const char *name, const char *tmp)
     for (int k = 0; k < 2; k++) {
         snprintf(out, sizeof out, "%s/%s-%s.nf", tmp, name, recipes[k]);
         if (!fx_convert(dir, recipes[k], out)) continue;
-        run_model(out, 0, &r, pre, greedy, gl);
-        run_model(out, 1, &r, pre_ref, greedy_ref, gl_ref);
-        double wp = worst_rows(pre, pre_ref, P, V), wg = worst_rows(gl, gl_ref, G, V);
+        fx_run_greedy(out, 0, 16, ids, P, G, pre, greedy, gl);
+        fx_run_greedy(out, 1, 16, ids, P, G, pre_ref, greedy_ref, gl_ref);
+        double wp = fx_worst_rows(pre, pre_ref, P, V), wg = fx_worst_rows(gl, gl_ref, G, V);
         size_t same = 0;
         while (same < G && greedy[same] == greedy_ref[same]) same++;
         printf("%-16s %s: fast vs reference path: prefill %.2e, decode %.2e, greedy %zu/%zu equal; vs transformers: "
                "prefill rel-L2 %.2e\n",
-               name, recipes[k], wp, wg, same, G, worst_rows(pre, r.logits.data, P, V));
+               name, recipes[k], wp, wg, same, G, fx_worst_rows(pre, r.logits.data, P, V));
         CHECK_MSG(wp <= 1e-4, "%s %s: prefill fast vs reference rel-L2 %.3g > 1e-4", name, recipes[k], wp);
         CHECK_MSG(wg <= 1e-4, "%s %s: decode fast vs reference rel-L2 %.3g > 1e-4", name, recipes[k], wg);
         remove(out);
     }
-    free(pre), free(gl), free(pre_ref), free(gl_ref), free(greedy), free(greedy_ref);
+    free(pre), free(gl), free(pre_ref), free(gl_ref), free(greedy), free(greedy_ref), free(ids);
     nf_npy_free(&r.prompt), nf_npy_free(&r.logits), nf_npy_free(&r.greedy), nf_npy_free(&r.glogits);
 }
 
