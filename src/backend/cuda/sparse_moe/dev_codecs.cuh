@@ -14,6 +14,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "base/fastdiv.h"
 
@@ -49,6 +50,18 @@ NF_HD const uint8_t *row_ptr(const DevMat &m, uint32_t e, uint32_t r)
 
 // nvfp4: the divisor word of stacked row grow (= expert * rows + row; bind keeps it below 2^31).
 NF_HD uint32_t div_word(const DevMat &m, uint64_t grow) { return nf_fastdiv_apply((uint32_t)grow, m.rows_per_div); }
+
+// The float with bits u, on the host too (host-callable decoders and their CPU tests).
+NF_HD float f32_of_bits(uint32_t u)
+{
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+#endif
+}
 
 NF_HD float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 

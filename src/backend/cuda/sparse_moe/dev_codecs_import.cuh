@@ -12,8 +12,6 @@
 // (d sc) q - (dmin m) into an FMA (one rounding fewer than the CPU's). The functions are
 // host-callable, so test_import_decode checks them bit for bit against the CPU decoders on the host.
 #pragma once
-#include <string.h>
-
 #include "dev_codecs.cuh"
 
 namespace nf {
@@ -31,17 +29,6 @@ NF_HD uint32_t perm(uint32_t x, uint32_t y, uint32_t s)
 #endif
 }
 
-NF_HD float bits_f(uint32_t u)
-{
-#ifdef __CUDA_ARCH__
-    return __uint_as_float(u);
-#else
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-#endif
-}
-
 // a * b rounded once, never fused with a neighbouring add (the CPU's two roundings).
 NF_HD float mul_rn(float a, float b)
 {
@@ -53,7 +40,7 @@ NF_HD float mul_rn(float a, float b)
 }
 
 // 2^23 + byte i of v, exactly (dev_codecs.cuh's byte_f23, host-callable).
-NF_HD float byte_f23x(uint32_t v, int i) { return bits_f(perm(v, 0x4B000000u, 0x7540u | (uint32_t)i)); }
+NF_HD float byte_f23x(uint32_t v, int i) { return f32_of_bits(perm(v, 0x4B000000u, 0x7540u | (uint32_t)i)); }
 
 // ---- q2_k: fields qs[64], scales[16] (scale | min << 4), d/dmin[4] --------------------------------
 struct CQ2K {

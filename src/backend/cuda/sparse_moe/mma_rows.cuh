@@ -35,7 +35,6 @@
 // tests/cuda/test_mma_tile.cu runs them on the CPU under an emulation of the MMA's fragment layout.
 #pragma once
 #include <stdint.h>
-#include <string.h>
 
 #include "dev_codecs.cuh"
 #include "ptx.cuh"
@@ -80,17 +79,6 @@ NF_HD uint32_t bf16x2_bits(__nv_bfloat162 v)
 {
     const __nv_bfloat162_raw r = v;
     return (uint32_t)r.x | ((uint32_t)r.y << 16);
-}
-
-NF_HD float f32_of_bits(uint32_t u)
-{
-#ifdef __CUDA_ARCH__
-    return __uint_as_float(u);
-#else
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-#endif
 }
 
 // 8 f32 as hi = bf16(x) and lo = bf16(x - hi) in the B pair order (x - hi is exact in f32).
