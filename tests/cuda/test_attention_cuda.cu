@@ -17,6 +17,11 @@
 // block edges and at long contexts, T = 3, and hd 64, 96 (a partial pair set) and 256 (V in two groups).
 // The decode step's fused form (the attention doing qk norm + rope + cache store itself) against
 // qkv_rope_store + the plain form, to the bit (check_rope_case).
+//
+// Paged KV: every case reads its cache through a page table (ops.cuh Batch): the sequence's pages
+// are laid into the pool in reverse order behind a spare page that stays NaN, with the page size
+// cycling through 16, 32, 64 and 128 positions from case to case, so a slot computed wrongly (a page
+// off by one, a slot off by one, the identity table) reads NaN or another position's key.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -34,6 +39,58 @@ extern "C" {
 namespace {
 
 uint64_t rng = 0x2545F4914F6CDD1Dull;
+int page_case = 0; // cycles the page size
+
+// One sequence of T tokens at pos0 over a page pool: page p of the sequence is pool page
+// n_pages - p (pool page 0 is spare), pt positions a page. Builds the pool from a contiguous cache
+// [ctx][kv_row] and the device tables; tiles (the tile kernel) when `tiles`, else every token to the
+// split kernel.
+struct Paged {
+    uint32_t pt = 0, shift = 0, n_pages = 0, n_dec = 0, n_tiles = 0;
+    int32_t *dtab = nullptr;
+    nf::dec::Batch b{};
+
+    uint32_t slot(uint32_t p) const { return (n_pages - p / pt) * pt + p % pt; }
+    size_t pool_rows() const { return (size_t)(n_pages + 1) * pt; }
+
+    bool init(uint32_t T, uint32_t pos0, uint32_t ctx, bool tiles, uint32_t rows)
+    {
+        static const uint32_t sizes[4] = {16, 32, 64, 128};
+        pt = sizes[page_case++ % 4];
+        while ((1u << shift) < pt) shift++;
+        n_pages = (ctx + pt - 1) / pt;
+        std::vector<int32_t> h;
+        const size_t o_pos = T, o_seq = 2 * (size_t)T, o_dtok = 3 * (size_t)T, o_tiles = (4 * (size_t)T + 3) & ~(size_t)3;
+        const size_t n_t = (T + rows - 1) / rows, o_last = o_tiles + 4 * n_t, o_pages = o_last + 1;
+        h.assign(o_pages + n_pages, 0);
+        for (uint32_t t = 0; t < T; t++) h[o_pos + t] = (int32_t)(pos0 + t), h[o_seq + t] = 0;
+        if (tiles)
+            for (uint32_t t = 0; t < T; t += rows) {
+                const int32_t tl[4] = {(int32_t)t, (int32_t)(T - t < rows ? T - t : rows), 0, (int32_t)(pos0 + t)};
+                for (int i = 0; i < 4; i++) h[o_tiles + 4 * n_tiles + i] = tl[i];
+                n_tiles++;
+            }
+        else
+            for (uint32_t t = 0; t < T; t++) h[o_dtok + n_dec++] = (int32_t)t;
+        h[o_last] = (int32_t)T - 1;
+        for (uint32_t p = 0; p < n_pages; p++) h[o_pages + p] = (int32_t)(n_pages - p);
+        if (cudaMalloc(&dtab, h.size() * 4) != cudaSuccess ||
+            cudaMemcpy(dtab, h.data(), h.size() * 4, cudaMemcpyHostToDevice) != cudaSuccess)
+            return false;
+        b = nf::dec::Batch{dtab, dtab + o_pos, dtab + o_seq, dtab + o_dtok, reinterpret_cast<const int4 *>(dtab + o_tiles),
+                           dtab + o_last, reinterpret_cast<const uint32_t *>(dtab + o_pages), n_pages, shift};
+        return true;
+    }
+    // the pool (NaN outside the sequence's rows) from a contiguous cache of `rows` rows
+    std::vector<uint16_t> pool(const std::vector<uint16_t> &c, uint32_t rows, uint32_t kv_row) const
+    {
+        std::vector<uint16_t> p(pool_rows() * kv_row, 0x7FC0);
+        for (uint32_t r = 0; r < rows; r++)
+            for (uint32_t i = 0; i < kv_row; i++) p[(size_t)slot(r) * kv_row + i] = c[(size_t)r * kv_row + i];
+        return p;
+    }
+    ~Paged() { cudaFree(dtab); }
+};
 
 void check_case(uint32_t hd, uint32_t heads, uint32_t kv_heads, uint32_t T, uint32_t pos0, uint32_t splits = 1)
 {
@@ -48,28 +105,28 @@ void check_case(uint32_t hd, uint32_t heads, uint32_t kv_heads, uint32_t T, uint
         kc[i] = nf_test_f2bf(nf_test_nrand(&rng));
         vc[i] = nf_test_f2bf(nf_test_nrand(&rng) * (1.0f + (float)(i % 3)));
     }
+    Paged pg;
+    const bool tiles = splits == 1 && T >= nf::dec::kAttnTileMin;
+    bool ok = pg.init(T, pos0, ctx, tiles, nf::dec::attention_tile_rows(hd, c.q_stride));
+    const std::vector<uint16_t> kp = pg.pool(kc, ctx, kv_row), vp = pg.pool(vc, ctx, kv_row);
     const size_t out_n = (size_t)(T + 1) * heads * hd;
     float *dq = nullptr;
     uint16_t *dk = nullptr, *dv = nullptr, *dout = nullptr;
     float *dpart = nullptr;
     unsigned *dticket = nullptr;
-    nf::dec::Step *dstep = nullptr;
-    const nf::dec::Step step = {(int32_t)pos0, (int32_t)T, {0}};
-    bool ok = cudaMalloc(&dq, q.size() * 4) == cudaSuccess && cudaMalloc(&dk, kc.size() * 2) == cudaSuccess &&
-              cudaMalloc(&dv, vc.size() * 2) == cudaSuccess && cudaMalloc(&dout, out_n * 2) == cudaSuccess &&
-              cudaMalloc(&dstep, sizeof step) == cudaSuccess &&
+    ok = ok && cudaMalloc(&dq, q.size() * 4) == cudaSuccess && cudaMalloc(&dk, kp.size() * 2) == cudaSuccess &&
+              cudaMalloc(&dv, vp.size() * 2) == cudaSuccess && cudaMalloc(&dout, out_n * 2) == cudaSuccess &&
               cudaMalloc(&dpart, (size_t)T * heads * splits * (hd + 2) * 4) == cudaSuccess &&
               cudaMalloc(&dticket, (size_t)T * heads * 4) == cudaSuccess;
     ok = ok && cudaMemcpy(dq, q.data(), q.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess &&
-         cudaMemcpy(dk, kc.data(), kc.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess &&
-         cudaMemcpy(dv, vc.data(), vc.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess &&
-         cudaMemcpy(dstep, &step, sizeof step, cudaMemcpyHostToDevice) == cudaSuccess &&
+         cudaMemcpy(dk, kp.data(), kp.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess &&
+         cudaMemcpy(dv, vp.data(), vp.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess &&
          cudaMemset(dout, 0xFF, out_n * 2) == cudaSuccess && cudaMemset(dticket, 0, (size_t)T * heads * 4) == cudaSuccess;
     std::vector<uint16_t> out(out_n), again(out_n);
     for (int run = 0; run < 2 && ok; run++) {
         ok = run == 0 || cudaMemset(dout, 0xFF, out_n * 2) == cudaSuccess; // a launch that skips the merge shows
         const nf::dec::AttnArgs a{dq, c.q_stride, dk, dv, dout, dpart, dticket, heads, kv_heads, hd, splits};
-        const cudaError_t e = nf::dec::attention(a, dstep, T, 0);
+        const cudaError_t e = nf::dec::attention(a, pg.b, pg.n_dec, pg.n_tiles, 0);
         CHECK_MSG(e == cudaSuccess, "hd %u T %u: launch: %s", hd, T, cudaGetErrorString(e));
         const cudaError_t s = cudaDeviceSynchronize();
         CHECK_MSG(s == cudaSuccess, "hd %u T %u: run: %s", hd, T, cudaGetErrorString(s));
@@ -84,12 +141,12 @@ void check_case(uint32_t hd, uint32_t heads, uint32_t kv_heads, uint32_t T, uint
         const double worst = attn_worst(&c, out.data(), ref.data(), vc.data(), mma);
         bool guard = true;
         for (size_t i = (size_t)T * heads * hd; i < out_n; i++) guard = guard && out[i] == 0xFFFF;
-        printf("  hd %3u, %2u q heads on %u, T %3u at pos0 %4u, %2u splits: worst %.3f of the bound\n", hd, heads,
-               kv_heads, T, pos0, splits, worst);
+        printf("  hd %3u, %2u q heads on %u, T %3u at pos0 %4u, %2u splits, pages of %3u: worst %.3f of the bound\n", hd,
+               heads, kv_heads, T, pos0, splits, pg.pt, worst);
         CHECK_MSG(worst <= 1.0, "hd %u T %u pos0 %u: %.3f of the bound", hd, T, pos0, worst);
         CHECK_MSG(guard, "hd %u T %u pos0 %u: the row past T was written", hd, T, pos0);
     }
-    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dout), cudaFree(dstep), cudaFree(dpart), cudaFree(dticket);
+    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dout), cudaFree(dpart), cudaFree(dticket);
 }
 
 // The decode step's fused form (AttnArgs::rope, T = 1): from the projections row as the q/k/v GEMV
@@ -109,24 +166,23 @@ void check_rope_case(uint32_t hd, uint32_t heads, uint32_t kv_heads, uint32_t po
     }
     for (auto *v : {&qn, &kn, &qb, &kb, &vb})
         for (auto &x : *v) x = 1.0f + 0.5f * nf_test_nrand(&rng);
-    std::vector<uint16_t> cache((size_t)ctx * kv_row, 0x7FC0); // rows >= pos0: NaN until stored
-    for (size_t i = 0; i < (size_t)pos0 * kv_row; i++) cache[i] = nf_test_f2bf(nf_test_nrand(&rng));
+    std::vector<uint16_t> lin((size_t)ctx * kv_row, 0x7FC0); // rows >= pos0: NaN until stored
+    for (size_t i = 0; i < (size_t)pos0 * kv_row; i++) lin[i] = nf_test_f2bf(nf_test_nrand(&rng));
+    Paged pg;
+    bool ok = pg.init(1, pos0, ctx, false, 1);
+    const std::vector<uint16_t> cache = pg.pool(lin, ctx, kv_row);
+    const size_t at = (size_t)pg.slot(pos0) * kv_row; // the new position's pool row
     const size_t out_n = (size_t)heads * hd;
     float *d[8] = {};
     const size_t fl[8] = {S, rope.size(), hd, hd, qb.size(), kb.size(), vb.size(), (size_t)heads * splits * (hd + 2)};
     uint16_t *kc = nullptr, *vc = nullptr, *out = nullptr;
     unsigned *ticket = nullptr;
-    nf::dec::Step *dstep = nullptr;
-    const nf::dec::Step step = {(int32_t)pos0, 1, {0}};
-    bool ok = true;
     for (int i = 0; i < 8; i++) ok = ok && cudaMalloc(&d[i], fl[i] * 4) == cudaSuccess;
     ok = ok && cudaMalloc(&kc, cache.size() * 2) == cudaSuccess && cudaMalloc(&vc, cache.size() * 2) == cudaSuccess &&
-         cudaMalloc(&out, out_n * 2) == cudaSuccess && cudaMalloc(&ticket, heads * 4) == cudaSuccess &&
-         cudaMalloc(&dstep, sizeof step) == cudaSuccess;
+         cudaMalloc(&out, out_n * 2) == cudaSuccess && cudaMalloc(&ticket, heads * 4) == cudaSuccess;
     const std::vector<float> *src[7] = {&row, &rope, &qn, &kn, &qb, &kb, &vb};
     for (int i = 0; ok && i < 7; i++) ok = cudaMemcpy(d[i], src[i]->data(), fl[i] * 4, cudaMemcpyHostToDevice) == cudaSuccess;
-    ok = ok && cudaMemcpy(dstep, &step, sizeof step, cudaMemcpyHostToDevice) == cudaSuccess &&
-         cudaMemset(ticket, 0, heads * 4) == cudaSuccess;
+    ok = ok && cudaMemset(ticket, 0, heads * 4) == cudaSuccess;
     // [form][run]: the attention output, then the k and v cache rows at pos0
     std::vector<uint16_t> got[2][2];
     for (int fused = 0; fused < 2 && ok; fused++)
@@ -138,16 +194,16 @@ void check_rope_case(uint32_t hd, uint32_t heads, uint32_t kv_heads, uint32_t po
             const nf::dec::QkvArgs qa{d[0], S, bias ? d[4] : nullptr, bias ? d[5] : nullptr, bias ? d[6] : nullptr,
                                       norm ? d[2] : nullptr, norm ? d[3] : nullptr, kc, vc,
                                       reinterpret_cast<const float2 *>(d[1]), heads, kv_heads, hd, 1e-6f};
-            if (!fused) nf::dec::qkv_rope_store(qa, dstep, 1, 0);
+            if (!fused) nf::dec::qkv_rope_store(qa, pg.b, 1, 0);
             const nf::dec::AttnArgs a{d[0], S, kc, vc, out, d[7], ticket, heads, kv_heads, hd, splits, fused != 0, qa};
-            const cudaError_t e = nf::dec::attention(a, dstep, 1, 0);
+            const cudaError_t e = nf::dec::attention(a, pg.b, 1, 0, 0);
             ok = e == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess;
             CHECK_MSG(ok, "rope hd %u splits %u fused %d: %s", hd, splits, fused, cudaGetErrorString(cudaGetLastError()));
             std::vector<uint16_t> &g = got[fused][run];
             g.resize(out_n + 2 * kv_row);
             ok = ok && cudaMemcpy(g.data(), out, out_n * 2, cudaMemcpyDeviceToHost) == cudaSuccess &&
-                 cudaMemcpy(g.data() + out_n, kc + (size_t)pos0 * kv_row, kv_row * 2, cudaMemcpyDeviceToHost) == cudaSuccess &&
-                 cudaMemcpy(g.data() + out_n + kv_row, vc + (size_t)pos0 * kv_row, kv_row * 2, cudaMemcpyDeviceToHost) ==
+                 cudaMemcpy(g.data() + out_n, kc + at, kv_row * 2, cudaMemcpyDeviceToHost) == cudaSuccess &&
+                 cudaMemcpy(g.data() + out_n + kv_row, vc + at, kv_row * 2, cudaMemcpyDeviceToHost) ==
                      cudaSuccess;
         }
     CHECK_MSG(ok, "rope hd %u pos0 %u splits %u: device setup or run failed", hd, pos0, splits);
@@ -163,7 +219,7 @@ void check_rope_case(uint32_t hd, uint32_t heads, uint32_t kv_heads, uint32_t po
         CHECK_MSG(again, "rope hd %u pos0 %u splits %u: a second launch gave other bits", hd, pos0, splits);
     }
     for (auto *p : d) cudaFree(p);
-    cudaFree(kc), cudaFree(vc), cudaFree(out), cudaFree(ticket), cudaFree(dstep);
+    cudaFree(kc), cudaFree(vc), cudaFree(out), cudaFree(ticket);
 }
 
 } // namespace

@@ -81,6 +81,16 @@ nf_status nf_cuda_decoder_forward(nf_cuda_decoder *dec, const int32_t *t, uint32
     (void)dec, (void)t, (void)T, (void)p, (void)l, (void)all;
     return no_cuda(err);
 }
+nf_status nf_cuda_decoder_forward_batch(nf_cuda_decoder *dec, const nf_batch *b, float *logits, nf_error *err)
+{
+    (void)dec, (void)b, (void)logits;
+    return no_cuda(err);
+}
+nf_status nf_cuda_decoder_copy_page(nf_cuda_decoder *dec, uint32_t dst, uint32_t src, nf_error *err)
+{
+    (void)dec, (void)dst, (void)src;
+    return no_cuda(err);
+}
 nf_status nf_cuda_decoder_topk(nf_cuda_decoder *dec, uint32_t k, int32_t *ids, float *vals, nf_error *err)
 {
     (void)dec, (void)k, (void)ids, (void)vals;

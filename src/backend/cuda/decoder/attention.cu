@@ -1,5 +1,8 @@
-// Causal GQA attention over the bf16 KV cache with an online softmax, so no T x T matrix exists
-// anywhere. Decode and small chunks, flash-decoding style: one CTA per (token, q head, key split); its
+// Causal GQA attention over the paged bf16 KV cache (ops.cuh Batch: every key row is found through
+// its sequence's page table) with an online softmax, so no T x T matrix exists anywhere. A ragged
+// batch takes two launches: decode tokens and short chunks the split kernel, prefill chunks the tile
+// kernel, each over its own list of tokens / tiles (built by the host per forward, forward.cu).
+// Decode and small chunks, flash-decoding style: one CTA per (token, q head, key split); its
 // warps take blocks of 32 keys (a lane per key for the scores, a lane per pair of dimensions for the
 // values); with more than one split the last split CTA of a (token, head) to finish merges the
 // partial (max, sum, acc) triples. Prefill chunks (T >= 16): head dims 64 and 128 on the tensor
@@ -43,31 +46,38 @@ struct Online {
 // is used: a loop that waits on each load (a K chunk, a V row) pays a cache round trip each, ~50 a
 // block, which made this kernel the decode step's slowest latency at short contexts. Keys past k1
 // read row k0 (always valid) and get p = 0. Same summation order as a one-load-at-a-time loop.
+// Pages: a lane looks up its key's pool slot (one cached load of the page table) for its K row, and
+// the V rows of the block's 32 keys take those slots from the lanes by shuffles, so any page size
+// (a power of two, even below 32) works with one table load per lane and block.
 template <int NP>
-__device__ void key_block(const AttnArgs &a, const float *qs, uint32_t kvh, int k0, int k1, float scale, Online<NP> &st)
+__device__ void key_block(const AttnArgs &a, const Batch &b, int seq, const float *qs, uint32_t kvh, int k0, int k1,
+                          float scale, Online<NP> &st)
 {
     const int lane = threadIdx.x % 32, key = k0 + lane;
     const uint32_t kvd = a.kv_heads * a.hd, chunks = a.hd / 8;
     const bool live = key < k1;
-    const uint4 *kr = reinterpret_cast<const uint4 *>(a.kc + (size_t)(live ? key : k0) * kvd + kvh * a.hd);
+    const uint32_t slot = kv_slot(b, seq, live ? key : k0);
+    const uint4 *kr = reinterpret_cast<const uint4 *>(a.kc + (size_t)slot * kvd + kvh * a.hd);
     uint4 kv[8 * NP];
 #pragma unroll
     for (uint32_t c = 0; c < 8 * NP; c++)
         if (c < chunks) kv[c] = kr[c];
     const int nk = min(32, k1 - k0);
-    const uint32_t *vbase = reinterpret_cast<const uint32_t *>(a.vc + (size_t)k0 * kvd + kvh * a.hd);
+    const uint32_t *vbase = reinterpret_cast<const uint32_t *>(a.vc + kvh * a.hd);
     // V pairs of keys g0 .. g0 + G - 1 (past nk: key 0's, never used); head dims above 128 take the
     // 32 keys in two groups to stay inside the register file
     constexpr int G = NP <= 2 ? 32 : 16;
     uint32_t vv[G][NP];
     auto load_v = [&](int g0) {
 #pragma unroll
-        for (int j = 0; j < G; j++)
+        for (int j = 0; j < G; j++) {
+            const uint32_t vs = __shfl_sync(0xffffffffu, slot, g0 + j < nk ? g0 + j : 0);
 #pragma unroll
             for (int i = 0; i < NP; i++) {
                 const uint32_t pr = lane + 32 * i;
-                if (2 * pr < a.hd) vv[j][i] = vbase[(size_t)(g0 + j < nk ? g0 + j : 0) * (kvd / 2) + pr];
+                if (2 * pr < a.hd) vv[j][i] = vbase[(size_t)vs * (kvd / 2) + pr];
             }
+        }
     };
     load_v(0);
     float d = 0;
@@ -110,14 +120,15 @@ __device__ void key_block(const AttnArgs &a, const float *qs, uint32_t kvh, int 
     }
 }
 
-// out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M) over the splits' partials of (token t,
-// head h), which other CTAs wrote: read through L2 (__ldcg). Warp 0 takes one split a lane (at most
-// 32); every partial load of an output element is independent of the others.
-__device__ void merge_splits(const AttnArgs &a, uint32_t t, uint32_t h, uint32_t used)
+// out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M) over the splits' partials of (entry i of the
+// split kernel's list, token t, head h), which other CTAs wrote: read through L2 (__ldcg). Warp 0
+// takes one split a lane (at most 32); every partial load of an output element is independent of the
+// others.
+__device__ void merge_splits(const AttnArgs &a, uint32_t i, uint32_t t, uint32_t h, uint32_t used)
 {
     __shared__ float sf[32], sl;
     const uint32_t hd = a.hd, row = hd + 2;
-    const float *pp = a.part + ((size_t)t * a.heads + h) * a.splits * row;
+    const float *pp = a.part + ((size_t)i * a.heads + h) * a.splits * row;
     if (threadIdx.x < 32) {
         const uint32_t sp = threadIdx.x;
         const float m = sp < used ? __ldcg(pp + sp * row) : -INFINITY;
@@ -137,28 +148,32 @@ __device__ void merge_splits(const AttnArgs &a, uint32_t t, uint32_t h, uint32_t
     }
 }
 
-// ROPE (T = 1, AttnArgs::rope): the decode step's qk norm + rope + cache store happen here, one
-// kernel boundary fewer: warp 0 rotates this CTA's q head into qs, and in the split that holds the
-// new position (the last non-empty one) warp 1 rotates the kv head's k and stores it and v into the
-// cache row before any warp reads it (the CTAs of the q heads that share the kv head each store the
-// same bits). head_in's loads come before the grid-dependency wait, as in qkv_rope_store.
+// ROPE (decode-only batches, AttnArgs::rope): the decode step's qk norm + rope + cache store happen
+// here, one kernel boundary fewer: warp 0 rotates this CTA's q head into qs, and in the split that
+// holds the new position (the last non-empty one) warp 1 rotates the kv head's k and stores it and v
+// into the cache slot before any warp reads it (the CTAs of the q heads that share the kv head each
+// store the same bits). head_in's loads come before the grid-dependency wait, as in qkv_rope_store.
+// blockIdx.x is the entry of the split kernel's token list b.dtok (part and tickets are indexed by
+// it); the token's sequence and position come from the batch tables.
 template <int NP, bool ROPE>
-__global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a, const Step *step)
+__global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a, Batch b)
 {
     __shared__ float qs[kMaxHd];
     __shared__ float wm[kWarps], wl[kWarps], wacc[kWarps][kMaxHd];
-    const uint32_t t = blockIdx.x, h = blockIdx.y, split = blockIdx.z, hd = a.hd;
+    const uint32_t di = blockIdx.x, h = blockIdx.y, split = blockIdx.z, hd = a.hd;
+    const uint32_t t = (uint32_t)b.dtok[di];
+    const int seq = b.seq[t];
     const uint32_t kvh = h / (a.heads / a.kv_heads);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    // step is written before the forward's first kernel; the cache rows of the warp's first block
-    // start on their way into L2 while the predecessor (which writes only the new positions) runs
-    const int n_keys = step->pos0 + (int)t + 1;
+    // the tables are written before the forward's first kernel; the cache rows of the warp's first
+    // block start on their way into L2 while the predecessor (which writes only the new positions) runs
+    const int n_keys = b.pos[t] + 1;
     const int used = min((int)a.splits, (n_keys + kSplitKeys - 1) / kSplitKeys);
     if ((int)split >= used) return; // reads and writes nothing: a no-op for the grid-dependency chain
     const int per = (n_keys + used - 1) / used;
     const int kb = (int)split * per, ke = min(n_keys, kb + per);
     if (kb + 32 * warp + lane < ke) {
-        const size_t row = (size_t)(kb + 32 * warp + lane) * a.kv_heads * hd + kvh * hd;
+        const size_t row = (size_t)kv_slot(b, seq, kb + 32 * warp + lane) * a.kv_heads * hd + kvh * hd;
         for (uint32_t b = 0; b < hd * 2; b += 128) {
             prefetch_line(reinterpret_cast<const uint8_t *>(a.kc + row) + b, false);
             prefetch_line(reinterpret_cast<const uint8_t *>(a.vc + row) + b, false);
@@ -178,7 +193,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a, const Ste
         float r0[kRopePairs], r1[kRopePairs];
         head_rotate(a.qk, row, warp == 0 ? h : a.heads + kvh, hin, r0, r1);
         if (warp == 1) {
-            store_kv(a.qk, row, kvh, pos, r0, r1);
+            store_kv(a.qk, row, kvh, kv_slot(b, seq, pos), r0, r1);
         } else {
 #pragma unroll
             for (int j = 0; j < kRopePairs; j++)
@@ -188,7 +203,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a, const Ste
     __syncthreads(); // qs, and the new cache row for the owner's warps
     Online<NP> st;
     const float scale = 1.0f / sqrtf((float)hd);
-    for (int k0 = kb + 32 * warp; k0 < ke; k0 += 32 * kWarps) key_block<NP>(a, qs, kvh, k0, ke, scale, st);
+    for (int k0 = kb + 32 * warp; k0 < ke; k0 += 32 * kWarps) key_block<NP>(a, b, seq, qs, kvh, k0, ke, scale, st);
     if (lane == 0) wm[warp] = st.m, wl[warp] = st.l;
 #pragma unroll
     for (int i = 0; i < NP; i++) {
@@ -208,7 +223,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a, const Ste
         }
         return;
     }
-    float *pp = a.part + (((size_t)t * a.heads + h) * a.splits + split) * (hd + 2);
+    float *pp = a.part + (((size_t)di * a.heads + h) * a.splits + split) * (hd + 2);
     if (threadIdx.x == 0) pp[0] = M, pp[1] = L;
     for (uint32_t d = threadIdx.x; d < hd; d += blockDim.x) {
         float v = 0;
@@ -221,14 +236,14 @@ __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a, const Ste
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
-        unsigned *ticket = a.ticket + (size_t)t * a.heads + h;
+        unsigned *ticket = a.ticket + (size_t)di * a.heads + h;
         last = atomicAdd(ticket, 1u) == (unsigned)used - 1;
         if (last) atomicExch(ticket, 0u); // every split has taken its ticket: ready for the next launch
     }
     __syncthreads();
     if (!last) return;
     __threadfence();
-    merge_splits(a, t, h, (uint32_t)used);
+    merge_splits(a, di, t, h, (uint32_t)used);
 }
 
 // ---- prefill: a tile of query tokens per CTA -------------------------------------------------------
@@ -242,22 +257,26 @@ constexpr int kQPerWarp = 4, kTileQ = kWarps * kQPerWarp, kKeyBlock = 32;
 // rows a quarter-warp reads with 16-byte loads on distinct banks).
 size_t prefill_smem(uint32_t hd) { return (size_t)kTileQ * hd * 4 + 2 * (size_t)kKeyBlock * (hd + 8) * 2; }
 
+// The tile (b.tiles[blockIdx.x]): `rows` consecutive tokens from batch index t0 of sequence seq, at
+// positions pos0 .. pos0 + rows - 1.
 template <int NP>
-__global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(AttnArgs a, const Step *step, uint32_t T)
+__global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(AttnArgs a, Batch b)
 {
     pdl_wait();
     extern __shared__ float smem[];
-    const uint32_t hd = a.hd, ks = hd + 8, t0 = blockIdx.x * kTileQ, h = blockIdx.y;
+    const int4 tile = b.tiles[blockIdx.x];
+    const uint32_t hd = a.hd, ks = hd + 8, t0 = (uint32_t)tile.x, rows = (uint32_t)tile.y, h = blockIdx.y;
+    const int seq = tile.z, pos0 = tile.w;
     const uint32_t kvh = h / (a.heads / a.kv_heads), kvd = a.kv_heads * hd;
     float *qs = smem;
     uint16_t *Ks = reinterpret_cast<uint16_t *>(qs + kTileQ * hd), *Vs = Ks + kKeyBlock * ks;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, pos0 = step->pos0;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     for (uint32_t i = threadIdx.x; i < kTileQ * hd; i += blockDim.x) {
-        const uint32_t t = t0 + i / hd;
-        qs[i] = t < T ? a.q[(size_t)t * a.q_stride + h * hd + i % hd] : 0.0f;
+        const uint32_t r = i / hd;
+        qs[i] = r < rows ? a.q[(size_t)(t0 + r) * a.q_stride + h * hd + i % hd] : 0.0f;
     }
-    const int n_tile_keys = pos0 + (int)min(T, t0 + kTileQ); // keys the tile's last query sees
-    const int qlast = pos0 + (int)t0 + warp * kQPerWarp + kQPerWarp - 1; // this warp's last query position
+    const int n_tile_keys = pos0 + (int)rows; // keys the tile's last query sees
+    const int qlast = pos0 + warp * kQPerWarp + kQPerWarp - 1; // this warp's last query position
     const float scale = 1.0f / sqrtf((float)hd);
     float m[kQPerWarp], l[kQPerWarp], acc[kQPerWarp][2 * NP];
 #pragma unroll
@@ -273,8 +292,9 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(AttnArgs a, c
             const uint32_t r = i / vecs, c = i % vecs;
             uint4 kv = {0, 0, 0, 0}, vv = {0, 0, 0, 0};
             if (kb + (int)r < n_tile_keys) {
-                kv = *reinterpret_cast<const uint4 *>(a.kc + (size_t)(kb + r) * kvd + kvh * hd + c * 8);
-                vv = *reinterpret_cast<const uint4 *>(a.vc + (size_t)(kb + r) * kvd + kvh * hd + c * 8);
+                const size_t at = (size_t)kv_slot(b, seq, kb + (int)r) * kvd + kvh * hd + c * 8;
+                kv = *reinterpret_cast<const uint4 *>(a.kc + at);
+                vv = *reinterpret_cast<const uint4 *>(a.vc + at);
             }
             *reinterpret_cast<uint4 *>(Ks + r * ks + c * 8) = kv;
             *reinterpret_cast<uint4 *>(Vs + r * ks + c * 8) = vv;
@@ -299,7 +319,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(AttnArgs a, c
         float p[kQPerWarp];
 #pragma unroll
         for (int i = 0; i < kQPerWarp; i++) {
-            const int qpos = pos0 + (int)t0 + warp * kQPerWarp + i;
+            const int qpos = pos0 + warp * kQPerWarp + i;
             const bool ok = key <= qpos && key < n_tile_keys;
             const float s = ok ? sc[i] * scale : -INFINITY;
             const float mn = fmaxf(m[i], warp_max(s));
@@ -332,9 +352,9 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(AttnArgs a, c
     }
 #pragma unroll
     for (int i = 0; i < kQPerWarp; i++) {
-        const uint32_t t = t0 + warp * kQPerWarp + i;
-        if (t >= T) break;
-        uint16_t *o = a.out + ((size_t)t * a.heads + h) * hd;
+        const uint32_t r = warp * kQPerWarp + i;
+        if (r >= rows) break;
+        uint16_t *o = a.out + ((size_t)(t0 + r) * a.heads + h) * hd;
 #pragma unroll
         for (int u = 0; u < NP; u++) {
             const uint32_t pr = lane + 32 * u;
@@ -344,13 +364,12 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(AttnArgs a, c
 }
 
 template <int NP>
-cudaError_t launch_prefill(const AttnArgs &a, const Step *step, uint32_t T, cudaStream_t s)
+cudaError_t launch_prefill(const AttnArgs &a, const Batch &b, uint32_t n_tiles, cudaStream_t s)
 {
     const size_t smem = prefill_smem(a.hd);
     cudaError_t e = cudaFuncSetAttribute(attn_prefill_kernel<NP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
-    return launch_pdl(attn_prefill_kernel<NP>, dim3((T + kTileQ - 1) / kTileQ, a.heads), dim3(kWarps * 32), smem, true,
-                      s, a, step, T);
+    return launch_pdl(attn_prefill_kernel<NP>, dim3(n_tiles, a.heads), dim3(kWarps * 32), smem, true, s, a, b);
 }
 
 // ---- prefill on the tensor cores: head dims 64 and 128 ---------------------------------------------
@@ -405,19 +424,22 @@ __device__ __forceinline__ void mma_key_block(uint32_t kb_addr, uint32_t vb_addr
         }
 }
 
-// Grid (heads, tiles of fa::kRows tokens), the last tile (most keys) first; q heads sharing a kv
-// head are neighbours in x, so their K/V blocks are read from L2 after the first.
+// Grid (heads, tiles of b.tiles: at most fa::kRows tokens of one sequence each, listed by the host
+// most keys first); q heads sharing a kv head are neighbours in x, so their K/V blocks are read from
+// L2 after the first. The tile's rows are tokens t0 .. t0 + rows - 1 of the batch at positions
+// pos0 .. of sequence seq; its keys run to the tile's last row (n_keys = pos0 + rows): the same bits
+// as the chunk alone when the tiles start where the chunk's own tiles would.
 template <int HD>
-__global__ void __launch_bounds__(fa::kWarps * 32, 2) attn_mma_kernel(AttnArgs a, const Step *step, uint32_t T)
+__global__ void __launch_bounds__(fa::kWarps * 32, 2) attn_mma_kernel(AttnArgs a, Batch b)
 {
     using S = fa::Shape<HD>;
     extern __shared__ uint4 kv_smem[];
     pdl_wait();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const uint32_t h = blockIdx.x, kvh = h / (a.heads / a.kv_heads), kv_row = a.kv_heads * HD;
-    const int t0 = (int)(gridDim.y - 1 - blockIdx.y) * fa::kRows, tw = t0 + 16 * warp; // CTA's, warp's first token
-    const int pos0 = step->pos0, n_keys = pos0 + (int)T;
-    const int n_tile_keys = pos0 + min((int)T, t0 + fa::kRows); // keys the tile's last query sees
+    const int4 tile = b.tiles[blockIdx.y];
+    const int t0 = tile.x, rows = tile.y, seq = tile.z, pos0 = tile.w, rw = 16 * warp; // the warp's first row
+    const int n_keys = pos0 + rows, n_tile_keys = n_keys; // keys the tile's last query sees
     const int n_blocks = (n_tile_keys + fa::kKeys - 1) / fa::kKeys;
     const uint16_t *kg = a.kc + kvh * HD, *vg = a.vc + kvh * HD;
     uint16_t *Ks = reinterpret_cast<uint16_t *>(kv_smem), *Vs = Ks + 2 * S::kBlock;
@@ -426,27 +448,29 @@ __global__ void __launch_bounds__(fa::kWarps * 32, 2) attn_mma_kernel(AttnArgs a
         const int kb = blk * fa::kKeys, off = (blk & 1) * S::kBlock;
         for (int i = threadIdx.x; i < S::kChunks; i += blockDim.x) {
             const fa::Piece p = fa::piece<HD>(i, kb, n_tile_keys, kv_row);
-            cp_async16(smem_u32(Ks + off + p.smem), kg + p.global, p.ok ? 16 : 0);
-            cp_async16(smem_u32(Vs + off + p.smem), vg + p.global, p.ok ? 16 : 0);
+            // the piece's row through the page table (p.global is its offset in a contiguous cache)
+            const size_t g = p.ok ? (size_t)kv_slot(b, seq, kb + i / (HD / 8)) * kv_row + 8 * (i % (HD / 8)) : 0;
+            cp_async16(smem_u32(Ks + off + p.smem), kg + g, p.ok ? 16 : 0);
+            cp_async16(smem_u32(Vs + off + p.smem), vg + g, p.ok ? 16 : 0);
         }
         cp_async_commit();
     };
     stage(0);
 
-    // Q's A fragments (bf16) for the warp's 16 rows, while block 0 lands; rows past T are zero.
-    const bool live = tw < (int)T;
+    // Q's A fragments (bf16) for the warp's 16 rows, while block 0 lands; rows past the tile are zero.
+    const bool live = rw < rows;
     uint32_t qf[HD / 16][4];
-    const float *qh = a.q + (size_t)h * HD;
+    const float *qh = a.q + (size_t)t0 * a.q_stride + (size_t)h * HD;
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++)
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const int t = tw + fa::a_row(lane, i);
+            const int r = rw + fa::a_row(lane, i);
             float2 v = make_float2(0.0f, 0.0f);
-            if (t < (int)T) v = *reinterpret_cast<const float2 *>(qh + (size_t)t * a.q_stride + 16 * kk + fa::a_col(lane, i));
+            if (r < rows) v = *reinterpret_cast<const float2 *>(qh + (size_t)r * a.q_stride + 16 * kk + fa::a_col(lane, i));
             qf[kk][i] = bf16x2_bits(__floats2bfloat162_rn(v.x, v.y));
         }
-    const int q_first = pos0 + tw, q_last = min(q_first + 15, n_keys - 1);
+    const int q_first = pos0 + rw, q_last = min(q_first + 15, n_keys - 1);
     const int lim[2] = {fa::row_limit(lane, 0, q_first, n_keys), fa::row_limit(lane, 1, q_first, n_keys)};
     const float sl2 = fa::score_scale_log2(HD);
     float o[HD / 8][4] = {};
@@ -477,9 +501,9 @@ __global__ void __launch_bounds__(fa::kWarps * 32, 2) attn_mma_kernel(AttnArgs a
     const float inv[2] = {1.0f / st.l[0], 1.0f / st.l[1]};
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        const int t = tw + fa::acc_row(lane, 2 * r);
-        if (t >= (int)T) continue;
-        uint16_t *orow = a.out + ((size_t)t * a.heads + h) * HD + fa::acc_col(lane, 2 * r);
+        const int row = rw + fa::acc_row(lane, 2 * r);
+        if (row >= rows) continue;
+        uint16_t *orow = a.out + ((size_t)(t0 + row) * a.heads + h) * HD + fa::acc_col(lane, 2 * r);
 #pragma unroll
         for (int d = 0; d < HD / 8; d++)
             *reinterpret_cast<uint32_t *>(orow + 8 * d) =
@@ -488,14 +512,16 @@ __global__ void __launch_bounds__(fa::kWarps * 32, 2) attn_mma_kernel(AttnArgs a
 }
 
 template <int HD>
-cudaError_t launch_mma(const AttnArgs &a, const Step *step, uint32_t T, cudaStream_t s)
+cudaError_t launch_mma(const AttnArgs &a, const Batch &b, uint32_t n_tiles, cudaStream_t s)
 {
     constexpr size_t smem = fa::Shape<HD>::kSmemBytes;
     cudaError_t e = cudaFuncSetAttribute(attn_mma_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
-    return launch_pdl(attn_mma_kernel<HD>, dim3(a.heads, (T + fa::kRows - 1) / fa::kRows), dim3(fa::kWarps * 32), smem,
-                      true, s, a, step, T);
+    return launch_pdl(attn_mma_kernel<HD>, dim3(a.heads, n_tiles), dim3(fa::kWarps * 32), smem, true, s, a, b);
 }
+
+// The tensor-core kernel reads q as float2 pairs: an even stride keeps them 8-byte aligned.
+bool mma_shape(uint32_t hd, uint32_t q_stride) { return q_stride % 2 == 0 && (hd == 128 || hd == 64); }
 
 } // namespace
 
@@ -509,28 +535,30 @@ uint32_t attention_splits(uint32_t T, uint32_t ctx, uint32_t heads)
     return s ? s : 1;
 }
 
-cudaError_t attention(const AttnArgs &a, const Step *step, uint32_t T, cudaStream_t s)
+uint32_t attention_tile_rows(uint32_t hd, uint32_t q_stride) { return mma_shape(hd, q_stride) ? fa::kRows : kTileQ; }
+
+cudaError_t attention(const AttnArgs &a, const Batch &b, uint32_t n_dec, uint32_t n_tiles, cudaStream_t s)
 {
     if (!a.hd || a.hd % 8 || a.hd > kMaxHd || !a.kv_heads || a.heads % a.kv_heads || !a.splits || a.splits > 32 ||
         (a.splits > 1 && (!a.part || !a.ticket)) ||
-        (a.rope && (T != 1 || a.qk.hd != a.hd || a.qk.heads != a.heads || a.qk.kv_heads != a.kv_heads)))
+        (a.rope && (n_tiles || a.qk.hd != a.hd || a.qk.heads != a.heads || a.qk.kv_heads != a.kv_heads)))
         return cudaErrorInvalidValue;
     const int np = (int)((a.hd + 63) / 64);
-    if (T >= (uint32_t)kTileQ && a.splits == 1) { // prefill chunks: a tile of queries shares each key block
-        // the tensor-core kernel reads q as float2 pairs: an even stride keeps them 8-byte aligned
-        if (a.q_stride % 2 == 0 && a.hd == 128) return launch_mma<128>(a, step, T, s);
-        if (a.q_stride % 2 == 0 && a.hd == 64) return launch_mma<64>(a, step, T, s);
-        switch (np) {
-        case 1: return launch_prefill<1>(a, step, T, s);
-        case 2: return launch_prefill<2>(a, step, T, s);
-        case 3: return launch_prefill<3>(a, step, T, s);
-        default: return launch_prefill<4>(a, step, T, s);
-        }
+    cudaError_t e = cudaSuccess;
+    if (n_tiles) { // prefill chunks: a tile of queries shares each key block
+        if (mma_shape(a.hd, a.q_stride)) e = a.hd == 128 ? launch_mma<128>(a, b, n_tiles, s) : launch_mma<64>(a, b, n_tiles, s);
+        else switch (np) {
+            case 1: e = launch_prefill<1>(a, b, n_tiles, s); break;
+            case 2: e = launch_prefill<2>(a, b, n_tiles, s); break;
+            case 3: e = launch_prefill<3>(a, b, n_tiles, s); break;
+            default: e = launch_prefill<4>(a, b, n_tiles, s); break;
+            }
     }
-    void (*const k[2][4])(AttnArgs, const Step *) = {
+    if (e != cudaSuccess || !n_dec) return e;
+    void (*const k[2][4])(AttnArgs, Batch) = {
         {attn_kernel<1, false>, attn_kernel<2, false>, attn_kernel<3, false>, attn_kernel<4, false>},
         {attn_kernel<1, true>, attn_kernel<2, true>, attn_kernel<3, true>, attn_kernel<4, true>}};
-    return launch_pdl(k[a.rope][np - 1], dim3(T, a.heads, a.splits), dim3(kWarps * 32), 0, true, s, a, step);
+    return launch_pdl(k[a.rope][np - 1], dim3(n_dec, a.heads, a.splits), dim3(kWarps * 32), 0, true, s, a, b);
 }
 
 } // namespace dec

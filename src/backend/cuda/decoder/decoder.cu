@@ -1,6 +1,6 @@
 // The decoder's creation: weights uploaded in the kernels' layout (one allocation for the dense
-// matrices and vectors, one per sparse-MoE bank), the bf16 KV cache, and the chunk's buffers carved
-// from one allocation.
+// matrices and vectors, one per sparse-MoE bank), the bf16 KV page pool, and the chunk's buffers
+// carved from one allocation.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,7 +152,27 @@ nf_status check_desc(const nf_cuda_decoder_desc *d, nf_error *err)
     if (d->hidden % 8 || d->hidden > kNormMaxH)
         return nf_error_set(err, NF_ERR_UNSUPPORTED, "cuda decoder: hidden %u (needs a multiple of 8, <= %u)", d->hidden,
                             kNormMaxH);
+    const uint32_t pt = d->page_tokens;
+    if (pt & (pt - 1) || pt > 4096)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: page_tokens %u (needs a power of two <= 4096)", pt);
+    if (d->max_seqs > d->chunk)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: max_seqs %u above the chunk %u (a sequence takes at "
+                            "least one token of a forward)", d->max_seqs, d->chunk);
     return NF_OK;
+}
+
+// The desc with page_tokens, max_seqs and kv_pages defaulted (decoder.h); 0 when the pool's rows
+// would not fit 32 bits (kv_slot's arithmetic).
+int fill_defaults(nf_cuda_decoder_desc *d)
+{
+    if (!d->page_tokens) d->page_tokens = NF_CUDA_PAGE_TOKENS;
+    if (!d->max_seqs) d->max_seqs = 1;
+    const uint64_t per = (d->ctx + d->page_tokens - 1) / d->page_tokens;
+    if (!d->kv_pages) {
+        if (per * d->max_seqs > UINT32_MAX) return 0;
+        d->kv_pages = (uint32_t)(per * d->max_seqs);
+    }
+    return (uint64_t)d->kv_pages * d->page_tokens <= UINT32_MAX;
 }
 
 size_t take(nf_arena *a, size_t bytes)
@@ -199,13 +219,16 @@ size_t layout_buffers(nf_cuda_decoder *dec, uint8_t *base, size_t moe_ws)
     o[n++] = take(&ar, C * qd * 2);    // att
     o[n++] = take(&ar, C * D * 2);     // act
     o[n++] = take(&ar, moe_ws);        // moe workspace
+    const size_t MS = d->max_seqs, tiles_s = (MS + kPrefillTileM - 1) / kPrefillTileM;
     o[n++] = take(&ar, (7 + 2 * tiles) * 4); // tab
     o[n++] = take(&ar, (7 + 2) * 4);         // tab1
-    o[n++] = take(&ar, sizeof(Step) + C * 4);
-    o[n++] = take(&ar, topk_scratch_floats() * 8 + kSampleMaxK * 8);
+    o[n++] = take(&ar, step_layout(d->chunk, d->max_seqs, dec->stride).total * 4);
+    o[n++] = take(&ar, MS * (topk_scratch_floats() * 8 + kSampleMaxK * 8));
     o[n++] = take(&ar, d->trace_routing ? (size_t)d->layers * C * dec->top_k * 4 : 0);
     o[n++] = take(&ar, (size_t)d->ctx * (d->head_dim / 2) * sizeof(float2));
     o[n++] = take(&ar, tickets * 4);
+    o[n++] = take(&ar, (7 + 2 * tiles_s) * 4); // tabS
+    o[n++] = take(&ar, MS * H * 2);            // xl
     if (!base) return ar.peak;
     Acts &a = dec->a;
     float **f[] = {&a.x, &a.delta, &a.qkv, &a.g, &a.u, &a.logits, &a.part};
@@ -213,16 +236,18 @@ size_t layout_buffers(nf_cuda_decoder *dec, uint8_t *base, size_t moe_ws)
     uint16_t **h[] = {&a.xn, &a.moe_out, &a.att, &a.act};
     for (int i = 0; i < 4; i++) *h[i] = (uint16_t *)(base + o[7 + i]);
     a.moe_ws = base + o[11];
-    DenseTables *tb[] = {&dec->tab, &dec->tab1};
-    const uint32_t mt[] = {(uint32_t)tiles, 1};
-    for (int i = 0; i < 2; i++) {
-        int32_t *p = (int32_t *)(base + o[12 + i]);
+    DenseTables *tb[] = {&dec->tab, &dec->tab1, &dec->tabS};
+    const uint32_t mt[] = {(uint32_t)tiles, 1, (uint32_t)tiles_s};
+    const int at[] = {12, 13, 19};
+    for (int i = 0; i < 3; i++) {
+        int32_t *p = (int32_t *)(base + o[at[i]]);
         *tb[i] = DenseTables{p, p + 1, p + 2, p + 3, p + 4, p + 5, p + 5 + mt[i], mt[i]};
     }
-    dec->step = (Step *)(base + o[14]);
+    dec->step = (int32_t *)(base + o[14]);
     float *t = (float *)(base + o[15]);
-    const size_t sc = topk_scratch_floats();
-    dec->tk = TopK{(int32_t *)(t + 2 * sc + kSampleMaxK), t + 2 * sc, t, (int32_t *)(t + sc)};
+    const size_t sc = MS * topk_scratch_floats();
+    dec->tk = TopK{(int32_t *)(t + 2 * sc + MS * kSampleMaxK), t + 2 * sc, t, (int32_t *)(t + sc)};
+    a.xl = (uint16_t *)(base + o[20]);
     dec->trace = d->trace_routing ? (int32_t *)(base + o[16]) : nullptr;
     dec->rope_tab = (float2 *)(base + o[17]);
     dec->ticket = (unsigned *)(base + o[18]);
@@ -263,9 +288,11 @@ nf_status create_memory(nf_cuda_decoder *dec, const nf_cuda_decoder_desc *d, nf_
     dec->rope = (float *)(dec->weights + u.off);
     size_t ws = 0;
     if ((st = bind_moe(dec, &ws, err))) return st;
-    const size_t kvd = (size_t)d->kv_heads * d->head_dim, per = (size_t)d->ctx * kvd * 2;
+    // the pool: [layer][K, V][kv_pages][page_tokens][kv_heads * hd] (copy_page is one 2D copy of
+    // 2 * layers rows of one page each)
+    const size_t kvd = (size_t)d->kv_heads * d->head_dim, per = (size_t)d->kv_pages * d->page_tokens * kvd * 2;
     dec->kv_bytes = (size_t)d->layers * 2 * per;
-    if (cudaMalloc(&dec->kv, dec->kv_bytes) != cudaSuccess) return cuda_fail(err, "the KV cache", dec->kv_bytes);
+    if (cudaMalloc(&dec->kv, dec->kv_bytes) != cudaSuccess) return cuda_fail(err, "the KV page pool", dec->kv_bytes);
     for (uint32_t l = 0; l < d->layers; l++) {
         dec->L[l].kc = (uint16_t *)(dec->kv + 2 * l * per);
         dec->L[l].vc = (uint16_t *)(dec->kv + (2 * l + 1) * per);
@@ -293,8 +320,13 @@ uint32_t dense_inter_of(const nf_cuda_decoder_desc *d)
 extern "C" nf_status nf_cuda_decoder_create(const nf_cuda_decoder_desc *d, nf_cuda_decoder **out, nf_error *err)
 {
     *out = nullptr;
+    nf_cuda_decoder_desc dd = *d;
     nf_status st = check_desc(d, err);
     if (st) return st;
+    if (!fill_defaults(&dd))
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: a KV pool of %u pages of %u positions is too large",
+                            dd.kv_pages, dd.page_tokens);
+    d = &dd;
     nf_cuda_decoder *dec = (nf_cuda_decoder *)calloc(1, sizeof *dec);
     if (!dec || !(dec->L = (Layer *)calloc(d->layers, sizeof(Layer)))) {
         free(dec);
@@ -302,18 +334,25 @@ extern "C" nf_status nf_cuda_decoder_create(const nf_cuda_decoder_desc *d, nf_cu
     }
     dec->d = *d;
     dec->dense_inter = dense_inter_of(d);
+    dec->stride = (d->ctx + d->page_tokens - 1) / d->page_tokens;
+    while ((1u << dec->pt_shift) < d->page_tokens) dec->pt_shift++;
     st = create_memory(dec, d, err);
     dec->d.layer = nullptr; // host pointers are not kept past create
     if (!st && (cudaStreamCreateWithFlags(&dec->stream, cudaStreamNonBlocking) != cudaSuccess ||
                 cudaEventCreateWithFlags(&dec->step_copied, cudaEventDisableTiming) != cudaSuccess ||
-                cudaMallocHost(&dec->h_step, sizeof(Step) + d->chunk * 4) != cudaSuccess ||
-                cudaMallocHost(&dec->h_ids, kSampleMaxK * 8) != cudaSuccess))
+                cudaMallocHost(&dec->h_step, step_layout(d->chunk, d->max_seqs, dec->stride).total * 4) != cudaSuccess ||
+                cudaMallocHost(&dec->h_ids, (size_t)d->max_seqs * kSampleMaxK * 8) != cudaSuccess))
         st = nf_error_set(err, NF_ERR_CUDA, "cuda decoder: cannot create its stream, event or pinned buffers");
+    if (!st && (!(dec->graphs = (cudaGraphExec_t *)calloc(d->max_seqs + 1, sizeof *dec->graphs)) ||
+                !(dec->ident = (uint32_t *)malloc(dec->stride * sizeof *dec->ident)) ||
+                !(dec->h_last = (int32_t *)malloc(d->max_seqs * sizeof *dec->h_last))))
+        st = nf_error_set(err, NF_ERR_NOMEM, "cuda decoder: out of host memory");
     if (st) {
         nf_cuda_decoder_free(dec);
         return st;
     }
-    dec->h_vals = (float *)(dec->h_ids + kSampleMaxK);
+    for (uint32_t i = 0; i < dec->stride; i++) dec->ident[i] = i;
+    dec->h_vals = (float *)(dec->h_ids + (size_t)d->max_seqs * kSampleMaxK);
     prep_tables(dec->tab1, 1, dec->stream);
     if (cudaStreamSynchronize(dec->stream) != cudaSuccess) {
         nf_cuda_decoder_free(dec);
@@ -327,7 +366,11 @@ extern "C" void nf_cuda_decoder_free(nf_cuda_decoder *dec)
 {
     if (!dec) return;
     if (dec->stream) cudaStreamSynchronize(dec->stream);
-    if (dec->graph) cudaGraphExecDestroy(dec->graph);
+    for (uint32_t i = 0; dec->graphs && i <= dec->d.max_seqs; i++)
+        if (dec->graphs[i]) cudaGraphExecDestroy(dec->graphs[i]);
+    free(dec->graphs);
+    free(dec->ident);
+    free(dec->h_last);
     for (uint32_t l = 0; dec->L && l < dec->d.layers; l++) nf_sparse_moe_free(dec->L[l].moe);
     cudaFree(dec->weights);
     cudaFree(dec->kv);

@@ -5,7 +5,7 @@
  *   x = embed(tokens)                                         f32 residual stream [T][H]
  *   per layer:  xn = bf16(rmsnorm(x += delta))                 (the add is fused into the norm)
  *               q, k, v = Wq xn, Wk xn, Wv xn (+ bias)         f32
- *               q, k = rmsnorm per head (qk_norm), rope         k, v -> bf16 KV cache at pos0 + t
+ *               q, k = rmsnorm per head (qk_norm), rope         k, v -> bf16 KV pages at their slots
  *               delta = Wo attention(q, K, V)                   causal, GQA, online softmax
  *               xn = bf16(rmsnorm(x += delta))
  *               delta = sparse_moe(xn) (bf16) or Wdown bf16(silu(Wgate xn) * Wup xn)
@@ -13,8 +13,14 @@
  *
  * Linear layers read their weights in the codec they are stored in (the sparse-MoE operator's
  * device layout and kernels: CUDA-core GEMV for small T, tensor-core GEMM for prefill chunks).
- * A decode step (T = 1) is captured once as a CUDA graph and replayed: every kernel reads the
- * token ids and the position from device memory. This header is plain C. */
+ *
+ * One forward is a batch (base/batch.h nf_batch): the tokens of S sequences concatenated, decode
+ * tokens and prefill chunks mixed. Every product runs once over all T tokens (the sparse-MoE operator
+ * routes by T); attention runs per sequence through its page table. The KV cache is a pool of pages:
+ * per layer, K and V are each [kv_pages][page_tokens][kv_heads * head_dim] bf16 (docs/gpu_engine.md
+ * "Paged KV cache"). A decode-only step (every sequence one token) of S sequences is captured once
+ * as a CUDA graph per S and replayed: every kernel reads the token ids, positions and page tables
+ * from device memory. This header is plain C. */
 #ifndef NF_CUDA_DECODER_H
 #define NF_CUDA_DECODER_H
 
@@ -22,7 +28,11 @@
 #include <stdint.h>
 
 #include "backend/cuda/sparse_moe/sparse_moe.h"
+#include "base/batch.h"
 #include "base/error.h"
+
+/* Positions per KV page when the desc leaves page_tokens 0 (docs/perf/kv_page_tokens.md). */
+#define NF_CUDA_PAGE_TOKENS 64
 
 #ifdef __cplusplus
 extern "C" {
@@ -45,8 +55,11 @@ typedef struct nf_cuda_decoder_desc {
     nf_moe_matrix head;              /* [vocab][H]; the same data as embd when tied (uploaded once) */
     const float *out_norm;           /* [H] */
     const nf_cuda_layer_desc *layer; /* [layers] */
-    uint32_t ctx;                    /* KV cache length in tokens */
-    uint32_t chunk;                  /* the most tokens one forward takes */
+    uint32_t ctx;                    /* the longest sequence in tokens (the rope table's length) */
+    uint32_t chunk;                  /* the most tokens one forward takes, all sequences together */
+    uint32_t page_tokens;            /* positions per KV page, a power of two (0: NF_CUDA_PAGE_TOKENS) */
+    uint32_t kv_pages;               /* pages in the pool (0: max_seqs * ceil(ctx / page_tokens)) */
+    uint32_t max_seqs;               /* the most sequences of one forward (0: 1; at most chunk) */
     int no_graphs;                   /* tests: run decode steps as plain stream launches */
     int allow_a8;                    /* dense layers at T <= 16 may quantize their bf16 input to int8
                                       * per 32 elements (k-quant and q8_0 weights; gemv_a8.cu) */
@@ -55,7 +68,7 @@ typedef struct nf_cuda_decoder_desc {
 
 typedef struct nf_cuda_decoder nf_cuda_decoder;
 
-/* Uploads the weights, allocates the KV cache (bf16) and the chunk's buffers. Errors name the
+/* Uploads the weights, allocates the KV page pool (bf16) and the chunk's buffers. Errors name the
  * tensor or the allocation that failed. */
 nf_status nf_cuda_decoder_create(const nf_cuda_decoder_desc *d, nf_cuda_decoder **out, nf_error *err);
 void nf_cuda_decoder_free(nf_cuda_decoder *dec);
@@ -64,23 +77,35 @@ void nf_cuda_decoder_free(nf_cuda_decoder *dec);
  * Must be set before the first forward; may change between forwards (dynamic scaling). */
 nf_status nf_cuda_decoder_set_rope(nf_cuda_decoder *dec, const float *inv_freq, float attn_factor, nf_error *err);
 
-/* tokens[T] (T <= chunk) at positions pos0 .. pos0 + T - 1 (pos0 + T <= ctx); their keys/values join
- * the cache. logits (host, may be NULL): [T][vocab] when all_logits, else the last token's [vocab].
- * Synchronous when logits is given. */
+/* One forward of b (base/batch.h): T <= chunk tokens of S <= max_seqs sequences; each token's key and
+ * value go to its page slot, then it attends to its sequence's positions 0 .. its own. logits (host,
+ * may be NULL: they stay on the device for topk / logits): [T][vocab] when b->all_logits, else [S]
+ * [vocab], each sequence's last token. Synchronous when logits is given. A malformed batch (counts,
+ * seq_start, positions past ctx, a page id >= kv_pages among those the forward touches, a token id
+ * >= vocab) is refused with NF_ERR_INVALID_ARG before anything runs. */
+nf_status nf_cuda_decoder_forward_batch(nf_cuda_decoder *dec, const nf_batch *b, float *logits, nf_error *err);
+
+/* A batch of one sequence on pages 0, 1, 2, ... (tests and tools that run one sequence):
+ * tokens[T] at positions pos0 .. pos0 + T - 1; logits [T][vocab] when all_logits, else [vocab]. */
 nf_status nf_cuda_decoder_forward(nf_cuda_decoder *dec, const int32_t *tokens, uint32_t T, uint32_t pos0,
                                   float *logits, int all_logits, nf_error *err);
 
-/* The k best (id, logit) pairs of the last forward's last-token logits, best first, ties to the
- * lower id (1 <= k <= 256): sampling moves these k pairs to the host, not the vocabulary, and applies
- * the same sampler code as the CPU (engine/sampler.h), so one seed gives the same tokens. */
+/* Each sequence's k best (id, logit) pairs of the last forward's last-token logits, ids[S][k] and
+ * vals[S][k], best first, ties to the lower id (1 <= k <= 256): sampling moves these k pairs to the
+ * host, not the vocabulary, and applies the same sampler code as the CPU (engine/sampler.h), so one
+ * seed gives the same tokens. */
 nf_status nf_cuda_decoder_topk(nf_cuda_decoder *dec, uint32_t k, int32_t *ids, float *vals, nf_error *err);
-/* The last forward's last-token logits [vocab] to the host. */
+/* The last forward's last-token logits of each sequence, [S][vocab], to the host. */
 nf_status nf_cuda_decoder_logits(nf_cuda_decoder *dec, float *logits, nf_error *err);
+
+/* Page src's keys and values of every layer to page dst (copy-on-write of a shared partial page),
+ * ordered before the next forward on the decoder's stream. */
+nf_status nf_cuda_decoder_copy_page(nf_cuda_decoder *dec, uint32_t dst, uint32_t src, nf_error *err);
 
 /* With trace_routing: the last forward's expert ids [layers][T][top_k] (-1 on dense layers). */
 nf_status nf_cuda_decoder_routing(nf_cuda_decoder *dec, int32_t *ids, nf_error *err);
 
-/* Device bytes held: weights (dense + every MoE bank) and the KV cache. */
+/* Device bytes held: weights (dense + every MoE bank) and the KV page pool. */
 size_t nf_cuda_decoder_weight_bytes(const nf_cuda_decoder *dec);
 size_t nf_cuda_decoder_kv_bytes(const nf_cuda_decoder *dec);
 

@@ -1,6 +1,7 @@
-// The decoder's forward (see decoder.h for the math), the captured decode graph, and the host side
-// of sampling.
+// The decoder's batched forward (see decoder.h for the math), the captured decode-only graphs, and
+// the host side of sampling.
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "impl.cuh"
@@ -51,8 +52,25 @@ Fail qkv_projection(nf_cuda_decoder *dec, uint32_t l, uint32_t T, uint32_t qd, u
     return Fail{nullptr, 0, cudaSuccess, nullptr};
 }
 
-Fail attention_block(nf_cuda_decoder *dec, uint32_t l, uint32_t T)
+// The shape of one forward beyond T: S sequences, n_dec tokens for the split attention, n_tiles
+// tiles for the tile attention; decode_only: every sequence has one token (T == S).
+struct Shape {
+    uint32_t T, S, n_dec, n_tiles;
+    bool all, decode_only;
+};
+
+// The device tables of a forward of this shape (StepLayout): fixed for a given (T, S).
+Batch batch_view(const nf_cuda_decoder *dec, uint32_t T, uint32_t S)
 {
+    const StepLayout l = step_layout(T, S, dec->stride);
+    int32_t *p = dec->step;
+    return Batch{p + l.tokens, p + l.pos, p + l.seq, p + l.dtok, reinterpret_cast<const int4 *>(p + l.tiles),
+                 p + l.last, reinterpret_cast<const uint32_t *>(p + l.pages), dec->stride, dec->pt_shift};
+}
+
+Fail attention_block(nf_cuda_decoder *dec, uint32_t l, const Shape &sh, const Batch &bt)
+{
+    const uint32_t T = sh.T;
     const nf_cuda_decoder_desc &d = dec->d;
     const Layer &L = dec->L[l];
     Acts &a = dec->a;
@@ -62,15 +80,16 @@ Fail attention_block(nf_cuda_decoder *dec, uint32_t l, uint32_t T)
     if (f.op) return f;
     const QkvArgs qa{a.qkv, S, L.q_bias, L.k_bias, L.v_bias, L.q_norm, L.k_norm, L.kc, L.vc, dec->rope_tab,
                      d.heads, d.kv_heads, d.head_dim, d.rms_eps};
-    // a decode step's attention does the qk norm + rope + cache store itself (one kernel fewer)
-    const bool fused = T == 1;
+    // a decode-only step's attention does the qk norm + rope + cache store itself (one kernel fewer);
+    // with several tokens of one sequence, a token's keys include others' new rows: stored first
+    const bool fused = sh.decode_only;
     if (!fused) {
-        qkv_rope_store(qa, dec->step, T, s);
+        qkv_rope_store(qa, bt, T, s);
         TRY(cudaGetLastError(), "qk norm + rope", l);
     }
     const AttnArgs at{a.qkv, S, L.kc, L.vc, a.att, a.part, dec->ticket, d.heads, d.kv_heads, d.head_dim,
-                      attention_splits(T, d.ctx, d.heads), fused, qa};
-    TRY(attention(at, dec->step, T, s), "attention", l);
+                      sh.n_dec ? attention_splits(sh.n_dec, d.ctx, d.heads) : 1, fused, qa};
+    TRY(attention(at, bt, sh.n_dec, sh.n_tiles, s), "attention", l);
     TRY(linear(L.o, dec->tab, a.att, T, a.delta, d.hidden, s), "attn_output", l);
     return Fail{nullptr, 0, cudaSuccess, nullptr};
 }
@@ -102,30 +121,41 @@ Fail mlp_block(nf_cuda_decoder *dec, uint32_t l, uint32_t T, bool *delta_bf16)
     return Fail{nullptr, 0, cudaSuccess, nullptr};
 }
 
-// Everything from the token ids in dec->step to the logits: T tokens, the LM head over every token
-// (all) or the last one.
-Fail run(nf_cuda_decoder *dec, uint32_t T, bool all)
+// Everything from the batch tables in dec->step to the logits: T tokens, the LM head over every token
+// (all) or each sequence's last one.
+Fail run(nf_cuda_decoder *dec, const Shape &sh)
 {
     const nf_cuda_decoder_desc &d = dec->d;
     Acts &a = dec->a;
     cudaStream_t s = dec->stream;
     const size_t H = d.hidden;
+    const uint32_t T = sh.T;
+    const Batch bt = batch_view(dec, T, sh.S);
     prep_tables(dec->tab, T, s);
-    TRY(embed(dec->embd, dec->step, T, d.hidden, a.x, s), "token_embd", UINT32_MAX);
+    TRY(embed(dec->embd, bt, T, d.hidden, a.x, s), "token_embd", UINT32_MAX);
     bool delta_bf16 = false;
     for (uint32_t l = 0; l < d.layers; l++) {
         const float *df = l && !delta_bf16 ? a.delta : nullptr;
         const uint16_t *db = l && delta_bf16 ? a.moe_out : nullptr;
         add_rmsnorm(a.x, df, db, dec->L[l].attn_norm, T, d.hidden, d.rms_eps, a.xn, s);
-        Fail f = attention_block(dec, l, T);
+        Fail f = attention_block(dec, l, sh, bt);
         if (f.op) return f;
         add_rmsnorm(a.x, a.delta, nullptr, dec->L[l].ffn_norm, T, d.hidden, d.rms_eps, a.xn, s);
         if ((f = mlp_block(dec, l, T, &delta_bf16)).op) return f;
     }
     add_rmsnorm(a.x, delta_bf16 ? nullptr : a.delta, delta_bf16 ? a.moe_out : nullptr, dec->out_norm, T, d.hidden,
                 d.rms_eps, a.xn, s);
-    if (all) TRY(linear(dec->head, dec->tab, a.xn, T, a.logits, d.vocab, s), "output", UINT32_MAX);
-    else TRY(linear(dec->head, dec->tab1, a.xn + (T - 1) * H, 1, a.logits, d.vocab, s), "output", UINT32_MAX);
+    // the LM head: every token; a decode-only step's tokens are its sequences' last ones; one
+    // sequence's last row is xn's last; else the S last rows gathered first
+    if (sh.all || sh.decode_only) {
+        TRY(linear(dec->head, dec->tab, a.xn, T, a.logits, d.vocab, s), "output", UINT32_MAX);
+    } else if (sh.S == 1) {
+        TRY(linear(dec->head, dec->tab1, a.xn + (T - 1) * H, 1, a.logits, d.vocab, s), "output", UINT32_MAX);
+    } else {
+        prep_tables(dec->tabS, sh.S, s);
+        gather_rows(a.xn, bt.last, sh.S, d.hidden, a.xl, s);
+        TRY(linear(dec->head, dec->tabS, a.xl, sh.S, a.logits, d.vocab, s), "output", UINT32_MAX);
+    }
     return Fail{nullptr, 0, cudaSuccess, nullptr};
 }
 
@@ -138,29 +168,102 @@ nf_status fail(nf_error *err, const Fail &f, uint32_t T)
                         cudaGetErrorString(f.e));
 }
 
-// The T = 1 forward as a graph, captured at the first decode step.
-nf_status decode_graph(nf_cuda_decoder *dec, nf_error *err)
+// The decode-only forward of S sequences as a graph, captured at the first such step and replayed
+// at every later one (the tables it reads lie where step_layout(S, S) puts them).
+nf_status decode_graph(nf_cuda_decoder *dec, const Shape &sh, nf_error *err)
 {
-    if (dec->graph) return cudaGraphLaunch(dec->graph, dec->stream) == cudaSuccess
-                               ? NF_OK
-                               : nf_error_set(err, NF_ERR_CUDA, "cuda decoder: graph launch failed");
+    cudaGraphExec_t &ge = dec->graphs[sh.S];
+    if (ge) return cudaGraphLaunch(ge, dec->stream) == cudaSuccess
+                       ? NF_OK
+                       : nf_error_set(err, NF_ERR_CUDA, "cuda decoder: graph launch failed");
     cudaGraph_t g = nullptr;
     if (cudaStreamBeginCapture(dec->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
         return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: cannot begin graph capture");
-    Fail f = run(dec, 1, false);
+    Fail f = run(dec, sh);
     cudaError_t e = cudaStreamEndCapture(dec->stream, &g);
     if (f.op) {
         if (g) cudaGraphDestroy(g);
-        return fail(err, f, 1);
+        return fail(err, f, sh.T);
     }
-    if (e == cudaSuccess) e = cudaGraphInstantiate(&dec->graph, g, 0);
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&ge, g, 0);
     if (g) cudaGraphDestroy(g);
     if (e != cudaSuccess) {
-        dec->graph = nullptr;
+        ge = nullptr;
         cudaGetLastError();
         return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: graph capture failed: %s", cudaGetErrorString(e));
     }
-    return decode_graph(dec, err);
+    return decode_graph(dec, sh, err);
+}
+
+// A batch the forward can run: counts, seq_start, positions and the page ids it touches.
+nf_status check_batch(const nf_cuda_decoder *dec, const nf_batch *b, nf_error *err)
+{
+    const nf_cuda_decoder_desc &d = dec->d;
+    const uint32_t T = b->n_tokens, S = b->n_seqs;
+    if (!T || T > d.chunk || !S || S > d.max_seqs || !b->tokens || !b->seq_start || !b->pos0 || !b->pages)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: a batch of %u tokens of %u sequences (chunk %u, "
+                            "max_seqs %u) or a missing table", T, S, d.chunk, d.max_seqs);
+    if (b->seq_start[0] != 0 || b->seq_start[S] != T)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: seq_start runs %u .. %u, not 0 .. %u",
+                            b->seq_start[0], b->seq_start[S], T);
+    for (uint32_t i = 0; i < S; i++) {
+        const uint32_t n = b->seq_start[i + 1] - b->seq_start[i], end = b->pos0[i] + n;
+        if (b->seq_start[i + 1] <= b->seq_start[i] || b->seq_start[i + 1] > T || b->pos0[i] > d.ctx || end > d.ctx)
+            return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: sequence %u: tokens %u .. %u at %u (context %u)", i,
+                                b->seq_start[i], b->seq_start[i + 1], b->pos0[i], d.ctx);
+        const uint32_t np = (end + d.page_tokens - 1) / d.page_tokens;
+        if (np > b->page_stride && S > 1)
+            return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: page_stride %u below the %u pages of sequence %u",
+                                b->page_stride, np, i);
+        for (uint32_t p = 0; p < np; p++)
+            if (b->pages[(size_t)i * b->page_stride + p] >= d.kv_pages)
+                return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: sequence %u page %u is %u (pool of %u)", i, p,
+                                    b->pages[(size_t)i * b->page_stride + p], d.kv_pages);
+    }
+    for (uint32_t t = 0; t < T; t++)
+        if (b->tokens[t] < 0 || (uint32_t)b->tokens[t] >= d.vocab)
+            return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: token %u is id %d (vocabulary %u)", t, b->tokens[t],
+                                d.vocab);
+    return NF_OK;
+}
+
+struct TileSort {
+    int32_t t0, rows, seq, pos;
+};
+// the most keys first: the longest CTAs start first and the short ones fill the tail
+int tile_cmp(const void *x, const void *y)
+{
+    const TileSort *a = (const TileSort *)x, *b = (const TileSort *)y;
+    const int32_t ka = a->pos + a->rows, kb = b->pos + b->rows;
+    return ka != kb ? (ka < kb) - (ka > kb) : (a->t0 > b->t0) - (a->t0 < b->t0);
+}
+
+// Writes the batch tables into the pinned staging (StepLayout) and returns the forward's shape.
+Shape stage_batch(nf_cuda_decoder *dec, const nf_batch *b)
+{
+    const uint32_t T = b->n_tokens, S = b->n_seqs, pt = dec->d.page_tokens;
+    const StepLayout l = step_layout(T, S, dec->stride);
+    int32_t *h = dec->h_step;
+    memcpy(h + l.tokens, b->tokens, T * sizeof(int32_t));
+    const uint32_t R = attention_tile_rows(dec->d.head_dim, dec->d.heads * dec->d.head_dim + 2 * dec->d.kv_heads * dec->d.head_dim);
+    Shape sh{T, S, 0, 0, b->all_logits != 0, T == S};
+    TileSort *tiles = reinterpret_cast<TileSort *>(h + l.tiles);
+    for (uint32_t i = 0; i < S; i++) {
+        const uint32_t t0 = b->seq_start[i], n = b->seq_start[i + 1] - t0, p0 = b->pos0[i];
+        for (uint32_t j = 0; j < n; j++) h[l.pos + t0 + j] = (int32_t)(p0 + j), h[l.seq + t0 + j] = (int32_t)i;
+        h[l.last + i] = (int32_t)(t0 + n - 1);
+        dec->h_last[i] = (int32_t)(t0 + n - 1);
+        if (n >= kAttnTileMin) { // the tiles start at the sequence's first token: the bits of the chunk alone
+            for (uint32_t j = 0; j < n; j += R)
+                tiles[sh.n_tiles++] = TileSort{(int32_t)(t0 + j), (int32_t)(n - j < R ? n - j : R), (int32_t)i, (int32_t)(p0 + j)};
+        } else {
+            for (uint32_t j = 0; j < n; j++) h[l.dtok + sh.n_dec++] = (int32_t)(t0 + j);
+        }
+        const uint32_t np = (p0 + n + pt - 1) / pt;
+        memcpy(h + l.pages + (size_t)i * dec->stride, b->pages + (size_t)i * b->page_stride, np * sizeof(uint32_t));
+    }
+    if (sh.n_tiles > 1) qsort(tiles, sh.n_tiles, sizeof *tiles, tile_cmp);
+    return sh;
 }
 
 } // namespace
@@ -179,63 +282,99 @@ extern "C" nf_status nf_cuda_decoder_set_rope(nf_cuda_decoder *dec, const float 
     return NF_OK;
 }
 
-extern "C" nf_status nf_cuda_decoder_forward(nf_cuda_decoder *dec, const int32_t *tokens, uint32_t T, uint32_t pos0,
-                                             float *logits, int all_logits, nf_error *err)
+extern "C" nf_status nf_cuda_decoder_forward_batch(nf_cuda_decoder *dec, const nf_batch *b, float *logits, nf_error *err)
 {
     const nf_cuda_decoder_desc &d = dec->d;
-    if (T == 0 || T > d.chunk || pos0 + T > d.ctx)
-        return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: forward of %u tokens at %u (chunk %u, context %u)",
-                            T, pos0, d.chunk, d.ctx);
+    nf_status st = check_batch(dec, b, err);
+    if (st) return st;
     // the previous step's copy must have read h_step before it is rewritten
     if (cudaEventSynchronize(dec->step_copied) != cudaSuccess)
         return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: %s", cudaGetErrorString(cudaGetLastError()));
-    dec->h_step->pos0 = (int32_t)pos0;
-    dec->h_step->T = (int32_t)T;
-    memcpy(dec->h_step->tokens, tokens, T * sizeof(int32_t));
-    if (cudaMemcpyAsync(dec->step, dec->h_step, sizeof(Step) + T * 4, cudaMemcpyHostToDevice, dec->stream) != cudaSuccess ||
+    const Shape sh = stage_batch(dec, b);
+    // the whole layout up to the last sequence's page row: the tables a captured graph reads
+    const size_t bytes = step_layout(sh.T, sh.S, dec->stride).total * 4;
+    if (cudaMemcpyAsync(dec->step, dec->h_step, bytes, cudaMemcpyHostToDevice, dec->stream) != cudaSuccess ||
         cudaEventRecord(dec->step_copied, dec->stream) != cudaSuccess)
         return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: step upload failed");
-    nf_status st = NF_OK;
-    if (T == 1 && !all_logits && !d.no_graphs) {
-        st = decode_graph(dec, err);
+    if (sh.decode_only && !sh.all && !d.no_graphs) {
+        st = decode_graph(dec, sh, err);
     } else {
-        Fail f = run(dec, T, all_logits != 0);
-        if (f.op) st = fail(err, f, T);
+        Fail f = run(dec, sh);
+        if (f.op) st = fail(err, f, sh.T);
     }
     if (st) return st;
-    dec->last_logits = dec->a.logits + (all_logits ? (size_t)(T - 1) * d.vocab : 0);
-    dec->last_T = T;
+    dec->has_logits = 1;
+    dec->last_all = sh.all;
+    dec->last_T = sh.T;
+    dec->last_S = sh.S;
     if (!logits) return NF_OK;
-    const size_t n = (all_logits ? (size_t)T : 1) * d.vocab;
+    const size_t n = (size_t)(sh.all ? sh.T : sh.S) * d.vocab;
     if (cudaMemcpyAsync(logits, dec->a.logits, n * sizeof(float), cudaMemcpyDeviceToHost, dec->stream) != cudaSuccess ||
         cudaStreamSynchronize(dec->stream) != cudaSuccess)
-        return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: forward of %u tokens at %u: %s", T, pos0,
+        return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: forward of %u tokens of %u sequences: %s", sh.T, sh.S,
                             cudaGetErrorString(cudaGetLastError()));
     return NF_OK;
 }
 
+extern "C" nf_status nf_cuda_decoder_forward(nf_cuda_decoder *dec, const int32_t *tokens, uint32_t T, uint32_t pos0,
+                                             float *logits, int all_logits, nf_error *err)
+{
+    const uint32_t start[2] = {0, T};
+    const nf_batch b = {T, 1, tokens, start, &pos0, dec->ident, dec->stride, nullptr, all_logits};
+    return nf_cuda_decoder_forward_batch(dec, &b, logits, err);
+}
+
 extern "C" nf_status nf_cuda_decoder_topk(nf_cuda_decoder *dec, uint32_t k, int32_t *ids, float *vals, nf_error *err)
 {
-    if (!dec->last_logits) return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: no forward has run");
+    if (!dec->has_logits) return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: no forward has run");
     if (k < 1 || k > kSampleMaxK || k > dec->d.vocab)
         return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: top-k of %u (1..%u)", k, kSampleMaxK);
-    cudaError_t e = topk(dec->last_logits, dec->d.vocab, k, dec->tk, dec->stream);
-    if (e == cudaSuccess) e = cudaMemcpyAsync(dec->h_ids, dec->tk.ids, k * 4, cudaMemcpyDeviceToHost, dec->stream);
-    if (e == cudaSuccess) e = cudaMemcpyAsync(dec->h_vals, dec->tk.vals, k * 4, cudaMemcpyDeviceToHost, dec->stream);
+    const uint32_t S = dec->last_S;
+    const size_t V = dec->d.vocab;
+    cudaError_t e = cudaSuccess;
+    if (!dec->last_all) {
+        e = topk(dec->a.logits, dec->d.vocab, V, S, k, dec->tk, dec->stream);
+    } else { // each sequence's last row of the [T][vocab] logits, one row at a time
+        for (uint32_t i = 0; i < S && e == cudaSuccess; i++) {
+            const TopK t{dec->tk.ids + (size_t)i * k, dec->tk.vals + (size_t)i * k, dec->tk.cand_vals, dec->tk.cand_ids};
+            e = topk(dec->a.logits + (size_t)dec->h_last[i] * V, dec->d.vocab, V, 1, k, t, dec->stream);
+        }
+    }
+    if (e == cudaSuccess) e = cudaMemcpyAsync(dec->h_ids, dec->tk.ids, (size_t)S * k * 4, cudaMemcpyDeviceToHost, dec->stream);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(dec->h_vals, dec->tk.vals, (size_t)S * k * 4, cudaMemcpyDeviceToHost, dec->stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(dec->stream);
     if (e != cudaSuccess) return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: top-k: %s", cudaGetErrorString(e));
-    memcpy(ids, dec->h_ids, k * 4);
-    memcpy(vals, dec->h_vals, k * 4);
+    memcpy(ids, dec->h_ids, (size_t)S * k * 4);
+    memcpy(vals, dec->h_vals, (size_t)S * k * 4);
     return NF_OK;
 }
 
 extern "C" nf_status nf_cuda_decoder_logits(nf_cuda_decoder *dec, float *logits, nf_error *err)
 {
-    if (!dec->last_logits) return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: no forward has run");
-    if (cudaMemcpyAsync(logits, dec->last_logits, dec->d.vocab * sizeof(float), cudaMemcpyDeviceToHost, dec->stream) !=
-            cudaSuccess ||
-        cudaStreamSynchronize(dec->stream) != cudaSuccess)
-        return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: logits copy: %s", cudaGetErrorString(cudaGetLastError()));
+    if (!dec->has_logits) return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: no forward has run");
+    const size_t V = dec->d.vocab;
+    cudaError_t e = cudaSuccess;
+    if (!dec->last_all) // the rows are the sequences'
+        e = cudaMemcpyAsync(logits, dec->a.logits, dec->last_S * V * sizeof(float), cudaMemcpyDeviceToHost, dec->stream);
+    for (uint32_t i = 0; dec->last_all && i < dec->last_S && e == cudaSuccess; i++)
+        e = cudaMemcpyAsync(logits + i * V, dec->a.logits + (size_t)dec->h_last[i] * V, V * sizeof(float),
+                            cudaMemcpyDeviceToHost, dec->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(dec->stream);
+    if (e != cudaSuccess) return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: logits copy: %s", cudaGetErrorString(e));
+    return NF_OK;
+}
+
+extern "C" nf_status nf_cuda_decoder_copy_page(nf_cuda_decoder *dec, uint32_t dst, uint32_t src, nf_error *err)
+{
+    const nf_cuda_decoder_desc &d = dec->d;
+    if (dst >= d.kv_pages || src >= d.kv_pages)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: copy of page %u to %u (pool of %u)", src, dst, d.kv_pages);
+    if (dst == src) return NF_OK;
+    // [layer][K, V] pools of kv_pages pages: 2 * layers rows of one page each, a pool apart
+    const size_t page = (size_t)d.page_tokens * d.kv_heads * d.head_dim * 2, pitch = page * d.kv_pages;
+    if (cudaMemcpy2DAsync(dec->kv + dst * page, pitch, dec->kv + src * page, pitch, page, 2 * (size_t)d.layers,
+                          cudaMemcpyDeviceToDevice, dec->stream) != cudaSuccess)
+        return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: page copy: %s", cudaGetErrorString(cudaGetLastError()));
     return NF_OK;
 }
 

@@ -16,17 +16,35 @@ struct Layer {
     Linear qkv;                            // q, k, v stacked (one GEMV) when they share a row codec, else absent
     Linear q, k, v, o, gate, up, down;     // gate/up/down: dense layers only
     nf_sparse_moe *moe;                    // MoE layers
-    uint16_t *kc, *vc;                     // [ctx][kv_heads * hd] bf16
+    uint16_t *kc, *vc;                     // the layer's K and V pools: [kv_pages][page_tokens][kv_heads * hd] bf16
 };
 
 // Activations for a chunk of C tokens (device). Shapes: x, delta [C][H] f32; xn, moe_out [C][H] bf16;
 // qkv [C][heads*hd + 2*kv*hd] f32; att [C][heads*hd] bf16; g, u [C][D] f32, act [C][D] bf16; logits
-// [C][vocab] f32; part: attention split partials.
+// [C][vocab] f32; part: attention split partials; xl [max_seqs][H] bf16: the sequences' last rows
+// for the LM head.
 struct Acts {
     float *x, *delta, *qkv, *g, *u, *logits, *part;
-    uint16_t *xn, *moe_out, *att, *act;
+    uint16_t *xn, *moe_out, *att, *act, *xl;
     void *moe_ws; // the sparse-MoE workspace (one for all layers: they run one after another)
 };
+
+// Where the batch tables of a forward of T tokens and S sequences lie in the step buffer (int32
+// units; the host staging and the device buffer share it). Only (T, S) decide the offsets, so a graph
+// captured for a decode-only step of S sequences reads the right tables at every later such step.
+struct StepLayout {
+    size_t tokens, pos, seq, dtok, tiles, last, pages, total;
+};
+inline StepLayout step_layout(uint32_t T, uint32_t S, uint32_t stride)
+{
+    StepLayout l;
+    l.tokens = 0, l.pos = T, l.seq = 2 * (size_t)T, l.dtok = 3 * (size_t)T;
+    l.tiles = (4 * (size_t)T + 3) & ~(size_t)3;           // int4 alignment
+    l.last = l.tiles + 4 * ((size_t)T / kAttnTileMin + S);  // tiles: at most T / 16 + S (each >= 16 rows but a sequence's last)
+    l.pages = l.last + S;
+    l.total = l.pages + (size_t)S * stride;
+    return l;
+}
 
 } // namespace dec
 } // namespace nf
@@ -41,18 +59,25 @@ struct nf_cuda_decoder {
     float2 *rope_tab;       // device [ctx][hd / 2]: the rotations (ops.cuh rope_table)
     unsigned *ticket;       // device: the split attention's tickets (AttnArgs.ticket)
     nf::dec::Acts a;
-    nf::dec::DenseTables tab, tab1; // count = T of the forward; count = 1 (the LM head of the last token)
-    nf::dec::Step *step;            // device
-    nf::dec::Step *h_step;          // pinned host staging for step
+    // count = T of the forward; count = 1 (a single sequence's last token); count = S (the LM head
+    // over S > 1 sequences' last tokens)
+    nf::dec::DenseTables tab, tab1, tabS;
+    uint32_t pt_shift;              // log2(page_tokens)
+    uint32_t stride;                // page-table entries a sequence has: ceil(ctx / page_tokens)
+    int32_t *step;                  // device: the batch tables (StepLayout)
+    int32_t *h_step;                // pinned host staging for step
+    uint32_t *ident;                // host [stride]: pages 0, 1, ... (the single-sequence wrapper)
     nf::dec::TopK tk;               // device
-    int32_t *h_ids;                 // pinned [kSampleMaxK]
-    float *h_vals;                  // pinned [kSampleMaxK]
+    int32_t *h_ids;                 // pinned [max_seqs][kSampleMaxK]
+    float *h_vals;                  // pinned [max_seqs][kSampleMaxK]
     cudaEvent_t step_copied;        // h_step may be rewritten once this has fired
     cudaStream_t stream;
-    cudaGraphExec_t graph;          // the T = 1 forward, captured on first use
-    const float *last_logits;       // device row of the last forward's last token
+    cudaGraphExec_t *graphs;        // [max_seqs + 1]: the decode-only forward of S sequences, captured on first use
+    int32_t *h_last;                // host [max_seqs]: the last forward's last-token rows
+    int has_logits;                 // a forward has run
+    int last_all;                   // it kept every token's logits
     int32_t *trace;                 // device [layers][T][top_k] with trace_routing, else NULL
-    uint32_t top_k, last_T;
+    uint32_t top_k, last_T, last_S;
     nf_error moe_err;               // the sparse-MoE operator's message when its forward fails
     uint8_t *weights, *buffers, *kv; // the three device allocations
     size_t weight_bytes, moe_bytes, buffer_bytes, kv_bytes;

@@ -20,10 +20,10 @@ __global__ void prep_kernel(DenseTables t, uint32_t T)
 
 // One CTA per token: each thread decodes pieces of the embedding row.
 template <class C>
-__global__ void embed_kernel(DevMat E, const Step *step, uint32_t H, float *x)
+__global__ void embed_kernel(DevMat E, Batch b, uint32_t H, float *x)
 {
     const uint32_t t = blockIdx.x;
-    const typename C::Row R = C::row(E, 0, (uint32_t)step->tokens[t]);
+    const typename C::Row R = C::row(E, 0, (uint32_t)b.tokens[t]);
     const int pieces = (int)(H / C::BLK) * C::PIECES;
     float *dst = x + (size_t)t * H;
     for (int q = threadIdx.x; q < pieces; q += blockDim.x) {
@@ -101,22 +101,31 @@ __global__ void rope_table_kernel(const float *src, uint32_t ctx, uint32_t half,
 }
 
 // One warp per (token, head) over q heads then kv heads (rope.cuh). What does not depend on the
-// predecessor -- the position (written before the forward's first kernel), the rotations, norm
-// weights and biases -- is loaded before the grid-dependency wait.
-__global__ void qkv_kernel(QkvArgs a, const Step *step)
+// predecessor -- the position and cache slot (written before the forward's first kernel), the
+// rotations, norm weights and biases -- is loaded before the grid-dependency wait.
+__global__ void qkv_kernel(QkvArgs a, Batch b)
 {
     const uint32_t t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, hd = a.hd, half = hd / 2;
-    const int pos = step->pos0 + (int)t;
+    const int pos = b.pos[t];
+    const uint32_t slot = h >= a.heads ? kv_slot(b, b.seq[t], pos) : 0;
     HeadIn p;
     head_in(a, h, pos, p);
     pdl_wait();
     float *row = a.qkv + (size_t)t * a.stride;
     float r0[kRopePairs], r1[kRopePairs];
     head_rotate(a, row, h, p, r0, r1);
-    if (h >= a.heads) return store_kv(a, row, h - a.heads, pos, r0, r1);
+    if (h >= a.heads) return store_kv(a, row, h - a.heads, slot, r0, r1);
 #pragma unroll
     for (int j = 0; j < kRopePairs; j++)
         if (lane + 32 * j < half) row[h * hd + lane + 32 * j] = r0[j], row[h * hd + lane + 32 * j + half] = r1[j];
+}
+
+__global__ void gather_kernel(const uint16_t *in, const int32_t *rows, uint32_t H, uint16_t *out)
+{
+    pdl_wait();
+    const uint4 *src = reinterpret_cast<const uint4 *>(in + (size_t)rows[blockIdx.x] * H);
+    uint4 *dst = reinterpret_cast<uint4 *>(out + (size_t)blockIdx.x * H);
+    for (uint32_t i = threadIdx.x; i < H / 8; i += blockDim.x) dst[i] = src[i];
 }
 
 __global__ void swiglu_kernel(const float *g, const float *u, size_t n, uint16_t *out)
@@ -149,10 +158,10 @@ cudaError_t linear(const Linear &L, const DenseTables &t, const uint16_t *in, ui
     return launch_gemv_ex(L.codec, false, L.m, in, true, L.m.cols, g, out, out_stride, T, opt, s);
 }
 
-cudaError_t embed(const Linear &E, const Step *step, uint32_t T, uint32_t H, float *x, cudaStream_t s)
+cudaError_t embed(const Linear &E, const Batch &b, uint32_t T, uint32_t H, float *x, cudaStream_t s)
 {
     return dispatch_codec(E.codec, [&](auto c) {
-        embed_kernel<decltype(c)><<<T, 128, 0, s>>>(E.m, step, H, x);
+        embed_kernel<decltype(c)><<<T, 128, 0, s>>>(E.m, b, H, x);
         return cudaGetLastError();
     });
 }
@@ -163,9 +172,15 @@ void add_rmsnorm(float *x, const float *delta_f32, const uint16_t *delta_bf16, c
     launch_pdl(add_rmsnorm_kernel, dim3(T), dim3(kNormThreads), 0, true, s, x, delta_f32, delta_bf16, w, H, eps, xn);
 }
 
-void qkv_rope_store(const QkvArgs &a, const Step *step, uint32_t T, cudaStream_t s)
+void qkv_rope_store(const QkvArgs &a, const Batch &b, uint32_t T, cudaStream_t s)
 {
-    launch_pdl(qkv_kernel, dim3(T, a.heads + a.kv_heads), dim3(32), 0, true, s, a, step);
+    launch_pdl(qkv_kernel, dim3(T, a.heads + a.kv_heads), dim3(32), 0, true, s, a, b);
+}
+
+// H % 8 == 0 (create checks): rows move as 16-byte pieces.
+void gather_rows(const uint16_t *in, const int32_t *rows, uint32_t n, uint32_t H, uint16_t *out, cudaStream_t s)
+{
+    launch_pdl(gather_kernel, dim3(n), dim3(128), 0, true, s, in, rows, H, out);
 }
 
 void rope_table(const float *src, uint32_t ctx, uint32_t half, float2 *tab, cudaStream_t s)

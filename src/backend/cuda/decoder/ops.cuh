@@ -1,6 +1,6 @@
 // The decoder's element-wise and row kernels and the dense linear layer (C++; internal).
-// Every kernel that depends on the position reads it from device memory (`Step`), so a captured
-// decode graph stays valid as the sequence grows.
+// Every kernel that depends on the positions or the page tables reads them from device memory
+// (`Batch`), so a captured decode graph stays valid as the sequences grow.
 #pragma once
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -20,12 +20,30 @@ __device__ __forceinline__ void pdl_wait()
     cudaTriggerProgrammaticLaunchCompletion();
 }
 
-// What a forward reads from device memory: written by the host (an async copy) before the launch.
-struct Step {
-    int32_t pos0;       // position of the chunk's first token
-    int32_t T;          // tokens in the chunk
-    int32_t tokens[1];  // [chunk] (over-allocated)
+// What a forward reads from device memory: the batch's tables, written by the host (one async copy
+// of the pinned staging buffer, decoder.cu) before the forward's first kernel. The pointers point
+// into that buffer at offsets that depend only on (T, S), so a captured graph of a decode-only step
+// of S sequences stays valid for every later step of S sequences: only the contents change.
+//
+// The KV pool of a layer is [kv_pages][page_tokens][kv_heads * hd] bf16 (K and V alike), so the
+// cache row of position p of sequence s is slot(s, p) = pages[s][p / page_tokens] * page_tokens +
+// p % page_tokens; page_tokens is a power of two (pt_shift) so that is a shift and a mask.
+struct Batch {
+    const int32_t *tokens; // [T]
+    const int32_t *pos;    // [T]: each token's position in its sequence
+    const int32_t *seq;    // [T]: each token's sequence (0 .. S - 1)
+    const int32_t *dtok;   // [n_dec]: the tokens the split (decode) attention takes, batch indices
+    const int4 *tiles;     // [n_tiles]: the tile attention's tiles {first token, rows, sequence, first position}
+    const int32_t *last;   // [S]: each sequence's last token (the LM head's rows)
+    const uint32_t *pages; // [S][stride]: page ids
+    uint32_t stride, pt_shift;
 };
+
+__device__ __forceinline__ uint32_t kv_slot(const Batch &b, int s, int p)
+{
+    const uint32_t pg = __ldg(b.pages + (size_t)s * b.stride + ((uint32_t)p >> b.pt_shift));
+    return (pg << b.pt_shift) | ((uint32_t)p & ((1u << b.pt_shift) - 1));
+}
 
 // The one-group tables the grouped GEMV/GEMM kernels take for a dense matrix: group 0 = expert 0,
 // positions 0..T-1; prefill tiles of kPrefillTileM positions. Written by prep_tables each forward.
@@ -51,7 +69,9 @@ cudaError_t linear(const Linear &L, const DenseTables &t, const uint16_t *in, ui
                    uint32_t out_stride, cudaStream_t s);
 
 // x[t] = embedding row tokens[t] (f32), for t < T.
-cudaError_t embed(const Linear &E, const Step *step, uint32_t T, uint32_t H, float *x, cudaStream_t s);
+cudaError_t embed(const Linear &E, const Batch &b, uint32_t T, uint32_t H, float *x, cudaStream_t s);
+// out[i] = in[rows[i]] for i < n (bf16 rows of H): each sequence's last token for the LM head.
+void gather_rows(const uint16_t *in, const int32_t *rows, uint32_t n, uint32_t H, uint16_t *out, cudaStream_t s);
 
 // x += delta (f32 or bf16, NULL: none); xn = bf16(x * rsqrt(mean(x^2) + eps) * w), per token;
 // H <= kNormMaxH (create refuses larger).
@@ -62,42 +82,51 @@ void add_rmsnorm(float *x, const float *delta_f32, const uint16_t *delta_bf16, c
 
 // The attention input: qkv [T][stride] f32 as the projections wrote it (q: heads*hd, then k, then v:
 // kv*hd each). Adds the biases, normalises q and k per head (qk norm), rotates them (neox rope),
-// writes q back in place (f32) and k, v as bf16 into the cache rows pos0 + t.
+// writes q back in place (f32) and k, v as bf16 into the cache slots of the tokens' positions.
 struct QkvArgs {
     float *qkv;
     uint32_t stride;
     const float *q_bias, *k_bias, *v_bias, *q_norm, *k_norm; // NULL when absent
-    uint16_t *kc, *vc;                                      // [ctx][kv*hd]
-    const float2 *rope;                                     // [ctx][hd / 2] (cos, sin) * attn_factor
+    uint16_t *kc, *vc;                                      // the layer's pool [kv_pages * page_tokens][kv*hd]
+    const float2 *rope;                                     // [ctx][hd / 2] (cos, sin) * attn_factor, by position
     uint32_t heads, kv_heads, hd;
     float eps;
 };
-void qkv_rope_store(const QkvArgs &a, const Step *step, uint32_t T, cudaStream_t s);
+void qkv_rope_store(const QkvArgs &a, const Batch &b, uint32_t T, cudaStream_t s);
 // The rotation table: tab[p][i] = (cos, sin)(p * inv_freq[i]) * factor for p < ctx, i < half, the
 // angle in f32 and its cos/sin in double, as the CPU reference computes them. src: inv_freq[half],
 // then the factor.
 void rope_table(const float *src, uint32_t ctx, uint32_t half, float2 *tab, cudaStream_t s);
 
-// att[t] (bf16 [T][heads*hd]) = softmax(q_t K^T / sqrt(hd)) V over cache rows 0 .. pos0 + t,
-// kv head = head / (heads / kv_heads). splits > 1 divides the keys (split-K) and merges through
-// `part` ([T][heads][splits][hd + 2] f32); a token whose context is short uses fewer of them (at least
+// att[t] (bf16 [T][heads*hd]) = softmax(q_t K^T / sqrt(hd)) V over positions 0 .. pos[t] of token t's
+// sequence (through its page table), kv head = head / (heads / kv_heads). Two kernels share the work
+// of a ragged batch: the split (decode) kernel takes the tokens b.dtok[0 .. n_dec) one CTA per
+// (token, head, split): decode tokens and short chunks; the tile kernel takes the tiles b.tiles[0 ..
+// n_tiles), consecutive tokens of one sequence (at most attention_tile_rows), one CTA per (tile, head):
+// prefill chunks. splits > 1 divides the keys (split-K) and merges through `part`
+// ([n_dec][heads][splits][hd + 2] f32); a token whose context is short uses fewer of them (at least
 // 256 keys a split, attention.cu), so the count, fixed in a captured graph, is a maximum.
 struct AttnArgs {
     const float *q; // [T][q_stride], heads * hd used
     uint32_t q_stride;
     const uint16_t *kc, *vc;
     uint16_t *out;
-    float *part;     // [T][heads][splits][hd + 2]: each split's (max, sum, acc[hd]) (splits > 1)
-    unsigned *ticket; // [T][heads]: splits done, zero between launches (splits > 1; the last resets it)
+    float *part;     // [n_dec][heads][splits][hd + 2]: each split's (max, sum, acc[hd]) (splits > 1)
+    unsigned *ticket; // [n_dec][heads]: splits done, zero between launches (splits > 1; the last resets it)
     uint32_t heads, kv_heads, hd, splits;
-    // T = 1 only: q is not yet rotated and the new position's k, v are not yet in the cache; the
-    // kernel does qkv_rope_store's work for them itself (rope.cuh: the same bits), reading the
-    // projections through qk (qk.qkv, qk.stride) rather than q.
+    // Decode-only batches (every sequence one token, dtok the identity): q is not yet rotated and the
+    // new positions' k, v are not yet in the cache; the kernel does qkv_rope_store's work for them
+    // itself (rope.cuh: the same bits), reading the projections through qk (qk.qkv, qk.stride).
     bool rope = false;
     QkvArgs qk{};
 };
-cudaError_t attention(const AttnArgs &a, const Step *step, uint32_t T, cudaStream_t s);
+cudaError_t attention(const AttnArgs &a, const Batch &b, uint32_t n_dec, uint32_t n_tiles, cudaStream_t s);
 uint32_t attention_splits(uint32_t T, uint32_t ctx, uint32_t heads);
+// The rows of a tile of the tile kernel the attention picks for this head dim and q stride (64 on the
+// tensor cores, 16 on the CUDA cores); a sequence with at least kAttnTileMin tokens in the batch takes
+// the tile kernel, shorter ones the split kernel.
+uint32_t attention_tile_rows(uint32_t hd, uint32_t q_stride);
+constexpr uint32_t kAttnTileMin = 16;
 
 // out[i] = bf16(silu(g[i]) * u[i]), i < n.
 void swiglu(const float *g, const float *u, size_t n, uint16_t *out, cudaStream_t s);
@@ -111,8 +140,11 @@ struct TopK {
     int32_t *cand_ids;
 };
 constexpr uint32_t kSampleMaxK = 256;
+// Scratch floats per row (cand_vals and cand_ids each hold rows times this).
 size_t topk_scratch_floats();
-cudaError_t topk(const float *logits, uint32_t vocab, uint32_t k, const TopK &t, cudaStream_t s);
+// rows rows of logits (row i at logits + i * row_stride): the k best of each into ids/vals [rows][k].
+cudaError_t topk(const float *logits, uint32_t vocab, size_t row_stride, uint32_t rows, uint32_t k, const TopK &t,
+                 cudaStream_t s);
 
 } // namespace dec
 } // namespace nf

@@ -66,18 +66,19 @@ __device__ __forceinline__ void head_rotate(const QkvArgs &a, const float *row, 
     }
 }
 
-// kv head kvh's rotated k (r0, r1 from head_rotate) and its v (+ bias) as bf16 into the cache row pos.
-__device__ __forceinline__ void store_kv(const QkvArgs &a, const float *row, uint32_t kvh, int pos,
+// kv head kvh's rotated k (r0, r1 from head_rotate) and its v (+ bias) as bf16 into the pool row
+// `slot` (kv_slot of the token's sequence and position).
+__device__ __forceinline__ void store_kv(const QkvArgs &a, const float *row, uint32_t kvh, uint32_t slot,
                                          const float (&r0)[kRopePairs], const float (&r1)[kRopePairs])
 {
     const uint32_t lane = threadIdx.x % 32, hd = a.hd, half = hd / 2, kvd = a.kv_heads * hd;
-    uint16_t *k = a.kc + (size_t)pos * kvd + kvh * hd;
+    uint16_t *k = a.kc + (size_t)slot * kvd + kvh * hd;
 #pragma unroll
     for (int j = 0; j < kRopePairs; j++)
         if (lane + 32 * j < half) k[lane + 32 * j] = f2bf(r0[j]), k[lane + 32 * j + half] = f2bf(r1[j]);
     const float *vs = row + a.heads * hd + kvd + kvh * hd;
     const float *vb = a.v_bias ? a.v_bias + kvh * hd : nullptr;
-    uint16_t *vd = a.vc + (size_t)pos * kvd + kvh * hd;
+    uint16_t *vd = a.vc + (size_t)slot * kvd + kvh * hd;
     for (uint32_t i = lane; i < hd; i += 32) vd[i] = f2bf(vs[i] + (vb ? vb[i] : 0.0f));
 }
 

@@ -2,7 +2,8 @@
 // host instead of the whole vocabulary; the host applies the sampler's rule to them (the same code
 // as on the CPU, so one seed gives the same tokens on either device).
 //
-// Order: higher logit first, ties to the lower id (the CPU sampler's). Two stages: kParts CTAs each
+// Order: higher logit first, ties to the lower id (the CPU sampler's). Rows (one per sequence) are
+// independent: blockIdx.y is the row in both stages. Two stages: kParts CTAs a row each
 // select their slice's k best by k rounds of "best element after the previous pick" (a block-wide
 // argmax per round, no sort, no extra memory), then one CTA does the same over the kParts * k.
 #include <math.h>
@@ -52,8 +53,11 @@ __device__ void block_best_after(const float *vals, const int32_t *ids, uint32_t
 }
 
 // Stage 1: part p's slice of the logits -> its k best at cand[p * k ..] (id -1 past the slice's end).
-__global__ void topk_part_kernel(const float *logits, uint32_t vocab, uint32_t k, float *cv, int32_t *ci)
+__global__ void topk_part_kernel(const float *logits, uint32_t vocab, size_t stride, uint32_t k, float *cv, int32_t *ci)
 {
+    logits += blockIdx.y * stride;
+    cv += (size_t)blockIdx.y * gridDim.x * k;
+    ci += (size_t)blockIdx.y * gridDim.x * k;
     const uint32_t per = (vocab + gridDim.x - 1) / gridDim.x, b = blockIdx.x * per;
     const uint32_t n = b < vocab ? min(per, vocab - b) : 0;
     float pv = 0;
@@ -74,6 +78,8 @@ __global__ void topk_part_kernel(const float *logits, uint32_t vocab, uint32_t k
 // Stage 2: the k best of the parts' candidates (ids -1 are empty slots).
 __global__ void topk_merge_kernel(const float *cv, const int32_t *ci, uint32_t n, uint32_t k, float *ov, int32_t *oi)
 {
+    cv += (size_t)blockIdx.x * n, ci += (size_t)blockIdx.x * n;
+    ov += (size_t)blockIdx.x * k, oi += (size_t)blockIdx.x * k;
     float pv = 0;
     int32_t pi = -1;
     for (uint32_t r = 0; r < k; r++) {
@@ -89,11 +95,12 @@ __global__ void topk_merge_kernel(const float *cv, const int32_t *ci, uint32_t n
 
 size_t topk_scratch_floats() { return (size_t)kParts * kSampleMaxK; }
 
-cudaError_t topk(const float *logits, uint32_t vocab, uint32_t k, const TopK &t, cudaStream_t s)
+cudaError_t topk(const float *logits, uint32_t vocab, size_t row_stride, uint32_t rows, uint32_t k, const TopK &t,
+                 cudaStream_t s)
 {
-    if (k < 1 || k > kSampleMaxK || k > vocab) return cudaErrorInvalidValue;
-    topk_part_kernel<<<kParts, kThreads, 0, s>>>(logits, vocab, k, t.cand_vals, t.cand_ids);
-    topk_merge_kernel<<<1, kThreads, 0, s>>>(t.cand_vals, t.cand_ids, kParts * k, k, t.vals, t.ids);
+    if (k < 1 || k > kSampleMaxK || k > vocab || !rows) return cudaErrorInvalidValue;
+    topk_part_kernel<<<dim3(kParts, rows), kThreads, 0, s>>>(logits, vocab, row_stride, k, t.cand_vals, t.cand_ids);
+    topk_merge_kernel<<<rows, kThreads, 0, s>>>(t.cand_vals, t.cand_ids, kParts * k, k, t.vals, t.ids);
     return cudaGetLastError();
 }
 
