@@ -27,6 +27,7 @@ typedef struct cpu_layer {
 
 typedef struct cpu_state {
     const nf_model *m;
+    nf_engine_opts o;        /* the engine's options, defaults filled in */
     nf_cpu *cpu;
     uint32_t ctx, chunk, q_dim, kv_dim;
     nf_cpu_weight embd, head;
@@ -163,6 +164,7 @@ static nf_status cpu_create(const nf_model *m, const nf_engine_opts *o, void **o
     cpu_state *s = calloc(1, sizeof *s);
     if (!s) return nf_error_set(err, NF_ERR_NOMEM, "cpu backend: out of memory");
     s->m = m;
+    s->o = *o;
     s->ctx = o->ctx;
     s->chunk = o->chunk;
     s->q_dim = c->heads * c->head_dim;
@@ -251,15 +253,11 @@ static void mlp_block(cpu_state *s, cpu_layer *L, size_t T, int32_t *trace)
     add_rows(s->x, s->tmp, T * H);
 }
 
-static nf_status cpu_forward(void *state, const int32_t *tokens, size_t T, uint32_t pos0, float *logits,
-                             int all_logits, nf_error *err)
+static nf_status forward_one(cpu_state *s, const int32_t *tokens, size_t T, uint32_t pos0, float *logits,
+                             int all_logits)
 {
-    cpu_state *s = state;
     const nf_model_config *c = &s->m->cfg;
     const size_t H = c->hidden;
-    if (T > s->chunk || pos0 + T > s->ctx)
-        return nf_error_set(err, NF_ERR_INTERNAL, "forward of %zu tokens at %u: chunk %u, context %u", T, pos0,
-                            s->chunk, s->ctx);
     if (s->rope.kind == NF_ROPE_DYNAMIC && pos0 + T > s->rope_seq) { /* HF's dynamic update */
         s->rope_seq = pos0 + (uint32_t)T;
         nf_rope_inv_freq(&s->rope, s->rope_seq, s->inv_freq, &s->attn_factor);
@@ -276,6 +274,21 @@ static nf_status cpu_forward(void *state, const int32_t *tokens, size_t T, uint3
     return NF_OK;
 }
 
+static nf_status cpu_forward(void *state, const nf_batch *b, float *logits, nf_error *err)
+{
+    cpu_state *s = state;
+    nf_status st = nf_batch_check(b, &s->o, s->m->cfg.vocab, err);
+    if (st) return st;
+    if (!logits) return nf_error_set(err, NF_ERR_INVALID_ARG, "cpu backend: the forward needs a logits buffer");
+    /* provisional (the paged batched forward replaces it): one sequence over the identity pages */
+    const uint32_t used = (b->pos0[0] + b->n_tokens + s->o.page_tokens - 1) / s->o.page_tokens;
+    for (uint32_t p = 0; p < used; p++)
+        if (b->n_seqs != 1 || b->pages[p] != p)
+            return nf_error_set(err, NF_ERR_UNSUPPORTED, "cpu backend: only one sequence over the identity page "
+                                "table for now");
+    return forward_one(s, b->tokens, b->n_tokens, b->pos0[0], logits, b->all_logits);
+}
+
 static nf_status cpu_routing(void *state, int32_t *ids, nf_error *err)
 {
     cpu_state *s = state;
@@ -284,5 +297,11 @@ static nf_status cpu_routing(void *state, int32_t *ids, nf_error *err)
     return NF_OK;
 }
 
+static nf_status cpu_copy_page(void *state, uint32_t dst, uint32_t src, nf_error *err)
+{
+    (void)state;
+    return nf_error_set(err, NF_ERR_UNSUPPORTED, "cpu backend: copy_page(%u <- %u): no page pool yet", dst, src);
+}
+
 const nf_backend_ops nf_cpu_backend = {.name = "cpu", .create = cpu_create, .destroy = cpu_destroy,
-                                       .forward = cpu_forward, .routing = cpu_routing};
+                                       .forward = cpu_forward, .copy_page = cpu_copy_page, .routing = cpu_routing};
