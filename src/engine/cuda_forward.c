@@ -75,7 +75,8 @@ static nf_status cuda_create(const nf_model *m, const nf_engine_opts *o, void **
                                   .kv_heads = c->kv_heads, .head_dim = c->head_dim, .vocab = c->vocab,
                                   .rms_eps = c->rms_eps, .embd = nf_moe_matrix_of(m->token_embd),
                                   .head = nf_moe_matrix_of(m->output), .out_norm = f32_of(m->output_norm),
-                                  .layer = ld, .ctx = o->ctx, .chunk = o->chunk, .no_graphs = o->no_graphs,
+                                  .layer = ld, .ctx = o->ctx, .chunk = o->chunk, .page_tokens = o->page_tokens,
+                                  .kv_pages = o->kv_pages, .max_seqs = o->max_seqs, .no_graphs = o->no_graphs,
                                   .trace_routing = o->trace_routing, .allow_a8 = !o->no_a8};
         s->m = m;
         s->o = *o;
@@ -99,33 +100,27 @@ static nf_status cuda_create(const nf_model *m, const nf_engine_opts *o, void **
     return NF_OK;
 }
 
-/* Provisional glue until the decoder takes a batch (nf_cuda_decoder_forward_batch): one sequence
- * over the identity page table, which is the decoder's contiguous [ctx] cache. */
+/* The batch goes to the decoder as it is (its KV pool has the engine's page geometry). */
 static nf_status cuda_forward(void *state, const nf_batch *b, float *logits, nf_error *err)
 {
     cuda_state *s = state;
     nf_status st = nf_batch_check(b, &s->o, s->m->cfg.vocab, err);
     if (st) return st;
-    if (b->n_seqs != 1)
-        return nf_error_set(err, NF_ERR_UNSUPPORTED, "cuda backend: a forward of %u sequences (the decoder runs one "
-                            "sequence for now)", b->n_seqs);
-    const uint32_t T = b->n_tokens, pos0 = b->pos0[0], used = (pos0 + T + s->o.page_tokens - 1) / s->o.page_tokens;
-    for (uint32_t p = 0; p < used; p++)
-        if (b->pages[p] != p)
-            return nf_error_set(err, NF_ERR_UNSUPPORTED, "cuda backend: page %u of the sequence is %u (the decoder "
-                                "reads the identity page table only for now)", p, b->pages[p]);
-    if (s->rope.kind == NF_ROPE_DYNAMIC && pos0 + T > s->rope_seq) { /* HF's dynamic update */
-        st = set_rope(s, pos0 + T, err);
+    uint32_t end = 0; /* the furthest position of the batch */
+    for (uint32_t i = 0; i < b->n_seqs; i++) {
+        const uint32_t e = b->pos0[i] + nf_batch_tokens_of(b, i);
+        if (e > end) end = e;
+    }
+    if (s->rope.kind == NF_ROPE_DYNAMIC && end > s->rope_seq) { /* HF's dynamic update */
+        st = set_rope(s, end, err);
         if (st) return st;
     }
-    return nf_cuda_decoder_forward(s->dec, b->tokens, T, pos0, logits, b->all_logits, err);
+    return nf_cuda_decoder_forward_batch(s->dec, b, logits, err);
 }
 
 static nf_status cuda_copy_page(void *state, uint32_t dst, uint32_t src, nf_error *err)
 {
-    (void)state;
-    return nf_error_set(err, NF_ERR_UNSUPPORTED, "cuda backend: copy_page(%u <- %u): the decoder has no page pool "
-                        "yet", dst, src);
+    return nf_cuda_decoder_copy_page(((cuda_state *)state)->dec, dst, src, err);
 }
 
 static nf_status cuda_logits(void *state, float *out, nf_error *err)

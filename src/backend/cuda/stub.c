@@ -75,12 +75,6 @@ nf_status nf_cuda_decoder_set_rope(nf_cuda_decoder *dec, const float *f, float a
     (void)dec, (void)f, (void)a;
     return no_cuda(err);
 }
-nf_status nf_cuda_decoder_forward(nf_cuda_decoder *dec, const int32_t *t, uint32_t T, uint32_t p, float *l, int all,
-                                  nf_error *err)
-{
-    (void)dec, (void)t, (void)T, (void)p, (void)l, (void)all;
-    return no_cuda(err);
-}
 nf_status nf_cuda_decoder_forward_batch(nf_cuda_decoder *dec, const nf_batch *b, float *logits, nf_error *err)
 {
     (void)dec, (void)b, (void)logits;

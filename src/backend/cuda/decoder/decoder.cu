@@ -344,14 +344,12 @@ extern "C" nf_status nf_cuda_decoder_create(const nf_cuda_decoder_desc *d, nf_cu
                 cudaMallocHost(&dec->h_ids, (size_t)d->max_seqs * kSampleMaxK * 8) != cudaSuccess))
         st = nf_error_set(err, NF_ERR_CUDA, "cuda decoder: cannot create its stream, event or pinned buffers");
     if (!st && (!(dec->graphs = (cudaGraphExec_t *)calloc(d->max_seqs + 1, sizeof *dec->graphs)) ||
-                !(dec->ident = (uint32_t *)malloc(dec->stride * sizeof *dec->ident)) ||
                 !(dec->h_last = (int32_t *)malloc(d->max_seqs * sizeof *dec->h_last))))
         st = nf_error_set(err, NF_ERR_NOMEM, "cuda decoder: out of host memory");
     if (st) {
         nf_cuda_decoder_free(dec);
         return st;
     }
-    for (uint32_t i = 0; i < dec->stride; i++) dec->ident[i] = i;
     dec->h_vals = (float *)(dec->h_ids + (size_t)d->max_seqs * kSampleMaxK);
     prep_tables(dec->tab1, 1, dec->stream);
     if (cudaStreamSynchronize(dec->stream) != cudaSuccess) {
@@ -369,7 +367,6 @@ extern "C" void nf_cuda_decoder_free(nf_cuda_decoder *dec)
     for (uint32_t i = 0; dec->graphs && i <= dec->d.max_seqs; i++)
         if (dec->graphs[i]) cudaGraphExecDestroy(dec->graphs[i]);
     free(dec->graphs);
-    free(dec->ident);
     free(dec->h_last);
     for (uint32_t l = 0; dec->L && l < dec->d.layers; l++) nf_sparse_moe_free(dec->L[l].moe);
     cudaFree(dec->weights);

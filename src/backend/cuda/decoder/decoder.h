@@ -85,11 +85,6 @@ nf_status nf_cuda_decoder_set_rope(nf_cuda_decoder *dec, const float *inv_freq, 
  * >= vocab) is refused with NF_ERR_INVALID_ARG before anything runs. */
 nf_status nf_cuda_decoder_forward_batch(nf_cuda_decoder *dec, const nf_batch *b, float *logits, nf_error *err);
 
-/* A batch of one sequence on pages 0, 1, 2, ... (tests and tools that run one sequence):
- * tokens[T] at positions pos0 .. pos0 + T - 1; logits [T][vocab] when all_logits, else [vocab]. */
-nf_status nf_cuda_decoder_forward(nf_cuda_decoder *dec, const int32_t *tokens, uint32_t T, uint32_t pos0,
-                                  float *logits, int all_logits, nf_error *err);
-
 /* Each sequence's k best (id, logit) pairs of the last forward's last-token logits, ids[S][k] and
  * vals[S][k], best first, ties to the lower id (1 <= k <= 256): sampling moves these k pairs to the
  * host, not the vocabulary, and applies the same sampler code as the CPU (engine/sampler.h), so one

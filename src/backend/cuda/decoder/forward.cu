@@ -316,14 +316,6 @@ extern "C" nf_status nf_cuda_decoder_forward_batch(nf_cuda_decoder *dec, const n
     return NF_OK;
 }
 
-extern "C" nf_status nf_cuda_decoder_forward(nf_cuda_decoder *dec, const int32_t *tokens, uint32_t T, uint32_t pos0,
-                                             float *logits, int all_logits, nf_error *err)
-{
-    const uint32_t start[2] = {0, T};
-    const nf_batch b = {T, 1, tokens, start, &pos0, dec->ident, dec->stride, nullptr, all_logits};
-    return nf_cuda_decoder_forward_batch(dec, &b, logits, err);
-}
-
 extern "C" nf_status nf_cuda_decoder_topk(nf_cuda_decoder *dec, uint32_t k, int32_t *ids, float *vals, nf_error *err)
 {
     if (!dec->has_logits) return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: no forward has run");

@@ -66,7 +66,6 @@ struct nf_cuda_decoder {
     uint32_t stride;                // page-table entries a sequence has: ceil(ctx / page_tokens)
     int32_t *step;                  // device: the batch tables (StepLayout)
     int32_t *h_step;                // pinned host staging for step
-    uint32_t *ident;                // host [stride]: pages 0, 1, ... (the single-sequence wrapper)
     nf::dec::TopK tk;               // device
     int32_t *h_ids;                 // pinned [max_seqs][kSampleMaxK]
     float *h_vals;                  // pinned [max_seqs][kSampleMaxK]
