@@ -372,6 +372,7 @@ extern "C" void nf_cuda_decoder_free(nf_cuda_decoder *dec)
     cudaFree(dec->weights);
     cudaFree(dec->kv);
     cudaFree(dec->buffers);
+    cudaFree(dec->pen);
     if (dec->h_step) cudaFreeHost(dec->h_step);
     if (dec->h_ids) cudaFreeHost(dec->h_ids);
     if (dec->step_copied) cudaEventDestroy(dec->step_copied);

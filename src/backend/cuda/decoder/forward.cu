@@ -356,6 +356,53 @@ extern "C" nf_status nf_cuda_decoder_logits(nf_cuda_decoder *dec, float *logits,
     return NF_OK;
 }
 
+static_assert(sizeof(nf_cuda_penalty) == sizeof(Penalty), "the C and device penalty records are one layout");
+
+extern "C" nf_status nf_cuda_decoder_penalize(nf_cuda_decoder *dec, const nf_cuda_penalty *pen, const uint32_t *start,
+                                               const int32_t *ids, const uint32_t *counts, nf_error *err)
+{
+    if (!dec->has_logits) return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: no forward has run");
+    const uint32_t S = dec->last_S, V = dec->d.vocab;
+    if (start[0] != 0)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: penalty pairs start at %u, not 0", start[0]);
+    for (uint32_t i = 0; i < S; i++)
+        if (start[i + 1] < start[i])
+            return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: penalty pairs of sequence %u run backwards", i);
+    const size_t n = start[S];
+    for (size_t j = 0; j < n; j++)
+        if (ids[j] < 0 || (uint32_t)ids[j] >= V)
+            return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: penalty pair %zu names id %d (vocabulary %u)", j,
+                                ids[j], V);
+    // one upload: start [S + 1], rows [S], penalties [S][3], ids [n], counts [n] (int32 words)
+    const size_t o_rows = S + 1, o_pen = o_rows + S, o_ids = o_pen + 3 * (size_t)S, o_cnt = o_ids + n, words = o_cnt + n;
+    if (words > dec->pen_words) {
+        cudaFree(dec->pen);
+        dec->pen = nullptr, dec->pen_words = 0;
+        if (cudaMalloc(&dec->pen, words * 4) != cudaSuccess) {
+            cudaGetLastError();
+            return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: cannot allocate %zu penalty pairs", n);
+        }
+        dec->pen_words = words;
+    }
+    int32_t *h = (int32_t *)malloc(words * 4);
+    if (!h) return nf_error_set(err, NF_ERR_NOMEM, "cuda decoder: out of host memory");
+    memcpy(h, start, (S + 1) * 4);
+    for (uint32_t i = 0; i < S; i++) h[o_rows + i] = dec->last_all ? dec->h_last[i] : (int32_t)i;
+    memcpy(h + o_pen, pen, (size_t)S * sizeof *pen);
+    memcpy(h + o_ids, ids, n * 4);
+    memcpy(h + o_cnt, counts, n * 4);
+    // from pageable memory: the copy has read h when it returns
+    cudaError_t e = cudaMemcpyAsync(dec->pen, h, words * 4, cudaMemcpyHostToDevice, dec->stream);
+    free(h);
+    const int32_t *d = dec->pen;
+    if (e == cudaSuccess)
+        e = penalize(dec->a.logits, V, S, d + o_rows, reinterpret_cast<const uint32_t *>(d),
+                     reinterpret_cast<const Penalty *>(d + o_pen), d + o_ids, reinterpret_cast<const uint32_t *>(d + o_cnt),
+                     V, dec->stream);
+    if (e != cudaSuccess) return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: penalties: %s", cudaGetErrorString(e));
+    return NF_OK;
+}
+
 extern "C" nf_status nf_cuda_decoder_copy_page(nf_cuda_decoder *dec, uint32_t dst, uint32_t src, nf_error *err)
 {
     const nf_cuda_decoder_desc &d = dec->d;

@@ -76,6 +76,8 @@ struct nf_cuda_decoder {
     int has_logits;                 // a forward has run
     int last_all;                   // it kept every token's logits
     int32_t *trace;                 // device [layers][T][top_k] with trace_routing, else NULL
+    int32_t *pen;                   // device: penalize's tables (grown on demand), pen_words int32 words
+    size_t pen_words;
     uint32_t top_k, last_T, last_S;
     nf_error moe_err;               // the sparse-MoE operator's message when its forward fails
     uint8_t *weights, *buffers, *kv; // the three device allocations

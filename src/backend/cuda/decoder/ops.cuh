@@ -146,5 +146,15 @@ size_t topk_scratch_floats();
 cudaError_t topk(const float *logits, uint32_t vocab, size_t row_stride, uint32_t rows, uint32_t k, const TopK &t,
                  cudaStream_t s);
 
+// Penalties on the device (sample.cu), in place, before topk reads the rows: for row r (logits +
+// row[r] * row_stride) and each pair j in start[r] .. start[r + 1] - 1 (token ids[j] < vocab seen
+// counts[j] > 0 times; an id at most once per row): l = l > 0 ? l / repetition : l * repetition,
+// then l -= frequency * counts[j], then l -= presence. All pointers device.
+struct Penalty {
+    float repetition, presence, frequency;
+};
+cudaError_t penalize(float *logits, size_t row_stride, uint32_t rows, const int32_t *row, const uint32_t *start,
+                     const Penalty *pen, const int32_t *ids, const uint32_t *counts, uint32_t vocab, cudaStream_t s);
+
 } // namespace dec
 } // namespace nf

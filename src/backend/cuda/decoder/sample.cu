@@ -91,7 +91,35 @@ __global__ void topk_merge_kernel(const float *cv, const int32_t *ci, uint32_t n
     }
 }
 
+// One CTA a row; the pairs of a row name distinct ids, so no two threads touch one logit. The
+// repetition rule is the CPU sampler's (engine/sampler.c penalise) to the bit: the same f32 divide or
+// multiply; the frequency and presence terms (OpenAI's) subtract after it.
+__global__ void penalize_kernel(float *logits, size_t stride, const int32_t *row, const uint32_t *start, const Penalty *pen,
+                                const int32_t *ids, const uint32_t *counts, uint32_t vocab)
+{
+    const uint32_t r = blockIdx.x;
+    const Penalty p = pen[r];
+    float *l = logits + (size_t)row[r] * stride;
+    for (uint32_t j = start[r] + threadIdx.x; j < start[r + 1]; j += blockDim.x) {
+        const int32_t id = ids[j];
+        if (id < 0 || (uint32_t)id >= vocab || !counts[j]) continue;
+        float x = l[id];
+        if (p.repetition != 1.0f) x = x > 0 ? x / p.repetition : x * p.repetition;
+        if (p.frequency != 0.0f) x -= p.frequency * (float)counts[j];
+        if (p.presence != 0.0f) x -= p.presence;
+        l[id] = x;
+    }
+}
+
 } // namespace
+
+cudaError_t penalize(float *logits, size_t row_stride, uint32_t rows, const int32_t *row, const uint32_t *start,
+                     const Penalty *pen, const int32_t *ids, const uint32_t *counts, uint32_t vocab, cudaStream_t s)
+{
+    if (!rows) return cudaSuccess;
+    penalize_kernel<<<rows, 256, 0, s>>>(logits, row_stride, row, start, pen, ids, counts, vocab);
+    return cudaGetLastError();
+}
 
 size_t topk_scratch_floats() { return (size_t)kParts * kSampleMaxK; }
 
