@@ -106,14 +106,12 @@ static nf_status cuda_forward(void *state, const nf_batch *b, float *logits, nf_
     cuda_state *s = state;
     nf_status st = nf_batch_check(b, &s->o, s->m->cfg.vocab, err);
     if (st) return st;
-    uint32_t end = 0; /* the furthest position of the batch */
-    for (uint32_t i = 0; i < b->n_seqs; i++) {
-        const uint32_t e = b->pos0[i] + nf_batch_tokens_of(b, i);
-        if (e > end) end = e;
-    }
-    if (s->rope.kind == NF_ROPE_DYNAMIC && end > s->rope_seq) { /* HF's dynamic update */
-        st = set_rope(s, end, err);
-        if (st) return st;
+    if (s->rope.kind == NF_ROPE_DYNAMIC) { /* one rotation table for the batch: one sequence */
+        if (b->n_seqs > 1)
+            return nf_error_set(err, NF_ERR_UNSUPPORTED, "cuda backend: dynamic NTK rope scales its frequencies by "
+                                "the sequence's length, so this model runs one sequence per forward (got %u)", b->n_seqs);
+        const uint32_t end = b->pos0[0] + b->n_tokens;
+        if (end > s->rope_seq && (st = set_rope(s, end, err))) return st; /* HF's dynamic update */
     }
     return nf_cuda_decoder_forward_batch(s->dec, b, logits, err);
 }
