@@ -56,6 +56,8 @@ __global__ void fill_kernel(uint16_t *kc, uint16_t *vc, const uint32_t *pages, u
 
 struct Setup {
     uint32_t heads, kv_heads, hd, S, L, pt;
+    bool gqa = false;    // the grouped kernel (AttnArgs::gqa)
+    uint32_t splits = 0; // 0: what the decoder picks for the kernel
 };
 
 // Runs the attention of S decode tokens at context L with pages of pt; returns the output (bf16
@@ -78,7 +80,7 @@ bool run_case(const Setup &c, int reps, std::vector<uint16_t> *out, double *us)
     std::vector<float> q((size_t)c.S * q_stride);
     uint64_t rng = 0x1234567ull + c.S * 7 + c.L;
     for (auto &v : q) v = nf_test_nrand(&rng);
-    const uint32_t splits = nf::dec::attention_splits(c.S, c.L, c.heads);
+    const uint32_t splits = c.splits ? c.splits : nf::dec::attention_splits(c.S, c.L, c.gqa ? c.kv_heads : c.heads);
     const size_t pool_elems = (size_t)pool * c.pt * kvd;
     uint16_t *kc = nullptr, *vc = nullptr, *o = nullptr;
     float *dq = nullptr, *part = nullptr;
@@ -104,7 +106,8 @@ bool run_case(const Setup &c, int reps, std::vector<uint16_t> *out, double *us)
         ok = cudaDeviceSynchronize() == cudaSuccess;
     }
     const nf::dec::Batch b{nullptr, dpos, dseq, ddtok, nullptr, nullptr, dpages, stride, shift};
-    const nf::dec::AttnArgs a{dq, q_stride, kc, vc, o, part, ticket, c.heads, c.kv_heads, c.hd, splits};
+    nf::dec::AttnArgs a{dq, q_stride, kc, vc, o, part, ticket, c.heads, c.kv_heads, c.hd, splits};
+    a.gqa = c.gqa;
     ok = ok && nf::dec::attention(a, b, c.S, 0, 0) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess;
     if (ok && out) {
         out->resize((size_t)c.S * c.heads * c.hd);
@@ -163,6 +166,19 @@ int main(int argc, char **argv)
                 }
         return nf_test_report();
     }
+    if (argc > 1 && !strcmp(argv[1], "--gqa")) { // the per-head kernel against the grouped one, pages of 64
+        printf("%6s %6s %10s %8s %10s %8s %7s\n", "S", "L", "head us", "GB/s", "group us", "GB/s", "ratio");
+        for (uint32_t L : {512u, 2048u, 8192u})
+            for (uint32_t S : {1u, 2u, 4u, 8u, 32u, 64u}) {
+                double u0 = 0, u1 = 0;
+                if (!run_case(Setup{32, 4, 128, S, L, 64}, 7, nullptr, &u0) ||
+                    !run_case(Setup{32, 4, 128, S, L, 64, true}, 7, nullptr, &u1))
+                    continue;
+                const double bytes = 2.0 * S * L * 4 * 128 * 2;
+                printf("%6u %6u %10.2f %8.0f %10.2f %8.0f %7.2f\n", S, L, u0, bytes / (u0 * 1e3), u1, bytes / (u1 * 1e3), u0 / u1);
+            }
+        return nf_test_report();
+    }
     for (uint32_t L : {100u, 700u})
         for (uint32_t S : {1u, 3u}) {
             std::vector<uint16_t> ref, got;
@@ -176,5 +192,20 @@ int main(int argc, char **argv)
                 CHECK_MSG(ok && got == ref, "S %u L %u: pages of %u give other bits than pages of 16", S, L, pt);
             }
         }
+    // the grouped kernel: the per-head kernel's bits at the same split count, every group size it
+    // takes (q heads on kv heads: 4 on 4, 8 on 4, 8 on 2, 32 on 4), hd 64 and 128, 1 .. 3 splits in use
+    const uint32_t geo[][3] = {{4, 4, 128}, {8, 4, 64}, {8, 2, 128}, {32, 4, 128}};
+    for (const auto &g : geo)
+        for (uint32_t L : {1u, 300u, 700u})
+            for (uint32_t S : {1u, 5u}) {
+                std::vector<uint16_t> ref, got;
+                const uint32_t sp = L > 256 ? 3 : 1;
+                bool ok = run_case(Setup{g[0], g[1], g[2], S, L, 32, false, sp}, 0, &ref, nullptr) &&
+                          run_case(Setup{g[0], g[1], g[2], S, L, 32, true, sp}, 0, &got, nullptr);
+                printf("  grouped: %2u q heads on %u, hd %3u, S %u, L %3u, %u splits: %s\n", g[0], g[1], g[2], S, L, sp,
+                       ok && got == ref ? "same bits" : "DIFFERENT");
+                CHECK_MSG(ok && got == ref, "grouped %u/%u hd %u S %u L %u: other bits than the per-head kernel", g[0],
+                          g[1], g[2], S, L);
+            }
     return nf_test_report();
 }

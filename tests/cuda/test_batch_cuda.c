@@ -13,6 +13,8 @@
  *   - graph replay = stream: the whole mix once more on an engine with no_graphs: every step's
  *     logits bit-identical (the decode-only steps run their graph on one side, stream launches on the
  *     other; everything else is the same code);
+ *   - eight sequences prefilled one per forward, then three decode-only steps of all eight: the
+ *     grouped split attention (forward.cu kGqaMinTokens = 8) and its captured graph;
  *   - a malformed batch (a page id past the pool) and copy_page out of range are refused.
  *
  * Tolerances (rel-L2 of a sequence's last-token logits, batch against alone). Unlike the CPU, the
@@ -269,6 +271,57 @@ static void shared_prefix(const nf_model *m, const char *what, bounds bd)
     free(logits);
 }
 
+/* Eight sequences prefilled one per forward (20 .. 27 tokens, the tile attention), then three
+ * decode-only steps of all eight (the grouped split attention, kGqaMinTokens = 8, and its graph),
+ * each against the sequence alone. */
+static void decode8(const nf_model *m, const char *what, bounds bd)
+{
+    enum { N = 8, STEPS8 = 3 };
+    const uint32_t V = m->cfg.vocab, L = m->cfg.layers, k = m->cfg.top_k;
+    nf_engine_opts o = {.device = "cuda", .ctx = CTX, .chunk = CHUNK, .page_tokens = PT, .max_seqs = N,
+                        .kv_pages = N * NPS, .kv_bf16 = 1, .trace_routing = 1};
+    nf_engine *be = NULL, *alone[N] = {NULL};
+    nf_error err;
+    CHECK_MSG(nf_engine_create(m, &o, &be, &err) == NF_OK, "%s", err.msg);
+    float *logits = malloc((size_t)N * V * sizeof(float));
+    int32_t *tr = malloc((size_t)L * CHUNK * k * sizeof(int32_t)), *rb = malloc((size_t)L * CHUNK * k * sizeof(int32_t));
+    uint32_t pages[N * NPS], start[N + 1], pos0[N], len[N];
+    int32_t ids[CHUNK];
+    for (uint32_t i = 0; i < N * NPS; i++) pages[i] = (i * 37 + 11) % (N * NPS); /* 37 is coprime to 128 */
+    tally t = {.n = 0};
+    int diverged[N] = {0}, ok = be && logits && tr && rb;
+    for (uint32_t i = 0; ok && i < N; i++) { /* prefill, one sequence a forward */
+        len[i] = 20 + i;
+        for (uint32_t j = 0; j < len[i]; j++) ids[j] = token_of(10 + i, j, V);
+        const uint32_t st[2] = {0, len[i]}, p0 = 0;
+        const nf_batch b = {.n_tokens = len[i], .n_seqs = 1, .tokens = ids, .seq_start = st, .pos0 = &p0,
+                            .pages = pages + i * NPS, .page_stride = NPS};
+        alone[i] = engine(m, 1, 0);
+        ok = alone[i] && be->ops->forward(be->state, &b, logits, &err) == NF_OK &&
+             nf_engine_prefill(alone[i], ids, len[i], NULL, &err) == NF_OK;
+    }
+    for (int step = 0; ok && step < STEPS8; step++) {
+        for (uint32_t i = 0; i < N; i++) start[i] = i, pos0[i] = len[i], ids[i] = token_of(10 + i, len[i], V);
+        start[N] = N;
+        const nf_batch b = {.n_tokens = N, .n_seqs = N, .tokens = ids, .seq_start = start, .pos0 = pos0, .pages = pages,
+                            .page_stride = NPS};
+        ok = be->ops->forward(be->state, &b, logits, &err) == NF_OK && nf_engine_routing(be, tr, &err) == NF_OK;
+        for (uint32_t i = 0; ok && i < N; i++) {
+            ok = nf_engine_prefill(alone[i], ids + i, 1, NULL, &err) == NF_OK && nf_engine_routing(alone[i], rb, &err) == NF_OK;
+            if (ok && !diverged[i] && !same_routing(tr, N, i, rb, 1, L, k)) diverged[i] = 1, t.flips++;
+            if (ok && !diverged[i] && t.n < 64) t.err[t.n++] = fx_rel_l2(logits + (size_t)i * V, alone[i]->logits, V);
+            len[i]++;
+        }
+    }
+    CHECK_MSG(ok, "%s: decode8: %s", what, err.msg);
+    char name[160];
+    snprintf(name, sizeof name, "%s, 8 sequences decoding together", what);
+    tally_check(&t, name, bd);
+    for (uint32_t i = 0; i < N; i++) nf_engine_free(alone[i]);
+    nf_engine_free(be);
+    free(logits), free(tr), free(rb);
+}
+
 static void run_model(const char *tmp, const char *recipe)
 {
     char path[1200];
@@ -301,6 +354,7 @@ static void run_model(const char *tmp, const char *recipe)
     free(g), free(n);
     snprintf(what, sizeof what, "%s", recipe);
     shared_prefix(m, what, bd);
+    decode8(m, what, bd);
     nf_model_free(m);
     unlink(path);
 }

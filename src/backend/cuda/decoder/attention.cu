@@ -246,6 +246,174 @@ __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a, Batch b)
     merge_splits(a, di, t, h, (uint32_t)used);
 }
 
+// ---- decode, grouped: one CTA per (token, kv head, split) -------------------------------------------
+// The split kernel above gives each q head its own CTA, so the G q heads of a kv group each read the
+// group's K and V: G times the bytes through L2 and G times the latency-bound key loops (batched
+// decode ran at ~150 GB/s of unique K/V bytes, docs/perf/kv_page_tokens.md). Here one CTA takes the
+// G heads: a lane's K row serves G dot products, a V pair G accumulators. Per head the arithmetic is
+// attn_kernel's, in the same order (scores, online update, V accumulation, warp combine, merge), so
+// with the same split count the output is the same bits. Not fused with rope (q must be rotated and
+// the new keys stored: qkv_rope_store first). hd <= 128 (NP <= 2).
+template <int NP, int G>
+__device__ void key_block_g(const AttnArgs &a, const Batch &b, int seq, const float (*qs)[128], uint32_t kvh, int k0,
+                            int k1, float scale, float (&m)[G], float (&l)[G], float (&acc)[G][2 * NP])
+{
+    const int lane = threadIdx.x % 32, key = k0 + lane;
+    const uint32_t kvd = a.kv_heads * a.hd, chunks = a.hd / 8;
+    const bool live = key < k1;
+    const uint32_t slot = kv_slot(b, seq, live ? key : k0);
+    const uint4 *kr = reinterpret_cast<const uint4 *>(a.kc + (size_t)slot * kvd + kvh * a.hd);
+    uint4 kv[8 * NP];
+#pragma unroll
+    for (uint32_t c = 0; c < 8 * NP; c++)
+        if (c < chunks) kv[c] = kr[c];
+    const int nk = min(32, k1 - k0);
+    const uint32_t *vbase = reinterpret_cast<const uint32_t *>(a.vc + kvh * a.hd);
+    constexpr int GV = G >= 8 ? 8 : 16; // V rows in groups of keys: registers for the G accumulators
+    uint32_t vv[GV][NP];
+    auto load_v = [&](int g0) {
+#pragma unroll
+        for (int j = 0; j < GV; j++) {
+            const uint32_t vs = __shfl_sync(0xffffffffu, slot, g0 + j < nk ? g0 + j : 0);
+#pragma unroll
+            for (int i = 0; i < NP; i++) {
+                const uint32_t pr = lane + 32 * i;
+                if (2 * pr < a.hd) vv[j][i] = vbase[(size_t)vs * (kvd / 2) + pr];
+            }
+        }
+    };
+    load_v(0);
+    float d[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) d[g] = 0;
+#pragma unroll
+    for (uint32_t c = 0; c < 8 * NP; c++) {
+        if (c >= chunks) break;
+        const uint32_t w[4] = {kv[c].x, kv[c].y, kv[c].z, kv[c].w};
+#pragma unroll
+        for (int g = 0; g < G; g++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                d[g] = fmaf(__uint_as_float(w[i] << 16), qs[g][8 * c + 2 * i], d[g]);
+                d[g] = fmaf(__uint_as_float(w[i] & 0xFFFF0000u), qs[g][8 * c + 2 * i + 1], d[g]);
+            }
+    }
+    float p[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        const float sc = live ? d[g] * scale : -INFINITY;
+        const float mb = warp_max(sc);
+        const float mn = fmaxf(m[g], mb);
+        const float corr = expf(m[g] - mn);
+        p[g] = live ? expf(sc - mn) : 0.0f;
+        l[g] = l[g] * corr + warp_sum(p[g]);
+        m[g] = mn;
+#pragma unroll
+        for (int i = 0; i < 2 * NP; i++) acc[g][i] *= corr;
+    }
+#pragma unroll
+    for (int g0 = 0; g0 < 32; g0 += GV) {
+        if (g0) load_v(g0);
+#pragma unroll
+        for (int j = 0; j < GV; j++) {
+            float pj[G];
+#pragma unroll
+            for (int g = 0; g < G; g++) pj[g] = __shfl_sync(0xffffffffu, p[g], g0 + j);
+            if (g0 + j >= nk) continue;
+#pragma unroll
+            for (int i = 0; i < NP; i++) {
+                const uint32_t pr = lane + 32 * i;
+                if (2 * pr < a.hd) {
+                    const float v0 = __uint_as_float(vv[j][i] << 16), v1 = __uint_as_float(vv[j][i] & 0xFFFF0000u);
+#pragma unroll
+                    for (int g = 0; g < G; g++) {
+                        acc[g][2 * i] = fmaf(pj[g], v0, acc[g][2 * i]);
+                        acc[g][2 * i + 1] = fmaf(pj[g], v1, acc[g][2 * i + 1]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+template <int NP, int G>
+__global__ void __launch_bounds__(kWarps * 32) attn_gqa_kernel(AttnArgs a, Batch b)
+{
+    __shared__ float qs[G][128];
+    __shared__ float wm[kWarps][G], wl[kWarps][G], wacc[kWarps][G][128];
+    const uint32_t di = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z, hd = a.hd;
+    const uint32_t t = (uint32_t)b.dtok[di];
+    const int seq = b.seq[t];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int n_keys = b.pos[t] + 1;
+    const int used = min((int)a.splits, (n_keys + kSplitKeys - 1) / kSplitKeys);
+    if ((int)split >= used) return;
+    const int per = (n_keys + used - 1) / used;
+    const int kb = (int)split * per, ke = min(n_keys, kb + per);
+    pdl_wait();
+    for (uint32_t i = threadIdx.x; i < G * hd; i += blockDim.x)
+        qs[i / hd][i % hd] = a.q[(size_t)t * a.q_stride + (kvh * G + i / hd) * hd + i % hd];
+    __syncthreads();
+    float m[G], l[G], acc[G][2 * NP];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        m[g] = -INFINITY, l[g] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 2 * NP; i++) acc[g][i] = 0.0f;
+    }
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int k0 = kb + 32 * warp; k0 < ke; k0 += 32 * kWarps) key_block_g<NP, G>(a, b, seq, qs, kvh, k0, ke, scale, m, l, acc);
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        if (lane == 0) wm[warp][g] = m[g], wl[warp][g] = l[g];
+#pragma unroll
+        for (int i = 0; i < NP; i++) {
+            const uint32_t pr = lane + 32 * i;
+            if (2 * pr < hd) wacc[warp][g][2 * pr] = acc[g][2 * i], wacc[warp][g][2 * pr + 1] = acc[g][2 * i + 1];
+        }
+    }
+    __syncthreads();
+    for (int g = 0; g < G; g++) {
+        const uint32_t h = kvh * G + g;
+        float M = -INFINITY;
+        for (int w = 0; w < kWarps; w++) M = fmaxf(M, wm[w][g]);
+        float L = 0, f[kWarps];
+        for (int w = 0; w < kWarps; w++) f[w] = M == -INFINITY ? 0.0f : expf(wm[w][g] - M), L += wl[w][g] * f[w];
+        if (used == 1) {
+            for (uint32_t dd = threadIdx.x; dd < hd; dd += blockDim.x) {
+                float v = 0;
+                for (int w = 0; w < kWarps; w++) v += wacc[w][g][dd] * f[w];
+                a.out[((size_t)t * a.heads + h) * hd + dd] = f2bf(v / L);
+            }
+            continue;
+        }
+        float *pp = a.part + (((size_t)di * a.heads + h) * a.splits + split) * (hd + 2);
+        if (threadIdx.x == 0) pp[0] = M, pp[1] = L;
+        for (uint32_t dd = threadIdx.x; dd < hd; dd += blockDim.x) {
+            float v = 0;
+            for (int w = 0; w < kWarps; w++) v += wacc[w][g][dd] * f[w];
+            pp[2 + dd] = v;
+        }
+    }
+    if (used == 1) return;
+    // the last split CTA of (token, kv head) merges its G heads (the ticket of the group's first head)
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned *ticket = a.ticket + (size_t)di * a.heads + kvh * G;
+        last = atomicAdd(ticket, 1u) == (unsigned)used - 1;
+        if (last) atomicExch(ticket, 0u);
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int g = 0; g < G; g++) {
+        if (g) __syncthreads(); // merge_splits' shared factors are rewritten by the next head
+        merge_splits(a, di, t, kvh * G + g, (uint32_t)used);
+    }
+}
+
 // ---- prefill: a tile of query tokens per CTA -------------------------------------------------------
 // One CTA per (tile of kTileQ consecutive tokens, q head): the key/value blocks are staged in shared
 // memory once for the whole tile (kTileQ times less cache traffic than a CTA per token); each warp
@@ -535,6 +703,12 @@ uint32_t attention_splits(uint32_t T, uint32_t ctx, uint32_t heads)
     return s ? s : 1;
 }
 
+bool attention_gqa_ok(uint32_t hd, uint32_t heads, uint32_t kv_heads)
+{
+    const uint32_t G = kv_heads && heads % kv_heads == 0 ? heads / kv_heads : 0;
+    return hd <= 128 && (G == 1 || G == 2 || G == 4 || G == 8);
+}
+
 uint32_t attention_tile_rows(uint32_t hd, uint32_t q_stride) { return mma_shape(hd, q_stride) ? fa::kRows : kTileQ; }
 
 cudaError_t attention(const AttnArgs &a, const Batch &b, uint32_t n_dec, uint32_t n_tiles, cudaStream_t s)
@@ -555,6 +729,15 @@ cudaError_t attention(const AttnArgs &a, const Batch &b, uint32_t n_dec, uint32_
             }
     }
     if (e != cudaSuccess || !n_dec) return e;
+    if (a.gqa) {
+        const uint32_t G = a.heads / a.kv_heads;
+        if (a.rope || !attention_gqa_ok(a.hd, a.heads, a.kv_heads)) return cudaErrorInvalidValue;
+        void (*const kg[2][4])(AttnArgs, Batch) = {
+            {attn_gqa_kernel<1, 1>, attn_gqa_kernel<1, 2>, attn_gqa_kernel<1, 4>, attn_gqa_kernel<1, 8>},
+            {attn_gqa_kernel<2, 1>, attn_gqa_kernel<2, 2>, attn_gqa_kernel<2, 4>, attn_gqa_kernel<2, 8>}};
+        const int gi = G == 1 ? 0 : G == 2 ? 1 : G == 4 ? 2 : 3;
+        return launch_pdl(kg[np - 1][gi], dim3(n_dec, a.kv_heads, a.splits), dim3(kWarps * 32), 0, true, s, a, b);
+    }
     void (*const k[2][4])(AttnArgs, Batch) = {
         {attn_kernel<1, false>, attn_kernel<2, false>, attn_kernel<3, false>, attn_kernel<4, false>},
         {attn_kernel<1, true>, attn_kernel<2, true>, attn_kernel<3, true>, attn_kernel<4, true>}};

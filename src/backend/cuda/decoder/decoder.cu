@@ -189,9 +189,11 @@ size_t part_floats(const nf_cuda_decoder_desc *d, size_t *tickets)
     size_t most = 0;
     *tickets = 0;
     for (uint32_t T = 1; T <= d->chunk && T <= 264; T++) {
-        const uint32_t s = attention_splits(T, d->ctx, d->heads);
-        if (s > 1 && (size_t)T * d->heads * s > most) most = (size_t)T * d->heads * s;
-        if (s > 1 && (size_t)T * d->heads > *tickets) *tickets = (size_t)T * d->heads;
+        // the per-head split kernel's count, and the grouped kernel's (set by the kv heads)
+        for (uint32_t s : {attention_splits(T, d->ctx, d->heads), attention_splits(T, d->ctx, d->kv_heads)}) {
+            if (s > 1 && (size_t)T * d->heads * s > most) most = (size_t)T * d->heads * s;
+            if (s > 1 && (size_t)T * d->heads > *tickets) *tickets = (size_t)T * d->heads;
+        }
     }
     return most * (d->head_dim + 2);
 }
@@ -343,7 +345,7 @@ extern "C" nf_status nf_cuda_decoder_create(const nf_cuda_decoder_desc *d, nf_cu
                 cudaMallocHost(&dec->h_step, step_layout(d->chunk, d->max_seqs, dec->stride).total * 4) != cudaSuccess ||
                 cudaMallocHost(&dec->h_ids, (size_t)d->max_seqs * kSampleMaxK * 8) != cudaSuccess))
         st = nf_error_set(err, NF_ERR_CUDA, "cuda decoder: cannot create its stream, event or pinned buffers");
-    if (!st && (!(dec->graphs = (cudaGraphExec_t *)calloc(d->max_seqs + 1, sizeof *dec->graphs)) ||
+    if (!st && (!(dec->graphs = (cudaGraphExec_t *)calloc(2 * (d->max_seqs + 1), sizeof *dec->graphs)) ||
                 !(dec->h_last = (int32_t *)malloc(d->max_seqs * sizeof *dec->h_last))))
         st = nf_error_set(err, NF_ERR_NOMEM, "cuda decoder: out of host memory");
     if (st) {
@@ -364,7 +366,7 @@ extern "C" void nf_cuda_decoder_free(nf_cuda_decoder *dec)
 {
     if (!dec) return;
     if (dec->stream) cudaStreamSynchronize(dec->stream);
-    for (uint32_t i = 0; dec->graphs && i <= dec->d.max_seqs; i++)
+    for (uint32_t i = 0; dec->graphs && i < 2 * (dec->d.max_seqs + 1); i++)
         if (dec->graphs[i]) cudaGraphExecDestroy(dec->graphs[i]);
     free(dec->graphs);
     free(dec->h_last);

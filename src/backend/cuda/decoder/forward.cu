@@ -52,11 +52,18 @@ Fail qkv_projection(nf_cuda_decoder *dec, uint32_t l, uint32_t T, uint32_t qd, u
     return Fail{nullptr, 0, cudaSuccess, nullptr};
 }
 
+// The grouped decode attention runs from kGqaMinTokens split-kernel tokens on, or when one of them
+// sees kGqaMinKeys keys or more; below both, the per-head kernel (H100, docs/perf/kv_page_tokens.md:
+// the grouped one is 1.5 - 10x faster from 8 tokens, 3x at one token of 8192 keys, 0.7x at one to
+// four tokens of 512 keys).
+constexpr uint32_t kGqaMinTokens = 8, kGqaMinKeys = 4096;
+
 // The shape of one forward beyond T: S sequences, n_dec tokens for the split attention, n_tiles
 // tiles for the tile attention; decode_only: every sequence has one token (T == S).
 struct Shape {
     uint32_t T, S, n_dec, n_tiles;
     bool all, decode_only;
+    bool long_keys; // a split-kernel token sees kGqaMinKeys keys or more
 };
 
 // The device tables of a forward of this shape (StepLayout): fixed for a given (T, S).
@@ -80,15 +87,19 @@ Fail attention_block(nf_cuda_decoder *dec, uint32_t l, const Shape &sh, const Ba
     if (f.op) return f;
     const QkvArgs qa{a.qkv, S, L.q_bias, L.k_bias, L.v_bias, L.q_norm, L.k_norm, L.kc, L.vc, dec->rope_tab,
                      d.heads, d.kv_heads, d.head_dim, d.rms_eps};
-    // a decode-only step's attention does the qk norm + rope + cache store itself (one kernel fewer);
-    // with several tokens of one sequence, a token's keys include others' new rows: stored first
-    const bool fused = sh.decode_only;
+    // From kGqaMinTokens split tokens on, the grouped kernel (one CTA per kv head: K/V read once per
+    // group; docs/perf/kv_page_tokens.md); below, the per-head one. A decode-only step's per-head
+    // attention does the qk norm + rope + cache store itself (one kernel fewer); with several tokens of
+    // one sequence, a token's keys include others' new rows: stored first.
+    const bool gqa = (sh.n_dec >= kGqaMinTokens || sh.long_keys) && attention_gqa_ok(d.head_dim, d.heads, d.kv_heads);
+    const bool fused = sh.decode_only && !gqa;
     if (!fused) {
         qkv_rope_store(qa, bt, T, s);
         TRY(cudaGetLastError(), "qk norm + rope", l);
     }
-    const AttnArgs at{a.qkv, S, L.kc, L.vc, a.att, a.part, dec->ticket, d.heads, d.kv_heads, d.head_dim,
-                      sh.n_dec ? attention_splits(sh.n_dec, d.ctx, d.heads) : 1, fused, qa};
+    AttnArgs at{a.qkv, S, L.kc, L.vc, a.att, a.part, dec->ticket, d.heads, d.kv_heads, d.head_dim,
+                sh.n_dec ? attention_splits(sh.n_dec, d.ctx, gqa ? d.kv_heads : d.heads) : 1, fused, qa};
+    at.gqa = gqa;
     TRY(attention(at, bt, sh.n_dec, sh.n_tiles, s), "attention", l);
     TRY(linear(L.o, dec->tab, a.att, T, a.delta, d.hidden, s), "attn_output", l);
     return Fail{nullptr, 0, cudaSuccess, nullptr};
@@ -169,10 +180,11 @@ nf_status fail(nf_error *err, const Fail &f, uint32_t T)
 }
 
 // The decode-only forward of S sequences as a graph, captured at the first such step and replayed
-// at every later one (the tables it reads lie where step_layout(S, S) puts them).
+// at every later one (the tables it reads lie where step_layout(S, S) puts them); a second graph per
+// S once a token sees kGqaMinKeys keys (the attention kernel differs).
 nf_status decode_graph(nf_cuda_decoder *dec, const Shape &sh, nf_error *err)
 {
-    cudaGraphExec_t &ge = dec->graphs[sh.S];
+    cudaGraphExec_t &ge = dec->graphs[sh.S + (sh.long_keys ? dec->d.max_seqs + 1 : 0)];
     if (ge) return cudaGraphLaunch(ge, dec->stream) == cudaSuccess
                        ? NF_OK
                        : nf_error_set(err, NF_ERR_CUDA, "cuda decoder: graph launch failed");
@@ -246,7 +258,7 @@ Shape stage_batch(nf_cuda_decoder *dec, const nf_batch *b)
     int32_t *h = dec->h_step;
     memcpy(h + l.tokens, b->tokens, T * sizeof(int32_t));
     const uint32_t R = attention_tile_rows(dec->d.head_dim, dec->d.heads * dec->d.head_dim + 2 * dec->d.kv_heads * dec->d.head_dim);
-    Shape sh{T, S, 0, 0, b->all_logits != 0, T == S};
+    Shape sh{T, S, 0, 0, b->all_logits != 0, T == S, false};
     TileSort *tiles = reinterpret_cast<TileSort *>(h + l.tiles);
     for (uint32_t i = 0; i < S; i++) {
         const uint32_t t0 = b->seq_start[i], n = b->seq_start[i + 1] - t0, p0 = b->pos0[i];
@@ -258,6 +270,7 @@ Shape stage_batch(nf_cuda_decoder *dec, const nf_batch *b)
                 tiles[sh.n_tiles++] = TileSort{(int32_t)(t0 + j), (int32_t)(n - j < R ? n - j : R), (int32_t)i, (int32_t)(p0 + j)};
         } else {
             for (uint32_t j = 0; j < n; j++) h[l.dtok + sh.n_dec++] = (int32_t)(t0 + j);
+            if (p0 + n >= kGqaMinKeys) sh.long_keys = true;
         }
         const uint32_t np = (p0 + n + pt - 1) / pt;
         memcpy(h + l.pages + (size_t)i * dec->stride, b->pages + (size_t)i * b->page_stride, np * sizeof(uint32_t));

@@ -71,7 +71,8 @@ struct nf_cuda_decoder {
     float *h_vals;                  // pinned [max_seqs][kSampleMaxK]
     cudaEvent_t step_copied;        // h_step may be rewritten once this has fired
     cudaStream_t stream;
-    cudaGraphExec_t *graphs;        // [max_seqs + 1]: the decode-only forward of S sequences, captured on first use
+    cudaGraphExec_t *graphs;        // [2][max_seqs + 1]: the decode-only forward of S sequences (short, long
+                                    // keys: forward.cu kGqaMinKeys), captured on first use
     int32_t *h_last;                // host [max_seqs]: the last forward's last-token rows
     int has_logits;                 // a forward has run
     int last_all;                   // it kept every token's logits

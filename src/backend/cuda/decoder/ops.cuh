@@ -119,9 +119,13 @@ struct AttnArgs {
     // itself (rope.cuh: the same bits), reading the projections through qk (qk.qkv, qk.stride).
     bool rope = false;
     QkvArgs qk{};
+    // The split tokens through the grouped kernel (one CTA per (token, kv head, split); not with
+    // rope; attention_gqa_ok shapes): the same bits as the per-head kernel at the same split count.
+    bool gqa = false;
 };
 cudaError_t attention(const AttnArgs &a, const Batch &b, uint32_t n_dec, uint32_t n_tiles, cudaStream_t s);
 uint32_t attention_splits(uint32_t T, uint32_t ctx, uint32_t heads);
+bool attention_gqa_ok(uint32_t hd, uint32_t heads, uint32_t kv_heads);
 // The rows of a tile of the tile kernel the attention picks for this head dim and q stride (64 on the
 // tensor cores, 16 on the CUDA cores); a sequence with at least kAttnTileMin tokens in the batch takes
 // the tile kernel, shorter ones the split kernel.
