@@ -221,15 +221,19 @@ static void test_rope(void)
 
 static void test_attention(nf_cpu *c, int bf16)
 {
-    enum { HQ = 4, HK = 2, D = 16, CTX = 12, P0 = 4, T = 5 };
+    /* positions through a scattered page table: 3 pages of 4 positions out of a pool of 5, a
+     * store that straddles pages; the reference indexes positions directly */
+    enum { HQ = 4, HK = 2, D = 16, CTX = 12, P0 = 4, T = 5, PT = 4, NP = 5 };
     float k[CTX * HK * D], v[CTX * HK * D], q[T * HQ * D], out[T * HQ * D];
     for (int i = 0; i < CTX * HK * D; i++) k[i] = frand(), v[i] = frand();
     for (int i = 0; i < T * HQ * D; i++) q[i] = frand() * 2;
-    uint8_t kb[CTX * HK * D * 4], vb[CTX * HK * D * 4];
-    nf_cpu_kv kv = {kb, vb, bf16, CTX, HK, D};
-    nf_cpu_kv_store(&kv, 0, P0, k, v);
-    nf_cpu_kv_store(&kv, P0, T, k + P0 * HK * D, v + P0 * HK * D);
-    nf_cpu_attention(c, &kv, q, HQ, P0, T, 0.25f, out);
+    static uint8_t kb[NP * PT * HK * D * 4], vb[NP * PT * HK * D * 4];
+    const uint32_t pages[3] = {3, 0, 4};
+    nf_cpu_kv kv = {kb, vb, bf16, PT, NP, HK, D};
+    nf_cpu_kv_store(&kv, pages, 0, P0 - 1, k, v);
+    nf_cpu_kv_store(&kv, pages, P0 - 1, T + 1, k + (P0 - 1) * HK * D, v + (P0 - 1) * HK * D);
+    const nf_cpu_attn_seq seq = {pages, P0, 0, T};
+    nf_cpu_attention(c, &kv, &seq, 1, q, HQ, 0.25f, out);
     double worst = 0;
     for (int t = 0; t < T; t++)
         for (int h = 0; h < HQ; h++) {
@@ -296,7 +300,7 @@ static void test_moe(nf_cpu *c, nf_codec_id codec, int shared, int norm)
     for (int i = 0; i < T * H; i++) x[i] = frand();
     double worst = 0;
     for (size_t T_run = 1; T_run <= T; T_run += T - 1) { /* decode and prefill paths */
-        nf_cpu_moe_forward(c, &m, ws, x, T_run, out, ids, w);
+        nf_cpu_moe_forward(c, &m, ws, x, T_run, NULL, 0, out, ids, w);
         for (size_t t = 0; t < T_run; t++) {
             const float *xt = x + t * H;
             double lg[E], ref[H] = {0};
