@@ -109,6 +109,21 @@ nf_status nf_sched_create(const nf_sched_backend *be, const nf_sched_opts *o, nf
     return NF_OK;
 }
 
+nf_status nf_sched_create_engine(nf_engine *e, const nf_tokenizer *tok, int no_prefix_cache, nf_sched **out,
+                                 nf_error *err)
+{
+    const nf_sched_backend be = {e->state, e->ops->forward, e->ops->logits, e->ops->topk, e->ops->copy_page};
+    const nf_sched_opts o = {.vocab = e->model->cfg.vocab,
+                             .ctx = e->opts.ctx,
+                             .chunk = e->opts.chunk,
+                             .max_seqs = e->opts.max_seqs,
+                             .page_tokens = e->opts.page_tokens,
+                             .kv_pages = e->opts.kv_pages,
+                             .no_prefix_cache = no_prefix_cache,
+                             .tok = tok};
+    return nf_sched_create(&be, &o, out, err);
+}
+
 static void release_pages(nf_sched *s, seq *q)
 {
     for (uint32_t j = 0; j < q->n_pages; j++) nf_kvpool_release(s->pool, q->pages[j]);

@@ -29,6 +29,7 @@
 
 #include "base/batch.h"
 #include "base/error.h"
+#include "engine/engine.h"
 #include "engine/kvpool.h"
 #include "engine/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -102,6 +103,11 @@ typedef struct nf_sched_step_info {
 typedef struct nf_sched nf_sched;
 
 nf_status nf_sched_create(const nf_sched_backend *be, const nf_sched_opts *o, nf_sched **out, nf_error *err);
+/* The scheduler over an engine's backend and its whole KV pool (vocab, ctx, chunk, max_seqs,
+ * page_tokens, kv_pages from e->opts). The engine's own session (nf_engine_prefill / decode) must not
+ * run while the scheduler lives: both would write the same pages. */
+nf_status nf_sched_create_engine(nf_engine *e, const nf_tokenizer *tok, int no_prefix_cache, nf_sched **out,
+                                 nf_error *err);
 /* Frees every sequence (no events) and the pool. */
 void nf_sched_free(nf_sched *s);
 
