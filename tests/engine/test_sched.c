@@ -263,14 +263,12 @@ typedef struct outcome {
 static void make_prompt(const scenario *sc, size_t i, uint64_t *rng, int32_t *out, size_t *n)
 {
     *n = sc->min_prompt + mix((*rng)++) % (sc->max_prompt - sc->min_prompt + 1);
-    for (size_t j = 0; j < *n; j++) out[j] = (int32_t)(mix((*rng)++) % VOCAB);
     /* shared_prefix tokens of every prompt are the same (a system prompt); every third prompt is a
      * whole number of pages of it, so its last page is fully cached and must be copied to be fed */
-    if (sc->shared_prefix) {
-        if (i % 3 == 2) *n = (sc->shared_prefix / sc->pt) * sc->pt;
-        if (*n < sc->shared_prefix && i % 3 != 2) *n = sc->shared_prefix + 1 + i % 5;
-        for (size_t j = 0; j < sc->shared_prefix && j < *n; j++) out[j] = (int32_t)((j * 7 + 3) % VOCAB);
-    }
+    if (sc->shared_prefix && i % 3 == 2) *n = (sc->shared_prefix / sc->pt) * sc->pt;
+    else if (sc->shared_prefix && *n <= sc->shared_prefix) *n = sc->shared_prefix + 1 + i % 5;
+    for (size_t j = 0; j < *n; j++)
+        out[j] = (int32_t)(j < sc->shared_prefix ? (j * 7 + 3) % VOCAB : mix((*rng)++) % VOCAB);
 }
 
 static nf_seq_params params_for(const scenario *sc, size_t i, record *r, const int32_t *eos, const char *const *stops,
@@ -309,7 +307,7 @@ static void add_all(const scenario *sc, nf_sched *s, const nf_tokenizer *tok, re
         r->s = s;
         const nf_seq_params p = params_for(sc, i, r, eos, stops, 2);
         nf_error e;
-        CHECK(nf_sched_add(s, prompt, n, &p, &r->id, &e) == NF_OK);
+        if (nf_sched_add(s, prompt, n, &p, &r->id, &e)) CHECK_MSG(0, "%s: add %zu: %s", sc->name, i, e.msg);
         oracle(prompt, n, &p, sc->ctx, p.n_stops ? tok : NULL, &wants[i]);
         size_t got_np = 0, got_n = 0;
         const int32_t *all = nf_sched_tokens(s, r->id, &got_np, &got_n);
