@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `ninfer run --stop` (nf_generate through engine/stopstream.h) on a tiny synthetic model: with a stop
+# `ninfer run --stop` (nf_generate through engine/stopstream.h) and the presence/frequency flags on a tiny synthetic model: with a stop
 # string taken from the middle of the greedy output (spanning a token boundary), the output is the
 # greedy output up to the stop string's first occurrence, computed here by a plain search.
 set -u
@@ -18,5 +18,8 @@ done
 # a stop string that never completes: the held-back beginnings are printed at the end
 got=$("$bin" run -m "$dir/t.nf" -p "hello" -n 24 --temp 0 --stop "<|synth_never" 2>/dev/null)
 [ "$got" = "$full" ] || { fail=1; echo "FAIL: unfinished stop string: got '$got', want '$full'" >&2; }
+# the OpenAI penalties reach the sampler: the greedy text repeats ids, which they push down
+pen=$("$bin" run -m "$dir/t.nf" -p "hello" -n 24 --temp 0 --frequency-penalty 2 --presence-penalty 2 2>/dev/null)
+[ -n "$pen" ] && [ "$pen" != "$full" ] || { fail=1; echo "FAIL: penalties changed nothing: '$pen'" >&2; }
 echo "run --stop: $([ $fail -eq 0 ] && echo ok || echo failed)"
 exit $fail
