@@ -127,6 +127,31 @@ static void test_gemm(nf_cpu *c1, nf_cpu *c3)
 /* Ragged shapes for the prefill tile (4 rows x 3 tokens of 8-float vectors): row counts that leave
  * 1-3 rows over, token counts that leave 1-2 over, and row lengths with a tail past the last full
  * 8-float vector (for the codecs whose block allows it). */
+/* Segments (a batch of sequences): one job over 9 tokens cut into segments of 1, 3, 1, 4 equals,
+ * bit for bit, each segment run as a product of its own (the kernel follows the segment's length:
+ * matvec for 1, the tile for more), on 1 and 3 threads. */
+static void test_gemm_segments(nf_cpu *c1, nf_cpu *c3)
+{
+    const nf_codec_id ids[] = {NF_CODEC_F32, NF_CODEC_BF16, NF_CODEC_Q8_0, NF_CODEC_Q4_K, NF_CODEC_NVFP4};
+    const uint32_t rows = 40, cols = 256, seg[5] = {0, 1, 4, 5, 9};
+    float x[9 * 256], yb[9 * 40], ys[9 * 40];
+    for (size_t i = 0; i < 9 * cols; i++) x[i] = frand();
+    for (size_t k = 0; k < sizeof ids / sizeof ids[0]; k++) {
+        enc e;
+        encode(&e, ids[k], rows, cols, 1);
+        for (int th = 0; th < 2; th++) {
+            nf_cpu *c = th ? c3 : c1;
+            const nf_cpu_gemm_job j = {e.w, x, cols, yb, rows, 9, seg, 4};
+            nf_cpu_gemm_batch(c, &j, 1);
+            for (int g = 0; g < 4; g++)
+                nf_cpu_gemm(c, &e.w, x + seg[g] * cols, cols, ys + seg[g] * rows, rows, seg[g + 1] - seg[g]);
+            CHECK_MSG(memcmp(yb, ys, sizeof yb) == 0, "%s: segments differ from separate products (threads %d)",
+                      e.w.codec->name, th ? 3 : 1);
+        }
+        enc_free(&e);
+    }
+}
+
 static void test_gemm_ragged(nf_cpu *c1, nf_cpu *c3)
 {
     const struct { nf_codec_id id; uint32_t cols; } shapes[] = {
@@ -367,6 +392,7 @@ int main(void)
     CHECK(nf_cpu_create(3, 768, 64, &c3, NULL) == NF_OK);
     test_gemm(c1, c3);
     test_gemm_ragged(c1, c3);
+    test_gemm_segments(c1, c3);
     test_small_ops();
     test_rope();
     test_attention(c3, 0);
