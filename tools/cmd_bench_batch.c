@@ -213,7 +213,8 @@ static void print_rows(const batch_args *a, const nf_bench_info *in, const row *
     if (!csv) printf("]\n");
 }
 
-/* The engine for N sequences of -p + -n tokens: N full-length sequences' pages. */
+/* The engine for N sequences of -p + -n tokens: N full-length sequences' pages; a forward of at least
+ * N tokens (unless --chunk says otherwise), so a decode step carries every sequence. */
 static int make_engine(const nf_model *m, const batch_args *a, long N, nf_engine **e)
 {
     nf_engine_opts eo = {.device = a->device, .threads = (int)a->threads,
@@ -221,7 +222,13 @@ static int make_engine(const nf_model *m, const batch_args *a, long N, nf_engine
                          .page_tokens = (uint32_t)a->page_tokens, .max_seqs = (uint32_t)N,
                          .kv_bf16 = a->kv_bf16, .no_graphs = a->no_graphs};
     nf_error err;
-    if (nf_engine_create(m, &eo, e, &err)) return nf_cli_fail("bench batch: N = %ld: %s", N, err.msg);
+    nf_status st = nf_engine_create(m, &eo, e, &err);
+    if (!st && !a->chunk && (*e)->opts.chunk < (uint32_t)N) { /* the backend's default chunk is smaller */
+        nf_engine_free(*e);
+        eo.chunk = (uint32_t)N;
+        st = nf_engine_create(m, &eo, e, &err);
+    }
+    if (st) return nf_cli_fail("bench batch: N = %ld: %s", N, err.msg);
     return 0;
 }
 
@@ -282,7 +289,7 @@ int nf_cmd_bench_batch(int argc, char **argv)
         {"--warmup", 0, NF_OPT_INT, &a.warmup, "N", "untimed runs before the timed ones (default 1)", 0, 100},
         {"--device", 0, NF_OPT_STRING, &a.device, "DEV", "cpu, cuda or auto (default: cuda when a GPU is visible)", 0, 0},
         {"--threads", 't', NF_OPT_INT, &a.threads, "N", "CPU worker threads (default: all CPUs)", 0, 4096},
-        {"--chunk", 0, NF_OPT_INT, &a.chunk, "N", "tokens per forward (default: the engine's: cpu 128, cuda 2048)", 0, 1 << 20},
+        {"--chunk", 0, NF_OPT_INT, &a.chunk, "N", "tokens per forward (default: the engine's, cpu 128, cuda 2048, or N if larger)", 0, 1 << 20},
         {"--page-tokens", 0, NF_OPT_INT, &a.page_tokens, "N", "positions per KV page (default: the engine's)", 0, 1 << 16},
         {"--kv-bf16", 0, NF_OPT_FLAG, &a.kv_bf16, NULL, "keep the KV cache in bf16 (default f32)", 0, 0},
         {"--no-graphs", 0, NF_OPT_FLAG, &a.no_graphs, NULL, "CUDA: decode steps as plain launches", 0, 0},
