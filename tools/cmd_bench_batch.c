@@ -8,7 +8,8 @@
  *   step ms      median decode-only step, and the host's share of it (the step's time outside the
  *                backend's forward and logits fetch: batch building, sampling, stops, bookkeeping);
  *   TTFT ms      median time from arrival to the first token;
- *   pages        the most KV pages held at once.
+ *   pages        the most KV pages held at once (of the pool: --kv-pages, default N full sequences');
+ *   preempted    sequences sent back to waiting when decode growth ran the pool dry.
  * --sweep runs N = 1, 2, 4, ... up to -N (default 256). --shared-prefix L gives every prompt the
  * same first L tokens and first runs one sequence with that prefix to completion (a previous
  * conversation with the same system prompt), then measures N with the prefix cache and again
@@ -26,7 +27,7 @@
 #include "engine/sched.h"
 
 typedef struct batch_args {
-    long n_seqs, n_prompt, n_gen, shared, reps, warmup, threads, chunk, page_tokens, seed;
+    long n_seqs, n_prompt, n_gen, shared, reps, warmup, threads, chunk, page_tokens, kv_pages, seed;
     int sweep, kv_bf16, no_graphs;
     const char *device, *format;
 } batch_args;
@@ -34,7 +35,7 @@ typedef struct batch_args {
 typedef struct row {
     long n_seqs;
     int cache; /* prefix cache on */
-    double agg_tps, decode_tps, seq_tps, step_ms, host_pct, ttft_ms;
+    double agg_tps, decode_tps, seq_tps, step_ms, host_pct, ttft_ms, preempted;
     uint32_t pages, kv_pages;
 } row;
 
@@ -91,21 +92,31 @@ static int add_seq(nf_sched *s, const batch_args *a, uint32_t vocab, long i, int
     return 0;
 }
 
-/* Steps to idle; collects decode-only step times. Returns 0 or 1 (error printed). */
-static int drive(nf_sched *s, double *step_ms, double *host, size_t *n_steps, size_t cap, uint64_t *dec_tokens,
-                 double *dec_s, uint32_t *peak)
+/* What one run's steps add up to. */
+typedef struct run_acc {
+    double *step_ms, *host; /* [cap] decode-only steps: time, host share in % */
+    size_t n_steps, cap;
+    uint64_t dec_tokens;    /* tokens of decode-only steps */
+    double dec_s;           /* their time */
+    uint32_t peak;          /* KV pages held at most */
+    long preempted;
+} run_acc;
+
+/* Steps to idle, accumulating into acc. Returns 0 or 1 (error printed). */
+static int drive(nf_sched *s, run_acc *acc)
 {
     nf_error err;
     while (!nf_sched_idle(s)) {
         nf_sched_step_info st;
         if (nf_sched_step(s, &st, &err)) return nf_cli_fail("bench batch: %s", err.msg);
-        if (st.pages_used > *peak) *peak = st.pages_used;
+        if (st.pages_used > acc->peak) acc->peak = st.pages_used;
+        acc->preempted += st.n_preempted;
         if (!st.n_tokens || st.n_decode != st.n_seqs) continue;
-        *dec_tokens += st.n_tokens;
-        *dec_s += (double)st.total_ns * 1e-9;
-        if (*n_steps < cap) {
-            step_ms[*n_steps] = (double)st.total_ns * 1e-6;
-            host[(*n_steps)++] = 100.0 * (double)(st.total_ns - st.forward_ns) / (double)st.total_ns;
+        acc->dec_tokens += st.n_tokens;
+        acc->dec_s += (double)st.total_ns * 1e-9;
+        if (acc->n_steps < acc->cap) {
+            acc->step_ms[acc->n_steps] = (double)st.total_ns * 1e-6;
+            acc->host[acc->n_steps++] = 100.0 * (double)(st.total_ns - st.forward_ns) / (double)st.total_ns;
         }
     }
     return 0;
@@ -119,21 +130,17 @@ static int run_once(nf_engine *e, const batch_args *a, long N, int cache, int32_
     if (nf_sched_create_engine(e, NULL, !cache, &s, &err)) return nf_cli_fail("bench batch: %s", err.msg);
     const uint32_t vocab = e->model->cfg.vocab;
     seq_clock warm = {0}, *clk = calloc((size_t)N, sizeof *clk);
-    const size_t cap = (size_t)a->n_gen * 4 + 16;
-    double *step_ms = malloc(cap * sizeof *step_ms), *host = malloc(cap * sizeof *host);
+    run_acc acc = {.cap = (size_t)a->n_gen * 4 + 16};
+    acc.step_ms = malloc(acc.cap * sizeof *acc.step_ms);
+    acc.host = malloc(acc.cap * sizeof *acc.host);
     double *tt = malloc((size_t)N * sizeof *tt), *stps = malloc((size_t)N * sizeof *stps);
-    int rc = clk && step_ms && host && tt && stps ? 0 : nf_cli_fail("out of memory");
-    size_t n_steps = 0;
-    uint64_t dec_tokens = 0;
-    double dec_s = 0;
-    uint32_t peak = 0;
+    int rc = clk && acc.step_ms && acc.host && tt && stps ? 0 : nf_cli_fail("out of memory");
     /* shared-prefix mode: a previous sequence with the same prefix leaves its pages in the cache */
-    if (!rc && a->shared && !(rc = add_seq(s, a, vocab, N, ids, &warm)))
-        rc = drive(s, step_ms, host, &n_steps, 0, &dec_tokens, &dec_s, &peak);
-    n_steps = 0, dec_tokens = 0, dec_s = 0, peak = 0;
+    run_acc before = {0};
+    if (!rc && a->shared && !(rc = add_seq(s, a, vocab, N, ids, &warm))) rc = drive(s, &before);
     const uint64_t t0 = nf_time_ns();
     for (long i = 0; !rc && i < N; i++) rc = add_seq(s, a, vocab, i, ids, &clk[i]);
-    if (!rc) rc = drive(s, step_ms, host, &n_steps, cap, &dec_tokens, &dec_s, &peak);
+    if (!rc) rc = drive(s, &acc);
     const double wall = (double)(nf_time_ns() - t0) * 1e-9;
     for (long i = 0; !rc && i < N; i++) {
         tt[i] = (double)(clk[i].first_ns - t0) * 1e-6;
@@ -142,14 +149,15 @@ static int run_once(nf_engine *e, const batch_args *a, long N, int cache, int32_
     }
     if (!rc) {
         r->agg_tps += (double)(N * a->n_gen) / wall;
-        r->decode_tps += dec_s > 0 ? (double)dec_tokens / dec_s : 0;
+        r->decode_tps += acc.dec_s > 0 ? (double)acc.dec_tokens / acc.dec_s : 0;
         r->seq_tps += median(stps, (size_t)N);
         r->ttft_ms += median(tt, (size_t)N);
-        r->host_pct += median(host, n_steps);
-        r->step_ms += median(step_ms, n_steps);
-        if (peak > r->pages) r->pages = peak;
+        r->host_pct += median(acc.host, acc.n_steps);
+        r->step_ms += median(acc.step_ms, acc.n_steps);
+        r->preempted += (double)acc.preempted;
+        if (acc.peak > r->pages) r->pages = acc.peak;
     }
-    free(clk), free(step_ms), free(host), free(tt), free(stps);
+    free(clk), free(acc.step_ms), free(acc.host), free(tt), free(stps);
     nf_sched_free(s);
     return rc;
 }
@@ -167,6 +175,7 @@ static int measure(nf_engine *e, const batch_args *a, long N, int cache, int32_t
         if (run_once(e, a, N, cache, ids, r)) return 1;
     const double d = (double)a->reps;
     r->agg_tps /= d, r->decode_tps /= d, r->seq_tps /= d, r->ttft_ms /= d, r->host_pct /= d, r->step_ms /= d;
+    r->preempted /= d;
     return 0;
 }
 
@@ -175,18 +184,18 @@ static void print_rows(const batch_args *a, const nf_bench_info *in, const row *
     if (!strcmp(a->format, "table")) {
         printf("device: %s, %d threads | model: %s, %s | -p %ld -n %ld, shared prefix %ld\n", in->device, threads,
                in->model, in->profile, a->n_prompt, a->n_gen, a->shared);
-        printf("| N | prefix cache | agg t/s | decode t/s | seq t/s | step ms | host %% | TTFT ms | KV pages |\n");
-        printf("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+        printf("| N | prefix cache | agg t/s | decode t/s | seq t/s | step ms | host %% | TTFT ms | KV pages | preempted |\n");
+        printf("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
         for (size_t i = 0; i < nr; i++)
-            printf("| %ld | %s | %.2f | %.2f | %.2f | %.3f | %.1f | %.2f | %u / %u |\n", r[i].n_seqs,
+            printf("| %ld | %s | %.2f | %.2f | %.2f | %.3f | %.1f | %.2f | %u / %u | %.1f |\n", r[i].n_seqs,
                    r[i].cache ? "on" : "off", r[i].agg_tps, r[i].decode_tps, r[i].seq_tps, r[i].step_ms, r[i].host_pct,
-                   r[i].ttft_ms, r[i].pages, r[i].kv_pages);
+                   r[i].ttft_ms, r[i].pages, r[i].kv_pages, r[i].preempted);
         return;
     }
     const int csv = !strcmp(a->format, "csv");
     if (csv)
         printf("model,profile,device,threads,n_seqs,n_prompt,n_gen,shared_prefix,prefix_cache,reps,agg_tps,decode_tps,"
-               "seq_tps,step_ms,host_pct,ttft_ms,kv_pages_used,kv_pages\n");
+               "seq_tps,step_ms,host_pct,ttft_ms,kv_pages_used,kv_pages,preempted\n");
     else
         printf("[\n");
     for (size_t i = 0; i < nr; i++) {
@@ -201,13 +210,13 @@ static void print_rows(const batch_args *a, const nf_bench_info *in, const row *
             nf_bench_json_str(stdout, in->device);
             printf(", \"threads\": %d, ", threads);
         }
-        const char *f = csv ? "%ld,%ld,%ld,%ld,%d,%ld,%.4f,%.4f,%.4f,%.4f,%.2f,%.4f,%u,%u\n"
+        const char *f = csv ? "%ld,%ld,%ld,%ld,%d,%ld,%.4f,%.4f,%.4f,%.4f,%.2f,%.4f,%u,%u,%.1f\n"
                             : "\"n_seqs\": %ld, \"n_prompt\": %ld, \"n_gen\": %ld, \"shared_prefix\": %ld, "
                               "\"prefix_cache\": %d, \"reps\": %ld, \"agg_tps\": %.4f, \"decode_tps\": %.4f, "
                               "\"seq_tps\": %.4f, \"step_ms\": %.4f, \"host_pct\": %.2f, \"ttft_ms\": %.4f, "
-                              "\"kv_pages_used\": %u, \"kv_pages\": %u}";
+                              "\"kv_pages_used\": %u, \"kv_pages\": %u, \"preempted\": %.1f}";
         printf(f, r[i].n_seqs, a->n_prompt, a->n_gen, a->shared, r[i].cache, a->reps, r[i].agg_tps, r[i].decode_tps,
-               r[i].seq_tps, r[i].step_ms, r[i].host_pct, r[i].ttft_ms, r[i].pages, r[i].kv_pages);
+               r[i].seq_tps, r[i].step_ms, r[i].host_pct, r[i].ttft_ms, r[i].pages, r[i].kv_pages, r[i].preempted);
         if (!csv) printf("%s\n", i + 1 < nr ? "," : "");
     }
     if (!csv) printf("]\n");
@@ -220,6 +229,7 @@ static int make_engine(const nf_model *m, const batch_args *a, long N, nf_engine
     nf_engine_opts eo = {.device = a->device, .threads = (int)a->threads,
                          .ctx = (uint32_t)(a->n_prompt + a->n_gen), .chunk = (uint32_t)a->chunk,
                          .page_tokens = (uint32_t)a->page_tokens, .max_seqs = (uint32_t)N,
+                         .kv_pages = (uint32_t)a->kv_pages,
                          .kv_bf16 = a->kv_bf16, .no_graphs = a->no_graphs};
     nf_error err;
     nf_status st = nf_engine_create(m, &eo, e, &err);
@@ -291,6 +301,7 @@ int nf_cmd_bench_batch(int argc, char **argv)
         {"--threads", 't', NF_OPT_INT, &a.threads, "N", "CPU worker threads (default: all CPUs)", 0, 4096},
         {"--chunk", 0, NF_OPT_INT, &a.chunk, "N", "tokens per forward (default: the engine's, cpu 128, cuda 2048, or N if larger)", 0, 1 << 20},
         {"--page-tokens", 0, NF_OPT_INT, &a.page_tokens, "N", "positions per KV page (default: the engine's)", 0, 1 << 16},
+        {"--kv-pages", 0, NF_OPT_INT, &a.kv_pages, "N", "KV pool size in pages (default: N full-length sequences'; fewer makes the scheduler preempt)", 0, 1 << 24},
         {"--kv-bf16", 0, NF_OPT_FLAG, &a.kv_bf16, NULL, "keep the KV cache in bf16 (default f32)", 0, 0},
         {"--no-graphs", 0, NF_OPT_FLAG, &a.no_graphs, NULL, "CUDA: decode steps as plain launches", 0, 0},
         {"--seed", 's', NF_OPT_INT, &a.seed, "S", "seed of the prompts' pseudo-random ids (default 0)", 0, 9.0e15},

@@ -28,7 +28,7 @@ else bad "table: rc $rc: $out"; fi
 out=$("$bin" bench batch -m "$m" --sweep -N 4 -p 40 -n 3 -t 1 --device cpu --shared-prefix 32 --page-tokens 8 \
       --warmup 0 -o csv 2>/dev/null); rc=$?
 rows=$(tail -n +2 <<<"$out" | wc -l)
-if [ "$rc" -eq 0 ] && [ "$rows" -eq 6 ] && head -1 <<<"$out" | grep -q '^model,.*,n_seqs,.*ttft_ms,kv_pages_used,kv_pages$'; then ok
+if [ "$rc" -eq 0 ] && [ "$rows" -eq 6 ] && head -1 <<<"$out" | grep -q '^model,.*,n_seqs,.*ttft_ms,kv_pages_used,kv_pages,preempted$'; then ok
 else bad "csv sweep: rc $rc, $rows rows: $out"; fi
 # at N = 4 the prompts share 4 full pages: with the cache they are held once
 if python3 -c '
@@ -40,6 +40,11 @@ assert r["1"] < r["0"], r' <<<"$out"; then ok; else bad "csv: KV pages with the 
 out=$("$bin" bench batch -m "$m" -N 2 -p 8 -n 2 -t 1 --device cpu -r 2 -o json 2>/dev/null); rc=$?
 if [ "$rc" -eq 0 ] && python3 -c 'import json,sys; d=json.load(sys.stdin); assert len(d)==1 and d[0]["n_seqs"]==2 and d[0]["reps"]==2 and d[0]["agg_tps"]>0' <<<"$out"; then ok
 else bad "json: rc $rc: $out"; fi
+
+# a pool too small for every sequence's growth: the scheduler preempts, the run still completes
+out=$("$bin" bench batch -m "$m" -N 6 -p 30 -n 20 -t 1 --device cpu --page-tokens 8 --kv-pages 16 --warmup 0 -o json 2>/dev/null); rc=$?
+if [ "$rc" -eq 0 ] && python3 -c 'import json,sys; d=json.load(sys.stdin); assert d[0]["preempted"]>0 and d[0]["kv_pages_used"]<=16, d' <<<"$out"; then ok
+else bad "scarce pool: rc $rc: $out"; fi
 
 "$bin" bench batch --help | grep -q -- '--shared-prefix' && ok || bad "--help lacks --shared-prefix"
 check "no model" 2 "needs -m MODEL" bench batch
