@@ -28,8 +28,8 @@
 
 typedef struct batch_args {
     long n_seqs, n_prompt, n_gen, shared, reps, warmup, threads, chunk, page_tokens, kv_pages, seed;
-    int sweep, kv_bf16, no_graphs;
-    const char *device, *format;
+    int sweep, kv_bf16, no_graphs, reserve;
+    const char *device, *format, *admission;
 } batch_args;
 
 typedef struct row {
@@ -127,7 +127,8 @@ static int run_once(nf_engine *e, const batch_args *a, long N, int cache, int32_
 {
     nf_sched *s;
     nf_error err;
-    if (nf_sched_create_engine(e, NULL, !cache, &s, &err)) return nf_cli_fail("bench batch: %s", err.msg);
+    const nf_sched_opts so = {.no_prefix_cache = !cache, .reserve = a->reserve};
+    if (nf_sched_create_engine(e, &so, &s, &err)) return nf_cli_fail("bench batch: %s", err.msg);
     const uint32_t vocab = e->model->cfg.vocab;
     seq_clock warm = {0}, *clk = calloc((size_t)N, sizeof *clk);
     run_acc acc = {.cap = (size_t)a->n_gen * 4 + 16};
@@ -182,8 +183,8 @@ static int measure(nf_engine *e, const batch_args *a, long N, int cache, int32_t
 static void print_rows(const batch_args *a, const nf_bench_info *in, const row *r, size_t nr, int threads)
 {
     if (!strcmp(a->format, "table")) {
-        printf("device: %s, %d threads | model: %s, %s | -p %ld -n %ld, shared prefix %ld\n", in->device, threads,
-               in->model, in->profile, a->n_prompt, a->n_gen, a->shared);
+        printf("device: %s, %d threads | model: %s, %s | -p %ld -n %ld, shared prefix %ld, admission %s\n",
+               in->device, threads, in->model, in->profile, a->n_prompt, a->n_gen, a->shared, a->admission);
         printf("| N | prefix cache | agg t/s | decode t/s | seq t/s | step ms | host %% | TTFT ms | KV pages | preempted |\n");
         printf("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
         for (size_t i = 0; i < nr; i++)
@@ -194,13 +195,13 @@ static void print_rows(const batch_args *a, const nf_bench_info *in, const row *
     }
     const int csv = !strcmp(a->format, "csv");
     if (csv)
-        printf("model,profile,device,threads,n_seqs,n_prompt,n_gen,shared_prefix,prefix_cache,reps,agg_tps,decode_tps,"
+        printf("model,profile,device,threads,admission,n_seqs,n_prompt,n_gen,shared_prefix,prefix_cache,reps,agg_tps,decode_tps,"
                "seq_tps,step_ms,host_pct,ttft_ms,kv_pages_used,kv_pages,preempted\n");
     else
         printf("[\n");
     for (size_t i = 0; i < nr; i++) {
         if (csv) {
-            printf("\"%s\",\"%s\",\"%s\",%d,", in->model, in->profile, in->device, threads);
+            printf("\"%s\",\"%s\",\"%s\",%d,%s,", in->model, in->profile, in->device, threads, a->admission);
         } else {
             printf("  {\"model\": ");
             nf_bench_json_str(stdout, in->model);
@@ -208,7 +209,7 @@ static void print_rows(const batch_args *a, const nf_bench_info *in, const row *
             nf_bench_json_str(stdout, in->profile);
             printf(", \"device\": ");
             nf_bench_json_str(stdout, in->device);
-            printf(", \"threads\": %d, ", threads);
+            printf(", \"threads\": %d, \"admission\": \"%s\", ", threads, a->admission);
         }
         const char *f = csv ? "%ld,%ld,%ld,%ld,%d,%ld,%.4f,%.4f,%.4f,%.4f,%.2f,%.4f,%u,%u,%.1f\n"
                             : "\"n_seqs\": %ld, \"n_prompt\": %ld, \"n_gen\": %ld, \"shared_prefix\": %ld, "
@@ -273,6 +274,10 @@ static int check_args(const batch_args *a)
         fprintf(stderr, "ninfer: error: --format '%s' is not table, csv or json\n", a->format);
         return 2;
     }
+    if (strcmp(a->admission, "preempt") && strcmp(a->admission, "reserve")) {
+        fprintf(stderr, "ninfer: error: --admission '%s' is not preempt or reserve\n", a->admission);
+        return 2;
+    }
     if (a->shared >= a->n_prompt) {
         fprintf(stderr, "ninfer: error: --shared-prefix %ld must be below -p %ld (each prompt needs its own tail)\n",
                 a->shared, a->n_prompt);
@@ -285,7 +290,7 @@ int nf_cmd_bench_batch(int argc, char **argv)
 {
     const char *model_path = NULL;
     batch_args a = {.n_seqs = 8, .n_prompt = 512, .n_gen = 128, .reps = 1, .warmup = 1, .device = "auto",
-                    .format = "table"};
+                    .format = "table", .admission = "preempt"};
     long n_default = -1;
     a.n_seqs = n_default;
     const nf_opt opts[] = {
@@ -302,6 +307,7 @@ int nf_cmd_bench_batch(int argc, char **argv)
         {"--chunk", 0, NF_OPT_INT, &a.chunk, "N", "tokens per forward (default: the engine's, cpu 128, cuda 2048, or N if larger)", 0, 1 << 20},
         {"--page-tokens", 0, NF_OPT_INT, &a.page_tokens, "N", "positions per KV page (default: the engine's)", 0, 1 << 16},
         {"--kv-pages", 0, NF_OPT_INT, &a.kv_pages, "N", "KV pool size in pages (default: N full-length sequences'; fewer makes the scheduler preempt)", 0, 1 << 24},
+        {"--admission", 0, NF_OPT_STRING, &a.admission, "P", "preempt (default: admit on the prompt's pages, preempt the newest when the pool runs dry) or reserve (prompt + -n pages at admission)", 0, 0},
         {"--kv-bf16", 0, NF_OPT_FLAG, &a.kv_bf16, NULL, "keep the KV cache in bf16 (default f32)", 0, 0},
         {"--no-graphs", 0, NF_OPT_FLAG, &a.no_graphs, NULL, "CUDA: decode steps as plain launches", 0, 0},
         {"--seed", 's', NF_OPT_INT, &a.seed, "S", "seed of the prompts' pseudo-random ids (default 0)", 0, 9.0e15},
@@ -326,6 +332,7 @@ int nf_cmd_bench_batch(int argc, char **argv)
     }
     if (a.n_seqs == n_default) a.n_seqs = a.sweep ? 256 : 8;
     if ((r = check_args(&a))) return r;
+    a.reserve = !strcmp(a.admission, "reserve");
     nf_error err;
     nf_model *m;
     if (nf_model_load(model_path, &m, &err)) return nf_cli_fail("%s", err.msg);

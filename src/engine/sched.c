@@ -20,6 +20,7 @@ typedef struct seq {
     uint32_t *pages;    /* [page_stride] page table, n_pages used */
     uint32_t n_pages;
     uint32_t n_published; /* pages[0, n_published) are in the prefix cache; UINT32_MAX: chain broken */
+    uint32_t reserved;  /* opts.reserve: pages set aside for it and not allocated yet */
     nf_sampler *sampler;
     nf_seq_params p;    /* eos and stops point at the copies below */
     int32_t *eos;
@@ -40,6 +41,7 @@ struct nf_sched {
     seq **seqs; /* [n_seqs] in arrival order (ids increase) */
     size_t n_seqs, cap;
     uint64_t next_id, next_stamp;
+    uint32_t reserved; /* opts.reserve: the sum of the active sequences' reservations (<= available pages) */
     /* batch buffers */
     int32_t *tokens;     /* [chunk] */
     uint32_t *seq_start; /* [max_seqs + 1] */
@@ -109,23 +111,23 @@ nf_status nf_sched_create(const nf_sched_backend *be, const nf_sched_opts *o, nf
     return NF_OK;
 }
 
-nf_status nf_sched_create_engine(nf_engine *e, const nf_tokenizer *tok, int no_prefix_cache, nf_sched **out,
-                                 nf_error *err)
+nf_status nf_sched_create_engine(nf_engine *e, const nf_sched_opts *o, nf_sched **out, nf_error *err)
 {
     const nf_sched_backend be = {e->state, e->ops->forward, e->ops->logits, e->ops->topk, e->ops->copy_page};
-    const nf_sched_opts o = {.vocab = e->model->cfg.vocab,
-                             .ctx = e->opts.ctx,
-                             .chunk = e->opts.chunk,
-                             .max_seqs = e->opts.max_seqs,
-                             .page_tokens = e->opts.page_tokens,
-                             .kv_pages = e->opts.kv_pages,
-                             .no_prefix_cache = no_prefix_cache,
-                             .tok = tok};
-    return nf_sched_create(&be, &o, out, err);
+    nf_sched_opts so = o ? *o : (nf_sched_opts){0};
+    so.vocab = e->model->cfg.vocab;
+    so.ctx = e->opts.ctx;
+    so.chunk = e->opts.chunk;
+    so.max_seqs = e->opts.max_seqs;
+    so.page_tokens = e->opts.page_tokens;
+    so.kv_pages = e->opts.kv_pages;
+    return nf_sched_create(&be, &so, out, err);
 }
 
 static void release_pages(nf_sched *s, seq *q)
 {
+    s->reserved -= q->reserved;
+    q->reserved = 0;
     for (uint32_t j = 0; j < q->n_pages; j++) nf_kvpool_release(s->pool, q->pages[j]);
     q->n_pages = 0;
     q->n_cached = 0;
@@ -351,7 +353,9 @@ static uint32_t ensure_pages(nf_sched *s, seq *q, uint32_t want, nf_status *rc, 
     const size_t first = q->n_cached / pt;
     *rc = NF_OK;
     if (first < q->n_pages) {
+        const uint32_t before = q->pages[first];
         nf_status st = nf_kvpool_writable(s->pool, &q->pages[first], copy_cb, s, err);
+        if (!st && q->pages[first] != before && q->reserved) q->reserved--, s->reserved--;
         if (st == NF_ERR_NOMEM) return 0;
         if (st) {
             *rc = st;
@@ -363,6 +367,7 @@ static uint32_t ensure_pages(nf_sched *s, seq *q, uint32_t want, nf_status *rc, 
         uint32_t pg;
         if (nf_kvpool_alloc(s->pool, &pg, NULL)) break;
         q->pages[q->n_pages++] = pg;
+        if (q->reserved) q->reserved--, s->reserved--;
     }
     const size_t covered = (size_t)q->n_pages * pt - q->n_cached;
     return covered < want ? (uint32_t)covered : want;
@@ -435,18 +440,28 @@ static nf_status plan_decode(nf_sched *s, plan *b, nf_sched_step_info *info, nf_
     return NF_OK;
 }
 
-/* Pages a waiting sequence needs for all its tokens beyond the matched prefix (+1 for the copy of a
- * fully matched last page). */
-static uint32_t pages_needed(const nf_sched *s, const seq *q)
+/* Pages a waiting sequence needs beyond its matched prefix for its first `positions` positions (+1
+ * for the copy of a fully matched last page). */
+static uint32_t pages_needed(const nf_sched *s, const seq *q, size_t positions)
 {
     const uint32_t pt = s->o.page_tokens;
-    const uint32_t total = (uint32_t)((q->n + pt - 1) / pt);
+    const uint32_t total = (uint32_t)((positions + pt - 1) / pt);
     return total - q->n_pages + (q->n_cached < (size_t)q->n_pages * pt);
 }
 
-/* Admission: the longest cached prefix, then the pages for the rest must be available now. Returns
- * 1 when admitted; 0 when it must wait (nothing held); a sequence that cannot fit even an empty pool
- * ends with NF_SEQ_NO_PAGES. */
+/* The positions a sequence must hold: its tokens now, or with opts.reserve every token it may still
+ * feed (the last one sampled is never fed). */
+static size_t positions_wanted(const nf_sched *s, const seq *q)
+{
+    if (!s->o.reserve) return q->n;
+    size_t most = q->p.max_new ? q->n_prompt + q->p.max_new - 1 : s->o.ctx;
+    if (most > s->o.ctx) most = s->o.ctx;
+    return most > q->n ? most : q->n;
+}
+
+/* Admission: the longest cached prefix, then the pages for the rest must be available now (beyond
+ * what others have reserved). Returns 1 when admitted; 0 when it must wait (nothing held); a
+ * sequence that cannot fit even an empty pool ends with NF_SEQ_NO_PAGES. */
 static int admit(nf_sched *s, seq *q, nf_sched_step_info *info)
 {
     const uint32_t pt = s->o.page_tokens;
@@ -456,15 +471,19 @@ static int admit(nf_sched *s, seq *q, nf_sched_step_info *info)
         q->n_cached = (size_t)q->n_pages * pt;
         if (q->n_cached == q->n) q->n_cached--; /* its last token is fed again: the sampler needs its logits */
     }
-    const uint32_t need = pages_needed(s, q);
+    const uint32_t need = pages_needed(s, q, positions_wanted(s, q)), avail = nf_kvpool_available(s->pool);
     if (need + q->n_pages > nf_kvpool_pages(s->pool)) {
         finish(s, q, NF_SEQ_NO_PAGES);
         info->n_ended++;
         return 0;
     }
-    if (need > nf_kvpool_available(s->pool)) {
+    if (need + s->reserved > avail) {
         release_pages(s, q);
         return 0;
+    }
+    if (s->o.reserve) {
+        q->reserved = need;
+        s->reserved += need;
     }
     q->state = SEQ_ACTIVE;
     q->admitted = ++s->next_stamp;

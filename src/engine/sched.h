@@ -13,7 +13,8 @@
  *      token needs a page and none is left, the newest active sequence is preempted back to waiting;
  *   2. the rest of the token budget (chunk) goes to prefill chunks: active sequences partly
  *      prefilled, then waiting ones admitted in arrival order (a preempted one keeps its place);
- *      admission matches the longest cached prefix and needs the pages for the rest of its tokens free;
+ *      admission matches the longest cached prefix and needs the pages for the rest of its tokens free
+ *      (or, with opts.reserve, for everything it may generate);
  *   3. the forward; full pages are published to the prefix cache; each sequence whose uncached tokens
  *      are all in samples its next token (on a device backend through topk when its sampler allows);
  *      stops are checked and ended sequences return their pages at once.
@@ -87,6 +88,10 @@ typedef struct nf_sched_opts {
     uint32_t page_tokens;  /* positions per KV page */
     uint32_t kv_pages;     /* pages the backend allocated */
     int no_prefix_cache;   /* 1: every prompt is computed in full, nothing is published */
+    int reserve;           /* admission policy (docs/sched.md): 0 (default) admits against the pages of
+                            * the tokens a sequence has and preempts the newest when decode growth runs
+                            * the pool dry; 1 reserves, at admission, the pages of prompt + max_new
+                            * (max_new 0: the context) and never preempts */
     const nf_tokenizer *tok; /* text for events and stop strings; NULL: none */
 } nf_sched_opts;
 
@@ -103,11 +108,11 @@ typedef struct nf_sched_step_info {
 typedef struct nf_sched nf_sched;
 
 nf_status nf_sched_create(const nf_sched_backend *be, const nf_sched_opts *o, nf_sched **out, nf_error *err);
-/* The scheduler over an engine's backend and its whole KV pool (vocab, ctx, chunk, max_seqs,
- * page_tokens, kv_pages from e->opts). The engine's own session (nf_engine_prefill / decode) must not
- * run while the scheduler lives: both would write the same pages. */
-nf_status nf_sched_create_engine(nf_engine *e, const nf_tokenizer *tok, int no_prefix_cache, nf_sched **out,
-                                 nf_error *err);
+/* The scheduler over an engine's backend and its whole KV pool: vocab, ctx, chunk, max_seqs,
+ * page_tokens and kv_pages come from the engine, the rest (tok, no_prefix_cache, reserve) from o
+ * (NULL: defaults). The engine's own session (nf_engine_prefill / decode) must not run while the
+ * scheduler lives: both would write the same pages. */
+nf_status nf_sched_create_engine(nf_engine *e, const nf_sched_opts *o, nf_sched **out, nf_error *err);
 /* Frees every sequence (no events) and the pool. */
 void nf_sched_free(nf_sched *s);
 

@@ -46,11 +46,17 @@ out=$("$bin" bench batch -m "$m" -N 6 -p 30 -n 20 -t 1 --device cpu --page-token
 if [ "$rc" -eq 0 ] && python3 -c 'import json,sys; d=json.load(sys.stdin); assert d[0]["preempted"]>0 and d[0]["kv_pages_used"]<=16, d' <<<"$out"; then ok
 else bad "scarce pool: rc $rc: $out"; fi
 
+# the same pool reserving at admission: no preemption
+out=$("$bin" bench batch -m "$m" -N 6 -p 30 -n 20 -t 1 --device cpu --page-tokens 8 --kv-pages 16 --warmup 0 --admission reserve -o json 2>/dev/null); rc=$?
+if [ "$rc" -eq 0 ] && python3 -c 'import json,sys; d=json.load(sys.stdin); assert d[0]["preempted"]==0 and d[0]["admission"]=="reserve", d' <<<"$out"; then ok
+else bad "reserve: rc $rc: $out"; fi
+
 "$bin" bench batch --help | grep -q -- '--shared-prefix' && ok || bad "--help lacks --shared-prefix"
 check "no model" 2 "needs -m MODEL" bench batch
 check "bad format" 2 "--format 'xml'" bench batch -m "$m" --format xml
 check "prefix too long" 2 "--shared-prefix 8 must be below -p 8" bench batch -m "$m" -p 8 --shared-prefix 8
 check "zero seqs" 2 "--seqs" bench batch -m "$m" -N 0
+check "bad admission" 2 "--admission 'lazy'" bench batch -m "$m" --admission lazy
 check "missing file" 1 "cannot open" bench batch -m "$dir/none.nf"
 echo "bench batch cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

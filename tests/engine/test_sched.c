@@ -252,6 +252,7 @@ typedef struct scenario {
     int with_text;
     size_t min_prompt, max_prompt, max_new;
     uint64_t seed;
+    int reserve; /* admission reserves prompt + max_new pages */
 } scenario;
 
 typedef struct outcome {
@@ -371,6 +372,7 @@ static outcome run(const scenario *sc, const nf_tokenizer *tok, record *rec, lon
     nf_sched_backend be = {&t, toy_forward, sc->device ? toy_logits : NULL, sc->device ? toy_topk : NULL, toy_copy};
     nf_sched_opts o = {.vocab = V, .ctx = sc->ctx, .chunk = sc->chunk, .max_seqs = sc->max_seqs,
                        .page_tokens = sc->pt, .kv_pages = sc->kv_pages, .no_prefix_cache = !sc->prefix_cache,
+                       .reserve = sc->reserve,
                        .tok = sc->with_text ? tok : NULL};
     nf_sched *s = NULL;
     nf_error e;
@@ -400,7 +402,7 @@ static void scenarios(const nf_tokenizer *tok)
 {
     static record rec[64];
     /* many ragged sequences, plenty of pages, no cache; 1 forward per step */
-    scenario a = {"ragged", 24, 4, 16, 8, 8 * 24, 96, 0, 0, 0, 0, 1, 40, 30, 1};
+    scenario a = {"ragged", 24, 4, 16, 8, 8 * 24, 96, 0, 0, 0, 0, 1, 40, 30, 1, 0};
     memset(rec, 0, sizeof rec);
     outcome o = run(&a, tok, rec, -1);
     CHECK_EQ_INT(o.forwards, o.steps);
@@ -411,13 +413,13 @@ static void scenarios(const nf_tokenizer *tok)
     memset(rec, 0, sizeof rec);
     run(&a, tok, rec, -1);
     /* shared prefixes through the prefix cache: hits, and copies of fully matched last pages */
-    scenario b = {"prefix", 24, 4, 16, 8, 8 * 24, 96, 1, 0, 13, 0, 1, 30, 20, 2};
+    scenario b = {"prefix", 24, 4, 16, 8, 8 * 24, 96, 1, 0, 13, 0, 1, 30, 20, 2, 0};
     memset(rec, 0, sizeof rec);
     o = run(&b, tok, rec, -1);
     CHECK_MSG(o.pool.hits_pages >= 20, "prefix: %llu pages matched", (unsigned long long)o.pool.hits_pages);
     CHECK_MSG(o.pool.copies >= 1, "prefix: %llu copy-on-writes", (unsigned long long)o.pool.copies);
     /* a small pool: decode growth preempts the newest, which recomputes and still matches alone */
-    scenario c = {"scarce", 12, 4, 16, 8, 24, 96, 0, 0, 0, 0, 10, 20, 30, 3};
+    scenario c = {"scarce", 12, 4, 16, 8, 24, 96, 0, 0, 0, 0, 10, 20, 30, 3, 0};
     memset(rec, 0, sizeof rec);
     o = run(&c, tok, rec, -1);
     CHECK_MSG(o.preempted > 0, "scarce: no preemption (%ld)", o.preempted);
@@ -428,14 +430,23 @@ static void scenarios(const nf_tokenizer *tok)
     c.name = "scarce+device", c.device = 1;
     memset(rec, 0, sizeof rec);
     run(&c, tok, rec, -1);
+    /* the same pool with reservation at admission: fewer sequences at once, never a preemption */
+    c.name = "scarce+reserve", c.device = 0, c.reserve = 1;
+    memset(rec, 0, sizeof rec);
+    o = run(&c, tok, rec, -1);
+    CHECK_EQ_INT(o.preempted, 0);
+    c.name = "scarce+reserve, no cache", c.shared_prefix = 0, c.prefix_cache = 0;
+    memset(rec, 0, sizeof rec);
+    o = run(&c, tok, rec, -1);
+    CHECK_EQ_INT(o.preempted, 0);
     /* stop strings and text */
-    scenario d = {"text", 16, 4, 16, 8, 8 * 16, 96, 1, 0, 0, 1, 1, 30, 40, 4};
+    scenario d = {"text", 16, 4, 16, 8, 8 * 16, 96, 1, 0, 0, 1, 1, 30, 40, 4, 0};
     memset(rec, 0, sizeof rec);
     o = run(&d, tok, rec, -1);
     CHECK_MSG(o.ends[NF_SEQ_STOP] >= 3, "text: %d sequences stopped on a string", o.ends[NF_SEQ_STOP]);
     /* cancellation: sequence 2 mid-decode (callback, after 3 tokens), sequence 0 mid-prefill (its prompt
      * is longer than the chunk: after step 1 it holds pages and has not sampled) */
-    scenario x = {"cancel", 8, 4, 8, 4, 64, 128, 1, 0, 0, 0, 20, 60, 20, 5};
+    scenario x = {"cancel", 8, 4, 8, 4, 64, 128, 1, 0, 0, 0, 20, 60, 20, 5, 0};
     memset(rec, 0, sizeof rec);
     rec[2].cancel_after = 3;
     run(&x, tok, rec, 0);

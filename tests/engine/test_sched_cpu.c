@@ -71,13 +71,14 @@ static void run_alone(const nf_model *m, seq_case *c)
 }
 
 /* All cases together through the scheduler; returns the preemptions. */
-static long run_batched(const nf_model *m, seq_case *c, uint32_t kv_pages, int cache, const char *what)
+static long run_batched(const nf_model *m, seq_case *c, uint32_t kv_pages, int cache, int reserve, const char *what)
 {
     nf_engine_opts o = {.threads = 2, .ctx = CTX, .chunk = 32, .page_tokens = 16, .max_seqs = 4, .kv_pages = kv_pages};
     nf_engine *e;
     nf_sched *s = NULL;
     nf_error err;
-    if (nf_engine_create(m, &o, &e, &err) || nf_sched_create_engine(e, NULL, !cache, &s, &err)) {
+    const nf_sched_opts so = {.no_prefix_cache = !cache, .reserve = reserve};
+    if (nf_engine_create(m, &o, &e, &err) || nf_sched_create_engine(e, &so, &s, &err)) {
         CHECK_MSG(0, "%s: %s", what, err.msg);
         nf_engine_free(e);
         return 0;
@@ -134,10 +135,12 @@ int main(void)
         static seq_case c[N];
         make_cases(c, m->cfg.vocab);
         run_alone(m, c);
-        run_batched(m, c, 4 * 6, 0, recipes[k]);
-        run_batched(m, c, 4 * 6, 1, recipes[k]);
-        /* 8 pages of 16: four sequences of up to 54 + 12 tokens cannot all grow */
-        CHECK(run_batched(m, c, 8, 1, recipes[k]) > 0);
+        run_batched(m, c, 4 * 6, 0, 0, recipes[k]);
+        run_batched(m, c, 4 * 6, 1, 0, recipes[k]);
+        /* 8 pages of 16: four sequences of up to 54 + 12 tokens cannot all grow; reserving instead,
+         * fewer run at once and none is preempted */
+        CHECK(run_batched(m, c, 8, 1, 0, recipes[k]) > 0);
+        CHECK(run_batched(m, c, 8, 1, 1, recipes[k]) == 0);
         nf_model_free(m);
         remove(out);
     }
