@@ -682,7 +682,10 @@ nf_status nf_sched_step(nf_sched *s, nf_sched_step_info *info, nf_error *err)
     fill_batch(s, &b, &nb);
     info->n_tokens = b.T;
     info->n_seqs = b.S;
-    for (uint32_t i = 0; i < b.S; i++) info->n_decode += s->batch[i]->take == 1 && s->batch[i]->n - s->batch[i]->n_cached == 1;
+    for (uint32_t i = 0; i < b.S; i++) {
+        const seq *q = s->batch[i];
+        info->n_decode += q->take == 1 && q->n - q->n_cached == 1;
+    }
     const uint64_t f0 = nf_time_ns();
     uint32_t k = 0;
     rc = s->be.forward(s->be.state, &nb, s->be.topk ? NULL : s->logits, err);
