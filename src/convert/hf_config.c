@@ -237,6 +237,11 @@ static nf_status read_bias(const cJSON *root, nf_hf_config *c, nf_error *err)
     if (s == NF_OK && attention_bias)
         return nf_error_set(err, NF_ERR_UNSUPPORTED, "\"attention_bias\": true (biases on q/k/v/o_proj) is not supported "
                             "for %s", arch_names[c->arch]);
+    int mlp_bias = 0; /* llama's gate/up/down biases: the schema has no place for them */
+    if (s == NF_OK) s = opt_bool(root, "mlp_bias", &mlp_bias, err);
+    if (s == NF_OK && mlp_bias)
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "\"mlp_bias\": true (biases on gate/up/down_proj) is not "
+                            "supported for %s", arch_names[c->arch]);
     return s;
 }
 

@@ -55,6 +55,12 @@ static nf_status read_vocab(hf_build *b, const cJSON *model, const cJSON *added)
             return bad(b, NF_ERR_FORMAT, "added_tokens", "each entry needs an integer 'id' and a string 'content'");
         if (id->valuedouble > max_id) max_id = id->valuedouble;
     }
+    /* Every id 0..max must be named, so more ids than entries is an error; checked before the
+     * tables are allocated, which a lone id near 2^24 would otherwise make ~200 MB. */
+    const double entries = (double)cJSON_GetArraySize(vocab) + (added ? cJSON_GetArraySize(added) : 0);
+    if (max_id + 1 > entries)
+        return nf_error_set(b->err, NF_ERR_FORMAT, "%s: model.vocab: the largest id is %.0f but only %.0f tokens are "
+                            "given (ids must be 0..%.0f without gaps)", b->src, max_id, entries, entries - 1);
     b->n = (uint32_t)(max_id + 1);
     b->tokens = calloc(b->n ? b->n : 1, sizeof *b->tokens);
     b->types = calloc(b->n ? b->n : 1, sizeof *b->types);

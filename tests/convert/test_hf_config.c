@@ -199,6 +199,10 @@ static void test_bias(void)
             "\"attention_bias\": true (biases on q/k/v/o_proj) is not supported for llama");
     refused("{\"model_type\": \"qwen3_moe\", " MOE ", \"attention_bias\": true}", NF_ERR_UNSUPPORTED,
             "not supported for qwen3_moe");
+    refused("{\"model_type\": \"llama\", " BASE ", \"mlp_bias\": true}", NF_ERR_UNSUPPORTED,
+            "\"mlp_bias\": true (biases on gate/up/down_proj) is not supported for llama");
+    accepted("{\"model_type\": \"llama\", " BASE ", \"mlp_bias\": false}", &c);
+    nf_hf_config_free(&c);
 #undef Q2
 }
 

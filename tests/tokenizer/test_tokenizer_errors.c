@@ -22,6 +22,17 @@ static void m_no_vocab(cJSON *r) { cJSON_DeleteItemFromObject(model(r), "vocab")
 static void m_neg_id(cJSON *r) { cJSON_ReplaceItemInObject(cJSON_GetObjectItem(model(r), "vocab"), "b", cJSON_CreateNumber(-1)); }
 static void m_dup_id(cJSON *r) { cJSON_ReplaceItemInObject(cJSON_GetObjectItem(model(r), "vocab"), "b", cJSON_CreateNumber(0)); }
 static void m_gap(cJSON *r) { cJSON_ReplaceItemInObject(cJSON_GetObjectItem(model(r), "vocab"), "ab", cJSON_CreateNumber(7)); }
+/* ids 0, 1, 3, 4 named (an added token restating 'a' keeps the count of entries at 5): 2 is missing */
+static void m_gap_restated(cJSON *r)
+{
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(model(r), "vocab"), "ab", cJSON_CreateNumber(4));
+    cJSON *a = cJSON_CreateObject();
+    cJSON_AddNumberToObject(a, "id", 0);
+    cJSON_AddStringToObject(a, "content", "a");
+    cJSON_AddItemToArray(cJSON_GetObjectItem(r, "added_tokens"), a);
+}
+/* one id near 2^24: refused by the count of entries before any table is allocated */
+static void m_huge_id(cJSON *r) { cJSON_ReplaceItemInObject(cJSON_GetObjectItem(model(r), "vocab"), "ab", cJSON_CreateNumber(16777000)); }
 static void m_merge_form(cJSON *r) { cJSON_ReplaceItemInArray(cJSON_GetObjectItem(model(r), "merges"), 0, cJSON_CreateString("ab")); }
 static void m_merge_unknown(cJSON *r) { cJSON_ReplaceItemInArray(cJSON_GetObjectItem(model(r), "merges"), 0, cJSON_CreateString("a zz")); }
 static void m_merge_result(cJSON *r) { cJSON_ReplaceItemInArray(cJSON_GetObjectItem(model(r), "merges"), 0, cJSON_CreateString("b a")); }
@@ -81,7 +92,9 @@ static void check_json_errors(void)
         {"no vocab", m_no_vocab, NF_ERR_FORMAT, "model.vocab: missing"},
         {"negative id", m_neg_id, NF_ERR_FORMAT, "model.vocab['b']"},
         {"duplicate id", m_dup_id, NF_ERR_FORMAT, "id 0 is given to both"},
-        {"id gap", m_gap, NF_ERR_FORMAT, "no token has id 2"},
+        {"id gap", m_gap, NF_ERR_FORMAT, "the largest id is 7 but only 4 tokens are given"},
+        {"id gap restated", m_gap_restated, NF_ERR_FORMAT, "no token has id 2"},
+        {"huge id", m_huge_id, NF_ERR_FORMAT, "the largest id is 16777000 but only 4 tokens"},
         {"merge form", m_merge_form, NF_ERR_FORMAT, "model.merges[0] = 'ab'"},
         {"merge unknown", m_merge_unknown, NF_ERR_FORMAT, "merges[0]: 'zz' is not in the vocabulary"},
         {"merge result", m_merge_result, NF_ERR_FORMAT, "merges[0]: the merged token 'ba'"},
