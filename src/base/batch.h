@@ -16,7 +16,9 @@
  * engine copies a shared partial page before a sequence appends to it (copy-on-write, copy_page).
  *
  * A sequence's logits depend only on its own tokens and pages, never on what else is in the batch
- * (CPU: bit-identical to running it alone; CUDA: within the routes' argued tolerances).
+ * (CPU: bit-identical to running it alone with the same chunk boundaries; CUDA: within the routes'
+ * argued tolerances). Dynamic NTK rope, whose frequencies follow one sequence's length, is the
+ * exception: a backend refuses a batch of more than one sequence for such a model.
  *
  * Recurrent state (Gated DeltaNet hybrids): state_slot[i] names sequence i's fixed-size slot (conv state
  * and delta-rule matrices), allocated by the backend beside the pages; NULL for attention-only models. */
