@@ -74,6 +74,7 @@ typedef struct cpu_state {
     size_t slot_floats;
     uint32_t *slot_pos;      /* [max_seqs]: positions the slot's state has absorbed */
     nf_cpu_gdn_seq *gseq;    /* [max_seqs] */
+    float *gdn_ws;           /* [threads][nf_cpu_gdn_ws_floats]: the chunked form's scratch (gdn_chunk) */
 } cpu_state;
 
 /* ---- binding ----------------------------------------------------------------------------------- */
@@ -124,7 +125,7 @@ static nf_status bind_layer(cpu_state *s, const nf_model_layer *ly, cpu_layer *c
     if (ly->is_linear) {
         cl->gdn = (nf_cpu_gdn){c->ssm_k_heads, c->ssm_v_heads, c->ssm_k_dim, c->ssm_v_dim, c->ssm_conv,
                                f32_of(ly->ssm_conv), f32_of(ly->ssm_dt_bias), f32_of(ly->ssm_a_log),
-                               f32_of(ly->ssm_norm), c->rms_eps};
+                               f32_of(ly->ssm_norm), c->rms_eps, s->o.gdn_chunk};
         cl->state_off = s->slot_floats;
         s->slot_floats += nf_cpu_gdn_state_floats(&cl->gdn);
     }
@@ -178,6 +179,7 @@ static void cpu_destroy(void *state)
     free(s->slots);
     free(s->slot_pos);
     free(s->gseq);
+    free(s->gdn_ws);
     nf_cpu_free(s->cpu);
     free(s);
 }
@@ -225,9 +227,10 @@ static nf_status alloc_hybrid(cpu_state *s, const nf_engine_opts *o, nf_error *e
     if (c->attn_gate && !(s->gate = malloc((size_t)s->chunk * s->q_dim * sizeof(float))))
         return nf_error_set(err, NF_ERR_NOMEM, "cpu backend: out of memory");
     if (!c->n_linear) return NF_OK;
-    if (c->ssm_conv > NF_CPU_GDN_MAX_K || c->ssm_v_dim > NF_CPU_GDN_MAX_DV)
-        return nf_error_set(err, NF_ERR_UNSUPPORTED, "cpu backend: Gated DeltaNet conv kernel %u / v head dim %u above "
-                            "%d / %d", c->ssm_conv, c->ssm_v_dim, NF_CPU_GDN_MAX_K, NF_CPU_GDN_MAX_DV);
+    if (c->ssm_conv > NF_CPU_GDN_MAX_K || c->ssm_v_dim > NF_CPU_GDN_MAX_DV || o->gdn_chunk > NF_CPU_GDN_MAX_CHUNK)
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "cpu backend: Gated DeltaNet conv kernel %u / v head dim %u / "
+                            "chunk %u above %d / %d / %d", c->ssm_conv, c->ssm_v_dim, o->gdn_chunk, NF_CPU_GDN_MAX_K,
+                            NF_CPU_GDN_MAX_DV, NF_CPU_GDN_MAX_CHUNK);
     const size_t C = s->chunk, Vd = (size_t)c->ssm_v_heads * c->ssm_v_dim;
     s->qkv = malloc(C * nf_model_conv_dim(c) * sizeof(float));
     s->z = malloc(C * Vd * sizeof(float));
@@ -236,6 +239,10 @@ static nf_status alloc_hybrid(cpu_state *s, const nf_engine_opts *o, nf_error *e
     s->slots = calloc((size_t)o->max_seqs * s->slot_floats, sizeof(float));
     s->slot_pos = calloc(o->max_seqs, sizeof(uint32_t));
     s->gseq = malloc(o->max_seqs * sizeof *s->gseq);
+    for (uint32_t l = 0; l < c->layers; l++) /* every linear layer has the same shape: size from any */
+        if (s->layers[l].is_linear && o->gdn_chunk && !s->gdn_ws &&
+            !(s->gdn_ws = malloc((size_t)nf_cpu_threads(s->cpu) * nf_cpu_gdn_ws_floats(&s->layers[l].gdn) * sizeof(float))))
+            return nf_error_set(err, NF_ERR_NOMEM, "cpu backend: out of memory");
     if (!s->qkv || !s->z || !s->go || !s->ba || !s->slots || !s->slot_pos || !s->gseq)
         return nf_error_set(err, NF_ERR_NOMEM, "cpu backend: out of memory for %u state slots of %zu MiB", o->max_seqs,
                             s->slot_floats * sizeof(float) >> 20);
@@ -359,7 +366,7 @@ static void gdn_block(cpu_state *s, cpu_layer *L, const nf_batch *b)
     for (uint32_t i = 0; i < b->n_seqs; i++)
         s->gseq[i] = (nf_cpu_gdn_seq){s->slots + (size_t)b->state_slot[i] * s->slot_floats + L->state_off,
                                       b->seq_start[i], nf_batch_tokens_of(b, i)};
-    nf_cpu_gdn_forward(s->cpu, &L->gdn, s->gseq, b->n_seqs, s->qkv, s->z, s->ba, s->go);
+    nf_cpu_gdn_forward(s->cpu, &L->gdn, s->gseq, b->n_seqs, s->qkv, s->z, s->ba, s->go, s->gdn_ws);
     jobs[0] = job_of(b, L->ssm_out, s->go, Vd, s->tmp, H);
     nf_cpu_gemm_batch(s->cpu, jobs, 1);
     add_rows(s->x, s->tmp, T * H);

@@ -45,6 +45,8 @@ typedef struct nf_engine_opts {
     int no_a8;          /* CUDA: keep bf16 activations into k-quant / q8_0 products at small T (no int8
                          * quantization; slower decode, closer to the CPU reference) */
     int trace_routing;  /* keep each MoE layer's expert choices of the last forward (nf_engine_routing) */
+    uint32_t gdn_chunk; /* CPU, Gated DeltaNet hybrids: prefill runs of a sequence in the chunked form with
+                         * chunks of this many tokens (<= 64; 0: the recurrent form, the reference) */
 } nf_engine_opts;
 
 /* What a backend holds on its device, for the bytes-per-token figures. */

@@ -210,7 +210,16 @@ void nf_cpu_moe_forward(nf_cpu *c, const nf_cpu_moe *m, nf_cpu_moe_ws *ws, const
  *     S *= exp(g); delta = beta * (v - S^T k); S += k delta^T; o = S^T q
  *   out = rmsnorm(o, norm_w) * silu(z)                               per v head
  * A sequence's state for one layer is conv [K-1][conv_dim] (its last K-1 conv inputs, oldest first;
- * zeros before its first token) then S [Hv][dk][dv], all f32. */
+ * zeros before its first token) then S [Hv][dk][dv], all f32.
+ *
+ * Two forms of the recurrence, equal up to rounding: the recurrent one above, token by token (the
+ * definition; the engine's reference), and with chunk > 0 the chunked one for runs of several tokens
+ * (transformers' torch_chunk_gated_delta_rule, the WY / UT-transform formulation the GPU will use):
+ * per chunk of C tokens with in-chunk cumulative decays G_i = g_1 + ... + g_i,
+ *   A[i][j] = -beta_i (k_i . k_j) exp(G_i - G_j) for j < i, made (I - A)^-1-like by forward
+ *   substitution (T = A' + I); u_i = sum_j T[i][j] beta_j v_j, w_i = sum_j T[i][j] beta_j exp(G_j) k_j;
+ *   v'_i = u_i - S^T w_i; o_i = exp(G_i) S^T q_i + sum_{j<=i} (q_i . k_j) exp(G_i - G_j) v'_j;
+ *   S <- exp(G_C) S + sum_j exp(G_C - G_j) k_j v'_j^T. */
 enum { NF_CPU_GDN_MAX_K = 64, NF_CPU_GDN_MAX_DV = 1024 }; /* conv_k and v_dim limits (stack buffers) */
 
 typedef struct nf_cpu_gdn {
@@ -219,7 +228,13 @@ typedef struct nf_cpu_gdn {
     const float *dt_bias, *a_log; /* [Hv] */
     const float *norm_w;          /* [dv] */
     float eps;                    /* the output norm's */
+    uint32_t chunk;               /* 0: recurrent form; C (<= NF_CPU_GDN_MAX_CHUNK): chunked for runs > 1 */
 } nf_cpu_gdn;
+
+enum { NF_CPU_GDN_MAX_CHUNK = 64 };
+
+/* Floats of scratch nf_cpu_gdn_forward needs per thread (the chunked form's; 0 when recurrent). */
+size_t nf_cpu_gdn_ws_floats(const nf_cpu_gdn *g);
 
 static inline size_t nf_cpu_gdn_conv_dim(const nf_cpu_gdn *g)
 {
@@ -240,6 +255,7 @@ typedef struct nf_cpu_gdn_seq {
  * sequence's state advances by its tokens. Work items are (sequence, v head) pairs and the tokens of
  * one run in order, so a sequence's output does not depend on the others or the thread count. */
 void nf_cpu_gdn_forward(nf_cpu *c, const nf_cpu_gdn *g, const nf_cpu_gdn_seq *seqs, size_t n_seqs, float *qkv,
-                        const float *z, const float *ba, float *out);
+                        const float *z, const float *ba, float *out, float *ws);
+/* ws: [threads][nf_cpu_gdn_ws_floats(g)] (NULL when that is 0). */
 
 #endif
