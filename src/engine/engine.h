@@ -30,7 +30,7 @@
 #define NF_KV_PAGE_TOKENS 64
 
 typedef struct nf_engine_opts {
-    const char *device; /* "cpu", "cuda" or "auto" (cuda when a GPU is visible); NULL means cpu */
+    const char *device; /* "cpu", "cuda" or "auto" (cuda when a GPU is visible, cpu for hybrids); NULL: cpu */
     int threads;        /* <= 0: all CPUs */
     uint32_t ctx;       /* the longest sequence in tokens (0: min(model.max_ctx, 4096)) */
     uint32_t chunk;     /* the most tokens of one forward, all sequences together (0: 128 on the CPU, 2048
