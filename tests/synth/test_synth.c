@@ -57,9 +57,9 @@ static int write_synth(const char *path, const char *geom, const char *recipe, u
 
 static void test_roles_vs_converter(void)
 {
-    static const char *fixtures[] = {"llama", "qwen2_moe", "qwen3_moe", "qwen3_moe_256"};
+    static const char *fixtures[] = {"llama", "qwen2_moe", "qwen3_moe", "qwen3_moe_256", "qwen3_next", "qwen3_5_moe"};
     int compared = 0;
-    for (int f = 0; f < 4; f++)
+    for (int f = 0; f < 6; f++)
         for (int r = 0; r < NREC; r++) {
             char dir[512];
             snprintf(dir, sizeof dir, NF_TEST_DATA "/fixtures/models/%s", fixtures[f]);
