@@ -518,6 +518,11 @@ static nf_status hf_gather(nf_plan *p, const char *name, nf_role r, int layer, c
     return s;
 }
 
+/* The layer functions below build layer i's schema names and checkpoint keys (under the layer's key
+ * prefix `pre`) into their local `name` and `key` buffers. */
+#define NAME(fmt) (snprintf(name, sizeof name, "blk.%d." fmt, i), name)
+#define KEY(fmt) (snprintf(key, sizeof key, "%s." fmt, pre), key)
+
 /* The layer's attention q/k/v/o, biases and q/k norms; hybrids' gated attention: q_proj holds per head
  * [query (head_dim) | gate (head_dim)], split here into attn_q (every head's query rows) and attn_gate. */
 static nf_status hf_attention(nf_plan *p, int i, const char *pre, nf_error *err)
@@ -527,8 +532,6 @@ static nf_status hf_attention(nf_plan *p, int i, const char *pre, nf_error *err)
     uint64_t H = c->hidden_size, hd = c->head_dim, q = (uint64_t)c->n_heads * hd, kv = (uint64_t)c->n_kv_heads * hd;
     char key[320], name[64];
     int g_attn = 1000 + 2 * i;
-#define NAME(fmt) (snprintf(name, sizeof name, "blk.%d." fmt, i), name)
-#define KEY(fmt) (snprintf(key, sizeof key, "%s." fmt, pre), key)
     nf_status s = NF_OK;
     if (hyb) {
         hf_rows *g = malloc(c->n_heads * sizeof *g);

@@ -443,7 +443,10 @@ static nf_status prepare_slots(cpu_state *s, const nf_batch *b, nf_error *err)
 /* Each token's position and each sequence's attention view; the dynamic rope update (one sequence). */
 static nf_status prepare(cpu_state *s, const nf_batch *b, nf_error *err)
 {
-    nf_status st = s->rope.kind == NF_ROPE_DYNAMIC && b->n_seqs > 1 ? NF_OK : prepare_slots(s, b, err);
+    if (s->rope.kind == NF_ROPE_DYNAMIC && b->n_seqs > 1)
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "cpu backend: dynamic NTK rope scales its frequencies by the "
+                            "sequence's length, so this model runs one sequence per forward (got %u)", b->n_seqs);
+    nf_status st = prepare_slots(s, b, err); /* the last refusal: it may reset slots */
     if (st) return st;
     for (uint32_t i = 0; i < b->n_seqs; i++) {
         const uint32_t t0 = b->seq_start[i], n = nf_batch_tokens_of(b, i);
@@ -451,9 +454,6 @@ static nf_status prepare(cpu_state *s, const nf_batch *b, nf_error *err)
         for (uint32_t t = 0; t < n; t++) s->pos[t0 + t] = b->pos0[i] + t;
     }
     if (s->rope.kind != NF_ROPE_DYNAMIC) return NF_OK;
-    if (b->n_seqs > 1)
-        return nf_error_set(err, NF_ERR_UNSUPPORTED, "cpu backend: dynamic NTK rope scales its frequencies by the "
-                            "sequence's length, so this model runs one sequence per forward (got %u)", b->n_seqs);
     const uint32_t end = b->pos0[0] + b->n_tokens;
     if (end > s->rope_seq) { /* HF's dynamic update */
         s->rope_seq = end;
