@@ -168,7 +168,7 @@ static int measure(nf_engine *e, const batch_args *a, long N, int cache, int32_t
     row scratch = {0};
     memset(r, 0, sizeof *r);
     r->n_seqs = N;
-    r->cache = cache;
+    r->cache = cache && !e->model->cfg.n_linear; /* a hybrid's scheduler runs without it (docs/hybrid.md) */
     r->kv_pages = e->opts.kv_pages;
     for (long w = 0; w < a->warmup; w++)
         if (run_once(e, a, N, cache, ids, &scratch)) return 1;

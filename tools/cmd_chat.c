@@ -82,6 +82,7 @@ static int turn(nf_gen_session *gs, const nf_chat_template *ct, chat_state *c, n
     while (common < seq->n && common < ids.n && common < gs->eng->n_past && seq->ids[common] == ids.ids[common]) common++;
     if (common == ids.n) common--; /* at least one token must run to get logits */
     nf_engine_truncate(gs->eng, (uint32_t)common);
+    common = gs->eng->n_past; /* a hybrid model keeps nothing: its state cannot rewind */
     seq->n = common;
     reply r = {0};
     nf_gen_stats st;

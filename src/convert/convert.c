@@ -84,6 +84,8 @@ nf_status nf_convert_part_row(const nf_plan *p, const nf_plan_part *q, uint64_t 
     size_t n;
     const uint8_t *b = part_bytes(p, q, cols, r, &n);
     nf_codec_get(q->src_codec)->dequantize_row(b, y, cols);
+    if (q->add != 0) /* 1 + w in f32, as transformers' (1.0 + self.weight.float()) */
+        for (uint64_t k = 0; k < cols; k++) y[k] += q->add;
     return NF_OK;
 }
 
@@ -426,26 +428,36 @@ static const char *rope_name(const char *t)
     return t;
 }
 
+/* The artifact's arch name: Qwen3.5-MoE's text model is "qwen3_5_moe" (one name for both of its
+ * source layouts). */
+static const char *artifact_arch(nf_hf_arch a) { return a == NF_HF_QWEN3_5_MOE_TEXT ? "qwen3_5_moe" : nf_hf_arch_name(a); }
+
 static nf_status model_meta(const nf_plan *p, nf_artifact_writer *w, nf_error *err)
 {
     const nf_hf_config *c = &p->cfg;
     const char *rt = rope_name(c->rope.type);
-    const int none = strcmp(rt, "none") == 0;
-    int32_t *moe = malloc((c->n_layers ? c->n_layers : 1) * sizeof *moe);
+    const int none = strcmp(rt, "none") == 0, hyb = nf_hf_arch_hybrid(c->arch);
+    int32_t *moe = malloc((c->n_layers ? c->n_layers : 1) * 2 * sizeof *moe), *lin = moe + c->n_layers;
     if (!moe) return nf_error_set(err, NF_ERR_NOMEM, "out of memory");
-    for (uint32_t i = 0; i < c->n_layers; i++) moe[i] = nf_hf_config_layer_is_moe(c, i);
+    for (uint32_t i = 0; i < c->n_layers; i++) {
+        moe[i] = nf_hf_config_layer_is_moe(c, i);
+        lin[i] = hyb && c->linear_layers[i];
+    }
     const nf_model_keys k = {
-        .arch = nf_hf_arch_name(c->arch), .hidden = c->hidden_size, .layers = c->n_layers, .heads = c->n_heads,
+        .arch = artifact_arch(c->arch), .hidden = c->hidden_size, .layers = c->n_layers, .heads = c->n_heads,
         .kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .vocab = c->vocab_size, .rms_eps = (float)c->rms_eps,
         .rope_theta = c->rope.theta, .rope_scaling = rt,
         .rope_factor = none || !c->rope.factor ? 1.0f : (float)c->rope.factor,
         .rope_orig_ctx = none ? 0 : (uint32_t)c->rope.original_max_position,
         .rope_low_freq_factor = (float)c->rope.low_freq_factor, .rope_high_freq_factor = (float)c->rope.high_freq_factor,
         .max_ctx = c->max_position, .tie_embeddings = c->tie_word_embeddings, .qkv_bias = c->qkv_bias,
-        .qk_norm = c->arch == NF_HF_QWEN3_MOE, .dense_inter = c->intermediate_size, .experts = c->n_experts,
+        .qk_norm = c->arch == NF_HF_QWEN3_MOE || hyb, .dense_inter = c->intermediate_size, .experts = c->n_experts,
         .top_k = c->n_experts_used, .moe_inter = c->moe_intermediate_size,
-        .shared_inter = c->arch == NF_HF_QWEN2_MOE ? c->shared_intermediate_size : 0, .norm_topk = c->norm_topk_prob,
-        .moe_layers = moe};
+        .shared_inter = c->arch == NF_HF_QWEN2_MOE || hyb ? c->shared_intermediate_size : 0,
+        .norm_topk = c->norm_topk_prob, .moe_layers = moe, .linear_layers = hyb ? lin : NULL,
+        .rope_dim = hyb ? (uint32_t)(c->partial_rotary * c->head_dim) : 0, .attn_gate = hyb,
+        .ssm_k_heads = c->lin_k_heads, .ssm_v_heads = c->lin_v_heads, .ssm_k_dim = c->lin_k_dim,
+        .ssm_v_dim = c->lin_v_dim, .ssm_conv = c->conv_kernel};
     nf_status s = nf_convert_model_meta(w, &k, err);
     free(moe);
     return s;

@@ -10,9 +10,12 @@
 
 #include "base/mapfile.h"
 
-static const char *const arch_names[NF_HF_ARCH_COUNT] = {"qwen3_moe", "qwen2_moe", "llama"};
+static const char *const arch_names[NF_HF_ARCH_COUNT] = {"qwen3_moe", "qwen2_moe", "llama", "qwen3_next",
+                                                          "qwen3_5_moe_text"};
 
 const char *nf_hf_arch_name(nf_hf_arch a) { return (unsigned)a < NF_HF_ARCH_COUNT ? arch_names[a] : "?"; }
+
+int nf_hf_arch_hybrid(nf_hf_arch a) { return a == NF_HF_QWEN3_NEXT || a == NF_HF_QWEN3_5_MOE_TEXT; }
 
 /* A key is absent when missing or JSON null (transformers writes null for "not set"). */
 static const cJSON *item(const cJSON *o, const char *key)
@@ -151,8 +154,8 @@ static nf_status read_arch(const cJSON *root, nf_hf_arch *arch, nf_error *err)
             *arch = (nf_hf_arch)i;
             return NF_OK;
         }
-    return nf_error_set(err, NF_ERR_UNSUPPORTED, "unsupported architecture '%s' (supported: qwen3_moe, qwen2_moe, llama)",
-                        type);
+    return nf_error_set(err, NF_ERR_UNSUPPORTED, "unsupported architecture '%s' (supported: qwen3_moe, qwen2_moe, llama, "
+                        "qwen3_next, qwen3_5_moe, qwen3_5_moe_text)", type);
 }
 
 static nf_status read_attention(const cJSON *root, nf_hf_config *c, nf_error *err)
@@ -215,9 +218,11 @@ static nf_status read_moe(const cJSON *root, nf_hf_config *c, nf_error *err)
         return nf_error_set(err, NF_ERR_FORMAT, "num_experts_per_tok %u exceeds num_experts %u", c->n_experts_used,
                             c->n_experts);
     if (s == NF_OK) s = req_u32(root, "moe_intermediate_size", &c->moe_intermediate_size, err);
-    if (s == NF_OK && c->arch == NF_HF_QWEN2_MOE)
+    if (s == NF_OK && (c->arch == NF_HF_QWEN2_MOE || nf_hf_arch_hybrid(c->arch)))
         s = req_u32(root, "shared_expert_intermediate_size", &c->shared_intermediate_size, err);
+    c->norm_topk_prob = c->arch == NF_HF_QWEN3_NEXT; /* Qwen3NextConfig's default */
     if (s == NF_OK) s = opt_bool(root, "norm_topk_prob", &c->norm_topk_prob, err);
+    if (c->arch == NF_HF_QWEN3_5_MOE_TEXT) c->norm_topk_prob = 1; /* its router always renormalises */
     if (s == NF_OK) s = opt_u32(root, "decoder_sparse_step", &c->decoder_sparse_step, NULL, err);
     if (s == NF_OK && c->decoder_sparse_step == 0) return nf_error_set(err, NF_ERR_FORMAT, "\"decoder_sparse_step\" is 0");
     if (s == NF_OK) s = read_mlp_only(root, c, err);
@@ -245,6 +250,62 @@ static nf_status read_bias(const cJSON *root, nf_hf_config *c, nf_error *err)
     return s;
 }
 
+/* Which layers are Gated DeltaNet: "layer_types", else every layer but each full_attention_interval-th. */
+static nf_status read_layer_types(const cJSON *root, nf_hf_config *c, nf_error *err)
+{
+    c->linear_layers = calloc(c->n_layers, 1);
+    if (!c->linear_layers) return nf_error_set(err, NF_ERR_NOMEM, "out of memory");
+    const cJSON *j = item(root, "layer_types");
+    if (!j) {
+        uint32_t every = 4;
+        nf_status s = opt_u32(root, "full_attention_interval", &every, NULL, err);
+        if (s == NF_OK && every == 0) return nf_error_set(err, NF_ERR_FORMAT, "\"full_attention_interval\" is 0");
+        for (uint32_t i = 0; s == NF_OK && i < c->n_layers; i++) c->linear_layers[i] = (i + 1) % every != 0;
+        return s;
+    }
+    if (!cJSON_IsArray(j) || (uint32_t)cJSON_GetArraySize(j) != c->n_layers)
+        return nf_error_set(err, NF_ERR_FORMAT, "\"layer_types\" is not an array of num_hidden_layers (%u) strings",
+                            c->n_layers);
+    uint32_t i = 0;
+    for (const cJSON *x = j->child; x; x = x->next, i++) {
+        const char *v = cJSON_IsString(x) ? x->valuestring : "";
+        if (strcmp(v, "linear_attention") == 0) c->linear_layers[i] = 1;
+        else if (strcmp(v, "full_attention") != 0)
+            return nf_error_set(err, NF_ERR_UNSUPPORTED, "\"layer_types\"[%u] is '%s', expected linear_attention or "
+                                "full_attention", i, v);
+    }
+    return NF_OK;
+}
+
+/* The hybrids' linear-attention sizes and the attention's partial rotary share. */
+static nf_status read_hybrid(const cJSON *root, nf_hf_config *c, nf_error *err)
+{
+    nf_status s = read_layer_types(root, c, err);
+    if (s == NF_OK) s = req_u32(root, "linear_num_key_heads", &c->lin_k_heads, err);
+    if (s == NF_OK) s = req_u32(root, "linear_num_value_heads", &c->lin_v_heads, err);
+    if (s == NF_OK) s = req_u32(root, "linear_key_head_dim", &c->lin_k_dim, err);
+    if (s == NF_OK) s = req_u32(root, "linear_value_head_dim", &c->lin_v_dim, err);
+    c->conv_kernel = 4;
+    if (s == NF_OK) s = opt_u32(root, "linear_conv_kernel_dim", &c->conv_kernel, NULL, err);
+    if (s != NF_OK) return s;
+    if (c->lin_v_heads % c->lin_k_heads || c->conv_kernel < 1)
+        return nf_error_set(err, NF_ERR_FORMAT, "linear_num_value_heads %u is not a multiple of linear_num_key_heads %u, "
+                            "or linear_conv_kernel_dim %u < 1", c->lin_v_heads, c->lin_k_heads, c->conv_kernel);
+    double top = 0.25, inner = 0.25;
+    int has_top = 0, has_inner = 0;
+    s = opt_double(root, "partial_rotary_factor", &top, &has_top, err);
+    if (s == NF_OK) s = opt_double(item(root, "rope_parameters"), "partial_rotary_factor", &inner, &has_inner, err);
+    if (s != NF_OK) return s;
+    if (has_top && has_inner && top != inner)
+        return nf_error_set(err, NF_ERR_FORMAT, "\"partial_rotary_factor\" %g and rope_parameters' %g disagree", top, inner);
+    c->partial_rotary = has_inner ? inner : top;
+    double rot = c->partial_rotary * c->head_dim;
+    if (!(rot >= 2 && rot <= c->head_dim) || (uint32_t)rot % 2)
+        return nf_error_set(err, NF_ERR_FORMAT, "partial_rotary_factor %g of head_dim %u is not an even number of "
+                            "dimensions", c->partial_rotary, c->head_dim);
+    return NF_OK;
+}
+
 /* cJSON finds the first of two equal keys and Python's json keeps the last: refuse the ambiguity. */
 static nf_status check_unique_keys(const cJSON *root, nf_error *err)
 {
@@ -264,22 +325,47 @@ static int has_dense_layer(const nf_hf_config *c)
     return c->n_experts == 0 || c->decoder_sparse_step > 1 || c->n_mlp_only > 0;
 }
 
-static nf_status read_all(const cJSON *root, nf_hf_config *c, nf_error *err)
+/* The multimodal Qwen3.5 config: the language model's config is "text_config" (its own model_type
+ * qwen3_5_moe_text), its weights under model.language_model.; the top level's tie_word_embeddings
+ * and dtype govern the whole model. Any other config is itself the language model's. */
+static nf_status text_root(const cJSON *top, const cJSON **root, nf_hf_config *c, nf_error *err)
 {
-    if (!cJSON_IsObject(root)) return nf_error_set(err, NF_ERR_FORMAT, "not a JSON object");
-    if (check_unique_keys(root, err) != NF_OK) return err ? err->code : NF_ERR_FORMAT;
-    nf_status s = read_arch(root, &c->arch, err);
+    *root = top;
+    snprintf(c->prefix, sizeof c->prefix, "model.");
+    const cJSON *mt = item(top, "model_type");
+    if (!cJSON_IsString(mt) || strcmp(mt->valuestring, "qwen3_5_moe") != 0) return NF_OK;
+    const cJSON *tc = item(top, "text_config");
+    if (!cJSON_IsObject(tc)) return nf_error_set(err, NF_ERR_FORMAT, "qwen3_5_moe without a \"text_config\" object");
+    const cJSON *tt = item(tc, "model_type");
+    if (tt && (!cJSON_IsString(tt) || strcmp(tt->valuestring, "qwen3_5_moe_text") != 0))
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "qwen3_5_moe's text_config has model_type '%s', expected "
+                            "qwen3_5_moe_text", cJSON_IsString(tt) ? tt->valuestring : "?");
+    *root = tc;
+    snprintf(c->prefix, sizeof c->prefix, "model.language_model.");
+    return NF_OK;
+}
+
+static nf_status read_all(const cJSON *top, nf_hf_config *c, nf_error *err)
+{
+    if (!cJSON_IsObject(top)) return nf_error_set(err, NF_ERR_FORMAT, "not a JSON object");
+    if (check_unique_keys(top, err) != NF_OK) return err ? err->code : NF_ERR_FORMAT;
+    const cJSON *root;
+    nf_status s = text_root(top, &root, c, err);
+    if (s == NF_OK && root != top && check_unique_keys(root, err) != NF_OK) return err ? err->code : NF_ERR_FORMAT;
+    if (s == NF_OK) s = read_arch(root, &c->arch, err);
     if (s == NF_OK) s = read_attention(root, c, err);
     if (s == NF_OK) s = read_rope(root, &c->rope, err);
     if (s == NF_OK && c->arch != NF_HF_LLAMA) s = read_moe(root, c, err);
+    if (s == NF_OK && nf_hf_arch_hybrid(c->arch)) s = read_hybrid(root, c, err);
     int found_i = 0, found_dt = 0;
     if (s == NF_OK) s = opt_u32(root, "intermediate_size", &c->intermediate_size, &found_i, err);
     if (s == NF_OK && has_dense_layer(c) && (!found_i || c->intermediate_size == 0))
         return nf_error_set(err, NF_ERR_FORMAT, "\"intermediate_size\" is missing or 0, and the model has dense MLP layers");
     if (s == NF_OK) s = opt_bool(root, "tie_word_embeddings", &c->tie_word_embeddings, err);
+    if (s == NF_OK && root != top) s = opt_bool(top, "tie_word_embeddings", &c->tie_word_embeddings, err);
     if (s == NF_OK) s = read_bias(root, c, err);
-    if (s == NF_OK) s = opt_str(root, "dtype", c->dtype, sizeof c->dtype, &found_dt, err);
-    if (s == NF_OK && !found_dt) s = opt_str(root, "torch_dtype", c->dtype, sizeof c->dtype, NULL, err);
+    if (s == NF_OK) s = opt_str(top, "dtype", c->dtype, sizeof c->dtype, &found_dt, err);
+    if (s == NF_OK && !found_dt) s = opt_str(top, "torch_dtype", c->dtype, sizeof c->dtype, NULL, err);
     return s;
 }
 
@@ -311,6 +397,8 @@ void nf_hf_config_free(nf_hf_config *cfg)
 {
     free(cfg->mlp_only_layers);
     cfg->mlp_only_layers = NULL;
+    free(cfg->linear_layers);
+    cfg->linear_layers = NULL;
     cfg->n_mlp_only = 0;
 }
 

@@ -7,7 +7,8 @@
  *     for qwen3_moe "num_local_experts".
  * When both spellings of one value are present they must agree. Keys a config may omit take the
  * transformers class default (num_key_value_heads = num_attention_heads, head_dim = hidden_size /
- * num_attention_heads, rope_theta 10000, decoder_sparse_step 1, norm_topk_prob false,
+ * num_attention_heads, rope_theta 10000, decoder_sparse_step 1, norm_topk_prob false (qwen3_next: true;
+ * qwen3_5_moe_text always renormalises, whatever the key says),
  * tie_word_embeddings false, qwen2_moe's qkv_bias true); the sizes that define the model are required.
  *
  * Attention biases: qwen2_moe's q/k/v projections carry biases exactly when "qkv_bias" says so
@@ -16,7 +17,16 @@
  * tensor for: "attention_bias": true is refused for them.
  *
  * Architectures ("model_type"): qwen3_moe, qwen2_moe (shared expert with a sigmoid gate), llama
- * (dense). Anything else is refused with its name and this list. */
+ * (dense), and the Gated DeltaNet hybrids qwen3_next and qwen3_5_moe_text (Qwen3.5-MoE as
+ * transformers' Qwen3_5MoeForCausalLM saves it). The multimodal qwen3_5_moe is read through its
+ * "text_config" (arch qwen3_5_moe_text, weights under "model.language_model."; the vision tower is
+ * not converted). Anything else is refused with its name and this list.
+ *
+ * Hybrids: layer i is full attention or linear attention (Gated DeltaNet) as "layer_types" says, or
+ * when absent (transformers 4.57 configs) full attention exactly when (i + 1) % full_attention_interval
+ * == 0 (default 4). The attention rotates the first partial_rotary_factor (default 0.25) of each head,
+ * read from "rope_parameters" or the top level. Qwen3.5's "mrope_section" is ignored: for text every
+ * one of its three position components is the token's position, and mRoPE reduces to this rope. */
 #ifndef NF_CONVERT_HF_CONFIG_H
 #define NF_CONVERT_HF_CONFIG_H
 
@@ -25,7 +35,18 @@
 
 #include "base/error.h"
 
-typedef enum nf_hf_arch { NF_HF_QWEN3_MOE = 0, NF_HF_QWEN2_MOE, NF_HF_LLAMA, NF_HF_ARCH_COUNT } nf_hf_arch;
+typedef enum nf_hf_arch {
+    NF_HF_QWEN3_MOE = 0,
+    NF_HF_QWEN2_MOE,
+    NF_HF_LLAMA,
+    NF_HF_QWEN3_NEXT,
+    NF_HF_QWEN3_5_MOE_TEXT,
+    NF_HF_ARCH_COUNT
+} nf_hf_arch;
+
+/* Whether the arch is a Gated DeltaNet hybrid (linear-attention layers, gated attention, zero-centred
+ * RMSNorm weights, a shared expert). */
+int nf_hf_arch_hybrid(nf_hf_arch a);
 
 const char *nf_hf_arch_name(nf_hf_arch a); /* the model_type string */
 
@@ -62,6 +83,13 @@ typedef struct nf_hf_config {
     int tie_word_embeddings;       /* lm_head shares embed_tokens */
     int qkv_bias;                  /* q/k/v projections have biases (qwen2_moe only) */
     char dtype[32];                /* "bfloat16", ... from dtype / torch_dtype; "" when absent */
+    char prefix[32];               /* the decoder's key prefix: "model." or, multimodal, "model.language_model." */
+    /* hybrids only (nf_hf_arch_hybrid) */
+    uint8_t *linear_layers;        /* [n_layers] 1: Gated DeltaNet layer, 0: full attention */
+    double partial_rotary;         /* rotated share of head_dim (0.25) */
+    uint32_t lin_k_heads, lin_v_heads; /* linear_num_key_heads, linear_num_value_heads */
+    uint32_t lin_k_dim, lin_v_dim;     /* linear_key_head_dim, linear_value_head_dim */
+    uint32_t conv_kernel;              /* linear_conv_kernel_dim (4) */
 } nf_hf_config;
 
 /* Parses config.json text; `name` names it in messages. Fills *cfg (free with nf_hf_config_free). */

@@ -39,10 +39,21 @@ nf_status nf_convert_model_meta(nf_artifact_writer *w, const nf_model_keys *k, n
     U32("model.moe_inter", k->moe_inter);
     U32("model.shared_inter", k->shared_inter);
     BOOL("model.norm_topk", k->norm_topk);
+    if (k->linear_layers) {
+        U32("model.rope_dim", k->rope_dim);
+        BOOL("model.attn_gate", k->attn_gate);
+        U32("model.ssm_k_heads", k->ssm_k_heads);
+        U32("model.ssm_v_heads", k->ssm_v_heads);
+        U32("model.ssm_k_dim", k->ssm_k_dim);
+        U32("model.ssm_v_dim", k->ssm_v_dim);
+        U32("model.ssm_conv", k->ssm_conv);
+    }
 #undef U32
 #undef F32
 #undef BOOL
     if (s == NF_OK) s = nf_artifact_writer_add_array(w, "model.moe_layers", NF_META_I32, k->moe_layers, k->layers, err);
+    if (s == NF_OK && k->linear_layers)
+        s = nf_artifact_writer_add_array(w, "model.linear_layers", NF_META_I32, k->linear_layers, k->layers, err);
     return s;
 }
 

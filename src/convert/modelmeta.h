@@ -23,6 +23,11 @@ typedef struct nf_model_keys {
     uint32_t dense_inter, experts, top_k, moe_inter, shared_inter;
     int norm_topk;
     const int32_t *moe_layers;             /* [layers]: 1 where the layer's MLP is the MoE block */
+    /* Gated DeltaNet hybrids (qwen3_next, qwen3_5_moe); linear_layers NULL: none of these keys */
+    const int32_t *linear_layers;          /* [layers]: 1 where the layer is Gated DeltaNet */
+    uint32_t rope_dim;                     /* rotated dims of each head (partial rotary) */
+    int attn_gate;                         /* attention output * sigmoid(attn_gate x) */
+    uint32_t ssm_k_heads, ssm_v_heads, ssm_k_dim, ssm_v_dim, ssm_conv;
 } nf_model_keys;
 
 nf_status nf_convert_model_meta(nf_artifact_writer *w, const nf_model_keys *k, nf_error *err);

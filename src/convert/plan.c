@@ -487,17 +487,63 @@ static nf_status hf_no_bias(nf_plan *p, const char *pre, nf_error *err)
     return NF_OK;
 }
 
-static nf_status hf_layer(nf_plan *p, int i, nf_error *err)
+/* A vector key as an f32 tensor; zc: a zero-centred RMSNorm weight, stored as 1 + w. */
+static nf_status hf_vector(nf_plan *p, const char *name, int layer, const char *key, uint64_t n, int zc, nf_error *err)
 {
-    const nf_hf_config *c = &p->cfg;
-    uint64_t H = c->hidden_size, q = (uint64_t)c->n_heads * c->head_dim, kv = (uint64_t)c->n_kv_heads * c->head_dim;
-    char pre[64], key[320], name[64];
-    snprintf(pre, sizeof pre, "model.layers.%d", i);
-    int g_attn = 1000 + 2 * i, g_ffn = 1001 + 2 * i;
+    nf_status s = hf_matrix(p, name, NF_ROLE_VECTOR, layer, key, 1, n, 0, err);
+    if (s == NF_OK && zc) p->t[p->n - 1].parts[0].add = 1.0f;
+    return s;
+}
+
+/* Rows [row0, row0 + rows) of module m's weight, which has src_rows rows. */
+typedef struct hf_rows {
+    const char *m;
+    uint64_t row0, rows, src_rows;
+} hf_rows;
+
+/* An output matrix stacked from row ranges of source matrices, in order (re-ordering a packed
+ * projection into the artifact's layout). */
+static nf_status hf_gather(nf_plan *p, const char *name, nf_role r, int layer, const hf_rows *g, size_t n,
+                           uint64_t cols, int group, nf_error *err)
+{
+    uint64_t d[2] = {0, cols};
+    for (size_t i = 0; i < n; i++) d[0] += g[i].rows;
+    nf_plan_tensor *t = nf_plan_add_tensor(p, name, 2, d, err);
+    if (!t) return NF_ERR_NOMEM;
+    t->unify_group = group;
+    nf_status s = NF_OK;
+    for (size_t i = 0; i < n && s == NF_OK; i++) s = hf_part(p, t, g[i].m, g[i].row0, g[i].rows, cols, g[i].src_rows, err);
+    if (s == NF_OK) s = nf_plan_decide(p, t, r, layer, err);
+    if (s == NF_OK) s = nvfp4_rules(p, t, r, err);
+    return s;
+}
+
+/* The layer functions below build layer i's schema names and checkpoint keys (under the layer's key
+ * prefix `pre`) into their local `name` and `key` buffers. */
 #define NAME(fmt) (snprintf(name, sizeof name, "blk.%d." fmt, i), name)
 #define KEY(fmt) (snprintf(key, sizeof key, "%s." fmt, pre), key)
-    nf_status s = hf_matrix(p, NAME("attn_norm"), NF_ROLE_VECTOR, i, KEY("input_layernorm.weight"), 1, H, 0, err);
-    if (s == NF_OK) s = hf_matrix(p, NAME("attn_q"), NF_ROLE_ATTN_Q, i, KEY("self_attn.q_proj"), q, H, g_attn, err);
+
+/* The layer's attention q/k/v/o, biases and q/k norms; hybrids' gated attention: q_proj holds per head
+ * [query (head_dim) | gate (head_dim)], split here into attn_q (every head's query rows) and attn_gate. */
+static nf_status hf_attention(nf_plan *p, int i, const char *pre, nf_error *err)
+{
+    const nf_hf_config *c = &p->cfg;
+    const int hyb = nf_hf_arch_hybrid(c->arch);
+    uint64_t H = c->hidden_size, hd = c->head_dim, q = (uint64_t)c->n_heads * hd, kv = (uint64_t)c->n_kv_heads * hd;
+    char key[320], name[64];
+    int g_attn = 1000 + 2 * i;
+    nf_status s = NF_OK;
+    if (hyb) {
+        hf_rows *g = malloc(c->n_heads * sizeof *g);
+        if (!g) return nf_error_set(err, NF_ERR_NOMEM, "plan: out of memory");
+        KEY("self_attn.q_proj");
+        for (int half = 0; half < 2 && s == NF_OK; half++) {
+            for (uint32_t h = 0; h < c->n_heads; h++) g[h] = (hf_rows){key, (2 * h + half) * hd, hd, 2 * q};
+            s = hf_gather(p, half ? NAME("attn_gate") : NAME("attn_q"), NF_ROLE_ATTN_Q, i, g, c->n_heads, H, g_attn, err);
+        }
+        free(g);
+    } else
+        s = hf_matrix(p, NAME("attn_q"), NF_ROLE_ATTN_Q, i, KEY("self_attn.q_proj"), q, H, g_attn, err);
     if (s == NF_OK) s = hf_matrix(p, NAME("attn_k"), NF_ROLE_ATTN_K, i, KEY("self_attn.k_proj"), kv, H, g_attn, err);
     if (s == NF_OK) s = hf_matrix(p, NAME("attn_v"), NF_ROLE_ATTN_V, i, KEY("self_attn.v_proj"), kv, H, g_attn, err);
     if (s == NF_OK) s = hf_matrix(p, NAME("attn_output"), NF_ROLE_ATTN_O, i, KEY("self_attn.o_proj"), H, q, 0, err);
@@ -507,13 +553,87 @@ static nf_status hf_layer(nf_plan *p, int i, nf_error *err)
         if (s == NF_OK) s = hf_matrix(p, NAME("attn_v_bias"), NF_ROLE_VECTOR, i, KEY("self_attn.v_proj.bias"), 1, kv, 0, err);
     }
     if (s == NF_OK && !c->qkv_bias) s = hf_no_bias(p, pre, err);
-    if (s == NF_OK && c->arch == NF_HF_QWEN3_MOE) {
-        s = hf_matrix(p, NAME("attn_q_norm"), NF_ROLE_VECTOR, i, KEY("self_attn.q_norm.weight"), 1, c->head_dim, 0, err);
-        if (s == NF_OK)
-            s = hf_matrix(p, NAME("attn_k_norm"), NF_ROLE_VECTOR, i, KEY("self_attn.k_norm.weight"), 1, c->head_dim, 0, err);
+    if (s == NF_OK && (c->arch == NF_HF_QWEN3_MOE || hyb)) {
+        s = hf_vector(p, NAME("attn_q_norm"), i, KEY("self_attn.q_norm.weight"), hd, hyb, err);
+        if (s == NF_OK) s = hf_vector(p, NAME("attn_k_norm"), i, KEY("self_attn.k_norm.weight"), hd, hyb, err);
     }
-    if (s == NF_OK) s = hf_matrix(p, NAME("ffn_norm"), NF_ROLE_VECTOR, i, KEY("post_attention_layernorm.weight"), 1, H, 0, err);
-    if (s) return s;
+    return s;
+}
+
+/* The in_proj row ranges of a Gated DeltaNet layer in the artifact's order: ssm_qkv = every k head's q,
+ * every k head's k, every v head's v (the conv's channel order); ssm_z; ssm_ba = every v head's b, then
+ * every v head's a. Qwen3-Next packs in_proj_qkvz / in_proj_ba per k-head group ([q | k | v of its
+ * r = Hv/Hk v heads | z of them] and [b of them | a of them]); Qwen3.5 splits them, already in order. */
+static nf_status hf_gdn_in(nf_plan *p, int i, const char *pre, nf_error *err)
+{
+    const nf_hf_config *c = &p->cfg;
+    const uint64_t Hk = c->lin_k_heads, Hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim, r = Hv / Hk;
+    const uint64_t H = c->hidden_size, Kd = Hk * dk, Vd = Hv * dv, gs = 2 * dk + 2 * r * dv;
+    char qkvz[320], ba[320], qkv[320], z[320], b[320], a[320], name[64];
+    snprintf(qkvz, sizeof qkvz, "%s.linear_attn.in_proj_qkvz", pre);
+    snprintf(ba, sizeof ba, "%s.linear_attn.in_proj_ba", pre);
+    hf_rows *g = malloc(3 * Hk * sizeof *g);
+    if (!g) return nf_error_set(err, NF_ERR_NOMEM, "plan: out of memory");
+    nf_status s;
+    if (stf(p, "%s.weight", qkvz) || stf(p, "%s.weight_packed", qkvz)) {
+        for (uint64_t h = 0; h < Hk; h++) {
+            g[h] = (hf_rows){qkvz, h * gs, dk, Hk * gs};
+            g[Hk + h] = (hf_rows){qkvz, h * gs + dk, dk, Hk * gs};
+            g[2 * Hk + h] = (hf_rows){qkvz, h * gs + 2 * dk, r * dv, Hk * gs};
+        }
+        s = hf_gather(p, NAME("ssm_qkv"), NF_ROLE_SSM_IN, i, g, 3 * Hk, H, 0, err);
+        for (uint64_t h = 0; h < Hk; h++) g[h] = (hf_rows){qkvz, h * gs + 2 * dk + r * dv, r * dv, Hk * gs};
+        if (s == NF_OK) s = hf_gather(p, NAME("ssm_z"), NF_ROLE_SSM_IN, i, g, Hk, H, 0, err);
+        for (uint64_t h = 0; h < Hk; h++) {
+            g[h] = (hf_rows){ba, h * 2 * r, r, 2 * Hv};
+            g[Hk + h] = (hf_rows){ba, h * 2 * r + r, r, 2 * Hv};
+        }
+        if (s == NF_OK) s = hf_gather(p, NAME("ssm_ba"), NF_ROLE_SSM_BA, i, g, 2 * Hk, H, 0, err);
+    } else {
+        snprintf(qkv, sizeof qkv, "%s.linear_attn.in_proj_qkv", pre);
+        snprintf(z, sizeof z, "%s.linear_attn.in_proj_z", pre);
+        snprintf(b, sizeof b, "%s.linear_attn.in_proj_b", pre);
+        snprintf(a, sizeof a, "%s.linear_attn.in_proj_a", pre);
+        g[0] = (hf_rows){qkv, 0, 2 * Kd + Vd, 2 * Kd + Vd};
+        s = hf_gather(p, NAME("ssm_qkv"), NF_ROLE_SSM_IN, i, g, 1, H, 0, err);
+        g[0] = (hf_rows){z, 0, Vd, Vd};
+        if (s == NF_OK) s = hf_gather(p, NAME("ssm_z"), NF_ROLE_SSM_IN, i, g, 1, H, 0, err);
+        g[0] = (hf_rows){b, 0, Hv, Hv};
+        g[1] = (hf_rows){a, 0, Hv, Hv};
+        if (s == NF_OK) s = hf_gather(p, NAME("ssm_ba"), NF_ROLE_SSM_BA, i, g, 2, H, 0, err);
+    }
+    free(g);
+    return s;
+}
+
+/* A Gated DeltaNet layer's token mixer: in_proj (either dialect), the depthwise conv kernel
+ * [conv_dim][K] (f32), dt_bias and A_log [Hv] (f32, used as transformers does: -exp(A_log)), the
+ * output norm [dv] (a plain RMSNorm weight) and out_proj. */
+static nf_status hf_gdn(nf_plan *p, int i, const char *pre, nf_error *err)
+{
+    const nf_hf_config *c = &p->cfg;
+    const uint64_t Hv = c->lin_v_heads, Vd = Hv * c->lin_v_dim, conv = 2ull * c->lin_k_heads * c->lin_k_dim + Vd;
+    char key[320], name[64];
+    nf_status s = hf_gdn_in(p, i, pre, err);
+    if (s == NF_OK && nf_st_set_find(p->st, KEY("linear_attn.conv1d.bias")))
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "tensor '%s': the Gated DeltaNet conv has no bias in transformers", key);
+    hf_rows g = {KEY("linear_attn.conv1d"), 0, conv, conv};
+    if (s == NF_OK) s = hf_gather(p, NAME("ssm_conv"), NF_ROLE_VECTOR, i, &g, 1, c->conv_kernel, 0, err);
+    if (s == NF_OK) s = hf_vector(p, NAME("ssm_dt_bias"), i, KEY("linear_attn.dt_bias"), Hv, 0, err);
+    if (s == NF_OK) s = hf_vector(p, NAME("ssm_a_log"), i, KEY("linear_attn.A_log"), Hv, 0, err);
+    if (s == NF_OK) s = hf_vector(p, NAME("ssm_norm"), i, KEY("linear_attn.norm.weight"), c->lin_v_dim, 0, err);
+    if (s == NF_OK) s = hf_matrix(p, NAME("ssm_out"), NF_ROLE_SSM_OUT, i, KEY("linear_attn.out_proj"), c->hidden_size, Vd, 0, err);
+    return s;
+}
+
+/* The layer's MLP: a dense SwiGLU, or router + routed experts (+ a shared expert behind its gate). */
+static nf_status hf_ffn(nf_plan *p, int i, const char *pre, nf_error *err)
+{
+    const nf_hf_config *c = &p->cfg;
+    uint64_t H = c->hidden_size;
+    char key[320], name[64];
+    int g_ffn = 1001 + 2 * i;
+    nf_status s;
     if (!nf_hf_config_layer_is_moe(c, (uint32_t)i)) { /* dense: ffn_gate, ffn_up, ffn_down apart */
         uint64_t D = c->intermediate_size;
         s = hf_matrix(p, NAME("ffn_gate"), NF_ROLE_FFN_GATE_UP, i, KEY("mlp.gate_proj"), D, H, g_ffn, err);
@@ -523,7 +643,7 @@ static nf_status hf_layer(nf_plan *p, int i, nf_error *err)
     }
     s = hf_matrix(p, NAME("ffn_gate_inp"), NF_ROLE_ROUTER, i, KEY("mlp.gate"), c->n_experts, H, 0, err);
     if (s == NF_OK) s = hf_experts(p, i, pre, g_ffn, err);
-    if (s == NF_OK && c->arch == NF_HF_QWEN2_MOE && c->shared_intermediate_size) {
+    if (s == NF_OK && c->shared_intermediate_size) { /* qwen2_moe and the hybrids */
         char gu[64], dn[64];
         snprintf(gu, sizeof gu, "blk.%d.ffn_gate_up_shexp", i);
         snprintf(dn, sizeof dn, "blk.%d.ffn_down_shexp", i);
@@ -531,6 +651,19 @@ static nf_status hf_layer(nf_plan *p, int i, nf_error *err)
         if (s == NF_OK)
             s = hf_matrix(p, NAME("ffn_gate_inp_shexp"), NF_ROLE_VECTOR, i, KEY("mlp.shared_expert_gate.weight"), 1, H, 0, err);
     }
+    return s;
+}
+
+static nf_status hf_layer(nf_plan *p, int i, nf_error *err)
+{
+    const nf_hf_config *c = &p->cfg;
+    const int hyb = nf_hf_arch_hybrid(c->arch);
+    char pre[64], key[320], name[64];
+    snprintf(pre, sizeof pre, "%slayers.%d", c->prefix, i);
+    nf_status s = hf_vector(p, NAME("attn_norm"), i, KEY("input_layernorm.weight"), c->hidden_size, hyb, err);
+    if (s == NF_OK) s = hyb && c->linear_layers[i] ? hf_gdn(p, i, pre, err) : hf_attention(p, i, pre, err);
+    if (s == NF_OK) s = hf_vector(p, NAME("ffn_norm"), i, KEY("post_attention_layernorm.weight"), c->hidden_size, hyb, err);
+    if (s == NF_OK) s = hf_ffn(p, i, pre, err);
 #undef NAME
 #undef KEY
     return s;
@@ -545,8 +678,6 @@ static nf_status hf_plan(nf_plan *p, const char *dir, nf_error *err)
     if ((s = nf_st_set_open(dir, &p->st, err)) != NF_OK) return s;
     const nf_hf_config *c = &p->cfg;
     /* the source's quantization */
-    char probe[320];
-    snprintf(probe, sizeof probe, "model.layers.0.self_attn.o_proj");
     for (size_t i = 0; i < nf_st_set_count(p->st); i++) {
         const char *k = nf_st_set_at(p->st, i)->name;
         size_t L = strlen(k);
@@ -559,9 +690,12 @@ static nf_status hf_plan(nf_plan *p, const char *dir, nf_error *err)
     if (strcmp(p->recipe, "source") == 0)
         return nf_error_set(err, NF_ERR_INVALID_ARG, "recipe 'source' is for GGUF sources; choose bf16, q8q8, q4q6, q4q5 or nvfp4");
     uint64_t V = c->vocab_size, H = c->hidden_size;
-    s = hf_matrix(p, "token_embd", NF_ROLE_EMBD, 0, "model.embed_tokens", V, H, 0, err);
+    char key[320];
+    snprintf(key, sizeof key, "%sembed_tokens", c->prefix);
+    s = hf_matrix(p, "token_embd", NF_ROLE_EMBD, 0, key, V, H, 0, err);
     for (uint32_t i = 0; i < c->n_layers && s == NF_OK; i++) s = hf_layer(p, (int)i, err);
-    if (s == NF_OK) s = hf_matrix(p, "output_norm", NF_ROLE_VECTOR, 0, "model.norm.weight", 1, H, 0, err);
+    snprintf(key, sizeof key, "%snorm.weight", c->prefix);
+    if (s == NF_OK) s = hf_vector(p, "output_norm", 0, key, H, nf_hf_arch_hybrid(c->arch), err);
     if (s == NF_OK && !c->tie_word_embeddings) s = hf_matrix(p, "output", NF_ROLE_OUTPUT, 0, "lm_head", V, H, 0, err);
     return s;
 }
@@ -670,6 +804,7 @@ void nf_plan_print(const nf_plan *p, FILE *f)
                     (unsigned long long)t->parts[t->n_parts - 1].row0, nf_codec_get(t->parts[0].src_codec)->name);
         if (t->fallback) fprintf(f, " [fallback]");
         if (t->reencoded) fprintf(f, " [re-encoded]");
+        if (t->n_parts && t->parts[0].add != 0) fprintf(f, " [1 + w]");
         fputc('\n', f);
         if (t->codec == NF_CODEC_NVFP4 && t->action == NF_ACT_NVFP4_COPY) {
             fprintf(f, "    divisors %u:", t->divisors);

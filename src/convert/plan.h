@@ -38,6 +38,8 @@ typedef struct nf_plan_part {
                             * these heads for its rotary layout; we undo it (0: rows as stored) */
     float divisor;         /* nvfp4 sources: this matrix's divisor (global scale); 0 otherwise */
     float input_divisor;   /* W4A4 sources: its calibrated input divisor; 0 when none */
+    float add;             /* added to every decoded value (f32): 1 for the hybrids' zero-centred RMSNorm
+                            * weights, which transformers applies as x * (1 + w); 0 otherwise */
 } nf_plan_part;
 
 typedef enum nf_plan_action {

@@ -31,7 +31,8 @@ _Static_assert(NF_CODEC_F32 == 0, "rule fields left out must mean NONE");
     {[NF_ROLE_VECTOR] = C(NF_CODEC_F32), [NF_ROLE_ROUTER] = C(NF_CODEC_F32), [NF_ROLE_EMBD] = embd,                 \
      [NF_ROLE_OUTPUT] = output, [NF_ROLE_ATTN_Q] = q, [NF_ROLE_ATTN_K] = k, [NF_ROLE_ATTN_V] = v,               \
      [NF_ROLE_ATTN_O] = o, [NF_ROLE_FFN_GATE_UP] = gate_up, [NF_ROLE_FFN_DOWN] = down,                          \
-     [NF_ROLE_EXP_GATE_UP] = exp_gate_up, [NF_ROLE_EXP_DOWN] = exp_down}
+     [NF_ROLE_EXP_GATE_UP] = exp_gate_up, [NF_ROLE_EXP_DOWN] = exp_down, [NF_ROLE_SSM_IN] = q,                  \
+     [NF_ROLE_SSM_BA] = C(NF_CODEC_BF16), [NF_ROLE_SSM_OUT] = o}
 
 struct nf_recipe {
     const char *name;
@@ -106,7 +107,10 @@ int nf_recipe_role_of(const char *name, int *layer)
         {"ffn_up", NF_ROLE_FFN_GATE_UP}, {"ffn_down", NF_ROLE_FFN_DOWN}, {"ffn_gate_inp", NF_ROLE_ROUTER},
         {"ffn_gate_up_exps", NF_ROLE_EXP_GATE_UP}, {"ffn_down_exps", NF_ROLE_EXP_DOWN},
         {"ffn_gate_up_shexp", NF_ROLE_FFN_GATE_UP}, {"ffn_down_shexp", NF_ROLE_FFN_DOWN},
-        {"ffn_gate_inp_shexp", NF_ROLE_VECTOR},
+        {"ffn_gate_inp_shexp", NF_ROLE_VECTOR}, {"attn_gate", NF_ROLE_ATTN_Q}, {"ssm_qkv", NF_ROLE_SSM_IN},
+        {"ssm_z", NF_ROLE_SSM_IN}, {"ssm_ba", NF_ROLE_SSM_BA}, {"ssm_out", NF_ROLE_SSM_OUT},
+        {"ssm_conv", NF_ROLE_VECTOR}, {"ssm_dt_bias", NF_ROLE_VECTOR}, {"ssm_a_log", NF_ROLE_VECTOR},
+        {"ssm_norm", NF_ROLE_VECTOR},
     };
     *layer = -1;
     if (strcmp(name, "token_embd") == 0) return NF_ROLE_EMBD;

@@ -27,6 +27,10 @@ typedef enum nf_role {
     NF_ROLE_FFN_DOWN,     /* dense MLP down, shared expert down */
     NF_ROLE_EXP_GATE_UP,  /* routed expert banks */
     NF_ROLE_EXP_DOWN,
+    NF_ROLE_SSM_IN,       /* Gated DeltaNet ssm_qkv, ssm_z: attn_q's codec (bf16 under nvfp4) */
+    NF_ROLE_SSM_BA,       /* ssm_ba (b and a rows; a goes through softplus and exp into every state
+                           * decay): bf16 in every recipe, 2 * Hv rows, a negligible share */
+    NF_ROLE_SSM_OUT,      /* ssm_out: attn_output's codec (bf16 under nvfp4) */
     NF_ROLE_COUNT
 } nf_role;
 

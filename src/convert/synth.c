@@ -36,15 +36,34 @@
  *   schema (and of both engines) with a shared expert and its sigmoid gate (Qwen3-Next/3.5's
  *   shared expert has the same gate); as the schema has it for qwen2_moe, q/k/v carry biases and
  *   there is no q/k norm. norm_topk_prob true (Qwen3-Next's sparse block).
+ * - Qwen/Qwen3.5-35B-A3B whole ("qwen3.5-35b-a3b-hybrid", arch qwen3_5_moe; transformers'
+ *   Qwen3_5MoeTextConfig defaults, which are that model's text config): the geometry above, plus 3 of
+ *   every 4 layers Gated DeltaNet (linear_num_key_heads 16, linear_num_value_heads 32, key and value
+ *   head dims 128, conv kernel 4), the other 10 gated attention with partial rotary 0.25 (64 of 256
+ *   dims), q/k norm, no biases, rope_theta 1e7. The name "qwen3.5-35b-a3b" stays the MoE-only stand-in
+ *   above while the CUDA engine does not run hybrids.
+ * - Qwen/Qwen3-Next-80B-A3B ("qwen3-next-80b-a3b", arch qwen3_next; Qwen3NextConfig defaults): 48
+ *   layers, hidden 2048, 512 experts top-10, expert and shared intermediate 512, vocab 151936, the
+ *   same GDN / gated-attention shapes, rope_theta 1e7 (the published config's; the class default is
+ *   10000), max_position_embeddings 262144.
  * - tiny, tiny-qwen2: a second on the CPU, for tests; rows are multiples of 256 so every k-quant of
  *   the recipes applies without fallback, and nvfp4 sources are whole 128-row tiles. tiny has E = 8
  *   (the recipe table's E == 8 rule), tiny-qwen2 ties its embeddings and has a shared expert. */
 static const nf_synth_geometry geometries[] = {
-    {"qwen3-30b-a3b", "qwen3_moe", 2048, 48, 32, 4, 128, 151936, 128, 8, 768, 0, 6144, 40960, 1e6, 1e-6f, 0, 0, 1, 1},
-    {"qwen3.5-35b-a3b", "qwen2_moe", 2048, 40, 16, 2, 256, 248320, 256, 8, 512, 512, 0, 262144, 1e7, 1e-6f, 0, 1, 0, 1},
-    {"qwen2-57b-a14b", "qwen2_moe", 3584, 28, 28, 4, 128, 151936, 64, 8, 2560, 20480, 18944, 32768, 1e6, 1e-6f, 0, 1, 0, 0},
-    {"tiny", "qwen3_moe", 256, 2, 4, 2, 64, 512, 8, 2, 256, 0, 0, 1024, 1e6, 1e-6f, 0, 0, 1, 1},
-    {"tiny-qwen2", "qwen2_moe", 256, 2, 4, 2, 64, 512, 4, 2, 256, 256, 0, 1024, 1e6, 1e-6f, 1, 1, 0, 0},
+#define NO_GDN 0, 0, 0, 0, 0, 0, 0
+    {"qwen3-30b-a3b", "qwen3_moe", 2048, 48, 32, 4, 128, 151936, 128, 8, 768, 0, 6144, 40960, 1e6, 1e-6f, 0, 0, 1, 1, NO_GDN},
+    {"qwen3.5-35b-a3b", "qwen2_moe", 2048, 40, 16, 2, 256, 248320, 256, 8, 512, 512, 0, 262144, 1e7, 1e-6f, 0, 1, 0, 1, NO_GDN},
+    {"qwen3.5-35b-a3b-hybrid", "qwen3_5_moe", 2048, 40, 16, 2, 256, 248320, 256, 8, 512, 512, 0, 262144, 1e7, 1e-6f, 0, 0, 1,
+     1, 4, 64, 16, 32, 128, 128, 4},
+    {"qwen3-next-80b-a3b", "qwen3_next", 2048, 48, 16, 2, 256, 151936, 512, 10, 512, 512, 0, 262144, 1e7, 1e-6f, 0, 0, 1, 1,
+     4, 64, 16, 32, 128, 128, 4},
+    {"qwen2-57b-a14b", "qwen2_moe", 3584, 28, 28, 4, 128, 151936, 64, 8, 2560, 20480, 18944, 32768, 1e6, 1e-6f, 0, 1, 0, 0, NO_GDN},
+    {"tiny", "qwen3_moe", 256, 2, 4, 2, 64, 512, 8, 2, 256, 0, 0, 1024, 1e6, 1e-6f, 0, 0, 1, 1, NO_GDN},
+    {"tiny-qwen2", "qwen2_moe", 256, 2, 4, 2, 64, 512, 4, 2, 256, 256, 0, 1024, 1e6, 1e-6f, 1, 1, 0, 0, NO_GDN},
+    /* a hybrid a second on the CPU: layers 0-2 GDN, 3 gated attention (with --layers 4) */
+    {"tiny-hybrid", "qwen3_next", 256, 4, 2, 1, 128, 512, 4, 2, 256, 256, 0, 1024, 1e7, 1e-6f, 0, 0, 1, 1, 4, 32, 2, 4,
+     64, 64, 4},
+#undef NO_GDN
 };
 
 const nf_synth_geometry *nf_synth_geometry_find(const char *name)
@@ -54,7 +73,13 @@ const nf_synth_geometry *nf_synth_geometry_find(const char *name)
     return NULL;
 }
 
-const char *nf_synth_geometry_names(void) { return "qwen3-30b-a3b, qwen3.5-35b-a3b, qwen2-57b-a14b, tiny, tiny-qwen2"; }
+const char *nf_synth_geometry_names(void)
+{
+    return "qwen3-30b-a3b, qwen3.5-35b-a3b, qwen3.5-35b-a3b-hybrid, qwen3-next-80b-a3b, qwen2-57b-a14b, tiny, "
+           "tiny-qwen2, tiny-hybrid";
+}
+
+static int is_linear(const nf_synth_geometry *g, uint32_t l) { return g->attn_every && (l + 1) % g->attn_every != 0; }
 
 /* ---- codecs: the converter's recipe table (recipe.h) -------------------------------------------- */
 
@@ -147,40 +172,76 @@ static nf_status add(plan *p, const nf_synth_geometry *g, const char *recipe, co
 
 #define STD 0.02f /* transformers' initializer_range for every Qwen MoE config */
 
+#define A(suffix, kind, std, n, a, b, c) \
+    (snprintf(nm, sizeof nm, "blk.%u.%s", l, suffix), add(p, g, recipe, nm, kind, std, n, a, b, c, err))
+
+/* Layer l's attention (gated for the hybrids) and its two norms. */
+static nf_status plan_attention(const nf_synth_geometry *g, const char *recipe, uint32_t l, plan *p, nf_error *err)
+{
+    const uint64_t H = g->hidden, Q = (uint64_t)g->heads * g->head_dim, KV = (uint64_t)g->kv_heads * g->head_dim;
+    char nm[48];
+    nf_status st;
+    if ((st = A("attn_norm", K_ONES, 0, 1, H, 0, 0)) || (st = A("attn_q", K_NORMAL, STD, 2, Q, H, 0)) ||
+        (st = A("attn_k", K_NORMAL, STD, 2, KV, H, 0)) || (st = A("attn_v", K_NORMAL, STD, 2, KV, H, 0)))
+        return st;
+    if (g->qkv_bias && ((st = A("attn_q_bias", K_NORMAL, STD, 1, Q, 0, 0)) ||
+                        (st = A("attn_k_bias", K_NORMAL, STD, 1, KV, 0, 0)) ||
+                        (st = A("attn_v_bias", K_NORMAL, STD, 1, KV, 0, 0))))
+        return st;
+    if (g->qk_norm && ((st = A("attn_q_norm", K_ONES, 0, 1, g->head_dim, 0, 0)) ||
+                       (st = A("attn_k_norm", K_ONES, 0, 1, g->head_dim, 0, 0))))
+        return st;
+    if (g->attn_every && (st = A("attn_gate", K_NORMAL, STD, 2, Q, H, 0))) return st;
+    if ((st = A("attn_output", K_NORMAL, STD, 2, H, Q, 0))) return st;
+    return A("ffn_norm", K_ONES, 0, 1, H, 0, 0);
+}
+
+/* Layer l's Gated DeltaNet mixer and its two norms: dt_bias 1 (transformers' init), A_log ~ 0
+ * (a decay of exp(-softplus(a + 1)) per token), the conv kernel N(0, 0.2^2). */
+static nf_status plan_gdn(const nf_synth_geometry *g, const char *recipe, uint32_t l, plan *p, nf_error *err)
+{
+    const uint64_t H = g->hidden, Hv = g->ssm_v_heads, Vd = Hv * g->ssm_v_dim,
+                   conv = 2ull * g->ssm_k_heads * g->ssm_k_dim + Vd;
+    char nm[48];
+    nf_status st;
+    if ((st = A("attn_norm", K_ONES, 0, 1, H, 0, 0)) || (st = A("ssm_qkv", K_NORMAL, STD, 2, conv, H, 0)) ||
+        (st = A("ssm_z", K_NORMAL, STD, 2, Vd, H, 0)) || (st = A("ssm_ba", K_NORMAL, STD, 2, 2 * Hv, H, 0)) ||
+        (st = A("ssm_conv", K_NORMAL, 0.2f, 2, conv, g->ssm_conv, 0)) || (st = A("ssm_dt_bias", K_ONES, 0, 1, Hv, 0, 0)) ||
+        (st = A("ssm_a_log", K_NORMAL, STD, 1, Hv, 0, 0)) || (st = A("ssm_norm", K_ONES, 0, 1, g->ssm_v_dim, 0, 0)) ||
+        (st = A("ssm_out", K_NORMAL, STD, 2, H, Vd, 0)))
+        return st;
+    return A("ffn_norm", K_ONES, 0, 1, H, 0, 0);
+}
+
+/* Layer l's MoE block. */
+static nf_status plan_moe(const nf_synth_geometry *g, const char *recipe, uint32_t l, plan *p, nf_error *err)
+{
+    const uint64_t H = g->hidden, E = g->experts, I = g->moe_inter, S = g->shared_inter;
+    const float router_std = 2.0f / sqrtf((float)H);
+    char nm[48];
+    nf_status st;
+    if ((st = A("ffn_gate_inp", K_NORMAL, router_std, 2, E, H, 0)) ||
+        (st = A("ffn_gate_up_exps", K_BANK, STD, 3, E, 2 * I, H)) || (st = A("ffn_down_exps", K_BANK, STD, 3, E, H, I)))
+        return st;
+    if (S && ((st = A("ffn_gate_up_shexp", K_NORMAL, STD, 2, 2 * S, H, 0)) ||
+              (st = A("ffn_down_shexp", K_NORMAL, STD, 2, H, S, 0)) ||
+              (st = A("ffn_gate_inp_shexp", K_NORMAL, STD, 1, H, 0, 0))))
+        return st;
+    return NF_OK;
+}
+#undef A
+
 /* Every tensor of docs/model_schema.md for geometry g, in the order they are written. */
 static nf_status build_plan(const nf_synth_geometry *g, const char *recipe, plan *p, nf_error *err)
 {
-    const uint64_t H = g->hidden, Q = (uint64_t)g->heads * g->head_dim, KV = (uint64_t)g->kv_heads * g->head_dim,
-                   E = g->experts, I = g->moe_inter, S = g->shared_inter;
-    const float router_std = 2.0f / sqrtf((float)H);
+    const uint64_t H = g->hidden;
     nf_status st = add(p, g, recipe, "token_embd", K_NORMAL, STD, 2, g->vocab, H, 0, err);
     if (!st) st = add(p, g, recipe, "output_norm", K_ONES, 0, 1, H, 0, 0, err);
     if (!st && !g->tie) st = add(p, g, recipe, "output", K_NORMAL, STD, 2, g->vocab, H, 0, err);
-    char nm[48];
-#define A(suffix, kind, std, n, a, b, c) \
-    (snprintf(nm, sizeof nm, "blk.%u.%s", l, suffix), add(p, g, recipe, nm, kind, std, n, a, b, c, err))
     for (uint32_t l = 0; !st && l < g->layers; l++) {
-        if ((st = A("attn_norm", K_ONES, 0, 1, H, 0, 0)) || (st = A("attn_q", K_NORMAL, STD, 2, Q, H, 0)) ||
-            (st = A("attn_k", K_NORMAL, STD, 2, KV, H, 0)) || (st = A("attn_v", K_NORMAL, STD, 2, KV, H, 0)))
-            break;
-        if (g->qkv_bias && ((st = A("attn_q_bias", K_NORMAL, STD, 1, Q, 0, 0)) ||
-                            (st = A("attn_k_bias", K_NORMAL, STD, 1, KV, 0, 0)) ||
-                            (st = A("attn_v_bias", K_NORMAL, STD, 1, KV, 0, 0))))
-            break;
-        if (g->qk_norm && ((st = A("attn_q_norm", K_ONES, 0, 1, g->head_dim, 0, 0)) ||
-                           (st = A("attn_k_norm", K_ONES, 0, 1, g->head_dim, 0, 0))))
-            break;
-        if ((st = A("attn_output", K_NORMAL, STD, 2, H, Q, 0)) || (st = A("ffn_norm", K_ONES, 0, 1, H, 0, 0)) ||
-            (st = A("ffn_gate_inp", K_NORMAL, router_std, 2, E, H, 0)) ||
-            (st = A("ffn_gate_up_exps", K_BANK, STD, 3, E, 2 * I, H)) ||
-            (st = A("ffn_down_exps", K_BANK, STD, 3, E, H, I)))
-            break;
-        if (S && ((st = A("ffn_gate_up_shexp", K_NORMAL, STD, 2, 2 * S, H, 0)) ||
-                  (st = A("ffn_down_shexp", K_NORMAL, STD, 2, H, S, 0)) ||
-                  (st = A("ffn_gate_inp_shexp", K_NORMAL, STD, 1, H, 0, 0))))
-            break;
+        st = is_linear(g, l) ? plan_gdn(g, recipe, l, p, err) : plan_attention(g, recipe, l, p, err);
+        if (!st) st = plan_moe(g, recipe, l, p, err);
     }
-#undef A
     return st;
 }
 
@@ -535,16 +596,21 @@ static nf_status tokenizer_meta(nf_artifact_writer *w, uint32_t V, nf_error *err
 
 static nf_status model_meta(nf_artifact_writer *w, const nf_synth_geometry *g, nf_error *err)
 {
-    int32_t *moe = malloc(g->layers * sizeof *moe);
+    int32_t *moe = malloc(2 * g->layers * sizeof *moe), *lin = moe + g->layers;
     if (!moe) return nf_error_set(err, NF_ERR_NOMEM, "out of memory");
-    for (uint32_t l = 0; l < g->layers; l++) moe[l] = 1; /* every layer of these geometries is MoE */
+    for (uint32_t l = 0; l < g->layers; l++) {
+        moe[l] = 1; /* every layer of these geometries is MoE */
+        lin[l] = is_linear(g, l);
+    }
     const nf_model_keys k = {
         .arch = g->arch, .hidden = g->hidden, .layers = g->layers, .heads = g->heads, .kv_heads = g->kv_heads,
         .head_dim = g->head_dim, .vocab = g->vocab, .rms_eps = g->rms_eps, .rope_theta = g->rope_theta,
         .rope_scaling = "none", .rope_factor = 1.0f, .rope_orig_ctx = 0, .max_ctx = g->max_ctx,
         .tie_embeddings = g->tie, .qkv_bias = g->qkv_bias, .qk_norm = g->qk_norm, .dense_inter = g->dense_inter,
         .experts = g->experts, .top_k = g->top_k, .moe_inter = g->moe_inter, .shared_inter = g->shared_inter,
-        .norm_topk = g->norm_topk, .moe_layers = moe};
+        .norm_topk = g->norm_topk, .moe_layers = moe, .linear_layers = g->attn_every ? lin : NULL,
+        .rope_dim = g->rope_dim, .attn_gate = g->attn_every != 0, .ssm_k_heads = g->ssm_k_heads,
+        .ssm_v_heads = g->ssm_v_heads, .ssm_k_dim = g->ssm_k_dim, .ssm_v_dim = g->ssm_v_dim, .ssm_conv = g->ssm_conv};
     nf_status st = nf_convert_model_meta(w, &k, err);
     free(moe);
     return st;

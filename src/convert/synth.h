@@ -37,6 +37,10 @@ typedef struct nf_synth_geometry {
     double rope_theta;
     float rms_eps;
     int tie, qkv_bias, qk_norm, norm_topk;
+    /* Gated DeltaNet hybrids (docs/hybrid.md); attn_every 0: none of these */
+    uint32_t attn_every;  /* layer l is full (gated) attention when (l + 1) % attn_every == 0, else GDN */
+    uint32_t rope_dim;    /* rotated dims per head */
+    uint32_t ssm_k_heads, ssm_v_heads, ssm_k_dim, ssm_v_dim, ssm_conv;
 } nf_synth_geometry;
 
 /* The named geometry, or NULL. */

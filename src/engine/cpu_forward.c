@@ -14,7 +14,14 @@
  * the products and attention, and those are made row-independent (cpu.h: each sequence's tokens
  * are one segment of every product, attention items never span sequences). The one exception is
  * dynamic NTK rope (NF_ROPE_DYNAMIC), whose frequencies follow the sequence's length: a batch of
- * more than one sequence is refused for it. */
+ * more than one sequence is refused for it.
+ *
+ * Gated DeltaNet hybrids (qwen3_next, qwen3_5_moe; docs/hybrid.md): a linear layer's token mixer is
+ *   qkv, z, ba = Wqkv h, Wz h, Wba h ; out = gdn(qkv, z, ba, its sequence's state slot) ; x += Wout out
+ * and the attention layers are gated (x += Wo (attention * sigmoid(Wgate h))) with partial rotary. Each
+ * sequence's recurrent state lives in the slot b->state_slot[i] names (max_seqs slots); a sequence at
+ * pos0 = 0 starts from a zeroed slot, one at pos0 > 0 must continue the slot's last position exactly
+ * (a recurrent state cannot rewind). KV pages exist for the attention layers only. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +38,12 @@ typedef struct cpu_layer {
     nf_cpu_moe moe;                             /* MoE layers */
     nf_cpu_moe_ws *moe_ws;
     int is_moe;
-    nf_cpu_kv kv;
+    nf_cpu_kv kv;                               /* attention layers */
+    nf_cpu_weight gate_w;                       /* gated attention: [q_dim][H] */
+    nf_cpu_weight ssm_qkv, ssm_z, ssm_ba, ssm_out; /* Gated DeltaNet layers */
+    nf_cpu_gdn gdn;
+    int is_linear;
+    size_t state_off;                           /* this layer's floats within a state slot */
 } cpu_layer;
 
 typedef struct cpu_state {
@@ -55,6 +67,14 @@ typedef struct cpu_state {
     nf_cpu_attn_seq *aseq;   /* [max_seqs]: the sequences of this forward, for attention */
     float *x, *xn, *q, *k, *v, *att, *tmp, *g, *u; /* [chunk][...] activations */
     void *kv_mem;
+    /* hybrids */
+    float *gate;             /* [chunk][q_dim] attention gate */
+    float *qkv, *z, *ba, *go; /* [chunk][conv_dim], [chunk][Vd], [chunk][2 Hv], [chunk][Vd] */
+    float *slots;            /* [max_seqs][slot_floats]: each linear layer's state at its state_off */
+    size_t slot_floats;
+    uint32_t *slot_pos;      /* [max_seqs]: positions the slot's state has absorbed */
+    nf_cpu_gdn_seq *gseq;    /* [max_seqs] */
+    float *gdn_ws;           /* [threads][nf_cpu_gdn_ws_floats]: the chunked form's scratch (gdn_chunk) */
 } cpu_state;
 
 /* ---- binding ----------------------------------------------------------------------------------- */
@@ -97,6 +117,18 @@ static nf_status bind_layer(cpu_state *s, const nf_model_layer *ly, cpu_layer *c
     cl->q_norm = f32_of(ly->attn_q_norm);
     cl->k_norm = f32_of(ly->attn_k_norm);
     cl->is_moe = ly->is_moe;
+    cl->is_linear = ly->is_linear;
+    if ((st = bind_weight(s, ly->attn_gate, &cl->gate_w, err)) || (st = bind_weight(s, ly->ssm_qkv, &cl->ssm_qkv, err)) ||
+        (st = bind_weight(s, ly->ssm_z, &cl->ssm_z, err)) || (st = bind_weight(s, ly->ssm_ba, &cl->ssm_ba, err)) ||
+        (st = bind_weight(s, ly->ssm_out, &cl->ssm_out, err)))
+        return st;
+    if (ly->is_linear) {
+        cl->gdn = (nf_cpu_gdn){c->ssm_k_heads, c->ssm_v_heads, c->ssm_k_dim, c->ssm_v_dim, c->ssm_conv,
+                               f32_of(ly->ssm_conv), f32_of(ly->ssm_dt_bias), f32_of(ly->ssm_a_log),
+                               f32_of(ly->ssm_norm), c->rms_eps, s->o.gdn_chunk};
+        cl->state_off = s->slot_floats;
+        s->slot_floats += nf_cpu_gdn_state_floats(&cl->gdn);
+    }
     if ((st = bind_weight(s, ly->attn_q, &cl->q, err)) || (st = bind_weight(s, ly->attn_k, &cl->k, err)) ||
         (st = bind_weight(s, ly->attn_v, &cl->v, err)) || (st = bind_weight(s, ly->attn_output, &cl->o, err)) ||
         (st = bind_weight(s, ly->ffn_gate, &cl->gate, err)) || (st = bind_weight(s, ly->ffn_up, &cl->up, err)) ||
@@ -139,6 +171,15 @@ static void cpu_destroy(void *state)
     free(s->pos);
     free(s->iota);
     free(s->aseq);
+    free(s->gate);
+    free(s->qkv);
+    free(s->z);
+    free(s->ba);
+    free(s->go);
+    free(s->slots);
+    free(s->slot_pos);
+    free(s->gseq);
+    free(s->gdn_ws);
     nf_cpu_free(s->cpu);
     free(s);
 }
@@ -160,20 +201,51 @@ static nf_status alloc_buffers(cpu_state *s, const nf_engine_opts *o, nf_error *
     s->pos = malloc(C * sizeof(uint32_t));
     s->iota = malloc((C + 1) * sizeof(uint32_t));
     s->aseq = malloc(o->max_seqs * sizeof(nf_cpu_attn_seq));
-    /* the page pool, per layer: k then v, each [kv_pages][page_tokens][kv_dim] */
+    /* the page pool, per attention layer: k then v, each [kv_pages][page_tokens][kv_dim] */
     const size_t esz = o->kv_bf16 ? 2 : 4, per = (size_t)o->kv_pages * o->page_tokens * s->kv_dim * esz;
-    s->kv_mem = calloc((size_t)c->layers * 2, per);
+    const size_t n_attn = c->layers - c->n_linear;
+    s->kv_mem = calloc(n_attn ? n_attn * 2 : 1, per ? per : 1);
     if (!s->x || !s->xn || !s->tmp || !s->q || !s->att || !s->k || !s->v || !s->g || !s->u || !s->inv_freq ||
         !s->pos || !s->iota || !s->aseq || !s->kv_mem)
         return nf_error_set(err, NF_ERR_NOMEM, "cpu backend: out of memory for a KV pool of %u pages of %u tokens "
                             "(%zu MiB) and %zu-token buffers", o->kv_pages, o->page_tokens,
-                            (size_t)c->layers * 2 * per >> 20, C);
+                            n_attn * 2 * per >> 20, C);
     for (size_t i = 0; i <= C; i++) s->iota[i] = (uint32_t)i;
-    for (uint32_t l = 0; l < c->layers; l++) {
-        uint8_t *base = (uint8_t *)s->kv_mem + (size_t)l * 2 * per;
+    for (uint32_t l = 0, a = 0; l < c->layers; l++) {
+        if (s->layers[l].is_linear) continue;
+        uint8_t *base = (uint8_t *)s->kv_mem + (size_t)a++ * 2 * per;
         s->layers[l].kv = (nf_cpu_kv){base, base + per, o->kv_bf16, o->page_tokens, o->kv_pages, c->kv_heads,
                                       c->head_dim};
     }
+    return NF_OK;
+}
+
+/* The hybrids' buffers and state slots (after binding, which sized a slot). */
+static nf_status alloc_hybrid(cpu_state *s, const nf_engine_opts *o, nf_error *err)
+{
+    const nf_model_config *c = &s->m->cfg;
+    if (c->attn_gate && !(s->gate = malloc((size_t)s->chunk * s->q_dim * sizeof(float))))
+        return nf_error_set(err, NF_ERR_NOMEM, "cpu backend: out of memory");
+    if (!c->n_linear) return NF_OK;
+    if (c->ssm_conv > NF_CPU_GDN_MAX_K || c->ssm_v_dim > NF_CPU_GDN_MAX_DV || o->gdn_chunk > NF_CPU_GDN_MAX_CHUNK)
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "cpu backend: Gated DeltaNet conv kernel %u / v head dim %u / "
+                            "chunk %u above %d / %d / %d", c->ssm_conv, c->ssm_v_dim, o->gdn_chunk, NF_CPU_GDN_MAX_K,
+                            NF_CPU_GDN_MAX_DV, NF_CPU_GDN_MAX_CHUNK);
+    const size_t C = s->chunk, Vd = (size_t)c->ssm_v_heads * c->ssm_v_dim;
+    s->qkv = malloc(C * nf_model_conv_dim(c) * sizeof(float));
+    s->z = malloc(C * Vd * sizeof(float));
+    s->go = malloc(C * Vd * sizeof(float));
+    s->ba = malloc(C * 2 * c->ssm_v_heads * sizeof(float));
+    s->slots = calloc((size_t)o->max_seqs * s->slot_floats, sizeof(float));
+    s->slot_pos = calloc(o->max_seqs, sizeof(uint32_t));
+    s->gseq = malloc(o->max_seqs * sizeof *s->gseq);
+    for (uint32_t l = 0; l < c->layers; l++) /* every linear layer has the same shape: size from any */
+        if (s->layers[l].is_linear && o->gdn_chunk && !s->gdn_ws &&
+            !(s->gdn_ws = malloc((size_t)nf_cpu_threads(s->cpu) * nf_cpu_gdn_ws_floats(&s->layers[l].gdn) * sizeof(float))))
+            return nf_error_set(err, NF_ERR_NOMEM, "cpu backend: out of memory");
+    if (!s->qkv || !s->z || !s->go || !s->ba || !s->slots || !s->slot_pos || !s->gseq)
+        return nf_error_set(err, NF_ERR_NOMEM, "cpu backend: out of memory for %u state slots of %zu MiB", o->max_seqs,
+                            s->slot_floats * sizeof(float) >> 20);
     return NF_OK;
 }
 
@@ -195,9 +267,11 @@ static nf_status cpu_create(const nf_model *m, const nf_engine_opts *o, void **o
     s->planes = calloc(s->cap_planes, sizeof *s->planes);
     s->layers = calloc(c->layers, sizeof *s->layers);
     uint32_t max_cols = max_u32(max_u32(c->hidden, s->q_dim), max_u32(max_u32(c->dense_inter, c->moe_inter), c->shared_inter));
+    max_cols = max_u32(max_cols, c->ssm_v_heads * c->ssm_v_dim);
     nf_status st = NF_OK;
     if (!s->planes || !s->layers) st = nf_error_set(err, NF_ERR_NOMEM, "cpu backend: out of memory");
     if (!st) st = nf_cpu_create(o->threads, max_cols, s->ctx, &s->cpu, err);
+    for (uint32_t l = 0; l < c->layers; l++) s->layers[l].is_linear = m->layers[l].is_linear;
     if (!st) {
         nf_cpu_set_reference(s->cpu, o->reference);
         st = alloc_buffers(s, o, err);
@@ -208,6 +282,7 @@ static nf_status cpu_create(const nf_model *m, const nf_engine_opts *o, void **o
     if (!st) st = bind_weight(s, m->token_embd, &s->embd, err);
     if (!st) st = bind_weight(s, m->output, &s->head, err);
     for (uint32_t l = 0; !st && l < c->layers; l++) st = bind_layer(s, &m->layers[l], &s->layers[l], err);
+    if (!st) st = alloc_hybrid(s, o, err);
     if (st) {
         cpu_destroy(s);
         return st;
@@ -216,7 +291,7 @@ static nf_status cpu_create(const nf_model *m, const nf_engine_opts *o, void **o
     static const nf_rope_kind kinds[] = {NF_ROPE_NONE, NF_ROPE_LINEAR, NF_ROPE_DYNAMIC, NF_ROPE_YARN, NF_ROPE_LLAMA3};
     s->rope = (nf_rope_config){kinds[c->rope_scaling], c->rope_theta, c->rope_factor,
                                c->rope_orig_ctx ? c->rope_orig_ctx : c->max_ctx, c->rope_low_freq_factor,
-                               c->rope_high_freq_factor, c->head_dim};
+                               c->rope_high_freq_factor, c->rope_dim};
     nf_rope_inv_freq(&s->rope, 0, s->inv_freq, &s->attn_factor);
     *out = s;
     return NF_OK;
@@ -251,8 +326,8 @@ static void qk_rows(cpu_state *s, const cpu_layer *L, size_t T)
             for (uint32_t h = 0; h < c->heads; h++) nf_cpu_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, c->rms_eps);
             for (uint32_t h = 0; h < c->kv_heads; h++) nf_cpu_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, c->rms_eps);
         }
-        nf_cpu_rope(q, c->heads, c->head_dim, s->pos[t], s->inv_freq, s->attn_factor);
-        nf_cpu_rope(k, c->kv_heads, c->head_dim, s->pos[t], s->inv_freq, s->attn_factor);
+        nf_cpu_rope_part(q, c->heads, c->head_dim, c->rope_dim, s->pos[t], s->inv_freq, s->attn_factor);
+        nf_cpu_rope_part(k, c->kv_heads, c->head_dim, c->rope_dim, s->pos[t], s->inv_freq, s->attn_factor);
     }
 }
 
@@ -261,9 +336,9 @@ static void attention_block(cpu_state *s, cpu_layer *L, const nf_batch *b)
     const nf_model_config *c = &s->m->cfg;
     const size_t T = b->n_tokens, H = c->hidden;
     for (size_t t = 0; t < T; t++) nf_cpu_rmsnorm(s->xn + t * H, s->x + t * H, L->attn_norm, H, c->rms_eps);
-    nf_cpu_gemm_job jobs[3] = {job_of(b, L->q, s->xn, H, s->q, s->q_dim), job_of(b, L->k, s->xn, H, s->k, s->kv_dim),
-                               job_of(b, L->v, s->xn, H, s->v, s->kv_dim)};
-    nf_cpu_gemm_batch(s->cpu, jobs, 3);
+    nf_cpu_gemm_job jobs[4] = {job_of(b, L->q, s->xn, H, s->q, s->q_dim), job_of(b, L->k, s->xn, H, s->k, s->kv_dim),
+                               job_of(b, L->v, s->xn, H, s->v, s->kv_dim), job_of(b, L->gate_w, s->xn, H, s->gate, s->q_dim)};
+    nf_cpu_gemm_batch(s->cpu, jobs, L->gate_w.rows ? 4 : 3);
     qk_rows(s, L, T);
     for (uint32_t i = 0; i < b->n_seqs; i++) {
         const nf_cpu_attn_seq *a = &s->aseq[i];
@@ -271,7 +346,28 @@ static void attention_block(cpu_state *s, cpu_layer *L, const nf_batch *b)
                         s->v + (size_t)a->t0 * s->kv_dim);
     }
     nf_cpu_attention(s->cpu, &L->kv, s->aseq, b->n_seqs, s->q, c->heads, 1.0f / sqrtf((float)c->head_dim), s->att);
+    if (L->gate_w.rows) /* attn_output * torch.sigmoid(gate) */
+        for (size_t i = 0; i < T * s->q_dim; i++) s->att[i] *= 1.0f / (1.0f + expf(-s->gate[i]));
     jobs[0] = job_of(b, L->o, s->att, s->q_dim, s->tmp, H);
+    nf_cpu_gemm_batch(s->cpu, jobs, 1);
+    add_rows(s->x, s->tmp, T * H);
+}
+
+/* A Gated DeltaNet layer's token mixer: the three in_proj products over the batch, the conv and
+ * recurrence per sequence on its state slot (nf_cpu_gdn_forward), out_proj. */
+static void gdn_block(cpu_state *s, cpu_layer *L, const nf_batch *b)
+{
+    const nf_model_config *c = &s->m->cfg;
+    const size_t T = b->n_tokens, H = c->hidden, conv = nf_model_conv_dim(c), Vd = (size_t)c->ssm_v_heads * c->ssm_v_dim;
+    for (size_t t = 0; t < T; t++) nf_cpu_rmsnorm(s->xn + t * H, s->x + t * H, L->attn_norm, H, c->rms_eps);
+    nf_cpu_gemm_job jobs[3] = {job_of(b, L->ssm_qkv, s->xn, H, s->qkv, conv), job_of(b, L->ssm_z, s->xn, H, s->z, Vd),
+                               job_of(b, L->ssm_ba, s->xn, H, s->ba, 2 * c->ssm_v_heads)};
+    nf_cpu_gemm_batch(s->cpu, jobs, 3);
+    for (uint32_t i = 0; i < b->n_seqs; i++)
+        s->gseq[i] = (nf_cpu_gdn_seq){s->slots + (size_t)b->state_slot[i] * s->slot_floats + L->state_off,
+                                      b->seq_start[i], nf_batch_tokens_of(b, i)};
+    nf_cpu_gdn_forward(s->cpu, &L->gdn, s->gseq, b->n_seqs, s->qkv, s->z, s->ba, s->go, s->gdn_ws);
+    jobs[0] = job_of(b, L->ssm_out, s->go, Vd, s->tmp, H);
     nf_cpu_gemm_batch(s->cpu, jobs, 1);
     add_rows(s->x, s->tmp, T * H);
 }
@@ -313,18 +409,51 @@ static void head_block(cpu_state *s, const nf_batch *b, float *logits)
     nf_cpu_gemm_batch(s->cpu, &j, 1);
 }
 
+/* A hybrid's state slots: every sequence names a distinct slot below max_seqs that either starts
+ * (pos0 = 0: zeroed here) or holds exactly pos0 positions. Checked in full before any slot is reset,
+ * so a refused batch changes nothing. */
+static nf_status prepare_slots(cpu_state *s, const nf_batch *b, nf_error *err)
+{
+    if (!s->slots) return NF_OK;
+    if (!b->state_slot)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "cpu backend: %s has Gated DeltaNet layers, so every batch needs "
+                            "state slots (nf_batch.state_slot)", nf_arch_name(s->m->cfg.arch));
+    for (uint32_t i = 0; i < b->n_seqs; i++) {
+        const uint32_t sl = b->state_slot[i];
+        if (sl >= s->o.max_seqs)
+            return nf_error_set(err, NF_ERR_INVALID_ARG, "cpu backend: sequence %u's state slot %u is not below "
+                                "max_seqs %u", i, sl, s->o.max_seqs);
+        for (uint32_t j = 0; j < i; j++)
+            if (b->state_slot[j] == sl)
+                return nf_error_set(err, NF_ERR_INVALID_ARG, "cpu backend: sequences %u and %u share state slot %u", j,
+                                    i, sl);
+        if (b->pos0[i] && b->pos0[i] != s->slot_pos[sl])
+            return nf_error_set(err, NF_ERR_INVALID_ARG, "cpu backend: sequence %u continues at position %u but its state "
+                                "slot %u holds %u positions; a recurrent state cannot rewind or skip (recompute from 0)",
+                                i, b->pos0[i], sl, s->slot_pos[sl]);
+    }
+    for (uint32_t i = 0; i < b->n_seqs; i++)
+        if (b->pos0[i] == 0) {
+            memset(s->slots + (size_t)b->state_slot[i] * s->slot_floats, 0, s->slot_floats * sizeof(float));
+            s->slot_pos[b->state_slot[i]] = 0;
+        }
+    return NF_OK;
+}
+
 /* Each token's position and each sequence's attention view; the dynamic rope update (one sequence). */
 static nf_status prepare(cpu_state *s, const nf_batch *b, nf_error *err)
 {
+    if (s->rope.kind == NF_ROPE_DYNAMIC && b->n_seqs > 1)
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "cpu backend: dynamic NTK rope scales its frequencies by the "
+                            "sequence's length, so this model runs one sequence per forward (got %u)", b->n_seqs);
+    nf_status st = prepare_slots(s, b, err); /* the last refusal: it may reset slots */
+    if (st) return st;
     for (uint32_t i = 0; i < b->n_seqs; i++) {
         const uint32_t t0 = b->seq_start[i], n = nf_batch_tokens_of(b, i);
         s->aseq[i] = (nf_cpu_attn_seq){b->pages + (size_t)i * b->page_stride, b->pos0[i], t0, n};
         for (uint32_t t = 0; t < n; t++) s->pos[t0 + t] = b->pos0[i] + t;
     }
     if (s->rope.kind != NF_ROPE_DYNAMIC) return NF_OK;
-    if (b->n_seqs > 1)
-        return nf_error_set(err, NF_ERR_UNSUPPORTED, "cpu backend: dynamic NTK rope scales its frequencies by the "
-                            "sequence's length, so this model runs one sequence per forward (got %u)", b->n_seqs);
     const uint32_t end = b->pos0[0] + b->n_tokens;
     if (end > s->rope_seq) { /* HF's dynamic update */
         s->rope_seq = end;
@@ -344,10 +473,12 @@ static nf_status cpu_forward(void *state, const nf_batch *b, float *logits, nf_e
     const size_t T = b->n_tokens, H = c->hidden;
     for (size_t t = 0; t < T; t++) nf_cpu_weight_row(&s->embd, (uint32_t)b->tokens[t], s->x + t * H);
     for (uint32_t l = 0; l < c->layers; l++) {
-        attention_block(s, &s->layers[l], b);
+        if (s->layers[l].is_linear) gdn_block(s, &s->layers[l], b);
+        else attention_block(s, &s->layers[l], b);
         mlp_block(s, &s->layers[l], b, s->trace ? s->trace + (size_t)l * T * c->top_k : NULL);
     }
     s->trace_T = T;
+    for (uint32_t i = 0; s->slots && i < b->n_seqs; i++) s->slot_pos[b->state_slot[i]] = b->pos0[i] + nf_batch_tokens_of(b, i);
     head_block(s, b, logits);
     return NF_OK;
 }
@@ -366,7 +497,8 @@ static nf_status cpu_copy_page(void *state, uint32_t dst, uint32_t src, nf_error
     if (dst >= s->o.kv_pages || src >= s->o.kv_pages)
         return nf_error_set(err, NF_ERR_INVALID_ARG, "copy_page(%u <- %u): the pool has %u pages", dst, src,
                             s->o.kv_pages);
-    for (uint32_t l = 0; l < s->m->cfg.layers; l++) nf_cpu_kv_copy_page(&s->layers[l].kv, dst, src);
+    for (uint32_t l = 0; l < s->m->cfg.layers; l++)
+        if (!s->layers[l].is_linear) nf_cpu_kv_copy_page(&s->layers[l].kv, dst, src);
     return NF_OK;
 }
 

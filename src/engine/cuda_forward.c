@@ -59,6 +59,10 @@ static void cuda_destroy(void *state)
 static nf_status cuda_create(const nf_model *m, const nf_engine_opts *o, void **out, nf_error *err)
 {
     *out = NULL;
+    if (m->cfg.n_linear || m->cfg.attn_gate) /* hybrids: the CPU reference only, for now (issue 35) */
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "cuda backend: %s has Gated DeltaNet (linear attention) layers and "
+                            "gated attention, which the CUDA decoder does not run yet; use --device cpu",
+                            nf_arch_name(m->cfg.arch));
     char why[160];
     if (nf_cuda_device_count(why, sizeof why) < 1)
         return nf_error_set(err, NF_ERR_UNSUPPORTED, "device 'cuda': no GPU is visible (%s)", why);

@@ -37,7 +37,9 @@ nf_status nf_engine_create(const nf_model *m, const nf_engine_opts *o, nf_engine
     *out = NULL;
     nf_engine_opts opt = o ? *o : (nf_engine_opts){0};
     const nf_backend_ops *ops = NULL;
-    if (opt.device && strcmp(opt.device, "auto") == 0) opt.device = nf_cuda_device_count(NULL, 0) > 0 ? "cuda" : "cpu";
+    /* auto: the GPU when one is visible, except for hybrids, which only the CPU runs yet (docs/hybrid.md) */
+    if (opt.device && strcmp(opt.device, "auto") == 0)
+        opt.device = nf_cuda_device_count(NULL, 0) > 0 && !m->cfg.n_linear ? "cuda" : "cpu";
     if (!opt.device || strcmp(opt.device, "cpu") == 0) ops = &nf_cpu_backend;
     else if (strcmp(opt.device, "cuda") == 0) ops = &nf_cuda_backend;
     else
@@ -97,10 +99,10 @@ nf_status nf_engine_prefill(nf_engine *e, const int32_t *tokens, size_t n, float
         size_t T = n - i < e->opts.chunk ? n - i : e->opts.chunk;
         const int defer = e->defer_logits && e->ops->logits && !all_logits;
         float *lg = all_logits ? all_logits + i * V : defer ? NULL : e->logits;
-        const uint32_t seq_start[2] = {0, (uint32_t)T}, pos0 = e->n_past;
+        const uint32_t seq_start[2] = {0, (uint32_t)T}, pos0 = e->n_past, slot0 = 0; /* the session: state slot 0 */
         const nf_batch b = {.n_tokens = (uint32_t)T, .n_seqs = 1, .tokens = tokens + i, .seq_start = seq_start,
                             .pos0 = &pos0, .pages = e->pages, .page_stride = nf_engine_pages_per_seq(&e->opts),
-                            .all_logits = all_logits != NULL};
+                            .state_slot = &slot0, .all_logits = all_logits != NULL};
         nf_status st = e->ops->forward(e->state, &b, lg, err);
         if (st) return st;
         e->n_past += (uint32_t)T;

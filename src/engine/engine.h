@@ -30,7 +30,7 @@
 #define NF_KV_PAGE_TOKENS 64
 
 typedef struct nf_engine_opts {
-    const char *device; /* "cpu", "cuda" or "auto" (cuda when a GPU is visible); NULL means cpu */
+    const char *device; /* "cpu", "cuda" or "auto" (cuda when a GPU is visible, cpu for hybrids); NULL: cpu */
     int threads;        /* <= 0: all CPUs */
     uint32_t ctx;       /* the longest sequence in tokens (0: min(model.max_ctx, 4096)) */
     uint32_t chunk;     /* the most tokens of one forward, all sequences together (0: 128 on the CPU, 2048
@@ -45,6 +45,8 @@ typedef struct nf_engine_opts {
     int no_a8;          /* CUDA: keep bf16 activations into k-quant / q8_0 products at small T (no int8
                          * quantization; slower decode, closer to the CPU reference) */
     int trace_routing;  /* keep each MoE layer's expert choices of the last forward (nf_engine_routing) */
+    uint32_t gdn_chunk; /* CPU, Gated DeltaNet hybrids: prefill runs of a sequence in the chunked form with
+                         * chunks of this many tokens (<= 64; 0: the recurrent form, the reference) */
 } nf_engine_opts;
 
 /* What a backend holds on its device, for the bytes-per-token figures. */

@@ -9,7 +9,8 @@
 
 void nf_engine_truncate(nf_engine *e, uint32_t n)
 {
-    if (n < e->n_past) e->n_past = n;
+    /* a hybrid's recurrent state holds all n_past positions and cannot rewind: start over */
+    if (n < e->n_past) e->n_past = e->model->cfg.n_linear ? 0 : n;
 }
 
 static nf_status push_id(nf_tok_ids *v, int32_t id, nf_error *err)

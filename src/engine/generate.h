@@ -40,7 +40,8 @@ nf_status nf_generate(nf_engine *e, const nf_tokenizer *tok, nf_sampler *s, cons
                       const nf_gen_params *p, nf_gen_emit_fn emit, void *ctx, nf_tok_ids *seq, nf_gen_stats *st,
                       nf_error *err);
 
-/* Forgets cached tokens from position n on (n <= e->n_past). */
+/* Forgets cached tokens from position n on (n <= e->n_past). A Gated DeltaNet hybrid forgets them all
+ * (its recurrent state cannot rewind): read e->n_past afterwards for what is kept. */
 void nf_engine_truncate(nf_engine *e, uint32_t n);
 
 #endif

@@ -9,6 +9,8 @@
 
 typedef enum seq_state { SEQ_WAITING, SEQ_ACTIVE, SEQ_DONE } seq_state;
 
+#define NO_SLOT UINT32_MAX
+
 typedef struct seq {
     uint64_t id;
     uint64_t admitted;  /* admission stamp: the largest is the newest active sequence */
@@ -28,6 +30,7 @@ typedef struct seq {
     nf_stop_stream ss;
     int has_text;
     uint32_t take;      /* tokens in the batch being built */
+    uint32_t slot;      /* opts.state_slots: its recurrent state slot while active, else NO_SLOT */
     /* the text of the event being built (set by the stop stream's callback) */
     const char *ev_text;
     size_t ev_len;
@@ -47,6 +50,8 @@ struct nf_sched {
     uint32_t *seq_start; /* [max_seqs + 1] */
     uint32_t *pos0;      /* [max_seqs] */
     uint32_t *pages;     /* [max_seqs][page_stride] */
+    uint32_t *slots;     /* [max_seqs]: each batched sequence's state slot (opts.state_slots) */
+    uint8_t *slot_used;  /* [max_seqs]: slots held by active sequences */
     seq **batch;         /* [max_seqs] */
     seq **order;         /* [n_seqs] scratch: active sequences by admission */
     size_t order_cap;
@@ -73,6 +78,9 @@ static nf_status check_opts(const nf_sched_backend *be, const nf_sched_opts *o, 
         return nf_error_set(err, NF_ERR_INVALID_ARG,
                             "sched: vocab %u, ctx %u, chunk %u, max_seqs %u, page_tokens %u, kv_pages %u (all must be > 0)",
                             o->vocab, o->ctx, o->chunk, o->max_seqs, o->page_tokens, o->kv_pages);
+    if (o->state_slots && !o->no_prefix_cache)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "sched: a backend with recurrent state slots needs no_prefix_cache "
+                            "(a cached prefix restores keys and values, not the state)");
     return NF_OK;
 }
 
@@ -98,11 +106,13 @@ nf_status nf_sched_create(const nf_sched_backend *be, const nf_sched_opts *o, nf
     s->pos0 = malloc(S * sizeof *s->pos0);
     s->pages = malloc(S * s->page_stride * sizeof *s->pages);
     s->batch = malloc(S * sizeof *s->batch);
+    s->slots = malloc(S * sizeof *s->slots);
+    s->slot_used = calloc(S, 1);
     s->logits = malloc(S * o->vocab * sizeof *s->logits);
     s->top_ids = malloc(S * NF_SAMPLER_DEVICE_MAX_K * sizeof *s->top_ids);
     s->top_vals = malloc(S * NF_SAMPLER_DEVICE_MAX_K * sizeof *s->top_vals);
-    if (!s->tokens || !s->seq_start || !s->pos0 || !s->pages || !s->batch || !s->logits || !s->top_ids ||
-        !s->top_vals) {
+    if (!s->tokens || !s->seq_start || !s->pos0 || !s->pages || !s->batch || !s->slots || !s->slot_used || !s->logits ||
+        !s->top_ids || !s->top_vals) {
         nf_sched_free(s);
         return nf_error_set(err, NF_ERR_NOMEM, "sched: out of memory for %u sequences of %u tokens", o->max_seqs,
                             o->chunk);
@@ -121,11 +131,16 @@ nf_status nf_sched_create_engine(nf_engine *e, const nf_sched_opts *o, nf_sched 
     so.max_seqs = e->opts.max_seqs;
     so.page_tokens = e->opts.page_tokens;
     so.kv_pages = e->opts.kv_pages;
+    so.state_slots = e->model->cfg.n_linear > 0;
+    if (so.state_slots) so.no_prefix_cache = 1; /* the recurrent state is not paged */
     return nf_sched_create(&be, &so, out, err);
 }
 
+/* Pages and state slot back (ended, preempted, or not admitted after all). */
 static void release_pages(nf_sched *s, seq *q)
 {
+    if (q->slot != NO_SLOT) s->slot_used[q->slot] = 0;
+    q->slot = NO_SLOT;
     s->reserved -= q->reserved;
     q->reserved = 0;
     for (uint32_t j = 0; j < q->n_pages; j++) nf_kvpool_release(s->pool, q->pages[j]);
@@ -159,6 +174,8 @@ void nf_sched_free(nf_sched *s)
     free(s->pos0);
     free(s->pages);
     free(s->batch);
+    free(s->slots);
+    free(s->slot_used);
     free(s->logits);
     free(s->top_ids);
     free(s->top_vals);
@@ -250,6 +267,7 @@ nf_status nf_sched_add(nf_sched *s, const int32_t *prompt, size_t n, const nf_se
     seq *q = calloc(1, sizeof *q);
     if (!q) return nf_error_set(err, NF_ERR_NOMEM, "sched: out of memory");
     q->n_pages = 0;
+    q->slot = NO_SLOT;
     if ((rc = seq_init(s, q, prompt, n, p, err))) {
         seq_free(s, q);
         return rc;
@@ -485,6 +503,16 @@ static int admit(nf_sched *s, seq *q, nf_sched_step_info *info)
         q->reserved = need;
         s->reserved += need;
     }
+    if (s->o.state_slots) { /* at most max_seqs are active (plan_prefill), so one is free */
+        uint32_t sl = 0;
+        while (sl < s->o.max_seqs && s->slot_used[sl]) sl++;
+        if (sl == s->o.max_seqs) {
+            release_pages(s, q);
+            return 0;
+        }
+        s->slot_used[sl] = 1;
+        q->slot = sl;
+    }
     q->state = SEQ_ACTIVE;
     q->admitted = ++s->next_stamp;
     info->n_admitted++;
@@ -563,11 +591,12 @@ static void fill_batch(nf_sched *s, const plan *b, nf_batch *nb)
         s->pos0[i] = (uint32_t)q->n_cached;
         memcpy(s->tokens + t, q->toks + q->n_cached, q->take * sizeof *s->tokens);
         memcpy(s->pages + (size_t)i * s->page_stride, q->pages, q->n_pages * sizeof *s->pages);
+        s->slots[i] = q->slot;
         t += q->take;
     }
     s->seq_start[b->S] = t;
     *nb = (nf_batch){.n_tokens = t, .n_seqs = b->S, .tokens = s->tokens, .seq_start = s->seq_start, .pos0 = s->pos0,
-                     .pages = s->pages, .page_stride = s->page_stride, .state_slot = NULL, .all_logits = 0};
+                     .pages = s->pages, .page_stride = s->page_stride, .state_slot = s->o.state_slots ? s->slots : NULL, .all_logits = 0};
 }
 
 /* Full pages of the tokens just cached go into the prefix cache, parent first. */

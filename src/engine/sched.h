@@ -93,6 +93,12 @@ typedef struct nf_sched_opts {
                             * the pool dry; 1 reserves, at admission, the pages of prompt + max_new
                             * (max_new 0: the context) and never preempts */
     const nf_tokenizer *tok; /* text for events and stop strings; NULL: none */
+    int state_slots;       /* the backend keeps a recurrent state per sequence (Gated DeltaNet hybrids):
+                            * every batch names each sequence's slot (nf_batch.state_slot), one of
+                            * max_seqs, held from admission until the sequence ends or is preempted; the
+                            * backend starts a slot afresh when its sequence feeds position 0 (admission,
+                            * recompute after preemption). The state is not paged, so a cached prefix
+                            * could not restore it: needs no_prefix_cache (create refuses otherwise). */
 } nf_sched_opts;
 
 /* What one step did. */
@@ -110,7 +116,8 @@ typedef struct nf_sched nf_sched;
 nf_status nf_sched_create(const nf_sched_backend *be, const nf_sched_opts *o, nf_sched **out, nf_error *err);
 /* The scheduler over an engine's backend and its whole KV pool: vocab, ctx, chunk, max_seqs,
  * page_tokens and kv_pages come from the engine, the rest (tok, no_prefix_cache, reserve) from o
- * (NULL: defaults). The engine's own session (nf_engine_prefill / decode) must not run while the
+ * (NULL: defaults). A model with Gated DeltaNet layers gets state_slots, and no_prefix_cache whatever
+ * o says (its recurrent state is not in the pages). The engine's own session (nf_engine_prefill / decode) must not run while the
  * scheduler lives: both would write the same pages. */
 nf_status nf_sched_create_engine(nf_engine *e, const nf_sched_opts *o, nf_sched **out, nf_error *err);
 /* Frees every sequence (no events) and the pool. */

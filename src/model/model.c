@@ -12,6 +12,8 @@ const char *nf_arch_name(nf_arch a)
     case NF_ARCH_QWEN3_MOE: return "qwen3_moe";
     case NF_ARCH_QWEN2_MOE: return "qwen2_moe";
     case NF_ARCH_LLAMA: return "llama";
+    case NF_ARCH_QWEN3_NEXT: return "qwen3_next";
+    case NF_ARCH_QWEN3_5_MOE: return "qwen3_5_moe";
     }
     return "?";
 }
@@ -70,12 +72,13 @@ static nf_status read_arch(const nf_artifact *a, nf_model_config *c, nf_error *e
     const char *s;
     nf_status st = nf_artifact_get_str(a, "model.arch", &s, NULL, err);
     if (st) return st;
-    for (int i = 0; i <= NF_ARCH_LLAMA; i++)
+    for (int i = 0; i <= NF_ARCH_LAST; i++)
         if (strcmp(s, nf_arch_name((nf_arch)i)) == 0) {
             c->arch = (nf_arch)i;
             return NF_OK;
         }
-    return nf_error_set(err, NF_ERR_UNSUPPORTED, "%s: model.arch '%s' is not one of qwen3_moe, qwen2_moe, llama",
+    return nf_error_set(err, NF_ERR_UNSUPPORTED, "%s: model.arch '%s' is not one of qwen3_moe, qwen2_moe, llama, "
+                        "qwen3_next, qwen3_5_moe",
                         nf_artifact_path(a), s);
 }
 
@@ -137,6 +140,42 @@ static nf_status read_moe_layers(const nf_artifact *a, nf_model_config *c, nf_er
     return NF_OK;
 }
 
+static int arch_hybrid(nf_arch a) { return a == NF_ARCH_QWEN3_NEXT || a == NF_ARCH_QWEN3_5_MOE; }
+
+/* The hybrids' keys: which layers are Gated DeltaNet, their sizes, partial rotary, the attention gate. */
+static nf_status read_hybrid(const nf_artifact *a, nf_model_config *c, nf_error *err)
+{
+    c->rope_dim = c->head_dim;
+    if (!arch_hybrid(c->arch)) return NF_OK;
+    const int32_t *v;
+    size_t n;
+    nf_status st = nf_artifact_get_i32_array(a, "model.linear_layers", &v, &n, err);
+    if (st) return st;
+    if (n != c->layers)
+        return nf_error_set(err, NF_ERR_FORMAT, "%s: model.linear_layers has %zu entries, expected model.layers = %u",
+                            nf_artifact_path(a), n, c->layers);
+    if (!(c->linear_layers = calloc(c->layers, 1))) return nf_error_set(err, NF_ERR_NOMEM, "out of memory");
+    for (uint32_t l = 0; l < c->layers; l++) {
+        if (v[l] != 0 && v[l] != 1)
+            return nf_error_set(err, NF_ERR_FORMAT, "%s: model.linear_layers[%u] is %d, expected 0 or 1",
+                                nf_artifact_path(a), l, v[l]);
+        c->linear_layers[l] = (uint8_t)v[l];
+        c->n_linear += (uint32_t)v[l];
+    }
+    if ((st = get_u32(a, "model.rope_dim", 2, &c->rope_dim, err)) || (st = opt_bool(a, "model.attn_gate", &c->attn_gate, err)) ||
+        (st = get_u32(a, "model.ssm_k_heads", 1, &c->ssm_k_heads, err)) ||
+        (st = get_u32(a, "model.ssm_v_heads", 1, &c->ssm_v_heads, err)) ||
+        (st = get_u32(a, "model.ssm_k_dim", 1, &c->ssm_k_dim, err)) ||
+        (st = get_u32(a, "model.ssm_v_dim", 1, &c->ssm_v_dim, err)) || (st = get_u32(a, "model.ssm_conv", 1, &c->ssm_conv, err)))
+        return st;
+    if (c->ssm_v_heads % c->ssm_k_heads || c->rope_dim % 2 || c->rope_dim > c->head_dim || c->ssm_conv > 64 ||
+        (uint64_t)2 * c->ssm_k_heads * c->ssm_k_dim + (uint64_t)c->ssm_v_heads * c->ssm_v_dim > UINT32_MAX / 2)
+        return nf_error_set(err, NF_ERR_FORMAT, "%s: hybrid sizes invalid: ssm_v_heads %u must be a multiple of "
+                            "ssm_k_heads %u, rope_dim %u even and <= head_dim %u, ssm_conv %u <= 64",
+                            nf_artifact_path(a), c->ssm_v_heads, c->ssm_k_heads, c->rope_dim, c->head_dim, c->ssm_conv);
+    return NF_OK;
+}
+
 static nf_status check_config(const nf_artifact *a, const nf_model_config *c, nf_error *err)
 {
     const char *p = nf_artifact_path(a);
@@ -175,7 +214,7 @@ nf_status nf_model_read_config(const nf_artifact *a, nf_model_config *c, nf_erro
         (st = opt_bool(a, "model.norm_topk", &c->norm_topk, err)))
         goto fail;
     c->rms_eps = (float)eps;
-    if ((st = read_moe_layers(a, c, err)) || (st = check_config(a, c, err))) goto fail;
+    if ((st = read_moe_layers(a, c, err)) || (st = read_hybrid(a, c, err)) || (st = check_config(a, c, err))) goto fail;
     return NF_OK;
 fail:
     nf_model_config_free(c);
@@ -186,6 +225,8 @@ void nf_model_config_free(nf_model_config *c)
 {
     free(c->moe_layers);
     c->moe_layers = NULL;
+    free(c->linear_layers);
+    c->linear_layers = NULL;
 }
 
 /* ---- tensors ----------------------------------------------------------------------------------- */
@@ -236,6 +277,24 @@ static nf_status bind_attention(nf_model *m, uint32_t l, nf_model_layer *ly, cha
     if (c->qk_norm && ((st = WANT1(N("attn_q_norm"), 1, &ly->attn_q_norm, c->head_dim)) ||
                        (st = WANT1(N("attn_k_norm"), 1, &ly->attn_k_norm, c->head_dim))))
         return st;
+    if (c->attn_gate && (st = WANT2(N("attn_gate"), 0, &ly->attn_gate, q, H))) return st;
+    return NF_OK;
+}
+
+/* A Gated DeltaNet layer's token mixer and its two norms. */
+static nf_status bind_gdn(nf_model *m, uint32_t l, nf_model_layer *ly, char *nm, size_t cap, nf_error *err)
+{
+    const nf_model_config *c = &m->cfg;
+    const uint64_t H = c->hidden, conv = nf_model_conv_dim(c), Hv = c->ssm_v_heads, Vd = Hv * c->ssm_v_dim;
+    nf_status st;
+    ly->is_linear = 1;
+    if ((st = WANT1(N("attn_norm"), 1, &ly->attn_norm, H)) || (st = WANT1(N("ffn_norm"), 1, &ly->ffn_norm, H)) ||
+        (st = WANT2(N("ssm_qkv"), 0, &ly->ssm_qkv, conv, H)) || (st = WANT2(N("ssm_z"), 0, &ly->ssm_z, Vd, H)) ||
+        (st = WANT2(N("ssm_ba"), 0, &ly->ssm_ba, 2 * Hv, H)) ||
+        (st = WANT2(N("ssm_conv"), 1, &ly->ssm_conv, conv, c->ssm_conv)) ||
+        (st = WANT1(N("ssm_dt_bias"), 1, &ly->ssm_dt_bias, Hv)) || (st = WANT1(N("ssm_a_log"), 1, &ly->ssm_a_log, Hv)) ||
+        (st = WANT1(N("ssm_norm"), 1, &ly->ssm_norm, c->ssm_v_dim)) || (st = WANT2(N("ssm_out"), 0, &ly->ssm_out, H, Vd)))
+        return st;
     return NF_OK;
 }
 
@@ -279,7 +338,8 @@ static nf_status bind_all(nf_model *m, nf_error *err)
     if (!m->layers) return nf_error_set(err, NF_ERR_NOMEM, "out of memory");
     char nm[64];
     for (uint32_t l = 0; l < c->layers; l++)
-        if ((st = bind_attention(m, l, &m->layers[l], nm, sizeof nm, err)) ||
+        if ((st = c->linear_layers && c->linear_layers[l] ? bind_gdn(m, l, &m->layers[l], nm, sizeof nm, err)
+                                                          : bind_attention(m, l, &m->layers[l], nm, sizeof nm, err)) ||
             (st = bind_mlp(m, l, &m->layers[l], nm, sizeof nm, err)))
             return st;
     return NF_OK;
@@ -335,7 +395,9 @@ uint64_t nf_model_bytes_per_token(const nf_model *m)
         b += tb(y->ffn_gate) + tb(y->ffn_up) + tb(y->ffn_down) + tb(y->ffn_gate_inp);
         if (y->is_moe)
             b += (tb(y->ffn_gate_up_exps) + tb(y->ffn_down_exps)) / c->experts * c->top_k;
-        b += tb(y->ffn_gate_up_shexp) + tb(y->ffn_down_shexp) + tb(y->ffn_gate_inp_shexp);
+        b += tb(y->ffn_gate_up_shexp) + tb(y->ffn_down_shexp) + tb(y->ffn_gate_inp_shexp) + tb(y->attn_gate);
+        b += tb(y->ssm_qkv) + tb(y->ssm_z) + tb(y->ssm_ba) + tb(y->ssm_conv) + tb(y->ssm_dt_bias) + tb(y->ssm_a_log);
+        b += tb(y->ssm_norm) + tb(y->ssm_out);
     }
     return b;
 }

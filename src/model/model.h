@@ -10,7 +10,14 @@
 #include "base/error.h"
 #include "format/artifact.h"
 
-typedef enum nf_arch { NF_ARCH_QWEN3_MOE = 0, NF_ARCH_QWEN2_MOE, NF_ARCH_LLAMA } nf_arch;
+typedef enum nf_arch {
+    NF_ARCH_QWEN3_MOE = 0,
+    NF_ARCH_QWEN2_MOE,
+    NF_ARCH_LLAMA,
+    NF_ARCH_QWEN3_NEXT,  /* Gated DeltaNet hybrid (docs/hybrid.md) */
+    NF_ARCH_QWEN3_5_MOE, /* the same computation, Qwen3.5-MoE's text model */
+    NF_ARCH_LAST = NF_ARCH_QWEN3_5_MOE
+} nf_arch;
 
 const char *nf_arch_name(nf_arch a);
 
@@ -43,7 +50,21 @@ typedef struct nf_model_config {
     uint32_t shared_inter; /* S (0: no shared expert) */
     int norm_topk;
     uint8_t *moe_layers;   /* [L] 1: sparse-MoE block, 0: dense MLP (owned) */
+    /* Gated DeltaNet hybrids (docs/hybrid.md); zero / NULL for the others */
+    uint8_t *linear_layers; /* [L] 1: Gated DeltaNet token mixer, 0: attention (owned; NULL: none) */
+    uint32_t n_linear;      /* layers with linear_layers[l] = 1 */
+    uint32_t rope_dim;      /* rotated dims at the start of each head (head_dim unless partial rotary) */
+    int attn_gate;          /* attention output * sigmoid(attn_gate h), per element, before attn_output */
+    uint32_t ssm_k_heads, ssm_v_heads; /* Hk, Hv (Hv % Hk == 0: v head h reads q/k head h / (Hv/Hk)) */
+    uint32_t ssm_k_dim, ssm_v_dim;     /* dk, dv */
+    uint32_t ssm_conv;                 /* K: the causal depthwise conv's kernel length */
 } nf_model_config;
+
+/* Channels of the Gated DeltaNet conv: q, k (Hk*dk each) and v (Hv*dv). */
+static inline uint32_t nf_model_conv_dim(const nf_model_config *c)
+{
+    return 2 * c->ssm_k_heads * c->ssm_k_dim + c->ssm_v_heads * c->ssm_v_dim;
+}
 
 /* One decoder layer's tensors (shapes as model_schema.md; NULL when the layer does not have it). */
 typedef struct nf_model_layer {
@@ -61,7 +82,16 @@ typedef struct nf_model_layer {
     const nf_tensor *ffn_gate_up_shexp;              /* [2S][H] */
     const nf_tensor *ffn_down_shexp;                 /* [H][S] */
     const nf_tensor *ffn_gate_inp_shexp;             /* [H] */
-    int is_moe;
+    const nf_tensor *attn_gate;                      /* [heads*hd][H], attn_gate */
+    /* Gated DeltaNet layers (conv_dim = 2*Hk*dk + Hv*dv) */
+    const nf_tensor *ssm_qkv;                        /* [conv_dim][H]: q | k | v channels */
+    const nf_tensor *ssm_z;                          /* [Hv*dv][H]: the output gate */
+    const nf_tensor *ssm_ba;                         /* [2*Hv][H]: b rows (beta), then a rows (decay) */
+    const nf_tensor *ssm_conv;                       /* [conv_dim][K] f32 */
+    const nf_tensor *ssm_dt_bias, *ssm_a_log;        /* [Hv] f32 */
+    const nf_tensor *ssm_norm;                       /* [dv] f32, plain RMSNorm weight */
+    const nf_tensor *ssm_out;                        /* [H][Hv*dv] */
+    int is_moe, is_linear;
 } nf_model_layer;
 
 typedef struct nf_model {

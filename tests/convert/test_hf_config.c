@@ -116,7 +116,8 @@ static void accepted(const char *json, nf_hf_config *c)
 static void test_refusals(void)
 {
     refused("{\"model_type\": \"mixtral\", " MOE "}", NF_ERR_UNSUPPORTED,
-            "unsupported architecture 'mixtral' (supported: qwen3_moe, qwen2_moe, llama)");
+            "unsupported architecture 'mixtral' (supported: qwen3_moe, qwen2_moe, llama, qwen3_next, qwen3_5_moe, "
+            "qwen3_5_moe_text)");
     refused("{" BASE "}", NF_ERR_FORMAT, "\"model_type\" is missing");
     refused("{\"model_type\": \"llama\", \"hidden_size\": 64}", NF_ERR_FORMAT, "\"num_hidden_layers\" is missing");
     refused("{\"model_type\": \"llama\", " BASE ", \"num_key_value_heads\": 3}", NF_ERR_FORMAT,
@@ -206,6 +207,47 @@ static void test_bias(void)
 #undef Q2
 }
 
+/* The hybrids: layer kinds from layer_types or full_attention_interval, the linear-attention sizes,
+ * partial rotary from either place, the multimodal qwen3_5_moe read through its text_config. */
+static void test_hybrid(void)
+{
+#define LIN ", \"linear_num_key_heads\": 2, \"linear_num_value_heads\": 4, \"linear_key_head_dim\": 8, " \
+            "\"linear_value_head_dim\": 8, \"shared_expert_intermediate_size\": 8"
+#define NEXT "{\"model_type\": \"qwen3_next\", " MOE LIN
+    nf_hf_config c;
+    accepted(NEXT ", \"full_attention_interval\": 2, \"partial_rotary_factor\": 0.5}", &c);
+    CHECK(nf_hf_arch_hybrid(c.arch) && c.n_layers == 2 && c.conv_kernel == 4 && c.partial_rotary == 0.5);
+    CHECK(c.linear_layers && c.linear_layers[0] == 1 && c.linear_layers[1] == 0);
+    nf_hf_config_free(&c);
+    accepted(NEXT "}", &c); /* transformers' default interval 4: both layers linear */
+    CHECK(c.linear_layers && c.linear_layers[0] == 1 && c.linear_layers[1] == 1 && c.partial_rotary == 0.25);
+    CHECK(c.norm_topk_prob == 1 && c.shared_intermediate_size == 8 && strcmp(c.prefix, "model.") == 0);
+    nf_hf_config_free(&c);
+    accepted(NEXT ", \"layer_types\": [\"full_attention\", \"linear_attention\"], "
+             "\"rope_parameters\": {\"rope_theta\": 1e6, \"partial_rotary_factor\": 0.25}}", &c);
+    CHECK(c.linear_layers[0] == 0 && c.linear_layers[1] == 1 && c.partial_rotary == 0.25 && c.rope.theta == 1e6);
+    nf_hf_config_free(&c);
+    refused(NEXT ", \"layer_types\": [\"full_attention\"]}", NF_ERR_FORMAT, "not an array of num_hidden_layers (2)");
+    refused(NEXT ", \"layer_types\": [\"full_attention\", \"sliding_attention\"]}", NF_ERR_UNSUPPORTED,
+            "\"layer_types\"[1] is 'sliding_attention'");
+    refused(NEXT ", \"linear_num_value_heads\": 3}", NF_ERR_FORMAT, "key \"linear_num_value_heads\" appears twice");
+    refused(NEXT ", \"partial_rotary_factor\": 0.5, \"rope_parameters\": {\"partial_rotary_factor\": 0.25}}",
+            NF_ERR_FORMAT, "disagree");
+    refused(NEXT ", \"partial_rotary_factor\": 0.01}", NF_ERR_FORMAT, "not an even number of dimensions");
+    refused("{\"model_type\": \"qwen3_next\", " MOE "}", NF_ERR_FORMAT, "\"shared_expert_intermediate_size\" is missing");
+    /* the multimodal layout: the text model's config inside, its top-level tie and dtype */
+    accepted("{\"model_type\": \"qwen3_5_moe\", \"tie_word_embeddings\": true, \"dtype\": \"bfloat16\", "
+             "\"text_config\": {\"model_type\": \"qwen3_5_moe_text\", \"norm_topk_prob\": false, " MOE LIN "}}", &c);
+    CHECK(c.arch == NF_HF_QWEN3_5_MOE_TEXT && strcmp(c.prefix, "model.language_model.") == 0);
+    CHECK(c.tie_word_embeddings == 1 && strcmp(c.dtype, "bfloat16") == 0 && c.norm_topk_prob == 1);
+    nf_hf_config_free(&c);
+    refused("{\"model_type\": \"qwen3_5_moe\", " MOE "}", NF_ERR_FORMAT, "without a \"text_config\" object");
+    refused("{\"model_type\": \"qwen3_5_moe\", \"text_config\": {\"model_type\": \"qwen3_moe\"}}", NF_ERR_UNSUPPORTED,
+            "expected qwen3_5_moe_text");
+#undef NEXT
+#undef LIN
+}
+
 int main(void)
 {
     cJSON *m = manifest();
@@ -215,6 +257,7 @@ int main(void)
     test_moe_layers();
     test_refusals();
     test_bias();
+    test_hybrid();
     cJSON_Delete(m);
     return nf_test_report();
 }

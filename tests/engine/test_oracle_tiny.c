@@ -12,7 +12,14 @@
  * the row to f32, then a double dot). Both see the same weights, so they differ only by f32
  * accumulation order: per dot at most ~n * 2^-24 relative to sum|w x| (n <= 128 here: 7.6e-6),
  * compounded over 2-3 layers of about six products and the attention softmax; rel-L2 <= 1e-4 per
- * position is ten times that worst case. The distance to transformers is printed for the note. */
+ * position is ten times that worst case. The distance to transformers is printed for the note.
+ *
+ * The Gated DeltaNet hybrids (tests/oracle/hybrid_models.py: qwen3_next with the packed in_proj
+ * dialect, qwen3_5_moe_text with the split one, and qwen3_5_moe, the same weights in the multimodal
+ * layout) have a 130-token prompt: three of transformers' 64-token GDN chunks, the last ragged; the
+ * engine prefills it in forwards of 16 tokens, so the conv and delta-rule states carry across 9
+ * forwards before the 32 decode steps. q4q5 joins their quantized recipes (their GDN projections
+ * take the attention codecs). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -47,7 +54,10 @@ static void test_model(const char *name, const char *tmp)
     snprintf(dir, sizeof dir, "%s/fixtures/models/%s", NF_TEST_DATA, name);
     /* the fused-key variant holds qwen3_moe's weights and uses its reference data */
     snprintf(refdir, sizeof refdir, "%s/fixtures/models/%s", NF_TEST_DATA,
-             strcmp(name, "qwen3_moe_fused") == 0 ? "qwen3_moe" : name);
+             strcmp(name, "qwen3_moe_fused") == 0 ? "qwen3_moe"
+             : strcmp(name, "qwen3_5_moe") == 0  ? "qwen3_5_moe_text"
+                                                 : name);
+    const int hybrid = strncmp(name, "qwen3_next", 10) == 0 || strncmp(name, "qwen3_5", 7) == 0;
     refs r;
     if (!load_npy(refdir, "ref_prompt.npy", &r.prompt) || !load_npy(refdir, "ref_logits.npy", &r.logits) ||
         !load_npy(refdir, "ref_greedy.npy", &r.greedy) || !load_npy(refdir, "ref_greedy_logits.npy", &r.glogits))
@@ -72,8 +82,8 @@ static void test_model(const char *name, const char *tmp)
         CHECK_MSG(same == G, "%s bf16: greedy continuation differs from transformers at token %zu", name, same);
         remove(out);
     }
-    const char *recipes[] = {"q8q8", "q4q6"};
-    for (int k = 0; k < 2; k++) {
+    const char *recipes[] = {"q8q8", "q4q6", "q4q5"};
+    for (int k = 0; k < (hybrid ? 3 : 2); k++) {
         snprintf(out, sizeof out, "%s/%s-%s.nf", tmp, name, recipes[k]);
         if (!fx_convert(dir, recipes[k], out)) continue;
         fx_run_greedy(out, 0, 16, ids, P, G, pre, greedy, gl);
@@ -100,7 +110,8 @@ int main(void)
         return 1;
     }
     /* qwen2_moe_nobias: "qkv_bias": false, no q/k/v biases in the checkpoint */
-    const char *models[] = {"qwen3_moe", "qwen3_moe_fused", "qwen2_moe", "qwen2_moe_nobias", "llama"};
+    const char *models[] = {"qwen3_moe", "qwen3_moe_fused", "qwen2_moe",  "qwen2_moe_nobias",
+                            "llama",     "qwen3_next",      "qwen3_5_moe_text", "qwen3_5_moe"};
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) test_model(models[i], tmp);
     rmdir(tmp);
     return nf_test_report();

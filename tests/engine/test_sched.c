@@ -10,7 +10,14 @@
  * sampler with the same parameters, the stop rules applied by decoding all generated ids and searching
  * the text (strstr), not incrementally. Every scheduled sequence must match it token for token, with
  * many sequences, ragged prompts, chunked prefill, shared prefixes, preemption, cancellation, stop
- * strings, a device-style backend (top-k), and the pool must be back to full at the end. */
+ * strings, a device-style backend (top-k), and the pool must be back to full at the end.
+ *
+ * Recurrent mode (state_slots, as for Gated DeltaNet hybrids): the toy also keeps, per state slot, a
+ * running hash of the tokens fed through that slot, restarted when a sequence feeds position 0, and the
+ * logits come from it (it must equal the page read-back's hash): a slot shared by two live sequences,
+ * not restarted on admission or recompute after preemption, or skipped, changes the tokens; a batch
+ * without slots, with a slot out of range or twice, or continuing a slot at a position it does not
+ * hold, counts as a violation. */
 #include "nf_test.h"
 
 #include <stdlib.h>
@@ -47,7 +54,26 @@ typedef struct toy {
     uint32_t held_S;
     int violations;
     long forwards;
+    int recurrent;     /* state slots (see the top) */
+    uint64_t slot_h[16];
+    uint32_t slot_n[16];
 } toy;
+
+/* Recurrent mode: sequence i's slot advances by its tokens; returns its hash (0 on a violation). */
+static uint64_t toy_slot(toy *t, const nf_batch *b, uint32_t i)
+{
+    if (!b->state_slot || b->state_slot[i] >= t->max_seqs || b->state_slot[i] >= 16) {
+        t->violations++;
+        return 0;
+    }
+    const uint32_t sl = b->state_slot[i], n = nf_batch_tokens_of(b, i);
+    for (uint32_t j = 0; j < i; j++) t->violations += b->state_slot[j] == sl;
+    if (b->pos0[i] == 0) t->slot_h[sl] = 0, t->slot_n[sl] = 0;
+    if (t->slot_n[sl] != b->pos0[i]) t->violations++;
+    for (uint32_t j = 0; j < n; j++) t->slot_h[sl] = fold(t->slot_h[sl], b->tokens[b->seq_start[i] + j], b->pos0[i] + j);
+    t->slot_n[sl] = b->pos0[i] + n;
+    return t->slot_h[sl];
+}
 
 static void toy_seq(toy *t, const nf_batch *b, uint32_t i, float *out)
 {
@@ -68,6 +94,11 @@ static void toy_seq(toy *t, const nf_batch *b, uint32_t i, float *out)
         const uint32_t slot = pt[p / t->pt] * t->pt + p % t->pt;
         if (t->pos[slot] != (int32_t)p) t->violations++;
         h = fold(h, t->tok[slot], p);
+    }
+    if (t->recurrent) {
+        const uint64_t hs = toy_slot(t, b, i);
+        t->violations += hs != h;
+        h = hs;
     }
     logits_of_hash(h, out);
 }
@@ -253,6 +284,7 @@ typedef struct scenario {
     size_t min_prompt, max_prompt, max_new;
     uint64_t seed;
     int reserve; /* admission reserves prompt + max_new pages */
+    int recurrent; /* the backend keeps state slots (nf_sched_opts.state_slots) */
 } scenario;
 
 typedef struct outcome {
@@ -364,7 +396,7 @@ static outcome run(const scenario *sc, const nf_tokenizer *tok, record *rec, lon
     outcome out = {0};
     const uint32_t V = VOCAB;
     toy t = {.pages = sc->kv_pages, .pt = sc->pt, .chunk = sc->chunk, .max_seqs = sc->max_seqs, .ctx = sc->ctx,
-             .device = sc->device};
+             .device = sc->device, .recurrent = sc->recurrent};
     t.tok = calloc((size_t)t.pages * t.pt, sizeof *t.tok);
     t.pos = malloc((size_t)t.pages * t.pt * sizeof *t.pos);
     t.held = calloc((size_t)t.max_seqs * V, sizeof *t.held);
@@ -372,8 +404,7 @@ static outcome run(const scenario *sc, const nf_tokenizer *tok, record *rec, lon
     nf_sched_backend be = {&t, toy_forward, sc->device ? toy_logits : NULL, sc->device ? toy_topk : NULL, toy_copy};
     nf_sched_opts o = {.vocab = V, .ctx = sc->ctx, .chunk = sc->chunk, .max_seqs = sc->max_seqs,
                        .page_tokens = sc->pt, .kv_pages = sc->kv_pages, .no_prefix_cache = !sc->prefix_cache,
-                       .reserve = sc->reserve,
-                       .tok = sc->with_text ? tok : NULL};
+                       .reserve = sc->reserve, .tok = sc->with_text ? tok : NULL, .state_slots = sc->recurrent};
     nf_sched *s = NULL;
     nf_error e;
     CHECK(nf_sched_create(&be, &o, &s, &e) == NF_OK);
@@ -402,7 +433,7 @@ static void scenarios(const nf_tokenizer *tok)
 {
     static record rec[64];
     /* many ragged sequences, plenty of pages, no cache; 1 forward per step */
-    scenario a = {"ragged", 24, 4, 16, 8, 8 * 24, 96, 0, 0, 0, 0, 1, 40, 30, 1, 0};
+    scenario a = {"ragged", 24, 4, 16, 8, 8 * 24, 96, 0, 0, 0, 0, 1, 40, 30, 1, 0, 0};
     memset(rec, 0, sizeof rec);
     outcome o = run(&a, tok, rec, -1);
     CHECK_EQ_INT(o.forwards, o.steps);
@@ -413,13 +444,13 @@ static void scenarios(const nf_tokenizer *tok)
     memset(rec, 0, sizeof rec);
     run(&a, tok, rec, -1);
     /* shared prefixes through the prefix cache: hits, and copies of fully matched last pages */
-    scenario b = {"prefix", 24, 4, 16, 8, 8 * 24, 96, 1, 0, 13, 0, 1, 30, 20, 2, 0};
+    scenario b = {"prefix", 24, 4, 16, 8, 8 * 24, 96, 1, 0, 13, 0, 1, 30, 20, 2, 0, 0};
     memset(rec, 0, sizeof rec);
     o = run(&b, tok, rec, -1);
     CHECK_MSG(o.pool.hits_pages >= 20, "prefix: %llu pages matched", (unsigned long long)o.pool.hits_pages);
     CHECK_MSG(o.pool.copies >= 1, "prefix: %llu copy-on-writes", (unsigned long long)o.pool.copies);
     /* a small pool: decode growth preempts the newest, which recomputes and still matches alone */
-    scenario c = {"scarce", 12, 4, 16, 8, 24, 96, 0, 0, 0, 0, 10, 20, 30, 3, 0};
+    scenario c = {"scarce", 12, 4, 16, 8, 24, 96, 0, 0, 0, 0, 10, 20, 30, 3, 0, 0};
     memset(rec, 0, sizeof rec);
     o = run(&c, tok, rec, -1);
     CHECK_MSG(o.preempted > 0, "scarce: no preemption (%ld)", o.preempted);
@@ -439,14 +470,28 @@ static void scenarios(const nf_tokenizer *tok)
     memset(rec, 0, sizeof rec);
     o = run(&c, tok, rec, -1);
     CHECK_EQ_INT(o.preempted, 0);
+    /* recurrent state slots: ragged, then a small pool (preemption: the victim's slot is released and it
+     * restarts from position 0 in whatever slot is free when it is admitted again) */
+    scenario r = a;
+    r.name = "recurrent", r.recurrent = 1, r.device = 0;
+    memset(rec, 0, sizeof rec);
+    run(&r, tok, rec, -1);
+    r = c;
+    r.name = "recurrent+scarce", r.recurrent = 1, r.reserve = 0, r.prefix_cache = 0, r.shared_prefix = 0;
+    memset(rec, 0, sizeof rec);
+    o = run(&r, tok, rec, -1);
+    CHECK_MSG(o.preempted > 0, "recurrent+scarce: no preemption (%ld)", o.preempted);
+    r.name = "recurrent+scarce+device", r.device = 1;
+    memset(rec, 0, sizeof rec);
+    run(&r, tok, rec, -1);
     /* stop strings and text */
-    scenario d = {"text", 16, 4, 16, 8, 8 * 16, 96, 1, 0, 0, 1, 1, 30, 40, 4, 0};
+    scenario d = {"text", 16, 4, 16, 8, 8 * 16, 96, 1, 0, 0, 1, 1, 30, 40, 4, 0, 0};
     memset(rec, 0, sizeof rec);
     o = run(&d, tok, rec, -1);
     CHECK_MSG(o.ends[NF_SEQ_STOP] >= 3, "text: %d sequences stopped on a string", o.ends[NF_SEQ_STOP]);
     /* cancellation: sequence 2 mid-decode (callback, after 3 tokens), sequence 0 mid-prefill (its prompt
      * is longer than the chunk: after step 1 it holds pages and has not sampled) */
-    scenario x = {"cancel", 8, 4, 8, 4, 64, 128, 1, 0, 0, 0, 20, 60, 20, 5, 0};
+    scenario x = {"cancel", 8, 4, 8, 4, 64, 128, 1, 0, 0, 0, 20, 60, 20, 5, 0, 0};
     memset(rec, 0, sizeof rec);
     rec[2].cancel_after = 3;
     run(&x, tok, rec, 0);
@@ -508,6 +553,10 @@ static void limits(void)
     nf_sched_opts z = o;
     z.chunk = 0;
     CHECK(nf_sched_create(&be, &z, &s, &e) == NF_ERR_INVALID_ARG && s == NULL);
+    z = o; /* state slots with the prefix cache: the state is not in the pages */
+    z.state_slots = 1;
+    CHECK(nf_sched_create(&be, &z, &s, &e) == NF_ERR_INVALID_ARG && s == NULL);
+    CHECK_CONTAINS(e.msg, "no_prefix_cache");
     free(t.tok);
     free(t.pos);
 }

@@ -19,6 +19,35 @@ static void expect_error(const char *path, const synth_opts *o, const char *need
     unlink(path);
 }
 
+/* The hybrid (qwen3_next): its keys and both layer kinds bound; a missing GDN tensor, a bent conv
+ * kernel and malformed hybrid keys refused with the key or tensor named. */
+static void test_hybrid(const char *path)
+{
+    synth_opts o = {.arch = "qwen3_next", .codec = NF_CODEC_BF16};
+    CHECK(synth_write(path, &o));
+    nf_model *m = NULL;
+    nf_error e;
+    CHECK_MSG(nf_model_load(path, &m, &e) == NF_OK, "qwen3_next: %s", e.msg);
+    if (m) {
+        const nf_model_config *c = &m->cfg;
+        CHECK(c->arch == NF_ARCH_QWEN3_NEXT && c->n_linear == 1 && c->linear_layers[0] && !c->linear_layers[1]);
+        CHECK(c->rope_dim == 4 && c->attn_gate && c->ssm_k_heads == SY_HK && c->ssm_v_heads == SY_HV);
+        CHECK_EQ_INT(nf_model_conv_dim(c), SY_CONV);
+        CHECK(m->layers[0].is_linear && m->layers[0].ssm_qkv && !m->layers[0].attn_q);
+        CHECK(!m->layers[1].is_linear && m->layers[1].attn_gate && m->layers[1].attn_q && !m->layers[1].ssm_qkv);
+        nf_model_free(m);
+    }
+    unlink(path);
+    o.skip = "blk.0.ssm_a_log";
+    expect_error(path, &o, "no tensor named 'blk.0.ssm_a_log'", path);
+    o = (synth_opts){.arch = "qwen3_next", .codec = NF_CODEC_BF16, .bend = "blk.0.ssm_conv"};
+    expect_error(path, &o, "blk.0.ssm_conv' has shape [65, 4], expected [64, 4]", path);
+    o = (synth_opts){.arch = "qwen3_next", .codec = NF_CODEC_BF16, .bad_hybrid = 1};
+    expect_error(path, &o, "model.linear_layers has 1 entries, expected model.layers = 2", path);
+    o.bad_hybrid = 2;
+    expect_error(path, &o, "ssm_v_heads 3 must be a multiple of ssm_k_heads 2", path);
+}
+
 int main(void)
 {
     char path[] = "/tmp/nf_test_model_XXXXXX";
@@ -66,5 +95,6 @@ int main(void)
     expect_error(path, &o, "no tensor named 'blk.0.ffn_gate_inp_shexp'", path);
     o = (synth_opts){.arch = "llama", .codec = NF_CODEC_BF16, .skip = "output_norm"};
     expect_error(path, &o, "output_norm", path);
+    test_hybrid(path);
     return nf_test_report();
 }

@@ -57,9 +57,9 @@ static int write_synth(const char *path, const char *geom, const char *recipe, u
 
 static void test_roles_vs_converter(void)
 {
-    static const char *fixtures[] = {"llama", "qwen2_moe", "qwen3_moe", "qwen3_moe_256"};
+    static const char *fixtures[] = {"llama", "qwen2_moe", "qwen3_moe", "qwen3_moe_256", "qwen3_next", "qwen3_5_moe"};
     int compared = 0;
-    for (int f = 0; f < 4; f++)
+    for (int f = 0; f < 6; f++)
         for (int r = 0; r < NREC; r++) {
             char dir[512];
             snprintf(dir, sizeof dir, NF_TEST_DATA "/fixtures/models/%s", fixtures[f]);
@@ -109,9 +109,30 @@ static size_t expected(const nf_synth_geometry *g, want *w)
     if (!g->tie) W("output", 2, g->vocab, H, 0);
     char nm[48];
 #define B(sfx, nd, a, b, c) (snprintf(nm, sizeof nm, "blk.%u.%s", l, sfx), W(nm, nd, a, b, c))
+    const uint64_t Vd = (uint64_t)g->ssm_v_heads * g->ssm_v_dim, conv = 2ull * g->ssm_k_heads * g->ssm_k_dim + Vd;
     for (uint32_t l = 0; l < g->layers; l++) {
         B("attn_norm", 1, H, 0, 0);
         B("ffn_norm", 1, H, 0, 0);
+        B("ffn_gate_inp", 2, g->experts, H, 0);
+        B("ffn_gate_up_exps", 3, g->experts, 2 * (uint64_t)g->moe_inter, H);
+        B("ffn_down_exps", 3, g->experts, H, g->moe_inter);
+        if (g->shared_inter) {
+            B("ffn_gate_up_shexp", 2, 2 * (uint64_t)g->shared_inter, H, 0);
+            B("ffn_down_shexp", 2, H, g->shared_inter, 0);
+            B("ffn_gate_inp_shexp", 1, H, 0, 0);
+        }
+        if (g->attn_every && (l + 1) % g->attn_every) { /* Gated DeltaNet (docs/hybrid.md) */
+            B("ssm_qkv", 2, conv, H, 0);
+            B("ssm_z", 2, Vd, H, 0);
+            B("ssm_ba", 2, 2 * (uint64_t)g->ssm_v_heads, H, 0);
+            B("ssm_conv", 2, conv, g->ssm_conv, 0);
+            B("ssm_dt_bias", 1, g->ssm_v_heads, 0, 0);
+            B("ssm_a_log", 1, g->ssm_v_heads, 0, 0);
+            B("ssm_norm", 1, g->ssm_v_dim, 0, 0);
+            B("ssm_out", 2, H, Vd, 0);
+            continue;
+        }
+        if (g->attn_every) B("attn_gate", 2, Q, H, 0);
         B("attn_q", 2, Q, H, 0);
         B("attn_k", 2, KV, H, 0);
         B("attn_v", 2, KV, H, 0);
@@ -125,14 +146,6 @@ static size_t expected(const nf_synth_geometry *g, want *w)
             B("attn_q_norm", 1, g->head_dim, 0, 0);
             B("attn_k_norm", 1, g->head_dim, 0, 0);
         }
-        B("ffn_gate_inp", 2, g->experts, H, 0);
-        B("ffn_gate_up_exps", 3, g->experts, 2 * (uint64_t)g->moe_inter, H);
-        B("ffn_down_exps", 3, g->experts, H, g->moe_inter);
-        if (g->shared_inter) {
-            B("ffn_gate_up_shexp", 2, 2 * (uint64_t)g->shared_inter, H, 0);
-            B("ffn_down_shexp", 2, H, g->shared_inter, 0);
-            B("ffn_gate_inp_shexp", 1, H, 0, 0);
-        }
     }
 #undef B
 #undef W
@@ -140,8 +153,28 @@ static size_t expected(const nf_synth_geometry *g, want *w)
 }
 
 /* A few entries of docs/convert.md's table, written out here (not through nf_synth_codec). */
-static void spot_codecs(const nf_artifact *a, const char *recipe, int e8)
+static void spot_codecs(const nf_artifact *a, const char *recipe, int e8, int hybrid)
 {
+    if (hybrid) { /* tiny-hybrid: blk.0 is Gated DeltaNet, blk.3 gated attention (4 experts) */
+        struct {
+            const char *name, *codec[NREC];
+        } rows[] = {
+            {"blk.0.ssm_qkv", {"bf16", "q8_0", "q4_k", "q5_k", "bf16"}},
+            {"blk.0.ssm_z", {"bf16", "q8_0", "q4_k", "q5_k", "bf16"}},
+            {"blk.0.ssm_out", {"bf16", "q8_0", "q4_k", "q5_k", "bf16"}},
+            {"blk.0.ssm_ba", {"bf16", "bf16", "bf16", "bf16", "bf16"}},
+            {"blk.0.ssm_conv", {"f32", "f32", "f32", "f32", "f32"}},
+            {"blk.3.attn_gate", {"bf16", "q8_0", "q4_k", "q5_k", "bf16"}},
+        };
+        int r = 0;
+        while (strcmp(recipes[r], recipe)) r++;
+        for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+            const nf_tensor *t = nf_artifact_find_tensor(a, rows[i].name);
+            CHECK_MSG(t && strcmp(t->codec->name, rows[i].codec[r]) == 0, "%s %s: %s, docs/convert.md says %s", recipe,
+                      rows[i].name, t ? t->codec->name : "missing", rows[i].codec[r]);
+        }
+        return;
+    }
     struct {
         const char *name, *codec[NREC]; /* bf16 q8q8 q4q6 q4q5 nvfp4 */
     } rows[] = {
@@ -241,7 +274,7 @@ static void test_geometry(const char *geom)
 {
     const nf_synth_geometry *g = nf_synth_geometry_find(geom);
     CHECK(g != NULL);
-    want *w = calloc(64, sizeof *w);
+    want *w = calloc(128, sizeof *w); /* tiny-hybrid has 66 */
     const size_t nw = expected(g, w);
     for (int r = 0; r < NREC; r++) {
         const char *path = tmp("m.nf");
@@ -266,7 +299,7 @@ static void test_geometry(const char *geom)
             if (t->desc.codec == NF_CODEC_NVFP4) check_nvfp4_bank(t, strstr(w[i].name, "gate_up") ? 2 : 1);
             else CHECK_EQ_U64(t->desc.divisors, 1);
         }
-        spot_codecs(m->art, recipes[r], g->experts == 8);
+        spot_codecs(m->art, recipes[r], g->experts == 8, g->attn_every != 0);
         if (strcmp(recipes[r], "bf16") == 0) check_values(m);
         char what[64];
         snprintf(what, sizeof what, "%s %s", geom, recipes[r]);
@@ -403,6 +436,7 @@ int main(void)
     test_roles_vs_converter();
     test_geometry("tiny");
     test_geometry("tiny-qwen2");
+    test_geometry("tiny-hybrid");
     test_determinism();
     for (int r = 0; r < NREC; r++) test_experts(recipes[r]);
     test_errors();

@@ -123,6 +123,11 @@ void nf_rope_inv_freq(const nf_rope_config *rc, uint32_t seq_len, float *inv_fre
 void nf_cpu_rope(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t pos, const float *inv_freq,
                  float attn_factor);
 
+/* The same rotation of the first rot_dim dims of each head (partial rotary: transformers'
+ * apply_rotary_pos_emb on q[..., :rotary_dim]); the rest pass unchanged. head_dim is the stride. */
+void nf_cpu_rope_part(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t rot_dim, uint32_t pos,
+                      const float *inv_freq, float attn_factor);
+
 /* ---- attention ----------------------------------------------------------------------------- */
 
 /* A layer's KV page pool: k and v of [n_pages][page_tokens][kv_heads][head_dim], f32 or bf16
@@ -193,5 +198,64 @@ void nf_cpu_moe_ws_free(nf_cpu_moe_ws *ws);
  * is the same alone or beside others. */
 void nf_cpu_moe_forward(nf_cpu *c, const nf_cpu_moe *m, nf_cpu_moe_ws *ws, const float *x, size_t T,
                         const uint32_t *seq_start, size_t n_seqs, float *out, int32_t *ids, float *weights);
+
+/* ---- Gated DeltaNet (linear attention; transformers' Qwen3NextGatedDeltaNet) --------------------
+ *
+ * Per token, after the in_proj products: qkv [conv_dim] = q (Hk*dk) | k (Hk*dk) | v (Hv*dv), z [Hv*dv],
+ * ba [2*Hv] = b (Hv) | a (Hv). The layer then runs, per sequence:
+ *   qkv = silu(causal depthwise conv over the sequence's last K inputs, per channel)
+ *   q, k = l2norm per head (x * rsqrt(sum x^2 + 1e-6)); q /= sqrt(dk)
+ *   g = -exp(A_log) * softplus(a + dt_bias); beta = sigmoid(b)        per v head
+ *   per v head h (q/k head h / (Hv/Hk)), S [dk][dv]:
+ *     S *= exp(g); delta = beta * (v - S^T k); S += k delta^T; o = S^T q
+ *   out = rmsnorm(o, norm_w) * silu(z)                               per v head
+ * A sequence's state for one layer is conv [K-1][conv_dim] (its last K-1 conv inputs, oldest first;
+ * zeros before its first token) then S [Hv][dk][dv], all f32.
+ *
+ * Two forms of the recurrence, equal up to rounding: the recurrent one above, token by token (the
+ * definition; the engine's reference), and with chunk > 0 the chunked one for runs of several tokens
+ * (transformers' torch_chunk_gated_delta_rule, the WY / UT-transform formulation the GPU will use):
+ * per chunk of C tokens with in-chunk cumulative decays G_i = g_1 + ... + g_i,
+ *   A[i][j] = -beta_i (k_i . k_j) exp(G_i - G_j) for j < i, made (I - A)^-1-like by forward
+ *   substitution (T = A' + I); u_i = sum_j T[i][j] beta_j v_j, w_i = sum_j T[i][j] beta_j exp(G_j) k_j;
+ *   v'_i = u_i - S^T w_i; o_i = exp(G_i) S^T q_i + sum_{j<=i} (q_i . k_j) exp(G_i - G_j) v'_j;
+ *   S <- exp(G_C) S + sum_j exp(G_C - G_j) k_j v'_j^T. */
+enum { NF_CPU_GDN_MAX_K = 64, NF_CPU_GDN_MAX_DV = 1024 }; /* conv_k and v_dim limits (stack buffers) */
+
+typedef struct nf_cpu_gdn {
+    uint32_t k_heads, v_heads, k_dim, v_dim, conv_k; /* Hk, Hv, dk, dv, K */
+    const float *conv_w;          /* [conv_dim][K] */
+    const float *dt_bias, *a_log; /* [Hv] */
+    const float *norm_w;          /* [dv] */
+    float eps;                    /* the output norm's */
+    uint32_t chunk;               /* 0: recurrent form; C (<= NF_CPU_GDN_MAX_CHUNK): chunked for runs > 1 */
+} nf_cpu_gdn;
+
+enum { NF_CPU_GDN_MAX_CHUNK = 64 };
+
+/* Floats of scratch nf_cpu_gdn_forward needs per thread (the chunked form's; 0 when recurrent). */
+size_t nf_cpu_gdn_ws_floats(const nf_cpu_gdn *g);
+
+static inline size_t nf_cpu_gdn_conv_dim(const nf_cpu_gdn *g)
+{
+    return 2 * (size_t)g->k_heads * g->k_dim + (size_t)g->v_heads * g->v_dim;
+}
+
+/* Floats of one sequence's state of one layer: (K-1) * conv_dim + Hv * dk * dv. */
+size_t nf_cpu_gdn_state_floats(const nf_cpu_gdn *g);
+
+/* One sequence's tokens in a Gated DeltaNet call: rows t0 .. t0 + n - 1, its layer state. */
+typedef struct nf_cpu_gdn_seq {
+    float *state;
+    uint32_t t0, n;
+} nf_cpu_gdn_seq;
+
+/* The layer's token mixer for the tokens of n_seqs sequences: qkv [T][conv_dim] (overwritten: conv
+ * output, normalised q and k), z [T][Hv*dv], ba [T][2*Hv] -> out [T][Hv*dv] (before out_proj); every
+ * sequence's state advances by its tokens. Work items are (sequence, v head) pairs and the tokens of
+ * one run in order, so a sequence's output does not depend on the others or the thread count. */
+void nf_cpu_gdn_forward(nf_cpu *c, const nf_cpu_gdn *g, const nf_cpu_gdn_seq *seqs, size_t n_seqs, float *qkv,
+                        const float *z, const float *ba, float *out, float *ws);
+/* ws: [threads][nf_cpu_gdn_ws_floats(g)] (NULL when that is 0). */
 
 #endif

@@ -122,7 +122,13 @@ void nf_rope_inv_freq(const nf_rope_config *rc, uint32_t seq_len, float *inv_fre
 void nf_cpu_rope(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t pos, const float *inv_freq,
                  float attn_factor)
 {
-    const uint32_t half = head_dim / 2;
+    nf_cpu_rope_part(v, n_heads, head_dim, head_dim, pos, inv_freq, attn_factor);
+}
+
+void nf_cpu_rope_part(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t rot_dim, uint32_t pos,
+                      const float *inv_freq, float attn_factor)
+{
+    const uint32_t half = rot_dim / 2;
     for (uint32_t i = 0; i < half; i++) {
         float ang = (float)pos * inv_freq[i];
         float c = (float)cos((double)ang) * attn_factor, s = (float)sin((double)ang) * attn_factor;
