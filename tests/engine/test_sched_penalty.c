@@ -166,7 +166,7 @@ static void run(int mode, const nf_sampler_params *p, size_t n, int32_t out[][GE
     }
     uint64_t ids[16];
     for (size_t i = 0; i < n; i++) {
-        int32_t prompt[30];
+        int32_t prompt[40];
         const size_t np = 3 + i * 4; /* ragged: several chunks, repeats of the favoured ids */
         for (size_t j = 0; j < np; j++) prompt[j] = (int32_t)((j * 7 + i) % (j % 3 ? 12 : V));
         nf_seq_params sp = {.sampling = p[i], .max_new = GEN};
