@@ -43,7 +43,8 @@
  * routing differed first or the CPU's two best logits are closer than the engines' logits differ; a decode
  * step replayed from the captured graph gives the same bits as stream launches; sampling from the
  * device's top-k gives the same tokens as the host sampler over the full logits (same seed), and so
- * does sampling with penalties applied on the device (check_penalized_sampling); 100
+ * does sampling with penalties applied on the device (check_penalized_sampling, and through the
+ * scheduler in batches of 3: check_penalized_batch); 100
  * sessions in one process leave no device memory behind. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -56,6 +57,7 @@
 #include "engine/engine.h"
 #include "engine/npy.h"
 #include "engine/sampler.h"
+#include "engine/sched.h"
 #include "nf_test.h"
 #include "common/engine_fixture.h"
 #include "convert/synth.h"
@@ -230,6 +232,63 @@ static void check_penalized_sampling(const nf_model *m, const int32_t *prompt, c
     free(raw), free(want);
 }
 
+/* Three sequences through the scheduler on the GPU (batches of up to 3: the penalize rows of a batch,
+ * one sequence without penalties, so an empty list), with the backend's penalize and without it (the
+ * penalised samplers then fetch the full logits and the host penalises): the same batches, so the
+ * same forwards, and every token must be equal. */
+static void run_sched(nf_engine *eng, int with_penalize, const int32_t *prompt, int32_t out[3][G / 2])
+{
+    const nf_backend_ops *ops = eng->ops;
+    const nf_sched_backend be = {eng->state, ops->forward, ops->logits, ops->topk, ops->copy_page,
+                                 with_penalize ? ops->penalize : NULL};
+    nf_sched_opts so = {.vocab = eng->model->cfg.vocab, .ctx = eng->opts.ctx, .chunk = eng->opts.chunk,
+                        .max_seqs = eng->opts.max_seqs, .page_tokens = eng->opts.page_tokens,
+                        .kv_pages = eng->opts.kv_pages, .no_prefix_cache = 1};
+    nf_sched *s = NULL;
+    nf_error e;
+    if (nf_sched_create(&be, &so, &s, &e)) {
+        CHECK_MSG(0, "sched: %s", e.msg);
+        return;
+    }
+    nf_sampler_params sp[3] = {nf_sampler_defaults(), nf_sampler_defaults(), nf_sampler_defaults()};
+    sp[0].temp = 0, sp[0].repeat_penalty = 1.3f, sp[0].frequency_penalty = 0.3f;
+    sp[1].temp = 1.5f, sp[1].seed = 5, sp[1].presence_penalty = 0.6f, sp[1].repeat_penalty = 0.9f;
+    sp[2].temp = 1.2f, sp[2].seed = 6; /* no penalties */
+    uint64_t id[3];
+    for (int i = 0; i < 3; i++) {
+        const nf_seq_params q = {.sampling = sp[i], .max_new = G / 2};
+        CHECK(nf_sched_add(s, prompt + 4 * i, 12 + 5 * (size_t)i, &q, &id[i], &e) == NF_OK);
+    }
+    nf_sched_step_info info;
+    for (int n = 0; !nf_sched_idle(s) && n < 200; n++)
+        if (nf_sched_step(s, &info, &e)) {
+            CHECK_MSG(0, "sched step: %s", e.msg);
+            break;
+        }
+    for (int i = 0; i < 3; i++) {
+        size_t np = 0, n = 0;
+        const int32_t *t = nf_sched_tokens(s, id[i], &np, &n);
+        CHECK(t && n == np + G / 2);
+        if (t && n == np + G / 2) memcpy(out[i], t + np, G / 2 * sizeof *t);
+    }
+    nf_sched_free(s);
+}
+
+static void check_penalized_batch(const nf_model *m, const int32_t *prompt, const char *what)
+{
+    nf_engine *eng;
+    nf_error e;
+    nf_engine_opts eo = {.device = "cuda", .ctx = P + G, .chunk = CHUNK, .max_seqs = 3};
+    if (nf_engine_create(m, &eo, &eng, &e)) return;
+    int32_t dev[3][G / 2] = {{0}}, host[3][G / 2] = {{0}};
+    run_sched(eng, 1, prompt, dev);
+    run_sched(eng, 0, prompt, host);
+    const int same = !memcmp(dev, host, sizeof dev);
+    printf("  %s: scheduler with device penalties = host penalties: %s\n", what, same ? "yes" : "NO");
+    CHECK_MSG(same, "%s: the scheduler's tokens with penalize differ from the host-penalised ones", what);
+    nf_engine_free(eng);
+}
+
 /* The first position (prompt, then greedy steps: P + g) whose expert set differs between the two
  * engines at some layer; P + G when none. Sets, not orders: two near-equal logits may swap places
  * without changing the block's output beyond rounding. */
@@ -362,7 +421,11 @@ static void check_artifact(const char *name, const char *recipe, const char *out
         if (A) compare(name, recipe, "int8-act vs bf16", m, x, g, (bounds){sqrt(A) * sqrt(32.0) / 254, 0.5, 0});
         else CHECK_MSG(!memcmp(x->pre, g->pre, P * V * 4), "%s %s: no int8 inputs, yet no_a8 changed the logits", name, recipe);
         check_graph(name, recipe, V, g, s);
-        if (!strcmp(recipe, "q8q8")) check_sampling(m, prompt, name), check_penalized_sampling(m, prompt, name);
+        if (!strcmp(recipe, "q8q8")) {
+            check_sampling(m, prompt, name);
+            check_penalized_sampling(m, prompt, name);
+            check_penalized_batch(m, prompt, name);
+        }
     }
     for (int i = 0; i < 4; i++) free(r[i].route), free(r[i].pre), free(r[i].gl);
     nf_model_free(m);
