@@ -17,6 +17,7 @@ typedef struct cuda_state {
     nf_rope_config rope;
     uint32_t rope_seq; /* the seq_len inv_freq was computed for (dynamic scaling) */
     float *inv_freq;   /* [head_dim / 2] */
+    uint32_t n_seqs;   /* sequences of the last forward: the records penalize reads */
 } cuda_state;
 
 static const float *f32_of(const nf_tensor *t) { return t ? (const float *)(const void *)t->data : NULL; }
@@ -117,7 +118,9 @@ static nf_status cuda_forward(void *state, const nf_batch *b, float *logits, nf_
         const uint32_t end = b->pos0[0] + b->n_tokens;
         if (end > s->rope_seq && (st = set_rope(s, end, err))) return st; /* HF's dynamic update */
     }
-    return nf_cuda_decoder_forward_batch(s->dec, b, logits, err);
+    st = nf_cuda_decoder_forward_batch(s->dec, b, logits, err);
+    s->n_seqs = st ? 0 : b->n_seqs;
+    return st;
 }
 
 static nf_status cuda_copy_page(void *state, uint32_t dst, uint32_t src, nf_error *err)
@@ -128,6 +131,21 @@ static nf_status cuda_copy_page(void *state, uint32_t dst, uint32_t src, nf_erro
 static nf_status cuda_logits(void *state, float *out, nf_error *err)
 {
     return nf_cuda_decoder_logits(((cuda_state *)state)->dec, out, err);
+}
+
+/* The engine's penalty records copied into the decoder's own type (one per sequence). */
+static nf_status cuda_penalize(void *state, const nf_penalty *pen, const uint32_t *start, const int32_t *ids,
+                               const uint32_t *counts, nf_error *err)
+{
+    cuda_state *s = state;
+    const uint32_t S = s->n_seqs;
+    if (!S) return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda backend: penalties before a forward");
+    nf_cuda_penalty *cp = malloc(S * sizeof *cp);
+    if (!cp) return nf_error_set(err, NF_ERR_NOMEM, "cuda backend: out of memory");
+    for (uint32_t i = 0; i < S; i++) cp[i] = (nf_cuda_penalty){pen[i].repetition, pen[i].presence, pen[i].frequency};
+    nf_status st = nf_cuda_decoder_penalize(s->dec, cp, start, ids, counts, err);
+    free(cp);
+    return st;
 }
 
 static nf_status cuda_topk(void *state, uint32_t k, int32_t *ids, float *vals, nf_error *err)
@@ -149,5 +167,6 @@ static void cuda_describe(void *state, nf_backend_info *info)
 
 const nf_backend_ops nf_cuda_backend = {.name = "cuda", .create = cuda_create, .destroy = cuda_destroy,
                                         .forward = cuda_forward, .logits = cuda_logits, .topk = cuda_topk,
+                                        .penalize = cuda_penalize,
                                         .copy_page = cuda_copy_page,
                                         .describe = cuda_describe, .routing = cuda_routing};

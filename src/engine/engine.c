@@ -107,6 +107,7 @@ nf_status nf_engine_prefill(nf_engine *e, const int32_t *tokens, size_t n, float
         if (st) return st;
         e->n_past += (uint32_t)T;
         e->logits_stale = lg == NULL;
+        e->logits_penalized = 0;
     }
     if (all_logits) memcpy(e->logits, all_logits + (n - 1) * V, V * sizeof(float));
     return NF_OK;
@@ -126,13 +127,29 @@ const float *nf_engine_logits(nf_engine *e, nf_error *err)
     return e->logits;
 }
 
+/* The sampler's penalties applied to the device's logits (a batch of one sequence). */
+static nf_status penalize_on_device(nf_engine *e, nf_sampler *s, const int32_t *history, size_t n_hist, nf_error *err)
+{
+    nf_penalty_lists l = {0};
+    nf_status st = nf_penalty_lists_add(&l, s, history, n_hist, err);
+    if (!st && l.start[1]) st = e->ops->penalize(e->state, l.pen, l.start, l.ids, l.counts, err);
+    if (!st && l.start[1]) e->logits_penalized = 1;
+    nf_penalty_lists_free(&l);
+    return st;
+}
+
 nf_status nf_engine_next(nf_engine *e, nf_sampler *s, const int32_t *history, size_t n_hist, int32_t *id, nf_error *err)
 {
-    const uint32_t k = nf_sampler_device_k(s, history, n_hist);
-    if (e->logits_stale && e->ops->topk && k) {
+    if (e->logits_penalized && nf_sampler_penalty_max(s, n_hist))
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "engine: the last forward's logits are penalised already");
+    const int device = e->logits_stale && e->ops->topk;
+    const int penalize = device && e->ops->penalize;
+    const uint32_t k = penalize ? nf_sampler_device_k_penalized(s) : nf_sampler_device_k(s, history, n_hist);
+    if (device && k) {
         int32_t ids[NF_SAMPLER_DEVICE_MAX_K];
         float vals[NF_SAMPLER_DEVICE_MAX_K];
-        nf_status st = e->ops->topk(e->state, k, ids, vals, err);
+        nf_status st = penalize ? penalize_on_device(e, s, history, n_hist, err) : NF_OK;
+        if (!st) st = e->ops->topk(e->state, k, ids, vals, err);
         if (st) return st;
         *id = nf_sampler_sample_top(s, ids, vals, k);
         return NF_OK;

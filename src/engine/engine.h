@@ -7,7 +7,8 @@
  * return logits, destroy. The CPU backend (cpu_forward.c) is the reference; a CUDA backend slots in
  * with the same table (nf_engine_opts.device: cuda_forward.c over backend/cuda/decoder). A backend
  * that keeps logits on its device also offers `logits` and `topk`, so sampling moves k candidates
- * instead of the vocabulary (nf_engine_next).
+ * instead of the vocabulary (nf_engine_next), and may offer `penalize`, so that samplers with
+ * repetition / presence / frequency penalties still need only k candidates.
  *
  * nf_engine is the single-sequence session: a batch of one whose sequence owns pages
  * 0 .. ceil(ctx / page_tokens) - 1 of the pool (the identity page table). Prefill runs the prompt
@@ -23,6 +24,7 @@
 
 #include "base/batch.h"
 #include "base/error.h"
+#include "engine/sampler.h"
 #include "model/model.h"
 
 /* The KV page size in positions when nf_engine_opts.page_tokens is 0. Provisional: the CUDA
@@ -68,6 +70,13 @@ typedef struct nf_backend_ops {
      * lower id (k <= 256). */
     nf_status (*logits)(void *state, float *out, nf_error *err);
     nf_status (*topk)(void *state, uint32_t k, int32_t *ids, float *vals, nf_error *err);
+    /* Optional (with topk): penalises the last forward's last-token logits of each sequence in place,
+     * so that the next topk / logits see them: pen[S]; sequence i's (id, count) pairs are start[i] ..
+     * start[i + 1] - 1 of ids / counts (the shape of sampler.h nf_penalty_lists; empty lists for
+     * sequences that do not sample). The rule is nf_sampler_sample's, to the bit. Ids outside the
+     * vocabulary or lists that run backwards are refused (NF_ERR_INVALID_ARG). */
+    nf_status (*penalize)(void *state, const nf_penalty *pen, const uint32_t *start, const int32_t *ids,
+                          const uint32_t *counts, nf_error *err);
     /* Copies page src's keys and values (every layer) to page dst: copy-on-write of a shared
      * partial page before a sequence appends to it. */
     nf_status (*copy_page)(void *state, uint32_t dst, uint32_t src, nf_error *err);
@@ -90,6 +99,7 @@ typedef struct nf_engine {
     int defer_logits;    /* set by the caller: forwards leave logits on the device; read them with
                           * nf_engine_logits or sample with nf_engine_next */
     int logits_stale;    /* e->logits does not hold the last forward's logits yet */
+    int logits_penalized; /* nf_engine_next penalised the last forward's logits on the device */
 } nf_engine;
 
 nf_status nf_engine_create(const nf_model *m, const nf_engine_opts *o, nf_engine **out, nf_error *err);
@@ -119,7 +129,10 @@ nf_status nf_engine_routing(nf_engine *e, int32_t *ids, nf_error *err);
 
 struct nf_sampler;
 /* The next token from the last forward's logits by the sampler (history: the ids so far). On a
- * device backend the sampler's candidates are selected on the device when it can (sampler.h). */
+ * device backend the sampler's candidates are selected on the device when it can (sampler.h); with
+ * `penalize` its penalties are applied there too, in place: nf_engine_logits afterwards returns the
+ * penalised logits, and a second nf_engine_next with penalties on the same forward is refused
+ * (NF_ERR_INVALID_ARG: they would apply twice). */
 nf_status nf_engine_next(nf_engine *e, struct nf_sampler *s, const int32_t *history, size_t n_hist, int32_t *id,
                          nf_error *err);
 

@@ -18,12 +18,41 @@ struct nf_sampler {
     int32_t *cand;  /* [vocab] candidate ids, best first */
     float *prob;    /* [vocab] candidate probabilities */
     cand_pair *pairs;      /* [vocab] for a full sort */
+    /* with penalties on: */
+    uint32_t *tally;       /* [vocab] occurrences in the window, all zero between calls */
+    int32_t *pen_ids;      /* [penalty_cap] the window's pairs (nf_sampler_penalty_pairs) */
+    uint32_t *pen_counts;
 };
 
 nf_sampler_params nf_sampler_defaults(void)
 {
     return (nf_sampler_params){.temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .repeat_penalty = 1.0f,
                                .repeat_last_n = 64, .seed = 0};
+}
+
+/* No penalty can change a logit. */
+static int penalties_off(const nf_sampler_params *p)
+{
+    return (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f) ||
+           p->repeat_last_n <= 0;
+}
+
+/* The most distinct ids a window holds. */
+static size_t penalty_cap(const nf_sampler_params *p, uint32_t vocab)
+{
+    if (penalties_off(p)) return 0;
+    return (size_t)p->repeat_last_n < vocab ? (size_t)p->repeat_last_n : vocab;
+}
+
+/* The penalty buffers, only when a penalty is on (the others cost vocab-sized memory for nothing). */
+static int alloc_penalty(nf_sampler *s)
+{
+    const size_t cap = penalty_cap(&s->p, s->vocab);
+    if (!cap) return 1;
+    s->tally = calloc(s->vocab, sizeof *s->tally);
+    s->pen_ids = malloc(cap * sizeof *s->pen_ids);
+    s->pen_counts = malloc(cap * sizeof *s->pen_counts);
+    return s->tally && s->pen_ids && s->pen_counts;
 }
 
 nf_status nf_sampler_create(const nf_sampler_params *p, uint32_t vocab, nf_sampler **out, nf_error *err)
@@ -41,13 +70,13 @@ nf_status nf_sampler_create(const nf_sampler_params *p, uint32_t vocab, nf_sampl
         s->cand = malloc(vocab * sizeof(int32_t));
         s->prob = malloc(vocab * sizeof(float));
         s->pairs = malloc(vocab * sizeof *s->pairs);
+        s->p = *p;
+        s->vocab = vocab;
     }
-    if (!s || !s->work || !s->cand || !s->prob || !s->pairs) {
+    if (!s || !s->work || !s->cand || !s->prob || !s->pairs || !alloc_penalty(s)) {
         nf_sampler_free(s);
         return nf_error_set(err, NF_ERR_NOMEM, "sampler: out of memory");
     }
-    s->p = *p;
-    s->vocab = vocab;
     s->rng = p->seed;
     *out = s;
     return NF_OK;
@@ -60,6 +89,9 @@ void nf_sampler_free(nf_sampler *s)
     free(s->cand);
     free(s->prob);
     free(s->pairs);
+    free(s->tally);
+    free(s->pen_ids);
+    free(s->pen_counts);
     free(s);
 }
 
@@ -73,31 +105,50 @@ static uint64_t splitmix64(uint64_t *x)
 
 static double uniform01(uint64_t *x) { return (double)(splitmix64(x) >> 11) * 0x1.0p-53; }
 
-/* No penalty can change a logit. */
-static int penalties_off(const nf_sampler_params *p)
+nf_penalty nf_sampler_penalty(const nf_sampler *s)
 {
-    return (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f) ||
-           p->repeat_last_n <= 0;
+    if (penalties_off(&s->p)) return (nf_penalty){1.0f, 0.0f, 0.0f};
+    return (nf_penalty){s->p.repeat_penalty, s->p.presence_penalty, s->p.frequency_penalty};
 }
 
-/* work = logits with the penalties applied; cand is scratch for the counts (all zero again after). */
+size_t nf_sampler_penalty_max(const nf_sampler *s, size_t n_hist)
+{
+    const size_t cap = penalty_cap(&s->p, s->vocab);
+    return n_hist < cap ? n_hist : cap;
+}
+
+size_t nf_sampler_penalty_pairs(nf_sampler *s, const int32_t *hist, size_t n_hist, int32_t *ids, uint32_t *counts)
+{
+    if (penalties_off(&s->p)) return 0;
+    const size_t from = n_hist > (size_t)s->p.repeat_last_n ? n_hist - (size_t)s->p.repeat_last_n : 0;
+    size_t n = 0;
+    for (size_t i = from; i < n_hist; i++) {
+        const int32_t id = hist[i];
+        if (id >= 0 && (uint32_t)id < s->vocab && !s->tally[id]++) ids[n++] = id;
+    }
+    for (size_t j = 0; j < n; j++) { /* tally back to all zero */
+        counts[j] = s->tally[ids[j]];
+        s->tally[ids[j]] = 0;
+    }
+    return n;
+}
+
+/* One id's penalised logit; each step rounds to f32 on its own (no fused multiply-subtract), as the
+ * device kernel does, so host and device agree to the bit. */
+static float penalised(const nf_sampler_params *p, float l, uint32_t count)
+{
+    l = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
+    const float freq = p->frequency_penalty * (float)count;
+    l -= freq;
+    return l - p->presence_penalty;
+}
+
+/* work = logits with the penalties applied to the window's pairs. */
 static void penalise(nf_sampler *s, const float *logits, const int32_t *hist, size_t n_hist)
 {
     memcpy(s->work, logits, s->vocab * sizeof(float));
-    if (penalties_off(&s->p)) return;
-    size_t from = n_hist > (size_t)s->p.repeat_last_n ? n_hist - (size_t)s->p.repeat_last_n : 0;
-    memset(s->cand, 0, s->vocab * sizeof(int32_t));
-    for (size_t i = from; i < n_hist; i++)
-        if (hist[i] >= 0 && (uint32_t)hist[i] < s->vocab) s->cand[hist[i]]++;
-    for (size_t i = from; i < n_hist; i++) {
-        int32_t id = hist[i];
-        if (id < 0 || (uint32_t)id >= s->vocab || !s->cand[id]) continue;
-        const float count = (float)s->cand[id];
-        s->cand[id] = 0; /* each distinct id once */
-        float *l = &s->work[id];
-        *l = *l > 0 ? *l / s->p.repeat_penalty : *l * s->p.repeat_penalty;
-        *l -= s->p.frequency_penalty * count + s->p.presence_penalty;
-    }
+    const size_t n = nf_sampler_penalty_pairs(s, hist, n_hist, s->pen_ids, s->pen_counts);
+    for (size_t j = 0; j < n; j++) s->work[s->pen_ids[j]] = penalised(&s->p, s->work[s->pen_ids[j]], s->pen_counts[j]);
 }
 
 /* a before b: higher logit, then lower id */
@@ -222,7 +273,11 @@ static int penalty_idle(const nf_sampler *s, size_t n_hist)
 uint32_t nf_sampler_device_k(const nf_sampler *s, const int32_t *history, size_t n_hist)
 {
     (void)history;
-    if (!penalty_idle(s, n_hist)) return 0;
+    return penalty_idle(s, n_hist) ? nf_sampler_device_k_penalized(s) : 0;
+}
+
+uint32_t nf_sampler_device_k_penalized(const nf_sampler *s)
+{
     if (!(s->p.temp > 0)) return 1;
     const size_t k = top_k_of(s);
     return k <= NF_SAMPLER_DEVICE_MAX_K ? (uint32_t)k : 0;
@@ -248,4 +303,52 @@ void nf_sampler_probs(nf_sampler *s, const float *logits, const int32_t *hist, s
     }
     size_t n = candidates(s);
     for (size_t i = 0; i < n; i++) probs[s->cand[i]] = s->prob[i];
+}
+
+void nf_penalty_lists_clear(nf_penalty_lists *l) { l->n_seqs = 0; }
+
+/* Room for one more sequence of up to `pairs` pairs. */
+static nf_status lists_reserve(nf_penalty_lists *l, size_t pairs, nf_error *err)
+{
+    if (l->n_seqs + 1 > l->seq_cap) {
+        const size_t cap = l->seq_cap ? 2 * l->seq_cap : 8;
+        nf_penalty *pen = realloc(l->pen, cap * sizeof *pen);
+        if (pen) l->pen = pen;
+        uint32_t *start = pen ? realloc(l->start, (cap + 1) * sizeof *start) : NULL;
+        if (!start) return nf_error_set(err, NF_ERR_NOMEM, "sampler: out of memory for %zu penalty lists", cap);
+        l->start = start;
+        l->seq_cap = cap;
+    }
+    const size_t used = l->n_seqs ? l->start[l->n_seqs] : 0;
+    if (used + pairs <= l->pair_cap) return NF_OK;
+    const size_t cap = 2 * (used + pairs);
+    int32_t *ids = realloc(l->ids, cap * sizeof *ids);
+    if (ids) l->ids = ids;
+    uint32_t *counts = ids ? realloc(l->counts, cap * sizeof *counts) : NULL;
+    if (!counts) return nf_error_set(err, NF_ERR_NOMEM, "sampler: out of memory for %zu penalty pairs", cap);
+    l->counts = counts;
+    l->pair_cap = cap;
+    return NF_OK;
+}
+
+nf_status nf_penalty_lists_add(nf_penalty_lists *l, nf_sampler *s, const int32_t *history, size_t n_hist, nf_error *err)
+{
+    const size_t max = s ? nf_sampler_penalty_max(s, n_hist) : 0;
+    nf_status st = lists_reserve(l, max, err);
+    if (st) return st;
+    if (!l->n_seqs) l->start[0] = 0;
+    const uint32_t at = l->start[l->n_seqs];
+    const size_t n = max ? nf_sampler_penalty_pairs(s, history, n_hist, l->ids + at, l->counts + at) : 0;
+    l->pen[l->n_seqs] = s ? nf_sampler_penalty(s) : (nf_penalty){1.0f, 0.0f, 0.0f};
+    l->start[++l->n_seqs] = at + (uint32_t)n;
+    return NF_OK;
+}
+
+void nf_penalty_lists_free(nf_penalty_lists *l)
+{
+    free(l->pen);
+    free(l->start);
+    free(l->ids);
+    free(l->counts);
+    *l = (nf_penalty_lists){0};
 }

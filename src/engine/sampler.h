@@ -1,9 +1,10 @@
 /* Token sampling from logits, llama.cpp's order:
  *   penalties over the last `repeat_last_n` tokens of the history, each distinct id once:
  *     repetition (llama.cpp: a positive logit divided by the penalty, a negative one multiplied), then
- *     presence and frequency (OpenAI: logit -= frequency * count + presence * (count > 0), count the
- *     id's occurrences in the window; the window is the history the caller passes, so a caller that
- *     wants OpenAI's "completion only" counts passes the generated ids)
+ *     frequency and presence (OpenAI: logit -= frequency * count, then logit -= presence, count the
+ *     id's occurrences in the window; two f32 subtractions, the device kernel's order, so both round
+ *     alike; the window is the history the caller passes, so a caller that wants OpenAI's
+ *     "completion only" counts passes the generated ids)
  *   -> greedy when temp <= 0 (argmax, ties to the lower id) -> top-k ->
  *   softmax -> top-p (the smallest prefix, in descending probability, whose mass reaches top_p) ->
  *   min-p (keep p >= min_p * p_max) -> temperature on the kept logits -> softmax -> draw.
@@ -45,8 +46,49 @@ int32_t nf_sampler_sample(nf_sampler *s, const float *logits, const int32_t *his
 #define NF_SAMPLER_DEVICE_MAX_K 256
 uint32_t nf_sampler_device_k(const nf_sampler *s, const int32_t *history, size_t n_hist);
 /* The same draw as nf_sampler_sample from the k best pairs (best first, ties to the lower id) that
- * nf_sampler_device_k asked for. */
+ * nf_sampler_device_k (or, of penalised logits, nf_sampler_device_k_penalized) asked for. */
 int32_t nf_sampler_sample_top(nf_sampler *s, const int32_t *ids, const float *vals, size_t k);
+
+/* Penalties on a device (engine.h nf_backend_ops.penalize). A sampler's penalty is its params
+ * (repetition 1, presence 0, frequency 0: off) and its pairs: each distinct id of the window (the
+ * last repeat_last_n ids of the history, out-of-vocabulary ids skipped) once, in order of first
+ * occurrence, with how often it occurs there. The host path (nf_sampler_sample) penalises exactly
+ * these pairs, so logits penalised on a device by the same rule give the same draw. */
+typedef struct nf_penalty {
+    float repetition, presence, frequency; /* the layout of the CUDA decoder's nf_cuda_penalty */
+} nf_penalty;
+
+nf_penalty nf_sampler_penalty(const nf_sampler *s);
+/* The most pairs nf_sampler_penalty_pairs can return for a history of n_hist ids (0 when the penalties
+ * are off). */
+size_t nf_sampler_penalty_max(const nf_sampler *s, size_t n_hist);
+/* Writes the window's pairs to ids / counts (room for nf_sampler_penalty_max) and returns how many. */
+size_t nf_sampler_penalty_pairs(nf_sampler *s, const int32_t *history, size_t n_hist, int32_t *ids, uint32_t *counts);
+
+/* How many best pairs a device must select for the sampler to decide from them alone once it has
+ * applied this sampler's penalties (nf_sampler_penalty_pairs) to the logits: 1 when greedy, top_k
+ * when 1 <= top_k <= 256, else 0. nf_sampler_sample_top then draws from those penalised pairs as
+ * they are (it applies no penalty itself). */
+uint32_t nf_sampler_device_k_penalized(const nf_sampler *s);
+
+/* The penalty lists of a batch of sequences, in the shape nf_backend_ops.penalize takes: sequence i's
+ * pairs are start[i] .. start[i + 1] - 1 of ids / counts. The buffers grow as needed and are kept
+ * across batches (zero-initialise the struct; nf_penalty_lists_free at the end). */
+typedef struct nf_penalty_lists {
+    nf_penalty *pen;  /* [n_seqs] */
+    uint32_t *start;  /* [n_seqs + 1] */
+    int32_t *ids;     /* [start[n_seqs]] */
+    uint32_t *counts; /* [start[n_seqs]] */
+    uint32_t n_seqs;
+    size_t seq_cap, pair_cap;
+} nf_penalty_lists;
+
+/* Starts a new batch (n_seqs 0). */
+void nf_penalty_lists_clear(nf_penalty_lists *l);
+/* Appends a sequence: s's penalty and pairs over history[n_hist]; s NULL: an empty list (a sequence
+ * that does not sample this step). */
+nf_status nf_penalty_lists_add(nf_penalty_lists *l, nf_sampler *s, const int32_t *history, size_t n_hist, nf_error *err);
+void nf_penalty_lists_free(nf_penalty_lists *l);
 
 /* The probabilities the sampler draws from for these logits (0 outside the kept set); for tests. */
 void nf_sampler_probs(nf_sampler *s, const float *logits, const int32_t *history, size_t n_hist, float *probs);

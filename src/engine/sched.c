@@ -58,6 +58,7 @@ struct nf_sched {
     float *logits;       /* [max_seqs][vocab] */
     int32_t *top_ids;    /* [max_seqs][NF_SAMPLER_DEVICE_MAX_K] */
     float *top_vals;
+    nf_penalty_lists pen; /* the batch's penalty pairs (backends with penalize) */
 };
 
 const char *nf_seq_end_name(nf_seq_end e)
@@ -74,6 +75,7 @@ static nf_status check_opts(const nf_sched_backend *be, const nf_sched_opts *o, 
         return nf_error_set(err, NF_ERR_INVALID_ARG, "sched: the backend needs forward and copy_page");
     if ((be->logits == NULL) != (be->topk == NULL))
         return nf_error_set(err, NF_ERR_INVALID_ARG, "sched: a backend keeping logits needs both logits and topk");
+    if (be->penalize && !be->topk) return nf_error_set(err, NF_ERR_INVALID_ARG, "sched: penalize needs topk");
     if (!o->vocab || !o->ctx || !o->chunk || !o->max_seqs || !o->page_tokens || !o->kv_pages)
         return nf_error_set(err, NF_ERR_INVALID_ARG,
                             "sched: vocab %u, ctx %u, chunk %u, max_seqs %u, page_tokens %u, kv_pages %u (all must be > 0)",
@@ -123,7 +125,8 @@ nf_status nf_sched_create(const nf_sched_backend *be, const nf_sched_opts *o, nf
 
 nf_status nf_sched_create_engine(nf_engine *e, const nf_sched_opts *o, nf_sched **out, nf_error *err)
 {
-    const nf_sched_backend be = {e->state, e->ops->forward, e->ops->logits, e->ops->topk, e->ops->copy_page};
+    const nf_sched_backend be = {e->state, e->ops->forward, e->ops->logits, e->ops->topk, e->ops->copy_page,
+                                 e->ops->penalize};
     nf_sched_opts so = o ? *o : (nf_sched_opts){0};
     so.vocab = e->model->cfg.vocab;
     so.ctx = e->opts.ctx;
@@ -177,6 +180,7 @@ void nf_sched_free(nf_sched *s)
     free(s->slots);
     free(s->slot_used);
     free(s->logits);
+    nf_penalty_lists_free(&s->pen);
     free(s->top_ids);
     free(s->top_vals);
     nf_kvpool_free(s->pool);
@@ -614,6 +618,27 @@ static void publish(nf_sched *s, seq *q)
     }
 }
 
+/* The pairs a sequence's sampler needs from the device (0: every logit); with penalize the penalties
+ * are applied there first. */
+static uint32_t device_k(const nf_sched *s, const seq *q)
+{
+    return s->be.penalize ? nf_sampler_device_k_penalized(q->sampler) : nf_sampler_device_k(q->sampler, q->toks, q->n);
+}
+
+/* One penalize call for the batch: the sequences about to sample with their pairs, the rest empty. */
+static nf_status penalize(nf_sched *s, const plan *b, nf_error *err)
+{
+    nf_penalty_lists_clear(&s->pen);
+    for (uint32_t i = 0; i < b->S; i++) {
+        seq *q = s->batch[i];
+        const int samples = q->n_cached + q->take == q->n;
+        nf_status rc = nf_penalty_lists_add(&s->pen, samples ? q->sampler : NULL, q->toks, q->n, err);
+        if (rc) return rc;
+    }
+    if (!s->pen.start[b->S]) return NF_OK; /* no pairs: nothing to change */
+    return s->be.penalize(s->be.state, s->pen.pen, s->pen.start, s->pen.ids, s->pen.counts, err);
+}
+
 /* Device backends: top-k pairs when every sampled sequence's sampler can decide from them, else
  * every logit. Sets *k (0: logits in s->logits). */
 static nf_status fetch(nf_sched *s, const plan *b, uint32_t *k, nf_error *err)
@@ -625,13 +650,14 @@ static nf_status fetch(nf_sched *s, const plan *b, uint32_t *k, nf_error *err)
     for (uint32_t i = 0; i < b->S; i++) {
         const seq *q = s->batch[i];
         if (q->n_cached + q->take != q->n) continue;
-        const uint32_t ki = nf_sampler_device_k(q->sampler, q->toks, q->n);
+        const uint32_t ki = device_k(s, q);
         if (!ki) all_top = 0;
         if (ki > kmax) kmax = ki;
     }
     if (all_top && kmax) {
         *k = kmax;
-        return s->be.topk(s->be.state, kmax, s->top_ids, s->top_vals, err);
+        nf_status rc = s->be.penalize ? penalize(s, b, err) : NF_OK;
+        return rc ? rc : s->be.topk(s->be.state, kmax, s->top_ids, s->top_vals, err);
     }
     return s->be.logits(s->be.state, s->logits, err);
 }
@@ -679,7 +705,7 @@ static nf_status after_forward(nf_sched *s, const plan *b, uint32_t k, nf_sched_
         if (q->state != SEQ_ACTIVE || q->n_cached != q->n) continue; /* cancelled by a callback, or mid-prompt */
         int32_t id;
         if (k) {
-            const uint32_t ki = nf_sampler_device_k(q->sampler, q->toks, q->n);
+            const uint32_t ki = device_k(s, q);
             id = nf_sampler_sample_top(q->sampler, s->top_ids + (size_t)i * k, s->top_vals + (size_t)i * k, ki);
         } else {
             id = nf_sampler_sample(q->sampler, s->logits + (size_t)i * s->o.vocab, q->toks, q->n);

@@ -16,7 +16,8 @@
  *      admission matches the longest cached prefix and needs the pages for the rest of its tokens free
  *      (or, with opts.reserve, for everything it may generate);
  *   3. the forward; full pages are published to the prefix cache; each sequence whose uncached tokens
- *      are all in samples its next token (on a device backend through topk when its sampler allows);
+ *      are all in samples its next token (on a device backend through topk when its sampler allows,
+ *      after the batch's penalties are applied there when the backend has penalize);
  *      stops are checked and ended sequences return their pages at once.
  *
  * Events: each sampled token is reported to the sequence's emit callback with the text that became
@@ -78,6 +79,9 @@ typedef struct nf_sched_backend {
     nf_status (*logits)(void *state, float *out, nf_error *err);                           /* [S][vocab]; optional */
     nf_status (*topk)(void *state, uint32_t k, int32_t *ids, float *vals, nf_error *err); /* [S][k]; optional */
     nf_status (*copy_page)(void *state, uint32_t dst, uint32_t src, nf_error *err);
+    /* optional, with topk: penalties on the device (engine.h), so penalised samplers need only topk */
+    nf_status (*penalize)(void *state, const nf_penalty *pen, const uint32_t *start, const int32_t *ids,
+                          const uint32_t *counts, nf_error *err);
 } nf_sched_backend;
 
 typedef struct nf_sched_opts {

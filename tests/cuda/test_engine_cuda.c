@@ -42,7 +42,9 @@
  * (printed for every recipe and run) unless the
  * routing differed first or the CPU's two best logits are closer than the engines' logits differ; a decode
  * step replayed from the captured graph gives the same bits as stream launches; sampling from the
- * device's top-k gives the same tokens as the host sampler over the full logits (same seed); 100
+ * device's top-k gives the same tokens as the host sampler over the full logits (same seed), and so
+ * does sampling with penalties applied on the device (check_penalized_sampling, and through the
+ * scheduler in batches of 3: check_penalized_batch); 100
  * sessions in one process leave no device memory behind. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -55,6 +57,7 @@
 #include "engine/engine.h"
 #include "engine/npy.h"
 #include "engine/sampler.h"
+#include "engine/sched.h"
 #include "nf_test.h"
 #include "common/engine_fixture.h"
 #include "convert/synth.h"
@@ -155,6 +158,134 @@ static void check_sampling(const nf_model *m, const int32_t *prompt, const char 
     printf("  %s: device top-k sampling = host sampling on %d/16 steps\n", what, same);
     CHECK_MSG(ok && same == 16, "%s: device top-k sampling differs from the host sampler (%d/16)", what, same);
     nf_sampler_free(a), nf_sampler_free(b);
+    nf_engine_free(eng);
+}
+
+/* The repetition / presence / frequency rule on logits[V] over the window's counts, by hand. */
+static void penalise_by_hand(const nf_sampler_params *p, const int32_t *hist, size_t n, float *l, size_t V)
+{
+    const size_t from = p->repeat_last_n > 0 && n > (size_t)p->repeat_last_n ? n - (size_t)p->repeat_last_n : 0;
+    for (size_t i = from; p->repeat_last_n > 0 && i < n; i++) {
+        int first = hist[i] >= 0 && (size_t)hist[i] < V;
+        uint32_t c = 0;
+        for (size_t j = from; j < n; j++) c += hist[j] == hist[i];
+        for (size_t j = from; j < i; j++) first = first && hist[j] != hist[i];
+        if (!first) continue;
+        float x = l[hist[i]];
+        x = x > 0 ? x / p->repeat_penalty : x * p->repeat_penalty;
+        x -= p->frequency_penalty * (float)c;
+        x -= p->presence_penalty;
+        l[hist[i]] = x;
+    }
+}
+
+/* Penalties applied on the device (nf_engine_next over the backend's penalize, then top-k) against
+ * the host sampler over the raw logits, 16 decode steps each of three samplers: greedy with a
+ * repetition penalty, sampled with all three (frequency 0.3: frequency * count is inexact, so a fused
+ * multiply-subtract on either side would show), presence alone. Every step the same token, and the
+ * device's penalised logits (read back after nf_engine_next) equal the raw ones penalised by hand, to
+ * the bit; a second nf_engine_next on the same logits is refused (the penalties would apply twice). */
+static void check_penalized_sampling(const nf_model *m, const int32_t *prompt, const char *what)
+{
+    const size_t V = m->cfg.vocab;
+    nf_sampler_params sp[3] = {nf_sampler_defaults(), nf_sampler_defaults(), nf_sampler_defaults()};
+    sp[0].temp = 0, sp[0].repeat_penalty = 1.3f;
+    sp[1].temp = 1.5f, sp[1].seed = 3, sp[1].repeat_penalty = 1.2f, sp[1].presence_penalty = 0.5f;
+    sp[1].frequency_penalty = 0.3f;
+    sp[2].temp = 0, sp[2].presence_penalty = 0.7f, sp[2].repeat_last_n = 8;
+    float *raw = malloc(V * sizeof *raw), *want = malloc(V * sizeof *want);
+    for (int c = 0; raw && want && c < 3; c++) {
+        nf_engine *eng;
+        nf_error e;
+        nf_engine_opts eo = {.device = "cuda", .ctx = P + G, .chunk = CHUNK};
+        if (nf_engine_create(m, &eo, &eng, &e)) break;
+        nf_sampler *a = NULL, *b = NULL;
+        nf_sampler_create(&sp[c], (uint32_t)V, &a, &e);
+        nf_sampler_create(&sp[c], (uint32_t)V, &b, &e);
+        int32_t hist[P + G];
+        size_t n = 16;
+        memcpy(hist, prompt, n * sizeof *hist);
+        hist[3] = hist[5] = hist[9] = hist[15]; /* repeats in the window */
+        eng->defer_logits = 1;
+        int ok = a && b && nf_engine_prefill(eng, hist, n, NULL, &e) == NF_OK, same = 0, exact = 0;
+        for (int i = 0; ok && i < 16; i++) {
+            int32_t tok = -1, again = -1;
+            ok = eng->ops->logits(eng->state, raw, &e) == NF_OK && /* the device's logits stay as they are */
+                 nf_engine_next(eng, a, hist, n, &tok, &e) == NF_OK;
+            const float *pl = ok ? nf_engine_logits(eng, &e) : NULL;
+            if (!pl) break;
+            memcpy(want, raw, V * sizeof *want);
+            penalise_by_hand(&sp[c], hist, n, want, V);
+            exact += !memcmp(pl, want, V * sizeof *want);
+            same += nf_sampler_sample(b, raw, hist, n) == tok;
+            CHECK(nf_engine_next(eng, a, hist, n, &again, &e) == NF_ERR_INVALID_ARG);
+            hist[n++] = tok;
+            ok = nf_engine_decode(eng, tok, &e) == NF_OK;
+        }
+        printf("  %s, penalties %d: device-penalised sampling = host sampling on %d/16 steps, logits exact on %d/16\n",
+               what, c, same, exact);
+        CHECK_MSG(ok && same == 16 && exact == 16, "%s penalties %d: %d/16 tokens, %d/16 exact logits (%s)", what, c,
+                  same, exact, ok ? "" : e.msg);
+        nf_sampler_free(a), nf_sampler_free(b);
+        nf_engine_free(eng);
+    }
+    free(raw), free(want);
+}
+
+/* Three sequences through the scheduler on the GPU (batches of up to 3: the penalize rows of a batch,
+ * one sequence without penalties, so an empty list), with the backend's penalize and without it (the
+ * penalised samplers then fetch the full logits and the host penalises): the same batches, so the
+ * same forwards, and every token must be equal. */
+static void run_sched(nf_engine *eng, int with_penalize, const int32_t *prompt, int32_t out[3][G / 2])
+{
+    const nf_backend_ops *ops = eng->ops;
+    const nf_sched_backend be = {eng->state, ops->forward, ops->logits, ops->topk, ops->copy_page,
+                                 with_penalize ? ops->penalize : NULL};
+    nf_sched_opts so = {.vocab = eng->model->cfg.vocab, .ctx = eng->opts.ctx, .chunk = eng->opts.chunk,
+                        .max_seqs = eng->opts.max_seqs, .page_tokens = eng->opts.page_tokens,
+                        .kv_pages = eng->opts.kv_pages, .no_prefix_cache = 1};
+    nf_sched *s = NULL;
+    nf_error e;
+    if (nf_sched_create(&be, &so, &s, &e)) {
+        CHECK_MSG(0, "sched: %s", e.msg);
+        return;
+    }
+    nf_sampler_params sp[3] = {nf_sampler_defaults(), nf_sampler_defaults(), nf_sampler_defaults()};
+    sp[0].temp = 0, sp[0].repeat_penalty = 1.3f, sp[0].frequency_penalty = 0.3f;
+    sp[1].temp = 1.5f, sp[1].seed = 5, sp[1].presence_penalty = 0.6f, sp[1].repeat_penalty = 0.9f;
+    sp[2].temp = 1.2f, sp[2].seed = 6; /* no penalties */
+    uint64_t id[3];
+    for (int i = 0; i < 3; i++) {
+        const nf_seq_params q = {.sampling = sp[i], .max_new = G / 2};
+        CHECK(nf_sched_add(s, prompt + 4 * i, 12 + 5 * (size_t)i, &q, &id[i], &e) == NF_OK);
+    }
+    nf_sched_step_info info;
+    for (int n = 0; !nf_sched_idle(s) && n < 200; n++)
+        if (nf_sched_step(s, &info, &e)) {
+            CHECK_MSG(0, "sched step: %s", e.msg);
+            break;
+        }
+    for (int i = 0; i < 3; i++) {
+        size_t np = 0, n = 0;
+        const int32_t *t = nf_sched_tokens(s, id[i], &np, &n);
+        CHECK(t && n == np + G / 2);
+        if (t && n == np + G / 2) memcpy(out[i], t + np, G / 2 * sizeof *t);
+    }
+    nf_sched_free(s);
+}
+
+static void check_penalized_batch(const nf_model *m, const int32_t *prompt, const char *what)
+{
+    nf_engine *eng;
+    nf_error e;
+    nf_engine_opts eo = {.device = "cuda", .ctx = P + G, .chunk = CHUNK, .max_seqs = 3};
+    if (nf_engine_create(m, &eo, &eng, &e)) return;
+    int32_t dev[3][G / 2] = {{0}}, host[3][G / 2] = {{0}};
+    run_sched(eng, 1, prompt, dev);
+    run_sched(eng, 0, prompt, host);
+    const int same = !memcmp(dev, host, sizeof dev);
+    printf("  %s: scheduler with device penalties = host penalties: %s\n", what, same ? "yes" : "NO");
+    CHECK_MSG(same, "%s: the scheduler's tokens with penalize differ from the host-penalised ones", what);
     nf_engine_free(eng);
 }
 
@@ -290,7 +421,11 @@ static void check_artifact(const char *name, const char *recipe, const char *out
         if (A) compare(name, recipe, "int8-act vs bf16", m, x, g, (bounds){sqrt(A) * sqrt(32.0) / 254, 0.5, 0});
         else CHECK_MSG(!memcmp(x->pre, g->pre, P * V * 4), "%s %s: no int8 inputs, yet no_a8 changed the logits", name, recipe);
         check_graph(name, recipe, V, g, s);
-        if (!strcmp(recipe, "q8q8")) check_sampling(m, prompt, name);
+        if (!strcmp(recipe, "q8q8")) {
+            check_sampling(m, prompt, name);
+            check_penalized_sampling(m, prompt, name);
+            check_penalized_batch(m, prompt, name);
+        }
     }
     for (int i = 0; i < 4; i++) free(r[i].route), free(r[i].pre), free(r[i].gl);
     nf_model_free(m);

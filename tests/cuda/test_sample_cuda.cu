@@ -2,7 +2,8 @@
 // repetition rule of the CPU sampler, engine/sampler.c, then frequency and presence) on rows picked
 // through a row index, and the per-row top-k over several rows at once (the batched forward's
 // [S][vocab] logits): ids and values must equal the host's to the bit, best first, ties to the lower
-// id. Logits are multiples of 1/8 so that many values tie; the penalised ids include each row's best
+// id (frequency 0.3: frequency * count is inexact, so a fused multiply-subtract would show). Logits
+// are multiples of 1/8 so that many values tie; the penalised ids include each row's best
 // ones, so the penalties change the top-k; rows the penalties skip must stay untouched.
 #include <cuda_runtime.h>
 #include <math.h>
@@ -37,7 +38,7 @@ void check(uint32_t V, uint32_t R, uint32_t k)
     std::vector<float> ref = l;
     for (uint32_t r = 0; r < R; r++) {
         row_of[r] = (int32_t)(B - 1 - r);
-        pen[r] = nf::dec::Penalty{r % 3 == 2 ? 1.0f : 1.1f + 0.2f * (float)r, r % 2 ? 0.5f : 0.0f, 0.125f * (float)(r % 3)};
+        pen[r] = nf::dec::Penalty{r % 3 == 2 ? 1.0f : 1.1f + 0.2f * (float)r, r % 2 ? 0.5f : 0.0f, 0.3f * (float)(r % 3)};
         float *lr = ref.data() + (size_t)row_of[r] * V;
         // the row's 8 best ids, then random distinct ones
         std::vector<int32_t> order(V);
@@ -55,7 +56,7 @@ void check(uint32_t V, uint32_t R, uint32_t k)
             float x = lr[id];
             const nf::dec::Penalty &p = pen[r];
             if (p.repetition != 1.0f) x = x > 0 ? x / p.repetition : x * p.repetition;
-            if (p.frequency != 0.0f) x -= p.frequency * (float)c;
+            if (p.frequency != 0.0f) x -= p.frequency * (float)c; // rounded, then subtracted (no fma on the host)
             if (p.presence != 0.0f) x -= p.presence;
             lr[id] = x;
         }

@@ -113,10 +113,55 @@ static void check_presence_frequency(void)
     CHECK_CONTAINS(e.msg, "presence/frequency");
 }
 
+/* The penalty pairs (sampler.h): each distinct in-vocabulary id of the last repeat_last_n ids once,
+ * in order of first occurrence, with its count there, checked against a count done here by brute
+ * force; the bound nf_sampler_penalty_max, the params record, and nothing when the penalties are off. */
+static void check_penalty_pairs(void)
+{
+    const int32_t hist[12] = {4, 2, 2, 9, -3, 2, 4, 0, 17, 4, 6, 2};
+    nf_sampler_params p = {1, 40, 1, 0, 1.3f, 8, 0, 0.25f, 0.5f};
+    for (int win = 1; win <= 14; win++) {
+        p.repeat_last_n = win;
+        nf_sampler *s = NULL;
+        CHECK(nf_sampler_create(&p, 10, &s, NULL) == NF_OK);
+        int32_t ids[16];
+        uint32_t counts[16];
+        const size_t max = nf_sampler_penalty_max(s, 12);
+        CHECK_EQ_INT((int)max, win < 10 ? win : 10);
+        const size_t n = nf_sampler_penalty_pairs(s, hist, 12, ids, counts);
+        size_t want = 0;
+        const int from = win < 12 ? 12 - win : 0;
+        for (int i = from; i < 12; i++) {
+            int first = hist[i] >= 0 && hist[i] < 10, c = 0;
+            for (int j = from; j < 12; j++) c += hist[j] == hist[i];
+            for (int j = from; j < i; j++) first = first && hist[j] != hist[i];
+            if (!first) continue;
+            CHECK_MSG(want < n && ids[want] == hist[i] && counts[want] == (uint32_t)c, "window %d: pair %zu", win, want);
+            want++;
+        }
+        CHECK_MSG(n == want && n <= max, "window %d: %zu pairs, want %zu (max %zu)", win, n, want, max);
+        const nf_penalty pen = nf_sampler_penalty(s);
+        CHECK(pen.repetition == 1.3f && pen.presence == 0.25f && pen.frequency == 0.5f);
+        nf_sampler_free(s);
+    }
+    p.repeat_last_n = 0; /* off: no pairs, a neutral record */
+    nf_sampler *s = NULL;
+    CHECK(nf_sampler_create(&p, 10, &s, NULL) == NF_OK);
+    int32_t ids[1];
+    uint32_t counts[1];
+    CHECK_EQ_INT((int)nf_sampler_penalty_max(s, 12), 0);
+    CHECK_EQ_INT((int)nf_sampler_penalty_pairs(s, hist, 12, ids, counts), 0);
+    const nf_penalty pen = nf_sampler_penalty(s);
+    CHECK(pen.repetition == 1 && pen.presence == 0 && pen.frequency == 0);
+    CHECK_EQ_INT((int)nf_sampler_device_k_penalized(s), 10); /* top_k 40 of a vocabulary of 10 */
+    nf_sampler_free(s);
+}
+
 int main(void)
 {
     check_device_path();
     check_presence_frequency();
+    check_penalty_pairs();
     const float l[5] = {1.0f, 3.0f, 3.0f, 0.5f, 2.0f}; /* sorted: 1, 2, 4, 0, 3 */
     float pr[5];
     double ref[5];

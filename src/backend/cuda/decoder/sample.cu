@@ -91,9 +91,10 @@ __global__ void topk_merge_kernel(const float *cv, const int32_t *ci, uint32_t n
     }
 }
 
-// One CTA a row; the pairs of a row name distinct ids, so no two threads touch one logit. The
-// repetition rule is the CPU sampler's (engine/sampler.c penalise) to the bit: the same f32 divide or
-// multiply; the frequency and presence terms (OpenAI's) subtract after it.
+// One CTA a row; the pairs of a row name distinct ids, so no two threads touch one logit. The rule is
+// the CPU sampler's (engine/sampler.c penalised) to the bit: the same f32 divide or multiply, then the
+// frequency and presence terms (OpenAI's) subtracted one at a time, frequency * count rounded on its
+// own (__fmul_rn: nvcc would otherwise fuse it into the subtraction, which the host does not).
 __global__ void penalize_kernel(float *logits, size_t stride, const int32_t *row, const uint32_t *start, const Penalty *pen,
                                 const int32_t *ids, const uint32_t *counts, uint32_t vocab)
 {
@@ -105,7 +106,7 @@ __global__ void penalize_kernel(float *logits, size_t stride, const int32_t *row
         if (id < 0 || (uint32_t)id >= vocab || !counts[j]) continue;
         float x = l[id];
         if (p.repetition != 1.0f) x = x > 0 ? x / p.repetition : x * p.repetition;
-        if (p.frequency != 0.0f) x -= p.frequency * (float)counts[j];
+        if (p.frequency != 0.0f) x -= __fmul_rn(p.frequency, (float)counts[j]);
         if (p.presence != 0.0f) x -= p.presence;
         l[id] = x;
     }
