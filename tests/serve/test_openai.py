@@ -1,0 +1,271 @@
+"""`ninfer serve` driven by the official openai client (PyPI): chat and completions, streaming and
+not, stop strings, seeds, usage, logprobs, and each error status mapped to the client's exception
+class. The model is random (tiny synth, byte tokenizer), so properties are checked, not texts:
+streamed deltas join to the non-streamed text, a stop string cuts at its first occurrence in the
+unstopped greedy text, a greedy logprob is the top alternative's, usage matches /tokenize."""
+import json
+import os
+import socket
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+import openai
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_util import Server  # noqa: E402
+
+NINFER, MODEL = sys.argv[1], sys.argv[2]
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def raw(url, path, body=None, method=None, headers=None):
+    req = urllib.request.Request(url + path, data=None if body is None else body.encode(), method=method,
+                                 headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def chat_and_stream(c):
+    msgs = [{"role": "user", "content": "hi"}]
+    r = c.chat.completions.create(model="tiny", messages=msgs, max_tokens=12, temperature=0)
+    text = r.choices[0].message.content
+    check(r.object == "chat.completion" and r.choices[0].message.role == "assistant", "chat object and role")
+    check(r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 12, "chat length and usage")
+    rendered = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"  # ChatML: the model has no template
+    _, tk = raw(c.base_url_str, "/tokenize", json.dumps({"content": rendered}))
+    check(r.usage.prompt_tokens == len(json.loads(tk)["tokens"]), "prompt_tokens = /tokenize of the rendered ChatML")
+    check(r.usage.total_tokens == r.usage.prompt_tokens + 12, "total_tokens")
+    parts = [{"type": "text", "text": "h"}, {"type": "text", "text": "i"}]
+    r2 = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": parts}], max_tokens=12, temperature=0)
+    check(r2.choices[0].message.content == text, "content parts join to the same prompt")
+    chunks = list(c.chat.completions.create(model="tiny", messages=msgs, max_tokens=12, temperature=0, stream=True,
+                                            stream_options={"include_usage": True}))
+    check(chunks[0].choices[0].delta.role == "assistant", "first chunk carries the role")
+    joined = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    check(joined == text, "streamed deltas join to the non-streamed text")
+    finals = [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason]
+    check(finals == ["length"], "exactly one finish_reason chunk")
+    check(chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 12, "usage chunk last")
+    check(all(ch.usage is None for ch in chunks[:-1]), "usage null before the last chunk")
+    plain = list(c.chat.completions.create(model="tiny", messages=msgs, max_tokens=3, temperature=0, stream=True))
+    check(all(ch.usage is None for ch in plain), "no usage chunk unless asked")
+
+
+def completions(c):
+    r = c.completions.create(model="tiny", prompt=[10, 20, 30, 40, 50], max_tokens=16, temperature=0)
+    check(r.usage.prompt_tokens == 5 and r.usage.completion_tokens == 16, "completions usage for a token prompt")
+    text = r.choices[0].text
+    s = list(c.completions.create(model="tiny", prompt=[10, 20, 30, 40, 50], max_tokens=16, temperature=0, stream=True))
+    check("".join(ch.choices[0].text for ch in s if ch.choices) == text, "completions stream joins to the text")
+    r = c.completions.create(model="tiny", prompt="abc", max_tokens=4, temperature=0)
+    check(r.usage.prompt_tokens == 3, "string prompt: 3 byte tokens")
+    return text
+
+
+def stops(c, text):
+    # a stop string from the middle of the greedy text: the reply is cut at its first occurrence
+    for k in range(3, len(text) - 2):
+        stop = text[k:k + 2]
+        cut = text.find(stop)
+        if cut > 0:
+            break
+    else:
+        check(False, "greedy text too short for a stop test: %r" % text)
+        return
+    r = c.completions.create(model="tiny", prompt=[10, 20, 30, 40, 50], max_tokens=16, temperature=0, stop=[stop, "\x00zz"])
+    check(r.choices[0].text == text[:cut] and r.choices[0].finish_reason == "stop", "stop cuts at the first occurrence")
+    s = list(c.completions.create(model="tiny", prompt=[10, 20, 30, 40, 50], max_tokens=16, temperature=0, stop=stop,
+                                  stream=True))
+    check("".join(ch.choices[0].text for ch in s if ch.choices) == text[:cut], "streamed stop: same cut")
+
+
+def seeds(c):
+    def one(seed):
+        return c.completions.create(model="tiny", prompt=[1, 2, 3], max_tokens=24, temperature=1.0, seed=seed).choices[0].text
+    a, b = one(42), one(42)
+    check(a == b, "the same seed gives the same text")
+    check(len({one(s) for s in (1, 2, 3, 4)}) > 1, "different seeds give different texts")
+
+
+def logprobs(c):
+    r = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}], max_tokens=6, temperature=0,
+                                  logprobs=True, top_logprobs=3)
+    lp = r.choices[0].logprobs.content
+    check(len(lp) == 6, "one logprob entry per token")
+    for e in lp:
+        check(e.logprob <= 0 and len(e.top_logprobs) == 3, "logprob <= 0, 3 alternatives")
+        check(abs(e.top_logprobs[0].logprob - e.logprob) < 1e-6, "greedy token is the top alternative")
+        check(sum(2.718281828 ** t.logprob for t in e.top_logprobs) <= 1.0001, "alternatives' mass <= 1")
+    r = c.completions.create(model="tiny", prompt=[5, 6], max_tokens=4, temperature=0, logprobs=2)
+    l2 = r.choices[0].logprobs
+    check(len(l2.token_logprobs) == 4 and all(len(t) <= 2 for t in l2.top_logprobs), "completions logprobs shape")
+
+
+def errors(c, url):
+    nr = c.with_options(max_retries=0)
+    cases = [
+        (openai.BadRequestError, dict(max_tokens=5000), "1024"),
+        (openai.BadRequestError, dict(n=2), None),
+        (openai.BadRequestError, dict(temperature=7), None),
+        (openai.NotFoundError, dict(model="no-such-model"), None),
+    ]
+    for exc, kw, text in cases:
+        args = dict(model="tiny", messages=[{"role": "user", "content": "x"}], max_tokens=2)
+        args.update(kw)
+        try:
+            nr.chat.completions.create(**args)
+            check(False, "%s: no error" % kw)
+        except exc as e:
+            check(text is None or text in str(e), "%s: message names %s: %s" % (kw, text, e))
+        except Exception as e:  # noqa: BLE001
+            check(False, "%s: %r instead of %s" % (kw, e, exc.__name__))
+    try:
+        nr.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x" * 70000}], max_tokens=2)
+        check(False, "413: no error")
+    except openai.APIStatusError as e:
+        check(e.status_code == 413, "over-limit body: 413, got %d" % e.status_code)
+    st, body = raw(url, "/v1/chat/completions", method="GET")
+    check(st == 405 and "error" in json.loads(body), "GET on a POST route: 405")
+    st, _ = raw(url, "/v2/nothing")
+    check(st == 404, "unknown route: 404")
+
+
+def auth():
+    with tempfile.NamedTemporaryFile("w", suffix=".key", delete=False) as f:
+        f.write("s3cret-key\n")
+    s = Server(NINFER, MODEL, "--api-key-file", f.name)
+    try:
+        good = openai.OpenAI(base_url=s.url + "/v1", api_key="s3cret-key", max_retries=0)
+        check(len(good.models.list().data) == 1, "the right key lists the model")
+        for key in ("wrong-key!", "s3cret-ke", "s3cret-key2"):
+            try:
+                openai.OpenAI(base_url=s.url + "/v1", api_key=key, max_retries=0).models.list()
+                check(False, "key %s accepted" % key)
+            except openai.AuthenticationError:
+                pass
+        st, _ = raw(s.url, "/health")
+        check(st == 200, "/health needs no key")
+    finally:
+        os.unlink(f.name)
+        check(s.stop() == 0, "server with a key exits 0")
+
+
+def busy():
+    # no waiting room: while a long request runs, another gets 503 (the client's InternalServerError)
+    s = Server(NINFER, MODEL, "--queue", "0")
+    try:
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
+        seen = False
+        for _ in range(20):
+            wait_idle(s.url)
+            long = c.completions.create(model="tiny", prompt=[1], max_tokens=1000, temperature=0, stream=True)
+            next(iter(long))
+            try:
+                c.completions.create(model="tiny", prompt=[1], max_tokens=1)
+            except openai.InternalServerError as e:
+                seen = e.status_code == 503 and e.response.headers.get("retry-after") == "1"
+            long.close()
+            if seen:
+                break
+        check(seen, "503 with Retry-After when the queue is full")
+    finally:
+        check(s.stop() == 0, "busy server exits 0")
+
+
+def wait_idle(url):
+    for _ in range(200):
+        if metric(url, "ninfer_requests_running") == 0 and metric(url, "ninfer_requests_waiting") == 0:
+            return
+        time.sleep(0.05)
+
+
+def metric(url, name):
+    _, t = raw(url, "/metrics")
+    for line in t.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def disconnect_and_stop(c, url):
+    # a client that leaves mid-stream: its request ends early and the next one is served
+    before = metric(url, "ninfer_generation_tokens_total")
+    sock = socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])))
+    body = json.dumps({"prompt": [1], "max_tokens": 1000, "temperature": 0, "stream": True})
+    sock.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  "Content-Length: %d\r\n\r\n%s" % (len(body), body)).encode())
+    sock.recv(100)
+    sock.close()
+    r = c.completions.create(model="tiny", prompt=[2], max_tokens=3, temperature=0)
+    check(r.usage.completion_tokens == 3, "served after a client vanished")
+    wait_idle(url)
+    check(metric(url, "ninfer_requests_running") == 0, "nothing running after the vanished client")
+    check(metric(url, "ninfer_requests_cancelled_total") >= 1, "the vanished client's request was cancelled")
+    print("tokens streamed to the vanished 1000-token request: %g" % (metric(url, "ninfer_generation_tokens_total") - before - 3))
+    _, m = raw(url, "/metrics")
+    for name in ("ninfer_requests_total{status=\"200\"}", "ninfer_time_to_first_token_seconds_bucket",
+                 "ninfer_inter_token_latency_seconds_count", "ninfer_requests_waiting", "ninfer_kv_cache_free"):
+        check(name in m, "metrics has " + name)
+    st, tk = raw(url, "/tokenize", json.dumps({"content": "héllo"}))
+    st2, dt = raw(url, "/detokenize", json.dumps({"tokens": json.loads(tk)["tokens"]}))
+    check(st == 200 and st2 == 200 and json.loads(dt)["content"] == "héllo", "tokenize/detokenize round trip")
+    st, page = raw(url, "/")
+    check(st == 200 and "/v1/chat/completions" in page and "tokens/s" in page, "the chat page")
+
+
+def graceful_stop():
+    # SIGTERM mid-stream: the stream still ends with a finish chunk and [DONE]; exit status 0
+    s = Server(NINFER, MODEL)
+    sock = socket.create_connection(("127.0.0.1", s.port))
+    body = json.dumps({"messages": [{"role": "user", "content": "go"}], "max_tokens": 900, "stream": True})
+    sock.sendall(("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)).encode())
+    got = sock.recv(200)
+    s.proc.terminate()
+    sock.settimeout(30)
+    while True:
+        b = sock.recv(65536)
+        if not b:
+            break
+        got += b
+    sock.close()
+    text = got.decode(errors="replace")
+    check("data: [DONE]" in text and '"finish_reason":"' in text, "SIGTERM: the stream got its final chunk and [DONE]")
+    check(s.proc.wait(timeout=60) == 0, "SIGTERM: exit status 0")
+
+
+def main():
+    s = Server(NINFER, MODEL, "--max-body", "65536")
+    try:
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="unused")
+        c.base_url_str = s.url
+        check([m.id for m in c.models.list().data] == ["tiny"], "/v1/models lists the model")
+        chat_and_stream(c)
+        text = completions(c)
+        stops(c, text)
+        seeds(c)
+        logprobs(c)
+        errors(c, s.url)
+        disconnect_and_stop(c, s.url)
+    finally:
+        check(s.stop() == 0, "server exits 0 on SIGTERM")
+    auth()
+    busy()
+    graceful_stop()
+    print("%d failures" % len(failures))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+/* The server's pure parts: stop-string scan against a brute-force reference over random texts,
+ * the <think> split over every way of cutting a reply into pieces, the constant-time key compare,
+ * lossy UTF-8, and request parsing's statuses (each with an independent expectation written out). */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nf_test.h"
+#include "serve/api.h"
+#include "serve/server.h"
+#include "serve/stops.h"
+
+/* Reference: the earliest index where any stop string occurs; len when none. */
+static size_t brute_first(const char *t, size_t len, char *const *stops, size_t n)
+{
+    for (size_t at = 0; at < len; at++)
+        for (size_t i = 0; i < n; i++)
+            if (at + strlen(stops[i]) <= len && memcmp(t + at, stops[i], strlen(stops[i])) == 0) return at;
+    return len;
+}
+
+/* Feeding a random text one byte at a time: what is shown never contains or ends inside a stop
+ * string, and the text shown before the stop equals the text before its first occurrence. */
+static void stops_random(void)
+{
+    char *stops[] = {"ab", "bab", "ccc"};
+    unsigned seed = 7;
+    for (int trial = 0; trial < 2000; trial++) {
+        char t[40];
+        size_t len = (size_t)(rand_r(&seed) % 39);
+        for (size_t i = 0; i < len; i++) t[i] = "abcd"[rand_r(&seed) % 4];
+        size_t shown = 0, safe = 0;
+        int stopped = 0;
+        for (size_t n = 1; n <= len && !stopped; n++) {
+            stopped = nf_serve_stop_scan(t, n, shown, stops, 3, 0, &safe);
+            CHECK(safe >= shown && safe <= n);
+            shown = safe;
+        }
+        if (!stopped) stopped = nf_serve_stop_scan(t, len, shown, stops, 3, 1, &safe), shown = safe;
+        size_t want = brute_first(t, len, stops, 3);
+        CHECK_MSG(shown == want && stopped == (want < len), "trial %d: shown %zu, want %zu (%.*s)", trial, shown, want,
+                  (int)len, t);
+    }
+}
+
+/* Every cut of a reply into three pieces gives the same reasoning and content. */
+static void think_cuts(const char *reply, const char *want_r, const char *want_c)
+{
+    size_t n = strlen(reply);
+    for (size_t a = 0; a <= n; a++)
+        for (size_t b = a; b <= n; b++) {
+            nf_think_split t = {0};
+            char *r = NULL, *c = NULL;
+            size_t rn = 0, cn = 0;
+            CHECK(nf_think_feed(&t, reply, a, 0, &r, &rn, &c, &cn) == 0);
+            CHECK(nf_think_feed(&t, reply + a, b - a, 0, &r, &rn, &c, &cn) == 0);
+            CHECK(nf_think_feed(&t, reply + b, n - b, 1, &r, &rn, &c, &cn) == 0);
+            CHECK_MSG(strcmp(r, want_r) == 0 && strcmp(c, want_c) == 0, "'%s' cut %zu/%zu: reasoning '%s' content '%s'",
+                      reply, a, b, r, c);
+            free(r), free(c);
+        }
+}
+
+static void think(void)
+{
+    think_cuts("<think>\nplan it\n</think>\n\nThe answer.", "\nplan it\n", "The answer.");
+    think_cuts("<think></think>Hi", "", "Hi");
+    think_cuts("No thinking <think>here</think>", "", "No thinking <think>here</think>");
+    think_cuts("<thin", "", "<thin");
+    think_cuts("<think>unfinished </thi", "unfinished </thi", "");
+    think_cuts("\xC3\xA9<think>x</think>", "", "\xC3\xA9<think>x</think>");
+}
+
+static void keys(void)
+{
+    CHECK(nf_serve_key_equal("secret", 6, "secret", 6));
+    CHECK(!nf_serve_key_equal("secret", 6, "secreT", 6));
+    CHECK(!nf_serve_key_equal("secret", 6, "secret2", 7));
+    CHECK(!nf_serve_key_equal("", 0, "x", 1));
+    char *s = nf_api_lossy_utf8("a\xFF\xC3\xA9\xC3", 5);
+    CHECK(s && strcmp(s, "a\xEF\xBF\xBD\xC3\xA9\xEF\xBF\xBD") == 0);
+    free(s);
+}
+
+/* Status and param of a request body (the model is a byte tokenizer-free stub: only bodies that
+ * fail before tokenizing are used, plus token-id prompts). */
+static void expect(nf_api_kind k, const char *body, int status, const char *param)
+{
+    nf_api_model m = {.id = "tiny", .ctx = 64, .vocab = 100};
+    nf_api_call c;
+    nf_api_error e = {0};
+    int rc = nf_api_parse(&m, k, body, strlen(body), 1, &c, &e);
+    if (status == 200) {
+        CHECK_MSG(rc == 0, "%s: %d %s", body, e.status, e.msg);
+        if (!rc) nf_api_call_free(&c);
+        return;
+    }
+    CHECK_MSG(rc == -1 && e.status == status, "%s: got %d (%s), want %d", body, rc ? e.status : 200, e.msg, status);
+    if (param) CHECK_MSG(e.param && strcmp(e.param, param) == 0, "%s: param %s, want %s", body, e.param, param);
+    char *j = nf_api_error_json(&e);
+    CHECK(j && strstr(j, "\"error\"") && strstr(j, "\"message\""));
+    free(j);
+}
+
+static void parsing(void)
+{
+    const nf_api_kind C = NF_API_COMPLETION;
+    expect(C, "{\"prompt\":[1,2,3],\"max_tokens\":4}", 200, NULL);
+    expect(C, "{\"prompt\":[1,2,3]", 400, NULL);
+    expect(C, "[1]", 400, NULL);
+    expect(C, "{\"prompt\":[1,2,100]}", 400, "prompt");
+    expect(C, "{\"prompt\":[1.5]}", 400, "prompt");
+    expect(C, "{\"prompt\":[]}", 400, "prompt");
+    expect(C, "{\"prompt\":[1],\"max_tokens\":64}", 400, "max_tokens");
+    expect(C, "{\"prompt\":[1],\"max_tokens\":63}", 200, NULL);
+    expect(C, "{\"prompt\":[1],\"max_tokens\":1e300}", 400, "max_tokens");
+    expect(C, "{\"prompt\":[1],\"max_tokens\":\"4\"}", 400, "max_tokens");
+    expect(C, "{\"prompt\":[1],\"temperature\":3}", 400, "temperature");
+    expect(C, "{\"prompt\":[1],\"seed\":1e20}", 400, "seed");
+    expect(C, "{\"prompt\":[1],\"n\":2}", 400, "n");
+    expect(C, "{\"prompt\":[1],\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", 400, "stop");
+    expect(C, "{\"prompt\":[1],\"stop\":7}", 400, "stop");
+    expect(C, "{\"prompt\":[1],\"model\":\"other\"}", 404, "model");
+    expect(C, "{\"prompt\":[1],\"model\":\"tiny\",\"logprobs\":5}", 200, NULL);
+    expect(C, "{\"prompt\":[1],\"logprobs\":6}", 400, "logprobs");
+    expect(C, "{\"prompt\":[1],\"stream_options\":{\"include_usage\":true}}", 400, "stream_options");
+    expect(C, "{\"prompt\":[1],\"prompt\":\"\xFF\"}", 400, NULL);
+    expect(NF_API_CHAT, "{\"messages\":[]}", 400, "messages");
+    expect(NF_API_CHAT, "{\"messages\":[{\"role\":\"pirate\",\"content\":\"x\"}]}", 400, "messages");
+    expect(NF_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", 400, "messages");
+    expect(NF_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":3}", 400, "top_logprobs");
+    expect(NF_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":21,\"logprobs\":true}", 400,
+           "top_logprobs");
+}
+
+int main(void)
+{
+    stops_random();
+    think();
+    keys();
+    parsing();
+    return nf_test_report();
+}
