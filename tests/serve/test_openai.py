@@ -245,6 +245,24 @@ def graceful_stop():
     check(s.proc.wait(timeout=60) == 0, "SIGTERM: exit status 0")
 
 
+def concurrent_clients(c):
+    # 16 streaming clients at once (queued behind one another today, batched once the scheduler
+    # lands): every request completes and each greedy text equals the same request sent alone
+    import concurrent.futures
+    prompts = [[1 + i, 7, 3 + 2 * i, 40] for i in range(16)]
+
+    def alone(p):
+        return c.completions.create(model="tiny", prompt=p, max_tokens=20, temperature=0).choices[0].text
+
+    def streamed(p):
+        s = c.completions.create(model="tiny", prompt=p, max_tokens=20, temperature=0, stream=True)
+        return "".join(ch.choices[0].text for ch in s if ch.choices)
+    want = [alone(p) for p in prompts]
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        got = list(pool.map(streamed, prompts))
+    check(got == want, "16 concurrent greedy streams equal the requests sent alone")
+
+
 def main():
     s = Server(NINFER, MODEL, "--max-body", "65536")
     try:
@@ -256,6 +274,7 @@ def main():
         stops(c, text)
         seeds(c)
         logprobs(c)
+        concurrent_clients(c)
         errors(c, s.url)
         disconnect_and_stop(c, s.url)
     finally:
