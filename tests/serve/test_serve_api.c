@@ -134,8 +134,51 @@ static void parsing(void)
            "top_logprobs");
 }
 
+/* chat_template_kwargs.enable_thinking reaches Qwen3's template: false adds the empty think block
+ * to the generation prompt (the text Qwen3's Jinja template renders, written out here). */
+static void thinking_kwarg(void)
+{
+    nf_tokenizer *tok = NULL;
+    nf_chat_template ct = {0};
+    nf_error err;
+    const char *dir = NF_TEST_DATA "/fixtures/tokenizer/qwen3";
+    char tj[512], tc[512];
+    snprintf(tj, sizeof tj, "%s/tokenizer.json", dir);
+    snprintf(tc, sizeof tc, "%s/tokenizer_config.json", dir);
+    CHECK_MSG(nf_tok_load_hf(tj, tc, &tok, &err) == NF_OK, "%s", err.msg);
+    if (!tok) return;
+    CHECK(nf_chat_detect(nf_tok_chat_template(tok), &ct, &err) == NF_OK && ct.kind == NF_CHAT_QWEN3);
+    nf_api_model m = {.id = "q", .tok = tok, .ct = &ct, .ctx = 4096, .vocab = nf_tok_vocab_size(tok)};
+    static const char *const want[] = {
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n",
+    };
+    static const char *const body[] = {
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"chat_template_kwargs\":{\"enable_thinking\":false}}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"chat_template_kwargs\":{\"enable_thinking\":true}}",
+    };
+    for (int i = 0; i < 2; i++) {
+        nf_api_call c;
+        nf_api_error e;
+        nf_tok_ids ids = {0};
+        CHECK(nf_tok_encode(tok, want[i], strlen(want[i]), NF_TOK_PARSE_SPECIAL, &ids, &err) == NF_OK);
+        int rc = nf_api_parse(&m, NF_API_CHAT, body[i], strlen(body[i]), 1, &c, &e);
+        CHECK_MSG(rc == 0, "%s", e.msg);
+        if (!rc) {
+            CHECK_MSG(c.req.n_prompt == ids.n && memcmp(c.req.prompt, ids.ids, ids.n * sizeof *ids.ids) == 0,
+                      "enable_thinking %d: %zu ids, want %zu", i == 1, c.req.n_prompt, ids.n);
+            CHECK(c.think_split);
+            nf_api_call_free(&c);
+        }
+        nf_tok_ids_free(&ids);
+    }
+    nf_chat_template_free(&ct);
+    nf_tok_free(tok);
+}
+
 int main(void)
 {
+    thinking_kwarg();
     stops_random();
     think();
     keys();
