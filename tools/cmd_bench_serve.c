@@ -208,7 +208,7 @@ static void report(const bench_cfg *c, req_result *res, long from, long to, doub
     }
     printf("ninfer bench serve: %s, concurrency %ld, %ld requests (+%ld warm-up), %ld tokens in, %ld out\n", c->url, c->conc,
            c->requests, c->warmup, c->in_len, c->out_len);
-    printf("completed %zu, failed %zu, duration %.2f s\n", done, (size_t)(to - from) - done, dur);
+    printf("completed %zu, failed %zu, duration %.3f s, output tokens %ld\n", done, (size_t)(to - from) - done, dur, out);
     printf("request throughput %.3f req/s, output %.1f tokens/s, total %.1f tokens/s\n", (double)done / dur,
            (double)out / dur, (double)(out + (long)done * c->in_len) / dur);
     report_line("TTFT", ttft, done);

@@ -283,6 +283,7 @@ static int limits(const nf_api_model *m, const cJSON *b, nf_serve_req *r, nf_api
     long long max = -1;
     const char *name = field(b, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     if (get_int(b, name, 1, 1e15, &max, e)) return -1;
+    if (!r->n_prompt) return nf_api_fail(e, 400, "prompt", "the prompt is empty (no tokens)");
     if (r->n_prompt >= m->ctx)
         return nf_api_fail(e, 400, "messages", "the prompt is %zu tokens, the context is %u", r->n_prompt, m->ctx);
     if (max < 0) max = (long long)(m->ctx - r->n_prompt);

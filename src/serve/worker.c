@@ -23,6 +23,7 @@ typedef struct worker {
     nf_serve_job *running;
     int stopping;
     nf_tok_ids seq; /* the tokens in the engine's cache, for prefix reuse between requests */
+    size_t kv_used; /* seq.n as of the last job's end, under mu, for stats */
     float *scratch; /* [vocab] logits after penalties */
     int32_t *counts; /* [vocab] generated-token counts for the penalties */
 } worker;
@@ -63,6 +64,7 @@ static nf_status push_id(nf_tok_ids *v, int32_t id, nf_error *err)
 static nf_status prefill(worker *w, const nf_serve_req *r, nf_error *err)
 {
     nf_engine *e = w->o.engine;
+    if (!r->n_prompt) return nf_error_set(err, NF_ERR_INVALID_ARG, "an empty prompt"); /* nothing to get logits from */
     size_t common = 0;
     while (common < w->seq.n && common < r->n_prompt && common < e->n_past && w->seq.ids[common] == r->prompt[common])
         common++;
@@ -257,6 +259,7 @@ static void *worker_main(void *arg)
         run_job(w, j);
         pthread_mutex_lock(&w->mu);
         w->running = NULL;
+        w->kv_used = w->seq.n;
         pthread_mutex_unlock(&w->mu);
         nf_serve_job_release(j);
         pthread_mutex_lock(&w->mu);
@@ -297,8 +300,8 @@ static void w_stats(nf_serve_backend *b, nf_serve_backend_stats *st)
     pthread_mutex_lock(&w->mu);
     st->running = w->running != NULL;
     st->waiting = w->q_n;
+    st->kv_used = w->kv_used; /* as of the last finished request */
     pthread_mutex_unlock(&w->mu);
-    st->kv_used = w->seq.n; /* read without the worker's lock: a gauge may be one token stale */
     st->kv_total = w->o.engine->opts.ctx;
 }
 

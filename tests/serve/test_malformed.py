@@ -115,7 +115,7 @@ def wrong_types():
                 if key == "top_logprobs":
                     body["logprobs"] = True
                 yield "wrong types and values", post("/v1/chat/completions", json.dumps(body))
-    for key, vals in (("prompt", [5, {}, [], [-1], [1.5], [9999999], ["a", "b"], [[1]], True]), ("logprobs", [6, -1, True]),
+    for key, vals in (("prompt", [5, {}, [], [-1], [1.5], [9999999], ["a", "b"], [[1]], True, "", [""]]), ("logprobs", [6, -1, True]),
                       ("echo", [True]), ("stream_options", [{"include_usage": True}])):
         for v in vals:
             body = dict(GOOD_COMP)
