@@ -339,15 +339,16 @@ static enum MHD_Result post_route(nf_server *s, struct MHD_Connection *c, route 
 
 typedef struct upload {
     char *body;
-    size_t n, cap;
+    size_t n, cap, dropped;
     int too_big;
 } upload;
 
 static int body_append(nf_server *s, upload *u, const char *data, size_t n)
 {
     if (u->too_big || u->n + n > s->o.max_body) {
-        u->too_big = 1; /* the rest is read and dropped, then 413 */
-        return 0;
+        u->too_big = 1; /* the rest is read and dropped, then 413 ... */
+        u->dropped += n;
+        return u->dropped > s->o.max_body ? -1 : 0; /* ... unless it goes on and on: then the connection closes */
     }
     if (u->n + n + 1 > u->cap) {
         size_t cap = (u->n + n + 1) * 2;

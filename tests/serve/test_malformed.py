@@ -169,6 +169,10 @@ def over_limit():
         body = b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(10)) + b"0\r\n\r\n"
         yield "over-limit bodies", (b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
                                     b"Transfer-Encoding: chunked\r\n\r\n" + body)
+        # chunked and far over: the server stops reading and closes
+        endless = b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(40)) + b"0\r\n\r\n"
+        yield "over-limit bodies", (b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+                                    b"Transfer-Encoding: chunked\r\n\r\n" + endless)
 
 
 def broken_http():
