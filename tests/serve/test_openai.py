@@ -246,10 +246,10 @@ def graceful_stop():
 
 
 def concurrent_clients(c):
-    # 16 streaming clients at once (queued behind one another today, batched once the scheduler
+    # 64 streaming clients at once (queued behind one another today, batched once the scheduler
     # lands): every request completes and each greedy text equals the same request sent alone
     import concurrent.futures
-    prompts = [[1 + i, 7, 3 + 2 * i, 40] for i in range(16)]
+    prompts = [[1 + i, 7, 3 + 2 * i, 40] for i in range(64)]
 
     def alone(p):
         return c.completions.create(model="tiny", prompt=p, max_tokens=20, temperature=0).choices[0].text
@@ -258,9 +258,9 @@ def concurrent_clients(c):
         s = c.completions.create(model="tiny", prompt=p, max_tokens=20, temperature=0, stream=True)
         return "".join(ch.choices[0].text for ch in s if ch.choices)
     want = [alone(p) for p in prompts]
-    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+    with concurrent.futures.ThreadPoolExecutor(64) as pool:
         got = list(pool.map(streamed, prompts))
-    check(got == want, "16 concurrent greedy streams equal the requests sent alone")
+    check(got == want, "64 concurrent greedy streams equal the requests sent alone")
 
 
 def main():
