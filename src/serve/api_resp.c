@@ -4,6 +4,7 @@
  * token_logprobs, top_logprobs, text_offset}). */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -397,75 +398,87 @@ char *nf_api_models_json(const nf_api_model *m, long long created)
     return s;
 }
 
+/* A JSON object holding one item (consumed), printed; NULL with a 500 in *e when out of memory. */
+static char *print_one(const char *name, cJSON *item, nf_api_error *e)
+{
+    cJSON *o = cJSON_CreateObject();
+    char *s = NULL;
+    if (o && item && cJSON_AddItemToObject(o, name, item)) item = NULL, s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(item);
+    cJSON_Delete(o);
+    if (!s) nf_api_fail(e, 500, NULL, "out of memory");
+    return s;
+}
+
+static char *tokenize(const nf_api_model *m, const cJSON *b, nf_api_error *e)
+{
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(b, "content"), *add = cJSON_GetObjectItemCaseSensitive(b, "add_special");
+    if (!cJSON_IsString(c)) return nf_api_fail(e, 400, "content", "'content' must be a string"), NULL;
+    if (add && !cJSON_IsBool(add)) return nf_api_fail(e, 400, "add_special", "'add_special' must be a boolean"), NULL;
+    nf_tok_ids ids = {0};
+    nf_error err;
+    unsigned flags = NF_TOK_PARSE_SPECIAL | (cJSON_IsTrue(add) ? NF_TOK_ADD_SPECIAL : 0);
+    char *s = NULL;
+    if (nf_tok_encode(m->tok, c->valuestring, strlen(c->valuestring), flags, &ids, &err))
+        nf_api_fail(e, 400, "content", "cannot tokenize: %s", err.msg);
+    else
+        s = print_one("tokens", cJSON_CreateIntArray(ids.ids, (int)ids.n), e);
+    nf_tok_ids_free(&ids);
+    return s;
+}
+
 /* {"content": "text", "add_special": bool} -> {"tokens": [...]}, as llama-server's /tokenize. */
 char *nf_api_tokenize(const nf_api_model *m, const char *body, size_t len, nf_api_error *e)
 {
     cJSON *b = nf_api_json(body, len, e);
-    const cJSON *c = b ? cJSON_GetObjectItemCaseSensitive(b, "content") : NULL;
-    int add = 0;
-    char *s = NULL;
-    if (!b) {
-    } else if (!cJSON_IsString(c)) nf_api_fail(e, 400, "content", "'content' must be a string");
-    else if (cJSON_GetObjectItemCaseSensitive(b, "add_special") && !cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(b, "add_special")))
-        nf_api_fail(e, 400, "add_special", "'add_special' must be a boolean");
-    else {
-        add = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "add_special"));
-        nf_tok_ids ids = {0};
-        nf_error err;
-        unsigned flags = NF_TOK_PARSE_SPECIAL | (add ? NF_TOK_ADD_SPECIAL : 0);
-        if (nf_tok_encode(m->tok, c->valuestring, strlen(c->valuestring), flags, &ids, &err))
-            nf_api_fail(e, 400, "content", "cannot tokenize: %s", err.msg);
-        else {
-            cJSON *o = cJSON_CreateObject(), *t = cJSON_CreateIntArray(ids.ids, (int)ids.n);
-            if (o && t) cJSON_AddItemToObject(o, "tokens", t), t = NULL;
-            cJSON_Delete(t);
-            s = o ? cJSON_PrintUnformatted(o) : NULL;
-            cJSON_Delete(o);
-            if (!s) nf_api_fail(e, 500, NULL, "out of memory");
-        }
-        nf_tok_ids_free(&ids);
-    }
+    char *s = b ? tokenize(m, b, e) : NULL;
     cJSON_Delete(b);
     return s;
 }
 
-/* {"tokens": [ids]} -> {"content": "text"}. */
+/* The ids of a "tokens" array (malloc'd into *out, *n of them), or -1 with *e. */
+static int token_ids(const nf_api_model *m, const cJSON *t, int32_t **out, size_t *n, nf_api_error *e)
+{
+    if (!cJSON_IsArray(t)) return nf_api_fail(e, 400, "tokens", "'tokens' must be an array of token ids");
+    size_t i = 0;
+    uint32_t vocab = nf_tok_vocab_size(m->tok);
+    int32_t *ids = malloc(((size_t)cJSON_GetArraySize(t) + 1) * sizeof *ids);
+    if (!ids) return nf_api_fail(e, 500, NULL, "out of memory");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, t)
+    {
+        /* range before integrality: converting an out-of-range double to an integer is undefined */
+        if (!cJSON_IsNumber(it) || !(it->valuedouble >= 0 && it->valuedouble < (double)vocab) ||
+            it->valuedouble != floor(it->valuedouble)) {
+            free(ids);
+            return nf_api_fail(e, 400, "tokens", "token %zu: ids are integers in [0, %u)", i, vocab);
+        }
+        ids[i++] = (int32_t)it->valuedouble;
+    }
+    *out = ids;
+    *n = i;
+    return 0;
+}
+
+/* {"tokens": [ids]} -> {"content": "text"} (invalid UTF-8 as U+FFFD). */
 char *nf_api_detokenize(const nf_api_model *m, const char *body, size_t len, nf_api_error *e)
 {
     cJSON *b = nf_api_json(body, len, e);
-    const cJSON *t = b ? cJSON_GetObjectItemCaseSensitive(b, "tokens") : NULL, *it;
-    char *s = NULL;
-    if (!b) {
-    } else if (!cJSON_IsArray(t)) nf_api_fail(e, 400, "tokens", "'tokens' must be an array of token ids");
-    else {
-        size_t n = (size_t)cJSON_GetArraySize(t), i = 0;
-        int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
-        cJSON_ArrayForEach(it, t)
-        {
-            if (!ids) break;
-            if (!cJSON_IsNumber(it) || it->valuedouble != (double)(int32_t)it->valuedouble || it->valuedouble < 0 ||
-                it->valuedouble >= nf_tok_vocab_size(m->tok))
-                break;
-            ids[i++] = (int32_t)it->valuedouble;
-        }
-        char *text = NULL;
-        size_t tl = 0;
-        nf_error err;
-        if (!ids) nf_api_fail(e, 500, NULL, "out of memory");
-        else if (i < n) nf_api_fail(e, 400, "tokens", "token %zu: ids are integers in [0, %u)", i, nf_tok_vocab_size(m->tok));
-        else if (nf_tok_decode(m->tok, ids, n, 0, &text, &tl, &err)) nf_api_fail(e, 400, "tokens", "%s", err.msg);
+    int32_t *ids = NULL;
+    size_t n = 0, tl = 0;
+    char *text = NULL, *s = NULL;
+    nf_error err;
+    if (b && !token_ids(m, cJSON_GetObjectItemCaseSensitive(b, "tokens"), &ids, &n, e)) {
+        if (nf_tok_decode(m->tok, ids, n, 0, &text, &tl, &err)) nf_api_fail(e, 400, "tokens", "%s", err.msg);
         else {
             char *clean = nf_api_lossy_utf8(text, tl);
-            cJSON *o = cJSON_CreateObject();
-            if (o && clean) cJSON_AddStringToObject(o, "content", clean);
-            s = o && clean ? cJSON_PrintUnformatted(o) : NULL;
-            cJSON_Delete(o);
+            s = clean ? print_one("content", cJSON_CreateString(clean), e) : NULL;
+            if (!clean) nf_api_fail(e, 500, NULL, "out of memory");
             free(clean);
-            if (!s) nf_api_fail(e, 500, NULL, "out of memory");
         }
-        free(text);
-        free(ids);
     }
+    free(text);
+    free(ids);
     cJSON_Delete(b);
     return s;
 }

@@ -245,6 +245,27 @@ def graceful_stop():
     check(s.proc.wait(timeout=60) == 0, "SIGTERM: exit status 0")
 
 
+def utf8_chunks(url):
+    # the byte tokenizer samples raw bytes, so characters span tokens: every SSE data line must be
+    # valid UTF-8 by itself (a character is never split across chunks) and some must hold
+    # multi-byte characters, or the check proves nothing
+    body = json.dumps({"prompt": [195], "max_tokens": 400, "temperature": 1.0, "seed": 5, "stream": True})
+    req = urllib.request.Request(url + "/v1/completions", data=body.encode(), headers={"Content-Type": "application/json"})
+    raw_bytes = urllib.request.urlopen(req, timeout=60).read()
+    multi = 0
+    for line in raw_bytes.split(b"\n"):
+        if not line.startswith(b"data: {"):
+            continue
+        try:
+            text = json.loads(line[6:].decode("utf-8", "strict"))["choices"][0]["text"]
+        except UnicodeDecodeError:
+            check(False, "an SSE chunk is not valid UTF-8: %r" % line[:120])
+            return
+        multi += any(ord(ch) > 127 and ch != "\ufffd" for ch in text)
+    print("chunks with a multi-byte character (not U+FFFD): %d" % multi)
+    check(multi > 0, "some chunks carry multi-byte characters")
+
+
 def concurrent_clients(c):
     # 64 streaming clients at once (queued behind one another today, batched once the scheduler
     # lands): every request completes and each greedy text equals the same request sent alone
@@ -275,6 +296,7 @@ def main():
         seeds(c)
         logprobs(c)
         concurrent_clients(c)
+        utf8_chunks(s.url)
         errors(c, s.url)
         disconnect_and_stop(c, s.url)
     finally:
