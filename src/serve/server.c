@@ -197,16 +197,16 @@ static enum MHD_Result whole(gen *g, struct MHD_Connection *c)
     int rc = 0;
     while (!rc && !g->ended) {
         if (!next_event(g, &ev)) break;
-        nf_serve_finish fin = ev.finish;
-        int is_end = ev.kind == NF_EV_END;
-        char msg[200];
-        snprintf(msg, sizeof msg, "generation failed: %.*s", (int)(ev.len < 150 ? ev.len : 150), ev.text ? ev.text : "");
-        rc = take_event(g, &ev);
-        free(ev.text);
-        if (is_end && fin == NF_FINISH_ERROR) {
+        if (ev.kind == NF_EV_END && ev.finish == NF_FINISH_ERROR) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "generation failed: %.*s", (int)(ev.len < 150 ? ev.len : 150), ev.text);
+            free(ev.text);
+            g->ended = 1; /* nothing left to cancel */
             gen_free(g);
             return fail(s, c, 500, NULL, msg);
         }
+        rc = take_event(g, &ev);
+        free(ev.text);
     }
     enum MHD_Result r = MHD_NO; /* the peer is gone (or out of memory): close */
     if (!rc && g->ended) {
