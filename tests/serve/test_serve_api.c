@@ -2,6 +2,7 @@
  * the <think> split over every way of cutting a reply into pieces, the constant-time key compare,
  * lossy UTF-8, and request parsing's statuses (each with an independent expectation written out). */
 #define _POSIX_C_SOURCE 200809L
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,8 +177,81 @@ static void thinking_kwarg(void)
     nf_tok_free(tok);
 }
 
+/* Events through nf_api_resp_event: a reply "<think>ab</think>\n\ncd" cut into pieces, streamed
+ * and not. The stream's chunks (parsed back with cJSON) must be: the role chunk, deltas whose
+ * reasoning_content joins to "ab" and content to "cd", one finish chunk, the usage chunk with
+ * choices [], then [DONE]; the whole response must carry the same split and usage. */
+static void responses(int stream)
+{
+    static const char *const pieces[] = {"<thi", "nk>a", "b</th", "ink>\n", "\nc", "d"};
+    nf_serve_req req = {.max_tokens = 8};
+    nf_serve_job *j;
+    nf_error err;
+    CHECK(nf_serve_job_create(&req, &j, &err) == NF_OK);
+    j->prompt_tokens = 5;
+    j->completion_tokens = 6;
+    nf_api_model m = {.id = "tiny", .ctx = 64, .vocab = 100};
+    nf_api_call call = {.kind = NF_API_CHAT, .stream = stream, .include_usage = stream, .think_split = 1};
+    nf_api_resp r;
+    nf_api_resp_init(&r, &call, &m, 7);
+    char *all = NULL;
+    size_t n_all = 0;
+    for (int i = 0; i <= 6; i++) {
+        nf_serve_event ev = {.kind = i < 6 ? NF_EV_TOKEN : NF_EV_END, .text = (char *)(i < 6 ? pieces[i] : ""),
+                             .len = i < 6 ? strlen(pieces[i]) : 0, .finish = NF_FINISH_LENGTH};
+        char *out;
+        size_t n;
+        CHECK(nf_api_resp_event(&r, &ev, j, i == 0, &out, &n) == 0);
+        if (out) {
+            all = realloc(all, n_all + n + 1);
+            memcpy(all + n_all, out, n);
+            n_all += n;
+            all[n_all] = 0;
+        }
+        free(out);
+    }
+    char reasoning[64] = "", content[64] = "";
+    int finishes = 0, roles = 0, usage_last = 0, done = 0;
+    if (!stream) {
+        cJSON *o = cJSON_Parse(all), *msg = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0), "message");
+        CHECK(o && msg);
+        CHECK(strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(msg, "reasoning_content")), "ab") == 0);
+        CHECK(strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(msg, "content")), "cd") == 0);
+        CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "usage"), "total_tokens")->valuedouble == 11);
+        cJSON_Delete(o);
+    }
+    for (char *line = all; stream && line && *line;) {
+        char *end = strstr(line, "\n\n");
+        CHECK(end && strncmp(line, "data: ", 6) == 0);
+        if (!end) break;
+        *end = 0;
+        CHECK(!done); /* nothing after [DONE] */
+        if (strcmp(line, "data: [DONE]") == 0) done = 1;
+        cJSON *o = done ? NULL : cJSON_Parse(line + 6);
+        cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0), *d = cJSON_GetObjectItem(ch, "delta");
+        const char *rc = cJSON_GetStringValue(cJSON_GetObjectItem(d, "reasoning_content")),
+                   *cc = cJSON_GetStringValue(cJSON_GetObjectItem(d, "content"));
+        if (rc) strncat(reasoning, rc, sizeof reasoning - strlen(reasoning) - 1);
+        if (cc) strncat(content, cc, sizeof content - strlen(content) - 1);
+        roles += cJSON_GetObjectItem(d, "role") != NULL;
+        finishes += cJSON_IsString(cJSON_GetObjectItem(ch, "finish_reason"));
+        if (o) usage_last = cJSON_IsObject(cJSON_GetObjectItem(o, "usage")) && !ch; /* the last object chunk */
+        cJSON_Delete(o);
+        line = end + 2;
+    }
+    if (stream) {
+        CHECK_MSG(strcmp(reasoning, "ab") == 0 && strcmp(content, "cd") == 0, "reasoning '%s' content '%s'", reasoning, content);
+        CHECK(roles == 1 && finishes == 1 && usage_last && done);
+    }
+    free(all);
+    nf_api_resp_free(&r);
+    nf_serve_job_release(j);
+}
+
 int main(void)
 {
+    responses(1);
+    responses(0);
     thinking_kwarg();
     stops_random();
     think();
