@@ -364,7 +364,8 @@ static int body_append(nf_server *s, upload *u, const char *data, size_t n)
     return 0;
 }
 
-/* First call: route, method, key and declared length are checked before any body is read. */
+/* First call: route, method, key and declared length are checked before any body is read (an
+ * answer given here closes the connection); a request that passes is answered on the last call. */
 static enum MHD_Result first_call(nf_server *s, struct MHD_Connection *c, const char *url, const char *method,
                                   void **con_cls)
 {
@@ -374,7 +375,6 @@ static enum MHD_Result first_call(nf_server *s, struct MHD_Connection *c, const 
     if ((routes[r].post && !post) || (!routes[r].post && !get)) return fail(s, c, 405, NULL, "method not allowed");
     if (r != R_PAGE && r != R_HEALTH && !authorized(s, c))
         return fail(s, c, 401, NULL, "a missing or wrong API key (send 'Authorization: Bearer KEY')");
-    if (get) return get_route(s, c, r);
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl && strtoull(cl, NULL, 10) > s->o.max_body) return fail(s, c, 413, NULL, "the body is over the size limit");
     upload *u = calloc(1, sizeof *u);
@@ -400,7 +400,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return rc ? MHD_NO : MHD_YES;
     }
     if (u->too_big) return fail(s, c, 413, NULL, "the body is over the size limit");
-    return post_route(s, c, find_route(url), u->body ? u->body : "", u->n);
+    /* answered here, after the whole request was read, so that the connection can stay open */
+    route r = find_route(url);
+    if (!routes[r].post) return get_route(s, c, r);
+    return post_route(s, c, r, u->body ? u->body : "", u->n);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)

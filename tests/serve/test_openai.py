@@ -266,6 +266,25 @@ def utf8_chunks(url):
     check(multi > 0, "some chunks carry multi-byte characters")
 
 
+def keep_alive(url):
+    # one connection carries a GET, a streamed completion (chunked) and a plain one in turn
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", int(url.rsplit(":", 1)[1]), timeout=30)
+    socks = []
+    for method, path, body in (("GET", "/health", None),
+                               ("POST", "/v1/completions", {"prompt": [1], "max_tokens": 3, "stream": True}),
+                               ("POST", "/v1/completions", {"prompt": [1], "max_tokens": 3}), ("GET", "/v1/models", None)):
+        conn.request(method, path, body=json.dumps(body) if body else None, headers={"Content-Type": "application/json"})
+        r = conn.getresponse()
+        data = r.read()
+        check(r.status == 200 and (r.getheader("Connection") or "").lower() != "close", "keep-alive: %s %s" % (method, path))
+        if body and body.get("stream"):
+            check(r.getheader("Transfer-Encoding") == "chunked" and data.endswith(b"data: [DONE]\n\n"), "SSE is chunked")
+        socks.append(conn.sock)
+    check(len(set(map(id, socks))) == 1, "one connection for all four requests")
+    conn.close()
+
+
 def concurrent_clients(c):
     # 64 streaming clients at once (queued behind one another today, batched once the scheduler
     # lands): every request completes and each greedy text equals the same request sent alone
@@ -297,6 +316,7 @@ def main():
         logprobs(c)
         concurrent_clients(c)
         utf8_chunks(s.url)
+        keep_alive(s.url)
         errors(c, s.url)
         disconnect_and_stop(c, s.url)
     finally:
