@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cuda/cuda_backend.h"
 #include "base/timer.h"
+#include "bench_info.h"
 #include "gpu_bench.h"
 #include "cli.h"
 #include "commands.h"
@@ -27,12 +27,6 @@ typedef struct result {
     double *samples; /* [reps] tokens/s */
 } result;
 
-typedef struct info {
-    char model[128], profile[160], device[192];
-    uint64_t file_bytes, params;
-    double gb_per_token; /* weights read per decoded token */
-    int synthetic;
-} info;
 
 static uint64_t splitmix(uint64_t *s)
 {
@@ -73,105 +67,11 @@ static void stats(result *r, size_t reps)
     r->sd = reps > 1 ? sqrt(q / (double)(reps - 1)) : 0.0;
 }
 
-/* "cpu: <model name from /proc/cpuinfo>", "cuda: <GPU, sm, SMs, memory>". */
-static void device_desc(const nf_engine *e, char *out, size_t cap)
-{
-    snprintf(out, cap, "%s", e->ops->name);
-    char gpu[160];
-    if (strcmp(e->ops->name, "cuda") == 0 && nf_cuda_device_describe(0, gpu, sizeof gpu) == 0)
-        snprintf(out, cap, "cuda: %s%s", gpu, e->opts.no_graphs ? ", no graphs" : "");
-    if (strcmp(e->ops->name, "cpu") != 0) return;
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    char line[256];
-    while (f && fgets(line, sizeof line, f)) {
-        char *c = strchr(line, ':');
-        if (strncmp(line, "model name", 10) == 0 && c) {
-            c += 1 + (c[1] == ' ');
-            c[strcspn(c, "\n")] = 0;
-            snprintf(out, cap, "cpu: %s", c);
-            break;
-        }
-    }
-    if (f) fclose(f);
-}
-
-/* Expert-bank codecs (gate_up/down) and the rest's codecs by share of bytes. */
-static void profile(const nf_model *m, char *out, size_t cap)
-{
-    uint64_t by[NF_CODEC_COUNT] = {0}, total = 0;
-    const char *gu = NULL, *dn = NULL;
-    for (size_t i = 0; i < nf_artifact_n_tensors(m->art); i++) {
-        const nf_tensor *t = nf_artifact_tensor(m->art, i);
-        if (strstr(t->desc.name, "_exps")) {
-            if (!gu && strstr(t->desc.name, "gate_up")) gu = t->codec->name;
-            if (!dn && strstr(t->desc.name, "down")) dn = t->codec->name;
-            continue;
-        }
-        by[t->desc.codec] += t->layout.payload_bytes;
-        total += t->layout.payload_bytes;
-    }
-    size_t o = 0;
-    if (gu) o += (size_t)snprintf(out + o, cap - o, "exps %s/%s, ", gu, dn ? dn : "?");
-    o += (size_t)snprintf(out + o, cap - o, "rest");
-    for (int k = 0; k < 2 * NF_CODEC_COUNT && o < cap; k++) { /* largest share first */
-        int best = -1;
-        for (int c = 0; c < NF_CODEC_COUNT; c++)
-            if (by[c] && (best < 0 || by[c] > by[best])) best = c;
-        if (best < 0) break;
-        double pct = total ? 100.0 * (double)by[best] / (double)total : 0;
-        if (pct >= 0.5) o += (size_t)snprintf(out + o, cap - o, " %s %.0f%%", nf_codec_get(best)->name, pct);
-        by[best] = 0;
-    }
-}
-
-static void model_info(const nf_model *m, const nf_engine *e, info *in)
-{
-    memset(in, 0, sizeof *in);
-    const char *src = NULL, *path = nf_artifact_path(m->art), *base = strrchr(path, '/');
-    base = base ? base + 1 : path;
-    if (nf_artifact_find_meta(m->art, "provenance.source")) nf_artifact_get_str(m->art, "provenance.source", &src, NULL, NULL);
-    in->synthetic = src && strncmp(src, "synth:", 6) == 0;
-    if (in->synthetic)
-        snprintf(in->model, sizeof in->model, "%s %uL (%.*s)", nf_arch_name(m->cfg.arch), m->cfg.layers,
-                 (int)strcspn(src, " "), src);
-    else
-        snprintf(in->model, sizeof in->model, "%s %uL (%s)", nf_arch_name(m->cfg.arch), m->cfg.layers, base);
-    in->file_bytes = nf_artifact_get_info(m->art)->file_bytes;
-    for (size_t i = 0; i < nf_artifact_n_tensors(m->art); i++) {
-        const nf_tensor *t = nf_artifact_tensor(m->art, i);
-        uint64_t n = 1;
-        for (uint32_t k = 0; k < t->desc.n_dims; k++) n *= t->desc.dims[k];
-        in->params += n;
-    }
-    in->gb_per_token = (double)nf_model_bytes_per_token(m) * 1e-9;
-    profile(m, in->profile, sizeof in->profile);
-    device_desc(e, in->device, sizeof in->device);
-}
-
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\') fputc('\\', f);
-        if ((unsigned char)*s >= 0x20) fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
-/* "17.69 GiB", or MiB below one GiB. */
-static const char *size_str(uint64_t b, char *buf, size_t cap)
-{
-    const double gib = (double)b / (1024.0 * 1024 * 1024);
-    if (gib >= 1) snprintf(buf, cap, "%.2f GiB", gib);
-    else snprintf(buf, cap, "%.2f MiB", (double)b / (1024.0 * 1024));
-    return buf;
-}
-
-static void print_results(const char *fmt, const info *in, const result *r, size_t nr, size_t reps, int threads)
+static void print_results(const char *fmt, const nf_bench_info *in, const result *r, size_t nr, size_t reps, int threads)
 {
     if (strcmp(fmt, "table") == 0) {
         char sz[32];
-        size_str(in->file_bytes, sz, sizeof sz);
+        nf_bench_size_str(in->file_bytes, sz, sizeof sz);
         printf("device: %s, %d threads | model: %s, %.3f B parameters, %.4f GB of weights per decoded token\n",
                in->device, threads, sz, (double)in->params * 1e-9, in->gb_per_token);
         if (in->synthetic)
@@ -199,12 +99,12 @@ static void print_results(const char *fmt, const info *in, const result *r, size
     printf("[\n");
     for (size_t i = 0; i < nr; i++) {
         printf("  {\"model\": ");
-        json_str(stdout, in->model);
+        nf_bench_json_str(stdout, in->model);
         printf(", \"file_bytes\": %llu, \"params\": %llu, \"profile\": ", (unsigned long long)in->file_bytes,
                (unsigned long long)in->params);
-        json_str(stdout, in->profile);
+        nf_bench_json_str(stdout, in->profile);
         printf(", \"device\": ");
-        json_str(stdout, in->device);
+        nf_bench_json_str(stdout, in->device);
         printf(", \"threads\": %d, \"test\": \"%s\", \"n_tokens\": %zu, \"reps\": %zu, \"mean_tps\": %.4f, "
                "\"sd_tps\": %.4f, \"gb_per_token\": %.6f, \"synthetic\": %s, \"samples_tps\": [",
                threads, r[i].test, r[i].tokens, reps, r[i].mean, r[i].sd, in->gb_per_token,
@@ -217,7 +117,7 @@ static void print_results(const char *fmt, const info *in, const result *r, size
 
 /* tg against the bandwidth bound: the weight bytes a decoded token reads over the DRAM read peak
  * measured now, so the figure is a share of this device's ceiling. */
-static void print_bound(const info *in, const result *tg)
+static void print_bound(const nf_bench_info *in, const result *tg)
 {
     const double peak = nf_gpu_bench_read_peak();
     if (!(peak > 0)) return;
@@ -309,8 +209,8 @@ int nf_cmd_bench_e2e(int argc, char **argv)
     if (!rc && n_prompt) rc = measure(e, 1, ids, (size_t)n_prompt, warmup, (size_t)reps, &res[nr++]);
     if (!rc && n_gen) rc = measure(e, 0, ids, (size_t)n_gen, warmup, (size_t)reps, &res[nr++]);
     if (!rc) {
-        info in;
-        model_info(m, e, &in);
+        nf_bench_info in;
+        nf_bench_model_info(m, e, &in);
         print_results(format, &in, res, nr, (size_t)reps, e->opts.threads);
         if (n_gen && !strcmp(format, "table") && !strcmp(e->ops->name, "cuda")) print_bound(&in, &res[nr - 1]);
     }

@@ -23,7 +23,9 @@ int nf_gen_cli_opts(nf_gen_cli *g, nf_opt *o)
     o[n++] = (nf_opt){"--top-p", 0, NF_OPT_FLOAT, &g->top_p, "P", "nucleus mass; 1 = off (default 0.95)", 0, 1};
     o[n++] = (nf_opt){"--min-p", 0, NF_OPT_FLOAT, &g->min_p, "P", "drop p < P * p_max; 0 = off (default 0.05)", 0, 1};
     o[n++] = (nf_opt){"--repeat-penalty", 0, NF_OPT_FLOAT, &g->repeat_penalty, "R", "repetition penalty; 1 = off (default 1)", 0.01, 100};
-    o[n++] = (nf_opt){"--repeat-last-n", 0, NF_OPT_INT, &g->repeat_last_n, "N", "tokens the penalty looks back (default 64)", 0, 1 << 24};
+    o[n++] = (nf_opt){"--presence-penalty", 0, NF_OPT_FLOAT, &g->presence_penalty, "P", "subtract P from every id seen (OpenAI); 0 = off (default)", -2, 2};
+    o[n++] = (nf_opt){"--frequency-penalty", 0, NF_OPT_FLOAT, &g->frequency_penalty, "F", "subtract F per occurrence (OpenAI); 0 = off (default)", -2, 2};
+    o[n++] = (nf_opt){"--repeat-last-n", 0, NF_OPT_INT, &g->repeat_last_n, "N", "tokens the penalties look back (default 64)", 0, 1 << 24};
     o[n++] = (nf_opt){"--seed", 's', NF_OPT_INT, &g->seed, "S", "sampler seed (default 0): the same seed gives the same text", 0, 9.0e15};
     o[n++] = (nf_opt){"--threads", 't', NF_OPT_INT, &g->threads, "N", "worker threads (default: all CPUs)", 0, 1024};
     o[n++] = (nf_opt){"--ctx", 'c', NF_OPT_INT, &g->ctx, "N", "context length (default: the model's, at most 4096)", 0, 1 << 24};
@@ -41,7 +43,9 @@ nf_status nf_gen_session_open(const nf_gen_cli *g, nf_gen_session *s, nf_error *
     nf_engine_opts eo = {.device = g->device, .threads = (int)g->threads, .ctx = (uint32_t)g->ctx, .kv_bf16 = g->kv_bf16};
     nf_sampler_params sp = {.temp = (float)g->temp, .top_k = (int)g->top_k, .top_p = (float)g->top_p,
                             .min_p = (float)g->min_p, .repeat_penalty = (float)g->repeat_penalty,
-                            .repeat_last_n = (int)g->repeat_last_n, .seed = (uint64_t)g->seed};
+                            .repeat_last_n = (int)g->repeat_last_n, .seed = (uint64_t)g->seed,
+                            .presence_penalty = (float)g->presence_penalty,
+                            .frequency_penalty = (float)g->frequency_penalty};
     if ((st = nf_text_tokenizer(s->model->art, &s->tok, err)) || (st = nf_engine_create(s->model, &eo, &s->eng, err)) ||
         (st = nf_sampler_create(&sp, s->model->cfg.vocab, &s->sampler, err))) {
         nf_gen_session_close(s);

@@ -9,12 +9,12 @@
 #include "engine/sampler.h"
 #include "tokenizer/tokenizer.h"
 
-enum { NF_GEN_CLI_MAX_OPTS = 16 };
+enum { NF_GEN_CLI_MAX_OPTS = 18 };
 
 typedef struct nf_gen_cli {
     const char *model_path, *stop, *device;
     long n_predict, threads, ctx, top_k, seed, repeat_last_n;
-    double temp, top_p, min_p, repeat_penalty;
+    double temp, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
     int kv_bf16;
 } nf_gen_cli;
 

@@ -1,11 +1,20 @@
 /* The CPU backend of the engine: binds a model's tensors to nf_cpu weight views and runs the
- * decoder (transformers' LlamaModel / Qwen2MoeModel / Qwen3MoeModel forward, in f32):
+ * decoder (transformers' LlamaModel / Qwen2MoeModel / Qwen3MoeModel forward, in f32) over a batch
+ * of sequences (base/batch.h):
  *
- *   x = embed(tokens)
+ *   x = embed(tokens)                                     all T tokens of all S sequences
  *   per layer:  h = rmsnorm(x) ; q,k,v = Wq h, Wk h, Wv h (+ bias: model.qkv_bias) ; q,k = rmsnorm per head
- *               (qwen3) ; rope(q, k) ; cache k, v ; x += Wo attention(q, K, V)
+ *               (qwen3) ; rope(q, k) at each token's own position ; k, v into its sequence's pages ;
+ *               x += Wo attention(q, that sequence's K, V)
  *               h = rmsnorm(x) ; x += moe(h) or Wdown (silu(Wgate h) * Wup h)
- *   logits = Whead rmsnorm(x) */
+ *   logits = Whead rmsnorm(x)                             each sequence's last token, or every token
+ *
+ * Every product runs once over the whole batch; attention runs per sequence through its page
+ * table. A sequence's logits are bit-identical to its logits run alone: every op is per row except
+ * the products and attention, and those are made row-independent (cpu.h: each sequence's tokens
+ * are one segment of every product, attention items never span sequences). The one exception is
+ * dynamic NTK rope (NF_ROPE_DYNAMIC), whose frequencies follow the sequence's length: a batch of
+ * more than one sequence is refused for it. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +36,7 @@ typedef struct cpu_layer {
 
 typedef struct cpu_state {
     const nf_model *m;
+    nf_engine_opts o;        /* the engine's options, defaults filled in */
     nf_cpu *cpu;
     uint32_t ctx, chunk, q_dim, kv_dim;
     nf_cpu_weight embd, head;
@@ -40,6 +50,9 @@ typedef struct cpu_state {
     uint32_t rope_seq;       /* the seq_len inv_freq was computed for (dynamic scaling) */
     int32_t *trace;          /* [layers][chunk][top_k] with trace_routing, else NULL */
     size_t trace_T;          /* tokens of the last forward */
+    uint32_t *pos;           /* [chunk]: each token's position in its sequence (this forward) */
+    uint32_t *iota;          /* [chunk + 1]: 0, 1, 2, ...: one segment per row (the head's last tokens) */
+    nf_cpu_attn_seq *aseq;   /* [max_seqs]: the sequences of this forward, for attention */
     float *x, *xn, *q, *k, *v, *att, *tmp, *g, *u; /* [chunk][...] activations */
     void *kv_mem;
 } cpu_state;
@@ -123,6 +136,9 @@ static void cpu_destroy(void *state)
     free(s->u);
     free(s->kv_mem);
     free(s->trace);
+    free(s->pos);
+    free(s->iota);
+    free(s->aseq);
     nf_cpu_free(s->cpu);
     free(s);
 }
@@ -141,15 +157,22 @@ static nf_status alloc_buffers(cpu_state *s, const nf_engine_opts *o, nf_error *
     s->g = malloc(C * D * sizeof(float));
     s->u = malloc(C * D * sizeof(float));
     s->inv_freq = malloc(c->head_dim / 2 * sizeof(float));
-    const size_t esz = o->kv_bf16 ? 2 : 4, per = (size_t)s->ctx * s->kv_dim * esz;
+    s->pos = malloc(C * sizeof(uint32_t));
+    s->iota = malloc((C + 1) * sizeof(uint32_t));
+    s->aseq = malloc(o->max_seqs * sizeof(nf_cpu_attn_seq));
+    /* the page pool, per layer: k then v, each [kv_pages][page_tokens][kv_dim] */
+    const size_t esz = o->kv_bf16 ? 2 : 4, per = (size_t)o->kv_pages * o->page_tokens * s->kv_dim * esz;
     s->kv_mem = calloc((size_t)c->layers * 2, per);
     if (!s->x || !s->xn || !s->tmp || !s->q || !s->att || !s->k || !s->v || !s->g || !s->u || !s->inv_freq ||
-        !s->kv_mem)
-        return nf_error_set(err, NF_ERR_NOMEM, "cpu backend: out of memory for a %u-token KV cache (%zu MiB) and "
-                            "%zu-token buffers", s->ctx, (size_t)c->layers * 2 * per >> 20, C);
+        !s->pos || !s->iota || !s->aseq || !s->kv_mem)
+        return nf_error_set(err, NF_ERR_NOMEM, "cpu backend: out of memory for a KV pool of %u pages of %u tokens "
+                            "(%zu MiB) and %zu-token buffers", o->kv_pages, o->page_tokens,
+                            (size_t)c->layers * 2 * per >> 20, C);
+    for (size_t i = 0; i <= C; i++) s->iota[i] = (uint32_t)i;
     for (uint32_t l = 0; l < c->layers; l++) {
         uint8_t *base = (uint8_t *)s->kv_mem + (size_t)l * 2 * per;
-        s->layers[l].kv = (nf_cpu_kv){base, base + per, o->kv_bf16, s->ctx, c->kv_heads, c->head_dim};
+        s->layers[l].kv = (nf_cpu_kv){base, base + per, o->kv_bf16, o->page_tokens, o->kv_pages, c->kv_heads,
+                                      c->head_dim};
     }
     return NF_OK;
 }
@@ -163,6 +186,7 @@ static nf_status cpu_create(const nf_model *m, const nf_engine_opts *o, void **o
     cpu_state *s = calloc(1, sizeof *s);
     if (!s) return nf_error_set(err, NF_ERR_NOMEM, "cpu backend: out of memory");
     s->m = m;
+    s->o = *o;
     s->ctx = o->ctx;
     s->chunk = o->chunk;
     s->q_dim = c->heads * c->head_dim;
@@ -205,15 +229,17 @@ static void add_rows(float *y, const float *x, size_t n) /* y += x */
     for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 
-static void attention_block(cpu_state *s, cpu_layer *L, size_t T, uint32_t pos0)
+/* The products of one layer run over all T tokens; each sequence's tokens are one segment. */
+static nf_cpu_gemm_job job_of(const nf_batch *b, nf_cpu_weight w, const float *x, size_t ldx, float *y, size_t ldy)
+{
+    return (nf_cpu_gemm_job){w, x, ldx, y, ldy, b->n_tokens, b->seq_start, b->n_seqs};
+}
+
+/* Bias, per-head norm (qwen3) and rope of every token's q and k, at the token's own position. */
+static void qk_rows(cpu_state *s, const cpu_layer *L, size_t T)
 {
     const nf_model_config *c = &s->m->cfg;
-    const size_t H = c->hidden, hd = c->head_dim;
-    for (size_t t = 0; t < T; t++) nf_cpu_rmsnorm(s->xn + t * H, s->x + t * H, L->attn_norm, H, c->rms_eps);
-    nf_cpu_gemm_job jobs[3] = {{L->q, s->xn, H, s->q, s->q_dim, T},
-                               {L->k, s->xn, H, s->k, s->kv_dim, T},
-                               {L->v, s->xn, H, s->v, s->kv_dim, T}};
-    nf_cpu_gemm_batch(s->cpu, jobs, 3);
+    const size_t hd = c->head_dim;
     for (size_t t = 0; t < T; t++) {
         float *q = s->q + t * s->q_dim, *k = s->k + t * s->kv_dim, *v = s->v + t * s->kv_dim;
         if (L->q_bias) {
@@ -225,54 +251,104 @@ static void attention_block(cpu_state *s, cpu_layer *L, size_t T, uint32_t pos0)
             for (uint32_t h = 0; h < c->heads; h++) nf_cpu_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, c->rms_eps);
             for (uint32_t h = 0; h < c->kv_heads; h++) nf_cpu_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, c->rms_eps);
         }
-        nf_cpu_rope(q, c->heads, c->head_dim, pos0 + (uint32_t)t, s->inv_freq, s->attn_factor);
-        nf_cpu_rope(k, c->kv_heads, c->head_dim, pos0 + (uint32_t)t, s->inv_freq, s->attn_factor);
+        nf_cpu_rope(q, c->heads, c->head_dim, s->pos[t], s->inv_freq, s->attn_factor);
+        nf_cpu_rope(k, c->kv_heads, c->head_dim, s->pos[t], s->inv_freq, s->attn_factor);
     }
-    nf_cpu_kv_store(&L->kv, pos0, T, s->k, s->v);
-    nf_cpu_attention(s->cpu, &L->kv, s->q, c->heads, pos0, T, 1.0f / sqrtf((float)hd), s->att);
-    nf_cpu_gemm(s->cpu, &L->o, s->att, s->q_dim, s->tmp, H, T);
-    add_rows(s->x, s->tmp, T * H);
 }
 
-static void mlp_block(cpu_state *s, cpu_layer *L, size_t T, int32_t *trace)
+static void attention_block(cpu_state *s, cpu_layer *L, const nf_batch *b)
 {
     const nf_model_config *c = &s->m->cfg;
-    const size_t H = c->hidden, D = c->dense_inter;
+    const size_t T = b->n_tokens, H = c->hidden;
+    for (size_t t = 0; t < T; t++) nf_cpu_rmsnorm(s->xn + t * H, s->x + t * H, L->attn_norm, H, c->rms_eps);
+    nf_cpu_gemm_job jobs[3] = {job_of(b, L->q, s->xn, H, s->q, s->q_dim), job_of(b, L->k, s->xn, H, s->k, s->kv_dim),
+                               job_of(b, L->v, s->xn, H, s->v, s->kv_dim)};
+    nf_cpu_gemm_batch(s->cpu, jobs, 3);
+    qk_rows(s, L, T);
+    for (uint32_t i = 0; i < b->n_seqs; i++) {
+        const nf_cpu_attn_seq *a = &s->aseq[i];
+        nf_cpu_kv_store(&L->kv, a->pages, a->pos0, a->n, s->k + (size_t)a->t0 * s->kv_dim,
+                        s->v + (size_t)a->t0 * s->kv_dim);
+    }
+    nf_cpu_attention(s->cpu, &L->kv, s->aseq, b->n_seqs, s->q, c->heads, 1.0f / sqrtf((float)c->head_dim), s->att);
+    jobs[0] = job_of(b, L->o, s->att, s->q_dim, s->tmp, H);
+    nf_cpu_gemm_batch(s->cpu, jobs, 1);
+    add_rows(s->x, s->tmp, T * H);
+}
+
+static void mlp_block(cpu_state *s, cpu_layer *L, const nf_batch *b, int32_t *trace)
+{
+    const nf_model_config *c = &s->m->cfg;
+    const size_t T = b->n_tokens, H = c->hidden, D = c->dense_inter;
     for (size_t t = 0; t < T; t++) nf_cpu_rmsnorm(s->xn + t * H, s->x + t * H, L->ffn_norm, H, c->rms_eps);
     if (L->is_moe) {
-        nf_cpu_moe_forward(s->cpu, &L->moe, L->moe_ws, s->xn, T, s->tmp, trace, NULL);
+        nf_cpu_moe_forward(s->cpu, &L->moe, L->moe_ws, s->xn, T, b->seq_start, b->n_seqs, s->tmp, trace, NULL);
     } else {
         if (trace) memset(trace, 0xff, T * c->top_k * sizeof(int32_t)); /* -1: no routing */
-        nf_cpu_gemm_job jobs[2] = {{L->gate, s->xn, H, s->g, D, T}, {L->up, s->xn, H, s->u, D, T}};
+        nf_cpu_gemm_job jobs[2] = {job_of(b, L->gate, s->xn, H, s->g, D), job_of(b, L->up, s->xn, H, s->u, D)};
         nf_cpu_gemm_batch(s->cpu, jobs, 2);
         nf_cpu_swiglu(s->g, s->g, s->u, T * D);
-        nf_cpu_gemm(s->cpu, &L->down, s->g, D, s->tmp, H, T);
+        jobs[0] = job_of(b, L->down, s->g, D, s->tmp, H);
+        nf_cpu_gemm_batch(s->cpu, jobs, 1);
     }
     add_rows(s->x, s->tmp, T * H);
 }
 
-static nf_status cpu_forward(void *state, const int32_t *tokens, size_t T, uint32_t pos0, float *logits,
-                             int all_logits, nf_error *err)
+/* The final norm and the head: every token ([T][vocab], the sequences as segments), or each
+ * sequence's last token ([S][vocab], gathered; one segment each, as when it runs alone). */
+static void head_block(cpu_state *s, const nf_batch *b, float *logits)
+{
+    const nf_model_config *c = &s->m->cfg;
+    const size_t H = c->hidden;
+    if (b->all_logits) {
+        for (size_t t = 0; t < b->n_tokens; t++)
+            nf_cpu_rmsnorm(s->xn + t * H, s->x + t * H, s->out_norm, H, c->rms_eps);
+        nf_cpu_gemm_job j = job_of(b, s->head, s->xn, H, logits, c->vocab);
+        nf_cpu_gemm_batch(s->cpu, &j, 1);
+        return;
+    }
+    for (uint32_t i = 0; i < b->n_seqs; i++)
+        nf_cpu_rmsnorm(s->xn + i * H, s->x + (size_t)(b->seq_start[i + 1] - 1) * H, s->out_norm, H, c->rms_eps);
+    nf_cpu_gemm_job j = {s->head, s->xn, H, logits, c->vocab, b->n_seqs, s->iota, b->n_seqs};
+    nf_cpu_gemm_batch(s->cpu, &j, 1);
+}
+
+/* Each token's position and each sequence's attention view; the dynamic rope update (one sequence). */
+static nf_status prepare(cpu_state *s, const nf_batch *b, nf_error *err)
+{
+    for (uint32_t i = 0; i < b->n_seqs; i++) {
+        const uint32_t t0 = b->seq_start[i], n = nf_batch_tokens_of(b, i);
+        s->aseq[i] = (nf_cpu_attn_seq){b->pages + (size_t)i * b->page_stride, b->pos0[i], t0, n};
+        for (uint32_t t = 0; t < n; t++) s->pos[t0 + t] = b->pos0[i] + t;
+    }
+    if (s->rope.kind != NF_ROPE_DYNAMIC) return NF_OK;
+    if (b->n_seqs > 1)
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "cpu backend: dynamic NTK rope scales its frequencies by the "
+                            "sequence's length, so this model runs one sequence per forward (got %u)", b->n_seqs);
+    const uint32_t end = b->pos0[0] + b->n_tokens;
+    if (end > s->rope_seq) { /* HF's dynamic update */
+        s->rope_seq = end;
+        nf_rope_inv_freq(&s->rope, s->rope_seq, s->inv_freq, &s->attn_factor);
+    }
+    return NF_OK;
+}
+
+static nf_status cpu_forward(void *state, const nf_batch *b, float *logits, nf_error *err)
 {
     cpu_state *s = state;
     const nf_model_config *c = &s->m->cfg;
-    const size_t H = c->hidden;
-    if (T > s->chunk || pos0 + T > s->ctx)
-        return nf_error_set(err, NF_ERR_INTERNAL, "forward of %zu tokens at %u: chunk %u, context %u", T, pos0,
-                            s->chunk, s->ctx);
-    if (s->rope.kind == NF_ROPE_DYNAMIC && pos0 + T > s->rope_seq) { /* HF's dynamic update */
-        s->rope_seq = pos0 + (uint32_t)T;
-        nf_rope_inv_freq(&s->rope, s->rope_seq, s->inv_freq, &s->attn_factor);
-    }
-    for (size_t t = 0; t < T; t++) nf_cpu_weight_row(&s->embd, (uint32_t)tokens[t], s->x + t * H);
+    nf_status st = nf_batch_check(b, &s->o, c->vocab, err);
+    if (!st && !logits) st = nf_error_set(err, NF_ERR_INVALID_ARG, "cpu backend: the forward needs a logits buffer");
+    if (!st) st = prepare(s, b, err);
+    if (st) return st;
+    const size_t T = b->n_tokens, H = c->hidden;
+    for (size_t t = 0; t < T; t++) nf_cpu_weight_row(&s->embd, (uint32_t)b->tokens[t], s->x + t * H);
     for (uint32_t l = 0; l < c->layers; l++) {
-        attention_block(s, &s->layers[l], T, pos0);
-        mlp_block(s, &s->layers[l], T, s->trace ? s->trace + (size_t)l * T * c->top_k : NULL);
+        attention_block(s, &s->layers[l], b);
+        mlp_block(s, &s->layers[l], b, s->trace ? s->trace + (size_t)l * T * c->top_k : NULL);
     }
     s->trace_T = T;
-    const size_t first = all_logits ? 0 : T - 1, n = T - first;
-    for (size_t t = first; t < T; t++) nf_cpu_rmsnorm(s->xn + t * H, s->x + t * H, s->out_norm, H, c->rms_eps);
-    nf_cpu_gemm(s->cpu, &s->head, s->xn + first * H, H, logits, c->vocab, n);
+    head_block(s, b, logits);
     return NF_OK;
 }
 
@@ -284,5 +360,15 @@ static nf_status cpu_routing(void *state, int32_t *ids, nf_error *err)
     return NF_OK;
 }
 
+static nf_status cpu_copy_page(void *state, uint32_t dst, uint32_t src, nf_error *err)
+{
+    cpu_state *s = state;
+    if (dst >= s->o.kv_pages || src >= s->o.kv_pages)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "copy_page(%u <- %u): the pool has %u pages", dst, src,
+                            s->o.kv_pages);
+    for (uint32_t l = 0; l < s->m->cfg.layers; l++) nf_cpu_kv_copy_page(&s->layers[l].kv, dst, src);
+    return NF_OK;
+}
+
 const nf_backend_ops nf_cpu_backend = {.name = "cpu", .create = cpu_create, .destroy = cpu_destroy,
-                                       .forward = cpu_forward, .routing = cpu_routing};
+                                       .forward = cpu_forward, .copy_page = cpu_copy_page, .routing = cpu_routing};

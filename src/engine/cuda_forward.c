@@ -12,6 +12,7 @@
 
 typedef struct cuda_state {
     const nf_model *m;
+    nf_engine_opts o;  /* the engine's options, defaults filled in */
     nf_cuda_decoder *dec;
     nf_rope_config rope;
     uint32_t rope_seq; /* the seq_len inv_freq was computed for (dynamic scaling) */
@@ -77,6 +78,7 @@ static nf_status cuda_create(const nf_model *m, const nf_engine_opts *o, void **
                                   .layer = ld, .ctx = o->ctx, .chunk = o->chunk, .no_graphs = o->no_graphs,
                                   .trace_routing = o->trace_routing, .allow_a8 = !o->no_a8};
         s->m = m;
+        s->o = *o;
         st = nf_cuda_decoder_create(&d, &s->dec, err);
     }
     free(ld);
@@ -97,15 +99,33 @@ static nf_status cuda_create(const nf_model *m, const nf_engine_opts *o, void **
     return NF_OK;
 }
 
-static nf_status cuda_forward(void *state, const int32_t *tokens, size_t T, uint32_t pos0, float *logits,
-                              int all_logits, nf_error *err)
+/* Provisional glue until the decoder takes a batch (nf_cuda_decoder_forward_batch): one sequence
+ * over the identity page table, which is the decoder's contiguous [ctx] cache. */
+static nf_status cuda_forward(void *state, const nf_batch *b, float *logits, nf_error *err)
 {
     cuda_state *s = state;
+    nf_status st = nf_batch_check(b, &s->o, s->m->cfg.vocab, err);
+    if (st) return st;
+    if (b->n_seqs != 1)
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "cuda backend: a forward of %u sequences (the decoder runs one "
+                            "sequence for now)", b->n_seqs);
+    const uint32_t T = b->n_tokens, pos0 = b->pos0[0], used = (pos0 + T + s->o.page_tokens - 1) / s->o.page_tokens;
+    for (uint32_t p = 0; p < used; p++)
+        if (b->pages[p] != p)
+            return nf_error_set(err, NF_ERR_UNSUPPORTED, "cuda backend: page %u of the sequence is %u (the decoder "
+                                "reads the identity page table only for now)", p, b->pages[p]);
     if (s->rope.kind == NF_ROPE_DYNAMIC && pos0 + T > s->rope_seq) { /* HF's dynamic update */
-        nf_status st = set_rope(s, pos0 + (uint32_t)T, err);
+        st = set_rope(s, pos0 + T, err);
         if (st) return st;
     }
-    return nf_cuda_decoder_forward(s->dec, tokens, (uint32_t)T, pos0, logits, all_logits, err);
+    return nf_cuda_decoder_forward(s->dec, b->tokens, T, pos0, logits, b->all_logits, err);
+}
+
+static nf_status cuda_copy_page(void *state, uint32_t dst, uint32_t src, nf_error *err)
+{
+    (void)state;
+    return nf_error_set(err, NF_ERR_UNSUPPORTED, "cuda backend: copy_page(%u <- %u): the decoder has no page pool "
+                        "yet", dst, src);
 }
 
 static nf_status cuda_logits(void *state, float *out, nf_error *err)
@@ -132,4 +152,5 @@ static void cuda_describe(void *state, nf_backend_info *info)
 
 const nf_backend_ops nf_cuda_backend = {.name = "cuda", .create = cuda_create, .destroy = cuda_destroy,
                                         .forward = cuda_forward, .logits = cuda_logits, .topk = cuda_topk,
+                                        .copy_page = cuda_copy_page,
                                         .describe = cuda_describe, .routing = cuda_routing};

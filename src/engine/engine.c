@@ -1,4 +1,5 @@
-/* Session bookkeeping over a backend: defaults, context checks, chunking. */
+/* Session bookkeeping over a backend: defaults, context checks, chunking; the session as a batch
+ * of one sequence over the identity page table. */
 #include "engine/engine.h"
 
 #include <stdlib.h>
@@ -7,6 +8,29 @@
 #include "backend/cuda/cuda_backend.h"
 #include "base/parallel.h"
 #include "engine/sampler.h"
+
+uint32_t nf_engine_pages_per_seq(const nf_engine_opts *o) { return (o->ctx + o->page_tokens - 1) / o->page_tokens; }
+
+/* Defaults for the pool and the forward size; refuses a pool that cannot hold one full sequence. */
+static nf_status fill_pool_opts(nf_engine_opts *o, int cuda, nf_error *err)
+{
+    if (!o->max_seqs) o->max_seqs = 1;
+    if (!o->page_tokens) o->page_tokens = NF_KV_PAGE_TOKENS;
+    const uint64_t per_seq = nf_engine_pages_per_seq(o), all = per_seq * o->max_seqs;
+    if (!o->kv_pages) {
+        if (all > UINT32_MAX) return nf_error_set(err, NF_ERR_INVALID_ARG, "%u sequences of %u tokens: too many "
+                                                  "KV pages", o->max_seqs, o->ctx);
+        o->kv_pages = (uint32_t)all;
+    }
+    if (o->kv_pages < per_seq)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "a pool of %u KV pages of %u tokens cannot hold one sequence "
+                            "of the %u-token context (%llu pages)", o->kv_pages, o->page_tokens, o->ctx,
+                            (unsigned long long)per_seq);
+    if (!o->chunk) o->chunk = cuda ? 2048 : 128; /* a GPU GEMM wants long chunks */
+    const uint64_t most = (uint64_t)o->ctx * o->max_seqs;
+    if (o->chunk > most) o->chunk = (uint32_t)most;
+    return NF_OK;
+}
 
 nf_status nf_engine_create(const nf_model *m, const nf_engine_opts *o, nf_engine **out, nf_error *err)
 {
@@ -20,18 +44,23 @@ nf_status nf_engine_create(const nf_model *m, const nf_engine_opts *o, nf_engine
         return nf_error_set(err, NF_ERR_INVALID_ARG, "unknown device '%s' (known: cpu, cuda, auto)", opt.device);
     if (!opt.ctx) opt.ctx = m->cfg.max_ctx && m->cfg.max_ctx < 4096 ? m->cfg.max_ctx : 4096;
     if (opt.threads <= 0) opt.threads = nf_cpu_count();
-    if (!opt.chunk) opt.chunk = ops == &nf_cuda_backend ? 2048 : 128; /* a GPU GEMM wants long chunks */
-    if (opt.chunk > opt.ctx) opt.chunk = opt.ctx;
+    nf_status st = fill_pool_opts(&opt, ops == &nf_cuda_backend, err);
+    if (st) return st;
+    const uint32_t np = nf_engine_pages_per_seq(&opt);
     nf_engine *e = calloc(1, sizeof *e);
-    if (!e || !(e->logits = malloc((size_t)m->cfg.vocab * sizeof(float)))) {
+    if (!e || !(e->logits = malloc((size_t)m->cfg.vocab * sizeof(float))) ||
+        !(e->pages = malloc((size_t)np * sizeof(uint32_t)))) {
+        if (e) free(e->logits);
         free(e);
         return nf_error_set(err, NF_ERR_NOMEM, "engine: out of memory");
     }
+    for (uint32_t i = 0; i < np; i++) e->pages[i] = i;
     e->model = m;
     e->ops = ops;
     e->opts = opt;
-    nf_status st = ops->create(m, &e->opts, &e->state, err);
+    st = ops->create(m, &e->opts, &e->state, err);
     if (st) {
+        free(e->pages);
         free(e->logits);
         free(e);
         return st;
@@ -44,6 +73,7 @@ void nf_engine_free(nf_engine *e)
 {
     if (!e) return;
     if (e->state) e->ops->destroy(e->state);
+    free(e->pages);
     free(e->logits);
     free(e);
 }
@@ -67,7 +97,11 @@ nf_status nf_engine_prefill(nf_engine *e, const int32_t *tokens, size_t n, float
         size_t T = n - i < e->opts.chunk ? n - i : e->opts.chunk;
         const int defer = e->defer_logits && e->ops->logits && !all_logits;
         float *lg = all_logits ? all_logits + i * V : defer ? NULL : e->logits;
-        nf_status st = e->ops->forward(e->state, tokens + i, T, e->n_past, lg, all_logits != NULL, err);
+        const uint32_t seq_start[2] = {0, (uint32_t)T}, pos0 = e->n_past;
+        const nf_batch b = {.n_tokens = (uint32_t)T, .n_seqs = 1, .tokens = tokens + i, .seq_start = seq_start,
+                            .pos0 = &pos0, .pages = e->pages, .page_stride = nf_engine_pages_per_seq(&e->opts),
+                            .all_logits = all_logits != NULL};
+        nf_status st = e->ops->forward(e->state, &b, lg, err);
         if (st) return st;
         e->n_past += (uint32_t)T;
         e->logits_stale = lg == NULL;
@@ -112,4 +146,42 @@ nf_status nf_engine_routing(nf_engine *e, int32_t *ids, nf_error *err)
     if (!e->opts.trace_routing || !e->ops->routing)
         return nf_error_set(err, NF_ERR_INVALID_ARG, "routing: the engine was created without trace_routing");
     return e->ops->routing(e->state, ids, err);
+}
+
+/* The page ids sequence i's forward touches: those of positions 0 .. pos0 + its tokens - 1. */
+static nf_status check_pages(const nf_batch *b, uint32_t i, uint32_t end, const nf_engine_opts *o, nf_error *err)
+{
+    const uint32_t used = (end + o->page_tokens - 1) / o->page_tokens;
+    if (used > b->page_stride)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "batch: sequence %u needs %u pages, the table stride is %u", i,
+                            used, b->page_stride);
+    for (uint32_t p = 0; p < used; p++)
+        if (b->pages[(size_t)i * b->page_stride + p] >= o->kv_pages)
+            return nf_error_set(err, NF_ERR_INVALID_ARG, "batch: sequence %u's page %u is %u, the pool has %u", i, p,
+                                b->pages[(size_t)i * b->page_stride + p], o->kv_pages);
+    return NF_OK;
+}
+
+nf_status nf_batch_check(const nf_batch *b, const nf_engine_opts *o, uint32_t vocab, nf_error *err)
+{
+    if (!b->n_seqs || b->n_seqs > o->max_seqs || !b->n_tokens || b->n_tokens > o->chunk)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "batch of %u tokens in %u sequences: the forward takes 1 .. %u "
+                            "tokens in 1 .. %u sequences", b->n_tokens, b->n_seqs, o->chunk, o->max_seqs);
+    if (b->seq_start[0] != 0 || b->seq_start[b->n_seqs] != b->n_tokens)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "batch: seq_start must run from 0 to %u", b->n_tokens);
+    for (uint32_t i = 0; i < b->n_seqs; i++) {
+        if (b->seq_start[i + 1] <= b->seq_start[i] || b->seq_start[i + 1] > b->n_tokens)
+            return nf_error_set(err, NF_ERR_INVALID_ARG, "batch: sequence %u has no tokens or seq_start decreases", i);
+        const uint64_t end = (uint64_t)b->pos0[i] + nf_batch_tokens_of(b, i);
+        if (end > o->ctx)
+            return nf_error_set(err, NF_ERR_INVALID_ARG, "batch: sequence %u ends at %llu, past the context of %u", i,
+                                (unsigned long long)end, o->ctx);
+        nf_status st = check_pages(b, i, (uint32_t)end, o, err);
+        if (st) return st;
+    }
+    for (uint32_t t = 0; t < b->n_tokens; t++)
+        if (b->tokens[t] < 0 || (uint32_t)b->tokens[t] >= vocab)
+            return nf_error_set(err, NF_ERR_INVALID_ARG, "batch: token %u is id %d, outside the vocabulary of %u", t,
+                                b->tokens[t], vocab);
+    return NF_OK;
 }

@@ -1,29 +1,44 @@
-/* The engine: one sequence's session over a loaded model on a backend.
+/* The engine: a model on a backend, and one sequence's session over it.
  *
- * A backend is a table of three functions (nf_backend_ops): create state for a model (weights
- * bound, KV cache sized from the context length, buffers for a chunk of tokens), run a forward of
- * up to `chunk` tokens at given positions (appending their keys/values to the cache) and return
- * logits, destroy. The CPU backend (cpu_forward.c) is the reference; a CUDA backend slots in with
- * the same table (nf_engine_opts.device: cuda_forward.c over backend/cuda/decoder). A backend that
- * keeps logits on its device also offers `logits` and `topk`, so sampling moves k candidates
+ * A backend is a table of functions (nf_backend_ops): create state for a model (weights bound, a
+ * pool of KV pages, buffers for a forward of up to `chunk` tokens), run ONE batched forward over
+ * the tokens of several sequences (nf_batch, base/batch.h: decode tokens and prefill chunks
+ * concatenated, each sequence reading and appending its keys/values through its page table) and
+ * return logits, destroy. The CPU backend (cpu_forward.c) is the reference; a CUDA backend slots in
+ * with the same table (nf_engine_opts.device: cuda_forward.c over backend/cuda/decoder). A backend
+ * that keeps logits on its device also offers `logits` and `topk`, so sampling moves k candidates
  * instead of the vocabulary (nf_engine_next).
  *
- * Prefill runs the prompt in chunks of `chunk` tokens (matrix-matrix products, experts grouped by
- * the tokens routed to them); decode runs one token. Positions are implicit: the session appends. */
+ * nf_engine is the single-sequence session: a batch of one whose sequence owns pages
+ * 0 .. ceil(ctx / page_tokens) - 1 of the pool (the identity page table). Prefill runs the prompt
+ * in forwards of `chunk` tokens; decode runs one token; positions are implicit (the session
+ * appends). There is no second code path: the session builds an nf_batch and calls ops->forward.
+ * A scheduler (sched.c) drives the same backend and pool with many sequences; the session and a
+ * scheduler must not be used on one engine at once (both would write the same pages). */
 #ifndef NF_ENGINE_ENGINE_H
 #define NF_ENGINE_ENGINE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/batch.h"
 #include "base/error.h"
 #include "model/model.h"
+
+/* The KV page size in positions when nf_engine_opts.page_tokens is 0. Provisional: the CUDA
+ * attention measures and may change it. */
+#define NF_KV_PAGE_TOKENS 64
 
 typedef struct nf_engine_opts {
     const char *device; /* "cpu", "cuda" or "auto" (cuda when a GPU is visible); NULL means cpu */
     int threads;        /* <= 0: all CPUs */
-    uint32_t ctx;       /* context length in tokens (0: min(model.max_ctx, 4096)) */
-    uint32_t chunk;     /* prefill chunk in tokens (0: 128 on the CPU, 2048 on CUDA; at most ctx) */
+    uint32_t ctx;       /* the longest sequence in tokens (0: min(model.max_ctx, 4096)) */
+    uint32_t chunk;     /* the most tokens of one forward, all sequences together (0: 128 on the CPU, 2048
+                         * on CUDA; at most max_seqs * ctx) */
+    uint32_t page_tokens; /* positions per KV page (0: NF_KV_PAGE_TOKENS) */
+    uint32_t kv_pages;  /* pages in the KV pool (0: max_seqs * ceil(ctx / page_tokens)); at least one
+                         * sequence of ctx tokens, which the single-sequence session needs */
+    uint32_t max_seqs;  /* the most sequences of one forward (0: 1) */
     int kv_bf16;        /* KV cache elements in bf16 (else f32) */
     int reference;      /* CPU: dequantize + double dot for every product (tests) */
     int no_graphs;      /* CUDA: run decode steps as plain launches, not a replayed graph (tests) */
@@ -41,15 +56,19 @@ typedef struct nf_backend_ops {
     const char *name;
     nf_status (*create)(const nf_model *m, const nf_engine_opts *o, void **state, nf_error *err);
     void (*destroy)(void *state);
-    /* tokens[T] (T <= chunk, ids < vocab) at positions pos0 .. pos0 + T - 1 (pos0 + T <= ctx);
-     * logits: [T][vocab] when all_logits, else [vocab] for the last token; NULL (backends with
-     * `logits` only): leave them on the device. */
-    nf_status (*forward)(void *state, const int32_t *tokens, size_t T, uint32_t pos0, float *logits, int all_logits,
-                         nf_error *err);
-    /* Optional: the last forward's last-token logits [vocab] to the host; their k best (id, logit)
-     * pairs, best first, ties to the lower id (k <= 256). */
+    /* One forward of b (base/batch.h; T <= chunk, S <= max_seqs, every page id < kv_pages): writes
+     * the tokens' keys and values into their page slots and returns logits: [T][vocab] when
+     * b->all_logits, else [S][vocab], each sequence's last token; NULL (backends with `logits`
+     * only): leave them on the device. A malformed batch is refused (NF_ERR_INVALID_ARG). */
+    nf_status (*forward)(void *state, const nf_batch *b, float *logits, nf_error *err);
+    /* Optional: the last forward's last-token logits of each sequence, out[S][vocab], to the host;
+     * each sequence's k best (id, logit) pairs, ids[S][k] and vals[S][k], best first, ties to the
+     * lower id (k <= 256). */
     nf_status (*logits)(void *state, float *out, nf_error *err);
     nf_status (*topk)(void *state, uint32_t k, int32_t *ids, float *vals, nf_error *err);
+    /* Copies page src's keys and values (every layer) to page dst: copy-on-write of a shared
+     * partial page before a sequence appends to it. */
+    nf_status (*copy_page)(void *state, uint32_t dst, uint32_t src, nf_error *err);
     void (*describe)(void *state, nf_backend_info *info); /* optional */
     /* With trace_routing: the last forward's expert ids, [layers][T][top_k] (-1 on dense layers). */
     nf_status (*routing)(void *state, int32_t *ids, nf_error *err);
@@ -64,6 +83,7 @@ typedef struct nf_engine {
     void *state;
     nf_engine_opts opts; /* with defaults filled in */
     uint32_t n_past;     /* tokens in the cache */
+    uint32_t *pages;     /* [ceil(ctx / page_tokens)]: the session's page table, page i = i */
     float *logits;       /* [vocab]: the last token's logits after prefill/decode (see defer_logits) */
     int defer_logits;    /* set by the caller: forwards leave logits on the device; read them with
                           * nf_engine_logits or sample with nf_engine_next */
@@ -71,6 +91,12 @@ typedef struct nf_engine {
 } nf_engine;
 
 nf_status nf_engine_create(const nf_model *m, const nf_engine_opts *o, nf_engine **out, nf_error *err);
+/* ceil(ctx / page_tokens): the pages one sequence of the full context needs (opts with defaults). */
+uint32_t nf_engine_pages_per_seq(const nf_engine_opts *o);
+/* Checks b against the engine's limits (opts with defaults) and a vocabulary of `vocab`: counts,
+ * seq_start increasing with at least one token per sequence, positions within ctx, the page ids a
+ * forward touches below kv_pages, token ids below vocab. For backends, before they touch memory. */
+nf_status nf_batch_check(const nf_batch *b, const nf_engine_opts *o, uint32_t vocab, nf_error *err);
 void nf_engine_free(nf_engine *e);
 /* Forgets the cached tokens (a new sequence). */
 void nf_engine_reset(nf_engine *e);

@@ -32,6 +32,9 @@ nf_status nf_sampler_create(const nf_sampler_params *p, uint32_t vocab, nf_sampl
     if (!vocab) return nf_error_set(err, NF_ERR_INVALID_ARG, "sampler: empty vocabulary");
     if (!(p->repeat_penalty > 0))
         return nf_error_set(err, NF_ERR_INVALID_ARG, "sampler: repeat penalty %g must be > 0", (double)p->repeat_penalty);
+    if (!isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty))
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "sampler: presence/frequency penalty %g/%g is not finite",
+                            (double)p->presence_penalty, (double)p->frequency_penalty);
     nf_sampler *s = calloc(1, sizeof *s);
     if (s) {
         s->work = malloc(vocab * sizeof(float));
@@ -70,19 +73,30 @@ static uint64_t splitmix64(uint64_t *x)
 
 static double uniform01(uint64_t *x) { return (double)(splitmix64(x) >> 11) * 0x1.0p-53; }
 
+/* No penalty can change a logit. */
+static int penalties_off(const nf_sampler_params *p)
+{
+    return (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f) ||
+           p->repeat_last_n <= 0;
+}
+
+/* work = logits with the penalties applied; cand is scratch for the counts (all zero again after). */
 static void penalise(nf_sampler *s, const float *logits, const int32_t *hist, size_t n_hist)
 {
     memcpy(s->work, logits, s->vocab * sizeof(float));
-    if (s->p.repeat_penalty == 1.0f || s->p.repeat_last_n <= 0) return;
+    if (penalties_off(&s->p)) return;
     size_t from = n_hist > (size_t)s->p.repeat_last_n ? n_hist - (size_t)s->p.repeat_last_n : 0;
-    /* each distinct id once: mark by negating through a second pass over a scratch flag (cand) */
     memset(s->cand, 0, s->vocab * sizeof(int32_t));
+    for (size_t i = from; i < n_hist; i++)
+        if (hist[i] >= 0 && (uint32_t)hist[i] < s->vocab) s->cand[hist[i]]++;
     for (size_t i = from; i < n_hist; i++) {
         int32_t id = hist[i];
-        if (id < 0 || (uint32_t)id >= s->vocab || s->cand[id]) continue;
-        s->cand[id] = 1;
+        if (id < 0 || (uint32_t)id >= s->vocab || !s->cand[id]) continue;
+        const float count = (float)s->cand[id];
+        s->cand[id] = 0; /* each distinct id once */
         float *l = &s->work[id];
         *l = *l > 0 ? *l / s->p.repeat_penalty : *l * s->p.repeat_penalty;
+        *l -= s->p.frequency_penalty * count + s->p.presence_penalty;
     }
 }
 
@@ -202,7 +216,7 @@ int32_t nf_sampler_sample(nf_sampler *s, const float *logits, const int32_t *his
 /* The penalty changes no logit: off, or no history in its window. */
 static int penalty_idle(const nf_sampler *s, size_t n_hist)
 {
-    return s->p.repeat_penalty == 1.0f || s->p.repeat_last_n <= 0 || n_hist == 0;
+    return penalties_off(&s->p) || n_hist == 0;
 }
 
 uint32_t nf_sampler_device_k(const nf_sampler *s, const int32_t *history, size_t n_hist)

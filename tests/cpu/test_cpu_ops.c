@@ -127,6 +127,31 @@ static void test_gemm(nf_cpu *c1, nf_cpu *c3)
 /* Ragged shapes for the prefill tile (4 rows x 3 tokens of 8-float vectors): row counts that leave
  * 1-3 rows over, token counts that leave 1-2 over, and row lengths with a tail past the last full
  * 8-float vector (for the codecs whose block allows it). */
+/* Segments (a batch of sequences): one job over 9 tokens cut into segments of 1, 3, 1, 4 equals,
+ * bit for bit, each segment run as a product of its own (the kernel follows the segment's length:
+ * matvec for 1, the tile for more), on 1 and 3 threads. */
+static void test_gemm_segments(nf_cpu *c1, nf_cpu *c3)
+{
+    const nf_codec_id ids[] = {NF_CODEC_F32, NF_CODEC_BF16, NF_CODEC_Q8_0, NF_CODEC_Q4_K, NF_CODEC_NVFP4};
+    const uint32_t rows = 40, cols = 256, seg[5] = {0, 1, 4, 5, 9};
+    float x[9 * 256], yb[9 * 40], ys[9 * 40];
+    for (size_t i = 0; i < 9 * cols; i++) x[i] = frand();
+    for (size_t k = 0; k < sizeof ids / sizeof ids[0]; k++) {
+        enc e;
+        encode(&e, ids[k], rows, cols, 1);
+        for (int th = 0; th < 2; th++) {
+            nf_cpu *c = th ? c3 : c1;
+            const nf_cpu_gemm_job j = {e.w, x, cols, yb, rows, 9, seg, 4};
+            nf_cpu_gemm_batch(c, &j, 1);
+            for (int g = 0; g < 4; g++)
+                nf_cpu_gemm(c, &e.w, x + seg[g] * cols, cols, ys + seg[g] * rows, rows, seg[g + 1] - seg[g]);
+            CHECK_MSG(memcmp(yb, ys, sizeof yb) == 0, "%s: segments differ from separate products (threads %d)",
+                      e.w.codec->name, th ? 3 : 1);
+        }
+        enc_free(&e);
+    }
+}
+
 static void test_gemm_ragged(nf_cpu *c1, nf_cpu *c3)
 {
     const struct { nf_codec_id id; uint32_t cols; } shapes[] = {
@@ -221,15 +246,19 @@ static void test_rope(void)
 
 static void test_attention(nf_cpu *c, int bf16)
 {
-    enum { HQ = 4, HK = 2, D = 16, CTX = 12, P0 = 4, T = 5 };
+    /* positions through a scattered page table: 3 pages of 4 positions out of a pool of 5, a
+     * store that straddles pages; the reference indexes positions directly */
+    enum { HQ = 4, HK = 2, D = 16, CTX = 12, P0 = 4, T = 5, PT = 4, NP = 5 };
     float k[CTX * HK * D], v[CTX * HK * D], q[T * HQ * D], out[T * HQ * D];
     for (int i = 0; i < CTX * HK * D; i++) k[i] = frand(), v[i] = frand();
     for (int i = 0; i < T * HQ * D; i++) q[i] = frand() * 2;
-    uint8_t kb[CTX * HK * D * 4], vb[CTX * HK * D * 4];
-    nf_cpu_kv kv = {kb, vb, bf16, CTX, HK, D};
-    nf_cpu_kv_store(&kv, 0, P0, k, v);
-    nf_cpu_kv_store(&kv, P0, T, k + P0 * HK * D, v + P0 * HK * D);
-    nf_cpu_attention(c, &kv, q, HQ, P0, T, 0.25f, out);
+    static uint8_t kb[NP * PT * HK * D * 4], vb[NP * PT * HK * D * 4];
+    const uint32_t pages[3] = {3, 0, 4};
+    nf_cpu_kv kv = {kb, vb, bf16, PT, NP, HK, D};
+    nf_cpu_kv_store(&kv, pages, 0, P0 - 1, k, v);
+    nf_cpu_kv_store(&kv, pages, P0 - 1, T + 1, k + (P0 - 1) * HK * D, v + (P0 - 1) * HK * D);
+    const nf_cpu_attn_seq seq = {pages, P0, 0, T};
+    nf_cpu_attention(c, &kv, &seq, 1, q, HQ, 0.25f, out);
     double worst = 0;
     for (int t = 0; t < T; t++)
         for (int h = 0; h < HQ; h++) {
@@ -296,7 +325,7 @@ static void test_moe(nf_cpu *c, nf_codec_id codec, int shared, int norm)
     for (int i = 0; i < T * H; i++) x[i] = frand();
     double worst = 0;
     for (size_t T_run = 1; T_run <= T; T_run += T - 1) { /* decode and prefill paths */
-        nf_cpu_moe_forward(c, &m, ws, x, T_run, out, ids, w);
+        nf_cpu_moe_forward(c, &m, ws, x, T_run, NULL, 0, out, ids, w);
         for (size_t t = 0; t < T_run; t++) {
             const float *xt = x + t * H;
             double lg[E], ref[H] = {0};
@@ -363,6 +392,7 @@ int main(void)
     CHECK(nf_cpu_create(3, 768, 64, &c3, NULL) == NF_OK);
     test_gemm(c1, c3);
     test_gemm_ragged(c1, c3);
+    test_gemm_segments(c1, c3);
     test_small_ops();
     test_rope();
     test_attention(c3, 0);

@@ -1,6 +1,6 @@
 /* The sampler: greedy (ties to the lower id), the kept sets and probabilities of top-k / top-p /
  * min-p / temperature against values computed here from the definitions, the repetition penalty,
- * determinism per seed, and the empirical distribution of 200000 draws against the softmax
+ * the presence / frequency penalties (OpenAI's formula applied here by hand), determinism per seed, and the empirical distribution of 200000 draws against the softmax
  * (chi-square with 4 degrees of freedom < 30: p < 1e-5 for a correct sampler; the draws are seeded,
  * so the test is deterministic); the device path (top-k pairs in, the same draws out). */
 #include <math.h>
@@ -12,7 +12,7 @@
 
 static nf_sampler *mk(float temp, int top_k, float top_p, float min_p, float rep, uint64_t seed, uint32_t V)
 {
-    nf_sampler_params p = {temp, top_k, top_p, min_p, rep, 64, seed};
+    nf_sampler_params p = {temp, top_k, top_p, min_p, rep, 64, seed, 0, 0};
     nf_sampler *s = NULL;
     CHECK(nf_sampler_create(&p, V, &s, NULL) == NF_OK);
     return s;
@@ -71,9 +71,52 @@ static void check_device_path(void)
     nf_sampler_free(g), nf_sampler_free(all), nf_sampler_free(wide), nf_sampler_free(pen);
 }
 
+/* Presence and frequency (OpenAI): logit -= frequency * count + presence * (count > 0) over the
+ * window, combined with the repetition penalty applied first; the probabilities equal the softmax of
+ * logits penalised here by hand. */
+static void check_presence_frequency(void)
+{
+    const float l[6] = {1.0f, 2.5f, -0.5f, 3.0f, 0.0f, 1.5f};
+    const int32_t hist[7] = {3, 3, 1, 9, 3, 5, -1}; /* out-of-range ids are ignored */
+    const float pres = 0.4f, freq = 0.3f, rep = 1.25f;
+    float want[6];
+    memcpy(want, l, sizeof want);
+    const int count[6] = {0, 1, 0, 3, 0, 1};
+    for (int i = 0; i < 6; i++) {
+        if (!count[i]) continue;
+        want[i] = want[i] > 0 ? want[i] / rep : want[i] * rep;
+        want[i] -= freq * (float)count[i] + pres;
+    }
+    double ref[6];
+    softmax_d(want, 6, 1, ref);
+    nf_sampler_params p = {1, 0, 1, 0, rep, 64, 0, pres, freq};
+    nf_sampler *s = NULL;
+    CHECK(nf_sampler_create(&p, 6, &s, NULL) == NF_OK);
+    float pr[6];
+    nf_sampler_probs(s, l, hist, 7, pr);
+    for (int i = 0; i < 6; i++) CHECK_MSG(fabs(pr[i] - ref[i]) < 1e-6, "pres/freq: p[%d] %g vs %g", i, pr[i], ref[i]);
+    CHECK_EQ_INT((int)nf_sampler_device_k(s, hist, 7), 0); /* needs every logit */
+    nf_sampler_free(s);
+    /* the window: repeat_last_n 2 sees {5, -1} only, so id 3 (count 3 before) is untouched */
+    p.repeat_last_n = 2;
+    p.repeat_penalty = 1;
+    CHECK(nf_sampler_create(&p, 6, &s, NULL) == NF_OK);
+    nf_sampler_probs(s, l, hist, 7, pr);
+    memcpy(want, l, sizeof want);
+    want[5] -= freq + pres;
+    softmax_d(want, 6, 1, ref);
+    for (int i = 0; i < 6; i++) CHECK_MSG(fabs(pr[i] - ref[i]) < 1e-6, "window: p[%d] %g vs %g", i, pr[i], ref[i]);
+    nf_sampler_free(s);
+    p.presence_penalty = NAN;
+    nf_error e;
+    CHECK(nf_sampler_create(&p, 6, &s, &e) == NF_ERR_INVALID_ARG);
+    CHECK_CONTAINS(e.msg, "presence/frequency");
+}
+
 int main(void)
 {
     check_device_path();
+    check_presence_frequency();
     const float l[5] = {1.0f, 3.0f, 3.0f, 0.5f, 2.0f}; /* sorted: 1, 2, 4, 0, 3 */
     float pr[5];
     double ref[5];
@@ -153,7 +196,7 @@ int main(void)
     nf_sampler_free(s);
     free(big);
 
-    nf_sampler_params bad = {1, 0, 1, 0, 0, 64, 0};
+    nf_sampler_params bad = {1, 0, 1, 0, 0, 64, 0, 0, 0};
     nf_error e;
     CHECK(nf_sampler_create(&bad, 5, &s, &e) == NF_ERR_INVALID_ARG);
     CHECK_CONTAINS(e.msg, "repeat penalty");

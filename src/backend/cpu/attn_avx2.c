@@ -31,20 +31,22 @@ static inline __m256 kv_at8(const nf_cpu_kv *kv, const void *base, size_t idx)
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-/* sct[p][lane] = scale * sum_i qt[i][lane] * k[p][i] for p < np, positions 8 at a time. */
-static void scores8(const nf_cpu_kv *kv, const float *qt, uint32_t hd, size_t kv_row, size_t koff, uint32_t np,
-                    float scale, float *sct)
+/* sct[p][lane] = scale * sum_i qt[i][lane] * k[p][i] for p < np, positions 8 at a time (p through
+ * the page table: each position's row is looked up, a block of 8 may span two pages). */
+static void scores8(const nf_cpu_kv *kv, const uint32_t *pages, const float *qt, uint32_t hd, size_t kv_row,
+                    size_t koff, uint32_t np, float scale, float *sct)
 {
     const __m256 vs = _mm256_set1_ps(scale);
     uint32_t p = 0;
     for (; p + 8 <= np; p += 8) {
         __m256 acc[8];
         for (int u = 0; u < 8; u++) acc[u] = _mm256_setzero_ps();
-        const size_t base = (size_t)p * kv_row + koff;
+        size_t base[8];
+        for (int u = 0; u < 8; u++) base[u] = nf_cpu_kv_row(kv, pages, p + (uint32_t)u) * kv_row + koff;
         for (uint32_t i = 0; i < hd; i++) {
             const __m256 qv = _mm256_loadu_ps(qt + (size_t)i * 8);
             for (int u = 0; u < 8; u++) {
-                __m256 kb = _mm256_set1_ps(kv_at(kv, kv->k, base + u * kv_row + i));
+                __m256 kb = _mm256_set1_ps(kv_at(kv, kv->k, base[u] + i));
                 acc[u] = _mm256_add_ps(acc[u], _mm256_mul_ps(qv, kb));
             }
         }
@@ -52,7 +54,7 @@ static void scores8(const nf_cpu_kv *kv, const float *qt, uint32_t hd, size_t kv
     }
     for (; p < np; p++) {
         __m256 acc = _mm256_setzero_ps();
-        const size_t base = (size_t)p * kv_row + koff;
+        const size_t base = nf_cpu_kv_row(kv, pages, p) * kv_row + koff;
         for (uint32_t i = 0; i < hd; i++)
             acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(qt + (size_t)i * 8),
                                                    _mm256_set1_ps(kv_at(kv, kv->k, base + i))));
@@ -61,14 +63,14 @@ static void scores8(const nf_cpu_kv *kv, const float *qt, uint32_t hd, size_t kv
 }
 
 /* o[i] = sum_p w[p] * v[p][i] over p < n in order, 8 elements of i per vector (hd % 8 == 0). */
-static void weighted_v(const nf_cpu_kv *kv, const float *w, uint32_t n, uint32_t hd, size_t kv_row, size_t koff,
-                       float *o)
+static void weighted_v(const nf_cpu_kv *kv, const uint32_t *pages, const float *w, uint32_t n, uint32_t hd,
+                       size_t kv_row, size_t koff, float *o)
 {
     uint32_t i = 0;
     for (; i + 32 <= hd; i += 32) {
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         for (uint32_t p = 0; p < n; p++) {
-            const size_t base = (size_t)p * kv_row + koff + i;
+            const size_t base = nf_cpu_kv_row(kv, pages, p) * kv_row + koff + i;
             const __m256 wb = _mm256_set1_ps(w[p]);
             a0 = _mm256_add_ps(a0, _mm256_mul_ps(wb, kv_at8(kv, kv->v, base)));
             a1 = _mm256_add_ps(a1, _mm256_mul_ps(wb, kv_at8(kv, kv->v, base + 8)));
@@ -83,13 +85,14 @@ static void weighted_v(const nf_cpu_kv *kv, const float *w, uint32_t n, uint32_t
     for (; i < hd; i += 8) {
         __m256 a = _mm256_setzero_ps();
         for (uint32_t p = 0; p < n; p++)
-            a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_set1_ps(w[p]), kv_at8(kv, kv->v, (size_t)p * kv_row + koff + i)));
+            a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_set1_ps(w[p]),
+                                               kv_at8(kv, kv->v, nf_cpu_kv_row(kv, pages, p) * kv_row + koff + i)));
         _mm256_storeu_ps(o + i, a);
     }
 }
 
-void nf_cpu_attn_block_avx2(const nf_cpu_kv *kv, const float *q, size_t q_row, uint32_t kh, uint32_t n0, uint32_t nq,
-                            float scale, float *sc, float *out)
+void nf_cpu_attn_block_avx2(const nf_cpu_kv *kv, const uint32_t *pages, const float *q, size_t q_row, uint32_t kh,
+                            uint32_t n0, uint32_t nq, float scale, float *sc, float *out)
 {
     const uint32_t hd = kv->head_dim;
     const size_t kv_row = (size_t)kv->kv_heads * hd, koff = (size_t)kh * hd;
@@ -98,11 +101,11 @@ void nf_cpu_attn_block_avx2(const nf_cpu_kv *kv, const float *q, size_t q_row, u
         for (uint32_t j = 0; j < 8; j++) qt[(size_t)i * 8 + j] = j < nq ? q[j * q_row + i] : 0.0f;
     const uint32_t np = n0 + nq - 1; /* positions the last query sees */
     float *w = sc, *sct = sc + np;     /* w [np]: one query's weights; sct [np][8]: all scores */
-    scores8(kv, qt, hd, kv_row, koff, np, scale, sct);
+    scores8(kv, pages, qt, hd, kv_row, koff, np, scale, sct);
     for (uint32_t j = 0; j < nq; j++) {
         const uint32_t n = n0 + j;
         for (uint32_t p = 0; p < n; p++) w[p] = sct[(size_t)p * 8 + j];
         nf_cpu_softmax(w, n);
-        weighted_v(kv, w, n, hd, kv_row, koff, out + j * q_row);
+        weighted_v(kv, pages, w, n, hd, kv_row, koff, out + j * q_row);
     }
 }

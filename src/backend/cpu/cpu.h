@@ -61,7 +61,15 @@ void nf_cpu_set_reference(nf_cpu *c, int on);
 int nf_cpu_reference(const nf_cpu *c);
 
 /* One product y = W x over n tokens: x [n][ldx] (the first w.cols used), y [n][ldy] (the w.rows
- * columns from y[t*ldy] written). w.cols must be <= the max_cols given at create. */
+ * columns from y[t*ldy] written). w.cols must be <= the max_cols given at create.
+ *
+ * The tokens form segments seg[0] = 0 < seg[1] < ... < seg[n_seg] = n (seg NULL: one segment of n).
+ * A segment of one token runs the codec's matvec kernel, a longer one the dequantized-block tile;
+ * the two sum in different orders, so the kernel must not depend on what else is in the product.
+ * Within a kernel every output is summed in a fixed order whatever the tile, block or thread split,
+ * so a token's outputs depend only on its own row and the length-1-or-not of its segment. The
+ * batched forward makes each sequence's tokens one segment: a sequence's products are then
+ * bit-identical whether it runs alone or beside others. */
 typedef struct nf_cpu_gemm_job {
     nf_cpu_weight w;
     const float *x;
@@ -69,10 +77,12 @@ typedef struct nf_cpu_gemm_job {
     float *y;
     size_t ldy;
     size_t n;
+    const uint32_t *seg; /* [n_seg + 1] or NULL */
+    size_t n_seg;
 } nf_cpu_gemm_job;
 
 void nf_cpu_gemm_batch(nf_cpu *c, const nf_cpu_gemm_job *jobs, size_t n_jobs);
-/* A single job. */
+/* A single job (one segment). */
 void nf_cpu_gemm(nf_cpu *c, const nf_cpu_weight *w, const float *x, size_t ldx, float *y, size_t ldy, size_t n);
 
 /* ---- element-wise and small ops (single-threaded; they are a small share of the time) -------- */
@@ -115,21 +125,42 @@ void nf_cpu_rope(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t pos, co
 
 /* ---- attention ----------------------------------------------------------------------------- */
 
-/* A layer's KV cache: k and v of [ctx][kv_heads][head_dim], f32 or bf16 elements. */
+/* A layer's KV page pool: k and v of [n_pages][page_tokens][kv_heads][head_dim], f32 or bf16
+ * elements. A sequence sees it through its page table: its position p is row
+ * pages[p / page_tokens] * page_tokens + p % page_tokens of the pool. */
 typedef struct nf_cpu_kv {
     void *k, *v;
     int bf16;          /* elements are bf16 (else f32) */
-    uint32_t ctx, kv_heads, head_dim;
+    uint32_t page_tokens, n_pages, kv_heads, head_dim;
 } nf_cpu_kv;
 
-/* Writes k[T][kv_heads*head_dim], v[...] into positions pos0 .. pos0 + T - 1. */
-void nf_cpu_kv_store(nf_cpu_kv *kv, uint32_t pos0, size_t T, const float *k, const float *v);
+/* The pool row holding position p of the sequence whose page table is pages. */
+static inline size_t nf_cpu_kv_row(const nf_cpu_kv *kv, const uint32_t *pages, uint32_t p)
+{
+    return (size_t)pages[p / kv->page_tokens] * kv->page_tokens + p % kv->page_tokens;
+}
 
-/* Causal attention for T query tokens at positions pos0 .. pos0 + T - 1 over the cache
- * (positions 0 .. pos0 + t for token t): q [T][n_heads*head_dim], out the same shape. Query head
- * h reads kv head h / (n_heads / kv_heads) (GQA). Scores scaled by `scale`, softmax in f32. */
-void nf_cpu_attention(nf_cpu *c, const nf_cpu_kv *kv, const float *q, uint32_t n_heads, uint32_t pos0, size_t T,
-                      float scale, float *out);
+/* Writes k[T][kv_heads*head_dim], v[...] into positions pos0 .. pos0 + T - 1 of the sequence with
+ * page table pages (every page id < n_pages: the caller checks). */
+void nf_cpu_kv_store(nf_cpu_kv *kv, const uint32_t *pages, uint32_t pos0, size_t T, const float *k, const float *v);
+
+/* Copies page src's k and v to page dst (both < n_pages). */
+void nf_cpu_kv_copy_page(nf_cpu_kv *kv, uint32_t dst, uint32_t src);
+
+/* One sequence of an attention call: its tokens are rows t0 .. t0 + n - 1 of q and out, at
+ * positions pos0 .. pos0 + n - 1, their keys and values already stored through pages. */
+typedef struct nf_cpu_attn_seq {
+    const uint32_t *pages;
+    uint32_t pos0, t0, n;
+} nf_cpu_attn_seq;
+
+/* Causal attention of every sequence's tokens over that sequence's cache (positions 0 .. pos0 + t
+ * for its token t): q [T][n_heads*head_dim], out the same shape. Query head h reads kv head
+ * h / (n_heads / kv_heads) (GQA). Scores scaled by `scale`, softmax in f32. Work items never span
+ * two sequences and each output is computed in a fixed order, so a sequence's output does not
+ * depend on the others (nor on the thread count). */
+void nf_cpu_attention(nf_cpu *c, const nf_cpu_kv *kv, const nf_cpu_attn_seq *seqs, size_t n_seqs, const float *q,
+                      uint32_t n_heads, float scale, float *out);
 
 /* ---- sparse MoE ---------------------------------------------------------------------------- */
 
@@ -157,8 +188,10 @@ void nf_cpu_moe_ws_free(nf_cpu_moe_ws *ws);
  * grouped by the experts they are routed to, each expert's gate_up and down run once over its
  * group (matrix-matrix), then the weighted combine in the order of each token's k choices, plus
  * sigmoid(shared_gate . x) * shared expert when there is one. ids/weights (may be NULL) receive the
- * routing [T][k]. */
-void nf_cpu_moe_forward(nf_cpu *c, const nf_cpu_moe *m, nf_cpu_moe_ws *ws, const float *x, size_t T, float *out,
-                        int32_t *ids, float *weights);
+ * routing [T][k]. seq_start [n_seqs + 1] (NULL: one sequence) splits the tokens into sequences:
+ * every product's segments (nf_cpu_gemm_job) are the sequences' tokens, so a sequence's output
+ * is the same alone or beside others. */
+void nf_cpu_moe_forward(nf_cpu *c, const nf_cpu_moe *m, nf_cpu_moe_ws *ws, const float *x, size_t T,
+                        const uint32_t *seq_start, size_t n_seqs, float *out, int32_t *ids, float *weights);
 
 #endif

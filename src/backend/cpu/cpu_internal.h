@@ -25,10 +25,11 @@ void nf_cpu_tile_avx2(const float *blk, size_t nb, size_t cols, const float *x, 
 #define NF_CPU_ATTN_SC 9
 /* The AVX2 attention takes head_dim % 8 == 0 and head_dim <= this (its transposed q is on the stack). */
 #define NF_CPU_ATTN_MAX_HD 512
-/* Causal attention of nq <= 8 consecutive query tokens of one head over kv head kh: token j's q
- * at q + j*q_row, it sees positions 0 .. n0 + j - 1, its output at out + j*q_row. sc: the
+/* Causal attention of nq <= 8 consecutive query tokens of one sequence (page table pages), one
+ * head, over kv head kh: token j's q at q + j*q_row, it sees positions 0 .. n0 + j - 1, its output
+ * at out + j*q_row. sc: the
  * thread's NF_CPU_ATTN_SC * max_ctx scratch. Bit-identical to ops.c's scalar attention. */
-void nf_cpu_attn_block_avx2(const nf_cpu_kv *kv, const float *q, size_t q_row, uint32_t kh, uint32_t n0, uint32_t nq,
-                            float scale, float *sc, float *out);
+void nf_cpu_attn_block_avx2(const nf_cpu_kv *kv, const uint32_t *pages, const float *q, size_t q_row, uint32_t kh,
+                            uint32_t n0, uint32_t nq, float scale, float *sc, float *out);
 
 #endif

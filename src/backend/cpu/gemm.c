@@ -62,14 +62,17 @@ int nf_cpu_reference(const nf_cpu *c) { return c->reference; }
 
 /* ---- one row block of one job ----------------------------------------------------------------- */
 
-static void block_matvec(const nf_cpu_gemm_job *j, uint32_t r0, uint32_t nb)
+/* Rows r0 .. r0 + nb - 1 for token t by the codec's matvec kernel. */
+static void block_matvec(const nf_cpu_gemm_job *j, uint32_t r0, uint32_t nb, size_t t)
 {
     const nf_cpu_weight *w = &j->w;
+    const float *x = j->x + t * j->ldx;
+    float *y = j->y + t * j->ldy + r0;
     if (w->nv) {
-        nf_nvfp4_matvec(w->nv, w->row0 + r0, nb, j->x, j->y + r0);
+        nf_nvfp4_matvec(w->nv, w->row0 + r0, nb, x, y);
         return;
     }
-    nf_codec_matvec(w->codec)(w->data + (size_t)r0 * w->row_bytes, w->row_bytes, nb, j->x, j->y + r0, w->cols);
+    nf_codec_matvec(w->codec)(w->data + (size_t)r0 * w->row_bytes, w->row_bytes, nb, x, y, w->cols);
 }
 
 /* f32 tile: y[t][r] = sum_i blk[r][i] * x[t][i] for nb rows, n tokens (scalar fallback). */
@@ -105,6 +108,8 @@ static void block_reference(const nf_cpu_gemm_job *j, uint32_t r0, uint32_t nb, 
     }
 }
 
+/* One row block over every segment of the job (cpu.h: one-token segments by matvec, longer ones by
+ * the tile over the block dequantized once). */
 static void run_block(nf_cpu *c, const nf_cpu_gemm_job *j, uint32_t r0, int worker)
 {
     uint32_t nb = j->w.rows - r0 < NF_CPU_RB ? j->w.rows - r0 : NF_CPU_RB;
@@ -113,13 +118,23 @@ static void run_block(nf_cpu *c, const nf_cpu_gemm_job *j, uint32_t r0, int work
         block_reference(j, r0, nb, blk);
         return;
     }
-    if (j->n == 1) {
-        block_matvec(j, r0, nb);
-        return;
+    const uint32_t whole[2] = {0, (uint32_t)j->n}, *seg = j->seg ? j->seg : whole;
+    const size_t n_seg = j->seg ? j->n_seg : 1;
+    int decoded = 0;
+    for (size_t g = 0; g < n_seg; g++) {
+        const size_t t0 = seg[g], n = seg[g + 1] - t0;
+        if (n == 1) {
+            block_matvec(j, r0, nb, t0);
+            continue;
+        }
+        if (!decoded)
+            for (uint32_t r = 0; r < nb; r++) nf_cpu_weight_row(&j->w, r0 + r, blk + (size_t)r * j->w.cols);
+        decoded = 1;
+        const float *x = j->x + t0 * j->ldx;
+        float *y = j->y + t0 * j->ldy + r0;
+        if (c->matvec_simd) nf_cpu_tile_avx2(blk, nb, j->w.cols, x, j->ldx, n, y, j->ldy);
+        else nf_cpu_tile_scalar(blk, nb, j->w.cols, x, j->ldx, n, y, j->ldy);
     }
-    for (uint32_t r = 0; r < nb; r++) nf_cpu_weight_row(&j->w, r0 + r, blk + (size_t)r * j->w.cols);
-    if (c->matvec_simd) nf_cpu_tile_avx2(blk, nb, j->w.cols, j->x, j->ldx, j->n, j->y + r0, j->ldy);
-    else nf_cpu_tile_scalar(blk, nb, j->w.cols, j->x, j->ldx, j->n, j->y + r0, j->ldy);
 }
 
 /* ---- the batch: row blocks of every job as one parallel-for ------------------------------------ */
@@ -162,6 +177,6 @@ void nf_cpu_gemm_batch(nf_cpu *c, const nf_cpu_gemm_job *jobs, size_t n_jobs)
 
 void nf_cpu_gemm(nf_cpu *c, const nf_cpu_weight *w, const float *x, size_t ldx, float *y, size_t ldy, size_t n)
 {
-    nf_cpu_gemm_job j = {*w, x, ldx, y, ldy, n};
+    nf_cpu_gemm_job j = {*w, x, ldx, y, ldy, n, NULL, 0};
     nf_cpu_gemm_batch(c, &j, 1);
 }

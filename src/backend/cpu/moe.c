@@ -42,6 +42,10 @@ struct nf_cpu_moe_ws {
     uint32_t *count;    /* [E] tokens routed to each expert */
     uint32_t *start;    /* [E] first grouped slot of each expert */
     uint32_t *slot;     /* [T*k] grouped slot of (token, choice) */
+    uint32_t *seq_of;   /* [T*k] the sequence of each grouped slot's token */
+    uint32_t *seg;      /* [T*k + E] each expert's segments (one per sequence in its group) */
+    uint32_t *seg0;     /* [E] first entry of each expert's segments in seg */
+    uint32_t *nseg;     /* [E] how many segments each expert's group has */
     float *xg;          /* [T*k][H] inputs gathered in expert order */
     float *gu;          /* [T*k][2I] */
     float *dn;          /* [T*k][H] */
@@ -60,6 +64,10 @@ void nf_cpu_moe_ws_free(nf_cpu_moe_ws *ws)
     free(ws->count);
     free(ws->start);
     free(ws->slot);
+    free(ws->seq_of);
+    free(ws->seg);
+    free(ws->seg0);
+    free(ws->nseg);
     free(ws->xg);
     free(ws->gu);
     free(ws->dn);
@@ -83,6 +91,10 @@ nf_status nf_cpu_moe_ws_create(const nf_cpu_moe *m, size_t T, nf_cpu_moe_ws **ou
     ws->count = malloc(m->experts * sizeof(uint32_t));
     ws->start = malloc(m->experts * sizeof(uint32_t));
     ws->slot = malloc(A * sizeof(uint32_t));
+    ws->seq_of = malloc(A * sizeof(uint32_t));
+    ws->seg = malloc((A + m->experts) * sizeof(uint32_t));
+    ws->seg0 = malloc(m->experts * sizeof(uint32_t));
+    ws->nseg = malloc(m->experts * sizeof(uint32_t));
     ws->xg = malloc(A * H * sizeof(float));
     ws->gu = malloc(A * 2 * m->inter * sizeof(float));
     ws->dn = malloc(A * H * sizeof(float));
@@ -90,7 +102,8 @@ nf_status nf_cpu_moe_ws_create(const nf_cpu_moe *m, size_t T, nf_cpu_moe_ws **ou
     ws->sgu = malloc(T * 2 * S * sizeof(float));
     ws->sdn = malloc(T * H * sizeof(float));
     ws->jobs = malloc((m->experts + 2) * sizeof(nf_cpu_gemm_job));
-    if (!ws->logits || !ws->ids || !ws->w || !ws->count || !ws->start || !ws->slot || !ws->xg || !ws->gu ||
+    if (!ws->logits || !ws->ids || !ws->w || !ws->count || !ws->start || !ws->slot || !ws->seq_of || !ws->seg ||
+        !ws->seg0 || !ws->nseg || !ws->xg || !ws->gu ||
         !ws->dn || !ws->sg || !ws->sgu || !ws->sdn || !ws->jobs) {
         nf_cpu_moe_ws_free(ws);
         return nf_error_set(err, NF_ERR_NOMEM, "moe workspace for %zu tokens (E=%u, k=%u, H=%zu, I=%u): out of memory",
@@ -100,8 +113,10 @@ nf_status nf_cpu_moe_ws_create(const nf_cpu_moe *m, size_t T, nf_cpu_moe_ws **ou
     return NF_OK;
 }
 
-/* Counting sort of the T*k choices by expert; slot[t*k + j] is where choice j of token t lands. */
-static void group_by_expert(const nf_cpu_moe *m, nf_cpu_moe_ws *ws, const float *x, size_t T)
+/* Counting sort of the T*k choices by expert; slot[t*k + j] is where choice j of token t lands.
+ * Tokens enter each group in token order, so a sequence's tokens are consecutive in it. */
+static void group_by_expert(const nf_cpu_moe *m, nf_cpu_moe_ws *ws, const float *x, size_t T,
+                            const uint32_t *seq_start)
 {
     const uint32_t E = m->experts, k = m->top_k, H = m->hidden;
     memset(ws->count, 0, E * sizeof(uint32_t));
@@ -112,41 +127,70 @@ static void group_by_expert(const nf_cpu_moe *m, nf_cpu_moe_ws *ws, const float 
         s += ws->count[e];
         ws->count[e] = 0;
     }
-    for (size_t t = 0; t < T; t++)
+    uint32_t sq = 0;
+    for (size_t t = 0; t < T; t++) {
+        while (seq_start && t >= seq_start[sq + 1]) sq++;
         for (uint32_t j = 0; j < k; j++) {
             int32_t e = ws->ids[t * k + j];
             uint32_t sl = ws->start[e] + ws->count[e]++;
             ws->slot[t * k + j] = sl;
+            ws->seq_of[sl] = sq;
             memcpy(ws->xg + (size_t)sl * H, x + t * H, H * sizeof(float));
         }
+    }
 }
 
-void nf_cpu_moe_forward(nf_cpu *c, const nf_cpu_moe *m, nf_cpu_moe_ws *ws, const float *x, size_t T, float *out,
-                        int32_t *ids_out, float *w_out)
+/* Each expert's group cut where the sequence changes: the segments of its gemm jobs. */
+static void segment_groups(const nf_cpu_moe *m, nf_cpu_moe_ws *ws)
+{
+    uint32_t n = 0;
+    for (uint32_t e = 0; e < m->experts; e++) {
+        const uint32_t s0 = ws->start[e], c = ws->count[e];
+        ws->seg0[e] = n;
+        ws->nseg[e] = 0;
+        if (!c) continue; /* no job: keeps the entries within T*k + E */
+        ws->seg[n++] = 0;
+        for (uint32_t i = 1; i < c; i++)
+            if (ws->seq_of[s0 + i] != ws->seq_of[s0 + i - 1]) ws->seg[n++] = i;
+        ws->seg[n++] = c;
+        ws->nseg[e] = n - ws->seg0[e] - 1;
+    }
+}
+
+/* Expert e's job over its group: rows [r0, r0 + rows) of w, grouped inputs at x (row ldx apart). */
+static nf_cpu_gemm_job expert_job(const nf_cpu_moe_ws *ws, const nf_cpu_weight *w, uint32_t e, uint32_t r0,
+                                  uint32_t rows, const float *x, size_t ldx, float *y, size_t ldy)
+{
+    const size_t s0 = ws->start[e];
+    return (nf_cpu_gemm_job){nf_cpu_weight_rows(w, r0, rows), x + s0 * ldx, ldx, y + s0 * ldy, ldy,
+                             ws->count[e], ws->seg + ws->seg0[e], ws->nseg[e]};
+}
+
+void nf_cpu_moe_forward(nf_cpu *c, const nf_cpu_moe *m, nf_cpu_moe_ws *ws, const float *x, size_t T,
+                        const uint32_t *seq_start, size_t n_seqs, float *out, int32_t *ids_out, float *w_out)
 {
     const uint32_t E = m->experts, k = m->top_k, H = m->hidden, I = m->inter, S = m->shared_inter;
     const int shared = S && m->shared_gate_up.rows;
+    const size_t n_seg = seq_start ? n_seqs : 0; /* seg NULL: one segment */
     nf_cpu_gemm_job *jobs = ws->jobs;
     size_t nj = 0;
 
     /* 1. router logits, and the shared expert's gate and gate_up (independent of routing) */
-    jobs[nj++] = (nf_cpu_gemm_job){m->router, x, H, ws->logits, E, T};
+    jobs[nj++] = (nf_cpu_gemm_job){m->router, x, H, ws->logits, E, T, seq_start, n_seg};
     if (shared) {
-        jobs[nj++] = (nf_cpu_gemm_job){m->shared_gate, x, H, ws->sg, 1, T};
-        jobs[nj++] = (nf_cpu_gemm_job){m->shared_gate_up, x, H, ws->sgu, 2 * (size_t)S, T};
+        jobs[nj++] = (nf_cpu_gemm_job){m->shared_gate, x, H, ws->sg, 1, T, seq_start, n_seg};
+        jobs[nj++] = (nf_cpu_gemm_job){m->shared_gate_up, x, H, ws->sgu, 2 * (size_t)S, T, seq_start, n_seg};
     }
     nf_cpu_gemm_batch(c, jobs, nj);
     for (size_t t = 0; t < T; t++) nf_cpu_route(ws->logits + t * E, E, k, m->norm_topk, ws->ids + t * k, ws->w + t * k);
-    group_by_expert(m, ws, x, T);
+    group_by_expert(m, ws, x, T, seq_start);
+    segment_groups(m, ws);
 
     /* 2. gate_up of every expert that received tokens, over its group */
     nj = 0;
     for (uint32_t e = 0; e < E; e++)
-        if (ws->count[e]) {
-            nf_cpu_weight w = nf_cpu_weight_rows(&m->gate_up, e * 2 * I, 2 * I);
-            size_t s0 = ws->start[e];
-            jobs[nj++] = (nf_cpu_gemm_job){w, ws->xg + s0 * H, H, ws->gu + s0 * 2 * I, 2 * (size_t)I, ws->count[e]};
-        }
+        if (ws->count[e])
+            jobs[nj++] = expert_job(ws, &m->gate_up, e, e * 2 * I, 2 * I, ws->xg, H, ws->gu, 2 * (size_t)I);
     nf_cpu_gemm_batch(c, jobs, nj);
 
     /* 3. SwiGLU in place: the first I columns of each row become silu(gate) * up */
@@ -157,12 +201,9 @@ void nf_cpu_moe_forward(nf_cpu *c, const nf_cpu_moe *m, nf_cpu_moe_ws *ws, const
     /* 4. down of every expert (and the shared expert) */
     nj = 0;
     for (uint32_t e = 0; e < E; e++)
-        if (ws->count[e]) {
-            nf_cpu_weight w = nf_cpu_weight_rows(&m->down, e * H, H);
-            size_t s0 = ws->start[e];
-            jobs[nj++] = (nf_cpu_gemm_job){w, ws->gu + s0 * 2 * I, 2 * (size_t)I, ws->dn + s0 * H, H, ws->count[e]};
-        }
-    if (shared) jobs[nj++] = (nf_cpu_gemm_job){m->shared_down, ws->sgu, 2 * (size_t)S, ws->sdn, H, T};
+        if (ws->count[e]) jobs[nj++] = expert_job(ws, &m->down, e, e * H, H, ws->gu, 2 * (size_t)I, ws->dn, H);
+    if (shared)
+        jobs[nj++] = (nf_cpu_gemm_job){m->shared_down, ws->sgu, 2 * (size_t)S, ws->sdn, H, T, seq_start, n_seg};
     nf_cpu_gemm_batch(c, jobs, nj);
 
     /* 5. combine in each token's choice order */

@@ -1,6 +1,7 @@
 /* Element-wise ops, RoPE and attention. Formulas follow transformers' modeling code in float32
  * (the oracle the tiny-model tests compare with); each function names the line it mirrors. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
@@ -142,41 +143,58 @@ static inline float kv_get(const nf_cpu_kv *kv, const void *base, size_t idx)
     return ((const float *)base)[idx];
 }
 
-void nf_cpu_kv_store(nf_cpu_kv *kv, uint32_t pos0, size_t T, const float *k, const float *v)
+void nf_cpu_kv_store(nf_cpu_kv *kv, const uint32_t *pages, uint32_t pos0, size_t T, const float *k, const float *v)
 {
-    const size_t row = (size_t)kv->kv_heads * kv->head_dim, off = (size_t)pos0 * row, n = T * row;
-    if (kv->bf16) {
-        uint16_t *kd = (uint16_t *)kv->k + off, *vd = (uint16_t *)kv->v + off;
-        for (size_t i = 0; i < n; i++) {
-            kd[i] = nf_f32_to_bf16(k[i]);
-            vd[i] = nf_f32_to_bf16(v[i]);
+    const size_t row = (size_t)kv->kv_heads * kv->head_dim;
+    for (size_t t = 0; t < T; t++) {
+        const size_t off = nf_cpu_kv_row(kv, pages, pos0 + (uint32_t)t) * row;
+        const float *kt = k + t * row, *vt = v + t * row;
+        if (kv->bf16) {
+            uint16_t *kd = (uint16_t *)kv->k + off, *vd = (uint16_t *)kv->v + off;
+            for (size_t i = 0; i < row; i++) {
+                kd[i] = nf_f32_to_bf16(kt[i]);
+                vd[i] = nf_f32_to_bf16(vt[i]);
+            }
+        } else {
+            memcpy((float *)kv->k + off, kt, row * sizeof(float));
+            memcpy((float *)kv->v + off, vt, row * sizeof(float));
         }
-    } else {
-        memcpy((float *)kv->k + off, k, n * sizeof(float));
-        memcpy((float *)kv->v + off, v, n * sizeof(float));
     }
 }
 
+void nf_cpu_kv_copy_page(nf_cpu_kv *kv, uint32_t dst, uint32_t src)
+{
+    const size_t page = (size_t)kv->page_tokens * kv->kv_heads * kv->head_dim * (kv->bf16 ? 2 : 4);
+    if (dst == src) return;
+    memcpy((uint8_t *)kv->k + dst * page, (const uint8_t *)kv->k + src * page, page);
+    memcpy((uint8_t *)kv->v + dst * page, (const uint8_t *)kv->v + src * page, page);
+}
+
+/* Work items, sequence by sequence: sequence i owns items first[i] .. first[i+1] - 1, each a block
+ * of `blk` of its tokens (1 scalar, 8 AVX2) times a head. */
 typedef struct attn_ctx {
     nf_cpu *c;
     const nf_cpu_kv *kv;
+    const nf_cpu_attn_seq *seqs;
+    const size_t *first;
+    size_t n_seqs;
     const float *q;
     float *out;
-    uint32_t n_heads, pos0;
+    uint32_t n_heads, blk;
     float scale;
-    size_t T;
 } attn_ctx;
 
-/* Token t, head h: softmax(q . K^T * scale) V over positions 0 .. pos0 + t. */
-static void attn_one(const attn_ctx *a, size_t t, uint32_t h, float *sc)
+/* Token t (a batch row) of sequence sq, head h: softmax(q . K^T * scale) V over its positions
+ * 0 .. pos0 + (t - t0). */
+static void attn_one(const attn_ctx *a, const nf_cpu_attn_seq *sq, size_t t, uint32_t h, float *sc)
 {
     const nf_cpu_kv *kv = a->kv;
     const uint32_t hd = kv->head_dim, kh = h / (a->n_heads / kv->kv_heads);
     const size_t kv_row = (size_t)kv->kv_heads * hd, q_row = (size_t)a->n_heads * hd;
     const float *q = a->q + t * q_row + (size_t)h * hd;
-    uint32_t n = a->pos0 + (uint32_t)t + 1;
+    uint32_t n = sq->pos0 + (uint32_t)(t - sq->t0) + 1;
     for (uint32_t p = 0; p < n; p++) {
-        size_t base = (size_t)p * kv_row + (size_t)kh * hd;
+        size_t base = nf_cpu_kv_row(kv, sq->pages, p) * kv_row + (size_t)kh * hd;
         float s = 0;
         for (uint32_t i = 0; i < hd; i++) s += q[i] * kv_get(kv, kv->k, base + i);
         sc[p] = s * a->scale;
@@ -185,10 +203,27 @@ static void attn_one(const attn_ctx *a, size_t t, uint32_t h, float *sc)
     float *o = a->out + t * q_row + (size_t)h * hd;
     memset(o, 0, hd * sizeof(float));
     for (uint32_t p = 0; p < n; p++) {
-        size_t base = (size_t)p * kv_row + (size_t)kh * hd;
+        size_t base = nf_cpu_kv_row(kv, sq->pages, p) * kv_row + (size_t)kh * hd;
         const float w = sc[p];
         for (uint32_t i = 0; i < hd; i++) o[i] += w * kv_get(kv, kv->v, base + i);
     }
+}
+
+/* Item `it` as (sequence, first token row, tokens, head). */
+static const nf_cpu_attn_seq *item_of(const attn_ctx *a, size_t it, size_t *t, uint32_t *nq, uint32_t *h)
+{
+    size_t lo = 0, hi = a->n_seqs; /* the sequence with first[i] <= it < first[i+1] */
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (a->first[mid] <= it) lo = mid;
+        else hi = mid;
+    }
+    const nf_cpu_attn_seq *sq = &a->seqs[lo];
+    const size_t local = it - a->first[lo], b0 = local / a->n_heads * a->blk;
+    *h = (uint32_t)(local % a->n_heads);
+    *t = sq->t0 + b0;
+    *nq = sq->n - b0 < a->blk ? (uint32_t)(sq->n - b0) : a->blk;
+    return sq;
 }
 
 /* Scalar: one item per (token, head). */
@@ -196,10 +231,15 @@ static void attn_fn(void *ctx, size_t begin, size_t end, int worker)
 {
     attn_ctx *a = ctx;
     float *sc = a->c->scores + (size_t)worker * NF_CPU_ATTN_SC * a->c->max_ctx;
-    for (size_t it = begin; it < end; it++) attn_one(a, it / a->n_heads, (uint32_t)(it % a->n_heads), sc);
+    for (size_t it = begin; it < end; it++) {
+        size_t t;
+        uint32_t nq, h;
+        const nf_cpu_attn_seq *sq = item_of(a, it, &t, &nq, &h);
+        attn_one(a, sq, t, h, sc);
+    }
 }
 
-/* AVX2: one item per (block of 8 tokens, head); same numbers as attn_one. */
+/* AVX2: one item per (block of 8 tokens of one sequence, head); same numbers as attn_one. */
 static void attn8_fn(void *ctx, size_t begin, size_t end, int worker)
 {
     attn_ctx *a = ctx;
@@ -208,20 +248,27 @@ static void attn8_fn(void *ctx, size_t begin, size_t end, int worker)
     const size_t q_row = (size_t)a->n_heads * hd;
     float *sc = a->c->scores + (size_t)worker * NF_CPU_ATTN_SC * a->c->max_ctx;
     for (size_t it = begin; it < end; it++) {
-        size_t t0 = it / a->n_heads * 8;
-        uint32_t h = (uint32_t)(it % a->n_heads);
-        uint32_t nq = a->T - t0 < 8 ? (uint32_t)(a->T - t0) : 8;
-        size_t off = t0 * q_row + (size_t)h * hd;
-        nf_cpu_attn_block_avx2(kv, a->q + off, q_row, h / group, a->pos0 + (uint32_t)t0 + 1, nq, a->scale, sc,
-                               a->out + off);
+        size_t t;
+        uint32_t nq, h;
+        const nf_cpu_attn_seq *sq = item_of(a, it, &t, &nq, &h);
+        size_t off = t * q_row + (size_t)h * hd;
+        nf_cpu_attn_block_avx2(kv, sq->pages, a->q + off, q_row, h / group, sq->pos0 + (uint32_t)(t - sq->t0) + 1,
+                               nq, a->scale, sc, a->out + off);
     }
 }
 
-void nf_cpu_attention(nf_cpu *c, const nf_cpu_kv *kv, const float *q, uint32_t n_heads, uint32_t pos0, size_t T,
-                      float scale, float *out)
+void nf_cpu_attention(nf_cpu *c, const nf_cpu_kv *kv, const nf_cpu_attn_seq *seqs, size_t n_seqs, const float *q,
+                      uint32_t n_heads, float scale, float *out)
 {
-    attn_ctx a = {c, kv, q, out, n_heads, pos0, scale, T};
-    if (c->matvec_simd && kv->head_dim % 8 == 0 && kv->head_dim <= NF_CPU_ATTN_MAX_HD)
-        nf_parallel_for(c->pool, (T + 7) / 8 * n_heads, 1, attn8_fn, &a);
-    else nf_parallel_for(c->pool, T * n_heads, 1, attn_fn, &a);
+    size_t stack[65], *first = n_seqs < 64 ? stack : malloc((n_seqs + 1) * sizeof *first);
+    if (!first) { /* no memory for the index: one sequence at a time */
+        for (size_t i = 0; i < n_seqs; i++) nf_cpu_attention(c, kv, seqs + i, 1, q, n_heads, scale, out);
+        return;
+    }
+    const int simd = c->matvec_simd && kv->head_dim % 8 == 0 && kv->head_dim <= NF_CPU_ATTN_MAX_HD;
+    attn_ctx a = {c, kv, seqs, first, n_seqs, q, out, n_heads, simd ? 8 : 1, scale};
+    first[0] = 0;
+    for (size_t i = 0; i < n_seqs; i++) first[i + 1] = first[i] + (seqs[i].n + a.blk - 1) / a.blk * n_heads;
+    if (first[n_seqs]) nf_parallel_for(c->pool, first[n_seqs], 1, simd ? attn8_fn : attn_fn, &a);
+    if (first != stack) free(first);
 }

@@ -1,0 +1,702 @@
+/* The continuous-batching scheduler (see sched.h for the step and docs/sched.md for the policy). */
+#include "engine/sched.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/timer.h"
+#include "engine/stopstream.h"
+
+typedef enum seq_state { SEQ_WAITING, SEQ_ACTIVE, SEQ_DONE } seq_state;
+
+typedef struct seq {
+    uint64_t id;
+    uint64_t admitted;  /* admission stamp: the largest is the newest active sequence */
+    seq_state state;
+    nf_seq_end end;
+    int32_t *toks;      /* [n] prompt then generated (cap allocated) */
+    size_t n, cap, n_prompt, n_gen;
+    size_t n_cached;    /* toks[0, n_cached) have keys/values in the pages */
+    uint32_t *pages;    /* [page_stride] page table, n_pages used */
+    uint32_t n_pages;
+    uint32_t n_published; /* pages[0, n_published) are in the prefix cache; UINT32_MAX: chain broken */
+    uint32_t reserved;  /* opts.reserve: pages set aside for it and not allocated yet */
+    nf_sampler *sampler;
+    nf_seq_params p;    /* eos and stops point at the copies below */
+    int32_t *eos;
+    char **stops;
+    nf_stop_stream ss;
+    int has_text;
+    uint32_t take;      /* tokens in the batch being built */
+    /* the text of the event being built (set by the stop stream's callback) */
+    const char *ev_text;
+    size_t ev_len;
+} seq;
+
+struct nf_sched {
+    nf_sched_backend be;
+    nf_sched_opts o;
+    nf_kvpool *pool;
+    uint32_t page_stride;
+    seq **seqs; /* [n_seqs] in arrival order (ids increase) */
+    size_t n_seqs, cap;
+    uint64_t next_id, next_stamp;
+    uint32_t reserved; /* opts.reserve: the sum of the active sequences' reservations (<= available pages) */
+    /* batch buffers */
+    int32_t *tokens;     /* [chunk] */
+    uint32_t *seq_start; /* [max_seqs + 1] */
+    uint32_t *pos0;      /* [max_seqs] */
+    uint32_t *pages;     /* [max_seqs][page_stride] */
+    seq **batch;         /* [max_seqs] */
+    seq **order;         /* [n_seqs] scratch: active sequences by admission */
+    size_t order_cap;
+    float *logits;       /* [max_seqs][vocab] */
+    int32_t *top_ids;    /* [max_seqs][NF_SAMPLER_DEVICE_MAX_K] */
+    float *top_vals;
+};
+
+const char *nf_seq_end_name(nf_seq_end e)
+{
+    static const char *const names[] = {"running", "length", "eos", "stop", "context", "cancelled", "no-pages"};
+    return (unsigned)e < sizeof names / sizeof names[0] ? names[e] : "?";
+}
+
+nf_kvpool *nf_sched_pool(nf_sched *s) { return s->pool; }
+
+static nf_status check_opts(const nf_sched_backend *be, const nf_sched_opts *o, nf_error *err)
+{
+    if (!be->forward || !be->copy_page)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "sched: the backend needs forward and copy_page");
+    if ((be->logits == NULL) != (be->topk == NULL))
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "sched: a backend keeping logits needs both logits and topk");
+    if (!o->vocab || !o->ctx || !o->chunk || !o->max_seqs || !o->page_tokens || !o->kv_pages)
+        return nf_error_set(err, NF_ERR_INVALID_ARG,
+                            "sched: vocab %u, ctx %u, chunk %u, max_seqs %u, page_tokens %u, kv_pages %u (all must be > 0)",
+                            o->vocab, o->ctx, o->chunk, o->max_seqs, o->page_tokens, o->kv_pages);
+    return NF_OK;
+}
+
+nf_status nf_sched_create(const nf_sched_backend *be, const nf_sched_opts *o, nf_sched **out, nf_error *err)
+{
+    *out = NULL;
+    nf_status rc = check_opts(be, o, err);
+    if (rc) return rc;
+    nf_sched *s = calloc(1, sizeof *s);
+    if (!s) return nf_error_set(err, NF_ERR_NOMEM, "sched: out of memory");
+    s->be = *be;
+    s->o = *o;
+    s->page_stride = (o->ctx + o->page_tokens - 1) / o->page_tokens;
+    s->next_id = 1;
+    nf_kvpool_opts po = {.pages = o->kv_pages, .page_tokens = o->page_tokens};
+    if ((rc = nf_kvpool_create(&po, &s->pool, err))) {
+        free(s);
+        return rc;
+    }
+    const size_t S = o->max_seqs;
+    s->tokens = malloc(o->chunk * sizeof *s->tokens);
+    s->seq_start = malloc((S + 1) * sizeof *s->seq_start);
+    s->pos0 = malloc(S * sizeof *s->pos0);
+    s->pages = malloc(S * s->page_stride * sizeof *s->pages);
+    s->batch = malloc(S * sizeof *s->batch);
+    s->logits = malloc(S * o->vocab * sizeof *s->logits);
+    s->top_ids = malloc(S * NF_SAMPLER_DEVICE_MAX_K * sizeof *s->top_ids);
+    s->top_vals = malloc(S * NF_SAMPLER_DEVICE_MAX_K * sizeof *s->top_vals);
+    if (!s->tokens || !s->seq_start || !s->pos0 || !s->pages || !s->batch || !s->logits || !s->top_ids ||
+        !s->top_vals) {
+        nf_sched_free(s);
+        return nf_error_set(err, NF_ERR_NOMEM, "sched: out of memory for %u sequences of %u tokens", o->max_seqs,
+                            o->chunk);
+    }
+    *out = s;
+    return NF_OK;
+}
+
+nf_status nf_sched_create_engine(nf_engine *e, const nf_sched_opts *o, nf_sched **out, nf_error *err)
+{
+    const nf_sched_backend be = {e->state, e->ops->forward, e->ops->logits, e->ops->topk, e->ops->copy_page};
+    nf_sched_opts so = o ? *o : (nf_sched_opts){0};
+    so.vocab = e->model->cfg.vocab;
+    so.ctx = e->opts.ctx;
+    so.chunk = e->opts.chunk;
+    so.max_seqs = e->opts.max_seqs;
+    so.page_tokens = e->opts.page_tokens;
+    so.kv_pages = e->opts.kv_pages;
+    return nf_sched_create(&be, &so, out, err);
+}
+
+static void release_pages(nf_sched *s, seq *q)
+{
+    s->reserved -= q->reserved;
+    q->reserved = 0;
+    for (uint32_t j = 0; j < q->n_pages; j++) nf_kvpool_release(s->pool, q->pages[j]);
+    q->n_pages = 0;
+    q->n_cached = 0;
+    q->n_published = 0;
+}
+
+static void seq_free(nf_sched *s, seq *q)
+{
+    if (!q) return;
+    release_pages(s, q);
+    for (size_t i = 0; q->stops && i < q->p.n_stops; i++) free(q->stops[i]);
+    free(q->stops);
+    free(q->eos);
+    free(q->toks);
+    free(q->pages);
+    nf_sampler_free(q->sampler);
+    if (q->has_text) nf_stop_stream_free(&q->ss);
+    free(q);
+}
+
+void nf_sched_free(nf_sched *s)
+{
+    if (!s) return;
+    for (size_t i = 0; i < s->n_seqs; i++) seq_free(s, s->seqs[i]);
+    free(s->seqs);
+    free(s->order);
+    free(s->tokens);
+    free(s->seq_start);
+    free(s->pos0);
+    free(s->pages);
+    free(s->batch);
+    free(s->logits);
+    free(s->top_ids);
+    free(s->top_vals);
+    nf_kvpool_free(s->pool);
+    free(s);
+}
+
+static seq *find_seq(const nf_sched *s, uint64_t id)
+{
+    for (size_t i = 0; i < s->n_seqs; i++)
+        if (s->seqs[i]->id == id) return s->seqs[i];
+    return NULL;
+}
+
+static nf_status push_tok(seq *q, int32_t id, nf_error *err)
+{
+    if (q->n == q->cap) {
+        size_t cap = q->cap ? q->cap * 2 : 64;
+        int32_t *p = realloc(q->toks, cap * sizeof *p);
+        if (!p) return nf_error_set(err, NF_ERR_NOMEM, "sched: out of memory");
+        q->toks = p;
+        q->cap = cap;
+    }
+    q->toks[q->n++] = id;
+    return NF_OK;
+}
+
+/* The owned copies of eos ids and stop strings. */
+static nf_status copy_stops(seq *q, const nf_seq_params *p, nf_error *err)
+{
+    if (p->n_eos && !(q->eos = malloc(p->n_eos * sizeof *q->eos))) return nf_error_set(err, NF_ERR_NOMEM, "sched: out of memory");
+    if (p->n_eos) memcpy(q->eos, p->eos, p->n_eos * sizeof *q->eos);
+    if (p->n_stops && !(q->stops = calloc(p->n_stops, sizeof *q->stops)))
+        return nf_error_set(err, NF_ERR_NOMEM, "sched: out of memory");
+    for (size_t i = 0; i < p->n_stops; i++) {
+        size_t len = strlen(p->stops[i]);
+        if (!(q->stops[i] = malloc(len + 1))) return nf_error_set(err, NF_ERR_NOMEM, "sched: out of memory");
+        memcpy(q->stops[i], p->stops[i], len + 1);
+    }
+    q->p.eos = q->eos;
+    q->p.stops = (const char *const *)q->stops;
+    return NF_OK;
+}
+
+static nf_status check_add(const nf_sched *s, const int32_t *prompt, size_t n, const nf_seq_params *p, nf_error *err)
+{
+    if (!n || n > s->o.ctx)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "sched: a prompt of %zu tokens (1 .. the context, %u)", n, s->o.ctx);
+    for (size_t i = 0; i < n; i++)
+        if (prompt[i] < 0 || (uint32_t)prompt[i] >= s->o.vocab)
+            return nf_error_set(err, NF_ERR_INVALID_ARG, "sched: prompt[%zu] = %d is not below the vocabulary (%u)", i,
+                                prompt[i], s->o.vocab);
+    if (p->n_stops && !s->o.tok)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "sched: stop strings need a tokenizer (nf_sched_opts.tok)");
+    return NF_OK;
+}
+
+static nf_status seq_init(nf_sched *s, seq *q, const int32_t *prompt, size_t n, const nf_seq_params *p, nf_error *err)
+{
+    q->p = *p;
+    q->p.eos = NULL;
+    q->p.stops = NULL;
+    nf_status rc = copy_stops(q, p, err);
+    if (!rc && !(q->pages = malloc(s->page_stride * sizeof *q->pages)))
+        rc = nf_error_set(err, NF_ERR_NOMEM, "sched: out of memory");
+    for (size_t i = 0; !rc && i < n; i++) rc = push_tok(q, prompt[i], err);
+    if (!rc) rc = nf_sampler_create(&p->sampling, s->o.vocab, &q->sampler, err);
+    if (!rc && s->o.tok) {
+        rc = nf_stop_stream_init(&q->ss, s->o.tok, q->p.stops, q->p.n_stops, err);
+        q->has_text = rc == NF_OK;
+    }
+    q->n_prompt = n;
+    return rc;
+}
+
+nf_status nf_sched_add(nf_sched *s, const int32_t *prompt, size_t n, const nf_seq_params *p, uint64_t *id,
+                       nf_error *err)
+{
+    nf_status rc = check_add(s, prompt, n, p, err);
+    if (rc) return rc;
+    if (s->n_seqs == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 16;
+        seq **a = realloc(s->seqs, cap * sizeof *a), **b = a ? realloc(s->order, cap * sizeof *b) : NULL;
+        if (a) s->seqs = a;
+        if (b) s->order = b;
+        if (!a || !b) return nf_error_set(err, NF_ERR_NOMEM, "sched: out of memory");
+        s->cap = cap;
+    }
+    seq *q = calloc(1, sizeof *q);
+    if (!q) return nf_error_set(err, NF_ERR_NOMEM, "sched: out of memory");
+    q->n_pages = 0;
+    if ((rc = seq_init(s, q, prompt, n, p, err))) {
+        seq_free(s, q);
+        return rc;
+    }
+    q->id = s->next_id++;
+    q->state = SEQ_WAITING;
+    s->seqs[s->n_seqs++] = q;
+    *id = q->id;
+    return NF_OK;
+}
+
+/* The stop stream's text callback: the text lands in the event being built. */
+static void take_text(void *ctx, const char *text, size_t len)
+{
+    seq *q = ctx;
+    q->ev_text = text;
+    q->ev_len = len;
+}
+
+static void emit(seq *q, int32_t token, nf_seq_end end)
+{
+    if (q->p.emit) {
+        nf_seq_event ev = {q->id, token, q->ev_text ? q->ev_text : "", q->ev_len, end};
+        q->p.emit(q->p.ctx, &ev);
+    }
+    q->ev_text = NULL;
+    q->ev_len = 0;
+}
+
+/* Ends a sequence: pages back at once, the held-back text (unless a stop string ended it) and the
+ * final event. */
+static void finish(nf_sched *s, seq *q, nf_seq_end end)
+{
+    release_pages(s, q);
+    q->state = SEQ_DONE;
+    q->end = end;
+    int stopped = 0;
+    if (q->has_text && end != NF_SEQ_STOP && nf_stop_stream_finish(&q->ss, take_text, q, &stopped, NULL) == NF_OK &&
+        stopped && end != NF_SEQ_CANCELLED)
+        q->end = end = NF_SEQ_STOP;
+    emit(q, -1, end);
+}
+
+nf_status nf_sched_cancel(nf_sched *s, uint64_t id, nf_error *err)
+{
+    seq *q = find_seq(s, id);
+    if (!q) return nf_error_set(err, NF_ERR_INVALID_ARG, "sched: no sequence %llu", (unsigned long long)id);
+    if (q->state != SEQ_DONE) finish(s, q, NF_SEQ_CANCELLED);
+    return NF_OK;
+}
+
+void nf_sched_remove(nf_sched *s, uint64_t id)
+{
+    for (size_t i = 0; i < s->n_seqs; i++) {
+        seq *q = s->seqs[i];
+        if (q->id != id) continue;
+        if (q->state != SEQ_DONE) finish(s, q, NF_SEQ_CANCELLED);
+        seq_free(s, q);
+        memmove(&s->seqs[i], &s->seqs[i + 1], (s->n_seqs - i - 1) * sizeof *s->seqs);
+        s->n_seqs--;
+        return;
+    }
+}
+
+int nf_sched_idle(const nf_sched *s)
+{
+    for (size_t i = 0; i < s->n_seqs; i++)
+        if (s->seqs[i]->state != SEQ_DONE) return 0;
+    return 1;
+}
+
+const int32_t *nf_sched_tokens(const nf_sched *s, uint64_t id, size_t *n_prompt, size_t *n)
+{
+    const seq *q = find_seq(s, id);
+    if (!q) return NULL;
+    if (n_prompt) *n_prompt = q->n_prompt;
+    if (n) *n = q->n;
+    return q->toks;
+}
+
+nf_seq_end nf_sched_end(const nf_sched *s, uint64_t id)
+{
+    const seq *q = find_seq(s, id);
+    return q ? q->end : NF_SEQ_RUNNING;
+}
+
+/* ---- building a batch ---- */
+
+static nf_status copy_cb(void *ctx, uint32_t dst, uint32_t src, nf_error *err)
+{
+    const nf_sched *s = ctx;
+    return s->be.copy_page(s->be.state, dst, src, err);
+}
+
+/* Pages for toks[n_cached, n_cached + want): the page holding position n_cached made private
+ * (copy-on-write when shared or cached), new pages allocated. Returns how many of the tokens have
+ * their pages (fewer when the pool ran dry); errors other than running dry go to *rc. */
+static uint32_t ensure_pages(nf_sched *s, seq *q, uint32_t want, nf_status *rc, nf_error *err)
+{
+    const uint32_t pt = s->o.page_tokens;
+    const size_t first = q->n_cached / pt;
+    *rc = NF_OK;
+    if (first < q->n_pages) {
+        const uint32_t before = q->pages[first];
+        nf_status st = nf_kvpool_writable(s->pool, &q->pages[first], copy_cb, s, err);
+        if (!st && q->pages[first] != before && q->reserved) q->reserved--, s->reserved--;
+        if (st == NF_ERR_NOMEM) return 0;
+        if (st) {
+            *rc = st;
+            return 0;
+        }
+    }
+    const size_t last = (q->n_cached + want - 1) / pt;
+    while (q->n_pages <= last) {
+        uint32_t pg;
+        if (nf_kvpool_alloc(s->pool, &pg, NULL)) break;
+        q->pages[q->n_pages++] = pg;
+        if (q->reserved) q->reserved--, s->reserved--;
+    }
+    const size_t covered = (size_t)q->n_pages * pt - q->n_cached;
+    return covered < want ? (uint32_t)covered : want;
+}
+
+static int by_admission(const void *a, const void *b)
+{
+    const seq *x = *(seq *const *)a, *y = *(seq *const *)b;
+    return (x->admitted > y->admitted) - (x->admitted < y->admitted);
+}
+
+/* The active sequences, oldest admission first, into s->order; returns how many. */
+static size_t active_by_age(nf_sched *s)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < s->n_seqs; i++)
+        if (s->seqs[i]->state == SEQ_ACTIVE) s->order[k++] = s->seqs[i];
+    qsort(s->order, k, sizeof *s->order, by_admission);
+    return k;
+}
+
+/* Back to waiting with nothing cached: it re-prefills all its tokens when admitted again. */
+static void preempt(nf_sched *s, seq *q, nf_sched_step_info *info)
+{
+    release_pages(s, q);
+    q->state = SEQ_WAITING;
+    q->take = 0;
+    info->n_preempted++;
+}
+
+/* The newest active sequence not yet in the batch (the one preempted when pages run out). */
+static seq *newest_unbatched(nf_sched *s)
+{
+    seq *best = NULL;
+    for (size_t i = 0; i < s->n_seqs; i++) {
+        seq *q = s->seqs[i];
+        if (q->state == SEQ_ACTIVE && !q->take && (!best || q->admitted > best->admitted)) best = q;
+    }
+    return best;
+}
+
+typedef struct plan {
+    uint32_t T, S;
+} plan;
+
+static void add_to_batch(nf_sched *s, plan *b, seq *q, uint32_t take)
+{
+    q->take = take;
+    s->batch[b->S++] = q;
+    b->T += take;
+}
+
+/* Step 1: every decoding sequence's token, preempting the newest when a page is missing. */
+static nf_status plan_decode(nf_sched *s, plan *b, nf_sched_step_info *info, nf_error *err)
+{
+    const size_t k = active_by_age(s);
+    for (size_t i = 0; i < k; i++) {
+        seq *q = s->order[i];
+        if (q->state != SEQ_ACTIVE || q->n - q->n_cached != 1) continue;
+        if (b->S == s->o.max_seqs || b->T == s->o.chunk) break;
+        nf_status rc;
+        while (!ensure_pages(s, q, 1, &rc, err)) {
+            if (rc) return rc;
+            seq *victim = newest_unbatched(s);
+            preempt(s, victim, info);
+            if (victim == q) break;
+        }
+        if (q->state == SEQ_ACTIVE) add_to_batch(s, b, q, 1);
+    }
+    return NF_OK;
+}
+
+/* Pages a waiting sequence needs beyond its matched prefix for its first `positions` positions (+1
+ * for the copy of a fully matched last page). */
+static uint32_t pages_needed(const nf_sched *s, const seq *q, size_t positions)
+{
+    const uint32_t pt = s->o.page_tokens;
+    const uint32_t total = (uint32_t)((positions + pt - 1) / pt);
+    return total - q->n_pages + (q->n_cached < (size_t)q->n_pages * pt);
+}
+
+/* The positions a sequence must hold: its tokens now, or with opts.reserve every token it may still
+ * feed (the last one sampled is never fed). */
+static size_t positions_wanted(const nf_sched *s, const seq *q)
+{
+    if (!s->o.reserve) return q->n;
+    size_t most = q->p.max_new ? q->n_prompt + q->p.max_new - 1 : s->o.ctx;
+    if (most > s->o.ctx) most = s->o.ctx;
+    return most > q->n ? most : q->n;
+}
+
+/* Admission: the longest cached prefix, then the pages for the rest must be available now (beyond
+ * what others have reserved). Returns 1 when admitted; 0 when it must wait (nothing held); a
+ * sequence that cannot fit even an empty pool ends with NF_SEQ_NO_PAGES. */
+static int admit(nf_sched *s, seq *q, nf_sched_step_info *info)
+{
+    const uint32_t pt = s->o.page_tokens;
+    if (!s->o.no_prefix_cache) {
+        q->n_pages = (uint32_t)nf_kvpool_match(s->pool, q->toks, q->n, q->pages, s->page_stride);
+        q->n_published = q->n_pages;
+        q->n_cached = (size_t)q->n_pages * pt;
+        if (q->n_cached == q->n) q->n_cached--; /* its last token is fed again: the sampler needs its logits */
+    }
+    const uint32_t need = pages_needed(s, q, positions_wanted(s, q)), avail = nf_kvpool_available(s->pool);
+    if (need + q->n_pages > nf_kvpool_pages(s->pool)) {
+        finish(s, q, NF_SEQ_NO_PAGES);
+        info->n_ended++;
+        return 0;
+    }
+    if (need + s->reserved > avail) {
+        release_pages(s, q);
+        return 0;
+    }
+    if (s->o.reserve) {
+        q->reserved = need;
+        s->reserved += need;
+    }
+    q->state = SEQ_ACTIVE;
+    q->admitted = ++s->next_stamp;
+    info->n_admitted++;
+    return 1;
+}
+
+/* Step 2: prefill chunks into the rest of the budget: active sequences first, then admissions. */
+static nf_status plan_prefill(nf_sched *s, plan *b, nf_sched_step_info *info, nf_error *err)
+{
+    const size_t k = active_by_age(s);
+    for (size_t i = 0; i < k && b->T < s->o.chunk && b->S < s->o.max_seqs; i++) {
+        seq *q = s->order[i];
+        if (q->take || q->n - q->n_cached <= 1) continue;
+        const size_t left = q->n - q->n_cached, room = s->o.chunk - b->T;
+        nf_status rc;
+        uint32_t take = ensure_pages(s, q, (uint32_t)(left < room ? left : room), &rc, err);
+        if (rc) return rc;
+        if (!take) return NF_OK; /* the pool is dry: what is planned runs */
+        add_to_batch(s, b, q, take);
+    }
+    size_t active = k; /* at most max_seqs active: an admitted sequence must fit a batch */
+    for (size_t i = 0; i < s->n_seqs && b->T < s->o.chunk && b->S < s->o.max_seqs && active < s->o.max_seqs; i++) {
+        seq *q = s->seqs[i];
+        if (q->state != SEQ_WAITING) continue;
+        if (!admit(s, q, info)) {
+            if (q->state == SEQ_DONE) continue;
+            break; /* first come, first served: no overtaking a sequence that waits for pages */
+        }
+        active++;
+        const size_t left = q->n - q->n_cached, room = s->o.chunk - b->T;
+        nf_status rc;
+        uint32_t take = ensure_pages(s, q, (uint32_t)(left < room ? left : room), &rc, err);
+        if (rc) return rc;
+        if (take) add_to_batch(s, b, q, take);
+    }
+    return NF_OK;
+}
+
+/* Nothing could be planned though sequences are active (all stuck on pages): the newest goes back
+ * to waiting; a lone sequence that cannot grow has outgrown the pool. Returns 1 when it changed
+ * something worth planning again. */
+static int unstick(nf_sched *s, nf_sched_step_info *info)
+{
+    seq *newest = newest_unbatched(s);
+    if (!newest) return 0;
+    size_t active = 0;
+    for (size_t i = 0; i < s->n_seqs; i++) active += s->seqs[i]->state == SEQ_ACTIVE;
+    if (active > 1) preempt(s, newest, info);
+    else {
+        finish(s, newest, NF_SEQ_NO_PAGES);
+        info->n_ended++;
+    }
+    return 1;
+}
+
+static nf_status plan_batch(nf_sched *s, plan *b, nf_sched_step_info *info, nf_error *err)
+{
+    for (;;) {
+        *b = (plan){0, 0};
+        nf_status rc = plan_decode(s, b, info, err);
+        if (!rc) rc = plan_prefill(s, b, info, err);
+        if (rc || b->T) return rc;
+        for (uint32_t i = 0; i < b->S; i++) s->batch[i]->take = 0;
+        if (!unstick(s, info)) return NF_OK;
+    }
+}
+
+/* ---- running it ---- */
+
+static void fill_batch(nf_sched *s, const plan *b, nf_batch *nb)
+{
+    uint32_t t = 0;
+    for (uint32_t i = 0; i < b->S; i++) {
+        seq *q = s->batch[i];
+        s->seq_start[i] = t;
+        s->pos0[i] = (uint32_t)q->n_cached;
+        memcpy(s->tokens + t, q->toks + q->n_cached, q->take * sizeof *s->tokens);
+        memcpy(s->pages + (size_t)i * s->page_stride, q->pages, q->n_pages * sizeof *s->pages);
+        t += q->take;
+    }
+    s->seq_start[b->S] = t;
+    *nb = (nf_batch){.n_tokens = t, .n_seqs = b->S, .tokens = s->tokens, .seq_start = s->seq_start, .pos0 = s->pos0,
+                     .pages = s->pages, .page_stride = s->page_stride, .state_slot = NULL, .all_logits = 0};
+}
+
+/* Full pages of the tokens just cached go into the prefix cache, parent first. */
+static void publish(nf_sched *s, seq *q)
+{
+    if (s->o.no_prefix_cache || q->n_published == UINT32_MAX) return;
+    const uint32_t pt = s->o.page_tokens, full = (uint32_t)(q->n_cached / pt);
+    for (uint32_t j = q->n_published; j < full; j++) {
+        const uint32_t parent = j ? q->pages[j - 1] : NF_KVPOOL_NONE;
+        if (!nf_kvpool_publish(s->pool, &q->pages[j], parent, q->toks + (size_t)j * pt)) {
+            q->n_published = UINT32_MAX;
+            return;
+        }
+        q->n_published = j + 1;
+    }
+}
+
+/* Device backends: top-k pairs when every sampled sequence's sampler can decide from them, else
+ * every logit. Sets *k (0: logits in s->logits). */
+static nf_status fetch(nf_sched *s, const plan *b, uint32_t *k, nf_error *err)
+{
+    *k = 0;
+    if (!s->be.topk) return NF_OK;
+    uint32_t kmax = 0;
+    int all_top = 1;
+    for (uint32_t i = 0; i < b->S; i++) {
+        const seq *q = s->batch[i];
+        if (q->n_cached + q->take != q->n) continue;
+        const uint32_t ki = nf_sampler_device_k(q->sampler, q->toks, q->n);
+        if (!ki) all_top = 0;
+        if (ki > kmax) kmax = ki;
+    }
+    if (all_top && kmax) {
+        *k = kmax;
+        return s->be.topk(s->be.state, kmax, s->top_ids, s->top_vals, err);
+    }
+    return s->be.logits(s->be.state, s->logits, err);
+}
+
+static int is_eos(const seq *q, int32_t id)
+{
+    for (size_t i = 0; i < q->p.n_eos; i++)
+        if (q->eos[i] == id) return 1;
+    return 0;
+}
+
+/* The sampled token's consequences: history, event, stops. */
+static nf_status accept_token(nf_sched *s, seq *q, int32_t id, nf_sched_step_info *info, nf_error *err)
+{
+    nf_status rc = push_tok(q, id, err);
+    if (rc) return rc;
+    q->n_gen++;
+    info->n_sampled++;
+    nf_seq_end end = NF_SEQ_RUNNING;
+    int stopped = 0;
+    if (is_eos(q, id)) end = NF_SEQ_EOS;
+    else if (q->has_text && (rc = nf_stop_stream_put(&q->ss, id, take_text, q, &stopped, err))) return rc;
+    if (stopped) end = NF_SEQ_STOP;
+    else if (!end && q->p.max_new && q->n_gen >= q->p.max_new) end = NF_SEQ_LENGTH;
+    else if (!end && q->n > s->o.ctx) end = NF_SEQ_CONTEXT; /* the new token has no position left */
+    emit(q, id, NF_SEQ_RUNNING);
+    if (end && q->state == SEQ_ACTIVE) {
+        finish(s, q, end);
+        info->n_ended++;
+    }
+    return NF_OK;
+}
+
+/* Step 3 after the forward: positions advance, pages are published, finished prompts sample. */
+static nf_status after_forward(nf_sched *s, const plan *b, uint32_t k, nf_sched_step_info *info, nf_error *err)
+{
+    for (uint32_t i = 0; i < b->S; i++) {
+        seq *q = s->batch[i];
+        q->n_cached += q->take;
+        q->take = 0;
+        publish(s, q);
+    }
+    for (uint32_t i = 0; i < b->S; i++) {
+        seq *q = s->batch[i];
+        if (q->state != SEQ_ACTIVE || q->n_cached != q->n) continue; /* cancelled by a callback, or mid-prompt */
+        int32_t id;
+        if (k) {
+            const uint32_t ki = nf_sampler_device_k(q->sampler, q->toks, q->n);
+            id = nf_sampler_sample_top(q->sampler, s->top_ids + (size_t)i * k, s->top_vals + (size_t)i * k, ki);
+        } else {
+            id = nf_sampler_sample(q->sampler, s->logits + (size_t)i * s->o.vocab, q->toks, q->n);
+        }
+        nf_status rc = accept_token(s, q, id, info, err);
+        if (rc) return rc;
+    }
+    return NF_OK;
+}
+
+static uint32_t pages_used(const nf_sched *s)
+{
+    return nf_kvpool_pages(s->pool) - nf_kvpool_available(s->pool);
+}
+
+nf_status nf_sched_step(nf_sched *s, nf_sched_step_info *info, nf_error *err)
+{
+    const uint64_t t0 = nf_time_ns();
+    memset(info, 0, sizeof *info);
+    plan b;
+    nf_status rc = plan_batch(s, &b, info, err);
+    if (rc || !b.T) {
+        for (uint32_t i = 0; i < b.S; i++) s->batch[i]->take = 0;
+        info->pages_used = pages_used(s);
+        info->total_ns = nf_time_ns() - t0;
+        return rc;
+    }
+    nf_batch nb;
+    fill_batch(s, &b, &nb);
+    info->n_tokens = b.T;
+    info->n_seqs = b.S;
+    for (uint32_t i = 0; i < b.S; i++) {
+        const seq *q = s->batch[i];
+        info->n_decode += q->take == 1 && q->n - q->n_cached == 1;
+    }
+    const uint64_t f0 = nf_time_ns();
+    uint32_t k = 0;
+    rc = s->be.forward(s->be.state, &nb, s->be.topk ? NULL : s->logits, err);
+    if (!rc) rc = fetch(s, &b, &k, err);
+    info->forward_ns = nf_time_ns() - f0;
+    if (rc) {
+        for (uint32_t i = 0; i < b.S; i++) s->batch[i]->take = 0;
+        return rc;
+    }
+    rc = after_forward(s, &b, k, info, err);
+    info->pages_used = pages_used(s);
+    info->total_ns = nf_time_ns() - t0;
+    return rc;
+}

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# `ninfer run --stop` (nf_generate through engine/stopstream.h) and the presence/frequency flags on a tiny synthetic model: with a stop
+# string taken from the middle of the greedy output (spanning a token boundary), the output is the
+# greedy output up to the stop string's first occurrence, computed here by a plain search.
+set -u
+bin=$1
+dir=$(mktemp -d /tmp/nf_run_stop.XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+"$bin" synth --geometry tiny --recipe q8q8 -o "$dir/t.nf" --seed 3 2>/dev/null || { echo "synth failed" >&2; exit 1; }
+full=$("$bin" run -m "$dir/t.nf" -p "hello" -n 24 --temp 0 2>/dev/null) || { echo "run failed" >&2; exit 1; }
+fail=0
+for at in 7 20 33; do
+    stop=${full:$at:6}
+    want=$(python3 -c 'import sys; f, s = sys.argv[1], sys.argv[2]; print(f[:f.index(s)], end="")' "$full" "$stop")
+    got=$("$bin" run -m "$dir/t.nf" -p "hello" -n 24 --temp 0 --stop "$stop" 2>/dev/null)
+    if [ "$got" != "$want" ]; then fail=1; echo "FAIL: --stop '$stop': got '$got', want '$want'" >&2; fi
+done
+# a stop string that never completes: the held-back beginnings are printed at the end
+got=$("$bin" run -m "$dir/t.nf" -p "hello" -n 24 --temp 0 --stop "<|synth_never" 2>/dev/null)
+[ "$got" = "$full" ] || { fail=1; echo "FAIL: unfinished stop string: got '$got', want '$full'" >&2; }
+# the OpenAI penalties reach the sampler: the greedy text repeats ids, which they push down
+pen=$("$bin" run -m "$dir/t.nf" -p "hello" -n 24 --temp 0 --frequency-penalty 2 --presence-penalty 2 2>/dev/null)
+[ -n "$pen" ] && [ "$pen" != "$full" ] || { fail=1; echo "FAIL: penalties changed nothing: '$pen'" >&2; }
+echo "run --stop: $([ $fail -eq 0 ] && echo ok || echo failed)"
+exit $fail

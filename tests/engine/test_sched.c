@@ -1,0 +1,522 @@
+/* The scheduler against an independent oracle.
+ *
+ * The backend here is a toy whose "KV cache" holds the token id (and position) written into each page
+ * slot, and whose logits for a sequence are a hash of the sequence's whole history READ BACK THROUGH
+ * ITS PAGE TABLE: a wrong page table, a missed copy-on-write, a bad prefix match or a stale page
+ * changes the logits, hence the tokens. It also counts contract violations (a write into a shared or
+ * cached page, a read of a slot that does not hold the position asked for).
+ *
+ * The oracle runs each sequence alone without pages: the same hash over its token list, a fresh
+ * sampler with the same parameters, the stop rules applied by decoding all generated ids and searching
+ * the text (strstr), not incrementally. Every scheduled sequence must match it token for token, with
+ * many sequences, ragged prompts, chunked prefill, shared prefixes, preemption, cancellation, stop
+ * strings, a device-style backend (top-k), and the pool must be back to full at the end. */
+#include "nf_test.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/sched.h"
+
+enum { VOCAB = 32, MAXN = 512 };
+
+static uint64_t mix(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t fold(uint64_t h, int32_t tok, uint32_t pos) { return mix(h ^ ((uint64_t)(uint32_t)tok << 20) ^ pos); }
+
+static void logits_of_hash(uint64_t h, float *l)
+{
+    for (uint32_t v = 0; v < VOCAB; v++) l[v] = (float)((mix(h + v * 0x632be59bd9b4e019ULL) >> 40) % 1000) / 150.0f;
+}
+
+/* ---- the toy backend ---- */
+
+typedef struct toy {
+    uint32_t pages, pt, chunk, max_seqs, ctx;
+    int32_t *tok;  /* [pages][pt] */
+    int32_t *pos;  /* [pages][pt] position written, -1: never */
+    nf_sched *sched; /* set after create: the pool the write contract is checked against */
+    int device;    /* keeps logits: forward gets NULL, logits/topk fetch */
+    float *held;   /* [max_seqs][VOCAB] */
+    uint32_t held_S;
+    int violations;
+    long forwards;
+} toy;
+
+static void toy_seq(toy *t, const nf_batch *b, uint32_t i, float *out)
+{
+    const uint32_t *pt = b->pages + (size_t)i * b->page_stride;
+    const uint32_t n = nf_batch_tokens_of(b, i), p0 = b->pos0[i];
+    for (uint32_t j = 0; j < n; j++) {
+        const uint32_t p = p0 + j, page = pt[p / t->pt], slot = page * t->pt + p % t->pt;
+        nf_kvpool *pool = nf_sched_pool(t->sched);
+        if (page >= t->pages || nf_kvpool_refs(pool, page) != 1 || nf_kvpool_is_cached(pool, page)) {
+            t->violations++;
+            if (page >= t->pages) return;
+        }
+        t->tok[slot] = b->tokens[b->seq_start[i] + j];
+        t->pos[slot] = (int32_t)p;
+    }
+    uint64_t h = 0;
+    for (uint32_t p = 0; p < p0 + n; p++) {
+        const uint32_t slot = pt[p / t->pt] * t->pt + p % t->pt;
+        if (t->pos[slot] != (int32_t)p) t->violations++;
+        h = fold(h, t->tok[slot], p);
+    }
+    logits_of_hash(h, out);
+}
+
+static nf_status toy_forward(void *state, const nf_batch *b, float *logits, nf_error *err)
+{
+    toy *t = state;
+    t->forwards++;
+    if (!b->n_tokens || b->n_tokens > t->chunk || !b->n_seqs || b->n_seqs > t->max_seqs || b->seq_start[0] ||
+        b->seq_start[b->n_seqs] != b->n_tokens || b->all_logits || (t->device != (logits == NULL)))
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "toy: bad batch");
+    for (uint32_t i = 0; i < b->n_seqs; i++) {
+        if (b->seq_start[i + 1] <= b->seq_start[i] || b->pos0[i] + nf_batch_tokens_of(b, i) > t->ctx)
+            return nf_error_set(err, NF_ERR_INVALID_ARG, "toy: bad sequence %u", i);
+        toy_seq(t, b, i, (logits ? logits : t->held) + (size_t)i * VOCAB);
+    }
+    t->held_S = b->n_seqs;
+    return NF_OK;
+}
+
+static nf_status toy_logits(void *state, float *out, nf_error *err)
+{
+    (void)err;
+    toy *t = state;
+    memcpy(out, t->held, (size_t)t->held_S * VOCAB * sizeof *out);
+    return NF_OK;
+}
+
+static nf_status toy_topk(void *state, uint32_t k, int32_t *ids, float *vals, nf_error *err)
+{
+    toy *t = state;
+    if (!k || k > VOCAB) return nf_error_set(err, NF_ERR_INVALID_ARG, "toy: k %u", k);
+    for (uint32_t i = 0; i < t->held_S; i++) {
+        const float *l = t->held + (size_t)i * VOCAB;
+        int taken[VOCAB] = {0};
+        for (uint32_t j = 0; j < k; j++) {
+            int best = -1;
+            for (int v = 0; v < VOCAB; v++)
+                if (!taken[v] && (best < 0 || l[v] > l[best])) best = v;
+            taken[best] = 1;
+            ids[i * k + j] = best;
+            vals[i * k + j] = l[best];
+        }
+    }
+    return NF_OK;
+}
+
+static nf_status toy_copy(void *state, uint32_t dst, uint32_t src, nf_error *err)
+{
+    toy *t = state;
+    if (dst >= t->pages || src >= t->pages) return nf_error_set(err, NF_ERR_INVALID_ARG, "toy: copy %u <- %u", dst, src);
+    memcpy(t->tok + (size_t)dst * t->pt, t->tok + (size_t)src * t->pt, t->pt * sizeof *t->tok);
+    memcpy(t->pos + (size_t)dst * t->pt, t->pos + (size_t)src * t->pt, t->pt * sizeof *t->pos);
+    return NF_OK;
+}
+
+/* ---- a toy tokenizer: id i is one ASCII letter ---- */
+
+static nf_tokenizer *letters(void)
+{
+    static char text[VOCAB][2];
+    const char *tokens[VOCAB];
+    for (int i = 0; i < VOCAB; i++) {
+        text[i][0] = (char)(i < 26 ? 'a' + i : 'A' + (i - 26));
+        tokens[i] = text[i];
+    }
+    nf_tok_desc d = nf_tok_desc_empty();
+    d.source = "test letters";
+    d.n_vocab = VOCAB;
+    d.tokens = tokens;
+    d.pre = "gpt2";
+    nf_tokenizer *t = NULL;
+    nf_error e;
+    if (nf_tok_create(&d, &t, &e)) CHECK_MSG(0, "tokenizer: %s", e.msg);
+    return t;
+}
+
+/* ---- what the events said ---- */
+
+typedef struct record {
+    uint64_t id;
+    int32_t toks[MAXN];
+    size_t n_toks;
+    char text[MAXN + 1];
+    size_t len;
+    int finals;
+    nf_seq_end end;
+    size_t cancel_after; /* > 0: the callback cancels the sequence after this many tokens */
+    nf_sched *s;
+} record;
+
+static void on_event(void *ctx, const nf_seq_event *ev)
+{
+    record *r = ctx;
+    if (r->len + ev->len <= MAXN) {
+        memcpy(r->text + r->len, ev->text, ev->len);
+        r->len += ev->len;
+    }
+    if (ev->end) {
+        r->finals++;
+        r->end = ev->end;
+        return;
+    }
+    CHECK(r->finals == 0); /* nothing after the final event */
+    if (r->n_toks < MAXN) r->toks[r->n_toks++] = ev->token;
+    if (r->cancel_after && r->n_toks == r->cancel_after) CHECK(nf_sched_cancel(r->s, ev->id, NULL) == NF_OK);
+}
+
+/* ---- the oracle ---- */
+
+typedef struct want {
+    int32_t toks[MAXN];
+    size_t n_toks;
+    char text[MAXN + 1];
+    nf_seq_end end;
+} want;
+
+static int first_stop(const char *text, const nf_seq_params *p, size_t *at)
+{
+    int found = 0;
+    for (size_t i = 0; i < p->n_stops; i++) {
+        const char *hit = p->stops[i][0] ? strstr(text, p->stops[i]) : NULL;
+        if (hit && (!found || (size_t)(hit - text) < *at)) *at = (size_t)(hit - text), found = 1;
+    }
+    return found;
+}
+
+static void oracle(const int32_t *prompt, size_t n, const nf_seq_params *p, uint32_t ctx, const nf_tokenizer *tok, want *w)
+{
+    memset(w, 0, sizeof *w);
+    int32_t hist[MAXN + 64];
+    memcpy(hist, prompt, n * sizeof *hist);
+    nf_sampler *smp = NULL;
+    CHECK(nf_sampler_create(&p->sampling, VOCAB, &smp, NULL) == NF_OK);
+    float l[VOCAB];
+    size_t text_ids = 0; /* generated ids that count as text (not an eos) */
+    for (;;) {
+        uint64_t h = 0;
+        for (size_t q = 0; q < n; q++) h = fold(h, hist[q], (uint32_t)q);
+        logits_of_hash(h, l);
+        const int32_t id = nf_sampler_sample(smp, l, hist, n);
+        hist[n++] = id;
+        w->toks[w->n_toks++] = id;
+        int eos = 0;
+        for (size_t i = 0; i < p->n_eos; i++) eos |= p->eos[i] == id;
+        if (eos) {
+            w->end = NF_SEQ_EOS;
+            break;
+        }
+        text_ids++;
+        if (tok) {
+            char *txt = NULL;
+            size_t len = 0, at = 0;
+            CHECK(nf_tok_decode(tok, w->toks, text_ids, NF_TOK_SKIP_SPECIAL, &txt, &len, NULL) == NF_OK);
+            int stop = txt && first_stop(txt, p, &at);
+            snprintf(w->text, sizeof w->text, "%.*s", (int)(stop ? at : len), txt ? txt : "");
+            free(txt);
+            if (stop) {
+                w->end = NF_SEQ_STOP;
+                break;
+            }
+        }
+        if (p->max_new && w->n_toks >= p->max_new) {
+            w->end = NF_SEQ_LENGTH;
+            break;
+        }
+        if (n > ctx) {
+            w->end = NF_SEQ_CONTEXT;
+            break;
+        }
+    }
+    nf_sampler_free(smp);
+}
+
+/* ---- one scheduled run ---- */
+
+typedef struct scenario {
+    const char *name;
+    uint32_t n, pt, chunk, max_seqs, kv_pages, ctx;
+    int prefix_cache, device;
+    size_t shared_prefix;
+    int with_text;
+    size_t min_prompt, max_prompt, max_new;
+    uint64_t seed;
+    int reserve; /* admission reserves prompt + max_new pages */
+} scenario;
+
+typedef struct outcome {
+    long preempted, admitted, steps, forwards;
+    int ends[NF_SEQ_NO_PAGES + 1]; /* sequences by how they ended */
+    nf_kvpool_stats pool;
+} outcome;
+
+static void make_prompt(const scenario *sc, size_t i, uint64_t *rng, int32_t *out, size_t *n)
+{
+    *n = sc->min_prompt + mix((*rng)++) % (sc->max_prompt - sc->min_prompt + 1);
+    /* shared_prefix tokens of every prompt are the same (a system prompt); every third prompt is a
+     * whole number of pages of it, so its last page is fully cached and must be copied to be fed */
+    if (sc->shared_prefix && i % 3 == 2) *n = (sc->shared_prefix / sc->pt) * sc->pt;
+    else if (sc->shared_prefix && *n <= sc->shared_prefix) *n = sc->shared_prefix + 1 + i % 5;
+    for (size_t j = 0; j < *n; j++)
+        out[j] = (int32_t)(j < sc->shared_prefix ? (j * 7 + 3) % VOCAB : mix((*rng)++) % VOCAB);
+}
+
+static nf_seq_params params_for(const scenario *sc, size_t i, record *r, const int32_t *eos, const char *const *stops,
+                                size_t n_stops)
+{
+    nf_seq_params p = {0};
+    p.sampling = nf_sampler_defaults();
+    p.sampling.temp = i % 2 ? 0.9f : 0; /* greedy and seeded sampling side by side */
+    p.sampling.top_k = i % 4 == 1 ? 0 : 10; /* top_k 0: the device backend must fetch every logit */
+    p.sampling.seed = sc->seed * 1000 + i;
+    p.sampling.frequency_penalty = i % 5 == 3 ? 0.5f : 0;
+    p.max_new = i % 7 == 6 ? 0 : sc->max_new - i % 5;
+    if (i % 4 == 3) p.eos = eos, p.n_eos = 1;
+    if (sc->with_text) p.stops = stops, p.n_stops = n_stops;
+    p.emit = on_event;
+    p.ctx = r;
+    return p;
+}
+
+/* Queues every sequence of the scenario; wants[i] = its oracle. */
+static void add_all(const scenario *sc, nf_sched *s, const nf_tokenizer *tok, record *rec, want *wants)
+{
+    uint64_t rng = sc->seed;
+    const int32_t eos[1] = {5};
+    static char stop_text[64][3];
+    for (size_t i = 0; i < sc->n; i++) {
+        int32_t prompt[MAXN];
+        size_t n;
+        make_prompt(sc, i, &rng, prompt, &n);
+        /* two stops: one that hardly ever completes (its beginnings are held back while they last) and
+         * one of one letter (even i) or two */
+        stop_text[i][0] = (char)('a' + i % 8), stop_text[i][1] = i % 2 ? (char)('a' + (i * 3) % 8) : 0;
+        stop_text[i][2] = 0;
+        const char *stops[2] = {"abcdefg", stop_text[i]};
+        record *r = &rec[i];
+        r->s = s;
+        const nf_seq_params p = params_for(sc, i, r, eos, stops, 2);
+        nf_error e;
+        if (nf_sched_add(s, prompt, n, &p, &r->id, &e)) CHECK_MSG(0, "%s: add %zu: %s", sc->name, i, e.msg);
+        oracle(prompt, n, &p, sc->ctx, p.n_stops ? tok : NULL, &wants[i]);
+        size_t got_np = 0, got_n = 0;
+        const int32_t *all = nf_sched_tokens(s, r->id, &got_np, &got_n);
+        CHECK(all && got_np == n && got_n == n);
+    }
+}
+
+/* Steps until idle; cancel_mid_prefill >= 0 cancels that sequence after the first step. */
+static void drive(const scenario *sc, nf_sched *s, record *rec, long cancel_mid_prefill, outcome *out)
+{
+    nf_error e;
+    for (long step = 0; step < 100000 && !nf_sched_idle(s); step++) {
+        nf_sched_step_info info;
+        CHECK(nf_sched_step(s, &info, &e) == NF_OK);
+        out->steps += info.n_tokens > 0;
+        out->preempted += info.n_preempted;
+        out->admitted += info.n_admitted;
+        CHECK(info.n_tokens <= sc->chunk && info.n_seqs <= sc->max_seqs);
+        CHECK(info.pages_used <= sc->kv_pages);
+        if (step == 0 && cancel_mid_prefill >= 0) {
+            const uint32_t before = nf_kvpool_available(nf_sched_pool(s));
+            CHECK(nf_sched_cancel(s, rec[cancel_mid_prefill].id, &e) == NF_OK);
+            CHECK(nf_kvpool_available(nf_sched_pool(s)) > before); /* its pages came back at once */
+        }
+    }
+    CHECK_MSG(nf_sched_idle(s), "%s: not idle after 100000 steps", sc->name);
+}
+
+/* One sequence's events and tokens against its oracle. */
+static void compare(const scenario *sc, nf_sched *s, record *r, const want *w, size_t q)
+{
+    CHECK_MSG(r->finals == 1, "%s: seq %zu: %d final events", sc->name, q, r->finals);
+    CHECK_EQ_INT(nf_sched_end(s, r->id), r->end);
+    size_t np, nn;
+    const int32_t *tk = nf_sched_tokens(s, r->id, &np, &nn);
+    CHECK(tk && nn - np == r->n_toks && memcmp(tk + np, r->toks, r->n_toks * sizeof *tk) == 0);
+    if (r->end == NF_SEQ_CANCELLED) { /* what it produced before the cancel is the oracle's beginning */
+        CHECK(r->n_toks <= w->n_toks && memcmp(r->toks, w->toks, r->n_toks * sizeof *r->toks) == 0);
+        return;
+    }
+    CHECK_MSG(r->end == w->end, "%s: seq %zu ended %s, alone %s", sc->name, q, nf_seq_end_name(r->end),
+              nf_seq_end_name(w->end));
+    CHECK_MSG(r->n_toks == w->n_toks && memcmp(r->toks, w->toks, w->n_toks * sizeof *r->toks) == 0,
+              "%s: seq %zu: %zu tokens, alone %zu (or they differ)", sc->name, q, r->n_toks, w->n_toks);
+    if (sc->with_text) {
+        r->text[r->len] = 0;
+        CHECK_MSG(strcmp(r->text, w->text) == 0, "%s: seq %zu: text '%s', alone '%s'", sc->name, q, r->text, w->text);
+    }
+}
+
+static outcome run(const scenario *sc, const nf_tokenizer *tok, record *rec, long cancel_mid_prefill)
+{
+    outcome out = {0};
+    const uint32_t V = VOCAB;
+    toy t = {.pages = sc->kv_pages, .pt = sc->pt, .chunk = sc->chunk, .max_seqs = sc->max_seqs, .ctx = sc->ctx,
+             .device = sc->device};
+    t.tok = calloc((size_t)t.pages * t.pt, sizeof *t.tok);
+    t.pos = malloc((size_t)t.pages * t.pt * sizeof *t.pos);
+    t.held = calloc((size_t)t.max_seqs * V, sizeof *t.held);
+    memset(t.pos, 0xff, (size_t)t.pages * t.pt * sizeof *t.pos);
+    nf_sched_backend be = {&t, toy_forward, sc->device ? toy_logits : NULL, sc->device ? toy_topk : NULL, toy_copy};
+    nf_sched_opts o = {.vocab = V, .ctx = sc->ctx, .chunk = sc->chunk, .max_seqs = sc->max_seqs,
+                       .page_tokens = sc->pt, .kv_pages = sc->kv_pages, .no_prefix_cache = !sc->prefix_cache,
+                       .reserve = sc->reserve,
+                       .tok = sc->with_text ? tok : NULL};
+    nf_sched *s = NULL;
+    nf_error e;
+    CHECK(nf_sched_create(&be, &o, &s, &e) == NF_OK);
+    t.sched = s;
+    static want wants[64];
+    add_all(sc, s, tok, rec, wants);
+    drive(sc, s, rec, cancel_mid_prefill, &out);
+    for (size_t q = 0; q < sc->n; q++) {
+        compare(sc, s, &rec[q], &wants[q], q);
+        out.ends[rec[q].end]++;
+    }
+    CHECK_EQ_INT(t.violations, 0);
+    nf_kvpool *pool = nf_sched_pool(s);
+    CHECK_MSG(nf_kvpool_available(pool) == sc->kv_pages, "%s: %u of %u pages back", sc->name,
+              nf_kvpool_available(pool), sc->kv_pages);
+    out.pool = nf_kvpool_get_stats(pool);
+    out.forwards = t.forwards;
+    nf_sched_free(s);
+    free(t.tok);
+    free(t.pos);
+    free(t.held);
+    return out;
+}
+
+static void scenarios(const nf_tokenizer *tok)
+{
+    static record rec[64];
+    /* many ragged sequences, plenty of pages, no cache; 1 forward per step */
+    scenario a = {"ragged", 24, 4, 16, 8, 8 * 24, 96, 0, 0, 0, 0, 1, 40, 30, 1, 0};
+    memset(rec, 0, sizeof rec);
+    outcome o = run(&a, tok, rec, -1);
+    CHECK_EQ_INT(o.forwards, o.steps);
+    CHECK_EQ_INT(o.preempted, 0);
+    CHECK(o.ends[NF_SEQ_LENGTH] && o.ends[NF_SEQ_EOS] && o.ends[NF_SEQ_CONTEXT]); /* the mix covers them */
+    /* the same on a device-style backend: top-k pairs or the full logits fetched after the forward */
+    a.name = "device", a.device = 1;
+    memset(rec, 0, sizeof rec);
+    run(&a, tok, rec, -1);
+    /* shared prefixes through the prefix cache: hits, and copies of fully matched last pages */
+    scenario b = {"prefix", 24, 4, 16, 8, 8 * 24, 96, 1, 0, 13, 0, 1, 30, 20, 2, 0};
+    memset(rec, 0, sizeof rec);
+    o = run(&b, tok, rec, -1);
+    CHECK_MSG(o.pool.hits_pages >= 20, "prefix: %llu pages matched", (unsigned long long)o.pool.hits_pages);
+    CHECK_MSG(o.pool.copies >= 1, "prefix: %llu copy-on-writes", (unsigned long long)o.pool.copies);
+    /* a small pool: decode growth preempts the newest, which recomputes and still matches alone */
+    scenario c = {"scarce", 12, 4, 16, 8, 24, 96, 0, 0, 0, 0, 10, 20, 30, 3, 0};
+    memset(rec, 0, sizeof rec);
+    o = run(&c, tok, rec, -1);
+    CHECK_MSG(o.preempted > 0, "scarce: no preemption (%ld)", o.preempted);
+    c.name = "scarce+cache", c.prefix_cache = 1, c.shared_prefix = 9;
+    memset(rec, 0, sizeof rec);
+    o = run(&c, tok, rec, -1);
+    CHECK(o.preempted > 0 && o.pool.evictions > 0);
+    c.name = "scarce+device", c.device = 1;
+    memset(rec, 0, sizeof rec);
+    run(&c, tok, rec, -1);
+    /* the same pool with reservation at admission: fewer sequences at once, never a preemption */
+    c.name = "scarce+reserve", c.device = 0, c.reserve = 1;
+    memset(rec, 0, sizeof rec);
+    o = run(&c, tok, rec, -1);
+    CHECK_EQ_INT(o.preempted, 0);
+    c.name = "scarce+reserve, no cache", c.shared_prefix = 0, c.prefix_cache = 0;
+    memset(rec, 0, sizeof rec);
+    o = run(&c, tok, rec, -1);
+    CHECK_EQ_INT(o.preempted, 0);
+    /* stop strings and text */
+    scenario d = {"text", 16, 4, 16, 8, 8 * 16, 96, 1, 0, 0, 1, 1, 30, 40, 4, 0};
+    memset(rec, 0, sizeof rec);
+    o = run(&d, tok, rec, -1);
+    CHECK_MSG(o.ends[NF_SEQ_STOP] >= 3, "text: %d sequences stopped on a string", o.ends[NF_SEQ_STOP]);
+    /* cancellation: sequence 2 mid-decode (callback, after 3 tokens), sequence 0 mid-prefill (its prompt
+     * is longer than the chunk: after step 1 it holds pages and has not sampled) */
+    scenario x = {"cancel", 8, 4, 8, 4, 64, 128, 1, 0, 0, 0, 20, 60, 20, 5, 0};
+    memset(rec, 0, sizeof rec);
+    rec[2].cancel_after = 3;
+    run(&x, tok, rec, 0);
+    CHECK_EQ_INT(rec[2].end, NF_SEQ_CANCELLED);
+    CHECK_EQ_INT(rec[2].n_toks, 3);
+    CHECK_EQ_INT(rec[0].end, NF_SEQ_CANCELLED);
+    CHECK_EQ_INT(rec[0].n_toks, 0);
+}
+
+/* A sequence that needs more pages than the pool ends with NF_SEQ_NO_PAGES, alone or not, and gives
+ * its pages back; bad arguments are refused with messages. */
+static void limits(void)
+{
+    toy t = {.pages = 3, .pt = 4, .chunk = 8, .max_seqs = 2, .ctx = 64};
+    t.tok = calloc(12, sizeof *t.tok);
+    t.pos = malloc(12 * sizeof *t.pos);
+    memset(t.pos, 0xff, 12 * sizeof *t.pos);
+    nf_sched_backend be = {&t, toy_forward, NULL, NULL, toy_copy};
+    nf_sched_opts o = {.vocab = VOCAB, .ctx = 64, .chunk = 8, .max_seqs = 2, .page_tokens = 4, .kv_pages = 3};
+    nf_sched *s = NULL;
+    nf_error e;
+    CHECK(nf_sched_create(&be, &o, &s, &e) == NF_OK);
+    t.sched = s;
+    record r1 = {0}, r2 = {0};
+    nf_seq_params p = {.sampling = nf_sampler_defaults(), .max_new = 40, .emit = on_event, .ctx = &r1};
+    p.sampling.temp = 0;
+    int32_t prompt[20];
+    for (int i = 0; i < 20; i++) prompt[i] = i % VOCAB;
+    CHECK(nf_sched_add(s, prompt, 6, &p, &r1.id, &e) == NF_OK); /* grows past 12 positions */
+    p.ctx = &r2;
+    CHECK(nf_sched_add(s, prompt, 20, &p, &r2.id, &e) == NF_OK); /* 5 pages at admission */
+    for (int i = 0; i < 100 && !nf_sched_idle(s); i++) {
+        nf_sched_step_info info;
+        CHECK(nf_sched_step(s, &info, &e) == NF_OK);
+    }
+    CHECK(nf_sched_idle(s));
+    CHECK_EQ_INT(r1.end, NF_SEQ_NO_PAGES);
+    CHECK_EQ_INT(r2.end, NF_SEQ_NO_PAGES);
+    CHECK_EQ_INT(r1.n_toks, 12 - 6 + 1); /* the logits of position 11, the pool's last, give the 7th */
+    CHECK_EQ_INT(r2.n_toks, 0);
+    want w;
+    oracle(prompt, 6, &p, 64, NULL, &w);
+    CHECK(memcmp(r1.toks, w.toks, r1.n_toks * sizeof *w.toks) == 0);
+    CHECK_EQ_INT(nf_kvpool_available(nf_sched_pool(s)), 3);
+    CHECK_EQ_INT(t.violations, 0);
+    uint64_t id;
+    const int32_t bad[2] = {1, VOCAB};
+    CHECK(nf_sched_add(s, bad, 2, &p, &id, &e) == NF_ERR_INVALID_ARG);
+    CHECK_CONTAINS(e.msg, "prompt[1]");
+    CHECK(nf_sched_add(s, bad, 0, &p, &id, &e) == NF_ERR_INVALID_ARG);
+    const char *stop = "x";
+    p.stops = &stop, p.n_stops = 1;
+    CHECK(nf_sched_add(s, bad, 1, &p, &id, &e) == NF_ERR_INVALID_ARG);
+    CHECK_CONTAINS(e.msg, "tokenizer");
+    CHECK(nf_sched_cancel(s, 999, &e) == NF_ERR_INVALID_ARG);
+    nf_sched_remove(s, r1.id);
+    CHECK(nf_sched_tokens(s, r1.id, NULL, NULL) == NULL);
+    nf_sched_free(s);
+    nf_sched_opts z = o;
+    z.chunk = 0;
+    CHECK(nf_sched_create(&be, &z, &s, &e) == NF_ERR_INVALID_ARG && s == NULL);
+    free(t.tok);
+    free(t.pos);
+}
+
+int main(void)
+{
+    nf_tokenizer *tok = letters();
+    if (tok) scenarios(tok);
+    limits();
+    nf_tok_free(tok);
+    return nf_test_report();
+}
