@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_backend.h"
 #include "cli.h"
 #include "commands.h"
 #include "engine/text.h"
@@ -17,7 +18,7 @@
 
 typedef struct serve_cli {
     const char *model, *host, *key, *key_file, *device, *name;
-    long port, ctx, parallel, threads, max_body, max_conns, timeout, queue;
+    long port, ctx, parallel, kv_pages, threads, max_body, max_conns, timeout, queue;
     int kv_bf16;
 } serve_cli;
 
@@ -57,11 +58,29 @@ typedef struct loaded {
     char id[128];
 } loaded;
 
+/* --parallel's default. On a GPU a decode step streams the expert weights once for every token in the
+ * batch, so more sequences cost little each: 64 (the issue's concurrency; its pool at a 4096 context
+ * for qwen3-30b-a3b, bf16 K and V of 48 layers x 4 heads x 128 = 96 KiB a token, is 24 GiB beside
+ * 17 GiB of q4q6 weights). On the CPU the products cost per token and the batch buys less: 8 keeps
+ * each request's pace while the weights are still read once for eight tokens. A model whose rope
+ * follows the sequence's length (dynamic NTK) runs one sequence per forward on every backend. */
+static uint32_t parallel_for(const serve_cli *c, const nf_model *m)
+{
+    if (m->cfg.rope_scaling == NF_ROPE_SCALING_DYNAMIC) return 1;
+    if (c->parallel) return (uint32_t)c->parallel;
+    int cuda = strcmp(c->device, "cuda") == 0 || (strcmp(c->device, "auto") == 0 && nf_cuda_device_count(NULL, 0) > 0);
+    return cuda ? 64 : 8;
+}
+
 static nf_status load(const serve_cli *c, loaded *L, nf_error *err)
 {
     nf_status st = nf_model_load(c->model, &L->model, err);
     if (st) return st;
-    nf_engine_opts eo = {.device = c->device, .threads = (int)c->threads, .ctx = (uint32_t)c->ctx, .kv_bf16 = c->kv_bf16};
+    const uint32_t parallel = parallel_for(c, L->model);
+    if (c->parallel > 1 && parallel == 1)
+        fprintf(stderr, "ninfer: serve: --parallel %ld: this model's dynamic rope runs one sequence at a time\n", c->parallel);
+    nf_engine_opts eo = {.device = c->device, .threads = (int)c->threads, .ctx = (uint32_t)c->ctx, .kv_bf16 = c->kv_bf16,
+                         .max_seqs = parallel, .kv_pages = (uint32_t)c->kv_pages};
     if ((st = nf_text_tokenizer(L->model->art, &L->tok, err)) || (st = nf_engine_create(L->model, &eo, &L->eng, err)) ||
         (st = nf_chat_detect(nf_tok_chat_template(L->tok), &L->ct, err)))
         return st;
@@ -86,7 +105,7 @@ static void unload(loaded *L)
 
 static int parse(serve_cli *c, int argc, char **argv)
 {
-    *c = (serve_cli){.host = "127.0.0.1", .port = 8080, .device = "auto", .parallel = 1, .max_body = 1 << 20,
+    *c = (serve_cli){.host = "127.0.0.1", .port = 8080, .device = "auto", .max_body = 1 << 20,
                      .max_conns = 256, .timeout = 30, .queue = 64};
     nf_opt opts[] = {
         {"--model", 'm', NF_OPT_STRING, &c->model, "FILE", "the .nf model (required)", 0, 0},
@@ -96,7 +115,8 @@ static int parse(serve_cli *c, int argc, char **argv)
         {"--api-key-file", 0, NF_OPT_STRING, &c->key_file, "FILE", "the key from a file's first line (keeps it out of ps)", 0, 0},
         {"--name", 0, NF_OPT_STRING, &c->name, "ID", "the model id clients name (default: the file name without .nf)", 0, 0},
         {"--ctx", 'c', NF_OPT_INT, &c->ctx, "N", "context length (default: the model's, at most 4096)", 0, 1 << 24},
-        {"--parallel", 0, NF_OPT_INT, &c->parallel, "N", "sequences generated at once (default 1; today's worker runs 1)", 1, 4096},
+        {"--parallel", 0, NF_OPT_INT, &c->parallel, "N", "sequences batched at once (default 64 on a GPU, 8 on the CPU)", 1, 4096},
+        {"--kv-pages", 0, NF_OPT_INT, &c->kv_pages, "N", "KV pages of 64 tokens in the pool (default: --parallel full contexts)", 1, 1L << 31},
         {"--queue", 0, NF_OPT_INT, &c->queue, "N", "requests waiting beyond those running; more get 503 (default 64)", 0, 1 << 20},
         {"--device", 0, NF_OPT_STRING, &c->device, "DEV", "cpu, cuda or auto (default: cuda when a GPU is visible)", 0, 0},
         {"--threads", 't', NF_OPT_INT, &c->threads, "N", "CPU worker threads (default: all CPUs)", 0, 1024},
@@ -131,7 +151,6 @@ int nf_cmd_serve(int argc, char **argv)
     if (r >= 0) return r;
     char *key = c.key_file ? read_key_file(c.key_file) : NULL;
     if (c.key_file && !key) return 1;
-    if (c.parallel > 1) fprintf(stderr, "ninfer: serve: --parallel %ld: today's worker runs one sequence at a time\n", c.parallel);
     /* the signals are taken by sigwait below; every thread started from here on inherits the mask */
     sigset_t sigs;
     sigemptyset(&sigs);
@@ -153,7 +172,8 @@ int nf_cmd_serve(int argc, char **argv)
     if (load(&c, &L, &e)) rc = nf_cli_fail("%s", e.msg);
     else {
         nf_server_attach(srv, &L.api, L.backend);
-        fprintf(stderr, "ninfer: serve: ready: model '%s', context %u, %s\n", L.id, L.api.ctx, L.eng->ops->name);
+        fprintf(stderr, "ninfer: serve: ready: model '%s', context %u, %s, %u sequences at once, %u KV pages of %u tokens\n",
+                L.id, L.api.ctx, L.eng->ops->name, L.eng->opts.max_seqs, L.eng->opts.kv_pages, L.eng->opts.page_tokens);
         int sig = 0;
         sigwait(&sigs, &sig);
         fprintf(stderr, "ninfer: serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");

@@ -252,8 +252,8 @@ static int sampling(const cJSON *b, nf_serve_req *r, uint64_t default_seed, nf_a
     if (get_num(b, "temperature", 0, 2, &s->temp, e) || get_num(b, "top_p", 0, 1, &s->top_p, e) ||
         get_int(b, "top_k", -1, 1e9, &top_k, e) || get_num(b, "min_p", 0, 1, &s->min_p, e) ||
         get_num(b, "repetition_penalty", 0.01, 100, &s->repeat_penalty, e) ||
-        get_num(b, "presence_penalty", -2, 2, &r->presence_penalty, e) ||
-        get_num(b, "frequency_penalty", -2, 2, &r->frequency_penalty, e) ||
+        get_num(b, "presence_penalty", -2, 2, &s->presence_penalty, e) ||
+        get_num(b, "frequency_penalty", -2, 2, &s->frequency_penalty, e) ||
         get_int(b, "seed", -9007199254740991.0, 9007199254740991.0, &seed, e) || get_bool(b, "ignore_eos", &r->ignore_eos, e))
         return -1;
     s->top_k = top_k > 0 ? (int)top_k : 0;

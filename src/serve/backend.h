@@ -5,9 +5,9 @@
  * cancel (a client that went away, a shutting-down server) asks the backend to stop it early. The
  * backend owns the engine: HTTP threads never run the model.
  *
- * Today's backend (worker.c) is one thread that runs one job at a time on one nf_engine. The
- * continuous-batching scheduler replaces only that file: it implements the same four functions
- * and pushes the same events, so the HTTP layer, the JSON mapping and the tests stay as they are. */
+ * The backend (worker.c) is one thread that owns the engine and the continuous-batching scheduler
+ * (engine/sched.h): every job is a sequence of the scheduler, and all running jobs advance together,
+ * one batched forward per step. */
 #ifndef NF_SERVE_BACKEND_H
 #define NF_SERVE_BACKEND_H
 
@@ -33,8 +33,7 @@ typedef struct nf_serve_req {
     int32_t *prompt;     /* token ids, all < the model's vocabulary */
     size_t n_prompt;
     size_t max_tokens;   /* >= 1; prompt + max_tokens fits the context (the HTTP layer checks) */
-    nf_sampler_params sampling;
-    float presence_penalty, frequency_penalty; /* OpenAI's, on the logits; 0: off */
+    nf_sampler_params sampling; /* penalties included (engine/sampler.h) */
     char *stops[NF_SERVE_MAX_STOPS];
     size_t n_stops;
     int ignore_eos;      /* generate past end-of-generation ids (benchmarks) */
@@ -86,8 +85,13 @@ int nf_serve_job_next(nf_serve_job *j, nf_serve_event *ev, int timeout_ms);
 
 /* What /metrics reports of the backend. */
 typedef struct nf_serve_backend_stats {
-    size_t running, waiting;
-    size_t kv_used, kv_total; /* tokens of KV cache in use and in all (pages, once paged) */
+    size_t running;        /* sequences admitted (holding KV pages) */
+    size_t waiting;        /* jobs submitted and not admitted yet (queued or preempted) */
+    size_t pages_used;     /* KV pages held by sequences */
+    size_t pages_free;     /* KV pages an allocation can take: free + cached */
+    size_t pages_cached;   /* of those, pages holding a cached prefix nobody holds now */
+    size_t batch_max;      /* the most sequences one forward has carried since start */
+    unsigned long long preemptions, steps; /* counters since start */
 } nf_serve_backend_stats;
 
 typedef struct nf_serve_backend nf_serve_backend;
@@ -97,7 +101,7 @@ typedef struct nf_serve_backend_ops {
     /* Asks the backend to end the job soon with NF_FINISH_CANCELLED; safe at any time. */
     void (*cancel)(nf_serve_backend *b, nf_serve_job *j);
     void (*stats)(nf_serve_backend *b, nf_serve_backend_stats *st);
-    /* Ends every job (queued ones get END at once, the running one at its next token), joins the
+    /* Ends every job (queued ones get END at once, running ones at the next step), joins the
      * backend's threads and frees it. */
     void (*destroy)(nf_serve_backend *b);
 } nf_serve_backend_ops;

@@ -110,6 +110,11 @@ static void histogram(strbuf *b, const char *name, const char *help, const nf_hi
     put(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name, h->n, name, h->sum, name, h->n);
 }
 
+static void gauge(strbuf *b, const char *name, const char *help, size_t v)
+{
+    put(b, "# HELP %s %s\n# TYPE %s gauge\n%s %zu\n", name, help, name, name, v);
+}
+
 char *nf_metrics_render(nf_metrics *m, const nf_serve_backend_stats *st)
 {
     strbuf b = {0};
@@ -127,14 +132,18 @@ char *nf_metrics_render(nf_metrics *m, const nf_serve_backend_stats *st)
     histogram(&b, "ninfer_time_to_first_token_seconds", "From request arrival to its first generated token.", &m->ttft);
     histogram(&b, "ninfer_inter_token_latency_seconds", "Between consecutive generated tokens of a request.", &m->itl);
     pthread_mutex_unlock(&m->mu);
-    put(&b, "# HELP ninfer_requests_running Sequences being generated.\n# TYPE ninfer_requests_running gauge\n"
-            "ninfer_requests_running %zu\n", st->running);
-    put(&b, "# HELP ninfer_requests_waiting Requests queued for the engine.\n# TYPE ninfer_requests_waiting gauge\n"
-            "ninfer_requests_waiting %zu\n", st->waiting);
-    put(&b, "# HELP ninfer_kv_cache_used KV cache in use (tokens until the paged cache lands, then pages).\n"
-            "# TYPE ninfer_kv_cache_used gauge\nninfer_kv_cache_used %zu\n", st->kv_used);
-    put(&b, "# HELP ninfer_kv_cache_free KV cache free (same unit).\n# TYPE ninfer_kv_cache_free gauge\n"
-            "ninfer_kv_cache_free %zu\n", st->kv_total - st->kv_used);
+    gauge(&b, "ninfer_requests_running", "Sequences admitted by the scheduler (holding KV pages).", st->running);
+    gauge(&b, "ninfer_requests_waiting", "Requests not admitted yet: queued, or preempted to be recomputed.", st->waiting);
+    gauge(&b, "ninfer_kv_pages_used", "KV cache pages held by sequences.", st->pages_used);
+    gauge(&b, "ninfer_kv_pages_free", "KV cache pages an allocation can take (free, or holding an unused cached prefix).",
+          st->pages_free);
+    gauge(&b, "ninfer_kv_pages_cached", "Of the free pages, those holding a cached prefix (reclaimed least recently used).",
+          st->pages_cached);
+    gauge(&b, "ninfer_batch_sequences_max", "The most sequences one forward has carried since start.", st->batch_max);
+    put(&b, "# HELP ninfer_scheduler_steps_total Scheduler steps that ran a forward.\n# TYPE ninfer_scheduler_steps_total "
+            "counter\nninfer_scheduler_steps_total %llu\n", st->steps);
+    put(&b, "# HELP ninfer_preemptions_total Sequences sent back to waiting when KV pages ran out (recomputed later).\n"
+            "# TYPE ninfer_preemptions_total counter\nninfer_preemptions_total %llu\n", st->preemptions);
     if (b.oom) free(b.s), b.s = NULL;
     return b.s;
 }

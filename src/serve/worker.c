@@ -1,272 +1,241 @@
-/* One engine, one job at a time (worker.h). The generation loop is the serving form of
- * nf_generate's (engine/generate.c): it also checks for cancellation between tokens, reports every
- * token as an event (with log-probabilities when asked), applies OpenAI's presence and frequency
- * penalties, and can ignore end-of-generation ids. */
+/* The scheduler-backed backend (worker.h). The HTTP threads only touch the inbox, the counters and
+ * the jobs' cancel flags, under the worker's mutex or the job's; the scheduler, the engine and the
+ * list of live jobs belong to the worker thread. Its loop: take new jobs into the scheduler, cancel
+ * the jobs whose clients went away (their pages return at once), run one step, and let go of the
+ * jobs that ended. The scheduler's events become the jobs' events (sched.h's emit callback). */
 #define _POSIX_C_SOURCE 200809L
 #include "serve/worker.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/generate.h"
-#include "serve/stops.h"
+#include "engine/sched.h"
 
-typedef struct worker {
+typedef struct worker worker;
+
+/* A job while the scheduler holds its sequence. */
+typedef struct live {
+    worker *w;
+    nf_serve_job *j;
+    uint64_t id;  /* the scheduler's sequence */
+    int ended;    /* its END was pushed: let go of it after the step */
+    int failed;   /* it ends with NF_FINISH_ERROR and w->err's message */
+} live;
+
+struct worker {
     nf_serve_backend base;
     nf_serve_worker_opts o;
+    nf_sched *sched;
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    nf_serve_job **queue; /* [cap] ring of waiting jobs */
-    size_t q_head, q_n, q_cap;
-    nf_serve_job *running;
+    /* under mu */
+    nf_serve_job **inbox; /* [cap] submitted, not yet in the scheduler, in arrival order */
+    size_t n_inbox, cap;  /* cap = max_seqs + max_waiting: the most jobs held at once */
+    size_t held;          /* jobs in the inbox or live */
     int stopping;
-    nf_tok_ids seq; /* the tokens in the engine's cache, for prefix reuse between requests */
-    size_t kv_used; /* seq.n as of the last job's end, under mu, for stats */
-    float *scratch; /* [vocab] logits after penalties */
-    int32_t *counts; /* [vocab] generated-token counts for the penalties */
-} worker;
+    nf_serve_backend_stats st; /* as of the last step (waiting: without the inbox) */
+    /* the worker thread's */
+    live **lives;         /* [cap] */
+    size_t n_live;
+    nf_serve_job **taken; /* [cap] scratch for the inbox */
+    nf_error err;         /* why the last failing step or add failed */
+};
 
-/* ---- one job ------------------------------------------------------------------------------ */
+/* ---- events ------------------------------------------------------------------------------- */
 
-typedef struct run_state {
-    worker *w;
-    nf_serve_job *j;
-    nf_sampler *s;
-    nf_tok_stream ts;
-    char *text; /* everything generated, for the stop strings */
-    size_t len, cap, shown;
-} run_state;
-
-static int is_eos(const worker *w, int32_t id)
+static int is_eos(const nf_serve_worker_opts *o, int32_t id)
 {
-    for (size_t i = 0; i < w->o.n_eos; i++)
-        if (w->o.eos[i] == id) return 1;
+    for (size_t i = 0; i < o->n_eos; i++)
+        if (o->eos[i] == id) return 1;
     return 0;
 }
 
-static nf_status push_id(nf_tok_ids *v, int32_t id, nf_error *err)
+static nf_serve_finish finish_of(nf_seq_end end)
 {
-    if (v->n == v->cap) {
-        size_t cap = v->cap ? v->cap * 2 : 256;
-        int32_t *p = realloc(v->ids, cap * sizeof *p);
-        if (!p) return nf_error_set(err, NF_ERR_NOMEM, "out of memory");
-        v->ids = p;
-        v->cap = cap;
+    switch (end) {
+    case NF_SEQ_EOS:
+    case NF_SEQ_STOP: return NF_FINISH_STOP;
+    case NF_SEQ_CANCELLED: return NF_FINISH_CANCELLED;
+    case NF_SEQ_NO_PAGES: return NF_FINISH_ERROR;
+    default: return NF_FINISH_LENGTH; /* max_tokens or the context */
     }
-    v->ids[v->n++] = id;
-    return NF_OK;
 }
 
-/* Runs the prompt after the longest prefix the cache already holds (a chat page resends the whole
- * conversation each turn). At least one token runs, to get logits. */
-static nf_status prefill(worker *w, const nf_serve_req *r, nf_error *err)
+/* The END event; without memory for its text, an END without text still ends the request. */
+static void push_end(nf_serve_job *j, nf_serve_finish finish, const char *text, size_t len)
 {
-    nf_engine *e = w->o.engine;
-    if (!r->n_prompt) return nf_error_set(err, NF_ERR_INVALID_ARG, "an empty prompt"); /* nothing to get logits from */
-    size_t common = 0;
-    while (common < w->seq.n && common < r->n_prompt && common < e->n_past && w->seq.ids[common] == r->prompt[common])
-        common++;
-    if (common == r->n_prompt) common--;
-    nf_engine_truncate(e, (uint32_t)common);
-    w->seq.n = common;
-    nf_status rc = nf_engine_prefill(e, r->prompt + common, r->n_prompt - common, NULL, err);
-    for (size_t i = common; !rc && i < r->n_prompt; i++) rc = push_id(&w->seq, r->prompt[i], err);
-    if (rc) w->seq.n = e->n_past = 0; /* the cache is in an unknown state: start afresh next time */
-    return rc;
-}
-
-/* log-softmax of logits[id] and the k best alternatives (ties to the lower id). */
-static void logprobs(const float *logits, uint32_t vocab, int32_t id, int k, nf_serve_event *ev)
-{
-    float mx = logits[0];
-    for (uint32_t i = 1; i < vocab; i++) mx = logits[i] > mx ? logits[i] : mx;
-    double sum = 0;
-    for (uint32_t i = 0; i < vocab; i++) sum += exp((double)(logits[i] - mx));
-    double lse = (double)mx + log(sum);
-    ev->logprob = (float)((double)logits[id] - lse);
-    ev->n_top = 0;
-    for (uint32_t i = 0; i < vocab && k > 0; i++) {
-        int n = ev->n_top, at = n;
-        while (at > 0 && logits[i] > logits[ev->top_ids[at - 1]]) at--;
-        if (at >= k) continue;
-        if (n < k) n++;
-        memmove(ev->top_ids + at + 1, ev->top_ids + at, (size_t)(n - 1 - at) * sizeof *ev->top_ids);
-        ev->top_ids[at] = (int32_t)i;
-        ev->n_top = n;
+    nf_serve_event ev = {.kind = NF_EV_END, .finish = finish, .text = (char *)text, .len = len};
+    if (nf_serve_job_push(j, &ev)) {
+        ev.text = NULL, ev.len = 0;
+        nf_serve_job_push(j, &ev);
     }
-    for (int i = 0; i < ev->n_top; i++) ev->top_lp[i] = (float)((double)logits[ev->top_ids[i]] - lse);
 }
 
-/* The next id: on the host when penalties or log-probabilities need every logit, else through
- * nf_engine_next (which selects on the device when it can). */
-static nf_status next_id(run_state *st, nf_serve_event *ev, int32_t *id, nf_error *err)
+static void on_token(live *l, const nf_seq_event *ev)
 {
-    worker *w = st->w;
-    const nf_serve_req *r = &st->j->req;
-    nf_engine *e = w->o.engine;
-    int penalties = r->presence_penalty != 0 || r->frequency_penalty != 0;
-    if (!penalties && !r->logprobs) return nf_engine_next(e, st->s, w->seq.ids, w->seq.n, id, err);
-    const float *lg = nf_engine_logits(e, err);
-    if (!lg) return err->code;
-    uint32_t vocab = e->model->cfg.vocab;
-    memcpy(w->scratch, lg, vocab * sizeof *lg);
-    if (penalties)
-        for (uint32_t i = 0; i < vocab; i++)
-            if (w->counts[i])
-                w->scratch[i] -= r->presence_penalty + r->frequency_penalty * (float)w->counts[i];
-    *id = nf_sampler_sample(st->s, w->scratch, w->seq.ids, w->seq.n);
-    if (r->logprobs) logprobs(lg, vocab, *id, r->top_logprobs, ev);
-    return NF_OK;
-}
-
-static nf_status append_text(run_state *st, const char *s, size_t n, nf_error *err)
-{
-    if (st->len + n + 1 > st->cap) {
-        size_t cap = (st->len + n + 1) * 2;
-        char *p = realloc(st->text, cap);
-        if (!p) return nf_error_set(err, NF_ERR_NOMEM, "out of memory");
-        st->text = p;
-        st->cap = cap;
+    nf_serve_job *j = l->j;
+    j->completion_tokens++;
+    if (!j->req.ignore_eos && is_eos(&l->w->o, ev->token)) return; /* the END that follows says "stop" */
+    nf_serve_event e = {.kind = NF_EV_TOKEN, .text = (char *)ev->text, .len = ev->len, .id = ev->token,
+                        .logprob = ev->logprob, .n_top = (int)ev->n_top};
+    if (ev->n_top) {
+        memcpy(e.top_ids, ev->top_ids, ev->n_top * sizeof *e.top_ids);
+        memcpy(e.top_lp, ev->top_lp, ev->n_top * sizeof *e.top_lp);
     }
-    memcpy(st->text + st->len, s, n);
-    st->len += n;
-    return NF_OK;
+    if (nf_serve_job_push(j, &e) == NF_OK) return;
+    l->failed = 1; /* a stream that lost a token must not go on as if it had not */
+    nf_error_set(&l->w->err, NF_ERR_NOMEM, "out of memory for a token event");
+    nf_sched_cancel(l->w->sched, l->id, NULL);
 }
 
-/* Adds a token's text; *stopped when a stop string completed. The event carries what is now safe. */
-static nf_status take_piece(run_state *st, const char *piece, size_t n, int final, nf_serve_event *ev, int *stopped,
-                            nf_error *err)
+/* The scheduler's emit callback (on the worker thread, inside a step or a cancel). */
+static void on_event(void *ctx, const nf_seq_event *ev)
 {
-    nf_status rc = append_text(st, piece, n, err);
-    if (rc) return rc;
-    const nf_serve_req *r = &st->j->req;
-    size_t safe;
-    *stopped = nf_serve_stop_scan(st->text, st->len, st->shown, r->stops, r->n_stops, final, &safe);
-    ev->text = st->text + st->shown;
-    ev->len = safe - st->shown;
-    st->shown = safe;
-    return NF_OK;
-}
-
-static nf_status push(nf_serve_job *j, const nf_serve_event *ev, nf_error *err)
-{
-    return nf_serve_job_push(j, ev) ? nf_error_set(err, NF_ERR_NOMEM, "out of memory") : NF_OK;
-}
-
-/* The token loop; *finish says why it ended. */
-static nf_status generate(run_state *st, nf_serve_finish *finish, nf_error *err)
-{
-    worker *w = st->w;
-    nf_serve_job *j = st->j;
-    nf_engine *e = w->o.engine;
-    nf_status rc = NF_OK;
-    *finish = NF_FINISH_LENGTH;
-    for (size_t i = 0; i < j->req.max_tokens; i++) {
-        if (nf_serve_job_cancelled(j)) {
-            *finish = NF_FINISH_CANCELLED;
-            break;
-        }
-        nf_serve_event ev = {.kind = NF_EV_TOKEN};
-        if ((rc = next_id(st, &ev, &ev.id, err))) break;
-        j->completion_tokens++;
-        if (w->counts) w->counts[ev.id]++;
-        if (!j->req.ignore_eos && is_eos(w, ev.id)) {
-            *finish = NF_FINISH_STOP;
-            break;
-        }
-        size_t n;
-        const char *piece = nf_tok_stream_put(&st->ts, ev.id, &n, err);
-        int stopped = 0;
-        if (!piece) rc = err->code;
-        if (rc || (rc = take_piece(st, piece, n, 0, &ev, &stopped, err)) || (rc = push(j, &ev, err))) break;
-        if (stopped) {
-            *finish = NF_FINISH_STOP;
-            break;
-        }
-        if (i + 1 == j->req.max_tokens || e->n_past >= e->opts.ctx) break; /* nothing would read its logits */
-        e->defer_logits = 1;
-        rc = nf_engine_decode(e, ev.id, err);
-        e->defer_logits = 0;
-        if (rc) {
-            w->seq.n = e->n_past = 0;
-            break;
-        }
-        if ((rc = push_id(&w->seq, ev.id, err))) break;
+    live *l = ctx;
+    if (ev->token >= 0) {
+        on_token(l, ev);
+        return;
     }
-    return rc;
+    if (l->failed) push_end(l->j, NF_FINISH_ERROR, l->w->err.msg, strlen(l->w->err.msg));
+    else if (ev->end == NF_SEQ_NO_PAGES) {
+        static const char msg[] = "the request needs more KV pages than the pool holds";
+        push_end(l->j, NF_FINISH_ERROR, msg, sizeof msg - 1);
+    } else
+        push_end(l->j, finish_of(ev->end), ev->text, ev->len);
+    l->ended = 1;
 }
 
-/* The END event: the held-back tail (at the end nothing more can complete a stop string). */
-static void finish_job(run_state *st, nf_status rc, nf_serve_finish finish, const nf_error *err)
+/* ---- the worker thread -------------------------------------------------------------------- */
+
+static nf_seq_params params_of(live *l)
 {
-    nf_serve_event ev = {.kind = NF_EV_END, .finish = finish};
-    nf_error e2;
-    if (!rc && finish == NF_FINISH_LENGTH) {
-        size_t n;
-        const char *rest = nf_tok_stream_flush(&st->ts, &n);
-        int stopped = 0;
-        if (take_piece(st, rest, n, 1, &ev, &stopped, &e2) == NF_OK && stopped) ev.finish = NF_FINISH_STOP;
+    const nf_serve_req *r = &l->j->req;
+    return (nf_seq_params){.sampling = r->sampling, .max_new = r->max_tokens,
+                           .eos = r->ignore_eos ? NULL : l->w->o.eos, .n_eos = r->ignore_eos ? 0 : l->w->o.n_eos,
+                           .stops = (const char *const *)r->stops, .n_stops = r->n_stops,
+                           .logprobs = r->logprobs, .top_logprobs = (uint32_t)r->top_logprobs,
+                           .emit = on_event, .ctx = l};
+}
+
+static void drop_job(worker *w, nf_serve_job *j)
+{
+    nf_serve_job_release(j);
+    pthread_mutex_lock(&w->mu);
+    w->held--;
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* A new sequence for the job; a job the scheduler refuses ends at once with the reason. */
+static void add_job(worker *w, nf_serve_job *j)
+{
+    j->prompt_tokens = j->req.n_prompt;
+    live *l = calloc(1, sizeof *l);
+    nf_error err;
+    nf_status rc = l ? NF_OK : nf_error_set(&err, NF_ERR_NOMEM, "out of memory");
+    if (l) {
+        *l = (live){.w = w, .j = j};
+        const nf_seq_params p = params_of(l);
+        rc = nf_sched_add(w->sched, j->req.prompt, j->req.n_prompt, &p, &l->id, &err);
     }
     if (rc) {
-        ev.finish = NF_FINISH_ERROR;
-        ev.text = (char *)err->msg;
-        ev.len = strlen(err->msg);
+        push_end(j, NF_FINISH_ERROR, err.msg, strlen(err.msg));
+        free(l);
+        drop_job(w, j);
+        return;
     }
-    if (nf_serve_job_push(st->j, &ev)) {
-        ev.text = NULL; /* out of memory: an END without text still ends the request */
-        ev.len = 0;
-        nf_serve_job_push(st->j, &ev);
-    }
+    w->lives[w->n_live++] = l;
 }
 
-static void run_job(worker *w, nf_serve_job *j)
+static void take_jobs(worker *w)
 {
-    run_state st = {.w = w, .j = j};
-    nf_error err;
-    nf_error_clear(&err);
-    nf_serve_finish finish = NF_FINISH_ERROR;
-    uint32_t vocab = w->o.engine->model->cfg.vocab;
-    if (w->counts) memset(w->counts, 0, vocab * sizeof *w->counts);
-    j->prompt_tokens = j->req.n_prompt;
-    nf_status rc = nf_tok_stream_init(&st.ts, w->o.tok, NF_TOK_SKIP_SPECIAL, &err);
-    if (!rc) {
-        if (!(rc = nf_sampler_create(&j->req.sampling, vocab, &st.s, &err)) && !(rc = prefill(w, &j->req, &err)))
-            rc = generate(&st, &finish, &err);
-        finish_job(&st, rc, finish, &err);
-        nf_tok_stream_free(&st.ts);
-    } else
-        finish_job(&st, rc, finish, &err);
-    nf_sampler_free(st.s);
-    free(st.text);
+    pthread_mutex_lock(&w->mu);
+    const size_t n = w->n_inbox;
+    memcpy(w->taken, w->inbox, n * sizeof *w->taken);
+    w->n_inbox = 0;
+    w->st.waiting += n; /* still counted until the step's figures replace it */
+    pthread_mutex_unlock(&w->mu);
+    for (size_t i = 0; i < n; i++) add_job(w, w->taken[i]);
 }
 
-/* ---- the thread and the queue ------------------------------------------------------------- */
+/* Jobs whose client went away (or a stopping server, all = 1) end now; their pages go back. */
+static void cancel_jobs(worker *w, int all)
+{
+    for (size_t i = 0; i < w->n_live; i++)
+        if (!w->lives[i]->ended && (all || nf_serve_job_cancelled(w->lives[i]->j)))
+            nf_sched_cancel(w->sched, w->lives[i]->id, NULL);
+}
+
+/* One step; a failed one ends every live job with the error (the scheduler's state is then unknown). */
+static void step(worker *w, nf_sched_step_info *info)
+{
+    memset(info, 0, sizeof *info);
+    if (nf_sched_idle(w->sched) || nf_sched_step(w->sched, info, &w->err) == NF_OK) return;
+    for (size_t i = 0; i < w->n_live; i++) {
+        live *l = w->lives[i];
+        if (l->ended) continue;
+        l->failed = 1;
+        nf_sched_cancel(w->sched, l->id, NULL);
+    }
+}
+
+/* Lets go of the jobs that ended (keeping the others in order). */
+static void reap(worker *w)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < w->n_live; i++) {
+        live *l = w->lives[i];
+        if (!l->ended) {
+            w->lives[k++] = l;
+            continue;
+        }
+        nf_sched_remove(w->sched, l->id);
+        drop_job(w, l->j);
+        free(l);
+    }
+    w->n_live = k;
+}
+
+static void publish(worker *w, const nf_sched_step_info *info)
+{
+    size_t waiting, active;
+    nf_sched_count(w->sched, &waiting, &active);
+    const nf_kvpool *pool = nf_sched_pool(w->sched);
+    const size_t avail = nf_kvpool_available(pool);
+    pthread_mutex_lock(&w->mu);
+    w->st.running = active;
+    w->st.waiting = waiting;
+    w->st.pages_free = avail;
+    w->st.pages_used = nf_kvpool_pages(pool) - avail;
+    w->st.pages_cached = nf_kvpool_n_evictable(pool);
+    if (info->n_seqs > w->st.batch_max) w->st.batch_max = info->n_seqs;
+    w->st.preemptions += info->n_preempted;
+    w->st.steps += info->n_tokens > 0;
+    pthread_mutex_unlock(&w->mu);
+}
 
 static void *worker_main(void *arg)
 {
     worker *w = arg;
-    pthread_mutex_lock(&w->mu);
     for (;;) {
-        while (!w->q_n && !w->stopping) pthread_cond_wait(&w->cv, &w->mu);
-        if (w->stopping) break;
-        nf_serve_job *j = w->queue[w->q_head];
-        w->q_head = (w->q_head + 1) % w->q_cap;
-        w->q_n--;
-        w->running = j;
-        pthread_mutex_unlock(&w->mu);
-        run_job(w, j);
         pthread_mutex_lock(&w->mu);
-        w->running = NULL;
-        w->kv_used = w->seq.n;
+        while (!w->n_inbox && !w->n_live && !w->stopping) pthread_cond_wait(&w->cv, &w->mu);
+        const int stopping = w->stopping;
         pthread_mutex_unlock(&w->mu);
-        nf_serve_job_release(j);
-        pthread_mutex_lock(&w->mu);
+        if (stopping) break;
+        take_jobs(w);
+        cancel_jobs(w, 0);
+        nf_sched_step_info info;
+        step(w, &info);
+        reap(w);
+        publish(w, &info);
     }
-    pthread_mutex_unlock(&w->mu);
+    cancel_jobs(w, 1);
+    reap(w);
     return NULL;
 }
+
+/* ---- the HTTP threads' side --------------------------------------------------------------- */
 
 static nf_status w_submit(nf_serve_backend *b, nf_serve_job *j, nf_error *err)
 {
@@ -275,17 +244,19 @@ static nf_status w_submit(nf_serve_backend *b, nf_serve_job *j, nf_error *err)
     nf_status rc = NF_OK;
     if (w->stopping)
         rc = nf_error_set(err, NF_ERR_REFUSED, "the server is shutting down");
-    else if (w->q_n + (w->running != NULL) >= w->o.max_waiting + 1) /* one runs, max_waiting wait */
-        rc = nf_error_set(err, NF_ERR_REFUSED, "the waiting queue is full (%zu requests)", w->q_n);
+    else if (w->held >= w->cap)
+        rc = nf_error_set(err, NF_ERR_REFUSED, "the waiting queue is full (%zu requests running or waiting)", w->held);
     else {
         nf_serve_job_retain(j);
-        w->queue[(w->q_head + w->q_n++) % w->q_cap] = j;
+        w->inbox[w->n_inbox++] = j;
+        w->held++;
         pthread_cond_signal(&w->cv);
     }
     pthread_mutex_unlock(&w->mu);
     return rc;
 }
 
+/* The worker sees the flag before its next step (it never sleeps while a job is live). */
 static void w_cancel(nf_serve_backend *b, nf_serve_job *j)
 {
     (void)b;
@@ -298,11 +269,20 @@ static void w_stats(nf_serve_backend *b, nf_serve_backend_stats *st)
 {
     worker *w = (worker *)b;
     pthread_mutex_lock(&w->mu);
-    st->running = w->running != NULL;
-    st->waiting = w->q_n;
-    st->kv_used = w->kv_used; /* as of the last finished request */
+    *st = w->st;
+    st->waiting += w->n_inbox;
     pthread_mutex_unlock(&w->mu);
-    st->kv_total = w->o.engine->opts.ctx;
+}
+
+static void w_free(worker *w)
+{
+    nf_sched_free(w->sched);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    free(w->inbox);
+    free(w->lives);
+    free(w->taken);
+    free(w);
 }
 
 static void w_destroy(nf_serve_backend *b)
@@ -311,23 +291,14 @@ static void w_destroy(nf_serve_backend *b)
     if (!w) return;
     pthread_mutex_lock(&w->mu);
     w->stopping = 1;
-    if (w->running) w_cancel(b, w->running);
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
     pthread_join(w->thread, NULL);
-    for (; w->q_n; w->q_n--, w->q_head = (w->q_head + 1) % w->q_cap) {
-        nf_serve_job *j = w->queue[w->q_head];
-        nf_serve_event ev = {.kind = NF_EV_END, .finish = NF_FINISH_CANCELLED};
-        nf_serve_job_push(j, &ev);
-        nf_serve_job_release(j);
+    for (size_t i = 0; i < w->n_inbox; i++) {
+        push_end(w->inbox[i], NF_FINISH_CANCELLED, NULL, 0);
+        nf_serve_job_release(w->inbox[i]);
     }
-    pthread_mutex_destroy(&w->mu);
-    pthread_cond_destroy(&w->cv);
-    nf_tok_ids_free(&w->seq);
-    free(w->queue);
-    free(w->scratch);
-    free(w->counts);
-    free(w);
+    w_free(w);
 }
 
 static const nf_serve_backend_ops worker_ops = {w_submit, w_cancel, w_stats, w_destroy};
@@ -336,28 +307,24 @@ nf_status nf_serve_worker_create(const nf_serve_worker_opts *o, nf_serve_backend
 {
     *out = NULL;
     worker *w = calloc(1, sizeof *w);
-    uint32_t vocab = o->engine->model->cfg.vocab;
-    if (w) {
-        w->q_cap = o->max_waiting + 1;
-        w->queue = calloc(w->q_cap, sizeof *w->queue);
-        w->scratch = malloc(vocab * sizeof *w->scratch);
-        w->counts = calloc(vocab, sizeof *w->counts);
-    }
-    if (!w || !w->queue || !w->scratch || !w->counts) {
-        if (w) free(w->queue), free(w->scratch), free(w->counts);
-        free(w);
-        return nf_error_set(err, NF_ERR_NOMEM, "out of memory");
-    }
+    if (!w) return nf_error_set(err, NF_ERR_NOMEM, "out of memory");
     w->base.ops = &worker_ops;
     w->o = *o;
+    w->cap = o->engine->opts.max_seqs + o->max_waiting;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
-    if (pthread_create(&w->thread, NULL, worker_main, w)) {
-        pthread_mutex_destroy(&w->mu);
-        pthread_cond_destroy(&w->cv);
-        free(w->queue), free(w->scratch), free(w->counts);
-        free(w);
-        return nf_error_set(err, NF_ERR_INTERNAL, "cannot start the worker thread");
+    w->inbox = calloc(w->cap, sizeof *w->inbox);
+    w->lives = calloc(w->cap, sizeof *w->lives);
+    w->taken = calloc(w->cap, sizeof *w->taken);
+    const nf_sched_opts so = {.tok = o->tok};
+    nf_status rc = !w->inbox || !w->lives || !w->taken ? nf_error_set(err, NF_ERR_NOMEM, "out of memory")
+                                                       : nf_sched_create_engine(o->engine, &so, &w->sched, err);
+    if (!rc) w->st.pages_free = nf_kvpool_pages(nf_sched_pool(w->sched));
+    if (!rc && pthread_create(&w->thread, NULL, worker_main, w))
+        rc = nf_error_set(err, NF_ERR_INTERNAL, "cannot start the worker thread");
+    if (rc) {
+        w_free(w);
+        return rc;
     }
     *out = &w->base;
     return NF_OK;

@@ -163,8 +163,9 @@ def auth():
 
 
 def busy():
-    # no waiting room: while a long request runs, another gets 503 (the client's InternalServerError)
-    s = Server(NINFER, MODEL, "--queue", "0")
+    # no waiting room: while a long request runs in the one sequence slot, another gets 503 (the
+    # client's InternalServerError)
+    s = Server(NINFER, MODEL, "--queue", "0", "--parallel", "1")
     try:
         c = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
         seen = False
@@ -216,7 +217,7 @@ def disconnect_and_stop(c, url):
     print("tokens streamed to the vanished 1000-token request: %g" % (metric(url, "ninfer_generation_tokens_total") - before - 3))
     _, m = raw(url, "/metrics")
     for name in ("ninfer_requests_total{status=\"200\"}", "ninfer_time_to_first_token_seconds_bucket",
-                 "ninfer_inter_token_latency_seconds_count", "ninfer_requests_waiting", "ninfer_kv_cache_free"):
+                 "ninfer_inter_token_latency_seconds_count", "ninfer_requests_waiting", "ninfer_kv_pages_free"):
         check(name in m, "metrics has " + name)
     st, tk = raw(url, "/tokenize", json.dumps({"content": "héllo"}))
     st2, dt = raw(url, "/detokenize", json.dumps({"tokens": json.loads(tk)["tokens"]}))

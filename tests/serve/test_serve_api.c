@@ -1,5 +1,5 @@
-/* The server's pure parts: stop-string scan against a brute-force reference over random texts,
- * the <think> split over every way of cutting a reply into pieces, the constant-time key compare,
+/* The server's pure parts (its stop strings are the scheduler's: tests/engine/test_stopstream.c): the
+ * <think> split over every way of cutting a reply into pieces, the constant-time key compare,
  * lossy UTF-8, and request parsing's statuses (each with an independent expectation written out). */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
@@ -10,40 +10,6 @@
 #include "nf_test.h"
 #include "serve/api.h"
 #include "serve/server.h"
-#include "serve/stops.h"
-
-/* Reference: the earliest index where any stop string occurs; len when none. */
-static size_t brute_first(const char *t, size_t len, char *const *stops, size_t n)
-{
-    for (size_t at = 0; at < len; at++)
-        for (size_t i = 0; i < n; i++)
-            if (at + strlen(stops[i]) <= len && memcmp(t + at, stops[i], strlen(stops[i])) == 0) return at;
-    return len;
-}
-
-/* Feeding a random text one byte at a time: what is shown never contains or ends inside a stop
- * string, and the text shown before the stop equals the text before its first occurrence. */
-static void stops_random(void)
-{
-    char *stops[] = {"ab", "bab", "ccc"};
-    unsigned seed = 7;
-    for (int trial = 0; trial < 2000; trial++) {
-        char t[40];
-        size_t len = (size_t)(rand_r(&seed) % 39);
-        for (size_t i = 0; i < len; i++) t[i] = "abcd"[rand_r(&seed) % 4];
-        size_t shown = 0, safe = 0;
-        int stopped = 0;
-        for (size_t n = 1; n <= len && !stopped; n++) {
-            stopped = nf_serve_stop_scan(t, n, shown, stops, 3, 0, &safe);
-            CHECK(safe >= shown && safe <= n);
-            shown = safe;
-        }
-        if (!stopped) stopped = nf_serve_stop_scan(t, len, shown, stops, 3, 1, &safe), shown = safe;
-        size_t want = brute_first(t, len, stops, 3);
-        CHECK_MSG(shown == want && stopped == (want < len), "trial %d: shown %zu, want %zu (%.*s)", trial, shown, want,
-                  (int)len, t);
-    }
-}
 
 /* Every cut of a reply into three pieces gives the same reasoning and content. */
 static void think_cuts(const char *reply, const char *want_r, const char *want_c)
@@ -253,7 +219,6 @@ int main(void)
     responses(1);
     responses(0);
     thinking_kwarg();
-    stops_random();
     think();
     keys();
     parsing();
