@@ -96,7 +96,8 @@ char *nf_api_models_json(const nf_api_model *m, long long created);
 char *nf_api_tokenize(const nf_api_model *m, const char *body, size_t len, nf_api_error *e);
 char *nf_api_detokenize(const nf_api_model *m, const char *body, size_t len, nf_api_error *e);
 
-/* Text of token bytes as valid UTF-8 (invalid bytes become U+FFFD), malloc'd. */
+/* Text of token bytes as valid UTF-8 without NUL (invalid bytes and NUL become U+FFFD: cJSON's strings
+ * end at a NUL, which would cut the rest of a text off), malloc'd. */
 char *nf_api_lossy_utf8(const char *s, size_t n);
 
 #endif

@@ -113,9 +113,11 @@ char *nf_api_lossy_utf8(const char *s, size_t n)
     if (!out) return NULL;
     while (n) {
         size_t ok = nf_utf8_valid_prefix(s, n);
+        const char *nul = memchr(s, 0, ok);
+        if (nul) ok = (size_t)(nul - s);
         memcpy(o, s, ok);
         o += ok, s += ok, n -= ok;
-        if (n) { /* one invalid byte: U+FFFD */
+        if (n) { /* one invalid byte or NUL: U+FFFD */
             memcpy(o, "\xEF\xBF\xBD", 3);
             o += 3, s++, n--;
         }
@@ -372,8 +374,14 @@ int nf_api_resp_event(nf_api_resp *r, const nf_serve_event *ev, const nf_serve_j
 {
     *out = NULL;
     *out_len = 0;
-    if (r->call->stream) return stream_event(r, ev, j, first, out, out_len);
-    return whole_event(r, ev, j, out, out_len);
+    nf_serve_event clean = *ev;
+    if (ev->len && memchr(ev->text, 0, ev->len)) { /* a generated U+0000 would end the JSON string */
+        if (!(clean.text = nf_api_lossy_utf8(ev->text, ev->len))) return -1;
+        clean.len = strlen(clean.text);
+    }
+    int rc = r->call->stream ? stream_event(r, &clean, j, first, out, out_len) : whole_event(r, &clean, j, out, out_len);
+    if (clean.text != ev->text) free(clean.text);
+    return rc;
 }
 
 /* ---- the small endpoints ------------------------------------------------------------------ */

@@ -32,6 +32,16 @@ class Server:
                 time.sleep(0.05)
         raise RuntimeError("ninfer serve never became healthy")
 
+    def kv_pages(self):
+        """The KV pool's size in pages, as the server's 'ready:' line states it."""
+        for _ in range(200):
+            for line in list(self.lines):
+                m = re.search(r"(\d+) KV pages of", line)
+                if m:
+                    return int(m.group(1))
+            time.sleep(0.05)
+        raise RuntimeError("no 'ready:' line with the KV pool's size")
+
     def _drain(self):
         for line in self.proc.stderr:
             self.lines.append(line)

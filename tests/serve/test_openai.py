@@ -8,6 +8,7 @@ import os
 import socket
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -286,22 +287,82 @@ def keep_alive(url):
     conn.close()
 
 
-def concurrent_clients(c):
-    # 64 streaming clients at once (queued behind one another today, batched once the scheduler
-    # lands): every request completes and each greedy text equals the same request sent alone
+def pool_full(s, what):
+    # after the requests end every page is back: none held, all allocatable (free or cached prefix)
+    wait_idle(s.url)
+    used, free = metric(s.url, "ninfer_kv_pages_used"), metric(s.url, "ninfer_kv_pages_free")
+    check(used == 0 and free == s.kv_pages(), "%s: the page pool is full again (used %s, free %s of %d)" %
+          (what, used, free, s.kv_pages()))
+
+
+def concurrent_clients(what, max_tokens, *server_args):
+    # 64 streaming clients at once: every request completes, each greedy text equals the same request
+    # sent alone, the forwards carried several sequences (fewer steps than tokens: a one-at-a-time
+    # worker needs a step per token), and the pool is full again afterwards
     import concurrent.futures
-    prompts = [[1 + i, 7, 3 + 2 * i, 40] for i in range(64)]
+    s = Server(NINFER, MODEL, *server_args)
+    try:
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0)
+        prompts = [[1 + i, 7, 3 + 2 * i, 40] for i in range(64)]
 
-    def alone(p):
-        return c.completions.create(model="tiny", prompt=p, max_tokens=20, temperature=0).choices[0].text
+        def alone(p):
+            return c.completions.create(model="tiny", prompt=p, max_tokens=max_tokens, temperature=0).choices[0].text
 
-    def streamed(p):
-        s = c.completions.create(model="tiny", prompt=p, max_tokens=20, temperature=0, stream=True)
-        return "".join(ch.choices[0].text for ch in s if ch.choices)
-    want = [alone(p) for p in prompts]
-    with concurrent.futures.ThreadPoolExecutor(64) as pool:
-        got = list(pool.map(streamed, prompts))
-    check(got == want, "64 concurrent greedy streams equal the requests sent alone")
+        together = threading.Barrier(64)  # the requests arrive within moments of each other
+
+        def streamed(p):
+            together.wait()
+            st = c.completions.create(model="tiny", prompt=p, max_tokens=max_tokens, temperature=0, stream=True,
+                                      stream_options={"include_usage": True})
+            text, used = "", 0
+            for ch in st:
+                text += "".join(x.text for x in ch.choices)
+                used = ch.usage.completion_tokens if ch.usage else used
+            return text, used
+        want = [alone(p) for p in prompts]
+        steps0 = metric(s.url, "ninfer_scheduler_steps_total")
+        with concurrent.futures.ThreadPoolExecutor(64) as pool:
+            got = list(pool.map(streamed, prompts))
+        steps = metric(s.url, "ninfer_scheduler_steps_total") - steps0
+        tokens = sum(u for _, u in got)
+        check([t for t, _ in got] == want, "%s: 64 concurrent greedy streams equal the requests sent alone" % what)
+        batch = metric(s.url, "ninfer_batch_sequences_max")
+        print("%s: %d tokens in %d steps, largest batch %d sequences, %d preemptions" %
+              (what, tokens, steps, batch, metric(s.url, "ninfer_preemptions_total")))
+        check(batch > 1 and steps < tokens / 2, "%s: requests are batched (%d steps for %d tokens, largest batch %d)" %
+              (what, steps, tokens, batch))
+        pool_full(s, what)
+        return s, metric(s.url, "ninfer_preemptions_total")
+    finally:
+        check(s.stop() == 0, "%s: server exits 0" % what)
+
+
+def vanishing_clients():
+    # streaming clients that leave after their first chunk, with requests that would run for ~30000
+    # tokens: their sequences are cancelled and their pages return within moments, not at the end
+    s = Server(NINFER, MODEL, "--ctx", "32768", "--parallel", "4")
+    try:
+        body = json.dumps({"prompt": [1, 2, 3], "max_tokens": 30000, "temperature": 0, "ignore_eos": True, "stream": True})
+        socks = []
+        for _ in range(4):
+            sock = socket.create_connection(("127.0.0.1", s.port))
+            sock.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          "Content-Length: %d\r\n\r\n%s" % (len(body), body)).encode())
+            sock.recv(100)
+            socks.append(sock)
+        check(metric(s.url, "ninfer_kv_pages_used") > 0, "vanishing clients: their sequences hold pages while they run")
+        t0 = time.time()
+        for sock in socks:
+            sock.close()
+        while time.time() - t0 < 3 and (metric(s.url, "ninfer_requests_running") or metric(s.url, "ninfer_kv_pages_used")):
+            time.sleep(0.02)
+        print("vanishing clients: pages back %.2f s after the clients left" % (time.time() - t0))
+        check(metric(s.url, "ninfer_requests_running") == 0 and metric(s.url, "ninfer_kv_pages_used") == 0,
+              "vanishing clients: cancelled within 3 s, pages back")
+        check(metric(s.url, "ninfer_requests_cancelled_total") == 4, "vanishing clients: 4 requests cancelled")
+        pool_full(s, "vanishing clients")
+    finally:
+        check(s.stop() == 0, "vanishing clients: server exits 0")
 
 
 def main():
@@ -315,13 +376,18 @@ def main():
         stops(c, text)
         seeds(c)
         logprobs(c)
-        concurrent_clients(c)
         utf8_chunks(s.url)
         keep_alive(s.url)
         errors(c, s.url)
         disconnect_and_stop(c, s.url)
     finally:
         check(s.stop() == 0, "server exits 0 on SIGTERM")
+    concurrent_clients("64 sequences at once", 20, "--parallel", "64")
+    # a pool of 16 pages for 64 sequences of 84 tokens (2 pages each): admission waits for pages and
+    # decode growth preempts; recomputed sequences must still equal their requests alone
+    _, preempted = concurrent_clients("scarce pages", 80, "--parallel", "64", "--kv-pages", "16")
+    check(preempted > 0, "scarce pages: sequences were preempted (%s)" % preempted)
+    vanishing_clients()
     auth()
     busy()
     graceful_stop()

@@ -48,6 +48,9 @@ static void keys(void)
     char *s = nf_api_lossy_utf8("a\xFF\xC3\xA9\xC3", 5);
     CHECK(s && strcmp(s, "a\xEF\xBF\xBD\xC3\xA9\xEF\xBF\xBD") == 0);
     free(s);
+    s = nf_api_lossy_utf8("a\0b", 3); /* NUL would end the JSON string */
+    CHECK(s && strcmp(s, "a\xEF\xBF\xBD" "b") == 0);
+    free(s);
 }
 
 /* Status and param of a request body (the model is a byte tokenizer-free stub: only bodies that
