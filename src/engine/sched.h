@@ -20,7 +20,7 @@
  *      stops are checked and ended sequences return their pages at once.
  *
  * Events: each sampled token is reported to the sequence's emit callback with the text that became
- * printable (UTF-8-safe, stop strings held back), then exactly one final event (token -1, the last text,
+ * printable (UTF-8-safe, stop strings held back) and, when asked, its log-probabilities, then exactly one final event (token -1, the last text,
  * end != NF_SEQ_RUNNING). A callback may cancel sequences; it must not add, remove or step. */
 #ifndef NF_ENGINE_SCHED_H
 #define NF_ENGINE_SCHED_H
