@@ -17,8 +17,9 @@
 
 #include "base/error.h"
 #include "engine/sampler.h"
+#include "engine/sched.h"
 
-enum { NF_SERVE_MAX_STOPS = 4, NF_SERVE_MAX_TOP_LOGPROBS = 20 };
+enum { NF_SERVE_MAX_STOPS = 4, NF_SERVE_MAX_TOP_LOGPROBS = NF_SEQ_MAX_TOP_LOGPROBS };
 
 /* Why a job ended: OpenAI's finish_reason values plus the two that are not a finish. */
 typedef enum nf_serve_finish {
