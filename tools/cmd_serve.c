@@ -127,7 +127,7 @@ static int parse(serve_cli *c, int argc, char **argv)
     };
     const nf_cmd_usage u = {
         .name = "serve",
-        .synopsis = "-m MODEL [--host ADDR] [--port N] [--api-key KEY | --api-key-file FILE] [--ctx N] [--device DEV]",
+        .synopsis = "-m MODEL [--host ADDR] [--port N] [--api-key KEY | --api-key-file FILE] [--ctx N] [--parallel N] [--device DEV]",
         .description = "Serve the model over HTTP with OpenAI's API: POST /v1/chat/completions, /v1/completions,\n"
                        "/tokenize, /detokenize; GET /v1/models, /health, /metrics, and a chat page at /\n"
                        "(docs/serve.md). SIGINT or SIGTERM stops it: in-flight streams get their final chunk.",
