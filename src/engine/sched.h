@@ -76,11 +76,11 @@ typedef struct nf_seq_params {
     size_t n_eos;
     const char *const *stops;     /* [n_stops] strings that end generation (copied; need a tokenizer) */
     size_t n_stops;
+    nf_seq_emit_fn emit;          /* may be NULL */
+    void *ctx;
     int logprobs;                 /* 1: token events carry log-probabilities (on a device backend every
                                    * step of this sequence then fetches the whole logits row: slower) */
     uint32_t top_logprobs;        /* with logprobs: this many best alternatives (<= NF_SEQ_MAX_TOP_LOGPROBS) */
-    nf_seq_emit_fn emit;          /* may be NULL */
-    void *ctx;
 } nf_seq_params;
 
 /* The backend as the scheduler drives it (the nf_backend_ops functions of the batch contract). */
