@@ -9,6 +9,7 @@ static const nf_command benches[] = {
     {"codec", "dequantize and matvec throughput per codec (GB/s) next to memcpy", nf_cmd_bench_codec},
     {"sparse-moe", "the CUDA sparse-MoE operator: latency, GB/s and TFLOP/s against measured ceilings", nf_cmd_bench_sparse_moe},
     {"e2e", "llama-bench-style prompt (pp) and generation (tg) tokens/s of a model", nf_cmd_bench_e2e},
+    {"serve", "load an OpenAI-compatible server: throughput, TTFT, TPOT, ITL (vllm bench serve's definitions)", nf_cmd_bench_serve},
     {"batch", "many sequences at once through the scheduler: aggregate t/s, step split, TTFT, KV pages", nf_cmd_bench_batch},
 };
 

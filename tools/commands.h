@@ -36,8 +36,10 @@ int nf_cmd_run(int argc, char **argv);        /* tools/cmd_run.c */
 int nf_cmd_chat(int argc, char **argv);       /* tools/cmd_chat.c */
 int nf_cmd_eval(int argc, char **argv);       /* tools/cmd_eval.c */
 int nf_cmd_perplexity(int argc, char **argv); /* tools/cmd_perplexity.c */
+int nf_cmd_serve(int argc, char **argv);      /* tools/cmd_serve.c */
 int nf_cmd_synth(int argc, char **argv);      /* tools/cmd_synth.c */
 int nf_cmd_bench_e2e(int argc, char **argv);  /* ninfer bench e2e: tools/cmd_bench_e2e.c */
+int nf_cmd_bench_serve(int argc, char **argv); /* ninfer bench serve: tools/cmd_bench_serve.c */
 int nf_cmd_bench_batch(int argc, char **argv); /* ninfer bench batch: tools/cmd_bench_batch.c */
 
 #endif

@@ -10,12 +10,13 @@
 # NF_SKIP_DEPS=1 skips the check (a machine that is not Debian, or a build that brings its own).
 set -euo pipefail
 
-# build: build-essential cmake ninja-build git pkg-config libpcre2-dev libcjson-dev; make fuzz: clang
+# build: build-essential cmake ninja-build git pkg-config libpcre2-dev libcjson-dev libmicrohttpd-dev (ninfer serve); make fuzz: clang
 # libclang-rt-14-dev; make demo: python3 python3-pip (only `pip download`, which Debian's PEP 668
 # guard allows: no venv needed) and ca-certificates (pip reaches PyPI over HTTPS; python3-pip
-# depends on it, listed for clarity).
-packages=(build-essential cmake ninja-build git pkg-config libpcre2-dev libcjson-dev clang libclang-rt-14-dev
-          python3 python3-pip ca-certificates)
+# depends on it, listed for clarity); the serve tests: python3-venv (a venv for the openai client and
+# selenium), chromium and chromium-driver (the chat page in a headless browser; skipped without them).
+packages=(build-essential cmake ninja-build git pkg-config libpcre2-dev libcjson-dev libmicrohttpd-dev clang libclang-rt-14-dev
+          python3 python3-pip python3-venv ca-certificates chromium chromium-driver)
 
 if [ "${1:-}" = "--list" ]; then
   printf '%s\n' "${packages[@]}"

@@ -14,6 +14,7 @@ static const nf_command commands[] = {
     {"chat", "interactive chat with the model's chat template (CUDA or CPU, as run)", nf_cmd_chat},
     {"eval", "run token ids as one prompt and write every position's logits (.npy; CPU unless --device)", nf_cmd_eval},
     {"perplexity", "perplexity of a text file (llama.cpp's windows)", nf_cmd_perplexity},
+    {"serve", "serve the model over HTTP with OpenAI's API, a chat page and metrics", nf_cmd_serve},
     {"synth", "write a full-size model of a named geometry with random weights (no download)", nf_cmd_synth},
 };
 

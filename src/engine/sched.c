@@ -1,6 +1,7 @@
 /* The continuous-batching scheduler (see sched.h for the step and docs/sched.md for the policy). */
 #include "engine/sched.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +35,11 @@ typedef struct seq {
     /* the text of the event being built (set by the stop stream's callback) */
     const char *ev_text;
     size_t ev_len;
+    /* p.logprobs: the sampled token's log-probability and the best alternatives (the event's) */
+    float lp;
+    uint32_t n_top;
+    int32_t top_ids[NF_SEQ_MAX_TOP_LOGPROBS];
+    float top_lp[NF_SEQ_MAX_TOP_LOGPROBS];
 } seq;
 
 struct nf_sched {
@@ -234,6 +240,9 @@ static nf_status check_add(const nf_sched *s, const int32_t *prompt, size_t n, c
                                 prompt[i], s->o.vocab);
     if (p->n_stops && !s->o.tok)
         return nf_error_set(err, NF_ERR_INVALID_ARG, "sched: stop strings need a tokenizer (nf_sched_opts.tok)");
+    if (p->logprobs && p->top_logprobs > NF_SEQ_MAX_TOP_LOGPROBS)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "sched: top_logprobs %u (at most %d)", p->top_logprobs,
+                            NF_SEQ_MAX_TOP_LOGPROBS);
     return NF_OK;
 }
 
@@ -294,7 +303,8 @@ static void take_text(void *ctx, const char *text, size_t len)
 static void emit(seq *q, int32_t token, nf_seq_end end)
 {
     if (q->p.emit) {
-        nf_seq_event ev = {q->id, token, q->ev_text ? q->ev_text : "", q->ev_len, end};
+        nf_seq_event ev = {q->id, token, q->ev_text ? q->ev_text : "", q->ev_len, end, 0, 0, NULL, NULL};
+        if (q->p.logprobs && token >= 0) ev.logprob = q->lp, ev.n_top = q->n_top, ev.top_ids = q->top_ids, ev.top_lp = q->top_lp;
         q->p.emit(q->p.ctx, &ev);
     }
     q->ev_text = NULL;
@@ -333,6 +343,15 @@ void nf_sched_remove(nf_sched *s, uint64_t id)
         memmove(&s->seqs[i], &s->seqs[i + 1], (s->n_seqs - i - 1) * sizeof *s->seqs);
         s->n_seqs--;
         return;
+    }
+}
+
+void nf_sched_count(const nf_sched *s, size_t *waiting, size_t *active)
+{
+    *waiting = *active = 0;
+    for (size_t i = 0; i < s->n_seqs; i++) {
+        *waiting += s->seqs[i]->state == SEQ_WAITING;
+        *active += s->seqs[i]->state == SEQ_ACTIVE;
     }
 }
 
@@ -639,8 +658,8 @@ static nf_status penalize(nf_sched *s, const plan *b, nf_error *err)
     return s->be.penalize(s->be.state, s->pen.pen, s->pen.start, s->pen.ids, s->pen.counts, err);
 }
 
-/* Device backends: top-k pairs when every sampled sequence's sampler can decide from them, else
- * every logit. Sets *k (0: logits in s->logits). */
+/* Device backends: top-k pairs when every sampled sequence's sampler can decide from them and none
+ * asked for log-probabilities, else every logit. Sets *k (0: logits in s->logits). */
 static nf_status fetch(nf_sched *s, const plan *b, uint32_t *k, nf_error *err)
 {
     *k = 0;
@@ -651,7 +670,7 @@ static nf_status fetch(nf_sched *s, const plan *b, uint32_t *k, nf_error *err)
         const seq *q = s->batch[i];
         if (q->n_cached + q->take != q->n) continue;
         const uint32_t ki = device_k(s, q);
-        if (!ki) all_top = 0;
+        if (!ki || q->p.logprobs) all_top = 0;
         if (ki > kmax) kmax = ki;
     }
     if (all_top && kmax) {
@@ -691,6 +710,28 @@ static nf_status accept_token(nf_sched *s, seq *q, int32_t id, nf_sched_step_inf
     return NF_OK;
 }
 
+/* The log-softmax of logits[vocab] (double sums) at id and at the n_top best ids (insertion into a
+ * sorted prefix: ties stay with the lower id, which comes first). */
+static void seq_logprobs(seq *q, const float *l, uint32_t vocab, int32_t id)
+{
+    float mx = l[0];
+    for (uint32_t i = 1; i < vocab; i++) mx = l[i] > mx ? l[i] : mx;
+    double sum = 0;
+    for (uint32_t i = 0; i < vocab; i++) sum += exp((double)l[i] - mx);
+    const double lse = mx + log(sum);
+    const uint32_t k = q->p.top_logprobs;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < vocab && k; i++) {
+        if (n == k && !(l[i] > l[q->top_ids[n - 1]])) continue;
+        uint32_t at = n < k ? n++ : n - 1;
+        for (; at > 0 && l[i] > l[q->top_ids[at - 1]]; at--) q->top_ids[at] = q->top_ids[at - 1];
+        q->top_ids[at] = (int32_t)i;
+    }
+    q->n_top = n;
+    for (uint32_t j = 0; j < n; j++) q->top_lp[j] = (float)(l[q->top_ids[j]] - lse);
+    q->lp = (float)(l[id] - lse);
+}
+
 /* Step 3 after the forward: positions advance, pages are published, finished prompts sample. */
 static nf_status after_forward(nf_sched *s, const plan *b, uint32_t k, nf_sched_step_info *info, nf_error *err)
 {
@@ -708,7 +749,9 @@ static nf_status after_forward(nf_sched *s, const plan *b, uint32_t k, nf_sched_
             const uint32_t ki = device_k(s, q);
             id = nf_sampler_sample_top(q->sampler, s->top_ids + (size_t)i * k, s->top_vals + (size_t)i * k, ki);
         } else {
-            id = nf_sampler_sample(q->sampler, s->logits + (size_t)i * s->o.vocab, q->toks, q->n);
+            const float *l = s->logits + (size_t)i * s->o.vocab;
+            id = nf_sampler_sample(q->sampler, l, q->toks, q->n);
+            if (q->p.logprobs) seq_logprobs(q, l, s->o.vocab, id);
         }
         nf_status rc = accept_token(s, q, id, info, err);
         if (rc) return rc;

@@ -21,7 +21,7 @@
  *      stops are checked and ended sequences return their pages at once.
  *
  * Events: each sampled token is reported to the sequence's emit callback with the text that became
- * printable (UTF-8-safe, stop strings held back), then exactly one final event (token -1, the last text,
+ * printable (UTF-8-safe, stop strings held back) and, when asked, its log-probabilities, then exactly one final event (token -1, the last text,
  * end != NF_SEQ_RUNNING). A callback may cancel sequences; it must not add, remove or step. */
 #ifndef NF_ENGINE_SCHED_H
 #define NF_ENGINE_SCHED_H
@@ -55,7 +55,18 @@ typedef struct nf_seq_event {
                        * during the call); empty without a tokenizer */
     size_t len;
     nf_seq_end end;   /* NF_SEQ_RUNNING, or why the sequence ended (final event) */
+    /* Token events of a sequence that asked (nf_seq_params.logprobs), else 0 / NULL: the log-softmax of
+     * the model's logits for this step (before penalties, temperature and truncation: the distribution
+     * the model gave, as OpenAI and vLLM report it) at the sampled id, and the n_top best ids (best
+     * first, ties to the lower id) with theirs; the arrays are valid only during the call. */
+    float logprob;
+    uint32_t n_top;
+    const int32_t *top_ids;
+    const float *top_lp;
 } nf_seq_event;
+
+/* The most alternatives a token event carries (OpenAI's top_logprobs limit). */
+#define NF_SEQ_MAX_TOP_LOGPROBS 20
 
 typedef void (*nf_seq_emit_fn)(void *ctx, const nf_seq_event *ev);
 
@@ -68,6 +79,9 @@ typedef struct nf_seq_params {
     size_t n_stops;
     nf_seq_emit_fn emit;          /* may be NULL */
     void *ctx;
+    int logprobs;                 /* 1: token events carry log-probabilities (on a device backend every
+                                   * step of this sequence then fetches the whole logits row: slower) */
+    uint32_t top_logprobs;        /* with logprobs: this many best alternatives (<= NF_SEQ_MAX_TOP_LOGPROBS) */
 } nf_seq_params;
 
 /* The backend as the scheduler drives it (the nf_backend_ops functions of the batch contract). */
@@ -137,6 +151,8 @@ nf_status nf_sched_cancel(nf_sched *s, uint64_t id, nf_error *err);
 nf_status nf_sched_step(nf_sched *s, nf_sched_step_info *info, nf_error *err);
 /* Nothing waiting or active. */
 int nf_sched_idle(const nf_sched *s);
+/* Sequences waiting (queued or preempted) and active (admitted, holding pages), for gauges. */
+void nf_sched_count(const nf_sched *s, size_t *waiting, size_t *active);
 
 /* A sequence's tokens, prompt first (n_prompt of them), valid until the next step; NULL when unknown. */
 const int32_t *nf_sched_tokens(const nf_sched *s, uint64_t id, size_t *n_prompt, size_t *n);

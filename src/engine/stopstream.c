@@ -34,25 +34,35 @@ static nf_status append(nf_stop_stream *b, const char *s, size_t n, nf_error *er
     return NF_OK;
 }
 
+/* Where the earliest occurrence of any stop string starts in s[from, len) (not only the first
+ * listed one's: "ab" and "bab" over "bab" stop at 0); len when none. */
+static size_t first_stop(const nf_stop_stream *b, size_t from)
+{
+    size_t first = b->len;
+    for (size_t i = 0; i < b->n_stops; i++) {
+        const size_t sl = strlen(b->stops[i]);
+        for (size_t at = from; sl && at + sl <= b->len && at < first; at++)
+            if (memcmp(b->s + at, b->stops[i], sl) == 0) first = at;
+    }
+    return first;
+}
+
 /* Emits what can no longer be part of a stop string; returns 1 when a stop string completed
  * (the text before it is emitted, the rest dropped). */
 static int flush(nf_stop_stream *b, nf_text_fn emit, void *ctx, int final)
 {
+    const size_t stop = first_stop(b, b->emitted);
+    if (stop < b->len) {
+        if (stop > b->emitted && emit) emit(ctx, b->s + b->emitted, stop - b->emitted);
+        b->emitted = b->len;
+        return 1;
+    }
     size_t safe = b->len;
-    for (size_t i = 0; i < b->n_stops; i++) {
-        const char *stop = b->stops[i];
-        size_t sl = strlen(stop);
-        if (!sl) continue;
-        for (size_t at = b->emitted; at + sl <= b->len; at++)
-            if (memcmp(b->s + at, stop, sl) == 0) {
-                if (at > b->emitted && emit) emit(ctx, b->s + b->emitted, at - b->emitted);
-                b->emitted = b->len;
-                return 1;
-            }
-        if (final) continue;
+    for (size_t i = 0; i < b->n_stops && !final; i++) {
         /* the longest suffix that is a proper prefix of the stop string is held back */
-        for (size_t k = sl - 1; k > 0; k--)
-            if (k <= b->len - b->emitted && memcmp(b->s + b->len - k, stop, k) == 0) {
+        const size_t sl = strlen(b->stops[i]);
+        for (size_t k = sl ? sl - 1 : 0; k > 0; k--)
+            if (k <= b->len - b->emitted && memcmp(b->s + b->len - k, b->stops[i], k) == 0) {
                 if (b->len - k < safe) safe = b->len - k;
                 break;
             }

@@ -477,7 +477,7 @@ static size_t stream_emit(nf_tok_stream *s, const uint8_t *b, size_t n, int fina
         // Work on the pending bytes followed by up to 4 new bytes: enough for any sequence.
         size_t k = (size_t)s->n_pend, take = n < 4 ? n : 4;
         memcpy(tmp, s->pend, k);
-        memcpy(tmp + k, b, take);
+        if (take) memcpy(tmp + k, b, take); /* flush passes b = NULL: memcpy from NULL is undefined even for 0 bytes */
         size_t len;
         uint32_t cp;
         nf_u8_scan r = nf_u8_next(tmp, k + take, &len, &cp);

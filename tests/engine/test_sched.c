@@ -20,12 +20,21 @@
  * hold, counts as a violation. */
 #include "nf_test.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/sched.h"
 
-enum { VOCAB = 32, MAXN = 512 };
+enum { VOCAB = 32, MAXN = 512, LPN = 64 /* tokens whose log-probabilities are compared */ };
+
+/* One token's log-probabilities as an event reported them or the oracle computed them. */
+typedef struct lp_row {
+    float lp;
+    uint32_t n_top;
+    int32_t ids[NF_SEQ_MAX_TOP_LOGPROBS];
+    float lps[NF_SEQ_MAX_TOP_LOGPROBS];
+} lp_row;
 
 static uint64_t mix(uint64_t z)
 {
@@ -188,6 +197,8 @@ typedef struct record {
     nf_seq_end end;
     size_t cancel_after; /* > 0: the callback cancels the sequence after this many tokens */
     nf_sched *s;
+    lp_row lp[LPN];
+    int lp_events;       /* token events that carried log-probabilities */
 } record;
 
 static void on_event(void *ctx, const nf_seq_event *ev)
@@ -203,6 +214,13 @@ static void on_event(void *ctx, const nf_seq_event *ev)
         return;
     }
     CHECK(r->finals == 0); /* nothing after the final event */
+    if (ev->top_ids || ev->logprob != 0) r->lp_events++;
+    if (r->n_toks < LPN) {
+        lp_row *l = &r->lp[r->n_toks];
+        l->lp = ev->logprob;
+        l->n_top = ev->n_top;
+        for (uint32_t j = 0; j < ev->n_top && j < NF_SEQ_MAX_TOP_LOGPROBS; j++) l->ids[j] = ev->top_ids[j], l->lps[j] = ev->top_lp[j];
+    }
     if (r->n_toks < MAXN) r->toks[r->n_toks++] = ev->token;
     if (r->cancel_after && r->n_toks == r->cancel_after) CHECK(nf_sched_cancel(r->s, ev->id, NULL) == NF_OK);
 }
@@ -214,7 +232,31 @@ typedef struct want {
     size_t n_toks;
     char text[MAXN + 1];
     nf_seq_end end;
+    lp_row lp[LPN];
 } want;
+
+static const float *sort_logits; /* for by_logit */
+
+static int by_logit(const void *a, const void *b)
+{
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (sort_logits[x] != sort_logits[y]) return sort_logits[x] > sort_logits[y] ? -1 : 1;
+    return (x > y) - (x < y);
+}
+
+/* The reference log-probabilities: log(softmax) summed in long double, alternatives by a full sort. */
+static void oracle_lp(const float *l, int32_t id, uint32_t top, lp_row *out)
+{
+    long double sum = 0;
+    for (int v = 0; v < VOCAB; v++) sum += expl((long double)l[v]);
+    int32_t order[VOCAB];
+    for (int v = 0; v < VOCAB; v++) order[v] = v;
+    sort_logits = l;
+    qsort(order, VOCAB, sizeof *order, by_logit);
+    out->lp = (float)((long double)l[id] - logl(sum));
+    out->n_top = top;
+    for (uint32_t j = 0; j < top; j++) out->ids[j] = order[j], out->lps[j] = (float)((long double)l[order[j]] - logl(sum));
+}
 
 static int first_stop(const char *text, const nf_seq_params *p, size_t *at)
 {
@@ -240,6 +282,7 @@ static void oracle(const int32_t *prompt, size_t n, const nf_seq_params *p, uint
         for (size_t q = 0; q < n; q++) h = fold(h, hist[q], (uint32_t)q);
         logits_of_hash(h, l);
         const int32_t id = nf_sampler_sample(smp, l, hist, n);
+        if (p->logprobs && w->n_toks < LPN) oracle_lp(l, id, p->top_logprobs, &w->lp[w->n_toks]);
         hist[n++] = id;
         w->toks[w->n_toks++] = id;
         int eos = 0;
@@ -316,6 +359,8 @@ static nf_seq_params params_for(const scenario *sc, size_t i, record *r, const i
     p.max_new = i % 7 == 6 ? 0 : sc->max_new - i % 5;
     if (i % 4 == 3) p.eos = eos, p.n_eos = 1;
     if (sc->with_text) p.stops = stops, p.n_stops = n_stops;
+    p.logprobs = i % 3 == 0;
+    p.top_logprobs = p.logprobs ? (uint32_t)(i * 7) % (NF_SEQ_MAX_TOP_LOGPROBS + 1) : 0;
     p.emit = on_event;
     p.ctx = r;
     return p;
@@ -385,6 +430,16 @@ static void compare(const scenario *sc, nf_sched *s, record *r, const want *w, s
               nf_seq_end_name(w->end));
     CHECK_MSG(r->n_toks == w->n_toks && memcmp(r->toks, w->toks, w->n_toks * sizeof *r->toks) == 0,
               "%s: seq %zu: %zu tokens, alone %zu (or they differ)", sc->name, q, r->n_toks, w->n_toks);
+    CHECK_MSG(r->lp_events == (q % 3 == 0 ? (int)r->n_toks : 0), "%s: seq %zu: %d events with log-probabilities",
+              sc->name, q, r->lp_events);
+    for (size_t t = 0; q % 3 == 0 && t < w->n_toks && t < LPN; t++) {
+        const lp_row *a = &r->lp[t], *b = &w->lp[t];
+        CHECK_MSG(fabsf(a->lp - b->lp) < 1e-5f && a->n_top == b->n_top, "%s: seq %zu token %zu: logprob %g, alone %g",
+                  sc->name, q, t, (double)a->lp, (double)b->lp);
+        for (uint32_t j = 0; j < b->n_top && j < a->n_top; j++)
+            CHECK_MSG(a->ids[j] == b->ids[j] && fabsf(a->lps[j] - b->lps[j]) < 1e-5f, "%s: seq %zu token %zu: top %u",
+                      sc->name, q, t, j);
+    }
     if (sc->with_text) {
         r->text[r->len] = 0;
         CHECK_MSG(strcmp(r->text, w->text) == 0, "%s: seq %zu: text '%s', alone '%s'", sc->name, q, r->text, w->text);

@@ -1,0 +1,284 @@
+/* `ninfer bench serve`: a load generator for any OpenAI-compatible server (ninfer's, llama-server,
+ * vLLM). C client threads each send one streaming /v1/completions request at a time, of random
+ * token-id prompts of --input-len tokens and --output-len tokens out (ignore_eos, so every request
+ * runs to its length where the server honours it), after --warmup requests that are not counted.
+ *
+ * The figures follow vLLM's `vllm bench serve` (vllm/benchmarks/serve.py, calculate_metrics):
+ * TTFT = send to first content chunk; TPOT = (latency - TTFT) / (output tokens - 1), per request
+ * with more than one token; ITL = the gaps between consecutive content chunks, over all requests;
+ * E2EL = send to the last byte; request throughput = completed / duration, output throughput =
+ * output tokens / duration. Percentiles interpolate linearly between order statistics, as numpy's
+ * default does. Plain sockets over HTTP/1.0 (the body ends when the server closes, no chunking).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base/timer.h"
+#include "cli.h"
+#include "commands.h"
+
+typedef struct bench_cfg {
+    const char *url, *model, *key;
+    char host[256], port[16];
+    long conc, requests, warmup, in_len, out_len, id_max, seed;
+    int no_ignore_eos;
+} bench_cfg;
+
+/* One request's measurements. */
+typedef struct req_result {
+    int ok;
+    double ttft, e2el;
+    long out_tokens;
+    double *itl; /* gaps between content chunks */
+    size_t n_itl;
+} req_result;
+
+typedef struct shared {
+    const bench_cfg *c;
+    pthread_mutex_t mu;
+    long next, total;      /* the next request index, how many in all (warm-up first) */
+    req_result *res;       /* [total] */
+} shared;
+
+static int parse_url(bench_cfg *c)
+{
+    const char *u = c->url;
+    if (strncmp(u, "http://", 7) != 0) return 0;
+    u += 7;
+    size_t h = strcspn(u, ":/");
+    if (!h || h >= sizeof c->host) return 0;
+    memcpy(c->host, u, h);
+    c->host[h] = 0;
+    snprintf(c->port, sizeof c->port, "%s", "80");
+    if (u[h] == ':') {
+        size_t p = strcspn(u + h + 1, "/");
+        if (!p || p >= sizeof c->port) return 0;
+        memcpy(c->port, u + h + 1, p);
+        c->port[p] = 0;
+    }
+    return 1;
+}
+
+static int dial(const bench_cfg *c)
+{
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(c->host, c->port, &hints, &res)) return -1;
+    int fd = socket(res->ai_family, SOCK_STREAM, 0);
+    if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen)) close(fd), fd = -1;
+    freeaddrinfo(res);
+    return fd;
+}
+
+/* The request: a JSON body of random token ids (splitmix64 of seed and index). */
+static char *request_text(const bench_cfg *c, long idx, size_t *len)
+{
+    size_t cap = 512 + (size_t)c->in_len * 12;
+    char *body = malloc(cap), *req = malloc(cap + 1024);
+    if (!body || !req) return free(body), free(req), NULL;
+    size_t n = (size_t)snprintf(body, cap, "{\"model\":\"%s\",\"max_tokens\":%ld,\"stream\":true,\"stream_options\":{\"include_usage\":true},\"temperature\":0,%s\"prompt\":[",
+                                c->model, c->out_len, c->no_ignore_eos ? "" : "\"ignore_eos\":true,");
+    uint64_t z = (uint64_t)c->seed * 0x9E3779B97F4A7C15ull + (uint64_t)idx;
+    for (long i = 0; i < c->in_len; i++) {
+        z += 0x9E3779B97F4A7C15ull;
+        uint64_t r = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        r = (r ^ (r >> 27)) * 0x94D049BB133111EBull;
+        n += (size_t)snprintf(body + n, cap - n, "%s%llu", i ? "," : "", (unsigned long long)((r ^ (r >> 31)) % (uint64_t)c->id_max));
+    }
+    n += (size_t)snprintf(body + n, cap - n, "]}");
+    char auth[600] = "";
+    if (c->key) snprintf(auth, sizeof auth, "Authorization: Bearer %.500s\r\n", c->key);
+    *len = (size_t)snprintf(req, cap + 1024,
+                            "POST /v1/completions HTTP/1.0\r\nHost: %s\r\nContent-Type: application/json\r\n%s"
+                            "Content-Length: %zu\r\n\r\n%s", c->host, auth, n, body);
+    free(body);
+    return req;
+}
+
+static void add_itl(req_result *r, double gap)
+{
+    double *p = realloc(r->itl, (r->n_itl + 1) * sizeof *p);
+    if (!p) return;
+    r->itl = p;
+    r->itl[r->n_itl++] = gap;
+}
+
+/* Reads the SSE body; a chunk whose text is non-empty is one arrival (a token, or a few). */
+static void read_stream(int fd, double t0, req_result *r)
+{
+    char buf[65536], line[1 << 16];
+    size_t ln = 0;
+    double last = 0;
+    int status = 0, in_body = 0;
+    ssize_t k;
+    while ((k = recv(fd, buf, sizeof buf, 0)) > 0) {
+        double now = nf_time_s();
+        for (ssize_t i = 0; i < k; i++) {
+            if (buf[i] != '\n') {
+                if (ln < sizeof line - 1) line[ln++] = buf[i];
+                continue;
+            }
+            line[ln] = 0;
+            ln = 0;
+            if (!status) sscanf(line, "HTTP/%*s %d", &status);
+            if (!in_body) {
+                in_body = line[0] == '\r' || line[0] == 0;
+                continue;
+            }
+            const char *u = strstr(line, "\"completion_tokens\":");
+            if (u) r->out_tokens = atol(u + 20);
+            const char *t = strstr(line, "\"text\":\"");
+            if (strncmp(line, "data: {", 7) != 0 || !t || t[8] == '"') continue;
+            if (r->ttft == 0) r->ttft = now - t0;
+            else add_itl(r, now - last);
+            last = now;
+        }
+    }
+    r->e2el = nf_time_s() - t0;
+    r->ok = status == 200 && r->ttft > 0;
+}
+
+static void *client(void *arg)
+{
+    shared *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        long idx = s->next < s->total ? s->next++ : -1;
+        pthread_mutex_unlock(&s->mu);
+        if (idx < 0) return NULL;
+        size_t len;
+        char *req = request_text(s->c, idx, &len);
+        int fd = req ? dial(s->c) : -1;
+        req_result *r = &s->res[idx];
+        double t0 = nf_time_s();
+        if (fd >= 0 && send(fd, req, len, MSG_NOSIGNAL) == (ssize_t)len) read_stream(fd, t0, r);
+        if (fd >= 0) close(fd);
+        free(req);
+    }
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* numpy.percentile's default (linear) on sorted v[n]. */
+static double pct(const double *v, size_t n, double p)
+{
+    if (!n) return NAN;
+    double at = p / 100 * (double)(n - 1);
+    size_t lo = (size_t)at;
+    return lo + 1 < n ? v[lo] + (v[lo + 1] - v[lo]) * (at - (double)lo) : v[lo];
+}
+
+static void report_line(const char *name, double *v, size_t n)
+{
+    qsort(v, n, sizeof *v, cmp_d);
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) sum += v[i];
+    printf("%-5s ms  mean %9.2f  p50 %9.2f  p90 %9.2f  p99 %9.2f  (n=%zu)\n", name, n ? 1e3 * sum / (double)n : NAN,
+           1e3 * pct(v, n, 50), 1e3 * pct(v, n, 90), 1e3 * pct(v, n, 99), n);
+}
+
+static void report(const bench_cfg *c, req_result *res, long from, long to, double dur)
+{
+    size_t n_itl = 0, done = 0, n_tpot = 0;
+    long out = 0;
+    for (long i = from; i < to; i++) n_itl += res[i].ok ? res[i].n_itl : 0;
+    double *ttft = calloc((size_t)(to - from) + 1, sizeof *ttft), *tpot = calloc((size_t)(to - from) + 1, sizeof *tpot),
+           *e2el = calloc((size_t)(to - from) + 1, sizeof *e2el), *itl = calloc(n_itl + 1, sizeof *itl);
+    if (!ttft || !tpot || !e2el || !itl) return (void)(free(ttft), free(tpot), free(e2el), free(itl));
+    n_itl = 0;
+    for (long i = from; i < to; i++) {
+        req_result *r = &res[i];
+        if (!r->ok) continue;
+        if (!r->out_tokens) r->out_tokens = (long)r->n_itl + 1; /* no usage chunk: one token per chunk */
+        ttft[done] = r->ttft, e2el[done++] = r->e2el;
+        out += r->out_tokens;
+        if (r->out_tokens > 1) tpot[n_tpot++] = (r->e2el - r->ttft) / (double)(r->out_tokens - 1);
+        memcpy(itl + n_itl, r->itl, r->n_itl * sizeof *itl);
+        n_itl += r->n_itl;
+    }
+    printf("ninfer bench serve: %s, concurrency %ld, %ld requests (+%ld warm-up), %ld tokens in, %ld out\n", c->url, c->conc,
+           c->requests, c->warmup, c->in_len, c->out_len);
+    printf("completed %zu, failed %zu, duration %.3f s, output tokens %ld\n", done, (size_t)(to - from) - done, dur, out);
+    printf("request throughput %.3f req/s, output %.1f tokens/s, total %.1f tokens/s\n", (double)done / dur,
+           (double)out / dur, (double)(out + (long)done * c->in_len) / dur);
+    report_line("TTFT", ttft, done);
+    report_line("TPOT", tpot, n_tpot);
+    report_line("ITL", itl, n_itl);
+    report_line("E2EL", e2el, done);
+    free(ttft), free(tpot), free(e2el), free(itl);
+}
+
+static int run(bench_cfg *c)
+{
+    shared s = {.c = c, .total = c->warmup + c->requests};
+    s.res = calloc((size_t)s.total, sizeof *s.res);
+    pthread_t *th = calloc((size_t)c->conc, sizeof *th);
+    if (!s.res || !th) return free(s.res), free(th), nf_cli_fail("out of memory");
+    pthread_mutex_init(&s.mu, NULL);
+    /* warm-up first, at the same concurrency, then the measured requests */
+    double t0 = 0;
+    for (int phase = 0; phase < 2; phase++) {
+        s.total = phase ? c->warmup + c->requests : c->warmup;
+        t0 = nf_time_s();
+        long started = 0;
+        for (long i = 0; i < c->conc; i++) started += pthread_create(&th[i], NULL, client, &s) == 0;
+        for (long i = 0; i < started; i++) pthread_join(th[i], NULL);
+    }
+    double dur = nf_time_s() - t0;
+    report(c, s.res, c->warmup, c->warmup + c->requests, dur);
+    long failed = 0;
+    for (long i = c->warmup; i < c->warmup + c->requests; i++) failed += !s.res[i].ok, free(s.res[i].itl);
+    for (long i = 0; i < c->warmup; i++) free(s.res[i].itl);
+    pthread_mutex_destroy(&s.mu);
+    free(s.res);
+    free(th);
+    return failed ? nf_cli_fail("%ld requests failed", failed) : 0;
+}
+
+int nf_cmd_bench_serve(int argc, char **argv)
+{
+    bench_cfg c = {.url = "http://127.0.0.1:8080", .model = NULL, .conc = 1, .requests = 0, .warmup = -1, .in_len = 512,
+                   .out_len = 128, .id_max = 256, .seed = 1};
+    nf_opt opts[] = {
+        {"--url", 0, NF_OPT_STRING, &c.url, "URL", "the server (default http://127.0.0.1:8080)", 0, 0},
+        {"--model", 0, NF_OPT_STRING, &c.model, "ID", "the model id requests name (required)", 0, 0},
+        {"--api-key", 0, NF_OPT_STRING, &c.key, "KEY", "sent as 'Authorization: Bearer KEY'", 0, 0},
+        {"--concurrency", 'c', NF_OPT_INT, &c.conc, "C", "requests in flight at once (default 1)", 1, 4096},
+        {"--requests", 'n', NF_OPT_INT, &c.requests, "N", "measured requests (default 4 x concurrency)", 1, 1e7},
+        {"--warmup", 0, NF_OPT_INT, &c.warmup, "N", "uncounted requests first (default: concurrency)", 0, 1e6},
+        {"--input-len", 0, NF_OPT_INT, &c.in_len, "T", "prompt tokens (random ids; default 512)", 1, 1 << 20},
+        {"--output-len", 0, NF_OPT_INT, &c.out_len, "T", "tokens to generate per request (default 128)", 1, 1 << 20},
+        {"--id-max", 0, NF_OPT_INT, &c.id_max, "V", "prompt ids are drawn from [0, V) (default 256)", 1, 1 << 30},
+        {"--seed", 0, NF_OPT_INT, &c.seed, "S", "prompt seed (default 1)", 0, 1e15},
+        {"--no-ignore-eos", 0, NF_OPT_FLAG, &c.no_ignore_eos, NULL, "do not send ignore_eos (servers that refuse it)", 0, 0},
+    };
+    const nf_cmd_usage u = {
+        .name = "bench serve",
+        .synopsis = "--model ID [--url URL] [-c C] [-n N] [--input-len T] [--output-len T]",
+        .description = "Load an OpenAI-compatible server with C concurrent streaming /v1/completions clients and report\n"
+                       "request and token throughput, TTFT, TPOT, ITL and E2EL (mean, p50, p90, p99) as vLLM's\n"
+                       "`vllm bench serve` defines them (docs/serve.md).",
+        .opts = opts,
+        .n_opts = NF_CLI_COUNT(opts),
+    };
+    int npos, r = nf_cli_parse(&u, argc, argv, NULL, &npos);
+    if (r) return r == NF_CLI_HELP ? 0 : 2;
+    if (!c.model) {
+        fprintf(stderr, "ninfer: error: bench serve needs --model ID (GET /v1/models lists it)\n");
+        return 2;
+    }
+    if (!parse_url(&c)) return nf_cli_fail("--url %s: expected http://HOST[:PORT]", c.url);
+    if (!c.requests) c.requests = 4 * c.conc;
+    if (c.warmup < 0) c.warmup = c.conc;
+    return run(&c);
+}
