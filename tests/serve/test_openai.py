@@ -329,7 +329,10 @@ def concurrent_clients(what, max_tokens, *server_args):
         batch = metric(s.url, "ninfer_batch_sequences_max")
         print("%s: %d tokens in %d steps, largest batch %d sequences, %d preemptions" %
               (what, tokens, steps, batch, metric(s.url, "ninfer_preemptions_total")))
-        check(batch > 1 and steps < tokens / 2, "%s: requests are batched (%d steps for %d tokens, largest batch %d)" %
+        # a one-at-a-time worker takes a step per token (1281 for 1280) and a batch of 1; how much the
+        # requests overlap beyond that depends on how fast the clients connect (a loaded CI machine
+        # saw 718 steps), so the check is the strict one
+        check(batch > 1 and steps < tokens, "%s: requests are batched (%d steps for %d tokens, largest batch %d)" %
               (what, steps, tokens, batch))
         pool_full(s, what)
         return s, metric(s.url, "ninfer_preemptions_total")
