@@ -19,6 +19,7 @@
  * without slots, with a slot out of range or twice, or continuing a slot at a position it does not
  * hold, counts as a violation. */
 #include "nf_test.h"
+#include "common/letters_tokenizer.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -162,27 +163,6 @@ static nf_status toy_copy(void *state, uint32_t dst, uint32_t src, nf_error *err
     memcpy(t->tok + (size_t)dst * t->pt, t->tok + (size_t)src * t->pt, t->pt * sizeof *t->tok);
     memcpy(t->pos + (size_t)dst * t->pt, t->pos + (size_t)src * t->pt, t->pt * sizeof *t->pos);
     return NF_OK;
-}
-
-/* ---- a toy tokenizer: id i is one ASCII letter ---- */
-
-static nf_tokenizer *letters(void)
-{
-    static char text[VOCAB][2];
-    const char *tokens[VOCAB];
-    for (int i = 0; i < VOCAB; i++) {
-        text[i][0] = (char)(i < 26 ? 'a' + i : 'A' + (i - 26));
-        tokens[i] = text[i];
-    }
-    nf_tok_desc d = nf_tok_desc_empty();
-    d.source = "test letters";
-    d.n_vocab = VOCAB;
-    d.tokens = tokens;
-    d.pre = "gpt2";
-    nf_tokenizer *t = NULL;
-    nf_error e;
-    if (nf_tok_create(&d, &t, &e)) CHECK_MSG(0, "tokenizer: %s", e.msg);
-    return t;
 }
 
 /* ---- what the events said ---- */
@@ -618,7 +598,7 @@ static void limits(void)
 
 int main(void)
 {
-    nf_tokenizer *tok = letters();
+    nf_tokenizer *tok = letters_tokenizer(VOCAB);
     if (tok) scenarios(tok);
     limits();
     nf_tok_free(tok);

@@ -8,23 +8,9 @@
 
 #include "engine/stopstream.h"
 #include "nf_test.h"
+#include "common/letters_tokenizer.h"
 
 enum { MAXLEN = 40 };
-
-/* Token i is the letter 'a' + i. */
-static nf_tokenizer *letters(void)
-{
-    static const char *tokens[] = {"a", "b", "c", "d"};
-    nf_tok_desc d = nf_tok_desc_empty();
-    d.source = "test letters";
-    d.n_vocab = 4;
-    d.tokens = tokens;
-    d.pre = "gpt2";
-    nf_tokenizer *t = NULL;
-    nf_error e;
-    if (nf_tok_create(&d, &t, &e)) CHECK_MSG(0, "tokenizer: %s", e.msg);
-    return t;
-}
 
 /* The earliest index where any stop string occurs; len when none. */
 static size_t brute_first(const char *t, size_t len, const char *const *stops, size_t n)
@@ -75,7 +61,7 @@ static void random_texts(const nf_tokenizer *tok)
 
 int main(void)
 {
-    nf_tokenizer *tok = letters();
+    nf_tokenizer *tok = letters_tokenizer(4);
     if (tok) random_texts(tok);
     nf_tok_free(tok);
     return nf_test_report();

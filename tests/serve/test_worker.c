@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "nf_test.h"
+#include "common/letters_tokenizer.h"
 #include "serve/worker.h"
 
 enum { V = 26, CTX = 256, PT = 16, MAX_SEQS = 8, CHUNK = 64 };
@@ -51,22 +52,6 @@ static nf_status toy_copy(void *state, uint32_t dst, uint32_t src, nf_error *err
 {
     (void)state, (void)dst, (void)src, (void)err;
     return NF_OK; /* the toy keeps no keys or values */
-}
-
-static nf_tokenizer *letters(void)
-{
-    static char text[V][2];
-    const char *tokens[V];
-    for (int i = 0; i < V; i++) text[i][0] = (char)('a' + i), tokens[i] = text[i];
-    nf_tok_desc d = nf_tok_desc_empty();
-    d.source = "test letters";
-    d.n_vocab = V;
-    d.tokens = tokens;
-    d.pre = "gpt2";
-    nf_tokenizer *t = NULL;
-    nf_error e;
-    if (nf_tok_create(&d, &t, &e)) CHECK_MSG(0, "tokenizer: %s", e.msg);
-    return t;
 }
 
 /* ---- the fixture: a toy engine, a worker over it ---- */
@@ -326,7 +311,7 @@ static void failure(const nf_tokenizer *tok)
 
 int main(void)
 {
-    nf_tokenizer *tok = letters();
+    nf_tokenizer *tok = letters_tokenizer(V);
     if (tok) {
         together(tok);
         eos(tok);
