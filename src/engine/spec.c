@@ -31,8 +31,8 @@ nf_status nf_spec_parse(const char *spec, uint32_t *k, nf_error *err)
 
 size_t nf_spec_draft(const int32_t *seq, size_t n, size_t k, int32_t *draft)
 {
-    if (n < 2) return 0;
-    for (size_t m = n - 1 < NF_SPEC_NGRAM ? n - 1 : NF_SPEC_NGRAM; m >= 1; m--) {
+    if (n < NF_SPEC_NGRAM_MIN + 1) return 0;
+    for (size_t m = n - 1 < NF_SPEC_NGRAM ? n - 1 : NF_SPEC_NGRAM; m >= NF_SPEC_NGRAM_MIN; m--) {
         /* the latest start j whose m tokens end before the suffix's last one, so one token follows */
         for (size_t j = n - m; j-- > 0;) {
             if (memcmp(seq + j, seq + n - m, m * sizeof *seq)) continue;

@@ -1,7 +1,11 @@
 /* Model-free speculative decoding (`--spec ngram:K`, prompt lookup) for the single-sequence session.
  *
  * Drafting: the most recent earlier occurrence of the sequence's last NF_SPEC_NGRAM tokens (then of
- * fewer, down to one) and up to K of the tokens that followed it. Verification: one forward of the
+ * fewer, down to NF_SPEC_NGRAM_MIN) and up to K of the tokens that followed it. Not down to one token:
+ * on ordinary text a single repeated token rarely predicts the next ones, and each such draft costs
+ * verification (SmolLM2 on the CPU, docs/perf/spec_ngram_cpu.txt: 180 drafts of which 5% were accepted
+ * and -25% tokens/s with single-token matches, 35 drafts and no loss without; a repetitive prompt
+ * speeds up about the same either way). Verification: one forward of the
  * last accepted token and the drafts with every position's logits; draft i is checked against the
  * logits of the position before it with nf_sampler_verify (sampler.h: exact for greedy, and with
  * temperature the rejection rule for a point-mass proposal, so the tokens are distributed as without
@@ -20,7 +24,8 @@
 #include "engine/sampler.h"
 
 #define NF_SPEC_MAX_K 8 /* the most drafts per step */
-#define NF_SPEC_NGRAM 3 /* the longest suffix looked up */
+#define NF_SPEC_NGRAM 3     /* the longest suffix looked up */
+#define NF_SPEC_NGRAM_MIN 2 /* the shortest */
 
 /* NF_OK when the engine can speculate with k drafts per step (1 .. NF_SPEC_MAX_K, not a hybrid). */
 nf_status nf_spec_check(const nf_engine *e, uint32_t k, nf_error *err);
