@@ -47,8 +47,12 @@ size_t nf_spec_draft(const int32_t *seq, size_t n, size_t k, int32_t *draft)
 nf_status nf_spec_verify(nf_engine *e, nf_sampler *s, const int32_t *tokens, size_t n, size_t n_draft, float *rows,
                          int32_t *out, size_t *n_out, nf_error *err)
 {
+    if (n_draft > NF_SPEC_MAX_K || n <= n_draft)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "speculation: %zu drafts in a sequence of %zu tokens", n_draft, n);
+    nf_status st = nf_spec_check(e, (uint32_t)n_draft, err); /* also refuses a hybrid, which could not roll back */
+    if (st) return st;
     const size_t V = e->model->cfg.vocab, first = n - n_draft - 1; /* tokens[first]: the last accepted token */
-    nf_status st = nf_engine_prefill(e, tokens + first, n_draft + 1, rows, err);
+    st = nf_engine_prefill(e, tokens + first, n_draft + 1, rows, err);
     if (st) return st;
     size_t acc = 0;
     int32_t id;

@@ -306,6 +306,14 @@ static void hybrid_refused(const char *path)
             nf_gen_stats st;
             CHECK(nf_generate(e, tok, s, prompt, 3, &p, emit, NULL, NULL, &st, &err) == NF_ERR_UNSUPPORTED);
             CHECK(e->n_past == 0);
+            int32_t out[2];
+            size_t n_out;
+            float rows[2 * 256];
+            CHECK(m->cfg.vocab <= 256 &&
+                  nf_spec_verify(e, s, prompt, 3, 1, rows, out, &n_out, &err) == NF_ERR_UNSUPPORTED);
+            CHECK(nf_spec_verify(e, s, prompt, 3, 0, rows, out, &n_out, &err) == NF_ERR_INVALID_ARG);
+            CHECK(nf_spec_verify(e, s, prompt, 3, 3, rows, out, &n_out, &err) == NF_ERR_INVALID_ARG);
+            CHECK(e->n_past == 0);
             nf_sampler_free(s);
         }
         nf_tok_free(tok);
