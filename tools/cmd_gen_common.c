@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "gpu_bench.h"
+#include "engine/spec.h"
 #include "engine/text.h"
 #include "gen_common.h"
 
@@ -32,14 +33,17 @@ int nf_gen_cli_opts(nf_gen_cli *g, nf_opt *o)
     o[n++] = (nf_opt){"--stop", 0, NF_OPT_STRING, &g->stop, "TEXT", "stop when this text is generated", 0, 0};
     o[n++] = (nf_opt){"--kv-bf16", 0, NF_OPT_FLAG, &g->kv_bf16, NULL, "CPU: keep the KV cache in bf16 (default f32; cuda is always bf16)", 0, 0};
     o[n++] = (nf_opt){"--device", 0, NF_OPT_STRING, &g->device, "DEV", "cpu, cuda or auto (default: cuda when a GPU is visible)", 0, 0};
+    o[n++] = (nf_opt){"--spec", 0, NF_OPT_STRING, &g->spec, "ngram:K", "speculative decoding: up to K (1..8) drafts a step "
+                      "by prompt lookup, verified in one forward (same greedy text; not for hybrids)", 0, 0};
     return n;
 }
 
 nf_status nf_gen_session_open(const nf_gen_cli *g, nf_gen_session *s, nf_error *err)
 {
     memset(s, 0, sizeof *s);
-    nf_status st = nf_model_load(g->model_path, &s->model, err);
-    if (st) return st;
+    uint32_t spec_k = 0;
+    nf_status st = g->spec ? nf_spec_parse(g->spec, &spec_k, err) : NF_OK;
+    if (st || (st = nf_model_load(g->model_path, &s->model, err))) return st;
     nf_engine_opts eo = {.device = g->device, .threads = (int)g->threads, .ctx = (uint32_t)g->ctx, .kv_bf16 = g->kv_bf16};
     nf_sampler_params sp = {.temp = (float)g->temp, .top_k = (int)g->top_k, .top_p = (float)g->top_p,
                             .min_p = (float)g->min_p, .repeat_penalty = (float)g->repeat_penalty,
@@ -47,12 +51,14 @@ nf_status nf_gen_session_open(const nf_gen_cli *g, nf_gen_session *s, nf_error *
                             .presence_penalty = (float)g->presence_penalty,
                             .frequency_penalty = (float)g->frequency_penalty};
     if ((st = nf_text_tokenizer(s->model->art, &s->tok, err)) || (st = nf_engine_create(s->model, &eo, &s->eng, err)) ||
-        (st = nf_sampler_create(&sp, s->model->cfg.vocab, &s->sampler, err))) {
+        (st = nf_sampler_create(&sp, s->model->cfg.vocab, &s->sampler, err)) ||
+        (spec_k && (st = nf_spec_check(s->eng, spec_k, err)))) {
         nf_gen_session_close(s);
         return st;
     }
     nf_text_eos_ids(s->model->art, &s->params.eos, &s->params.n_eos, &s->eos_one);
     s->params.max_new = (size_t)g->n_predict;
+    s->params.spec_k = spec_k;
     if (g->stop && *g->stop) {
         s->stops[0] = g->stop;
         s->params.stops = s->stops;
@@ -80,7 +86,7 @@ static double kv_bytes_per_token(const nf_gen_stats *st, const nf_engine *e)
     return avg_len * c->layers * 2.0 * c->kv_heads * c->head_dim * esz;
 }
 
-void nf_gen_print_stats(const nf_gen_stats *st, const nf_engine *e)
+void nf_gen_print_stats(const nf_gen_stats *st, const nf_engine *e, uint32_t spec_k)
 {
     static const char *why[] = {"length", "end-of-generation token", "stop string", "context full"};
     /* weights streamed per decoded token: every dense byte, k/E of each expert bank, one embedding row */
@@ -99,4 +105,9 @@ void nf_gen_print_stats(const nf_gen_stats *st, const nf_engine *e)
             "%.3f GB of weights + %.3f GB of KV per token = %.1f GB/s%s) | %s | ended by %s\n",
             st->prompt_tokens, st->prompt_s, st->prompt_s > 0 ? (double)st->prompt_tokens / st->prompt_s : 0.0,
             st->gen_tokens, st->gen_s, gen_tps, gbw, gbkv, gbs, peak, dev, why[st->end]);
+    if (!spec_k) return;
+    /* the prompt's forward picked the first token, so without speculation this is exactly 1 */
+    fprintf(stderr, "speculation ngram:%u: %zu drafted, %zu accepted (%.1f%%), %.2f tokens per forward (%zu forwards)\n",
+            spec_k, st->drafted, st->accepted, st->drafted ? 100.0 * (double)st->accepted / (double)st->drafted : 0.0,
+            (double)st->gen_tokens / (double)(st->forwards + 1), st->forwards + 1);
 }

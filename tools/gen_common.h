@@ -12,7 +12,7 @@
 enum { NF_GEN_CLI_MAX_OPTS = 18 };
 
 typedef struct nf_gen_cli {
-    const char *model_path, *stop, *device;
+    const char *model_path, *stop, *device, *spec;
     long n_predict, threads, ctx, top_k, seed, repeat_last_n;
     double temp, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
     int kv_bf16;
@@ -34,7 +34,8 @@ typedef struct nf_gen_session {
 
 nf_status nf_gen_session_open(const nf_gen_cli *g, nf_gen_session *s, nf_error *err);
 void nf_gen_session_close(nf_gen_session *s);
-/* "prompt: N tokens in X s (Y tokens/s) | generation: ..." on stderr. */
-void nf_gen_print_stats(const nf_gen_stats *st, const nf_engine *e);
+/* "prompt: N tokens in X s (Y tokens/s) | generation: ..." on stderr, and with speculation a second
+ * line: drafts, accepted, acceptance rate, tokens per forward. */
+void nf_gen_print_stats(const nf_gen_stats *st, const nf_engine *e, uint32_t spec_k);
 
 #endif

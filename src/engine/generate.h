@@ -18,6 +18,8 @@ typedef struct nf_gen_params {
     size_t n_eos;
     const char *const *stops;  /* [n_stops] strings that end generation */
     size_t n_stops;
+    uint32_t spec_k;           /* 0: off; else prompt-lookup speculation with up to spec_k drafts a step
+                                * (engine/spec.h; hybrids refused) */
 } nf_gen_params;
 
 typedef enum nf_gen_end { NF_GEN_LENGTH = 0, NF_GEN_EOS, NF_GEN_STOP, NF_GEN_CONTEXT } nf_gen_end;
@@ -25,6 +27,8 @@ typedef enum nf_gen_end { NF_GEN_LENGTH = 0, NF_GEN_EOS, NF_GEN_STOP, NF_GEN_CON
 typedef struct nf_gen_stats {
     size_t prompt_tokens, gen_tokens; /* gen_tokens counts sampled tokens, the ending one included */
     double prompt_s, gen_s;           /* wall time of the prefill and of the generation loop */
+    size_t forwards;                  /* forwards of the generation loop (decodes and verifications) */
+    size_t drafted, accepted;         /* speculation: drafts verified, drafts accepted */
     nf_gen_end end;
 } nf_gen_stats;
 
@@ -32,7 +36,8 @@ typedef struct nf_gen_stats {
 typedef void (*nf_gen_emit_fn)(void *ctx, const char *text, size_t len);
 
 /* Runs prompt[n_prompt] after what the engine already holds (so chat turns can reuse the cache),
- * then generates. Every token fed to the model is appended to *seq (may be NULL): after the call
+ * then generates; with p->spec_k, speculatively (engine/spec.h: the greedy tokens are the same, sampled
+ * ones equally distributed). Every token fed to the model is appended to *seq (may be NULL): after the call
  * the engine's cache holds exactly *seq's tokens when the caller kept *seq in step. A prompt that
  * does not fit the context is an error before anything runs; generation that reaches the context
  * end stops with NF_GEN_CONTEXT. */

@@ -264,6 +264,46 @@ int32_t nf_sampler_sample(nf_sampler *s, const float *logits, const int32_t *his
     return draw(s, candidates(s));
 }
 
+/* A draw from prob over cand[0..n) with cand[skip] left out (the others renormalised); n >= 2. */
+static int32_t draw_without(nf_sampler *s, size_t n, size_t skip)
+{
+    double rest = 0;
+    for (size_t i = 0; i < n; i++)
+        if (i != skip) rest += s->prob[i];
+    double u = uniform01(&s->rng) * rest, cum = 0;
+    size_t last = skip ? 0 : 1; /* the fallback when rounding leaves u above the sum: any kept id but skip */
+    for (size_t i = 0; i < n; i++) {
+        if (i == skip) continue;
+        last = i;
+        cum += s->prob[i];
+        if (u < cum) return s->cand[i];
+    }
+    return s->cand[last];
+}
+
+int nf_sampler_verify(nf_sampler *s, const float *logits, const int32_t *hist, size_t n_hist, int32_t draft, int32_t *id)
+{
+    penalise(s, logits, hist, n_hist);
+    if (!(s->p.temp > 0)) {
+        *id = argmax(s);
+        return *id == draft;
+    }
+    const size_t n = candidates(s);
+    size_t at = n; /* the draft's place among the kept candidates; n: not kept, p(draft) = 0 */
+    for (size_t i = 0; i < n; i++)
+        if (s->cand[i] == draft) at = i;
+    if (at == n) {
+        *id = draw(s, n);
+        return 0;
+    }
+    if (uniform01(&s->rng) < s->prob[at]) { /* never true for p = 0, always for p = 1 (u < 1) */
+        *id = draft;
+        return 1;
+    }
+    *id = draw_without(s, n, at); /* n >= 2 here: a lone candidate has p = 1 */
+    return 0;
+}
+
 /* The penalty changes no logit: off, or no history in its window. */
 static int penalty_idle(const nf_sampler *s, size_t n_hist)
 {

@@ -90,6 +90,18 @@ void nf_penalty_lists_clear(nf_penalty_lists *l);
 nf_status nf_penalty_lists_add(nf_penalty_lists *l, nf_sampler *s, const int32_t *history, size_t n_hist, nf_error *err);
 void nf_penalty_lists_free(nf_penalty_lists *l);
 
+/* Speculative verification of a draft proposed with certainty (a point-mass proposal q = [draft]):
+ * the standard rejection rule min(1, p/q) reduces to accepting the draft with probability p(draft)
+ * under the distribution nf_sampler_sample draws from; on rejection the token is drawn from p with
+ * the draft removed and renormalised (the residual max(0, p - q) normalised). The result is then
+ * distributed exactly as nf_sampler_sample's: P(draft) = p(draft), P(x) = (1 - p(draft)) p(x) /
+ * (1 - p(draft)) = p(x) for x != draft. Greedy (temp <= 0): accepted when the draft is the argmax.
+ * Returns 1 when the draft is accepted (*id = draft), else 0 with *id the token to use instead. The
+ * number of generator steps differs from nf_sampler_sample's, so a seed gives other (equally
+ * distributed) tokens than without speculation. */
+int nf_sampler_verify(nf_sampler *s, const float *logits, const int32_t *history, size_t n_hist, int32_t draft,
+                      int32_t *id);
+
 /* The probabilities the sampler draws from for these logits (0 outside the kept set); for tests. */
 void nf_sampler_probs(nf_sampler *s, const float *logits, const int32_t *history, size_t n_hist, float *probs);
 

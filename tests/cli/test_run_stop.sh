@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `ninfer run --stop` (nf_generate through engine/stopstream.h) and the presence/frequency flags on a tiny synthetic model: with a stop
 # string taken from the middle of the greedy output (spanning a token boundary), the output is the
-# greedy output up to the stop string's first occurrence, computed here by a plain search.
+# greedy output up to the stop string's first occurrence, computed here by a plain search. --spec
+# ngram:K gives the greedy text of the run without it (run and chat) and refuses bad forms and hybrids.
 set -u
 bin=$1
 dir=$(mktemp -d /tmp/nf_run_stop.XXXXXX)
@@ -21,5 +22,21 @@ got=$("$bin" run -m "$dir/t.nf" -p "hello" -n 24 --temp 0 --stop "<|synth_never"
 # the OpenAI penalties reach the sampler: the greedy text repeats ids, which they push down
 pen=$("$bin" run -m "$dir/t.nf" -p "hello" -n 24 --temp 0 --frequency-penalty 2 --presence-penalty 2 2>/dev/null)
 [ -n "$pen" ] && [ "$pen" != "$full" ] || { fail=1; echo "FAIL: penalties changed nothing: '$pen'" >&2; }
-echo "run --stop: $([ $fail -eq 0 ] && echo ok || echo failed)"
+# --spec ngram:K: the same greedy text, the statistics line, chat too; bad forms and hybrids refused
+for k in 1 4; do
+    got=$("$bin" run -m "$dir/t.nf" -p "hello" -n 24 --temp 0 --spec ngram:$k 2>"$dir/err")
+    [ "$got" = "$full" ] || { fail=1; echo "FAIL: --spec ngram:$k: got '$got', want '$full'" >&2; }
+    grep -q "^speculation ngram:$k: .* drafted, .* accepted" "$dir/err" || { fail=1; echo "FAIL: no speculation stats" >&2; }
+done
+chat_in=$'hello\nhello again'
+want=$(printf '%s\n' "$chat_in" | "$bin" chat -m "$dir/t.nf" -n 16 --temp 0 2>/dev/null)
+got=$(printf '%s\n' "$chat_in" | "$bin" chat -m "$dir/t.nf" -n 16 --temp 0 --spec ngram:3 2>/dev/null)
+[ -n "$want" ] && [ "$got" = "$want" ] || { fail=1; echo "FAIL: chat --spec: got '$got', want '$want'" >&2; }
+for bad in ngram:0 ngram:9 ngram: mtp:2; do
+    "$bin" run -m "$dir/t.nf" -p "hello" -n 4 --spec "$bad" >/dev/null 2>&1 && { fail=1; echo "FAIL: --spec $bad accepted" >&2; }
+done
+"$bin" synth --geometry tiny-hybrid --recipe bf16 -o "$dir/h.nf" --seed 3 2>/dev/null || { echo "synth hybrid failed" >&2; exit 1; }
+"$bin" run -m "$dir/h.nf" -p "hello" -n 4 --device cpu --spec ngram:3 >/dev/null 2>"$dir/err" && { fail=1; echo "FAIL: hybrid ran --spec" >&2; }
+grep -q "Gated DeltaNet" "$dir/err" || { fail=1; echo "FAIL: hybrid refusal does not say why: $(cat "$dir/err")" >&2; }
+echo "run --stop, --spec: $([ $fail -eq 0 ] && echo ok || echo failed)"
 exit $fail
