@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "common/engine_fixture.h"
+#include "common/letters_tokenizer.h"
 #include "engine/generate.h"
 #include "engine/spec.h"
 
@@ -127,15 +128,7 @@ static nf_tokenizer *names(uint32_t V)
         snprintf(buf[i], sizeof buf[i], "t%u", i);
         tokens[i] = buf[i];
     }
-    nf_tok_desc d = nf_tok_desc_empty();
-    d.source = "test names";
-    d.n_vocab = V;
-    d.tokens = tokens;
-    d.pre = "gpt2";
-    nf_tokenizer *t = NULL;
-    nf_error e;
-    if (nf_tok_create(&d, &t, &e)) CHECK_MSG(0, "tokenizer: %s", e.msg);
-    return t;
+    return toy_tokenizer(tokens, V, "test names");
 }
 
 typedef struct result {
