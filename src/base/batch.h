@@ -41,6 +41,14 @@ typedef struct nf_batch {
                                  * [S][vocab] */
 } nf_batch;
 
+/* Repetition, presence and frequency penalties of one sequence (1, 0, 0: off), as a backend applies
+ * them to the sequence's logits before its top-k (engine/sampler.h says the rule, engine.h
+ * nf_backend_ops.penalize takes one record per sequence of the last forward). Here beside nf_batch
+ * so that the engine's sampler and the CUDA decoder share one record, not two layouts and a copy. */
+typedef struct nf_penalty {
+    float repetition, presence, frequency;
+} nf_penalty;
+
 /* Token t's sequence and position are found by walking seq_start; a helper for backends. */
 static inline uint32_t nf_batch_tokens_of(const nf_batch *b, uint32_t i)
 {

@@ -133,19 +133,12 @@ static nf_status cuda_logits(void *state, float *out, nf_error *err)
     return nf_cuda_decoder_logits(((cuda_state *)state)->dec, out, err);
 }
 
-/* The engine's penalty records copied into the decoder's own type (one per sequence). */
 static nf_status cuda_penalize(void *state, const nf_penalty *pen, const uint32_t *start, const int32_t *ids,
                                const uint32_t *counts, nf_error *err)
 {
     cuda_state *s = state;
-    const uint32_t S = s->n_seqs;
-    if (!S) return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda backend: penalties before a forward");
-    nf_cuda_penalty *cp = malloc(S * sizeof *cp);
-    if (!cp) return nf_error_set(err, NF_ERR_NOMEM, "cuda backend: out of memory");
-    for (uint32_t i = 0; i < S; i++) cp[i] = (nf_cuda_penalty){pen[i].repetition, pen[i].presence, pen[i].frequency};
-    nf_status st = nf_cuda_decoder_penalize(s->dec, cp, start, ids, counts, err);
-    free(cp);
-    return st;
+    if (!s->n_seqs) return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda backend: penalties before a forward");
+    return nf_cuda_decoder_penalize(s->dec, pen, start, ids, counts, err);
 }
 
 static nf_status cuda_topk(void *state, uint32_t k, int32_t *ids, float *vals, nf_error *err)

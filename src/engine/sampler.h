@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/batch.h"
 #include "base/error.h"
 
 typedef struct nf_sampler_params {
@@ -54,10 +55,6 @@ int32_t nf_sampler_sample_top(nf_sampler *s, const int32_t *ids, const float *va
  * last repeat_last_n ids of the history, out-of-vocabulary ids skipped) once, in order of first
  * occurrence, with how often it occurs there. The host path (nf_sampler_sample) penalises exactly
  * these pairs, so logits penalised on a device by the same rule give the same draw. */
-typedef struct nf_penalty {
-    float repetition, presence, frequency; /* the layout of the CUDA decoder's nf_cuda_penalty */
-} nf_penalty;
-
 nf_penalty nf_sampler_penalty(const nf_sampler *s);
 /* The most pairs nf_sampler_penalty_pairs can return for a history of n_hist ids (0 when the penalties
  * are off). */

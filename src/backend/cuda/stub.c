@@ -80,7 +80,7 @@ nf_status nf_cuda_decoder_forward_batch(nf_cuda_decoder *dec, const nf_batch *b,
     (void)dec, (void)b, (void)logits;
     return no_cuda(err);
 }
-nf_status nf_cuda_decoder_penalize(nf_cuda_decoder *dec, const nf_cuda_penalty *pen, const uint32_t *start,
+nf_status nf_cuda_decoder_penalize(nf_cuda_decoder *dec, const nf_penalty *pen, const uint32_t *start,
                                    const int32_t *ids, const uint32_t *counts, nf_error *err)
 {
     (void)dec, (void)pen, (void)start, (void)ids, (void)counts;

@@ -93,18 +93,13 @@ nf_status nf_cuda_decoder_topk(nf_cuda_decoder *dec, uint32_t k, int32_t *ids, f
 /* The last forward's last-token logits of each sequence, [S][vocab], to the host. */
 nf_status nf_cuda_decoder_logits(nf_cuda_decoder *dec, float *logits, nf_error *err);
 
-/* Repetition, presence and frequency penalties of one sequence (1, 0, 0: off). */
-typedef struct nf_cuda_penalty {
-    float repetition, presence, frequency;
-} nf_cuda_penalty;
-
-/* Penalises each sequence's last-token logits of the last forward on the device, in place, so that
+/* Penalises (pen[S]: base/batch.h nf_penalty) each sequence's last-token logits of the last forward on the device, in place, so that
  * the next topk (or logits) sees them: sequence i's pairs are start[i] .. start[i + 1] - 1 of
  * ids / counts (a token id and how often it occurs in the sequence's penalty window; each id at most
  * once per sequence, counts > 0): l = l > 0 ? l / repetition : l * repetition (the CPU sampler's
  * rule, to the bit), then l -= frequency * count, then l -= presence. Host arrays; start[S] pairs in
  * all. Sampling with penalties then needs k pairs from the device, not the vocabulary. */
-nf_status nf_cuda_decoder_penalize(nf_cuda_decoder *dec, const nf_cuda_penalty *pen, const uint32_t *start,
+nf_status nf_cuda_decoder_penalize(nf_cuda_decoder *dec, const nf_penalty *pen, const uint32_t *start,
                                    const int32_t *ids, const uint32_t *counts, nf_error *err);
 
 /* Page src's keys and values of every layer to page dst (copy-on-write of a shared partial page),

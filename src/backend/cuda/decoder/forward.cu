@@ -369,9 +369,9 @@ extern "C" nf_status nf_cuda_decoder_logits(nf_cuda_decoder *dec, float *logits,
     return NF_OK;
 }
 
-static_assert(sizeof(nf_cuda_penalty) == sizeof(Penalty), "the C and device penalty records are one layout");
+static_assert(sizeof(nf_penalty) == sizeof(Penalty), "the C and device penalty records are one layout");
 
-extern "C" nf_status nf_cuda_decoder_penalize(nf_cuda_decoder *dec, const nf_cuda_penalty *pen, const uint32_t *start,
+extern "C" nf_status nf_cuda_decoder_penalize(nf_cuda_decoder *dec, const nf_penalty *pen, const uint32_t *start,
                                                const int32_t *ids, const uint32_t *counts, nf_error *err)
 {
     if (!dec->has_logits) return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: no forward has run");
