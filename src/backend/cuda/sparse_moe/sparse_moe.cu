@@ -415,6 +415,12 @@ extern "C" nf_status nf_sparse_moe_bind(const nf_moe_bank *b, uint32_t max_token
                       ? dequant_from(m->codec[M_GATE_UP], m->codec[M_DOWN])
                       : UINT32_MAX;
     layout_workspace(m, max_tokens);
+    // the uploads and the counters' memset ran on the legacy stream (a pageable cudaMemcpy may return
+    // before its DMA lands); a caller's non-blocking stream would not wait for them
+    if (cudaDeviceSynchronize() != cudaSuccess) {
+        nf_sparse_moe_free(m);
+        return nf_error_set(err, NF_ERR_CUDA, "sparse_moe bind: %s", cudaGetErrorString(cudaGetLastError()));
+    }
     *workspace_bytes = m->ws_bytes;
     *out = m;
     return NF_OK;
