@@ -33,7 +33,7 @@ typedef struct bench_cfg {
 
 /* One request's measurements. */
 typedef struct req_result {
-    int ok;
+    int ok, status; /* status: the HTTP status, 0 when no response came */
     double ttft, e2el;
     long out_tokens;
     double *itl; /* gaps between content chunks */
@@ -141,6 +141,7 @@ static void read_stream(int fd, double t0, req_result *r)
         }
     }
     r->e2el = nf_time_s() - t0;
+    r->status = status;
     r->ok = status == 200 && r->ttft > 0;
 }
 
@@ -209,6 +210,13 @@ static void report(const bench_cfg *c, req_result *res, long from, long to, doub
     printf("ninfer bench serve: %s, concurrency %ld, %ld requests (+%ld warm-up), %ld tokens in, %ld out\n", c->url, c->conc,
            c->requests, c->warmup, c->in_len, c->out_len);
     printf("completed %zu, failed %zu, duration %.3f s, output tokens %ld\n", done, (size_t)(to - from) - done, dur, out);
+    for (long i = from; i < to; i++) /* why the first failure failed: a server's bug or the client's */
+        if (!res[i].ok) {
+            if (res[i].status == 0) printf("first failure: request %ld: no HTTP response (refused, reset or closed)\n", i);
+            else if (res[i].status != 200) printf("first failure: request %ld: HTTP %d\n", i, res[i].status);
+            else printf("first failure: request %ld: HTTP 200 without a chunk of text (%.3f s)\n", i, res[i].e2el);
+            break;
+        }
     printf("request throughput %.3f req/s, output %.1f tokens/s, total %.1f tokens/s\n", (double)done / dur,
            (double)out / dur, (double)(out + (long)done * c->in_len) / dur);
     report_line("TTFT", ttft, done);
