@@ -23,6 +23,9 @@ one ragged):
                     transformers is run on it and must give qwen3_5_moe_text's logits; only
                     reference.json is written ("same_weights_as").
 
+Last, hybrid_mtp.py adds random mtp.* weights (one MTP block) to each folder and writes the torch
+reference of the MTP step (its docstring).
+
 Weights as tiny_models.py (std 0.15, routers 0.6, bf16-rounded), with the hybrid's own parameters
 set so that every one of them matters: the zero-centred norms (weight used as 1 + w: input/post
 layer norms, the final norm, q/k norms) get w ~ 0.2 N(0,1) (transformers initialises them to 0,
@@ -187,6 +190,8 @@ def main():
     tcfg = qwen3_5_text_config()
     tmodel, ref = build("qwen3_5_moe_text", tcfg, transformers.Qwen3_5MoeForCausalLM, 9000, tied=True, fused=True)
     build_multimodal(tmodel, tcfg, ref)
+    import hybrid_mtp  # noqa: E402  (the mtp.* weights and the MTP reference, on the folders just written)
+    hybrid_mtp.main()
 
 
 if __name__ == "__main__":
