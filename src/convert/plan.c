@@ -388,7 +388,7 @@ static nf_status hf_experts(nf_plan *p, int i, const char *pre, int group, nf_er
     snprintf(m, sizeof m, "%s.mlp.experts.gate_up_proj", pre);
     const nf_st_tensor *fgu = nf_st_set_find(p->st, m);
     uint64_t d3[3] = {E, 2 * I, H};
-    snprintf(name, sizeof name, "blk.%d.ffn_gate_up_exps", i);
+    snprintf(name, sizeof name, "%sffn_gate_up_exps", p->blk);
     nf_plan_tensor *t = nf_plan_add_tensor(p, name, 3, d3, err);
     if (!t) return NF_ERR_NOMEM;
     t->unify_group = group;
@@ -422,7 +422,7 @@ static nf_status hf_experts(nf_plan *p, int i, const char *pre, int group, nf_er
     snprintf(m, sizeof m, "%s.mlp.experts.down_proj", pre);
     const nf_st_tensor *fd = nf_st_set_find(p->st, m);
     uint64_t dd[3] = {E, H, I};
-    snprintf(name, sizeof name, "blk.%d.ffn_down_exps", i);
+    snprintf(name, sizeof name, "%sffn_down_exps", p->blk);
     if (!(t = nf_plan_add_tensor(p, name, 3, dd, err))) return NF_ERR_NOMEM;
     for (uint64_t j = 0; j < E && s == NF_OK; j++) {
         if (fd) {
@@ -520,7 +520,7 @@ static nf_status hf_gather(nf_plan *p, const char *name, nf_role r, int layer, c
 
 /* The layer functions below build layer i's schema names and checkpoint keys (under the layer's key
  * prefix `pre`) into their local `name` and `key` buffers. */
-#define NAME(fmt) (snprintf(name, sizeof name, "blk.%d." fmt, i), name)
+#define NAME(fmt) (snprintf(name, sizeof name, "%s" fmt, p->blk), name)
 #define KEY(fmt) (snprintf(key, sizeof key, "%s." fmt, pre), key)
 
 /* The layer's attention q/k/v/o, biases and q/k norms; hybrids' gated attention: q_proj holds per head
@@ -626,15 +626,15 @@ static nf_status hf_gdn(nf_plan *p, int i, const char *pre, nf_error *err)
     return s;
 }
 
-/* The layer's MLP: a dense SwiGLU, or router + routed experts (+ a shared expert behind its gate). */
-static nf_status hf_ffn(nf_plan *p, int i, const char *pre, nf_error *err)
+/* The layer's MLP: a dense SwiGLU, or (moe) router + routed experts (+ a shared expert behind its gate). */
+static nf_status hf_ffn(nf_plan *p, int i, const char *pre, int moe, nf_error *err)
 {
     const nf_hf_config *c = &p->cfg;
     uint64_t H = c->hidden_size;
     char key[320], name[64];
     int g_ffn = 1001 + 2 * i;
     nf_status s;
-    if (!nf_hf_config_layer_is_moe(c, (uint32_t)i)) { /* dense: ffn_gate, ffn_up, ffn_down apart */
+    if (!moe) { /* dense: ffn_gate, ffn_up, ffn_down apart */
         uint64_t D = c->intermediate_size;
         s = hf_matrix(p, NAME("ffn_gate"), NF_ROLE_FFN_GATE_UP, i, KEY("mlp.gate_proj"), D, H, g_ffn, err);
         if (s == NF_OK) s = hf_matrix(p, NAME("ffn_up"), NF_ROLE_FFN_GATE_UP, i, KEY("mlp.up_proj"), D, H, g_ffn, err);
@@ -645,8 +645,8 @@ static nf_status hf_ffn(nf_plan *p, int i, const char *pre, nf_error *err)
     if (s == NF_OK) s = hf_experts(p, i, pre, g_ffn, err);
     if (s == NF_OK && c->shared_intermediate_size) { /* qwen2_moe and the hybrids */
         char gu[64], dn[64];
-        snprintf(gu, sizeof gu, "blk.%d.ffn_gate_up_shexp", i);
-        snprintf(dn, sizeof dn, "blk.%d.ffn_down_shexp", i);
+        snprintf(gu, sizeof gu, "%sffn_gate_up_shexp", p->blk);
+        snprintf(dn, sizeof dn, "%sffn_down_shexp", p->blk);
         s = hf_mlp(p, i, KEY("mlp.shared_expert"), gu, dn, c->shared_intermediate_size, g_ffn, err);
         if (s == NF_OK)
             s = hf_matrix(p, NAME("ffn_gate_inp_shexp"), NF_ROLE_VECTOR, i, KEY("mlp.shared_expert_gate.weight"), 1, H, 0, err);
@@ -660,10 +660,43 @@ static nf_status hf_layer(nf_plan *p, int i, nf_error *err)
     const int hyb = nf_hf_arch_hybrid(c->arch);
     char pre[64], key[320], name[64];
     snprintf(pre, sizeof pre, "%slayers.%d", c->prefix, i);
+    snprintf(p->blk, sizeof p->blk, "blk.%d.", i);
     nf_status s = hf_vector(p, NAME("attn_norm"), i, KEY("input_layernorm.weight"), c->hidden_size, hyb, err);
     if (s == NF_OK) s = hyb && c->linear_layers[i] ? hf_gdn(p, i, pre, err) : hf_attention(p, i, pre, err);
     if (s == NF_OK) s = hf_vector(p, NAME("ffn_norm"), i, KEY("post_attention_layernorm.weight"), c->hidden_size, hyb, err);
-    if (s == NF_OK) s = hf_ffn(p, i, pre, err);
+    if (s == NF_OK) s = hf_ffn(p, i, pre, nf_hf_config_layer_is_moe(c, (uint32_t)i), err);
+    return s;
+}
+
+/* The hybrids' MTP block (docs/hybrid.md "MTP"), when the checkpoint has `mtp.fc`: mtp.fc [H][2H] (the
+ * concatenation's columns: normed embedding first, then normed hidden state), the three zero-centred
+ * norms (stored as 1 + w) and one full-attention decoder layer `mtp.layers.0` as `mtp.blk.0.*` with the
+ * main layers' names; its MLP is the MoE block when `mtp.layers.0.mlp.gate` exists (vLLM builds it as
+ * layer 0), else dense. Its codecs are those of a layer numbered L (after the last). The keys sit at
+ * the top level also in the multimodal layout. transformers ignores them; more than one MTP layer is
+ * refused. */
+static nf_status hf_mtp(nf_plan *p, nf_error *err)
+{
+    const nf_hf_config *c = &p->cfg;
+    const uint64_t H = c->hidden_size;
+    const int i = (int)c->n_layers;
+    char key[320], name[64];
+    const char *pre = "mtp.layers.0";
+    if (!nf_hf_arch_hybrid(c->arch) || !(stf(p, "%s.weight", "mtp.fc") || stf(p, "%s.weight_packed", "mtp.fc")))
+        return NF_OK;
+    if (nf_st_set_find(p->st, "mtp.layers.1.input_layernorm.weight"))
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "tensor 'mtp.layers.1.input_layernorm.weight': the checkpoint has "
+                            "more than one MTP layer; ninfer reads one (mtp.layers.0)");
+    snprintf(p->blk, sizeof p->blk, "mtp.blk.0.");
+    nf_status s = hf_matrix(p, "mtp.fc", NF_ROLE_SSM_IN, i, "mtp.fc", H, 2 * H, 0, err);
+    if (s == NF_OK) s = hf_vector(p, "mtp.norm_embd", i, "mtp.pre_fc_norm_embedding.weight", H, 1, err);
+    if (s == NF_OK) s = hf_vector(p, "mtp.norm_hidden", i, "mtp.pre_fc_norm_hidden.weight", H, 1, err);
+    if (s == NF_OK) s = hf_vector(p, "mtp.output_norm", i, "mtp.norm.weight", H, 1, err);
+    if (s == NF_OK) s = hf_vector(p, NAME("attn_norm"), i, KEY("input_layernorm.weight"), H, 1, err);
+    if (s == NF_OK) s = hf_attention(p, i, pre, err);
+    if (s == NF_OK) s = hf_vector(p, NAME("ffn_norm"), i, KEY("post_attention_layernorm.weight"), H, 1, err);
+    if (s == NF_OK)
+        s = hf_ffn(p, i, pre, c->n_experts && (stf(p, "%s.weight", "mtp.layers.0.mlp.gate") != NULL), err);
 #undef NAME
 #undef KEY
     return s;
@@ -697,6 +730,7 @@ static nf_status hf_plan(nf_plan *p, const char *dir, nf_error *err)
     snprintf(key, sizeof key, "%snorm.weight", c->prefix);
     if (s == NF_OK) s = hf_vector(p, "output_norm", 0, key, H, nf_hf_arch_hybrid(c->arch), err);
     if (s == NF_OK && !c->tie_word_embeddings) s = hf_matrix(p, "output", NF_ROLE_OUTPUT, 0, "lm_head", V, H, 0, err);
+    if (s == NF_OK) s = hf_mtp(p, err);
     return s;
 }
 
