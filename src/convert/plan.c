@@ -672,14 +672,15 @@ static nf_status hf_layer(nf_plan *p, int i, nf_error *err)
  * concatenation's columns: normed embedding first, then normed hidden state), the three zero-centred
  * norms (stored as 1 + w) and one full-attention decoder layer `mtp.layers.0` as `mtp.blk.0.*` with the
  * main layers' names; its MLP is the MoE block when `mtp.layers.0.mlp.gate` exists (vLLM builds it as
- * layer 0), else dense. Its codecs are those of a layer numbered L (after the last). The keys sit at
+ * layer 0), else dense. Its codecs are those of a layer numbered L, after the last (NF_RECIPE_LAYER_MTP;
+ * mtp.fc: the GDN in_proj's, so bf16 under nvfp4, as vLLM finds it in published NVFP4 checkpoints). The keys sit at
  * the top level also in the multimodal layout. transformers ignores them; more than one MTP layer is
  * refused. */
 static nf_status hf_mtp(nf_plan *p, nf_error *err)
 {
     const nf_hf_config *c = &p->cfg;
     const uint64_t H = c->hidden_size;
-    const int i = (int)c->n_layers;
+    const int i = NF_RECIPE_LAYER_MTP; /* the codecs of a layer after the last; unify groups 996, 997 */
     char key[320], name[64];
     const char *pre = "mtp.layers.0";
     if (!nf_hf_arch_hybrid(c->arch) || !(stf(p, "%s.weight", "mtp.fc") || stf(p, "%s.weight_packed", "mtp.fc")))

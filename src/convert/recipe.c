@@ -82,6 +82,7 @@ nf_codec_id nf_recipe_codec(const nf_recipe *r, nf_role role, int layer, const n
 {
     const rule *c = &r->r[role];
     if (c->e8 != NONE && m->experts == 8) return c->e8;
+    if (layer == NF_RECIPE_LAYER_MTP) layer = (int)m->layers;
     if (c->more_bits != NONE && more_bits(layer, (int)m->layers)) return c->more_bits;
     if (c->tied != NONE && m->tied) return c->tied;
     return c->codec;
@@ -116,10 +117,21 @@ int nf_recipe_role_of(const char *name, int *layer)
     if (strcmp(name, "token_embd") == 0) return NF_ROLE_EMBD;
     if (strcmp(name, "output") == 0) return NF_ROLE_OUTPUT;
     if (strcmp(name, "output_norm") == 0) return NF_ROLE_VECTOR;
-    if (strncmp(name, "blk.", 4) != 0) return -1;
     char *end;
-    long l = strtol(name + 4, &end, 10);
-    if (end == name + 4 || *end != '.' || l < 0 || l > 1000000) return -1;
+    long l;
+    if (strncmp(name, "mtp.", 4) == 0) { /* the hybrids' MTP block */
+        *layer = NF_RECIPE_LAYER_MTP;
+        if (strcmp(name, "mtp.fc") == 0) return NF_ROLE_SSM_IN;
+        if (!strcmp(name, "mtp.norm_embd") || !strcmp(name, "mtp.norm_hidden") || !strcmp(name, "mtp.output_norm"))
+            return NF_ROLE_VECTOR;
+        if (strncmp(name, "mtp.blk.0.", 10) != 0) return -1;
+        end = (char *)name + 9;
+        l = NF_RECIPE_LAYER_MTP;
+    } else {
+        if (strncmp(name, "blk.", 4) != 0) return -1;
+        l = strtol(name + 4, &end, 10);
+        if (end == name + 4 || *end != '.' || l < 0 || l > 1000000) return -1;
+    }
     for (size_t i = 0; i < sizeof blk / sizeof blk[0]; i++)
         if (strcmp(end + 1, blk[i].suffix) == 0) {
             *layer = (int)l;

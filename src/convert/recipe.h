@@ -57,12 +57,16 @@ typedef struct nf_recipe_model {
 /* The recipe's codec for a tensor of role `role` in layer `layer` (any value for tensors outside
  * the layers), before the row-length fallback. */
 nf_codec_id nf_recipe_codec(const nf_recipe *r, nf_role role, int layer, const nf_recipe_model *m);
+/* The layer number of the hybrids' MTP block (mtp.*): it takes the codecs of a layer numbered m->layers,
+ * one after the last. */
+#define NF_RECIPE_LAYER_MTP (-2)
 
 /* c if its block divides a row of `cols`; else q8_0 when 32 divides it, else bf16, with *fell_back
  * set (may be NULL). */
 nf_codec_id nf_recipe_fit(nf_codec_id c, uint64_t cols, int *fell_back);
 
 /* The role of a schema tensor name ("token_embd", "blk.3.attn_v", ...); *layer = N for "blk.N.*",
+ * NF_RECIPE_LAYER_MTP for "mtp.*",
  * -1 otherwise. -1 for a name the schema does not have. */
 int nf_recipe_role_of(const char *name, int *layer);
 

@@ -83,6 +83,21 @@ typedef struct nf_backend_ops {
     void (*describe)(void *state, nf_backend_info *info); /* optional */
     /* With trace_routing: the last forward's expert ids, [layers][T][top_k] (-1 on dense layers). */
     nf_status (*routing)(void *state, int32_t *ids, nf_error *err);
+    /* MTP (docs/hybrid.md "MTP"; optional, models with an MTP block). hidden: the last forward's
+     * final-normed hidden state of every token, out[T][H] (what the head reads). mtp: the MTP block over
+     * b, where token t of b follows the position whose hidden state is hidden[t] ([T][H]: the main
+     * model's, or a previous MTP step's hidden_out when drafting ahead) and sits at that position
+     * (b->pos0) in the block's own KV pages, addressed by b's page table like the main model's; writes
+     * logits[T][vocab] and hidden_out[T][H] (the block's normed output; NULL: not wanted). No state
+     * slots. */
+    nf_status (*hidden)(void *state, float *out, nf_error *err);
+    nf_status (*mtp)(void *state, const nf_batch *b, const float *hidden, float *logits, float *hidden_out,
+                     nf_error *err);
+    /* Optional (hybrids): a state slot's size in floats, and a copy of it (its recurrent state and the
+     * position it holds) out of or back into the slot: the rollback of speculation (engine/spec.h). */
+    size_t (*slot_floats)(void *state);
+    nf_status (*slot_save)(void *state, uint32_t slot, float *buf, uint32_t *pos, nf_error *err);
+    nf_status (*slot_load)(void *state, uint32_t slot, const float *buf, uint32_t pos, nf_error *err);
 } nf_backend_ops;
 
 extern const nf_backend_ops nf_cpu_backend;
@@ -117,6 +132,15 @@ void nf_engine_reset(nf_engine *e);
  * all_logits non-NULL it receives [n][vocab], every position's logits. A sequence that would pass
  * the context is refused (NF_ERR_INVALID_ARG, naming both lengths) before anything runs. */
 nf_status nf_engine_prefill(nf_engine *e, const int32_t *tokens, size_t n, float *all_logits, nf_error *err);
+/* The same, and with hidden non-NULL (a backend with `hidden`) [n][H]: every position's final-normed hidden
+ * state, the MTP block's input. */
+nf_status nf_engine_prefill_hidden(nf_engine *e, const int32_t *tokens, size_t n, float *all_logits, float *hidden,
+                                   nf_error *err);
+/* The MTP block (backend `mtp`) over n tokens at positions pos0 .. pos0 + n - 1 of the session, in forwards of
+ * up to `chunk`: tokens[i] follows the position whose hidden state is hidden[i]; logits [n][vocab],
+ * hidden_out [n][H] (may be NULL). A model without an MTP block is refused (NF_ERR_UNSUPPORTED). */
+nf_status nf_engine_mtp(nf_engine *e, const int32_t *tokens, const float *hidden, size_t n, uint32_t pos0,
+                        float *logits, float *hidden_out, nf_error *err);
 /* One token: the same as prefill of 1. */
 nf_status nf_engine_decode(nf_engine *e, int32_t token, nf_error *err);
 
