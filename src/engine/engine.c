@@ -77,6 +77,7 @@ void nf_engine_free(nf_engine *e)
     if (e->state) e->ops->destroy(e->state);
     free(e->pages);
     free(e->logits);
+    free(e->mtp_hidden);
     free(e);
 }
 

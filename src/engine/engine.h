@@ -115,6 +115,8 @@ typedef struct nf_engine {
                           * nf_engine_logits or sample with nf_engine_next */
     int logits_stale;    /* e->logits does not hold the last forward's logits yet */
     int logits_penalized; /* nf_engine_next penalised the last forward's logits on the device */
+    float *mtp_hidden;   /* [H] or NULL: MTP speculation (spec.h) left position mtp_hidden_pos - 1's hidden state */
+    uint32_t mtp_hidden_pos;
 } nf_engine;
 
 nf_status nf_engine_create(const nf_model *m, const nf_engine_opts *o, nf_engine **out, nf_error *err);

@@ -12,7 +12,18 @@
  *     logits, bit for bit;
  *   - refusals: a model without mtp.* (qwen3_moe) has no MTP block, and nf_engine_mtp says so.
  * q8q8: the fast path against the reference path within 1e-4 (the quantized block is not close to the
- * bf16 oracle, for the reason docs/engine.md gives for the tiny models). */
+ * bf16 oracle, for the reason docs/engine.md gives for the tiny models).
+ *
+ * Speculation (--spec mtp:K, engine/spec.h), on both fixtures:
+ *   - the machinery, driven step by step: nf_spec_mtp_draft's drafts are replaced by a pattern of the
+ *     right greedy tokens (from a run without speculation) and wrong ones, so that every acceptance
+ *     count 0..K occurs; the tokens picked equal the run without speculation (so the recurrent state was
+ *     rolled back and the kept tokens rerun correctly), and each step's first real draft is the argmax of
+ *     the MTP block run afresh over the final sequence at that position (so the block's own keys stayed
+ *     in step across rejections, the pending hidden states and the re-runs);
+ *   - nf_generate greedy with mtp:1, 2, 3 gives the tokens, end reason and cache length of the run without,
+ *     over two chat-like turns (the second continues the session: the hidden state kept in the engine)
+ *     and with an end-of-generation id; a model without an MTP block is refused. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <unistd.h>
@@ -20,6 +31,9 @@
 #include "engine/npy.h"
 #include "nf_test.h"
 #include "common/engine_fixture.h"
+#include "common/letters_tokenizer.h"
+#include "engine/generate.h"
+#include "engine/spec.h"
 
 static int load_npy(const char *model, const char *file, nf_npy *out)
 {
@@ -147,6 +161,179 @@ static void refusals(const char *tmp)
         int32_t t = 1;
         CHECK(nf_engine_mtp(e, &t, h, 1, 0, l, NULL, &err) == NF_ERR_UNSUPPORTED);
         CHECK_CONTAINS(err.msg, "no MTP block");
+        CHECK(nf_spec_check(e, NF_SPEC_MODE_MTP, 2, &err) == NF_ERR_UNSUPPORTED);
+        CHECK_CONTAINS(err.msg, "no MTP block");
+        nf_spec_mtp sm;
+        CHECK(nf_spec_mtp_init(&sm, e, 2, &err) == NF_ERR_UNSUPPORTED);
+        nf_spec_mtp_free(&sm);
+        nf_engine_free(e);
+    }
+    nf_model_free(m);
+    remove(out);
+}
+
+enum { CTX = 256, GEN = 48 };
+
+static nf_tokenizer *names(uint32_t V)
+{
+    static char buf[256][8];
+    static const char *tokens[256];
+    for (uint32_t i = 0; i < V && i < 256; i++) {
+        snprintf(buf[i], sizeof buf[i], "t%u", i);
+        tokens[i] = buf[i];
+    }
+    return toy_tokenizer(tokens, V, "test names");
+}
+
+static void emit(void *ctx, const char *t, size_t len) { (void)ctx, (void)t, (void)len; }
+
+/* Greedy without speculation: prompt then G tokens (base[G]) by plain decodes. */
+static void plain_greedy(nf_engine *e, const int32_t *prompt, size_t P, size_t G, int32_t *base)
+{
+    nf_error err;
+    nf_engine_reset(e);
+    CHECK(nf_engine_prefill(e, prompt, P, NULL, &err) == NF_OK);
+    for (size_t i = 0; i < G; i++) {
+        base[i] = (int32_t)fx_argmax(e->logits, e->model->cfg.vocab);
+        if (i + 1 < G) CHECK(nf_engine_decode(e, base[i], &err) == NF_OK);
+    }
+}
+
+/* The step-by-step drive (see the top). */
+static void machinery(nf_engine *e, const int32_t *prompt, size_t P, const char *what)
+{
+    const size_t V = e->model->cfg.vocab, H = e->model->cfg.hidden;
+    int32_t base[GEN], seq[CTX], first_draft[CTX];
+    uint32_t draft_pos[CTX];
+    size_t n_first = 0, acc_seen[NF_SPEC_MTP_MAX_K + 1] = {0};
+    plain_greedy(e, prompt, P, GEN, base);
+    nf_sampler_params sp = {.temp = 0, .top_p = 1, .repeat_penalty = 1, .repeat_last_n = 64};
+    nf_sampler *s;
+    nf_error err;
+    if (nf_sampler_create(&sp, (uint32_t)V, &s, NULL)) return;
+    float *rows = malloc((NF_SPEC_MTP_MAX_K + 1) * V * sizeof(float));
+    for (uint32_t K = 1; K <= NF_SPEC_MTP_MAX_K; K++) {
+        nf_engine_reset(e);
+        nf_spec_mtp m;
+        if (nf_spec_mtp_init(&m, e, K, &err)) {
+            CHECK_MSG(0, "%s", err.msg);
+            break;
+        }
+        CHECK(nf_spec_mtp_prefill(&m, prompt, P, &err) == NF_OK);
+        memcpy(seq, prompt, P * sizeof *seq);
+        size_t n = P, got = 0, step = 0;
+        int32_t id = (int32_t)fx_argmax(e->logits, V);
+        int ok = id == base[0];
+        got = 1;
+        while (ok && got + K + 1 < GEN) {
+            int32_t d[NF_SPEC_MTP_MAX_K], out[NF_SPEC_MTP_MAX_K + 1];
+            size_t nd = 0, n_out = 0;
+            seq[n] = id;
+            if (nf_spec_mtp_draft(&m, id, K, d, &nd, &err) || nd != K) {
+                CHECK_MSG(0, "%s: draft: %s", what, err.msg);
+                break;
+            }
+            if (K == NF_SPEC_MTP_MAX_K) first_draft[n_first] = d[0], draft_pos[n_first++] = (uint32_t)n;
+            const size_t want_acc = (step++ * 7 + K) % (K + 1); /* 0 .. K accepted */
+            for (size_t j = 0; j < K; j++) /* right tokens up to want_acc, then a wrong one */
+                seq[n + 1 + j] = j < want_acc ? base[got + j] : (base[got + j] + 1) % (int32_t)V;
+            if (nf_spec_mtp_verify(&m, s, seq, n + 1 + K, K, rows, out, &n_out, &err)) {
+                CHECK_MSG(0, "%s: verify: %s", what, err.msg);
+                break;
+            }
+            acc_seen[n_out - 1]++;
+            for (size_t j = 0; j < n_out; j++) ok &= out[j] == base[got + j];
+            CHECK_MSG(n_out == want_acc + 1, "%s K=%u: %zu accepted, %zu expected", what, K, n_out - 1, want_acc);
+            for (size_t j = 0; j + 1 < n_out; j++) seq[n + 1 + j] = out[j];
+            n += n_out;
+            got += n_out;
+            id = out[n_out - 1];
+            CHECK(e->n_past == n);
+        }
+        CHECK_MSG(ok, "%s K=%u: a token differs from greedy without speculation (after %zu)", what, K, got);
+        nf_spec_mtp_free(&m);
+    }
+    for (size_t a = 0; a <= NF_SPEC_MTP_MAX_K; a++) CHECK_MSG(acc_seen[a] > 0, "%s: no step accepted %zu", what, a);
+    /* the block afresh over the final sequence: a draft made when token n was picked came from the block at
+     * position n - 1 (fed h_{n-1} and token n) */
+    const size_t D = draft_pos[n_first - 1];
+    float *hid = malloc(D * H * sizeof(float)), *lg = malloc(D * V * sizeof(float));
+    int32_t full[CTX];
+    memcpy(full, prompt, P * sizeof *full);
+    memcpy(full + P, base, (D + 1 - P) * sizeof *full);
+    nf_engine_reset(e);
+    size_t differ = 0;
+    if (D + 1 - P <= GEN && !nf_engine_prefill_hidden(e, full, D, NULL, hid, &err) &&
+        !nf_engine_mtp(e, full + 1, hid, D, 0, lg, NULL, &err))
+        for (size_t i = 0; i < n_first; i++)
+            differ += first_draft[i] != (int32_t)fx_argmax(lg + (size_t)(draft_pos[i] - 1) * V, V);
+    else
+        CHECK_MSG(0, "%s: the fresh MTP run failed", what);
+    printf("%s: drafts replaced by a right/wrong pattern, acceptances 0..3 seen %zu %zu %zu %zu times: tokens equal "
+           "greedy; %zu of %zu first drafts differ from the block run afresh\n", what, acc_seen[0], acc_seen[1],
+           acc_seen[2], acc_seen[3], differ, n_first);
+    CHECK_MSG(differ == 0, "%s: %zu first drafts differ from the MTP block run over the final sequence", what, differ);
+    free(hid), free(lg), free(rows);
+    nf_sampler_free(s);
+}
+
+/* nf_generate greedy with mtp:K against without: two turns, then an end-of-generation id. */
+static void generation(nf_engine *e, const int32_t *prompt, const char *what)
+{
+    nf_tokenizer *tok = names(e->model->cfg.vocab);
+    nf_tok_ids ref[2] = {{0}}, got = {0};
+    size_t accepted = 0, drafted = 0;
+    int32_t eos = -1;
+    for (int eos_case = 0; eos_case < 2; eos_case++) {
+        for (uint32_t K = 0; K <= NF_SPEC_MTP_MAX_K; K++) {
+            nf_tok_ids *r = K ? &got : &ref[eos_case];
+            r->n = 0;
+            nf_engine_reset(e);
+            nf_sampler_params sp = {.temp = 0, .top_p = 1, .repeat_penalty = 1, .repeat_last_n = 64};
+            nf_sampler *s;
+            nf_error err;
+            if (nf_sampler_create(&sp, e->model->cfg.vocab, &s, NULL)) return;
+            nf_gen_params gp = {.max_new = GEN / 2, .spec_k = K, .spec_mtp = 1, .eos = &eos, .n_eos = eos_case};
+            nf_gen_stats st[2];
+            for (int turn = 0; turn < 2; turn++) {
+                CHECK_MSG(nf_generate(e, tok, s, prompt + turn * 40, turn ? 7 : 40, &gp, emit, NULL, r, &st[turn],
+                                      &err) == NF_OK, "%s: %s", what, err.msg);
+                accepted += st[turn].accepted, drafted += st[turn].drafted;
+            }
+            CHECK(e->n_past == r->n);
+            if (!K && eos_case) CHECK(st[0].end == NF_GEN_EOS);
+            if (K)
+                CHECK_MSG(got.n == ref[eos_case].n && !memcmp(got.ids, ref[eos_case].ids, got.n * sizeof *got.ids),
+                          "%s mtp:%u%s: %zu/%zu tokens, differ", what, K, eos_case ? " (eos)" : "", got.n,
+                          ref[eos_case].n);
+            nf_sampler_free(s);
+            if (!eos_case && !K) eos = ref[0].ids[40 + 10]; /* the 11th generated token ends the next case */
+        }
+    }
+    printf("%s: nf_generate greedy with mtp:1..3 == without (two turns; with an end id): %zu of %zu drafts "
+           "accepted\n", what, accepted, drafted);
+    nf_tok_ids_free(&ref[0]), nf_tok_ids_free(&ref[1]), nf_tok_ids_free(&got);
+    nf_tok_free(tok);
+}
+
+static void speculation(const char *tmp, const char *name)
+{
+    char dir[1024], out[1200];
+    nf_npy pr;
+    if (!load_npy(name, "ref_prompt.npy", &pr)) return;
+    int32_t prompt[64];
+    for (size_t i = 0; i < 64; i++) prompt[i] = (int32_t)nf_npy_get_f64(&pr, i);
+    nf_npy_free(&pr);
+    snprintf(dir, sizeof dir, "%s/fixtures/models/%s", NF_TEST_DATA, name);
+    snprintf(out, sizeof out, "%s/%s-spec.nf", tmp, name);
+    nf_model *m;
+    nf_engine *e;
+    nf_error err;
+    if (!fx_convert(dir, "bf16", out) || nf_model_load(out, &m, &err)) return;
+    nf_engine_opts o = {.threads = 2, .ctx = CTX, .chunk = 16};
+    if (!nf_engine_create(m, &o, &e, &err)) {
+        machinery(e, prompt, 40, name);
+        generation(e, prompt, name);
         nf_engine_free(e);
     }
     nf_model_free(m);
@@ -160,6 +347,8 @@ int main(void)
     against_torch(tmp, "qwen3_next", NULL);
     against_torch(tmp, "qwen3_5_moe_text", "qwen3_5_moe");
     refusals(tmp);
+    speculation(tmp, "qwen3_next");
+    speculation(tmp, "qwen3_5_moe_text");
     rmdir(tmp);
     return nf_test_report();
 }

@@ -42,10 +42,13 @@ static void drafting(void)
     const int32_t r[] = {7, 7, 7};                                                     /* "7 7" at 0, one follows */
     CHECK(nf_spec_draft(r, 3, 4, d) == 1 && d[0] == 7);
     uint32_t k = 0;
-    CHECK(nf_spec_parse("ngram:3", &k, NULL) == NF_OK && k == 3);
-    CHECK(nf_spec_parse("ngram:0", &k, NULL) != NF_OK && nf_spec_parse("ngram:9", &k, NULL) != NF_OK);
-    CHECK(nf_spec_parse("ngram:", &k, NULL) != NF_OK && nf_spec_parse("mtp:2", &k, NULL) != NF_OK);
-    CHECK(nf_spec_parse("ngram:2x", &k, NULL) != NF_OK);
+    nf_spec_mode md;
+    CHECK(nf_spec_parse("ngram:3", &md, &k, NULL) == NF_OK && k == 3 && md == NF_SPEC_MODE_NGRAM);
+    CHECK(nf_spec_parse("ngram:0", &md, &k, NULL) != NF_OK && nf_spec_parse("ngram:9", &md, &k, NULL) != NF_OK);
+    CHECK(nf_spec_parse("ngram:", &md, &k, NULL) != NF_OK && nf_spec_parse("mtp:4", &md, &k, NULL) != NF_OK);
+    CHECK(nf_spec_parse("ngram:2x", &md, &k, NULL) != NF_OK && nf_spec_parse("mtp:0", &md, &k, NULL) != NF_OK);
+    CHECK(nf_spec_parse("mtp:2", &md, &k, NULL) == NF_OK && k == 2 && md == NF_SPEC_MODE_MTP);
+    CHECK(nf_spec_parse("lookup:2", &md, &k, NULL) != NF_OK);
 }
 
 enum { SV = 6, DRAWS = 200000 };
