@@ -23,8 +23,15 @@
  *     in step across rejections, the pending hidden states and the re-runs);
  *   - nf_generate greedy with mtp:1, 2, 3 gives the tokens, end reason and cache length of the run without,
  *     over two chat-like turns (the second continues the session: the hidden state kept in the engine)
- *     and with an end-of-generation id; a model without an MTP block is refused. */
+ *     and with an end-of-generation id; a model without an MTP block is refused;
+ *   - sampling (temperature 1.5, top-k 3) through nf_spec_mtp_verify on qwen3_next: the first three
+ *     tokens after a prompt, drafts being the likeliest continuation (a point mass chosen from the
+ *     tokens sampled so far, as the block's argmax is), 10000 seeded trials against the joint
+ *     distribution from plain forwards: chi-square over the cells expected >= 5 times (the rest pooled),
+ *     at most 26 degrees of freedom < 75 (p < 1e-5 for a correct rule); drafts accepted and rejected
+ *     both occur. The recurrent state is restored between trials with the same slot_save / slot_load. */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -316,6 +323,128 @@ static void generation(nf_engine *e, const int32_t *prompt, const char *what)
     nf_tok_free(tok);
 }
 
+enum { TK = 3, TRIALS = 10000 };
+
+/* softmax(l / temp) over the TK best logits (ties to the lower id): ids and probabilities. */
+static void top_probs(const float *l, uint32_t V, double temp, int32_t *ids, double *p)
+{
+    double z = 0;
+    for (int j = 0; j < TK; j++) {
+        int32_t b = -1;
+        for (uint32_t i = 0; i < V; i++) {
+            int taken = 0;
+            for (int q = 0; q < j; q++) taken |= ids[q] == (int32_t)i;
+            if (!taken && (b < 0 || l[i] > l[b])) b = (int32_t)i;
+        }
+        ids[j] = b;
+    }
+    for (int j = 0; j < TK; j++) z += p[j] = exp((l[ids[j]] - l[ids[0]]) / temp);
+    for (int j = 0; j < TK; j++) p[j] /= z;
+}
+
+/* Back to the state after the prompt (P tokens): the slot saved then, n_past P. */
+static void restore(nf_engine *e, const float *snap, uint32_t P)
+{
+    CHECK(e->ops->slot_load(e->state, 0, snap, P, NULL) == NF_OK);
+    e->n_past = P;
+}
+
+static int cell_of(const int32_t *ids, int32_t t)
+{
+    for (int j = 0; j < TK; j++)
+        if (ids[j] == t) return j;
+    return -1;
+}
+
+static void sampled(nf_engine *e, const int32_t *prompt, uint32_t P)
+{
+    const uint32_t V = e->model->cfg.vocab;
+    const double temp = 1.5;
+    nf_error err;
+    float *snap = malloc(e->ops->slot_floats(e->state) * sizeof(float)), *pl = malloc(V * sizeof(float));
+    float *rows = malloc(3 * V * sizeof(float));
+    uint32_t pos;
+    nf_engine_reset(e);
+    CHECK(nf_engine_prefill(e, prompt, P, NULL, &err) == NF_OK);
+    CHECK(e->ops->slot_save(e->state, 0, snap, &pos, &err) == NF_OK && pos == P);
+    memcpy(pl, e->logits, V * sizeof(float));
+    /* the joint distribution: i1, p1 after the prompt; i2[a], p2[a] after i1[a]; i3[a][b], p3[a][b] after both */
+    int32_t i1[TK], i2[TK][TK], i3[TK][TK][TK];
+    double p1[TK], p2[TK][TK], p3[TK][TK][TK];
+    top_probs(pl, V, temp, i1, p1);
+    for (int a = 0; a < TK; a++) {
+        restore(e, snap, P);
+        CHECK(nf_engine_decode(e, i1[a], &err) == NF_OK);
+        top_probs(e->logits, V, temp, i2[a], p2[a]);
+        for (int b = 0; b < TK; b++) {
+            const int32_t two[2] = {i1[a], i2[a][b]};
+            restore(e, snap, P);
+            CHECK(nf_engine_prefill(e, two, 2, NULL, &err) == NF_OK);
+            top_probs(e->logits, V, temp, i3[a][b], p3[a][b]);
+        }
+    }
+    static long cnt[TK * TK * TK + 1];
+    long accepted = 0, drafted = 0;
+    int32_t seq[CTX];
+    memcpy(seq, prompt, P * sizeof *seq);
+    for (int t = 0; t < TRIALS; t++) {
+        nf_sampler_params sp = {.temp = (float)temp, .top_k = TK, .top_p = 1, .repeat_penalty = 1, .seed = (uint64_t)t + 1};
+        nf_sampler *s;
+        nf_spec_mtp m;
+        if (nf_sampler_create(&sp, V, &s, NULL)) break;
+        if (nf_spec_mtp_init(&m, e, 2, &err)) {
+            nf_sampler_free(s);
+            break;
+        }
+        restore(e, snap, P);
+        int32_t out[3];
+        size_t n_out;
+        const int32_t t1 = nf_sampler_sample(s, pl, seq, P);
+        const int a = cell_of(i1, t1);
+        int32_t x2 = -1, x3 = -1;
+        if (a >= 0) {
+            /* drafts: the likeliest second token, and the likeliest third after it */
+            seq[P] = t1, seq[P + 1] = i2[a][0], seq[P + 2] = i3[a][0][0];
+            CHECK(nf_spec_mtp_verify(&m, s, seq, P + 3, 2, rows, out, &n_out, &err) == NF_OK);
+            drafted += 2, accepted += (long)n_out - 1;
+            x2 = out[0];
+            if (n_out >= 2) x3 = out[1];
+            else { /* the second draft never ran: one more step, drafting the likeliest after x2 */
+                const int b = cell_of(i2[a], x2);
+                if (b >= 0) {
+                    seq[P + 1] = x2, seq[P + 2] = i3[a][b][0];
+                    CHECK(nf_spec_mtp_verify(&m, s, seq, P + 3, 1, rows, out, &n_out, &err) == NF_OK);
+                    drafted += 1, accepted += (long)n_out - 1;
+                    x3 = out[0];
+                }
+            }
+        }
+        const int b = a >= 0 ? cell_of(i2[a], x2) : -1, c = b >= 0 ? cell_of(i3[a][b], x3) : -1;
+        CHECK_MSG(c >= 0, "tokens %d %d %d are outside the top-%d cells", t1, x2, x3, TK);
+        cnt[c >= 0 ? (a * TK + b) * TK + c : TK * TK * TK]++;
+        nf_spec_mtp_free(&m);
+        nf_sampler_free(s);
+    }
+    double chi2 = 0, pooled_e = 0;
+    long pooled_n = 0;
+    int df = -1;
+    for (int c = 0; c < TK * TK * TK; c++) {
+        const double ex = TRIALS * p1[c / 9] * p2[c / 9][c / 3 % 3] * p3[c / 9][c / 3 % 3][c % 3];
+        if (ex < 5) {
+            pooled_e += ex, pooled_n += cnt[c];
+            continue;
+        }
+        chi2 += (cnt[c] - ex) * (cnt[c] - ex) / ex, df++;
+    }
+    if (pooled_e >= 5) chi2 += (pooled_n - pooled_e) * (pooled_n - pooled_e) / pooled_e, df++;
+    printf("sampled MTP verification: chi-square %.1f over %d degrees of freedom; %ld of %ld drafts accepted\n", chi2,
+           df, accepted, drafted);
+    CHECK_MSG(chi2 < 75, "sampling with MTP verification: chi-square %.1f over %d degrees of freedom", chi2, df);
+    CHECK_MSG(accepted > TRIALS / 10 && accepted < drafted - TRIALS / 10, "%ld of %ld drafts accepted: both branches "
+              "must be exercised", accepted, drafted);
+    free(snap), free(pl), free(rows);
+}
+
 static void speculation(const char *tmp, const char *name)
 {
     char dir[1024], out[1200];
@@ -334,6 +463,7 @@ static void speculation(const char *tmp, const char *name)
     if (!nf_engine_create(m, &o, &e, &err)) {
         machinery(e, prompt, 40, name);
         generation(e, prompt, name);
+        if (!strcmp(name, "qwen3_next")) sampled(e, prompt, 40);
         nf_engine_free(e);
     }
     nf_model_free(m);
