@@ -566,8 +566,14 @@ static nf_status cpu_mtp(void *state, const nf_batch *b, const float *hidden, fl
     attention_block(s, &s->mtp, b);
     mlp_block(s, &s->mtp, b, NULL);
     float *ho = hidden_out ? hidden_out : s->xn;
-    for (size_t t = 0; t < T; t++) nf_cpu_rmsnorm(ho + t * H, s->x + t * H, s->mtp_out_norm, H, c->rms_eps);
-    j = job_of(b, s->head, ho, H, logits, c->vocab);
+    if (b->all_logits) {
+        for (size_t t = 0; t < T; t++) nf_cpu_rmsnorm(ho + t * H, s->x + t * H, s->mtp_out_norm, H, c->rms_eps);
+        j = job_of(b, s->head, ho, H, logits, c->vocab);
+    } else { /* each sequence's last token, one segment each (head_block's way) */
+        for (uint32_t i = 0; i < b->n_seqs; i++)
+            nf_cpu_rmsnorm(ho + i * H, s->x + (size_t)(b->seq_start[i + 1] - 1) * H, s->mtp_out_norm, H, c->rms_eps);
+        j = (nf_cpu_gemm_job){s->head, ho, H, logits, c->vocab, b->n_seqs, s->iota, b->n_seqs};
+    }
     nf_cpu_gemm_batch(s->cpu, &j, 1);
     return NF_OK;
 }

@@ -81,7 +81,11 @@ void nf_engine_free(nf_engine *e)
     free(e);
 }
 
-void nf_engine_reset(nf_engine *e) { e->n_past = 0; }
+void nf_engine_reset(nf_engine *e)
+{
+    e->n_past = 0;
+    e->mtp_hidden_pos = 0;
+}
 
 nf_status nf_engine_prefill(nf_engine *e, const int32_t *tokens, size_t n, float *all_logits, nf_error *err)
 {
@@ -123,7 +127,7 @@ nf_status nf_engine_prefill_hidden(nf_engine *e, const int32_t *tokens, size_t n
     return NF_OK;
 }
 
-nf_status nf_engine_mtp(nf_engine *e, const int32_t *tokens, const float *hidden, size_t n, uint32_t pos0,
+nf_status nf_engine_mtp(nf_engine *e, const int32_t *tokens, const float *hidden, size_t n, uint32_t pos0, int all,
                         float *logits, float *hidden_out, nf_error *err)
 {
     if (!e->model->mtp || !e->ops->mtp)
@@ -138,9 +142,10 @@ nf_status nf_engine_mtp(nf_engine *e, const int32_t *tokens, const float *hidden
         const uint32_t seq_start[2] = {0, (uint32_t)T}, p0 = pos0 + (uint32_t)i;
         const nf_batch b = {.n_tokens = (uint32_t)T, .n_seqs = 1, .tokens = tokens + i, .seq_start = seq_start,
                             .pos0 = &p0, .pages = e->pages, .page_stride = nf_engine_pages_per_seq(&e->opts),
-                            .all_logits = 1};
-        nf_status st = e->ops->mtp(e->state, &b, hidden + i * H, logits + i * V, hidden_out ? hidden_out + i * H : NULL,
-                                   err);
+                            .all_logits = all != 0};
+        const size_t row = all ? i : 0; /* without all, each piece's last row overwrites the previous one's */
+        nf_status st = e->ops->mtp(e->state, &b, hidden + i * H, logits + row * V,
+                                   hidden_out ? hidden_out + row * H : NULL, err);
         if (st) return st;
     }
     return NF_OK;

@@ -88,8 +88,8 @@ typedef struct nf_backend_ops {
      * b, where token t of b follows the position whose hidden state is hidden[t] ([T][H]: the main
      * model's, or a previous MTP step's hidden_out when drafting ahead) and sits at that position
      * (b->pos0) in the block's own KV pages, addressed by b's page table like the main model's; writes
-     * logits[T][vocab] and hidden_out[T][H] (the block's normed output; NULL: not wanted). No state
-     * slots. */
+     * logits and hidden_out (the block's normed output; NULL: not wanted) of every token ([T][vocab],
+     * [T][H]) when b->all_logits, else of each sequence's last token ([S][...]). No state slots. */
     nf_status (*hidden)(void *state, float *out, nf_error *err);
     nf_status (*mtp)(void *state, const nf_batch *b, const float *hidden, float *logits, float *hidden_out,
                      nf_error *err);
@@ -139,9 +139,10 @@ nf_status nf_engine_prefill(nf_engine *e, const int32_t *tokens, size_t n, float
 nf_status nf_engine_prefill_hidden(nf_engine *e, const int32_t *tokens, size_t n, float *all_logits, float *hidden,
                                    nf_error *err);
 /* The MTP block (backend `mtp`) over n tokens at positions pos0 .. pos0 + n - 1 of the session, in forwards of
- * up to `chunk`: tokens[i] follows the position whose hidden state is hidden[i]; logits [n][vocab],
- * hidden_out [n][H] (may be NULL). A model without an MTP block is refused (NF_ERR_UNSUPPORTED). */
-nf_status nf_engine_mtp(nf_engine *e, const int32_t *tokens, const float *hidden, size_t n, uint32_t pos0,
+ * up to `chunk`: tokens[i] follows the position whose hidden state is hidden[i]; with all, logits [n][vocab]
+ * and hidden_out [n][H] (may be NULL), else only the last position's ([vocab], [H]: a prompt's rows would
+ * not fit a large vocabulary). A model without an MTP block is refused (NF_ERR_UNSUPPORTED). */
+nf_status nf_engine_mtp(nf_engine *e, const int32_t *tokens, const float *hidden, size_t n, uint32_t pos0, int all,
                         float *logits, float *hidden_out, nf_error *err);
 /* One token: the same as prefill of 1. */
 nf_status nf_engine_decode(nf_engine *e, int32_t token, nf_error *err);

@@ -12,6 +12,7 @@ void nf_engine_truncate(nf_engine *e, uint32_t n)
 {
     /* a hybrid's recurrent state holds all n_past positions and cannot rewind: start over */
     if (n < e->n_past) e->n_past = e->model->cfg.n_linear ? 0 : n;
+    e->mtp_hidden_pos = 0; /* MTP speculation's kept hidden state (spec.h) is of a position no longer held */
 }
 
 /* Room in v for `extra` more ids. */

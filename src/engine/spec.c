@@ -107,11 +107,7 @@ static nf_status mtp_reserve(nf_spec_mtp *m, size_t rows, nf_error *err)
     if (ph) m->ph = ph;
     int32_t *pt = realloc(m->ptok, rows * sizeof(int32_t));
     if (pt) m->ptok = pt;
-    float *lg = realloc(m->lg, rows * m->V * sizeof(float));
-    if (lg) m->lg = lg;
-    float *ho = realloc(m->ho, rows * m->H * sizeof(float));
-    if (ho) m->ho = ho;
-    if (!ph || !pt || !lg || !ho) return nf_error_set(err, NF_ERR_NOMEM, "speculation: out of memory");
+    if (!ph || !pt) return nf_error_set(err, NF_ERR_NOMEM, "speculation: out of memory");
     m->cap = rows;
     return NF_OK;
 }
@@ -127,7 +123,9 @@ nf_status nf_spec_mtp_init(nf_spec_mtp *m, nf_engine *e, uint32_t k, nf_error *e
     nf_status st = nf_spec_check(e, NF_SPEC_MODE_MTP, k, err);
     if (st) return st;
     const size_t sf = e->ops->slot_floats ? e->ops->slot_floats(e->state) : 0;
-    if (sf && !(m->snap = malloc(sf * sizeof(float)))) return nf_error_set(err, NF_ERR_NOMEM, "speculation: out of memory");
+    if ((sf && !(m->snap = malloc(sf * sizeof(float)))) || !(m->lg = malloc(m->V * sizeof(float))) ||
+        !(m->ho = malloc(2 * m->H * sizeof(float))))
+        return nf_error_set(err, NF_ERR_NOMEM, "speculation: out of memory");
     st = mtp_reserve(m, 2 * ((size_t)k + 1), err);
     if (st) return st;
     /* the hidden state the last generation left, when the session still ends where it did */
@@ -187,17 +185,15 @@ nf_status nf_spec_mtp_draft(nf_spec_mtp *m, int32_t id, size_t k, int32_t *draft
     if (st) return st;
     mtp_follow(m, id);
     const size_t P = m->n_ph, H = m->H, V = m->V;
-    st = nf_engine_mtp(m->e, m->ptok, m->ph, P, m->pos0, m->lg, m->ho, err);
+    st = nf_engine_mtp(m->e, m->ptok, m->ph, P, m->pos0, 0, m->lg, m->ho, err); /* the last row's logits */
     if (st) return st;
     /* the block's entries up to position pos0 + P - 1 are final: nothing is pending until the verification */
-    const float *h = m->ho + (P - 1) * H;
     const uint32_t last = m->pos0 + (uint32_t)P - 1;
-    draft[0] = (int32_t)nf_argmax(m->lg + (P - 1) * V, V);
+    draft[0] = (int32_t)nf_argmax(m->lg, V);
     for (size_t j = 1; j < k; j++) { /* chained: position last + j takes the previous output and draft */
-        st = nf_engine_mtp(m->e, &draft[j - 1], h, 1, last + (uint32_t)j, m->lg, m->ho + P * H, err);
+        float *in = m->ho + (j - 1) % 2 * H, *out = m->ho + j % 2 * H;
+        st = nf_engine_mtp(m->e, &draft[j - 1], in, 1, last + (uint32_t)j, 0, m->lg, out, err);
         if (st) return st;
-        memcpy(m->ho, m->ho + P * H, H * sizeof(float));
-        h = m->ho;
         draft[j] = (int32_t)nf_argmax(m->lg, V);
     }
     m->n_ph = 0;
@@ -289,7 +285,7 @@ nf_status nf_spec_mtp_finish(nf_spec_mtp *m, nf_error *err)
     mtp_sync(m);
     if (!m->n_ph) return NF_OK;
     if (m->n_ph > 1) {
-        nf_status st = nf_engine_mtp(e, m->ptok, m->ph, m->n_ph - 1, m->pos0, m->lg, NULL, err);
+        nf_status st = nf_engine_mtp(e, m->ptok, m->ph, m->n_ph - 1, m->pos0, 0, m->lg, NULL, err);
         if (st) return st;
     }
     if (!e->mtp_hidden && !(e->mtp_hidden = malloc(m->H * sizeof(float))))

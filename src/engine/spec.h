@@ -70,7 +70,7 @@ typedef struct nf_spec_mtp {
     int32_t *ptok;   /* [cap]: the tokens after positions pos0 .. pos0 + n_ph - 2 (the last one's is not final) */
     size_t n_ph, cap;
     uint32_t pos0;
-    float *lg, *ho;  /* [cap][V], [cap][H]: the MTP block's logits and hidden states */
+    float *lg, *ho;  /* [V], [2][H]: the MTP block's last logits and hidden states (chained alternately) */
     float *snap;     /* [slot floats]: the recurrent state before the last verification (hybrids) */
     uint32_t snap_pos; /* its position; UINT32_MAX: none */
 } nf_spec_mtp;

@@ -8,6 +8,8 @@
  *     attention + MoE layer on fp32 activations, measured below);
  *   - two chained steps (positions 130, 131: the previous step's MTP hidden state and its argmax): the
  *     same bound, and the argmax tokens equal the reference's;
+ *   - the last-row form (nf_engine_mtp without `all`, what speculation runs) gives the last row within
+ *     rel-L2 1e-6;
  *   - the multimodal qwen3_5_moe folder (the same weights, mtp.* at top level) converts to the same MTP
  *     logits, bit for bit;
  *   - refusals: a model without mtp.* (qwen3_moe) has no MTP block, and nf_engine_mtp says so.
@@ -82,14 +84,21 @@ static int run_mtp(const char *path, int reference, const int32_t *prompt, size_
     }
     memcpy(tok, prompt + 1, (P - 1) * sizeof(int32_t));
     tok[P - 1] = next;
-    if (nf_engine_mtp(e, tok, hid, P, 0, rows, hout, &err)) {
+    if (nf_engine_mtp(e, tok, hid, P, 0, 1, rows, hout, &err)) {
         CHECK_MSG(0, "%s", err.msg);
         goto out;
+    }
+    { /* the last row alone (speculation's form, pieces of 48): the same row, within rounding */
+        float *l1 = malloc(V * sizeof(float)), *h1 = malloc(H * sizeof(float));
+        CHECK(nf_engine_mtp(e, tok, hid, P, 0, 0, l1, h1, &err) == NF_OK);
+        const double dl = fx_rel_l2(l1, rows + (P - 1) * V, V), dh = fx_rel_l2(h1, hout + (P - 1) * H, H);
+        CHECK_MSG(dl <= 1e-6 && dh <= 1e-6, "%s: the last-row form differs (logits %.3g, hidden %.3g)", path, dl, dh);
+        free(l1), free(h1);
     }
     for (size_t k = 0; k < 2; k++) { /* chained: position P + k takes the last step's hidden and argmax */
         const size_t p = P + k;
         tok[p] = chain_tok[k] = (int32_t)fx_argmax(rows + (p - 1) * V, V);
-        if (nf_engine_mtp(e, tok + p, hout + (p - 1) * H, 1, (uint32_t)p, rows + p * V, hout + p * H, &err)) {
+        if (nf_engine_mtp(e, tok + p, hout + (p - 1) * H, 1, (uint32_t)p, 1, rows + p * V, hout + p * H, &err)) {
             CHECK_MSG(0, "%s", err.msg);
             goto out;
         }
@@ -166,7 +175,7 @@ static void refusals(const char *tmp)
     if (!nf_engine_create(m, &o, &e, &err)) {
         float h[1024] = {0}, l[1024];
         int32_t t = 1;
-        CHECK(nf_engine_mtp(e, &t, h, 1, 0, l, NULL, &err) == NF_ERR_UNSUPPORTED);
+        CHECK(nf_engine_mtp(e, &t, h, 1, 0, 1, l, NULL, &err) == NF_ERR_UNSUPPORTED);
         CHECK_CONTAINS(err.msg, "no MTP block");
         CHECK(nf_spec_check(e, NF_SPEC_MODE_MTP, 2, &err) == NF_ERR_UNSUPPORTED);
         CHECK_CONTAINS(err.msg, "no MTP block");
@@ -271,7 +280,7 @@ static void machinery(nf_engine *e, const int32_t *prompt, size_t P, const char 
     nf_engine_reset(e);
     size_t differ = 0;
     if (D + 1 - P <= GEN && !nf_engine_prefill_hidden(e, full, D, NULL, hid, &err) &&
-        !nf_engine_mtp(e, full + 1, hid, D, 0, lg, NULL, &err))
+        !nf_engine_mtp(e, full + 1, hid, D, 0, 1, lg, NULL, &err))
         for (size_t i = 0; i < n_first; i++)
             differ += first_draft[i] != (int32_t)fx_argmax(lg + (size_t)(draft_pos[i] - 1) * V, V);
     else
