@@ -53,7 +53,8 @@ int nf_cmd_run(int argc, char **argv)
                        "continuation streams to stdout; prompt and generation speed (tokens/s, bytes moved per token,\n"
                        "GB/s and, on the GPU, the share of its DRAM read peak measured after the run) go to stderr.\n"
                        "Generation stops after -n tokens, at an end-of-generation token or at a --stop string. --spec ngram:K\n"
-                       "drafts up to K tokens a step from earlier text and verifies them in one forward (docs/engine.md).",
+                       "drafts up to K tokens a step from earlier text and verifies them in one forward (docs/engine.md);\n"
+                       "--spec mtp:K drafts them with a hybrid's MTP block (docs/hybrid.md).",
         .opts = opts,
         .n_opts = n,
     };
