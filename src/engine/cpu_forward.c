@@ -21,7 +21,10 @@
  * and the attention layers are gated (x += Wo (attention * sigmoid(Wgate h))) with partial rotary. Each
  * sequence's recurrent state lives in the slot b->state_slot[i] names (max_seqs slots); a sequence at
  * pos0 = 0 starts from a zeroed slot, one at pos0 > 0 must continue the slot's last position exactly
- * (a recurrent state cannot rewind). KV pages exist for the attention layers only. */
+ * (a recurrent state cannot rewind). KV pages exist for the attention layers only. A hybrid with an MTP
+ * block (docs/hybrid.md "MTP") also keeps every token's final-normed hidden state (`hidden`), runs the
+ * block (`mtp`, cpu_mtp) on a KV pool of its own, and copies state slots out and back (`slot_save` /
+ * `slot_load`) for speculation's rollback. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
