@@ -447,7 +447,7 @@ static nf_status hf_experts(nf_plan *p, int i, const char *pre, int group, nf_er
     return s;
 }
 
-/* A gate/up pair of one MLP (dense or shared expert) stacked as [2N][H], and its down [H][N]. */
+/* The shared expert: gate/up stacked as [2N][H], and its down [H][N]. */
 static nf_status hf_mlp(nf_plan *p, int i, const char *m, const char *gu_name, const char *down_name, uint64_t N,
                         int group, nf_error *err)
 {
@@ -461,11 +461,11 @@ static nf_status hf_mlp(nf_plan *p, int i, const char *m, const char *gu_name, c
     nf_status s = hf_part(p, t, key, 0, N, H, N, err);
     snprintf(key, sizeof key, "%s.up_proj", m);
     if (s == NF_OK) s = hf_part(p, t, key, 0, N, H, N, err);
-    if (s == NF_OK) s = nf_plan_decide(p, t, NF_ROLE_FFN_GATE_UP, i, err);
-    if (s == NF_OK) s = nvfp4_rules(p, t, NF_ROLE_FFN_GATE_UP, err);
+    if (s == NF_OK) s = nf_plan_decide(p, t, NF_ROLE_SHEXP_GATE_UP, i, err);
+    if (s == NF_OK) s = nvfp4_rules(p, t, NF_ROLE_SHEXP_GATE_UP, err);
     if (s) return s;
     snprintf(key, sizeof key, "%s.down_proj", m);
-    return hf_matrix(p, down_name, NF_ROLE_FFN_DOWN, i, key, H, N, 0, err);
+    return hf_matrix(p, down_name, NF_ROLE_SHEXP_DOWN, i, key, H, N, 0, err);
 }
 
 /* A q/k/v/o bias the config does not announce would be dropped, and the model would differ from the

@@ -208,7 +208,7 @@ static nf_status gguf_exp_bank(nf_plan *p, int i, const char *gu_name, const cha
         s = gguf_part(p, t, gate, j * N, N, n * N, H, err);
         if (s == NF_OK) s = gguf_part(p, t, up, j * N, N, n * N, H, err);
     }
-    return s ? s : nf_plan_decide(p, t, E ? NF_ROLE_EXP_GATE_UP : NF_ROLE_FFN_GATE_UP, i, err);
+    return s ? s : nf_plan_decide(p, t, E ? NF_ROLE_EXP_GATE_UP : NF_ROLE_SHEXP_GATE_UP, i, err);
 }
 
 static nf_status gguf_layer(nf_plan *p, int i, nf_error *err)
@@ -258,7 +258,7 @@ static nf_status gguf_layer(nf_plan *p, int i, nf_error *err)
     }
     if (!s && S && c->arch == NF_HF_QWEN2_MOE) {
         s = gguf_exp_bank(p, i, N("ffn_gate_up_shexp"), G("ffn_gate_shexp.weight"), G2("ffn_up_shexp.weight"), 0, S, H, err);
-        if (!s) s = gguf_simple(p, N("ffn_down_shexp"), NF_ROLE_FFN_DOWN, i, G("ffn_down_shexp.weight"), H, S, err);
+        if (!s) s = gguf_simple(p, N("ffn_down_shexp"), NF_ROLE_SHEXP_DOWN, i, G("ffn_down_shexp.weight"), H, S, err);
         if (!s) s = gguf_simple(p, N("ffn_gate_inp_shexp"), NF_ROLE_VECTOR, i, G("ffn_gate_inp_shexp.weight"), 1, H, err);
     }
 #undef N
