@@ -257,6 +257,98 @@ static void check_arch(const char *gguf, const char *hf, const char *arch, const
     remove(b_path);
 }
 
+/* qwen35moe_q8_0.gguf (llama.cpp's converter, --outtype q8_0): its matrices q8_0 (expert and shared
+ * down f16, where the converter's q8_0 does not take 16-long rows). Under `source` every matrix is
+ * carried over as encoded bytes but ssm_out, whose tiled 16-column head groups split q8_0's 32-blocks:
+ * dequantized, un-tiled and re-encoded to q8_0. Checked against the GGUF decoded and un-tiled here
+ * (the test's own index arithmetic): ssm_z (rows gathered back, bytes carried) bit-exact, ssm_out
+ * within q8_0's bound, 0.53% of its 32-block's amax (docs/convert.md). */
+static void check_q8_0(void)
+{
+    char out[300];
+    snprintf(out, sizeof out, "%s/q8.nf", dir);
+    nf_convert_opts o = {.recipe = NULL, .threads = 2, .quiet = 1};
+    nf_plan p;
+    nf_error e;
+    const char *src = FIXG "qwen35moe_q8_0.gguf";
+    if (nf_plan_build(src, &o, &p, &e)) {
+        CHECK_MSG(0, "%s: %s", src, e.msg);
+        return;
+    }
+    size_t reenc = 0, copied = 0, mats = 0;
+    for (size_t i = 0; i < p.n; i++) {
+        const nf_plan_tensor *t = &p.t[i];
+        if (t->n_dims == 1 || strstr(t->name, "ssm_conv")) continue;
+        mats++;
+        if (strstr(t->name, "ssm_out")) {
+            reenc += t->reencoded == 2 && t->action == NF_ACT_ENCODE && t->codec == NF_CODEC_Q8_0;
+            CHECK_MSG(t->reencoded == 2 && t->codec == NF_CODEC_Q8_0, "%s: not re-encoded to q8_0", t->name);
+        } else {
+            copied += t->action == NF_ACT_COPY;
+            CHECK_MSG(t->action == NF_ACT_COPY, "%s: %s, not carried over", t->name, nf_plan_action_name(t->action));
+        }
+    }
+    CHECK_MSG(nf_convert_run(&p, out, &o, NULL, &e) == NF_OK, "%s", e.msg);
+    nf_plan_free(&p);
+    nf_artifact *a = NULL;
+    nf_gguf *g = NULL;
+    CHECK(nf_artifact_open(out, &a, &e) == NF_OK);
+    CHECK(nf_gguf_open(src, 0, &g, &e) == NF_OK);
+    const uint64_t H = 64, Hk = 2, r = 2, dv = 16, Vd = 64;
+    double worst = 0;
+    size_t exact_z = 0;
+    for (int layer = 0; a && g && layer < 3; layer++) {
+        char n[64], gn[64];
+        float want[64], got[64];
+        /* ssm_z: artifact row (h * r + i) * dv + d <- GGUF attn_gate row (i * Hk + h) * dv + d */
+        snprintf(n, sizeof n, "blk.%d.ssm_z", layer);
+        snprintf(gn, sizeof gn, "blk.%d.attn_gate.weight", layer);
+        const nf_tensor *t = nf_artifact_find_tensor(a, n);
+        const nf_gguf_tensor *s = nf_gguf_find_tensor(g, gn);
+        CHECK(t && s && t->desc.codec == NF_CODEC_Q8_0 && s->codec->id == NF_CODEC_Q8_0);
+        if (!t || !s) continue;
+        size_t rb = nf_codec_row_bytes(s->codec, H);
+        for (uint64_t row = 0; row < Vd; row++) {
+            uint64_t v = row / dv, h = v / r, i = v % r, src_row = (i * Hk + h) * dv + row % dv;
+            s->codec->dequantize_row((const uint8_t *)s->data + src_row * rb, want, H);
+            t->codec->dequantize_row(t->data + row * rb, got, H);
+            exact_z += memcmp(want, got, sizeof want) == 0;
+        }
+        /* ssm_out: artifact column group (h * r + i) <- GGUF group (i * Hk + h), re-encoded */
+        snprintf(n, sizeof n, "blk.%d.ssm_out", layer);
+        snprintf(gn, sizeof gn, "blk.%d.ssm_out.weight", layer);
+        t = nf_artifact_find_tensor(a, n);
+        s = nf_gguf_find_tensor(g, gn);
+        CHECK(t && s && t->desc.codec == NF_CODEC_Q8_0);
+        if (!t || !s) continue;
+        for (uint64_t row = 0; row < H; row++) {
+            float tiled[64];
+            s->codec->dequantize_row((const uint8_t *)s->data + row * rb, tiled, Vd);
+            for (uint64_t c = 0; c < Vd; c++) {
+                uint64_t v = c / dv, h = v / r, i = v % r;
+                want[c] = tiled[(i * Hk + h) * dv + c % dv];
+            }
+            t->codec->dequantize_row(t->data + row * rb, got, Vd);
+            for (uint64_t b = 0; b < Vd; b += 32) {
+                float amax = 0;
+                for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(want[b + k]));
+                for (int k = 0; k < 32; k++) {
+                    double d = fabs((double)got[b + k] - want[b + k]), bound = 0.0053 * amax + 1e-9;
+                    worst = fmax(worst, d / bound);
+                    CHECK_MSG(d <= bound, "%s[%llu][%llu]: %.9g vs %.9g > %.3g", n, (unsigned long long)row,
+                              (unsigned long long)(b + k), got[b + k], want[b + k], bound);
+                }
+            }
+        }
+    }
+    printf("qwen35moe_q8_0: %zu/%zu matrices carried over, %zu ssm_out re-encoded; ssm_z rows bit-exact %zu/%d; "
+           "ssm_out within %.2f of q8_0's bound\n", copied, mats, reenc, exact_z, 3 * 64, worst);
+    CHECK(copied + reenc == mats && reenc == 3 && exact_z == 3 * 64);
+    nf_gguf_close(g);
+    nf_artifact_close(a);
+    remove(out);
+}
+
 int main(void)
 {
     if (!mkdtemp(dir)) return 1;
@@ -265,6 +357,7 @@ int main(void)
         check_arch("qwen3next", "qwen3_next_moe", "qwen3_next", recipe);
         check_arch("qwen35moe", "qwen3_5_moe_text", "qwen3_5_moe", recipe);
     }
+    check_q8_0();
     expect_patched_refusal(FIXG "qwen35moe.gguf", "blk.0.ssm_a", 'X', "tensor 'blk.0.ssm_a' is missing",
                            "blk.0.ssm_a_log");
     expect_patched_refusal(FIXG "qwen3next.gguf", "blk.0.ssm_out.weight", 0, "tensor 'blk.0.ssm_out.weight' has 64 rows of 32",
