@@ -24,6 +24,7 @@
  *     checked equal to ssm_a bit for bit for every head, and equal to -expf(A_log) of the HF artifact;
  *   - the CPU engine's prefill logits (13 tokens in chunks of 4) and 8 greedy steps: bit-identical
  *     (same weights, same decays, same code);
+ *   - qwen3next_legacy.gguf (ssm_in in place of attn_qkv + attn_gate) gives qwen3next.gguf's tensors;
  *   - refusals on byte-patched copies of the GGUF: a missing tensor (blk.0.ssm_a renamed), a wrong
  *     shape (blk.0.ssm_out.weight's or blk.3.attn_q.weight's row length halved), an ssm_a value that
  *     is not negative (no A_log has it): each names the tensor. */
@@ -148,7 +149,7 @@ static int check_tensors(const nf_artifact *a, const nf_artifact *b, const char 
         identical += same;
         CHECK_MSG(same, "%s: '%s' payload differs from the HF folder's", what, y->desc.name);
     }
-    printf("%s: %zu/%zu tensors byte-identical to the HF import; ssm_a_log within %.1f ulp of HF's; %zu decays "
+    printf("%s: %zu/%zu tensors byte-identical to the reference import; ssm_a_log within %.1f ulp of HF's; %zu decays "
            "-expf(a_log) differ from the GGUF's ssm_a or from HF's\n",
            what, identical, nf_artifact_n_tensors(b), worst_ulps, bad_decay);
     nf_gguf_close(g);
@@ -349,6 +350,30 @@ static void check_q8_0(void)
     remove(out);
 }
 
+/* qwen3next_legacy.gguf (tests/oracle/gguf_legacy_qwen3next.py: the older layout, ssm_in = HF's
+ * in_proj_qkvz as it is, per k head [q | k | v | z], in place of attn_qkv + attn_gate) converts to
+ * the same tensors as qwen3next.gguf, byte for byte. */
+static void check_legacy(void)
+{
+    char a_path[300], b_path[300];
+    snprintf(a_path, sizeof a_path, "%s/legacy.nf", dir);
+    snprintf(b_path, sizeof b_path, "%s/current.nf", dir);
+    if (!fx_convert(FIXG "qwen3next_legacy.gguf", "source", a_path) || !fx_convert(FIXG "qwen3next.gguf", "source", b_path))
+        return;
+    nf_artifact *a = NULL, *b = NULL;
+    nf_error e;
+    CHECK(nf_artifact_open(a_path, &a, &e) == NF_OK);
+    CHECK(nf_artifact_open(b_path, &b, &e) == NF_OK);
+    if (a && b) {
+        check_meta(a, b, "qwen3next_legacy");
+        check_tensors(a, b, FIXG "qwen3next_legacy.gguf", "qwen3next_legacy vs qwen3next");
+    }
+    nf_artifact_close(a);
+    nf_artifact_close(b);
+    remove(a_path);
+    remove(b_path);
+}
+
 int main(void)
 {
     if (!mkdtemp(dir)) return 1;
@@ -358,6 +383,7 @@ int main(void)
         check_arch("qwen35moe", "qwen3_5_moe_text", "qwen3_5_moe", recipe);
     }
     check_q8_0();
+    check_legacy();
     expect_patched_refusal(FIXG "qwen35moe.gguf", "blk.0.ssm_a", 'X', "tensor 'blk.0.ssm_a' is missing",
                            "blk.0.ssm_a_log");
     expect_patched_refusal(FIXG "qwen3next.gguf", "blk.0.ssm_out.weight", 0, "tensor 'blk.0.ssm_out.weight' has 64 rows of 32",
