@@ -346,14 +346,26 @@ static nf_status gguf_gated_attn(nf_plan *p, int i, nf_error *err)
     gguf_rows *g = malloc(c->n_heads * sizeof *g);
     if (!g) return nf_error_set(err, NF_ERR_NOMEM, "plan: out of memory");
     nf_status s = NF_OK;
-    G("attn_q.weight");
+    /* convert_hf_to_gguf.py --fuse-qkv (conversion/base.py modify_tensors) writes attn_qkv.weight =
+     * attn_q rows, then attn_k's, then attn_v's, and no attn_q/k/v */
+    int fused = !nf_gguf_find_tensor(p->gguf, G("attn_q.weight")) && nf_gguf_find_tensor(p->gguf, G("attn_qkv.weight"));
+    uint64_t src_rows = fused ? 2 * q + 2 * kv : 2 * q;
+    if (fused) G("attn_qkv.weight");
+    else G("attn_q.weight");
     for (int half = 0; half < 2 && s == NF_OK; half++) {
-        for (uint32_t h = 0; h < c->n_heads; h++) g[h] = (gguf_rows){g1, (2 * h + half) * hd, hd, 2 * q};
+        for (uint32_t h = 0; h < c->n_heads; h++) g[h] = (gguf_rows){g1, (2 * h + half) * hd, hd, src_rows};
         s = gguf_gather(p, half ? N("attn_gate") : N("attn_q"), NF_ROLE_ATTN_Q, i, g, c->n_heads, H, err);
     }
     free(g);
-    if (!s) s = gguf_simple(p, N("attn_k"), NF_ROLE_ATTN_K, i, G("attn_k.weight"), kv, H, err);
-    if (!s) s = gguf_simple(p, N("attn_v"), NF_ROLE_ATTN_V, i, G("attn_v.weight"), kv, H, err);
+    if (!s && fused) {
+        gguf_rows r = {g1, 2 * q, kv, src_rows};
+        s = gguf_gather(p, N("attn_k"), NF_ROLE_ATTN_K, i, &r, 1, H, err);
+        r.row0 += kv;
+        if (!s) s = gguf_gather(p, N("attn_v"), NF_ROLE_ATTN_V, i, &r, 1, H, err);
+    } else {
+        if (!s) s = gguf_simple(p, N("attn_k"), NF_ROLE_ATTN_K, i, G("attn_k.weight"), kv, H, err);
+        if (!s) s = gguf_simple(p, N("attn_v"), NF_ROLE_ATTN_V, i, G("attn_v.weight"), kv, H, err);
+    }
     if (!s) s = gguf_simple(p, N("attn_output"), NF_ROLE_ATTN_O, i, G("attn_output.weight"), H, q, err);
     if (!s) s = gguf_simple(p, N("attn_q_norm"), NF_ROLE_VECTOR, i, G("attn_q_norm.weight"), 1, hd, err);
     if (!s) s = gguf_simple(p, N("attn_k_norm"), NF_ROLE_VECTOR, i, G("attn_k_norm.weight"), 1, hd, err);
@@ -485,7 +497,16 @@ static nf_status gguf_ffn(nf_plan *p, int i, nf_error *err)
         return s;
     }
     s = gguf_simple(p, N("ffn_gate_inp"), NF_ROLE_ROUTER, i, G("ffn_gate_inp.weight"), E, H, err);
-    if (!s) s = gguf_exp_bank(p, i, N("ffn_gate_up_exps"), G("ffn_gate_exps.weight"), G2("ffn_up_exps.weight"), E, I, H, err);
+    if (!s && nf_gguf_find_tensor(p->gguf, G("ffn_gate_up_exps.weight"))) {
+        /* convert_hf_to_gguf.py --fuse-gate-up-exps (the hybrids): per expert the gate rows then the up
+         * rows (torch.cat([gate, up], dim=1), conversion/base.py), the artifact's layout already */
+        uint64_t d3[3] = {E, 2 * I, H};
+        nf_plan_tensor *t = nf_plan_add_tensor(p, N("ffn_gate_up_exps"), 3, d3, err);
+        if (!t) return NF_ERR_NOMEM;
+        s = gguf_part(p, t, g1, 0, E * 2 * I, E * 2 * I, H, err);
+        if (!s) s = nf_plan_decide(p, t, NF_ROLE_EXP_GATE_UP, i, err);
+    } else if (!s)
+        s = gguf_exp_bank(p, i, N("ffn_gate_up_exps"), G("ffn_gate_exps.weight"), G2("ffn_up_exps.weight"), E, I, H, err);
     if (!s) {
         uint64_t dd[3] = {E, H, I};
         nf_plan_tensor *t = nf_plan_add_tensor(p, N("ffn_down_exps"), 3, dd, err);

@@ -24,6 +24,8 @@
  *     checked equal to ssm_a bit for bit for every head, and equal to -expf(A_log) of the HF artifact;
  *   - the CPU engine's prefill logits (13 tokens in chunks of 4) and 8 greedy steps: bit-identical
  *     (same weights, same decays, same code);
+ *   - the same for qwen35moe_fused.gguf (llama.cpp's --fuse-gate-up-exps --fuse-qkv: ffn_gate_up_exps
+ *     per expert [gate | up], the attention's attn_qkv = [q_proj | k | v]);
  *   - qwen3next_legacy.gguf (ssm_in in place of attn_qkv + attn_gate) gives qwen3next.gguf's tensors;
  *   - refusals on byte-patched copies of the GGUF: a missing tensor (blk.0.ssm_a renamed), a wrong
  *     shape (blk.0.ssm_out.weight's or blk.3.attn_q.weight's row length halved), an ssm_a value that
@@ -382,6 +384,7 @@ int main(void)
         check_arch("qwen3next", "qwen3_next_moe", "qwen3_next", recipe);
         check_arch("qwen35moe", "qwen3_5_moe_text", "qwen3_5_moe", recipe);
     }
+    check_arch("qwen35moe_fused", "qwen3_5_moe_text", "qwen3_5_moe", "bf16");
     check_q8_0();
     check_legacy();
     expect_patched_refusal(FIXG "qwen35moe.gguf", "blk.0.ssm_a", 'X', "tensor 'blk.0.ssm_a' is missing",
