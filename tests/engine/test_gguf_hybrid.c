@@ -27,6 +27,7 @@
  *   - the same for qwen35moe_fused.gguf (llama.cpp's --fuse-gate-up-exps --fuse-qkv: ffn_gate_up_exps
  *     per expert [gate | up], the attention's attn_qkv = [q_proj | k | v]);
  *   - qwen3next_legacy.gguf (ssm_in in place of attn_qkv + attn_gate) gives qwen3next.gguf's tensors;
+ *   - without attention.recurrent_layers (key renamed), full_attention_interval gives the layer kinds;
  *   - refusals on byte-patched copies of the GGUF: a missing tensor (blk.0.ssm_a renamed), a wrong
  *     shape (blk.0.ssm_out.weight's or blk.3.attn_q.weight's row length halved), an ssm_a value that
  *     is not negative (no A_log has it): each names the tensor. */
@@ -158,14 +159,14 @@ static int check_tensors(const nf_artifact *a, const nf_artifact *b, const char 
     return n_alog;
 }
 
-/* Converts a copy of src with tensor `find` patched: its name's last byte replaced by `rename`, or
- * (rename '+') its first f32 value set to 0.5, or (rename 0) its ne[0] halved; the plan must fail
- * naming `want` (and `want2`). */
-static void expect_patched_refusal(const char *src, const char *find, char rename, const char *want, const char *want2)
+/* Writes a copy of src to path with `find` (a tensor name, or a metadata key) patched: its last byte
+ * replaced by `rename`, or (rename '+') the tensor's first f32 value set to 0.5, or (rename 0) the
+ * tensor's ne[0] halved. 1 on success. */
+static int write_patched(const char *src, const char *find, char rename, const char *path)
 {
     FILE *f = fopen(src, "rb");
     CHECK(f != NULL);
-    if (!f) return;
+    if (!f) return 0;
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     rewind(f);
@@ -179,7 +180,7 @@ static void expect_patched_refusal(const char *src, const char *find, char renam
     CHECK_MSG(hit != NULL, "'%s' not found in %s", find, src);
     if (!hit) {
         free(buf);
-        return;
+        return 0;
     }
     if (rename == '+') { /* the tensor's first f32 value made positive: found by its bytes */
         nf_gguf *g = NULL;
@@ -198,13 +199,20 @@ static void expect_patched_refusal(const char *src, const char *find, char renam
         ne0 /= 2;
         memcpy(hit + L + 4, &ne0, 8);
     }
-    char path[300], out[300];
-    snprintf(path, sizeof path, "%s/patched.gguf", dir);
-    snprintf(out, sizeof out, "%s/patched.nf", dir);
     f = fopen(path, "wb");
-    CHECK(f && fwrite(buf, 1, (size_t)n, f) == (size_t)n);
+    int ok = f && fwrite(buf, 1, (size_t)n, f) == (size_t)n;
+    CHECK(ok);
     if (f) fclose(f);
     free(buf);
+    return ok;
+}
+
+/* Plans a patched copy of src (write_patched); the plan must fail naming `want` (and `want2`). */
+static void expect_patched_refusal(const char *src, const char *find, char rename, const char *want, const char *want2)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/patched.gguf", dir);
+    if (!write_patched(src, find, rename, path)) return;
     nf_convert_opts o = {.recipe = NULL, .threads = 2, .quiet = 1};
     nf_plan p;
     nf_error e;
@@ -213,6 +221,27 @@ static void expect_patched_refusal(const char *src, const char *find, char renam
               "patched %s: status %d, message '%s' (want '%s')", find, (int)s, s ? e.msg : "", want);
     if (s) printf("refused as expected: %s\n", e.msg);
     else nf_plan_free(&p);
+    remove(path);
+}
+
+/* Without attention.recurrent_layers the layer kinds come from full_attention_interval (4: layers
+ * 0..2 GDN, 3 attention; llama.cpp's loader rule), which qwen35moe's layer_types agree with. */
+static void check_interval_fallback(void)
+{
+    char path[300], out[300];
+    snprintf(path, sizeof path, "%s/interval.gguf", dir);
+    snprintf(out, sizeof out, "%s/interval.nf", dir);
+    if (!write_patched(FIXG "qwen35moe.gguf", "qwen35moe.attention.recurrent_layers", 'X', path)) return;
+    if (fx_convert(path, "source", out)) {
+        nf_artifact *a = NULL;
+        nf_error e;
+        CHECK(nf_artifact_open(out, &a, &e) == NF_OK);
+        const nf_meta *m = a ? nf_artifact_find_meta(a, "model.linear_layers") : NULL;
+        const int32_t want[4] = {1, 1, 1, 0};
+        CHECK_MSG(m && m->type == NF_META_ARRAY && m->elem_type == NF_META_I32 && m->count == 4 &&
+                  memcmp(m->elems, want, sizeof want) == 0, "model.linear_layers from the interval");
+        nf_artifact_close(a);
+    }
     remove(path);
     remove(out);
 }
@@ -387,6 +416,7 @@ int main(void)
     check_arch("qwen35moe_fused", "qwen3_5_moe_text", "qwen3_5_moe", "bf16");
     check_q8_0();
     check_legacy();
+    check_interval_fallback();
     expect_patched_refusal(FIXG "qwen35moe.gguf", "blk.0.ssm_a", 'X', "tensor 'blk.0.ssm_a' is missing",
                            "blk.0.ssm_a_log");
     expect_patched_refusal(FIXG "qwen3next.gguf", "blk.0.ssm_out.weight", 0, "tensor 'blk.0.ssm_out.weight' has 64 rows of 32",
