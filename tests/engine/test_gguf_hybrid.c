@@ -8,8 +8,7 @@
  * 1 + w, the conv kernel squeezed, in_proj_qkvz re-packed, qwen35moe's v heads tiled in every GDN
  * tensor and in ssm_out's columns, q_proj's per-head [query | gate] carried as attn_q); ninfer's GGUF
  * plan undoes each (src/convert/plan_gguf.c). The HF import of those folders is itself checked
- * against transformers (test_oracle_tiny for qwen3_5_moe_text; qwen3_next_moe shares qwen3_next's
- * code path), so it is the oracle here.
+ * against transformers (test_oracle_tiny runs both folders), so it is the oracle here.
  *
  * Checked, per architecture, twice: GGUF under recipe `source` against HF under `bf16` (every matrix
  * bf16 in both, the GGUF's carried over), and both under `q8q8` (the same f32 values through the same
