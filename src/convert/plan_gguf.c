@@ -302,7 +302,6 @@ static void gguf_v_rows(gguf_rows *g, const char *gname, uint64_t base, uint64_t
 static nf_status gguf_check_ssm_a(nf_plan *p, const char *gname, nf_error *err)
 {
     const nf_gguf_tensor *g = nf_gguf_find_tensor(p->gguf, gname);
-    if (!g) return NF_OK; /* gguf_part reports it */
     float *v = malloc(g->n_elems * sizeof *v);
     if (!v) return nf_error_set(err, NF_ERR_NOMEM, "plan: out of memory");
     g->codec->dequantize_row(g->data, v, g->n_elems);
@@ -437,8 +436,8 @@ static nf_status gguf_gdn(nf_plan *p, int i, nf_error *err)
     free(g);
     const uint32_t uk = tiled ? (uint32_t)Hk : 0;
     if (!s) s = gguf_one(p, N("ssm_dt_bias"), NF_ROLE_VECTOR, i, G("ssm_dt.bias"), 1, Hv, uk, tiled, 0, err);
-    if (!s) s = gguf_check_ssm_a(p, G("ssm_a"), err);
-    if (!s) s = gguf_one(p, N("ssm_a_log"), NF_ROLE_VECTOR, i, g1, 1, Hv, uk, tiled, 1, err);
+    if (!s) s = gguf_one(p, N("ssm_a_log"), NF_ROLE_VECTOR, i, G("ssm_a"), 1, Hv, uk, tiled, 1, err);
+    if (!s) s = gguf_check_ssm_a(p, g1, err); /* after gguf_one has checked its shape */
     if (!s) s = gguf_simple(p, N("ssm_norm"), NF_ROLE_VECTOR, i, G("ssm_norm.weight"), 1, dv, err);
     if (!s) s = gguf_one(p, N("ssm_out"), NF_ROLE_SSM_OUT, i, G("ssm_out.weight"), H, Vd, uk, tiled ? (uint32_t)dv : 0, 0, err);
     return s;
