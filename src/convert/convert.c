@@ -75,7 +75,7 @@ static void nvfp4_src_row(const nf_plan *p, const nf_plan_part *q, uint64_t cols
 /* The A_log the artifact stores for a GGUF ssm_a value a = -exp(A_log): the f32 nearest log(-a) (in
  * double), moved by up to 8 ulps to one whose -expf() is a bit for bit when the nearest is not, so
  * the engines' -expf(a_log) (backend/cpu/gdn.c) reproduces the GGUF's ssm_a exactly. The plan has
- * refused a >= 0 (tensor_values_negative in plan_gguf.c). */
+ * refused a >= 0 (gguf_check_ssm_a in plan_gguf.c). */
 static float a_log_of(float a)
 {
     float x0 = (float)log(-(double)a), lo = x0, hi = x0;
@@ -127,13 +127,20 @@ nf_status nf_convert_part_row(const nf_plan *p, const nf_plan_part *q, uint64_t 
         size_t gb = nf_codec_row_bytes(sc, q->untile_w);
         for (uint64_t g = 0; g < cols / q->untile_w; g++)
             sc->dequantize_row(b + untile_src_group(q, cols, g) * gb, y + g * q->untile_w, q->untile_w);
-    } else if (q->untile_w) { /* groups that split a block: the whole row first */
-        float *t = malloc(cols * sizeof *t);
-        if (!t) return nf_error_set(err, NF_ERR_NOMEM, "%s: out of memory", q->src);
-        nf_codec_get(q->src_codec)->dequantize_row(b, t, cols);
-        for (uint64_t g = 0; g < cols / q->untile_w; g++)
-            memcpy(y + g * q->untile_w, t + untile_src_group(q, cols, g) * q->untile_w, q->untile_w * sizeof *t);
-        free(t);
+    } else if (q->untile_w) { /* groups that split blocks: each block they touch decoded on its own */
+        float blk[256];
+        const uint64_t B = sc->block_elems, w = q->untile_w;
+        const size_t bb = nf_codec_row_bytes(sc, B);
+        if (B > 256) return nf_error_set(err, NF_ERR_INTERNAL, "%s: %s blocks of %llu", q->src, sc->name,
+                                         (unsigned long long)B);
+        for (uint64_t g = 0; g < cols / w; g++) {
+            uint64_t c0 = untile_src_group(q, cols, g) * w; /* source columns [c0, c0 + w) -> y[g w ...] */
+            for (uint64_t k = c0 / B; k * B < c0 + w; k++) {
+                sc->dequantize_row(b + k * bb, blk, B);
+                uint64_t lo = k * B > c0 ? k * B : c0, hi = (k + 1) * B < c0 + w ? (k + 1) * B : c0 + w;
+                memcpy(y + g * w + (lo - c0), blk + (lo - k * B), (hi - lo) * sizeof *blk);
+            }
+        }
     } else
         nf_codec_get(q->src_codec)->dequantize_row(b, y, cols);
     if (q->neg_exp_log)
