@@ -219,7 +219,7 @@ static void expect_patched_refusal(const char *src, const char *find, char renam
     CHECK_MSG(s == NF_ERR_FORMAT && strstr(e.msg, want) && (!want2 || strstr(e.msg, want2)),
               "patched %s: status %d, message '%s' (want '%s')", find, (int)s, s ? e.msg : "", want);
     if (s) printf("refused as expected: %s\n", e.msg);
-    else nf_plan_free(&p);
+    nf_plan_free(&p); /* also after a failed build (plan.h) */
     remove(path);
 }
 
@@ -304,6 +304,7 @@ static void check_q8_0(void)
     const char *src = FIXG "qwen35moe_q8_0.gguf";
     if (nf_plan_build(src, &o, &p, &e)) {
         CHECK_MSG(0, "%s: %s", src, e.msg);
+        nf_plan_free(&p);
         return;
     }
     size_t reenc = 0, copied = 0, mats = 0;
