@@ -804,6 +804,7 @@ nf_status nf_plan_build(const char *source, const nf_convert_opts *o, nf_plan *p
     }
     if (s == NF_OK) unify_inputs(p);
     if (s == NF_OK) warn_reencoded(p);
+    if (s) nf_plan_free(p); /* nothing held after a failure (a caller's nf_plan_free is then a no-op) */
     return s;
 }
 

@@ -109,7 +109,7 @@ typedef struct nf_plan {
 /* Opens the source and computes the plan. Refusals (unknown architecture, missing tensors, shapes
  * inconsistent with config.json, an NVFP4 source into a non-NVFP4 recipe without requantize, an
  * nvfp4 share that is not whole 128-row tiles, a GGUF type it does not know) fail here, each naming
- * the tensor and the rule. */
+ * the tensor and the rule. On failure p holds nothing (nf_plan_free on it is harmless). */
 nf_status nf_plan_build(const char *source, const nf_convert_opts *o, nf_plan *p, nf_error *err);
 void nf_plan_free(nf_plan *p);
 void nf_plan_print(const nf_plan *p, FILE *f);
