@@ -280,6 +280,13 @@ nf_status nf_plan_decide(nf_plan *p, nf_plan_tensor *t, nf_role r, int layer, nf
     const nf_codec *sc = nf_codec_get(t->parts[0].src_codec);
     int legacy = sc->flags & NF_CODEC_DEQUANT_ONLY;
     int quantized = !nv && sc->id != NF_CODEC_F32 && sc->id != NF_CODEC_F16 && sc->id != NF_CODEC_BF16;
+    int split = 0; /* un-tiled column groups that are not whole blocks: no byte copy (plan.h untile_w) */
+    for (uint32_t i = 0; i < t->n_parts; i++) split |= t->parts[i].untile_w % nf_codec_get(t->parts[i].src_codec)->block_elems != 0;
+    if (split && quantized && !legacy) {
+        t->reencoded = 2;
+        p->n_warnings++;
+        same = 0;
+    }
     if (p->src_kind == NF_SRC_GGUF && quantized && !legacy && same) { /* k-quants, q8_0: carried over */
         t->codec = sc->id;
         t->action = NF_ACT_COPY;
@@ -290,7 +297,7 @@ nf_status nf_plan_decide(nf_plan *p, nf_plan_tensor *t, nf_role r, int layer, nf
         t->action = NF_ACT_COPY;
         return NF_OK;
     }
-    if (legacy || (quantized && !same)) { /* warned about, grouped, once the plan is complete */
+    if (!t->reencoded && (legacy || (quantized && !same))) { /* warned about, grouped, once the plan is complete */
         t->reencoded = 1;
         p->n_warnings++;
     }
@@ -447,7 +454,7 @@ static nf_status hf_experts(nf_plan *p, int i, const char *pre, int group, nf_er
     return s;
 }
 
-/* A gate/up pair of one MLP (dense or shared expert) stacked as [2N][H], and its down [H][N]. */
+/* The shared expert: gate/up stacked as [2N][H], and its down [H][N]. */
 static nf_status hf_mlp(nf_plan *p, int i, const char *m, const char *gu_name, const char *down_name, uint64_t N,
                         int group, nf_error *err)
 {
@@ -461,11 +468,11 @@ static nf_status hf_mlp(nf_plan *p, int i, const char *m, const char *gu_name, c
     nf_status s = hf_part(p, t, key, 0, N, H, N, err);
     snprintf(key, sizeof key, "%s.up_proj", m);
     if (s == NF_OK) s = hf_part(p, t, key, 0, N, H, N, err);
-    if (s == NF_OK) s = nf_plan_decide(p, t, NF_ROLE_FFN_GATE_UP, i, err);
-    if (s == NF_OK) s = nvfp4_rules(p, t, NF_ROLE_FFN_GATE_UP, err);
+    if (s == NF_OK) s = nf_plan_decide(p, t, NF_ROLE_SHEXP_GATE_UP, i, err);
+    if (s == NF_OK) s = nvfp4_rules(p, t, NF_ROLE_SHEXP_GATE_UP, err);
     if (s) return s;
     snprintf(key, sizeof key, "%s.down_proj", m);
-    return hf_matrix(p, down_name, NF_ROLE_FFN_DOWN, i, key, H, N, 0, err);
+    return hf_matrix(p, down_name, NF_ROLE_SHEXP_DOWN, i, key, H, N, 0, err);
 }
 
 /* A q/k/v/o bias the config does not announce would be dropped, and the model would differ from the
@@ -764,7 +771,7 @@ static void warn_reencoded(const nf_plan *p)
         names[0] = '\0';
         for (size_t i = 0; i < p->n; i++) {
             const nf_plan_tensor *t = &p->t[i];
-            if (!t->reencoded || (int)t->parts[0].src_codec != c || part_codecs(t, mix, sizeof mix)) continue;
+            if (t->reencoded != 1 || (int)t->parts[0].src_codec != c || part_codecs(t, mix, sizeof mix)) continue;
             if (n++ < SHOW) o += (size_t)snprintf(names + o, sizeof names - o, "%s%s (as %s)", n > 1 ? ", " : "", t->name,
                                                   nf_codec_get(t->codec)->name);
         }
@@ -781,7 +788,7 @@ static void warn_reencoded(const nf_plan *p)
     names[0] = '\0';
     for (size_t i = 0; i < p->n; i++) {
         const nf_plan_tensor *t = &p->t[i];
-        if (!t->reencoded || !part_codecs(t, mix, sizeof mix)) continue;
+        if (t->reencoded != 1 || !part_codecs(t, mix, sizeof mix)) continue;
         if (n++ < SHOW) o += (size_t)snprintf(names + o, sizeof names - o, "%s%s (%s, as %s)", n > 1 ? ", " : "", t->name,
                                               mix, nf_codec_get(t->codec)->name);
     }
@@ -789,6 +796,22 @@ static void warn_reencoded(const nf_plan *p)
         NF_WARN("convert: %zu stacked tensor%s mix%s source codecs and %s dequantized and re-encoded by recipe '%s' (a "
                 "stacked matrix has one codec, and no codec holds both sources' values exactly, so it cannot be carried "
                 "over): %s%s", n, n > 1 ? "s" : "", n > 1 ? "" : "es", n > 1 ? "are" : "is", p->recipe, names,
+                n > SHOW ? ", ... (--plan marks every one [re-encoded])" : "");
+    /* GGUF qwen35moe ssm_out: llama.cpp tiled its v-head column groups; a group narrower than (or not
+     * a multiple of) the codec's block cannot be moved as encoded bytes. */
+    o = 0, n = 0;
+    names[0] = '\0';
+    for (size_t i = 0; i < p->n; i++) {
+        const nf_plan_tensor *t = &p->t[i];
+        if (t->reencoded != 2) continue;
+        if (n++ < SHOW) o += (size_t)snprintf(names + o, sizeof names - o, "%s%s (%s, as %s)", n > 1 ? ", " : "", t->name,
+                                              nf_codec_get(t->parts[0].src_codec)->name, nf_codec_get(t->codec)->name);
+    }
+    if (n)
+        NF_WARN("convert: %zu tensor%s %s dequantized and re-encoded by recipe '%s' because llama.cpp stored %s "
+                "columns in tiled v-head order and a %u-column head group is not a whole number of the codec's blocks, "
+                "so the columns cannot be put back in the artifact's order as encoded bytes: %s%s", n, n > 1 ? "s" : "",
+                n > 1 ? "are" : "is", p->recipe, n > 1 ? "their" : "its", p->cfg.lin_v_dim, names,
                 n > SHOW ? ", ... (--plan marks every one [re-encoded])" : "");
 }
 
@@ -816,6 +839,7 @@ nf_status nf_plan_build(const char *source, const nf_convert_opts *o, nf_plan *p
     }
     if (s == NF_OK) unify_inputs(p);
     if (s == NF_OK) warn_reencoded(p);
+    if (s) nf_plan_free(p); /* nothing held after a failure (a caller's nf_plan_free is then a no-op) */
     return s;
 }
 
@@ -840,6 +864,8 @@ void nf_plan_print(const nf_plan *p, FILE *f)
         if (t->fallback) fprintf(f, " [fallback]");
         if (t->reencoded) fprintf(f, " [re-encoded]");
         if (t->n_parts && t->parts[0].add != 0) fprintf(f, " [1 + w]");
+        if (t->n_parts && t->parts[0].neg_exp_log) fprintf(f, " [log(-x)]");
+        if (t->n_parts && t->parts[0].untile_w) fprintf(f, " [v heads untiled]");
         fputc('\n', f);
         if (t->codec == NF_CODEC_NVFP4 && t->action == NF_ACT_NVFP4_COPY) {
             fprintf(f, "    divisors %u:", t->divisors);

@@ -23,14 +23,16 @@ typedef enum nf_role {
     NF_ROLE_ATTN_K,
     NF_ROLE_ATTN_V,
     NF_ROLE_ATTN_O,
-    NF_ROLE_FFN_GATE_UP,  /* dense MLP gate/up, shared expert gate_up */
-    NF_ROLE_FFN_DOWN,     /* dense MLP down, shared expert down */
+    NF_ROLE_FFN_GATE_UP,  /* dense MLP gate/up */
+    NF_ROLE_FFN_DOWN,     /* dense MLP down */
     NF_ROLE_EXP_GATE_UP,  /* routed expert banks */
     NF_ROLE_EXP_DOWN,
     NF_ROLE_SSM_IN,       /* Gated DeltaNet ssm_qkv, ssm_z: attn_q's codec (bf16 under nvfp4) */
     NF_ROLE_SSM_BA,       /* ssm_ba (b and a rows; a goes through softplus and exp into every state
                            * decay): bf16 in every recipe, 2 * Hv rows, a negligible share */
     NF_ROLE_SSM_OUT,      /* ssm_out: attn_output's codec (bf16 under nvfp4) */
+    NF_ROLE_SHEXP_GATE_UP, /* shared expert gate_up: the dense MLP's codec, but nvfp4 under nvfp4 */
+    NF_ROLE_SHEXP_DOWN,    /* shared expert down: likewise (the GPU's nvfp4 profile is all four matrices) */
     NF_ROLE_COUNT
 } nf_role;
 

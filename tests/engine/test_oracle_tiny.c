@@ -16,7 +16,8 @@
  *
  * The Gated DeltaNet hybrids (tests/oracle/hybrid_models.py: qwen3_next with the packed in_proj
  * dialect, qwen3_5_moe_text with the split one, and qwen3_5_moe, the same weights in the multimodal
- * layout) have a 130-token prompt: three of transformers' 64-token GDN chunks, the last ragged; the
+ * layout; qwen3_next_moe, qwen3_next with every layer sparse, the HF side of test_gguf_hybrid) have a
+ * 130-token prompt: three of transformers' 64-token GDN chunks, the last ragged; the
  * engine prefills it in forwards of 16 tokens, so the conv and delta-rule states carry across 9
  * forwards before the 32 decode steps. q4q5 joins their quantized recipes (their GDN projections
  * take the attention codecs). */
@@ -111,7 +112,8 @@ int main(void)
     }
     /* qwen2_moe_nobias: "qkv_bias": false, no q/k/v biases in the checkpoint */
     const char *models[] = {"qwen3_moe", "qwen3_moe_fused", "qwen2_moe",  "qwen2_moe_nobias",
-                            "llama",     "qwen3_next",      "qwen3_5_moe_text", "qwen3_5_moe"};
+                            "llama",     "qwen3_next",      "qwen3_5_moe_text", "qwen3_5_moe",
+                            "qwen3_next_moe"};
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) test_model(models[i], tmp);
     rmdir(tmp);
     return nf_test_report();
