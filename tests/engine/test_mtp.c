@@ -42,6 +42,7 @@
 #include "nf_test.h"
 #include "common/engine_fixture.h"
 #include "common/letters_tokenizer.h"
+#include "common/spec_stats.h"
 #include "engine/generate.h"
 #include "engine/spec.h"
 
@@ -191,17 +192,6 @@ static void refusals(const char *tmp)
 
 enum { CTX = 256, GEN = 48 };
 
-static nf_tokenizer *names(uint32_t V)
-{
-    static char buf[256][8];
-    static const char *tokens[256];
-    for (uint32_t i = 0; i < V && i < 256; i++) {
-        snprintf(buf[i], sizeof buf[i], "t%u", i);
-        tokens[i] = buf[i];
-    }
-    return toy_tokenizer(tokens, V, "test names");
-}
-
 static void emit(void *ctx, const char *t, size_t len) { (void)ctx, (void)t, (void)len; }
 
 /* Greedy without speculation: prompt then G tokens (base[G]) by plain decodes. */
@@ -306,7 +296,7 @@ static void machinery(nf_engine *e, const int32_t *prompt, size_t P, const char 
 /* nf_generate greedy with mtp:K against without: two turns, then an end-of-generation id. */
 static void generation(nf_engine *e, const int32_t *prompt, const char *what)
 {
-    nf_tokenizer *tok = names(e->model->cfg.vocab);
+    nf_tokenizer *tok = names_tokenizer(e->model->cfg.vocab);
     nf_tok_ids ref[2] = {{0}}, got = {0};
     size_t accepted = 0, drafted = 0;
     int32_t eos = -1;
@@ -344,23 +334,6 @@ static void generation(nf_engine *e, const int32_t *prompt, const char *what)
 
 enum { TK = 3, TRIALS = 10000 };
 
-/* softmax(l / temp) over the TK best logits (ties to the lower id): ids and probabilities. */
-static void top_probs(const float *l, uint32_t V, double temp, int32_t *ids, double *p)
-{
-    double z = 0;
-    for (int j = 0; j < TK; j++) {
-        int32_t b = -1;
-        for (uint32_t i = 0; i < V; i++) {
-            int taken = 0;
-            for (int q = 0; q < j; q++) taken |= ids[q] == (int32_t)i;
-            if (!taken && (b < 0 || l[i] > l[b])) b = (int32_t)i;
-        }
-        ids[j] = b;
-    }
-    for (int j = 0; j < TK; j++) z += p[j] = exp((l[ids[j]] - l[ids[0]]) / temp);
-    for (int j = 0; j < TK; j++) p[j] /= z;
-}
-
 /* Back to the state after the prompt (P tokens): the slot saved then, n_past P. */
 static void restore(nf_engine *e, const float *snap, uint32_t P)
 {
@@ -390,16 +363,16 @@ static void sampled(nf_engine *e, const int32_t *prompt, uint32_t P)
     /* the joint distribution: i1, p1 after the prompt; i2[a], p2[a] after i1[a]; i3[a][b], p3[a][b] after both */
     int32_t i1[TK], i2[TK][TK], i3[TK][TK][TK];
     double p1[TK], p2[TK][TK], p3[TK][TK][TK];
-    top_probs(pl, V, temp, i1, p1);
+    top_probs(pl, V, temp, TK, i1, p1);
     for (int a = 0; a < TK; a++) {
         restore(e, snap, P);
         CHECK(nf_engine_decode(e, i1[a], &err) == NF_OK);
-        top_probs(e->logits, V, temp, i2[a], p2[a]);
+        top_probs(e->logits, V, temp, TK, i2[a], p2[a]);
         for (int b = 0; b < TK; b++) {
             const int32_t two[2] = {i1[a], i2[a][b]};
             restore(e, snap, P);
             CHECK(nf_engine_prefill(e, two, 2, NULL, &err) == NF_OK);
-            top_probs(e->logits, V, temp, i3[a][b], p3[a][b]);
+            top_probs(e->logits, V, temp, TK, i3[a][b], p3[a][b]);
         }
     }
     static long cnt[TK * TK * TK + 1];
@@ -444,18 +417,10 @@ static void sampled(nf_engine *e, const int32_t *prompt, uint32_t P)
         nf_spec_mtp_free(&m);
         nf_sampler_free(s);
     }
-    double chi2 = 0, pooled_e = 0;
-    long pooled_n = 0;
-    int df = -1;
-    for (int c = 0; c < TK * TK * TK; c++) {
-        const double ex = TRIALS * p1[c / 9] * p2[c / 9][c / 3 % 3] * p3[c / 9][c / 3 % 3][c % 3];
-        if (ex < 5) {
-            pooled_e += ex, pooled_n += cnt[c];
-            continue;
-        }
-        chi2 += (cnt[c] - ex) * (cnt[c] - ex) / ex, df++;
-    }
-    if (pooled_e >= 5) chi2 += (pooled_n - pooled_e) * (pooled_n - pooled_e) / pooled_e, df++;
+    double ex[TK * TK * TK];
+    for (int c = 0; c < TK * TK * TK; c++) ex[c] = TRIALS * p1[c / 9] * p2[c / 9][c / 3 % 3] * p3[c / 9][c / 3 % 3][c % 3];
+    int df;
+    const double chi2 = pooled_chi2(cnt, ex, TK * TK * TK, &df);
     printf("sampled MTP verification: chi-square %.1f over %d degrees of freedom; %ld of %ld drafts accepted\n", chi2,
            df, accepted, drafted);
     CHECK_MSG(chi2 < 75, "sampling with MTP verification: chi-square %.1f over %d degrees of freedom", chi2, df);
