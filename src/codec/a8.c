@@ -212,3 +212,9 @@ nf_a8_gemm_fn nf_codec_a8_kernel(const nf_codec *c, nf_isa isa)
         if (k[i]) return k[i];
     return NULL;
 }
+
+nf_a8_tile_fn nf_codec_a8_tile(const nf_codec *c, nf_isa isa)
+{
+    if (!c || isa < NF_ISA_AVX512VNNI || isa >= NF_ISA_COUNT || isa > nf_isa_detect()) return NULL;
+    return nf_a8_tile_avx512(c->id);
+}

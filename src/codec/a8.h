@@ -61,4 +61,13 @@ typedef void (*nf_a8_gemm_fn)(const void *w, size_t row_bytes, size_t rows, cons
  * below it); NULL when c has no integer kernel or isa is above nf_isa_detect(). */
 nf_a8_gemm_fn nf_codec_a8_kernel(const nf_codec *c, nf_isa isa);
 
+/* Multi-token products (prefill segments) with the weight rows repacked 16 at a time, "lane = row"
+ * (a8_tile_avx512.c says how): the same y as nf_a8_gemm_fn up to f32 rounding, faster when several
+ * tokens share the rows. scratch: nf_a8_tile_scratch(n) bytes (any alignment). n must be a multiple
+ * of 64. NULL when c or isa has none (below AVX-512 VNNI): use nf_codec_a8_kernel per token. */
+typedef void (*nf_a8_tile_fn)(const void *w, size_t row_bytes, size_t rows, const uint8_t *xa, size_t ldxa,
+                              size_t ntok, float *y, size_t ldy, size_t n, void *scratch);
+size_t nf_a8_tile_scratch(size_t n);
+nf_a8_tile_fn nf_codec_a8_tile(const nf_codec *c, nf_isa isa);
+
 #endif

@@ -22,6 +22,9 @@ NF_A8_GEMM_DECL(nf_q6_k_a8_avx512);
 
 void nf_a8_quantize_row_avx2(const float *x, uint8_t *dst, size_t n);
 
+#include "codec/a8.h"
+nf_a8_tile_fn nf_a8_tile_avx512(nf_codec_id id);
+
 /* The unpacked q4_k / q5_k scales: sc[8] then m[8] (six-bit each), from the 12 packed bytes (the
  * same values nf_k4_scale_min gives, four sub-blocks per 32-bit word). */
 static inline void nf_k4_unpack_scales(const uint8_t *s12, uint8_t out[16])

@@ -18,7 +18,9 @@
  * terms into one accumulator lane chain plus a 16-lane reduction (4); the reference's w_i carries
  * 2 roundings relative to a_i - b_i. Hence |kernel - ref| <= (n / 16 + 12) u T. T is measured per
  * row from decoded terms (the offset field zeroed gives a_i, the scale field zeroed -b_i). The
- * observed worst ratio is printed. Strength: with q4_k's scales and mins swapped in the unpacker
+ * observed worst ratio is printed. The repacked multi-token tile (nf_codec_a8_tile, AVX-512 VNNI)
+ * is held to the same reference and bound on the same rows (1 to 35 rows: partial 16-row blocks;
+ * up to 14 tokens: partial 4-token passes). Strength: with q4_k's scales and mins swapped in the unpacker
  * (nf_k4_unpack_scales), or q6_k's sub-block scale index off by one, every kernel fails.
  *
  * The quantisation's own effect, |ref - sum_i w_i x_i| <= sum_b d_b (1/2 + 2^-16) sum_{i in b} |w_i|
@@ -192,7 +194,14 @@ static void check_kernel(const nf_codec *c, nf_isa isa, size_t n, size_t rows, s
         nf_a8_quantize_row(x + t * n, xa + t * xr, n, isa);
     }
     const size_t ldy = rows + 3;
-    fn(w, rb, rows, xa, xr, ntok, y, ldy, n);
+    const nf_a8_tile_fn tile = n % 64 == 0 ? nf_codec_a8_tile(c, isa) : NULL;
+    for (int pass = 0; pass < (tile ? 2 : 1); pass++) {
+    if (pass == 0) fn(w, rb, rows, xa, xr, ntok, y, ldy, n);
+    else {
+        uint8_t *scratch = malloc(nf_a8_tile_scratch(n));
+        tile(w, rb, rows, xa, xr, ntok, y, ldy, n, scratch);
+        free(scratch);
+    }
     const double u = ldexp(1.0, -24);
     for (size_t t = 0; t < ntok; t++) {
         const int8_t *q = (const int8_t *)(xa + t * xr);
@@ -206,14 +215,16 @@ static void check_kernel(const nf_codec *c, nf_isa isa, size_t n, size_t rows, s
             double T, Q;
             magnitudes(c, w + r * rb, rb, xq, e, n, &T, &Q);
             const double bound = ((double)n / 16 + 12) * u * T, err = fabs((double)y[t * ldy + r] - ref);
-            CHECK_MSG(err <= bound, "%s %s n=%zu rows=%zu tok %zu/%zu row %zu w%d x%d: %.9g vs ref %.9g, |diff| %.3g > %.3g",
-                      c->name, nf_isa_name(isa), n, rows, t, ntok, r, wkind, xkind, y[t * ldy + r], ref, err, bound);
+            CHECK_MSG(err <= bound, "%s %s%s n=%zu rows=%zu tok %zu/%zu row %zu w%d x%d: %.9g vs ref %.9g, |diff| %.3g > %.3g",
+                      c->name, nf_isa_name(isa), pass ? " tile" : "", n, rows, t, ntok, r, wkind, xkind, y[t * ldy + r],
+                      ref, err, bound);
             if (bound > 0 && err / bound > *worst) *worst = err / bound;
             /* the quantisation's effect (exact in double up to the f32 weights, which both sums share) */
             const double qe = fabs(ref - exact), qb = Q * (1 + 1e-9) + 1e-300;
             CHECK_MSG(qe <= qb, "%s: quantisation moved the dot by %.3g > %.3g", c->name, qe, qb);
             if (qe / qb > *worst_q) *worst_q = qe / qb;
         }
+    }
     }
     free(buf), free(xa), free(x), free(tmp), free(wd), free(y), free(xq), free(e);
 }
@@ -234,9 +245,11 @@ int main(void)
             const size_t ns[] = {256, 512, 2048 + 256, 4096};
             for (size_t k = 0; k < 4; k++)
                 for (int wk = 0; wk < 5; wk++)
-                    for (size_t rows = 1; rows <= 9; rows += 4)
-                        check_kernel(c, (nf_isa)isa, ns[k], rows, 1 + (rows + wk) % 3, wk, (int)(k + wk) % 4, &worst,
-                                     &worst_q);
+                    for (size_t ri = 0; ri < 6; ri++) {
+                        const size_t rs[6] = {1, 5, 9, 16, 17, 35}, rows = rs[ri];
+                        check_kernel(c, (nf_isa)isa, ns[k], rows, 1 + (rows + wk) % 3 + (ri > 2 ? 4 * ri - 8 : 0), wk,
+                                     (int)(k + wk) % 4, &worst, &worst_q);
+                    }
             if (c->block_elems == 32) /* q8_0: an odd number of blocks (the AVX-512 pair loop's tail) */
                 for (size_t nb = 1; nb <= 7; nb += 2) check_kernel(c, (nf_isa)isa, 32 * nb, 5, 2, nb % 5, 0, &worst, &worst_q);
             printf("%-5s %-10s worst |kernel - ref| / bound = %.4f; quantisation effect / its bound = %.4f\n", c->name,

@@ -6,9 +6,10 @@
  * the SIMD kernels split it over 8..16 lanes, so we allow 4e-6 * sum|w x| + 1e-30 for n <= 512
  * (a quarter of the worst case, 20x the typical), and the reference path (double dot) 1e-6 relative.
  * These run with f32 activations (nf_cpu_set_a8 off). With int8 activations (the default) the
- * q8_0 / k-quant products must equal, bit for bit, the codec's integer kernel (codec/a8.h) run
- * directly on the quantised rows, whatever the threads, tokens, row sub-view and batch (jobs
- * sharing an input, which is quantised once); the kernels' accuracy is test_codec_a8's. */
+ * q8_0 / k-quant products must equal, bit for bit, the codec's integer kernel (one token) or its
+ * repacked tile (several, where the ISA has one; codec/a8.h) run directly on the quantised rows,
+ * whatever the threads, row sub-view and batch (jobs sharing an input, which is quantised once; a
+ * job's segments); the kernels' accuracy is test_codec_a8's. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,8 +95,17 @@ static void a8_direct(const enc *e, const float *x, size_t n, uint32_t r0, uint3
     const size_t rb = nf_a8_row_bytes(cols);
     uint8_t *xa = malloc(n * rb);
     for (size_t t = 0; t < n; t++) nf_a8_quantize_row(x + t * cols, xa + t * rb, cols, nf_isa_selected());
-    nf_codec_a8_kernel(e->w.codec, nf_isa_selected())(e->w.data + (size_t)r0 * e->w.row_bytes, e->w.row_bytes, rows,
-                                                      xa, rb, n, y, rows, cols);
+    const nf_a8_tile_fn tile = nf_codec_a8_tile(e->w.codec, nf_isa_selected());
+    const uint8_t *w = e->w.data + (size_t)r0 * e->w.row_bytes;
+    if (n > 1 && tile) { /* several tokens: the repacked tile, 16 rows at a time (the gemm's row blocks) */
+        void *scratch = malloc(nf_a8_tile_scratch(cols));
+        for (uint32_t r = 0; r < rows; r += 16)
+            tile(w + (size_t)r * e->w.row_bytes, e->w.row_bytes, rows - r < 16 ? rows - r : 16, xa, rb, n, y + r, rows,
+                 cols, scratch);
+        free(scratch);
+    } else {
+        nf_codec_a8_kernel(e->w.codec, nf_isa_selected())(w, e->w.row_bytes, rows, xa, rb, n, y, rows, cols);
+    }
     free(xa);
 }
 
@@ -139,7 +149,9 @@ static void test_gemm_a8(nf_cpu *c1, nf_cpu *c3)
     };
     nf_cpu_gemm_batch(c3, jobs, 5);
     for (int j = 0; j < 5; j++) {
-        nf_cpu_gemm(c1, &jobs[j].w, jobs[j].x, cols, y2, rows, jobs[j].n);
+        nf_cpu_gemm_job alone = jobs[j];
+        alone.y = y2;
+        nf_cpu_gemm_batch(c1, &alone, 1);
         CHECK_MSG(memcmp(jobs[j].y, y2, jobs[j].n * rows * sizeof(float)) == 0, "batch job %d (%s) differs from alone", j,
                   jobs[j].w.codec->name);
     }

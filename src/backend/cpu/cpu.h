@@ -9,9 +9,9 @@
  *     own buffer and multiplies it with every token (f32 accumulation), so each weight byte is
  *     decoded once per chunk, not once per token;
  *   - int8 activations (nf_cpu_set_a8, on by default) for q8_0 / q4_k / q5_k / q6_k weights: each
- *     distinct activation row of a batch is quantised once (per 32 elements, codec/a8.h), then every
- *     token of every segment runs the codec's integer kernel (the same kernel and order for one
- *     token or many, so these products do not depend on the segments);
+ *     distinct activation row of a batch is quantised once (per 32 elements, codec/a8.h); a
+ *     one-token segment runs the codec's integer kernel, a longer one the repacked 16-row tile
+ *     (nf_codec_a8_tile, AVX-512 VNNI; else the kernel per token);
  *   - reference mode (nf_cpu_set_reference): every product is dequantize-row-to-f32 followed by a
  *     double-accumulated dot, whatever the token count: the "dequantize then compute" path that the
  *     quantized-recipe tests compare the fast kernels with.
@@ -71,6 +71,9 @@ void nf_cpu_set_a8(nf_cpu *c, int on);
 int nf_cpu_a8(const nf_cpu *c);
 /* The ISA of the integer kernels (default nf_isa_selected(); capped to nf_isa_detect()). */
 void nf_cpu_set_isa(nf_cpu *c, nf_isa isa);
+/* on (the default): with int8 activations, segments of several tokens run the repacked 16-row tile
+ * where the ISA has one (AVX-512 VNNI); off: the per-token kernel (tests compare the two). */
+void nf_cpu_set_a8_tile(nf_cpu *c, int on);
 
 /* One product y = W x over n tokens: x [n][ldx] (the first w.cols used), y [n][ldy] (the w.rows
  * columns from y[t*ldy] written). w.cols must be <= the max_cols given at create.

@@ -15,6 +15,7 @@ struct nf_cpu {
     int reference;   /* dequantize + double dot everywhere */
     int a8;          /* int8 activations into q8_0 / k-quant products (codec/a8.h) */
     nf_isa isa;      /* the integer kernels' ISA */
+    int no_tile;     /* prefill segments by the per-token integer kernel, not the repacked tile */
     uint8_t *xa;     /* quantised activation rows of the current batch (grown, never shrunk) */
     size_t xa_cap;
 };

@@ -65,6 +65,7 @@ int nf_cpu_reference(const nf_cpu *c) { return c->reference; }
 void nf_cpu_set_a8(nf_cpu *c, int on) { c->a8 = on; }
 int nf_cpu_a8(const nf_cpu *c) { return c->a8; }
 void nf_cpu_set_isa(nf_cpu *c, nf_isa isa) { c->isa = isa < nf_isa_detect() ? isa : nf_isa_detect(); }
+void nf_cpu_set_a8_tile(nf_cpu *c, int on) { c->no_tile = !on; }
 
 /* ---- one row block of one job ----------------------------------------------------------------- */
 
@@ -119,6 +120,7 @@ static void block_reference(const nf_cpu_gemm_job *j, uint32_t r0, uint32_t nb, 
 /* A job's int8 side (codec/a8.h): its kernel and its tokens' quantised rows, or fn NULL. */
 typedef struct a8_job {
     nf_a8_gemm_fn fn;
+    nf_a8_tile_fn tile; /* NULL: fn for every segment */
     const uint8_t *xa;
     size_t ldxa;
 } a8_job;
@@ -131,9 +133,18 @@ static void run_block(nf_cpu *c, const nf_cpu_gemm_job *j, const a8_job *q, uint
         block_reference(j, r0, nb, blk);
         return;
     }
-    if (q && q->fn) { /* every token by the integer kernel, whatever the segments */
-        q->fn(j->w.data + (size_t)r0 * j->w.row_bytes, j->w.row_bytes, nb, q->xa, q->ldxa, j->n, j->y + r0, j->ldy,
-              j->w.cols);
+    if (q && q->fn) { /* int8 activations: one-token segments by the kernel, longer ones by the tile */
+        const uint32_t whole[2] = {0, (uint32_t)j->n}, *seg = j->seg ? j->seg : whole;
+        const size_t n_seg = j->seg ? j->n_seg : 1;
+        const uint8_t *wr = j->w.data + (size_t)r0 * j->w.row_bytes;
+        for (size_t g = 0; g < n_seg; g++) {
+            const size_t t0 = seg[g], n = seg[g + 1] - t0;
+            if (n > 1 && q->tile)
+                q->tile(wr, j->w.row_bytes, nb, q->xa + t0 * q->ldxa, q->ldxa, n, j->y + t0 * j->ldy + r0, j->ldy,
+                        j->w.cols, blk);
+            else
+                q->fn(wr, j->w.row_bytes, nb, q->xa + t0 * q->ldxa, q->ldxa, n, j->y + t0 * j->ldy + r0, j->ldy, j->w.cols);
+        }
         return;
     }
     const uint32_t whole[2] = {0, (uint32_t)j->n}, *seg = j->seg ? j->seg : whole;
@@ -225,6 +236,9 @@ static int prepare_a8(nf_cpu *c, const nf_cpu_gemm_job *jobs, size_t n_jobs, a8_
     for (size_t j = 0; j < n_jobs; j++) {
         const nf_cpu_gemm_job *jb = &jobs[j];
         a8[j].fn = jb->w.nv || !jb->n || jb->w.cols % NF_A8_BLOCK ? NULL : nf_codec_a8_kernel(jb->w.codec, c->isa);
+        /* the tile's scratch is the worker's f32 block buffer: 64 max_cols >= 48 cols + 256 bytes */
+        a8[j].tile = a8[j].fn && jb->w.cols % 64 == 0 && jb->w.cols >= 16 && !c->no_tile
+                         ? nf_codec_a8_tile(jb->w.codec, c->isa) : NULL;
         if (!a8[j].fn) continue;
         size_t s = 0;
         while (s < n_src && !(src[s].x == jb->x && src[s].ldx == jb->ldx && src[s].n == jb->n && src[s].cols == jb->w.cols))
