@@ -91,6 +91,8 @@ static void quantize_scalar(const float *x, uint8_t *dst, size_t n)
         }
         memcpy(dd + b, &d, 4);
         memcpy(dst + n + n / 8 + 4 * b, bs, 4);
+        const float ds = d * (float)(bs[0] + bs[1]);
+        memcpy(dst + n + n / 4 + 4 * b, &ds, 4);
     }
 }
 
@@ -98,7 +100,7 @@ void nf_a8_quantize_row(const float *x, uint8_t *dst, size_t n, nf_isa isa)
 {
     if (isa >= NF_ISA_AVX2 && nf_isa_detect() >= NF_ISA_AVX2) nf_a8_quantize_row_avx2(x, dst, n);
     else quantize_scalar(x, dst, n);
-    memset(dst + n + n / 4, 0, nf_a8_row_bytes(n) - (n + n / 4));
+    memset(dst + n + n / 4 + n / 8, 0, nf_a8_row_bytes(n) - (n + n / 4 + n / 8));
 }
 
 /* ---- scalar kernels ------------------------------------------------------------------------------ */

@@ -10,7 +10,8 @@
  * offset of 32).
  *
  * Stored row (nf_a8_row_bytes(n) bytes, a multiple of 64):
- *     int8 q[n] @0 | f32 d[n / 32] @n | int16 bsum[n / 16] @n + n/8 | padding
+ *     int8 q[n] @0 | f32 d[n / 32] @n | int16 bsum[n / 16] @n + n/8 | f32 dsum[n / 32] @n + n/4 | padding
+ * (dsum_b = d_b * (bsum_2b + bsum_2b+1), the block's sum of x~, for the tile's min term)
  *
  * A kernel computes, per weight row, the exact integer sum over each block of (weight level) x q
  * and combines the blocks in f32 with the decoded scales exactly as dequantize forms them:
@@ -47,7 +48,7 @@ int nf_isa_parse(const char *name, nf_isa *out);
 #define NF_A8_BLOCK 32
 
 /* Bytes of one quantised row of n elements (n % 32 == 0), a multiple of 64. */
-static inline size_t nf_a8_row_bytes(size_t n) { return (n + n / 4 + 63) / 64 * 64; }
+static inline size_t nf_a8_row_bytes(size_t n) { return (n + n / 4 + n / 8 + 63) / 64 * 64; }
 
 /* x[n] -> dst (nf_a8_row_bytes(n) bytes). Every ISA writes the same bytes. */
 void nf_a8_quantize_row(const float *x, uint8_t *dst, size_t n, nf_isa isa);

@@ -57,6 +57,8 @@ void nf_a8_quantize_row_avx2(const float *x, uint8_t *dst, size_t n)
         for (int k = 0; k < 8; k++) bs[0] = (int16_t)(bs[0] + t[k]), bs[1] = (int16_t)(bs[1] + t[8 + k]);
         memcpy(dst + n + 4 * b, &d, 4);
         memcpy(dst + n + n / 8 + 4 * b, bs, 4);
+        const float ds = d * (float)(bs[0] + bs[1]);
+        memcpy(dst + n + n / 4 + 4 * b, &ds, 4);
     }
 }
 

@@ -41,5 +41,6 @@ static inline void nf_k4_unpack_scales(const uint8_t *s12, uint8_t out[16])
 /* The pointers of a quantised row of n elements (codec/a8.h's layout). */
 #define NF_A8_D(xa, n) ((const float *)((const uint8_t *)(xa) + (n)))
 #define NF_A8_BSUM(xa, n) ((const int16_t *)((const uint8_t *)(xa) + (n) + (n) / 8))
+#define NF_A8_DSUM(xa, n) ((const float *)((const uint8_t *)(xa) + (n) + (n) / 4))
 
 #endif

@@ -21,7 +21,7 @@
 
 enum { TT = 4 }; /* tokens per pass */
 
-size_t nf_a8_tile_scratch(size_t n) { return 48 * n + 256; }
+size_t nf_a8_tile_scratch(size_t n) { return 40 * n + 256; }
 
 /* Transposes 16 rows x 16 dwords (rows `stride` bytes apart) into 16 vectors: out[c] lane r = dword c
  * of row r. */
@@ -125,8 +125,6 @@ static inline __attribute__((always_inline)) void tile(const int G, const int O,
     const size_t nk = n / G; /* blocks per row */
     uint8_t *rowbuf = scratch, *lv = rowbuf + 16 * n;
     float *sd = (float *)(lv + 16 * n), *sm = sd + 16 * nk;
-    float *xd = sm + 16 * nk, *xs = xd + TT * nk; /* per pass: d_tk and d_tk bsum_tk */
-    int32_t *xo = (int32_t *)(xs + TT * nk);      /* -O bsum_tk */
     for (size_t r = 0; r < 16; r++) {
         if (r < rows) unpack(w + r * rb, n, rowbuf + r * n, sd + r, sm + r);
         else {
@@ -138,16 +136,6 @@ static inline __attribute__((always_inline)) void tile(const int G, const int O,
     const __mmask16 keep = (__mmask16)((1u << rows) - 1);
     for (size_t t0 = 0; t0 < ntok; t0 += TT) {
         const int nt = ntok - t0 < TT ? (int)(ntok - t0) : TT;
-        for (int t = 0; t < nt; t++) {
-            const uint8_t *x = xa + (t0 + t) * ldxa;
-            const float *d = NF_A8_D(x, n);
-            const int16_t *bs = NF_A8_BSUM(x, n);
-            for (size_t k = 0; k < nk; k++) {
-                const int b = G == 32 ? bs[2 * k] + bs[2 * k + 1] : bs[k];
-                const float dk = d[G == 32 ? k : k / 2];
-                xd[t * nk + k] = dk, xs[t * nk + k] = dk * (float)b, xo[t * nk + k] = -O * b;
-            }
-        }
         __m512 acc[TT];
         for (int t = 0; t < TT; t++) acc[t] = _mm512_setzero_ps();
         for (size_t k = 0; k < nk; k++) {
@@ -156,16 +144,18 @@ static inline __attribute__((always_inline)) void tile(const int G, const int O,
             const __m512 dv = _mm512_loadu_ps(sd + 16 * k);
             const __m512 mv = MIN ? _mm512_loadu_ps(sm + 16 * k) : _mm512_setzero_ps();
             for (int t = 0; t < nt; t++) {
-                const uint8_t *xq = xa + (t0 + t) * ldxa + k * G;
-                __m512i i = O ? _mm512_set1_epi32(xo[t * nk + k]) : _mm512_setzero_si512();
+                const uint8_t *x = xa + (t0 + t) * ldxa, *xq = x + k * G;
+                const int16_t *bs = NF_A8_BSUM(x, n);
+                __m512i i = O ? _mm512_set1_epi32(-O * (G == 32 ? bs[2 * k] + bs[2 * k + 1] : bs[k]))
+                              : _mm512_setzero_si512();
                 for (int j = 0; j < G / 4; j++) {
                     int32_t q4;
                     memcpy(&q4, xq + 4 * j, 4);
                     i = _mm512_dpbusd_epi32(i, wv[j], _mm512_set1_epi32(q4));
                 }
-                const __m512 s = _mm512_mul_ps(dv, _mm512_set1_ps(xd[t * nk + k]));
+                const __m512 s = _mm512_mul_ps(dv, _mm512_set1_ps(NF_A8_D(x, n)[G == 32 ? k : k / 2]));
                 acc[t] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(i), acc[t]);
-                if (MIN) acc[t] = _mm512_fnmadd_ps(mv, _mm512_set1_ps(xs[t * nk + k]), acc[t]);
+                if (MIN) acc[t] = _mm512_fnmadd_ps(mv, _mm512_set1_ps(NF_A8_DSUM(x, n)[k]), acc[t]);
             }
         }
         for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(y + (t0 + t) * ldy, keep, acc[t]);

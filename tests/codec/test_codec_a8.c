@@ -3,7 +3,7 @@
  * references, on random and adversarial blocks.
  *
  * Quantiser. Every ISA writes the same bytes. Per 32-element block, q in [-127, 127], bsum the sums
- * of q per 16, and |x_i - d q_i| <= d (1/2 + 2^-16) (codec/a8.h: the f32 product x * (1/d) carries
+ * of q per 16, dsum = d * (the block's sum of q) in f32, and |x_i - d q_i| <= d (1/2 + 2^-16) (codec/a8.h: the f32 product x * (1/d) carries
  * two roundings, 127 * 2^-23 < 2^-16 in units of d). A block whose d would be subnormal
  * (amax < 127 * 2^-126, so every |x| < 2^-119) and an all-zero block have d = 0 and q = 0; a NaN or
  * inf makes d NaN.
@@ -76,6 +76,8 @@ static void check_quantiser(size_t n, int kind)
                       "x %.9g d %.9g q %d (kind %d)", x[k], d[b], q[k], kind);
         }
         CHECK(bs[2 * b] == s[0] && bs[2 * b + 1] == s[1]);
+        const float *dsum = (const float *)(ref + n + n / 4);
+        CHECK(dsum[b] == d[b] * (float)(s[0] + s[1]) || (isnan(dsum[b]) && isnan(d[b])));
         if (kind == 2 && b % 3 == 0) CHECK(d[b] == 0 && s[0] == 0 && s[1] == 0);
         if (kind == 3)
             for (int i = 0; i < 32; i++) CHECK(q[32 * b + i] == (i % 2 ? 127 : -127));
