@@ -206,7 +206,7 @@ nf_a8_gemm_fn nf_codec_a8_kernel(const nf_codec *c, nf_isa isa)
     switch (c->id) {
     case NF_CODEC_Q8_0: k[0] = q8_0_scalar, k[1] = nf_q8_0_a8_avx2, k[2] = nf_q8_0_a8_avx512; break;
     case NF_CODEC_Q4_K: k[0] = q4_k_scalar, k[1] = nf_q4_k_a8_avx2, k[2] = nf_q4_k_a8_avx512; break;
-    case NF_CODEC_Q5_K: k[0] = q5_k_scalar, k[1] = nf_q5_k_a8_avx2; break;
+    case NF_CODEC_Q5_K: k[0] = q5_k_scalar, k[1] = nf_q5_k_a8_avx2, k[2] = nf_q5_k_a8_avx512; break;
     case NF_CODEC_Q6_K: k[0] = q6_k_scalar, k[1] = nf_q6_k_a8_avx2, k[2] = nf_q6_k_a8_avx512; break;
     default: return NULL;
     }

@@ -77,11 +77,14 @@ NF_INLINE void q8_0_rows(const uint8_t *w, size_t rb, int R, const uint8_t *xa, 
     for (int r = 0; r < R; r++) y[r] = _mm512_reduce_add_ps(acc[r]) + tail[r];
 }
 
-/* q4_k: 64 bytes of qs hold sub-block pairs 2P and 2P + 1 (P = 0, 1); their low nibbles are
+/* q4_k (and q5_k): 64 bytes of qs hold sub-block pairs 2P and 2P + 1 (P = 0, 1); their low nibbles are
  * sub-blocks 4P and 4P + 2, the high ones 4P + 1 and 4P + 3, so the activations are paired the same
  * way once per super-block: X[0] = [x0 | x2], X[1] = [x1 | x3], X[2] = [x4 | x6], X[3] = [x5 | x7]. */
-NF_INLINE void q4_k_rows(const uint8_t *w, size_t rb, int R, const uint8_t *xa, float *y, size_t n)
+NF_INLINE void k45_rows(int Q5, const uint8_t *w, size_t rb, int R, const uint8_t *xa, float *y, size_t n)
 {
+    const size_t bb = Q5 ? NF_Q5_K_BYTES : NF_Q4_K_BYTES;
+    const __m512i one = _mm512_set1_epi8(1), two = _mm512_set1_epi8(2);
+    const __mmask64 up = 0xFFFFFFFF00000000ull;
     const float *dx = NF_A8_D(xa, n);
     const int16_t *bsum = NF_A8_BSUM(xa, n);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -97,7 +100,7 @@ NF_INLINE void q4_k_rows(const uint8_t *w, size_t rb, int R, const uint8_t *xa, 
         const __m256 qsum = _mm256_cvtepi32_ps(
             _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(bsum + 16 * ib)), _mm256_set1_epi16(1)));
         for (int r = 0; r < R; r++) {
-            const uint8_t *b = w + r * rb + ib * NF_Q4_K_BYTES;
+            const uint8_t *b = w + r * rb + ib * bb, *qs = b + (Q5 ? 48 : 16);
             uint8_t sm[16];
             nf_k4_unpack_scales(b + 4, sm);
             const __m128i sm16 = _mm_loadu_si128((const __m128i *)sm);
@@ -107,9 +110,21 @@ NF_INLINE void q4_k_rows(const uint8_t *w, size_t rb, int R, const uint8_t *xa, 
             const __m256 m1 = _mm256_mul_ps(_mm256_set1_ps(f16_at(b + 2)), mn);
             const __m512 sd = _mm512_castps256_ps512(_mm256_mul_ps(d1, dxv));
             macc[r] = _mm256_fmadd_ps(_mm256_mul_ps(m1, dxv), qsum, macc[r]);
+            /* q5_k: the fifth bits of sub-block pair p are bits 2p, 2p + 1 of qh; HP lines them up at bits
+             * 0 (low nibbles) and 1 (high) for pairs 2P (bytes 0-31) and 2P + 1 (bytes 32-63) */
+            __m512i HP = _mm512_setzero_si512();
+            if (Q5) {
+                const __m512i H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 16)));
+                HP = _mm512_mask_blend_epi8(up, H, _mm512_srli_epi16(H, 2));
+            }
             for (int P = 0; P < 2; P++) {
-                const __m512i v = _mm512_loadu_si512(b + 16 + 64 * P);
-                const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                const __m512i v = _mm512_loadu_si512(qs + 64 * P);
+                __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                if (Q5) {
+                    lo = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(HP, one), 4));
+                    hi = _mm512_or_si512(hi, _mm512_slli_epi16(_mm512_and_si512(HP, two), 3));
+                    HP = _mm512_srli_epi16(HP, 4);
+                }
                 const __m512i il = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, X[2 * P]);
                 const __m512i ih = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi, X[2 * P + 1]);
                 acc[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(ix[2 * P], sd), _mm512_cvtepi32_ps(il), acc[r]);
@@ -168,6 +183,16 @@ NF_INLINE void q6_k_rows(const uint8_t *w, size_t rb, int R, const uint8_t *xa, 
     for (int r = 0; r < R; r++) y[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
+NF_INLINE void q4_k_rows(const uint8_t *w, size_t rb, int R, const uint8_t *xa, float *y, size_t n)
+{
+    k45_rows(0, w, rb, R, xa, y, n);
+}
+
+NF_INLINE void q5_k_rows(const uint8_t *w, size_t rb, int R, const uint8_t *xa, float *y, size_t n)
+{
+    k45_rows(1, w, rb, R, xa, y, n);
+}
+
 #define A8_GEMM(name, rows_fn)                                                                              \
     void name(const void *w, size_t rb, size_t rows, const uint8_t *xa, size_t ldxa, size_t ntok, float *y, \
               size_t ldy, size_t n)                                                                         \
@@ -181,4 +206,5 @@ NF_INLINE void q6_k_rows(const uint8_t *w, size_t rb, int R, const uint8_t *xa, 
     }
 A8_GEMM(nf_q8_0_a8_avx512, q8_0_rows)
 A8_GEMM(nf_q4_k_a8_avx512, q4_k_rows)
+A8_GEMM(nf_q5_k_a8_avx512, q5_k_rows)
 A8_GEMM(nf_q6_k_a8_avx512, q6_k_rows)

@@ -18,6 +18,7 @@ NF_A8_GEMM_DECL(nf_q5_k_a8_avx2);
 NF_A8_GEMM_DECL(nf_q6_k_a8_avx2);
 NF_A8_GEMM_DECL(nf_q8_0_a8_avx512);
 NF_A8_GEMM_DECL(nf_q4_k_a8_avx512);
+NF_A8_GEMM_DECL(nf_q5_k_a8_avx512);
 NF_A8_GEMM_DECL(nf_q6_k_a8_avx512);
 
 void nf_a8_quantize_row_avx2(const float *x, uint8_t *dst, size_t n);
