@@ -315,6 +315,7 @@ static nf_status cpu_create(const nf_model *m, const nf_engine_opts *o, void **o
     for (uint32_t l = 0; l < c->layers; l++) s->layers[l].is_linear = m->layers[l].is_linear;
     if (!st) {
         nf_cpu_set_reference(s->cpu, o->reference);
+        nf_cpu_set_a8(s->cpu, !o->no_a8);
         st = alloc_buffers(s, o, err);
     }
     if (!st && o->trace_routing && c->top_k &&

@@ -44,8 +44,8 @@ typedef struct nf_engine_opts {
     int kv_bf16;        /* KV cache elements in bf16 (else f32) */
     int reference;      /* CPU: dequantize + double dot for every product (tests) */
     int no_graphs;      /* CUDA: run decode steps as plain launches, not a replayed graph (tests) */
-    int no_a8;          /* CUDA: keep bf16 activations into k-quant / q8_0 products at small T (no int8
-                         * quantization; slower decode, closer to the CPU reference) */
+    int no_a8;          /* keep float activations into k-quant / q8_0 products (no int8 quantization:
+                         * CUDA: bf16 at small T; CPU: f32 everywhere; slower, closer to the reference) */
     int trace_routing;  /* keep each MoE layer's expert choices of the last forward (nf_engine_routing) */
     uint32_t gdn_chunk; /* CPU, Gated DeltaNet hybrids: prefill runs of a sequence in the chunked form with
                          * chunks of this many tokens (<= 64; 0: the recurrent form, the reference) */
