@@ -184,19 +184,7 @@ NF_INLINE void q6_k_rows(const uint8_t *w, size_t rb, int R, const uint8_t *xa, 
     for (int r = 0; r < R; r++) y[r] = nf_hsum8(acc[r]);
 }
 
-/* Row groups of four, every token of the segment per group, then the remaining rows one at a time. */
-#define A8_GEMM(name, rows_fn)                                                                              \
-    void name(const void *w, size_t rb, size_t rows, const uint8_t *xa, size_t ldxa, size_t ntok, float *y, \
-              size_t ldy, size_t n)                                                                         \
-    {                                                                                                       \
-        const uint8_t *p = w;                                                                               \
-        size_t r = 0;                                                                                       \
-        for (; r + NF_MV_ROWS <= rows; r += NF_MV_ROWS)                                                     \
-            for (size_t t = 0; t < ntok; t++) rows_fn(p + r * rb, rb, NF_MV_ROWS, xa + t * ldxa, y + t * ldy + r, n); \
-        for (; r < rows; r++)                                                                               \
-            for (size_t t = 0; t < ntok; t++) rows_fn(p + r * rb, rb, 1, xa + t * ldxa, y + t * ldy + r, n);   \
-    }
-A8_GEMM(nf_q8_0_a8_avx2, q8_0_rows)
-A8_GEMM(nf_q4_k_a8_avx2, q4_k_rows)
-A8_GEMM(nf_q5_k_a8_avx2, q5_k_rows)
-A8_GEMM(nf_q6_k_a8_avx2, q6_k_rows)
+NF_A8_GEMM(nf_q8_0_a8_avx2, q8_0_rows, NF_MV_ROWS)
+NF_A8_GEMM(nf_q4_k_a8_avx2, q4_k_rows, NF_MV_ROWS)
+NF_A8_GEMM(nf_q5_k_a8_avx2, q5_k_rows, NF_MV_ROWS)
+NF_A8_GEMM(nf_q6_k_a8_avx2, q6_k_rows, NF_MV_ROWS)

@@ -44,4 +44,19 @@ static inline void nf_k4_unpack_scales(const uint8_t *s12, uint8_t out[16])
 #define NF_A8_BSUM(xa, n) ((const int16_t *)((const uint8_t *)(xa) + (n) + (n) / 8))
 #define NF_A8_DSUM(xa, n) ((const float *)((const uint8_t *)(xa) + (n) + (n) / 4))
 
+/* An ISA's segment product from its row kernel rows_fn(w, rb, R, xa, y, n) (R = 1 or group rows):
+ * row groups of `group`, every token of the segment per group, then the remaining rows one at a
+ * time (the entry points a8.h declares per ISA). */
+#define NF_A8_GEMM(name, rows_fn, group)                                                                    \
+    void name(const void *w, size_t rb, size_t rows, const uint8_t *xa, size_t ldxa, size_t ntok, float *y, \
+              size_t ldy, size_t n)                                                                         \
+    {                                                                                                       \
+        const uint8_t *p = w;                                                                               \
+        size_t r = 0;                                                                                       \
+        for (; r + (group) <= rows; r += (group))                                                           \
+            for (size_t t = 0; t < ntok; t++) rows_fn(p + r * rb, rb, (group), xa + t * ldxa, y + t * ldy + r, n); \
+        for (; r < rows; r++)                                                                               \
+            for (size_t t = 0; t < ntok; t++) rows_fn(p + r * rb, rb, 1, xa + t * ldxa, y + t * ldy + r, n);   \
+    }
+
 #endif
