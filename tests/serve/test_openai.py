@@ -397,9 +397,11 @@ def main():
     finally:
         check(s.stop() == 0, "server exits 0 on SIGTERM")
     concurrent_clients("64 sequences at once", 20, "--parallel", "64")
-    # a pool of 16 pages for 64 sequences of 84 tokens (2 pages each): admission waits for pages and
-    # decode growth preempts; recomputed sequences must still equal their requests alone
-    _, preempted = concurrent_clients("scarce pages", 80, "--parallel", "64", "--kv-pages", "16")
+    # a pool of 16 pages for 64 sequences of 164 tokens (3 pages each): admission waits for pages and
+    # decode growth preempts; recomputed sequences must still equal their requests alone. Long enough
+    # that the first admitted are still growing when the last clients connect, however fast the
+    # forward is (with 84 tokens the int8 CPU kernels finished them first on an idle machine)
+    _, preempted = concurrent_clients("scarce pages", 160, "--parallel", "64", "--kv-pages", "16")
     check(preempted > 0, "scarce pages: sequences were preempted (%s)" % preempted)
     vanishing_clients()
     auth()
