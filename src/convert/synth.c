@@ -162,14 +162,11 @@ static nf_status add(plan *p, const nf_synth_geometry *g, const char *recipe, co
     const uint64_t d[3] = {d0, d1, d2};
     s->n_dims = n_dims;
     memcpy(s->dims, d, sizeof d);
-    s->kind = kind;
     s->std = std;
-    s->sources = kind == K_BANK ? (strstr(name, "gate_up") ? 2 : 1) : 1;
     nf_status st = nf_synth_codec(recipe, name, g->layers, g->experts, g->tie, d[n_dims - 1], &s->codec, NULL, err);
-    if (!st && kind == K_NORMAL && n_dims == 2 && s->codec == NF_CODEC_NVFP4) { /* the nvfp4 shared expert: */
-        s->kind = K_BANK; /* a bank of one, its gate and up quantized apart as the converter does */
-        s->sources = strstr(name, "gate_up") ? 2 : 1;
-    }
+    /* the nvfp4 shared expert is a bank of one, its gate and up quantized apart as the converter does */
+    s->kind = kind == K_NORMAL && n_dims == 2 && s->codec == NF_CODEC_NVFP4 ? K_BANK : kind;
+    s->sources = s->kind == K_BANK && strstr(name, "gate_up") ? 2 : 1;
     if (!st) p->n++;
     return st;
 }
