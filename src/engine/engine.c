@@ -235,6 +235,9 @@ nf_status nf_batch_check(const nf_batch *b, const nf_engine_opts *o, uint32_t vo
                                 (unsigned long long)end, o->ctx);
         nf_status st = check_pages(b, i, (uint32_t)end, o, err);
         if (st) return st;
+        if (b->logit_rows && (!b->logit_rows[i] || b->logit_rows[i] > nf_batch_tokens_of(b, i)))
+            return nf_error_set(err, NF_ERR_INVALID_ARG, "batch: sequence %u asks for %u logits rows of its %u tokens",
+                                i, b->logit_rows[i], nf_batch_tokens_of(b, i));
     }
     for (uint32_t t = 0; t < b->n_tokens; t++)
         if (b->tokens[t] < 0 || (uint32_t)b->tokens[t] >= vocab)

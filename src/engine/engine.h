@@ -98,6 +98,9 @@ typedef struct nf_backend_ops {
     size_t (*slot_floats)(void *state);
     nf_status (*slot_save)(void *state, uint32_t slot, float *buf, uint32_t *pos, nf_error *err);
     nf_status (*slot_load)(void *state, uint32_t slot, const float *buf, uint32_t pos, nf_error *err);
+    /* 1: forward honours nf_batch.logit_rows (several positions' logits of one sequence in a batch of
+     * many: speculation in the scheduler, sched_spec.c); the scheduler refuses speculation otherwise. */
+    int logit_rows;
 } nf_backend_ops;
 
 extern const nf_backend_ops nf_cpu_backend;

@@ -85,6 +85,14 @@ typedef struct nf_seq_params {
     int penalty_reply_only;       /* 1: the penalties' history is the generated tokens alone (OpenAI's
                                    * presence / frequency count the reply: give sampling.repeat_last_n
                                    * room for all of it); 0: prompt and reply (llama.cpp's window) */
+    uint32_t spec_k;              /* speculation: up to spec_k drafts verified per step (0: off; docs/sched.md) */
+    int spec_mtp;                 /* the drafts come from the model's MTP block (K <= NF_SPEC_MTP_MAX_K), else
+                                   * from the sequence's own history (prompt lookup, K <= NF_SPEC_MAX_K) */
+    /* optional, with spec_k and not spec_mtp: the drafts come from here instead of prompt lookup (an
+     * outside drafter; tests with right and wrong drafts by design): up to k ids into draft[k] for what
+     * follows toks[n]; returns how many (at most k) */
+    uint32_t (*draft)(void *ctx, const int32_t *toks, size_t n, uint32_t k, int32_t *draft);
+    void *draft_ctx;
 } nf_seq_params;
 
 /* The backend as the scheduler drives it (the nf_backend_ops functions of the batch contract). */
@@ -99,6 +107,16 @@ typedef struct nf_sched_backend {
     /* optional, with topk: penalties on the device (engine.h), so penalised samplers need only topk */
     nf_status (*penalize)(void *state, const nf_penalty *pen, const uint32_t *start, const int32_t *ids,
                           const uint32_t *counts, nf_error *err);
+    /* speculation (engine.h says each): logit_rows 1 when forward takes nf_batch.logit_rows (needed for
+     * any spec_k; a batch with drafts then gets host logits, [rows][vocab], also on a device backend);
+     * the state slot copies (hybrids); hidden and mtp (spec_mtp) */
+    int logit_rows;
+    size_t (*slot_floats)(void *state);
+    nf_status (*slot_save)(void *state, uint32_t slot, float *buf, uint32_t *pos, nf_error *err);
+    nf_status (*slot_load)(void *state, uint32_t slot, const float *buf, uint32_t pos, nf_error *err);
+    nf_status (*hidden)(void *state, float *out, nf_error *err);
+    nf_status (*mtp)(void *state, const nf_batch *b, const float *hidden, float *logits, float *hidden_out,
+                     nf_error *err);
 } nf_sched_backend;
 
 typedef struct nf_sched_opts {
@@ -120,6 +138,7 @@ typedef struct nf_sched_opts {
                             * backend starts a slot afresh when its sequence feeds position 0 (admission,
                             * recompute after preemption). The state is not paged, so a cached prefix
                             * could not restore it: needs no_prefix_cache (create refuses otherwise). */
+    uint32_t mtp_hidden;   /* the hidden size when the model has an MTP block (spec_mtp), else 0 */
 } nf_sched_opts;
 
 /* What one step did. */
@@ -128,6 +147,8 @@ typedef struct nf_sched_step_info {
     uint32_t n_decode;         /* sequences that fed one token */
     uint32_t n_sampled, n_ended, n_preempted, n_admitted;
     uint32_t pages_used;       /* held by sequences after the step */
+    uint32_t n_verified;       /* sequences that verified drafts */
+    uint32_t n_drafted, n_accepted; /* their drafts, and those accepted */
     uint64_t forward_ns;       /* inside the backend: forward and the logits / top-k fetch */
     uint64_t total_ns;         /* the whole step (host scheduling = total - forward) */
 } nf_sched_step_info;

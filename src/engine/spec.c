@@ -6,7 +6,7 @@
 
 #include "engine/generate.h"
 
-static size_t nf_argmax(const float *l, size_t n) /* ties to the lower id, as greedy sampling */
+size_t nf_spec_argmax(const float *l, size_t n)
 {
     size_t b = 0;
     for (size_t i = 1; i < n; i++)
@@ -189,12 +189,12 @@ nf_status nf_spec_mtp_draft(nf_spec_mtp *m, int32_t id, size_t k, int32_t *draft
     if (st) return st;
     /* the block's entries up to position pos0 + P - 1 are final: nothing is pending until the verification */
     const uint32_t last = m->pos0 + (uint32_t)P - 1;
-    draft[0] = (int32_t)nf_argmax(m->lg, V);
+    draft[0] = (int32_t)nf_spec_argmax(m->lg, V);
     for (size_t j = 1; j < k; j++) { /* chained: position last + j takes the previous output and draft */
         float *in = m->ho + (j - 1) % 2 * H, *out = m->ho + j % 2 * H;
         st = nf_engine_mtp(m->e, &draft[j - 1], in, 1, last + (uint32_t)j, 0, m->lg, out, err);
         if (st) return st;
-        draft[j] = (int32_t)nf_argmax(m->lg, V);
+        draft[j] = (int32_t)nf_spec_argmax(m->lg, V);
     }
     m->n_ph = 0;
     m->pos0 = m->e->n_past;

@@ -50,6 +50,9 @@ nf_status nf_spec_check(const nf_engine *e, nf_spec_mode mode, uint32_t k, nf_er
 /* Parses "ngram:K" or "mtp:K" into *mode and *k; NF_ERR_INVALID_ARG naming the accepted forms otherwise. */
 nf_status nf_spec_parse(const char *spec, nf_spec_mode *mode, uint32_t *k, nf_error *err);
 
+/* The index of the largest of l[n], ties to the lower one (greedy sampling's pick; the MTP drafts). */
+size_t nf_spec_argmax(const float *l, size_t n);
+
 /* Up to k drafts (draft[k]) for what follows seq[0..n): see above. Returns how many (0: no match). */
 size_t nf_spec_draft(const int32_t *seq, size_t n, size_t k, int32_t *draft);
 
@@ -79,6 +82,9 @@ nf_status nf_spec_mtp_init(nf_spec_mtp *m, nf_engine *e, uint32_t k, nf_error *e
 void nf_spec_mtp_free(nf_spec_mtp *m);
 /* Appends tokens[n] to the session (nf_engine_prefill) keeping their hidden states pending. */
 nf_status nf_spec_mtp_prefill(nf_spec_mtp *m, const int32_t *tokens, size_t n, nf_error *err);
+/* The index of the largest of l[n], ties to the lower one (greedy sampling's pick; the MTP drafts). */
+size_t nf_spec_argmax(const float *l, size_t n);
+
 /* Up to k drafts (draft[k]) for what follows id, the token that follows the last pending position:
  * runs the block over the pending positions, then chains. Returns how many in *n_draft. */
 nf_status nf_spec_mtp_draft(nf_spec_mtp *m, int32_t id, size_t k, int32_t *draft, size_t *n_draft, nf_error *err);
