@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "common/engine_fixture.h"
+#include "common/spec_joint.h"
 #include "engine/sched.h"
 
 enum { N = 6, MAXP = 60, GEN = 40, CTX = 128, CANCEL_AT = 9 };
@@ -228,13 +229,87 @@ static void fixture(const nf_model *m, int mtp, const char *name)
     same_as_alone(c, 0, &all, what);
 }
 
+enum { TRIALS = 10000, PMAX = 256 + 64, WAVE = 48 };
+
+/* The scheduler's sampling with speculation (temperature 1.5, top-k 3, ngram:3, seeds 1 .. TRIALS) on
+ * the vocabulary-256 fixture: TRIALS sequences of the loop prompt (common/spec_joint.h), up to WAVE at a
+ * time and 4 more each step (the prefix cache holds the prompt's full pages), so verifications share
+ * forwards with other sequences' first tokens; their first three
+ * tokens (the second and third from a verification when the first continued the loop) against the
+ * joint distribution of plain forwards, chi-square over the cells expected >= 5 times (the rest
+ * pooled): at most 26 degrees of freedom < 75 (p < 1e-5 for a correct rule). */
+static void sampled_distribution(const char *path)
+{
+    nf_model *m;
+    nf_engine *e;
+    nf_sched *s = NULL;
+    nf_error err;
+    if (nf_model_load(path, &m, &err)) return;
+    nf_engine_opts o = {.threads = 2, .ctx = PMAX + 8, .chunk = 64, .page_tokens = 16, .max_seqs = 16};
+    if (nf_engine_create(m, &o, &e, &err)) {
+        nf_model_free(m);
+        return;
+    }
+    const double temp = 1.5;
+    int32_t prompt[PMAX], ids[SPEC_TK][SPEC_TK][SPEC_TK][3];
+    static double p[SPEC_TK][SPEC_TK][SPEC_TK];
+    const uint32_t plen = spec_loop_prompt(e, prompt, PMAX);
+    spec_joint_reference(e, prompt, plen, temp, ids, p);
+    static long cnt[SPEC_TK * SPEC_TK * SPEC_TK + 1];
+    long drafted = 0, accepted = 0, mixed = 0;
+    uint64_t out[WAVE];
+    int n_out = 0, added = 0, done = 0;
+    if (nf_sched_create_engine(e, NULL, &s, &err)) CHECK_MSG(0, "%s", err.msg);
+    while (s && done < TRIALS) {
+        for (int now = 0; now < 4 && n_out < WAVE && added < TRIALS; now++, added++) { /* staggered arrivals */
+            nf_sampler_params sp = {.temp = (float)temp, .top_k = SPEC_TK, .top_p = 1, .repeat_penalty = 1,
+                                    .seed = (uint64_t)added + 1};
+            nf_seq_params sq = {.sampling = sp, .max_new = 3, .spec_k = 3};
+            CHECK(nf_sched_add(s, prompt, plen, &sq, &out[n_out++], &err) == NF_OK);
+        }
+        nf_sched_step_info info;
+        if (nf_sched_step(s, &info, &err)) {
+            CHECK_MSG(0, "%s", err.msg);
+            break;
+        }
+        drafted += info.n_drafted, accepted += info.n_accepted;
+        mixed += info.n_verified && info.n_verified < info.n_seqs;
+        for (int i = 0; i < n_out; i++) {
+            if (nf_sched_end(s, out[i]) == NF_SEQ_RUNNING) continue;
+            size_t np, n;
+            const int32_t *t = nf_sched_tokens(s, out[i], &np, &n);
+            CHECK_MSG(n == np + 3, "a trial generated %zu tokens", n - np);
+            const int cell = n == np + 3 ? spec_cell(ids, t + np) : SPEC_TK * SPEC_TK * SPEC_TK;
+            CHECK_MSG(cell < SPEC_TK * SPEC_TK * SPEC_TK, "tokens outside the top-%d cells", SPEC_TK);
+            cnt[cell]++;
+            nf_sched_remove(s, out[i]);
+            out[i--] = out[--n_out];
+            done++;
+        }
+    }
+    double ex[SPEC_TK * SPEC_TK * SPEC_TK];
+    for (int c = 0; c < SPEC_TK * SPEC_TK * SPEC_TK; c++) ex[c] = TRIALS * p[c / 9][c / 3 % 3][c % 3];
+    int df;
+    const double chi2 = pooled_chi2(cnt, ex, SPEC_TK * SPEC_TK * SPEC_TK, &df);
+    printf("scheduler sampling (prompt %u tokens): chi-square %.1f over %d degrees of freedom; %ld of %ld drafts "
+           "accepted, %ld steps with verifications beside other sequences' tokens\n", plen, chi2, df, accepted, drafted, mixed);
+    CHECK_MSG(done == TRIALS && chi2 < 75, "scheduler sampling with speculation: chi-square %.1f over %d degrees of "
+              "freedom (%d trials)", chi2, df, done);
+    CHECK_MSG(accepted > TRIALS / 10 && accepted < drafted - TRIALS / 10, "%ld of %ld drafts accepted: both branches "
+              "must be exercised", accepted, drafted);
+    CHECK(mixed > 0);
+    nf_sched_free(s);
+    nf_engine_free(e);
+    nf_model_free(m);
+}
+
 int main(void)
 {
     char tmp[] = "/tmp/nf_sched_spec_XXXXXX";
     if (!mkdtemp(tmp)) return 1;
-    const char *models[] = {"qwen3_moe", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text"};
-    const char *recipes[] = {"q4q6", "bf16", "bf16", "bf16"};
-    for (int k = 0; k < 4; k++) {
+    const char *models[] = {"qwen3_moe", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text", "qwen3_moe_256"};
+    const char *recipes[] = {"q4q6", "bf16", "bf16", "bf16", "bf16"};
+    for (int k = 0; k < 5; k++) {
         char dir[1024], out[1200], name[96];
         snprintf(dir, sizeof dir, "%s/fixtures/models/%s", NF_TEST_DATA, models[k]);
         snprintf(out, sizeof out, "%s/%s-%s.nf", tmp, models[k], recipes[k]);
@@ -242,6 +317,11 @@ int main(void)
         nf_model *m;
         nf_error err;
         if (!fx_convert(dir, recipes[k], out)) continue;
+        if (k == 4) {
+            sampled_distribution(out);
+            remove(out);
+            continue;
+        }
         if (nf_model_load(out, &m, &err)) {
             CHECK_MSG(0, "%s", err.msg);
             continue;

@@ -23,7 +23,7 @@
 
 #include "common/engine_fixture.h"
 #include "common/letters_tokenizer.h"
-#include "common/spec_stats.h"
+#include "common/spec_joint.h"
 #include "engine/generate.h"
 #include "engine/spec.h"
 
@@ -303,34 +303,7 @@ static void hybrid_refused(const char *path)
     nf_model_free(m);
 }
 
-enum { TK = 3, TRIALS = 10000, PMAX = 256 + 64 };
-
-/* The model's joint distribution of the first three sampled tokens after prompt (top-k TK at temp),
- * from plain forwards: cells [TK][TK][TK] of ids and probabilities. */
-static void joint_reference(nf_engine *e, const int32_t *prompt, uint32_t PLEN, double temp, int32_t ids[TK][TK][TK][3],
-                            double p[TK][TK][TK])
-{
-    const uint32_t V = e->model->cfg.vocab;
-    int32_t i1[TK], i2[TK], i3[TK];
-    double p1[TK], p2[TK], p3[TK];
-    nf_engine_reset(e);
-    CHECK(nf_engine_prefill(e, prompt, PLEN, NULL, NULL) == NF_OK);
-    top_probs(e->logits, V, temp, TK, i1, p1);
-    for (int a = 0; a < TK; a++) {
-        nf_engine_truncate(e, PLEN);
-        CHECK(nf_engine_decode(e, i1[a], NULL) == NF_OK);
-        top_probs(e->logits, V, temp, TK, i2, p2);
-        for (int b = 0; b < TK; b++) {
-            nf_engine_truncate(e, PLEN + 1);
-            CHECK(nf_engine_decode(e, i2[b], NULL) == NF_OK);
-            top_probs(e->logits, V, temp, TK, i3, p3);
-            for (int c = 0; c < TK; c++) {
-                ids[a][b][c][0] = i1[a], ids[a][b][c][1] = i2[b], ids[a][b][c][2] = i3[c];
-                p[a][b][c] = p1[a] * p2[b] * p3[c];
-            }
-        }
-    }
-}
+enum { TK = SPEC_TK, TRIALS = 10000, PMAX = 256 + 64 };
 
 /* Sampling with speculation through nf_generate on the vocabulary-256 fixture: the first three tokens
  * (after a first token that continues the prompt's loop the second and third come from a verification
@@ -350,19 +323,9 @@ static void sampled_generation(const char *path)
     }
     const double temp = 1.5;
     int32_t prompt[PMAX], ids[TK][TK][TK][3];
-    /* every id once, then the model's own greedy continuation until it has gone round a loop (its last
-     * two tokens occurred before in it), so that drafts are often the likely tokens */
-    for (int i = 0; i < 256; i++) prompt[i] = (i * 97) % 256;
-    nf_engine_reset(e);
-    CHECK(nf_engine_prefill(e, prompt, 256, NULL, NULL) == NF_OK);
-    uint32_t PLEN = 256;
-    for (int looped = 0; !looped && PLEN < PMAX; PLEN++) {
-        prompt[PLEN] = (int32_t)fx_argmax(e->logits, m->cfg.vocab);
-        CHECK(nf_engine_decode(e, prompt[PLEN], NULL) == NF_OK);
-        for (uint32_t j = 257; j < PLEN; j++) looped |= prompt[j - 1] == prompt[PLEN - 1] && prompt[j] == prompt[PLEN];
-    }
+    const uint32_t PLEN = spec_loop_prompt(e, prompt, PMAX);
     static double p[TK][TK][TK];
-    joint_reference(e, prompt, PLEN, temp, ids, p);
+    spec_joint_reference(e, prompt, PLEN, temp, ids, p);
     nf_tokenizer *tok = names_tokenizer(m->cfg.vocab);
     static long cnt[TK * TK * TK + 1];
     long accepted = 0, drafted = 0;
@@ -387,9 +350,7 @@ static void sampled_generation(const char *path)
         /* the third token is not fed: read the three back from the text */
         int32_t got[3] = {-1, -1, -1};
         CHECK(sscanf(r.text, "t%dt%dt%d", &got[0], &got[1], &got[2]) == 3);
-        int cell = TK * TK * TK;
-        for (int c = 0; c < TK * TK * TK; c++)
-            if (!memcmp(ids[c / 9][c / 3 % 3][c % 3], got, sizeof got)) cell = c;
+        const int cell = spec_cell(ids, got);
         CHECK_MSG(cell < TK * TK * TK, "tokens %d %d %d are outside the top-%d cells", got[0], got[1], got[2], TK);
         cnt[cell]++;
         nf_sampler_free(s);
