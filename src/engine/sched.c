@@ -205,7 +205,7 @@ static nf_status check_add(const nf_sched *s, const int32_t *prompt, size_t n, c
     if (p->logprobs && p->top_logprobs > NF_SEQ_MAX_TOP_LOGPROBS)
         return nf_error_set(err, NF_ERR_INVALID_ARG, "sched: top_logprobs %u (at most %d)", p->top_logprobs,
                             NF_SEQ_MAX_TOP_LOGPROBS);
-    return nf_sched_spec_check(s, p, err);
+    return nf_sched_check_spec(s, p, err);
 }
 
 static nf_status seq_init(nf_sched *s, seq *q, const int32_t *prompt, size_t n, const nf_seq_params *p, nf_error *err)

@@ -165,6 +165,10 @@ nf_status nf_sched_create_engine(nf_engine *e, const nf_sched_opts *o, nf_sched 
 /* Frees every sequence (no events) and the pool. */
 void nf_sched_free(nf_sched *s);
 
+/* NF_OK when sequences with p's speculation (spec_k, spec_mtp) can run here, else why not: K out of
+ * range, a backend without nf_batch.logit_rows or without the state slot copies a hybrid's rollback
+ * needs, mtp without an MTP block. nf_sched_add checks the same. */
+nf_status nf_sched_check_spec(const nf_sched *s, const nf_seq_params *p, nf_error *err);
 /* Queues a sequence (prompt[n] copied, 1 <= n <= ctx); *id names it from now on. */
 nf_status nf_sched_add(nf_sched *s, const int32_t *prompt, size_t n, const nf_seq_params *p, uint64_t *id,
                        nf_error *err);

@@ -99,7 +99,6 @@ const int32_t *nf_sched_pen_hist(const seq *q, size_t *n);
 void nf_sched_logprobs(seq *q, const float *l, uint32_t vocab, int32_t id);
 
 /* sched_spec.c: speculation per sequence (docs/sched.md "Speculation") */
-nf_status nf_sched_spec_check(const nf_sched *s, const nf_seq_params *p, nf_error *err);
 /* q's drafts for a decode of u uncached tokens into q->draft (its own limits: K, the context, max_new,
  * K + 1 positions per verification); returns how many. */
 uint32_t nf_sched_spec_drafts(const nf_sched *s, seq *q, uint32_t u);

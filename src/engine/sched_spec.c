@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-nf_status nf_sched_spec_check(const nf_sched *s, const nf_seq_params *p, nf_error *err)
+nf_status nf_sched_check_spec(const nf_sched *s, const nf_seq_params *p, nf_error *err)
 {
     if (!p->spec_k) return NF_OK;
     const uint32_t most = p->spec_mtp ? NF_SPEC_MTP_MAX_K : NF_SPEC_MAX_K;

@@ -144,6 +144,12 @@ char *nf_metrics_render(nf_metrics *m, const nf_serve_backend_stats *st)
             "counter\nninfer_scheduler_steps_total %llu\n", st->steps);
     put(&b, "# HELP ninfer_preemptions_total Sequences sent back to waiting when KV pages ran out (recomputed later).\n"
             "# TYPE ninfer_preemptions_total counter\nninfer_preemptions_total %llu\n", st->preemptions);
+    put(&b, "# HELP ninfer_spec_verifications_total Sequence steps that verified speculative drafts (serve --spec).\n"
+            "# TYPE ninfer_spec_verifications_total counter\nninfer_spec_verifications_total %llu\n", st->spec_verifications);
+    put(&b, "# HELP ninfer_spec_drafts_total Speculative drafts verified.\n# TYPE ninfer_spec_drafts_total counter\n"
+            "ninfer_spec_drafts_total %llu\n", st->spec_drafts);
+    put(&b, "# HELP ninfer_spec_accepted_total Speculative drafts accepted.\n# TYPE ninfer_spec_accepted_total counter\n"
+            "ninfer_spec_accepted_total %llu\n", st->spec_accepted);
     if (b.oom) free(b.s), b.s = NULL;
     return b.s;
 }
