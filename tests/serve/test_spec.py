@@ -2,7 +2,8 @@
 greedy requests, sent four at a time so that verifications share forwards with other requests, give
 the same text and token counts from both servers; the speculating server's /metrics counts drafts,
 some accepted (its prompts repeat, and so does a random model's greedy text) and some rejected, and
-the plain one none. A --spec the server cannot parse is refused at the command line."""
+the plain one none; `ninfer bench serve` reports drafts accepted per verification from those
+counters for the speculating server only. A --spec the server cannot parse is refused at the command line."""
 import json
 import os
 import re
@@ -54,13 +55,17 @@ def served(*extra):
     try:
         res = run_all(s.url)
         counts = [metric(s.url, "ninfer_spec_" + n + "_total") for n in ("verifications", "drafts", "accepted")]
+        bench = subprocess.run([NINFER, "bench", "serve", "--url", s.url, "--model", os.path.basename(MODEL)[:-3], "-c",
+                                "4", "-n", "8", "--input-len", "30", "--id-max", "64", "--output-len", "32"],
+                               capture_output=True, text=True, timeout=300)
     finally:
         rc = s.stop()
-    return res, counts, rc
+    return res, counts, rc, bench.stdout
 
 
-plain, plain_counts, rc0 = served()
-spec, spec_counts, rc1 = served("--spec", "ngram:3")
+plain, plain_counts, rc0, bench0 = served()
+spec, spec_counts, rc1, bench1 = served("--spec", "ngram:3")
+print(bench1)
 bad = subprocess.run([NINFER, "serve", "-m", MODEL, "--spec", "ngram:0"], capture_output=True, text=True, timeout=60)
 print("without:", plain_counts, "with --spec ngram:3 (verifications, drafts, accepted):", spec_counts)
 ok = rc0 == 0 and rc1 == 0 and plain_counts == [0, 0, 0]
@@ -69,6 +74,8 @@ for i, (a, b) in enumerate(zip(plain, spec)):
         print("prompt %d differs:\n  without: %r\n  with:    %r" % (i, a, b))
         ok = False
 ok = ok and spec_counts[1] > spec_counts[2] > 0
+# bench serve reports the speculating server's acceptance, and nothing for the plain one
+ok = ok and "accepted per verification" in bench1 and "speculation" not in bench0
 ok = ok and bad.returncode == 2 and "ngram:K" in bad.stderr
 print("ok" if ok else "FAIL")
 sys.exit(0 if ok else 1)
