@@ -120,6 +120,8 @@ typedef struct nf_engine {
     int logits_penalized; /* nf_engine_next penalised the last forward's logits on the device */
     float *mtp_hidden;   /* [H] or NULL: MTP speculation (spec.h) left position mtp_hidden_pos - 1's hidden state */
     uint32_t mtp_hidden_pos;
+    float *spec_snap;    /* [slot floats] or NULL: a hybrid's slot 0 before the last ngram verification (spec.h) */
+    uint32_t spec_snap_pos; /* the positions it holds; UINT32_MAX: none */
 } nf_engine;
 
 nf_status nf_engine_create(const nf_model *m, const nf_engine_opts *o, nf_engine **out, nf_error *err);
