@@ -9,8 +9,10 @@
  * later re-prefills prompt and generated tokens alike (recompute), its sampler untouched.
  *
  * One nf_sched_step builds one batch (base/batch.h) and runs ONE forward:
- *   1. every active sequence with one uncached token (decode), oldest admission first; when a decode
- *      token needs a page and none is left, the newest active sequence is preempted back to waiting;
+ *   1. every active sequence with one uncached token (decode), oldest admission first, with its
+ *      speculative drafts after it when it speculates (nf_seq_params.spec_k; docs/sched.md
+ *      "Speculation"); when a decode token needs a page and none is left, the newest active sequence
+ *      is preempted back to waiting;
  *   2. the rest of the token budget (chunk) goes to prefill chunks: active sequences partly
  *      prefilled, then waiting ones admitted in arrival order (a preempted one keeps its place);
  *      admission matches the longest cached prefix and needs the pages for the rest of its tokens free
@@ -98,8 +100,9 @@ typedef struct nf_seq_params {
 /* The backend as the scheduler drives it (the nf_backend_ops functions of the batch contract). */
 typedef struct nf_sched_backend {
     void *state;
-    /* logits: [S][vocab] (each sequence's last token; all_logits is never set) or NULL when the backend
-     * keeps them (logits/topk non-NULL) */
+    /* logits: [S][vocab] (each sequence's last token; all_logits is never set), or with
+     * nf_batch.logit_rows [rows][vocab]; NULL when the backend keeps them (logits/topk non-NULL) and the
+     * batch has no drafts */
     nf_status (*forward)(void *state, const nf_batch *b, float *logits, nf_error *err);
     nf_status (*logits)(void *state, float *out, nf_error *err);                           /* [S][vocab]; optional */
     nf_status (*topk)(void *state, uint32_t k, int32_t *ids, float *vals, nf_error *err); /* [S][k]; optional */
