@@ -79,32 +79,16 @@ static uint32_t oracle_draft(void *ctx, const int32_t *toks, size_t n, uint32_t 
     return d;
 }
 
-/* Each case alone in the engine's session, without speculation. */
+/* Each case alone in the engine's session, without speculation (the oracle). */
 static void run_alone(const nf_model *m, scase *c)
 {
-    nf_engine_opts o = {.threads = 2, .ctx = CTX, .chunk = 16, .page_tokens = 16};
+    const nf_engine_opts o = {.threads = 2, .ctx = CTX, .chunk = 16, .page_tokens = 16};
     nf_engine *e;
     nf_error err;
-    if (nf_engine_create(m, &o, &e, &err)) {
+    if (!nf_engine_create(m, &o, &e, &err))
+        for (int i = 0; i < N; i++) fx_alone(e, c[i].prompt, c[i].n, &c[i].sp, c[i].n_alone = GEN, c[i].alone);
+    else
         CHECK_MSG(0, "%s", err.msg);
-        return;
-    }
-    for (int i = 0; i < N; i++) {
-        nf_engine_reset(e);
-        nf_sampler *s;
-        CHECK(nf_sampler_create(&c[i].sp, m->cfg.vocab, &s, NULL) == NF_OK);
-        int32_t hist[MAXP + GEN];
-        memcpy(hist, c[i].prompt, c[i].n * sizeof *hist);
-        size_t n = c[i].n;
-        CHECK(nf_engine_prefill(e, hist, n, NULL, &err) == NF_OK);
-        for (c[i].n_alone = 0; c[i].n_alone < GEN;) {
-            int32_t id;
-            CHECK(nf_engine_next(e, s, hist, n, &id, &err) == NF_OK);
-            c[i].alone[c[i].n_alone++] = hist[n++] = id;
-            if (c[i].n_alone < GEN) CHECK(nf_engine_decode(e, id, &err) == NF_OK);
-        }
-        nf_sampler_free(s);
-    }
     nf_engine_free(e);
 }
 
