@@ -13,9 +13,9 @@
  * in the middle of taking a verification's accepted drafts.
  *
  * Fixtures: qwen3_moe (attention only; q4q6 with the default int8 activations, and bf16) with ngram;
- * the hybrids qwen3_next and qwen3_5_moe_text (bf16: the MTP block's int8 difference is open,
- * docs/hybrid.md) with ngram and mtp, so the Gated DeltaNet state is restored from its copy and the
- * kept tokens fed again after every rejection. */
+ * the hybrids qwen3_next (bf16, and q8q8 with int8 activations) and qwen3_5_moe_text (bf16) with
+ * ngram and mtp, so the Gated DeltaNet state is restored from its copy and the kept tokens fed again
+ * after every rejection. */
 #define _POSIX_C_SOURCE 200809L
 #include "nf_test.h"
 
@@ -173,7 +173,7 @@ static void same_as_alone(const scase *c, int i, const run_out *o, const char *w
               (double)c[i].sp.temp);
 }
 
-static void fixture(const nf_model *m, int mtp, const char *name)
+static void fixture(const nf_model *m, int mtp, const char *name, int pools)
 {
     static scase c[N];
     make_cases(c, m->cfg.vocab, mtp);
@@ -181,7 +181,7 @@ static void fixture(const nf_model *m, int mtp, const char *name)
     char what[128];
     static run_out all, one;
     const uint32_t ample = 4 * 8, scarce = 12;
-    for (int scarce_pool = 0; scarce_pool < 2; scarce_pool++) {
+    for (int scarce_pool = 0; scarce_pool < pools; scarce_pool++) {
         snprintf(what, sizeof what, "%s %s%s", name, mtp ? "mtp" : "ngram", scarce_pool ? " scarce pool" : "");
         run_cfg rc = {.mtp = mtp, .kv_pages = scarce_pool ? scarce : ample, .what = what};
         run_sched(m, c, (1u << N) - 1, &rc, &all);
@@ -291,9 +291,9 @@ int main(void)
 {
     char tmp[] = "/tmp/nf_sched_spec_XXXXXX";
     if (!mkdtemp(tmp)) return 1;
-    const char *models[] = {"qwen3_moe", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text", "qwen3_moe_256"};
-    const char *recipes[] = {"q4q6", "bf16", "bf16", "bf16", "bf16"};
-    for (int k = 0; k < 5; k++) {
+    const char *models[] = {"qwen3_moe", "qwen3_moe", "qwen3_next", "qwen3_next", "qwen3_5_moe_text", "qwen3_moe_256"};
+    const char *recipes[] = {"q4q6", "bf16", "bf16", "q8q8", "bf16", "bf16"};
+    for (int k = 0; k < 6; k++) {
         char dir[1024], out[1200], name[96];
         snprintf(dir, sizeof dir, "%s/fixtures/models/%s", NF_TEST_DATA, models[k]);
         snprintf(out, sizeof out, "%s/%s-%s.nf", tmp, models[k], recipes[k]);
@@ -301,7 +301,7 @@ int main(void)
         nf_model *m;
         nf_error err;
         if (!fx_convert(dir, recipes[k], out)) continue;
-        if (k == 4) {
+        if (k == 5) {
             sampled_distribution(out);
             remove(out);
             continue;
@@ -310,8 +310,12 @@ int main(void)
             CHECK_MSG(0, "%s", err.msg);
             continue;
         }
-        fixture(m, 0, name);
-        if (m->mtp) fixture(m, 1, name);
+        /* not the preempting pool for the int8 hybrid: a recompute re-prefills the generated tokens in
+         * one long segment (the tile), which rounds otherwise than their decodes did, and an int8 step
+         * tips a near tie there with or without speculation (docs/sched.md, "Speculation") */
+        const int pools = strcmp(recipes[k], "q8q8") ? 2 : 1;
+        fixture(m, 0, name, pools);
+        if (m->mtp) fixture(m, 1, name, pools);
         nf_model_free(m);
         remove(out);
     }
