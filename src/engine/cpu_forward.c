@@ -66,7 +66,8 @@ typedef struct cpu_state {
     int32_t *trace;          /* [layers][chunk][top_k] with trace_routing, else NULL */
     size_t trace_T;          /* tokens of the last forward */
     uint32_t *pos;           /* [chunk]: each token's position in its sequence (this forward) */
-    uint32_t *iota;          /* [chunk + 1]: 0, 1, 2, ...: one segment per row (the head's last tokens) */
+    uint32_t *iota;          /* [chunk + 1]: 0, 1, 2, ...: one segment per row (the MTP head's last tokens) */
+    uint32_t *lseg;          /* [max_seqs + 1]: the head's segments, one per sequence's logits rows */
     nf_cpu_attn_seq *aseq;   /* [max_seqs]: the sequences of this forward, for attention */
     float *x, *xn, *q, *k, *v, *att, *tmp, *g, *u; /* [chunk][...] activations */
     void *kv_mem;
@@ -185,6 +186,7 @@ static void cpu_destroy(void *state)
     free(s->trace);
     free(s->pos);
     free(s->iota);
+    free(s->lseg);
     free(s->aseq);
     free(s->gate);
     free(s->qkv);
@@ -215,13 +217,14 @@ static nf_status alloc_buffers(cpu_state *s, const nf_engine_opts *o, nf_error *
     s->inv_freq = malloc(c->head_dim / 2 * sizeof(float));
     s->pos = malloc(C * sizeof(uint32_t));
     s->iota = malloc((C + 1) * sizeof(uint32_t));
+    s->lseg = malloc(((size_t)o->max_seqs + 1) * sizeof(uint32_t));
     s->aseq = malloc(o->max_seqs * sizeof(nf_cpu_attn_seq));
     /* the page pool, per attention layer: k then v, each [kv_pages][page_tokens][kv_dim] */
     const size_t esz = o->kv_bf16 ? 2 : 4, per = (size_t)o->kv_pages * o->page_tokens * s->kv_dim * esz;
     const size_t n_attn = c->layers - c->n_linear;
     s->kv_mem = calloc(n_attn ? n_attn * 2 : 1, per ? per : 1);
     if (!s->x || !s->xn || !s->tmp || !s->q || !s->att || !s->k || !s->v || !s->g || !s->u || !s->inv_freq ||
-        !s->pos || !s->iota || !s->aseq || !s->kv_mem)
+        !s->pos || !s->iota || !s->lseg || !s->aseq || !s->kv_mem)
         return nf_error_set(err, NF_ERR_NOMEM, "cpu backend: out of memory for a KV pool of %u pages of %u tokens "
                             "(%zu MiB) and %zu-token buffers", o->kv_pages, o->page_tokens,
                             n_attn * 2 * per >> 20, C);
@@ -433,22 +436,21 @@ static void mlp_block(cpu_state *s, cpu_layer *L, const nf_batch *b, int32_t *tr
     add_rows(s->x, s->tmp, T * H);
 }
 
-/* The final norm and the head: every token ([T][vocab], the sequences as segments), or each
- * sequence's last token ([S][vocab], gathered; one segment each, as when it runs alone). */
+/* The final norm and the head over each sequence's logits rows (base/batch.h nf_batch_rows_of: its
+ * last token, its last few for a speculative verification, or all), one segment per sequence, as
+ * when it runs alone: [sum of rows][vocab]. */
 static void head_block(cpu_state *s, const nf_batch *b, float *logits)
 {
     const nf_model_config *c = &s->m->cfg;
     const size_t H = c->hidden;
-    if (b->all_logits) {
-        for (size_t t = 0; t < b->n_tokens; t++)
-            nf_cpu_rmsnorm(s->xn + t * H, s->x + t * H, s->out_norm, H, c->rms_eps);
-        nf_cpu_gemm_job j = job_of(b, s->head, s->xn, H, logits, c->vocab);
-        nf_cpu_gemm_batch(s->cpu, &j, 1);
-        return;
+    s->lseg[0] = 0;
+    for (uint32_t i = 0; i < b->n_seqs; i++) {
+        const uint32_t r = nf_batch_rows_of(b, i), t0 = b->seq_start[i + 1] - r;
+        for (uint32_t j = 0; j < r; j++)
+            nf_cpu_rmsnorm(s->xn + (size_t)(s->lseg[i] + j) * H, s->x + (size_t)(t0 + j) * H, s->out_norm, H, c->rms_eps);
+        s->lseg[i + 1] = s->lseg[i] + r;
     }
-    for (uint32_t i = 0; i < b->n_seqs; i++)
-        nf_cpu_rmsnorm(s->xn + i * H, s->x + (size_t)(b->seq_start[i + 1] - 1) * H, s->out_norm, H, c->rms_eps);
-    nf_cpu_gemm_job j = {s->head, s->xn, H, logits, c->vocab, b->n_seqs, s->iota, b->n_seqs};
+    nf_cpu_gemm_job j = {s->head, s->xn, H, logits, c->vocab, s->lseg[b->n_seqs], s->lseg, b->n_seqs};
     nf_cpu_gemm_batch(s->cpu, &j, 1);
 }
 
@@ -636,4 +638,4 @@ static nf_status cpu_copy_page(void *state, uint32_t dst, uint32_t src, nf_error
 const nf_backend_ops nf_cpu_backend = {.name = "cpu", .create = cpu_create, .destroy = cpu_destroy,
                                        .forward = cpu_forward, .copy_page = cpu_copy_page, .routing = cpu_routing,
                                        .hidden = cpu_hidden, .mtp = cpu_mtp, .slot_floats = cpu_slot_floats,
-                                       .slot_save = cpu_slot_save, .slot_load = cpu_slot_load};
+                                       .slot_save = cpu_slot_save, .slot_load = cpu_slot_load, .logit_rows = 1};

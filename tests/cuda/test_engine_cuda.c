@@ -239,8 +239,8 @@ static void check_penalized_sampling(const nf_model *m, const int32_t *prompt, c
 static void run_sched(nf_engine *eng, int with_penalize, const int32_t *prompt, int32_t out[3][G / 2])
 {
     const nf_backend_ops *ops = eng->ops;
-    const nf_sched_backend be = {eng->state, ops->forward, ops->logits, ops->topk, ops->copy_page,
-                                 with_penalize ? ops->penalize : NULL};
+    const nf_sched_backend be = {.state = eng->state, .forward = ops->forward, .logits = ops->logits, .topk = ops->topk,
+                                 .copy_page = ops->copy_page, .penalize = with_penalize ? ops->penalize : NULL};
     nf_sched_opts so = {.vocab = eng->model->cfg.vocab, .ctx = eng->opts.ctx, .chunk = eng->opts.chunk,
                         .max_seqs = eng->opts.max_seqs, .page_tokens = eng->opts.page_tokens,
                         .kv_pages = eng->opts.kv_pages, .no_prefix_cache = 1};

@@ -4,13 +4,15 @@
  * checked against, and is itself checked against naive double references (tests/cpu).
  *
  * Products: y[t][r] = sum_i W[r][i] * x[t][i].
- *   - one token (decode): the codec's matvec kernel (SIMD when the CPU has it) per row block;
+ *   - one token (decode): the codec's matvec kernel (SIMD when the CPU has it) per row block, and so
+ *     token by token for segments of up to NF_CPU_STEP_MAX tokens (a speculative verification);
  *   - many tokens (prefill): each worker dequantizes a block of NF_CPU_RB rows to f32 once into its
  *     own buffer and multiplies it with every token (f32 accumulation), so each weight byte is
  *     decoded once per chunk, not once per token;
  *   - int8 activations (nf_cpu_set_a8, on by default) for q8_0 / q4_k / q5_k / q6_k weights: each
  *     distinct activation row of a batch is quantised once (per 32 elements, codec/a8.h); a
- *     one-token segment runs the codec's integer kernel, a longer one the repacked 16-row tile
+ *     segment of up to NF_CPU_STEP_MAX tokens runs the codec's integer kernel token by token, a
+ *     longer one the repacked 16-row tile
  *     (nf_codec_a8_tile, AVX-512 VNNI; else the kernel per token);
  *   - reference mode (nf_cpu_set_reference): every product is dequantize-row-to-f32 followed by a
  *     double-accumulated dot, whatever the token count: the "dequantize then compute" path that the
@@ -32,6 +34,13 @@
 #include "codec/nvfp4.h"
 
 enum { NF_CPU_RB = 16 }; /* rows per work item (and per dequantized block) */
+/* Segments of at most this many tokens run token by token, each as a decode would (the matvec or
+ * int8 kernel for products, the recurrent step for Gated DeltaNet): a speculative verification (at
+ * most engine/spec.h's NF_SPEC_MAX_K + 1 = 9 tokens of one sequence) and the tokens rerun after a
+ * rejection then give decoding's bits, so greedy speculation is token-identical to decoding. The tile
+ * rounds differently (another summation order), and a rounding difference upstream of an int8
+ * activation step can tip a near tie; on pieces this short the tile saves little. */
+enum { NF_CPU_STEP_MAX = 9 };
 
 /* A matrix of encoded rows: rows x cols, row r at data + r * row_bytes, or for nvfp4 rows
  * row0 .. row0 + rows - 1 of the plane set *nv (each row divided by its own source divisor). */
@@ -79,10 +88,11 @@ void nf_cpu_set_a8_tile(nf_cpu *c, int on);
  * columns from y[t*ldy] written). w.cols must be <= the max_cols given at create.
  *
  * The tokens form segments seg[0] = 0 < seg[1] < ... < seg[n_seg] = n (seg NULL: one segment of n).
- * A segment of one token runs the codec's matvec kernel, a longer one the dequantized-block tile;
- * the two sum in different orders, so the kernel must not depend on what else is in the product.
- * Within a kernel every output is summed in a fixed order whatever the tile, block or thread split,
- * so a token's outputs depend only on its own row and the length-1-or-not of its segment. The
+ * A segment of up to NF_CPU_STEP_MAX tokens runs the codec's matvec kernel token by token, a longer
+ * one the dequantized-block tile; the two sum in different orders, so the kernel must not depend on
+ * what else is in the product. Within a kernel every output is summed in a fixed order whatever the
+ * tile, block or thread split, so a token's outputs depend only on its own row and whether its
+ * segment is longer than NF_CPU_STEP_MAX. The
  * batched forward makes each sequence's tokens one segment: a sequence's products are then
  * bit-identical whether it runs alone or beside others. */
 typedef struct nf_cpu_gemm_job {
