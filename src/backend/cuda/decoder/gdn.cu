@@ -7,7 +7,7 @@ namespace dec {
 
 namespace {
 
-constexpr int kConvThreads = 128;
+constexpr int kConvThreads = 128, kConvBatch = 8;
 constexpr uint32_t kColsPerWarp = 8, kLanesPerCol = 4; // the recurrence's warp: 8 columns x 4 row lanes
 
 // Sequence i's tokens t0 .. t1 - 1 of the batch and whether it starts here (position 0: its slot's
@@ -42,15 +42,24 @@ __global__ void __launch_bounds__(kConvThreads) gdn_conv_kernel(GdnArgs g, Batch
     if (ch >= C) return;
 #pragma unroll
     for (uint32_t j = 0; j + 1 < K; j++) win[j] = sp.fresh ? 0.0f : cs[(size_t)j * C + ch];
-    for (int t = sp.t0; t < sp.t1; t++) {
-        float *x = g.row + (size_t)t * g.stride + ch;
-        win[K - 1] = *x;
-        float acc = 0;
+    // kConvBatch tokens' inputs loaded together, then stepped through: one memory round trip per batch
+    // of tokens rather than per token (a prefill chunk is hundreds of tokens long)
+    for (int t0 = sp.t0; t0 < sp.t1; t0 += kConvBatch) {
+        float in[kConvBatch];
 #pragma unroll
-        for (uint32_t j = 0; j < K; j++) acc += w[j] * win[j];
-        *x = silu(acc);
+        for (int u = 0; u < kConvBatch; u++)
+            if (t0 + u < sp.t1) in[u] = g.row[(size_t)(t0 + u) * g.stride + ch];
 #pragma unroll
-        for (uint32_t j = 0; j + 1 < K; j++) win[j] = win[j + 1];
+        for (int u = 0; u < kConvBatch; u++) {
+            if (t0 + u >= sp.t1) break;
+            win[K - 1] = in[u];
+            float acc = 0;
+#pragma unroll
+            for (uint32_t j = 0; j < K; j++) acc += w[j] * win[j];
+            g.row[(size_t)(t0 + u) * g.stride + ch] = silu(acc);
+#pragma unroll
+            for (uint32_t j = 0; j + 1 < K; j++) win[j] = win[j + 1];
+        }
     }
 #pragma unroll
     for (uint32_t j = 0; j + 1 < K; j++) cs[(size_t)j * C + ch] = win[j];
@@ -61,6 +70,24 @@ __device__ __forceinline__ float col_sum(float v)
 {
     v += __shfl_xor_sync(0xffffffffu, v, 1);
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// What a lane of the recurrence reads of one token: its rows of q and k (raw: the conv's output), its
+// column's v, the head's b and a.
+template <int R>
+struct TokIn {
+    float q[R], k[R], v, b, a;
+};
+template <int DK, int R>
+__device__ __forceinline__ void tok_load(const GdnArgs &g, int t, uint32_t kh, uint32_t h, uint32_t j, uint32_t r,
+                                         bool col, uint32_t C, TokIn<R> &in)
+{
+    const float *row = g.row + (size_t)t * g.stride;
+    const uint32_t Kd = g.k_heads * DK, Vd = g.v_heads * g.dv;
+#pragma unroll
+    for (int m = 0; m < R; m++) in.q[m] = row[kh * DK + r + 4 * m], in.k[m] = row[Kd + kh * DK + r + 4 * m];
+    in.v = col ? row[2 * Kd + h * g.dv + j] : 0.0f;
+    in.b = row[C + Vd + h], in.a = row[C + Vd + g.v_heads + h];
 }
 
 // One warp per (8 columns, v head, sequence): lane = 4 c + r owns column j = 8 blockIdx.x + c and rows
@@ -83,34 +110,34 @@ __global__ void __launch_bounds__(32) gdn_rec_kernel(GdnArgs g, Batch b, uint32_
     for (int m = 0; m < R; m++) s[m] = sp.fresh || !col ? 0.0f : S[(size_t)(r + 4 * m) * dv + j];
     const float A = -expf(g.a_log[h]), dtb = g.dt_bias[h], qdiv = sqrtf((float)DK);
     pdl_wait();
+    // token t's inputs are in registers while t + 1's load (the step's latency is the loads', not the
+    // arithmetic's: a prefill chunk's tokens go through one after another)
+    TokIn<R> cur, nxt;
+    if (sp.t0 < sp.t1) tok_load<DK, R>(g, sp.t0, kh, h, j, r, col, C, cur);
     for (int t = sp.t0; t < sp.t1; t++) {
-        float *row = g.row + (size_t)t * g.stride;
-        const float *qr = row + kh * DK + r, *kr = row + Kd + kh * DK + r;
-        float q[R], k[R], sq = 0, sk = 0;
+        if (t + 1 < sp.t1) tok_load<DK, R>(g, t + 1, kh, h, j, r, col, C, nxt);
+        float sq = 0, sk = 0;
 #pragma unroll
-        for (int m = 0; m < R; m++) q[m] = qr[4 * m], k[m] = kr[4 * m];
-        const float v = col ? row[2 * Kd + h * dv + j] : 0.0f;
-        const float braw = row[C + Hv * dv + h], araw = row[C + Hv * dv + Hv + h];
-#pragma unroll
-        for (int m = 0; m < R; m++) sq += q[m] * q[m], sk += k[m] * k[m];
+        for (int m = 0; m < R; m++) sq += cur.q[m] * cur.q[m], sk += cur.k[m] * cur.k[m];
         const float iq = 1.0f / sqrtf(col_sum(sq) + 1e-6f), ik = 1.0f / sqrtf(col_sum(sk) + 1e-6f);
-        const float decay = expf(A * softplus(araw + dtb)), beta = 1.0f / (1.0f + expf(-braw));
+        const float decay = expf(A * softplus(cur.a + dtb)), beta = 1.0f / (1.0f + expf(-cur.b));
         float kv = 0;
 #pragma unroll
         for (int m = 0; m < R; m++) {
-            k[m] *= ik;
+            cur.k[m] *= ik;
             s[m] *= decay;
-            kv += s[m] * k[m];
+            kv += s[m] * cur.k[m];
         }
-        const float delta = (v - col_sum(kv)) * beta;
+        const float delta = (cur.v - col_sum(kv)) * beta;
         float o = 0;
 #pragma unroll
         for (int m = 0; m < R; m++) {
-            s[m] += k[m] * delta;
-            o += s[m] * (q[m] * iq / qdiv);
+            s[m] += cur.k[m] * delta;
+            o += s[m] * (cur.q[m] * iq / qdiv);
         }
         o = col_sum(o);
-        if (col && r == 0) row[2 * Kd + h * dv + j] = o;
+        if (col && r == 0) g.row[(size_t)t * g.stride + 2 * Kd + h * dv + j] = o;
+        cur = nxt;
     }
     if (col)
 #pragma unroll
