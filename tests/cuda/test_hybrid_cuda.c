@@ -49,18 +49,13 @@
 #include "engine/npy.h"
 #include "nf_test.h"
 #include "common/engine_fixture.h"
+#include "common/cuda_fixture.h"
 #include "common/hybrid_slots.h"
 #include "convert/synth.h"
 
 enum { CHUNK = 48 };
 #define MEDIAN_BOUND 2.5e-2
 #define EACH_BOUND 1e-1
-
-static const char *data_dir(void)
-{
-    const char *d = getenv("NF_TEST_DATA");
-    return d && *d ? d : NF_TEST_DATA;
-}
 
 typedef struct run_out {
     float *pre, *gl; /* [P][V], [G][V] */
@@ -298,24 +293,14 @@ static void check_synth(const char *recipe, const char *tmp)
 
 int main(void)
 {
-    char probe[1100];
-    snprintf(probe, sizeof probe, "%s/fixtures/models/qwen3_next/config.json", data_dir());
-    printf("fixtures: %s/fixtures/models\n", data_dir());
-    if (access(probe, R_OK) != 0) {
-        printf("FAIL: %s is not readable: set NF_TEST_DATA to the tree's tests/ folder\n", probe);
-        return 1;
-    }
-    char why[256];
-    if (nf_cuda_device_count(why, sizeof why) < 1) {
-        printf("SKIP: %s\n", why);
-        return 77;
-    }
+    const int ready = fx_cuda_ready("qwen3_next");
+    if (ready >= 0) return ready;
     char tmp[] = "/tmp/nf_hybrid_cuda_XXXXXX";
     if (!mkdtemp(tmp)) return 1;
     const char *models[] = {"qwen3_next", "qwen3_5_moe_text"};
     for (int i = 0; i < 2; i++) {
         char dir[1024], out[1200];
-        snprintf(dir, sizeof dir, "%s/fixtures/models/%s", data_dir(), models[i]);
+        snprintf(dir, sizeof dir, "%s/fixtures/models/%s", fx_data_dir(), models[i]);
         snprintf(out, sizeof out, "%s/%s-bf16.nf", tmp, models[i]);
         nf_model *m;
         nf_error e;

@@ -233,32 +233,6 @@ nf_status decode_graph(nf_cuda_decoder *dec, const Shape &sh, nf_error *err)
     return decode_graph(dec, sh, err);
 }
 
-// A hybrid's state slots (the CPU backend's contract, docs/hybrid.md): every sequence names a distinct
-// slot below max_seqs that either starts (position 0: the kernels read zeros for it) or has absorbed
-// exactly pos0 positions.
-nf_status check_slots(const nf_cuda_decoder *dec, const nf_batch *b, nf_error *err)
-{
-    if (!dec->slots) return NF_OK;
-    if (!b->state_slot)
-        return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: the model has Gated DeltaNet layers, so every "
-                            "batch needs state slots (nf_batch.state_slot)");
-    for (uint32_t i = 0; i < b->n_seqs; i++) {
-        const uint32_t sl = b->state_slot[i];
-        if (sl >= dec->d.max_seqs)
-            return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: sequence %u's state slot %u is not below "
-                                "max_seqs %u", i, sl, dec->d.max_seqs);
-        for (uint32_t j = 0; j < i; j++)
-            if (b->state_slot[j] == sl)
-                return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: sequences %u and %u share state slot %u",
-                                    j, i, sl);
-        if (b->pos0[i] && b->pos0[i] != dec->slot_pos[sl])
-            return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: sequence %u continues at position %u but its "
-                                "state slot %u holds %u positions; a recurrent state cannot rewind or skip (recompute "
-                                "from 0)", i, b->pos0[i], sl, dec->slot_pos[sl]);
-    }
-    return NF_OK;
-}
-
 // A batch the forward can run: counts, seq_start, positions and the page ids it touches.
 nf_status check_batch(const nf_cuda_decoder *dec, const nf_batch *b, nf_error *err)
 {
@@ -284,7 +258,7 @@ nf_status check_batch(const nf_cuda_decoder *dec, const nf_batch *b, nf_error *e
                 return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: sequence %u page %u is %u (pool of %u)", i, p,
                                     b->pages[(size_t)i * b->page_stride + p], d.kv_pages);
     }
-    nf_status st = check_slots(dec, b, err);
+    nf_status st = dec->slots ? nf_batch_check_slots(b, d.max_seqs, dec->slot_pos, "cuda decoder", err) : NF_OK;
     if (st) return st;
     for (uint32_t t = 0; t < T; t++)
         if (b->tokens[t] < 0 || (uint32_t)b->tokens[t] >= d.vocab)
