@@ -65,6 +65,9 @@ __global__ void __launch_bounds__(kConvThreads) gdn_conv_kernel(GdnArgs g, Batch
     for (uint32_t j = 0; j + 1 < K; j++) cs[(size_t)j * C + ch] = win[j];
 }
 
+constexpr int kAcc = 4; // the recurrence's partial sums per lane (R = dk / 4 >= 4 rows: dk >= 16)
+__device__ __forceinline__ float acc_sum(const float (&p)[kAcc]) { return (p[0] + p[1]) + (p[2] + p[3]); }
+
 // Sum over the 4 row lanes of a column (lanes 4c .. 4c + 3).
 __device__ __forceinline__ float col_sum(float v)
 {
@@ -116,27 +119,27 @@ __global__ void __launch_bounds__(32) gdn_rec_kernel(GdnArgs g, Batch b, uint32_
     if (sp.t0 < sp.t1) tok_load<DK, R>(g, sp.t0, kh, h, j, r, col, C, cur);
     for (int t = sp.t0; t < sp.t1; t++) {
         if (t + 1 < sp.t1) tok_load<DK, R>(g, t + 1, kh, h, j, r, col, C, nxt);
-        float sq = 0, sk = 0;
+        // each sum over the lane's rows in kAcc interleaved partial sums: chains of R / kAcc dependent
+        // FMAs instead of R (a token's step is a chain of such sums; few warps share an SM)
+        float sq[kAcc] = {}, sk[kAcc] = {}, kv[kAcc] = {}, o[kAcc] = {};
 #pragma unroll
-        for (int m = 0; m < R; m++) sq += cur.q[m] * cur.q[m], sk += cur.k[m] * cur.k[m];
-        const float iq = 1.0f / sqrtf(col_sum(sq) + 1e-6f), ik = 1.0f / sqrtf(col_sum(sk) + 1e-6f);
+        for (int m = 0; m < R; m++) sq[m % kAcc] += cur.q[m] * cur.q[m], sk[m % kAcc] += cur.k[m] * cur.k[m];
+        const float iq = 1.0f / sqrtf(col_sum(acc_sum(sq)) + 1e-6f), ik = 1.0f / sqrtf(col_sum(acc_sum(sk)) + 1e-6f);
         const float decay = expf(A * softplus(cur.a + dtb)), beta = 1.0f / (1.0f + expf(-cur.b));
-        float kv = 0;
 #pragma unroll
         for (int m = 0; m < R; m++) {
             cur.k[m] *= ik;
             s[m] *= decay;
-            kv += s[m] * cur.k[m];
+            kv[m % kAcc] += s[m] * cur.k[m];
         }
-        const float delta = (cur.v - col_sum(kv)) * beta;
-        float o = 0;
+        const float delta = (cur.v - col_sum(acc_sum(kv))) * beta, qs = iq / qdiv;
 #pragma unroll
         for (int m = 0; m < R; m++) {
             s[m] += cur.k[m] * delta;
-            o += s[m] * (cur.q[m] * iq / qdiv);
+            o[m % kAcc] += s[m] * (cur.q[m] * qs);
         }
-        o = col_sum(o);
-        if (col && r == 0) g.row[(size_t)t * g.stride + 2 * Kd + h * dv + j] = o;
+        const float out = col_sum(acc_sum(o));
+        if (col && r == 0) g.row[(size_t)t * g.stride + 2 * Kd + h * dv + j] = out;
         cur = nxt;
     }
     if (col)
