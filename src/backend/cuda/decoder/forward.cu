@@ -107,10 +107,7 @@ Fail attention_block(nf_cuda_decoder *dec, uint32_t l, const Shape &sh, const Ba
                 sh.n_dec ? attention_splits(sh.n_dec, d.ctx, gqa ? d.kv_heads : d.heads) : 1, fused, qa};
     at.gqa = gqa;
     TRY(attention(at, bt, sh.n_dec, sh.n_tiles, s), "attention", l);
-    if (L.gated) {
-        attn_gate(a.att, a.qkv + qd + 2 * kvd, S, T, qd, s);
-        TRY(cudaGetLastError(), "attention gate", l);
-    }
+    if (L.gated) TRY(attn_gate(a.att, a.qkv + qd + 2 * kvd, S, T, qd, s), "attention gate", l);
     TRY(linear(L.o, dec->tab, a.att, T, a.delta, d.hidden, s), "attn_output", l);
     return Fail{nullptr, 0, cudaSuccess, nullptr};
 }

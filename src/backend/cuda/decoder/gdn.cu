@@ -181,10 +181,10 @@ __global__ void attn_gate_kernel(uint16_t *att, const float *gate, uint32_t stri
 }
 
 template <int DK>
-void launch_rec(const GdnArgs &g, const Batch &b, uint32_t S, uint32_t C, cudaStream_t s)
+cudaError_t launch_rec(const GdnArgs &g, const Batch &b, uint32_t S, uint32_t C, cudaStream_t s)
 {
     const dim3 grid((g.dv + kColsPerWarp - 1) / kColsPerWarp, g.v_heads, S);
-    launch_pdl(gdn_rec_kernel<DK>, grid, dim3(32), 0, true, s, g, b, C);
+    return launch_pdl(gdn_rec_kernel<DK>, grid, dim3(32), 0, true, s, g, b, C);
 }
 
 } // namespace
@@ -198,21 +198,20 @@ cudaError_t gdn_forward(const GdnArgs &g, const Batch &b, uint32_t T, uint32_t S
 {
     if (!gdn_supported(g.dk, g.dv, g.K) || !g.k_heads || g.v_heads % g.k_heads) return cudaErrorInvalidValue;
     const uint32_t C = 2 * g.k_heads * g.dk + g.v_heads * g.dv;
-    launch_pdl(gdn_conv_kernel, dim3((C + kConvThreads - 1) / kConvThreads, S), dim3(kConvThreads), 0, true, s, g, b, C);
-    switch (g.dk) {
-    case 16: launch_rec<16>(g, b, S, C, s); break;
-    case 32: launch_rec<32>(g, b, S, C, s); break;
-    case 64: launch_rec<64>(g, b, S, C, s); break;
-    default: launch_rec<128>(g, b, S, C, s); break;
-    }
-    launch_pdl(gdn_norm_kernel, dim3(T, g.v_heads), dim3(32), 0, true, s, g, C);
-    return cudaGetLastError();
+    cudaError_t e =
+        launch_pdl(gdn_conv_kernel, dim3((C + kConvThreads - 1) / kConvThreads, S), dim3(kConvThreads), 0, true, s, g, b, C);
+    if (e == cudaSuccess) e = g.dk == 16 ? launch_rec<16>(g, b, S, C, s)
+                            : g.dk == 32 ? launch_rec<32>(g, b, S, C, s)
+                            : g.dk == 64 ? launch_rec<64>(g, b, S, C, s)
+                                         : launch_rec<128>(g, b, S, C, s);
+    if (e == cudaSuccess) e = launch_pdl(gdn_norm_kernel, dim3(T, g.v_heads), dim3(32), 0, true, s, g, C);
+    return e;
 }
 
-void attn_gate(uint16_t *att, const float *gate, uint32_t stride, uint32_t T, uint32_t width, cudaStream_t s)
+cudaError_t attn_gate(uint16_t *att, const float *gate, uint32_t stride, uint32_t T, uint32_t width, cudaStream_t s)
 {
     const size_t blocks = ((size_t)T * width + 255) / 256;
-    launch_pdl(attn_gate_kernel, dim3((unsigned)(blocks < 4096 ? blocks : 4096)), dim3(256), 0, true, s, att, gate,
+    return launch_pdl(attn_gate_kernel, dim3((unsigned)(blocks < 4096 ? blocks : 4096)), dim3(256), 0, true, s, att, gate,
                stride, T, width);
 }
 

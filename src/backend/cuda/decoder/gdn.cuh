@@ -43,7 +43,7 @@ inline size_t gdn_state_floats(uint32_t k_heads, uint32_t v_heads, uint32_t dk, 
 cudaError_t gdn_forward(const GdnArgs &g, const Batch &b, uint32_t T, uint32_t S, cudaStream_t s);
 
 // Gated attention: att[t][i] = bf16(att[t][i] * sigmoid(gate[t * stride + i])), i < width.
-void attn_gate(uint16_t *att, const float *gate, uint32_t stride, uint32_t T, uint32_t width, cudaStream_t s);
+cudaError_t attn_gate(uint16_t *att, const float *gate, uint32_t stride, uint32_t T, uint32_t width, cudaStream_t s);
 
 } // namespace dec
 } // namespace nf
