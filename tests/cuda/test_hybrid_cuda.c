@@ -152,6 +152,29 @@ static void greedy_vs(const char *name, const char *what, const run_out *got, co
     CHECK_MSG(same == G || tie, "%s: greedy differs from %s at step %zu without a near-tie", name, what, same);
 }
 
+/* Where a divergence starts: the model cut after its first L layers (the head reads layer L's output;
+ * both engines size themselves from cfg.layers and cfg.n_linear), the prompt's logits of both engines
+ * for L = 1 .. layers, each within this file's bounds (fewer layers, fewer rounding sites). */
+static void check_layers(nf_model *m, const char *name, const int32_t *ids, size_t P)
+{
+    const uint32_t layers = m->cfg.layers, n_linear = m->cfg.n_linear, V = m->cfg.vocab;
+    float *c = malloc(P * V * 4), *g = malloc(P * V * 4);
+    int32_t tok[1];
+    for (uint32_t L = 1; c && g && L <= layers; L++) {
+        m->cfg.layers = L, m->cfg.n_linear = 0;
+        for (uint32_t l = 0; l < L; l++) m->cfg.n_linear += m->layers[l].is_linear;
+        run_out rc = {c, NULL, tok}, rg = {g, NULL, tok};
+        char what[64];
+        snprintf(what, sizeof what, "prefill after %u layer%s (%s)", L, L > 1 ? "s" : "", m->layers[L - 1].is_linear ? "GDN" : "attention");
+        if (!run(m, "cpu", 1, 0, CHUNK, ids, P, 0, &rc) || !run(m, "cuda", 1, 0, CHUNK, ids, P, 0, &rg)) break;
+        double med, worst;
+        rows_vs(what, g, c, P, V, &med, &worst);
+        CHECK_MSG(med <= MEDIAN_BOUND && worst <= EACH_BOUND, "%s: %s: median %.3g, worst %.3g", name, what, med, worst);
+    }
+    m->cfg.layers = layers, m->cfg.n_linear = n_linear;
+    free(c), free(g);
+}
+
 static void check_oracle(nf_model *m, const char *name, const char *refdir)
 {
     char path[1200];
@@ -199,29 +222,6 @@ static void check_oracle(nf_model *m, const char *name, const char *refdir)
     check_layers(m, name, ids, P);
     free(ids), free(tref);
     for (int i = 0; i < 4; i++) nf_npy_free(arr[i]);
-}
-
-/* Where a divergence starts: the model cut after its first L layers (the head reads layer L's output;
- * both engines size themselves from cfg.layers and cfg.n_linear), the prompt's logits of both engines
- * for L = 1 .. layers, each within this file's bounds (fewer layers, fewer rounding sites). */
-static void check_layers(nf_model *m, const char *name, const int32_t *ids, size_t P)
-{
-    const uint32_t layers = m->cfg.layers, n_linear = m->cfg.n_linear, V = m->cfg.vocab;
-    float *c = malloc(P * V * 4), *g = malloc(P * V * 4);
-    int32_t tok[1];
-    for (uint32_t L = 1; c && g && L <= layers; L++) {
-        m->cfg.layers = L, m->cfg.n_linear = 0;
-        for (uint32_t l = 0; l < L; l++) m->cfg.n_linear += m->layers[l].is_linear;
-        run_out rc = {c, NULL, tok}, rg = {g, NULL, tok};
-        char what[64];
-        snprintf(what, sizeof what, "prefill after %u layer%s (%s)", L, L > 1 ? "s" : "", m->layers[L - 1].is_linear ? "GDN" : "attention");
-        if (!run(m, "cpu", 1, 0, CHUNK, ids, P, 0, &rc) || !run(m, "cuda", 1, 0, CHUNK, ids, P, 0, &rg)) break;
-        double med, worst;
-        rows_vs(what, g, c, P, V, &med, &worst);
-        CHECK_MSG(med <= MEDIAN_BOUND && worst <= EACH_BOUND, "%s: %s: median %.3g, worst %.3g", name, what, med, worst);
-    }
-    m->cfg.layers = layers, m->cfg.n_linear = n_linear;
-    free(c), free(g);
 }
 
 static void check_batched(const nf_model *m, const char *name)
