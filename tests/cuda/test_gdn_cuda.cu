@@ -6,7 +6,8 @@
 // (bf16, out_proj's input), the conv window and S written back to each slot, and the slots of no
 // sequence untouched.
 //
-// Bounds. The output is rounded to bf16 once: |got - ref| <= 2^-9 |ref| per element; the f32
+// Bounds. The output is rounded to bf16 once (8 significant bits, round to nearest: |got - ref| <= 2^-8
+// |ref| per element); the f32
 // arithmetic before it (dot products of dk <= 128 terms, ~n 2^-24 = 7.6e-6 relative to the sum of
 // |terms|, compounded through <= 40 recurrent steps in which the state is a decayed, contracting sum
 // -- exp(g) (I - beta k k^T) has norm <= 1 for |k| = 1, beta in (0, 1)) stays below 1e-4 of the head's
@@ -169,7 +170,7 @@ void check_case(const Shape &g, const std::vector<Seq> &seqs, uint32_t n_slots)
                 rms = sqrt(rms / g.dv);
                 for (uint32_t j = 0; j < g.dv; j++) {
                     const double v = nf_test_bf2f(out[(size_t)(t0 + t) * Vd + h * g.dv + j]), e = fabs(v - r[j]);
-                    const double allow = ldexp(fabs(r[j]), -9) + 1e-4 * rms;
+                    const double allow = ldexp(fabs(r[j]), -8) + 1e-4 * rms;
                     worst_out = fmax(worst_out, e / allow);
                     if (!(e <= allow) && bad++ == 0)
                         printf("  FIRST MISMATCH output: sequence %u token %u head %u column %u: got %.6g, want %.6g\n",

@@ -20,10 +20,12 @@
  *
  * Bounds (relative L2 of a logits row). The CPU engine is within 1.1e-5 of transformers here
  * (test_oracle_tiny), so both comparisons have the GPU's own roundings as their budget. The GPU rounds
- * to bf16 (u = 2^-9) the input of every product and the sparse-MoE output: per layer the mixer's input,
+ * to bf16 the input of every product and the sparse-MoE output, each moving its vector by about
+ * u = 2^-9 in relative L2 (the RMS of round-to-nearest errors with 8 significant bits, at most 2^-8;
+ * test_engine_cuda's figure): per layer the mixer's input,
  * the attention output and its gated copy (att * sigmoid(gate), re-rounded) or the GDN's gated norm
  * output, the MLP's input, its intermediate, its output -- about 7 sites, R = 4 x 7 + 1 (the head's
- * input) = 29, and the bf16 KV cache of 2 attention layers. Independent roundings add as a random walk,
+ * input) = 29 (both engines keep a bf16 KV cache here). Independent roundings add as a random walk,
  * sqrt(R) u = 1.05e-2. A GDN layer carries earlier tokens' roundings in its state: S is a decayed sum
  * in which each step multiplies by exp(g) (I - beta k k^T), of norm <= 1 (|k| = 1 after the l2 norm,
  * beta in (0, 1)), so their errors do not grow, but they are independent of the token's own: at most
