@@ -123,13 +123,13 @@ nf_status walk_gdn(Uploader &u, const nf_cuda_decoder_desc *d, uint32_t l, Layer
     const nf_cuda_layer_desc *ld = &d->layer[l];
     const nf_cuda_gdn_shape &g = d->gdn;
     const uint32_t C = 2 * g.k_heads * g.k_dim + g.v_heads * g.v_dim, Vd = g.v_heads * g.v_dim;
+    if (!ld->ssm_conv || !ld->ssm_dt_bias || !ld->ssm_a_log || !ld->ssm_norm)
+        return nf_error_set(u.err, NF_ERR_INVALID_ARG, "cuda decoder: layer %u (Gated DeltaNet) lacks its conv, dt_bias, "
+                            "A_log or norm vector", l);
     nf_status st;
     if ((st = u.vec(ld->ssm_conv, (size_t)C * g.conv_k, &L->conv_w)) || (st = u.vec(ld->ssm_dt_bias, g.v_heads, &L->dt_bias)) ||
         (st = u.vec(ld->ssm_a_log, g.v_heads, &L->a_log)) || (st = u.vec(ld->ssm_norm, g.v_dim, &L->ssm_norm)))
         return st;
-    if (!L->conv_w || !L->dt_bias || !L->a_log || !L->ssm_norm)
-        return nf_error_set(u.err, NF_ERR_INVALID_ARG, "cuda decoder: layer %u (Gated DeltaNet) lacks its conv, dt_bias, "
-                            "A_log or norm vector", l);
     const nf_moe_matrix *const m[3] = {&ld->ssm_qkv, &ld->ssm_z, &ld->ssm_ba};
     static const char *const names[3] = {"ssm_qkv", "ssm_z", "ssm_ba"};
     const uint32_t cols[3] = {0, C, C + Vd};
