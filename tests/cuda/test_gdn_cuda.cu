@@ -1,5 +1,6 @@
 // The Gated DeltaNet kernels (src/backend/cuda/decoder/gdn.cu: conv, recurrence, gated norm) against a
-// double-precision host reference written from the definitions (docs/hybrid.md), on random inputs
+// double-precision host reference written from the definitions (tests/common/gdn_ref.h, which
+// tests/cpu/test_gdn holds the CPU op to as well), on random inputs
 // (label cuda; skipped without a GPU). Each case is one batch of several sequences with ragged token
 // counts, each on its own state slot: some continue from a random state already in their slot, some
 // start (position 0) from a slot filled with NaN, which the kernels must not read. Checked: the output
@@ -25,6 +26,7 @@
 
 extern "C" {
 #include "common/cuda_test_util.h"
+#include "common/gdn_ref.h"
 }
 #include "nf_test.h"
 #include "common/need_gpu.h"
@@ -41,54 +43,6 @@ struct Seq {
 struct Shape {
     uint32_t hk, hv, dk, dv;
 };
-
-double softplus(double x) { return x > 20 ? x : log1p(exp(x)); }
-double dsilu(double x) { return x / (1 + exp(-x)); }
-
-// The reference over one sequence: row [n][stride] raw (in), its slot's layer state st (updated),
-// out [n][Vd] (double).
-void reference(const Shape &g, uint32_t stride, const float *row, uint32_t n, const std::vector<float> &conv_w,
-               const std::vector<float> &dtb, const std::vector<float> &alog, const std::vector<float> &nw, float eps,
-               std::vector<double> &cs, std::vector<double> &S, std::vector<double> &out)
-{
-    const uint32_t K = nf::dec::kGdnConvK, Kd = g.hk * g.dk, C = 2 * Kd + g.hv * g.dv, Vd = g.hv * g.dv;
-    out.assign((size_t)n * Vd, 0);
-    std::vector<double> x(C), q(g.dk), k(g.dk), o(g.dv);
-    for (uint32_t t = 0; t < n; t++) {
-        const float *r = row + (size_t)t * stride;
-        for (uint32_t c = 0; c < C; c++) { // window: cs[0 .. K-2] then this input
-            double acc = conv_w[(size_t)c * K + K - 1] * (double)r[c];
-            for (uint32_t j = 0; j + 1 < K; j++) acc += conv_w[(size_t)c * K + j] * cs[(size_t)j * C + c];
-            for (uint32_t j = 0; j + 2 < K; j++) cs[(size_t)j * C + c] = cs[(size_t)(j + 1) * C + c];
-            cs[(size_t)(K - 2) * C + c] = r[c];
-            x[c] = dsilu(acc);
-        }
-        for (uint32_t h = 0; h < g.hv; h++) {
-            const uint32_t kh = h / (g.hv / g.hk);
-            double sq = 0, sk = 0;
-            for (uint32_t i = 0; i < g.dk; i++) {
-                q[i] = x[kh * g.dk + i], k[i] = x[Kd + kh * g.dk + i];
-                sq += q[i] * q[i], sk += k[i] * k[i];
-            }
-            for (uint32_t i = 0; i < g.dk; i++) q[i] /= sqrt(sq + 1e-6) * sqrt((double)g.dk), k[i] /= sqrt(sk + 1e-6);
-            const double b = r[C + Vd + h], a = r[C + Vd + g.hv + h];
-            const double decay = exp(-exp((double)alog[h]) * softplus(a + dtb[h])), beta = 1 / (1 + exp(-b));
-            double *Sh = S.data() + (size_t)h * g.dk * g.dv;
-            for (uint32_t j = 0; j < g.dv; j++) {
-                double kv = 0;
-                for (uint32_t i = 0; i < g.dk; i++) kv += (Sh[(size_t)i * g.dv + j] *= decay) * k[i];
-                const double delta = beta * (x[2 * Kd + h * g.dv + j] - kv);
-                o[j] = 0;
-                for (uint32_t i = 0; i < g.dk; i++) o[j] += (Sh[(size_t)i * g.dv + j] += k[i] * delta) * q[i];
-            }
-            double ss = 0;
-            for (uint32_t j = 0; j < g.dv; j++) ss += o[j] * o[j];
-            const double inv = 1 / sqrt(ss / g.dv + eps);
-            for (uint32_t j = 0; j < g.dv; j++)
-                out[(size_t)t * Vd + h * g.dv + j] = o[j] * inv * nw[j] * dsilu(r[C + h * g.dv + j]);
-        }
-    }
-}
 
 double rel_l2(const float *got, const double *ref, size_t n)
 {
@@ -163,14 +117,19 @@ void check_case(const Shape &g, const std::vector<Seq> &seqs, uint32_t n_slots)
         std::vector<double> cs((size_t)(K - 1) * C, 0.0), Sd((size_t)g.hv * g.dk * g.dv, 0.0), ref;
         for (size_t j = 0; !s.fresh && j < cs.size(); j++) cs[j] = st[j];
         for (size_t j = 0; !s.fresh && j < Sd.size(); j++) Sd[j] = st[cs.size() + j];
-        reference(g, stride, row.data() + (size_t)t0 * stride, s.n, conv_w, dtb, alog, nw, 1e-6f, cs, Sd, ref);
+        const float *r0 = row.data() + (size_t)t0 * stride;
+        const gdn_ref_shape rs = {g.hk, g.hv, g.dk, g.dv, K};
+        const gdn_ref_weights rw = {conv_w.data(), dtb.data(), alog.data(), nw.data(), 1e-6};
+        const gdn_ref_rows rr = {r0, r0 + C, r0 + C + Vd, stride};
+        ref.resize((size_t)s.n * Vd);
+        if (!gdn_ref_run(&rs, &rw, &rr, s.n, cs.data(), Sd.data(), ref.data())) return;
         for (uint32_t t = 0; t < s.n; t++)
             for (uint32_t h = 0; h < g.hv; h++) {
                 const double *r = ref.data() + (size_t)t * Vd + h * g.dv;
                 const float *z = row.data() + (size_t)(t0 + t) * stride + C + h * g.dv;
                 for (uint32_t j = 0; j < g.dv; j++) {
                     const double v = nf_test_bf2f(out[(size_t)(t0 + t) * Vd + h * g.dv + j]), e = fabs(v - r[j]);
-                    const double allow = ldexp(fabs(r[j]), -8) + 1e-4 * fabs(nw[j] * dsilu(z[j]));
+                    const double allow = ldexp(fabs(r[j]), -8) + 1e-4 * fabs(nw[j] * gdn_ref_silu(z[j]));
                     worst_out = fmax(worst_out, e / allow);
                     if (!(e <= allow) && bad++ == 0)
                         printf("  FIRST MISMATCH output: sequence %u token %u head %u column %u: got %.6g, want %.6g\n",
