@@ -286,9 +286,10 @@ static void check_slot_copy(const nf_model *m, const char *name)
  * applies without the tiny fixtures' bf16 fallbacks) in a quantized recipe: a 40-token prompt in chunks
  * of 16 (16 + 16 + 8) and 8 greedy steps. The GPU with bf16 activations against the CPU engine (the same
  * weights: this file's bounds), and the GPU as it runs by default (int8 activations into the k-quant
- * products at T <= 16) against that: at most 4 quantised inputs a layer and the head's, A <= 17, each
- * moving its input by <= sqrt(32) / 254 in relative L2 (test_engine_cuda's argument): median
- * sqrt(A) 2.2e-2 = 9.2e-2, every row 0.5. */
+ * products at T <= 16) against that: at most 5 quantised inputs a layer (the mixer's input and output,
+ * the MLP's input, the routed and the shared intermediates) and the head's, A <= 21, each moving its
+ * input by <= sqrt(32) / 254 in relative L2 (test_engine_cuda's argument): median sqrt(A) 2.2e-2 =
+ * 0.10, every row 0.5. */
 static void check_synth(const char *recipe, const char *tmp)
 {
     char out[1200];
@@ -320,7 +321,7 @@ static void check_synth(const char *recipe, const char *tmp)
             CHECK_MSG(worst[i] <= EACH_BOUND, "tiny-hybrid %s: comparison %d: rel-L2 %.3g > %.3g", recipe, i, worst[i],
                       EACH_BOUND);
         }
-        const double a8 = sqrt(17.0) * sqrt(32.0) / 254;
+        const double a8 = sqrt(21.0) * sqrt(32.0) / 254;
         CHECK_MSG(med[2] <= a8, "tiny-hybrid %s: int8 activations move the median row by %.3g > %.3g", recipe, med[2], a8);
         CHECK_MSG(worst[2] <= 0.5, "tiny-hybrid %s: int8 activations move a row by %.3g > 0.5", recipe, worst[2]);
         greedy_vs("tiny-hybrid", "the cpu engine", &r[1], r[0].greedy, r[0].gl, SG, V);
