@@ -27,6 +27,8 @@
 
 #include <stdint.h>
 
+#include "base/error.h"
+
 typedef struct nf_batch {
     uint32_t n_tokens;          /* T: all sequences' tokens of this forward (T <= the backend's chunk) */
     uint32_t n_seqs;            /* S (S <= the backend's max_seqs) */
@@ -64,5 +66,12 @@ static inline uint32_t nf_batch_tokens_of(const nf_batch *b, uint32_t i)
 {
     return b->seq_start[i + 1] - b->seq_start[i];
 }
+
+/* The state-slot contract (hybrids), checked before a backend touches any slot: state_slot present,
+ * every slot below max_seqs and distinct, and a sequence past position 0 continuing exactly where its
+ * slot stopped (slot_pos[slot]: positions absorbed; a recurrent state cannot rewind). `who` opens the
+ * message ("cpu backend"). */
+nf_status nf_batch_check_slots(const nf_batch *b, uint32_t max_seqs, const uint32_t *slot_pos, const char *who,
+                               nf_error *err);
 
 #endif

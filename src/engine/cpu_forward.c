@@ -460,23 +460,8 @@ static void head_block(cpu_state *s, const nf_batch *b, float *logits)
 static nf_status prepare_slots(cpu_state *s, const nf_batch *b, nf_error *err)
 {
     if (!s->slots) return NF_OK;
-    if (!b->state_slot)
-        return nf_error_set(err, NF_ERR_INVALID_ARG, "cpu backend: %s has Gated DeltaNet layers, so every batch needs "
-                            "state slots (nf_batch.state_slot)", nf_arch_name(s->m->cfg.arch));
-    for (uint32_t i = 0; i < b->n_seqs; i++) {
-        const uint32_t sl = b->state_slot[i];
-        if (sl >= s->o.max_seqs)
-            return nf_error_set(err, NF_ERR_INVALID_ARG, "cpu backend: sequence %u's state slot %u is not below "
-                                "max_seqs %u", i, sl, s->o.max_seqs);
-        for (uint32_t j = 0; j < i; j++)
-            if (b->state_slot[j] == sl)
-                return nf_error_set(err, NF_ERR_INVALID_ARG, "cpu backend: sequences %u and %u share state slot %u", j,
-                                    i, sl);
-        if (b->pos0[i] && b->pos0[i] != s->slot_pos[sl])
-            return nf_error_set(err, NF_ERR_INVALID_ARG, "cpu backend: sequence %u continues at position %u but its state "
-                                "slot %u holds %u positions; a recurrent state cannot rewind or skip (recompute from 0)",
-                                i, b->pos0[i], sl, s->slot_pos[sl]);
-    }
+    nf_status st = nf_batch_check_slots(b, s->o.max_seqs, s->slot_pos, "cpu backend", err);
+    if (st) return st;
     for (uint32_t i = 0; i < b->n_seqs; i++)
         if (b->pos0[i] == 0) {
             memset(s->slots + (size_t)b->state_slot[i] * s->slot_floats, 0, s->slot_floats * sizeof(float));

@@ -37,9 +37,8 @@ nf_status nf_engine_create(const nf_model *m, const nf_engine_opts *o, nf_engine
     *out = NULL;
     nf_engine_opts opt = o ? *o : (nf_engine_opts){0};
     const nf_backend_ops *ops = NULL;
-    /* auto: the GPU when one is visible, except for hybrids, which only the CPU runs yet (docs/hybrid.md) */
-    if (opt.device && strcmp(opt.device, "auto") == 0)
-        opt.device = nf_cuda_device_count(NULL, 0) > 0 && !m->cfg.n_linear ? "cuda" : "cpu";
+    /* auto: the GPU when one is visible */
+    if (opt.device && strcmp(opt.device, "auto") == 0) opt.device = nf_cuda_device_count(NULL, 0) > 0 ? "cuda" : "cpu";
     if (!opt.device || strcmp(opt.device, "cpu") == 0) ops = &nf_cpu_backend;
     else if (strcmp(opt.device, "cuda") == 0) ops = &nf_cuda_backend;
     else

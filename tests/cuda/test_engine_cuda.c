@@ -60,15 +60,10 @@
 #include "engine/sched.h"
 #include "nf_test.h"
 #include "common/engine_fixture.h"
+#include "common/cuda_fixture.h"
 #include "convert/synth.h"
 
 enum { P = 64, G = 32, CHUNK = 16 };
-
-static const char *data_dir(void)
-{
-    const char *d = getenv("NF_TEST_DATA");
-    return d && *d ? d : NF_TEST_DATA;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -437,7 +432,7 @@ static void check_artifact(const char *name, const char *recipe, const char *out
 static void check_model(const char *name, const char *recipe, const char *tmp)
 {
     char dir[1024], out[1200];
-    snprintf(dir, sizeof dir, "%s/fixtures/models/%s", data_dir(), name);
+    snprintf(dir, sizeof dir, "%s/fixtures/models/%s", fx_data_dir(), name);
     snprintf(out, sizeof out, "%s/%s-%s.nf", tmp, name, recipe);
     if (fx_convert(dir, recipe, out)) check_artifact(name, recipe, out);
 }
@@ -449,7 +444,7 @@ static void check_model(const char *name, const char *recipe, const char *tmp)
 static void check_lowbit(const char *tmp)
 {
     char src[1024], out[1200];
-    snprintf(src, sizeof src, "%s/fixtures/gguf/qwen3moe_lowbit.gguf", data_dir());
+    snprintf(src, sizeof src, "%s/fixtures/gguf/qwen3moe_lowbit.gguf", fx_data_dir());
     snprintf(out, sizeof out, "%s/qwen3moe_lowbit-source.nf", tmp);
     if (fx_convert(src, "source", out)) check_artifact("qwen3moe_lowbit", "source", out);
 }
@@ -477,7 +472,7 @@ static void check_streamed_head(const char *tmp)
 static void check_sessions(const char *tmp)
 {
     char dir[1024], out[1200];
-    snprintf(dir, sizeof dir, "%s/fixtures/models/qwen3_moe", data_dir());
+    snprintf(dir, sizeof dir, "%s/fixtures/models/qwen3_moe", fx_data_dir());
     snprintf(out, sizeof out, "%s/sessions.nf", tmp);
     nf_model *m;
     nf_error e;
@@ -505,21 +500,8 @@ static void check_sessions(const char *tmp)
 
 int main(void)
 {
-    /* The fixtures first, GPU or not: a bundle run from another copy of the tree (gpu-bundle's
-     * CTestTestfile sets NF_TEST_DATA) must find that copy's, and says which it reads. */
-    char probe[1100];
-    snprintf(probe, sizeof probe, "%s/fixtures/models/qwen3_moe/config.json", data_dir());
-    printf("fixtures: %s/fixtures/models (NF_TEST_DATA %s)\n", data_dir(),
-           getenv("NF_TEST_DATA") && *getenv("NF_TEST_DATA") ? "set" : "unset: the build tree's path");
-    if (access(probe, R_OK) != 0) {
-        printf("FAIL: %s is not readable: set NF_TEST_DATA to the tree's tests/ folder\n", probe);
-        return 1;
-    }
-    char why[256];
-    if (nf_cuda_device_count(why, sizeof why) < 1) {
-        printf("SKIP: %s\n", why);
-        return 77;
-    }
+    const int ready = fx_cuda_ready("qwen3_moe");
+    if (ready >= 0) return ready;
     char tmp[] = "/tmp/nf_engine_cuda_XXXXXX";
     if (!mkdtemp(tmp)) return 1;
     /* nvfp4 needs 128-row expert shares: the 32-row tiny MoE banks refuse it */

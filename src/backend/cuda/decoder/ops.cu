@@ -105,19 +105,17 @@ __global__ void rope_table_kernel(const float *src, uint32_t ctx, uint32_t half,
 // rotations, norm weights and biases -- is loaded before the grid-dependency wait.
 __global__ void qkv_kernel(QkvArgs a, Batch b)
 {
-    const uint32_t t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, hd = a.hd, half = hd / 2;
+    const uint32_t t = blockIdx.x, h = blockIdx.y;
     const int pos = b.pos[t];
     const uint32_t slot = h >= a.heads ? kv_slot(b, b.seq[t], pos) : 0;
     HeadIn p;
     head_in(a, h, pos, p);
     pdl_wait();
     float *row = a.qkv + (size_t)t * a.stride;
-    float r0[kRopePairs], r1[kRopePairs];
-    head_rotate(a, row, h, p, r0, r1);
-    if (h >= a.heads) return store_kv(a, row, h - a.heads, slot, r0, r1);
-#pragma unroll
-    for (int j = 0; j < kRopePairs; j++)
-        if (lane + 32 * j < half) row[h * hd + lane + 32 * j] = r0[j], row[h * hd + lane + 32 * j + half] = r1[j];
+    HeadOut o;
+    head_rotate(a, row, h, p, o);
+    if (h >= a.heads) return store_kv(a, row, h - a.heads, slot, o);
+    head_write(a, o, row + h * a.hd);
 }
 
 __global__ void gather_kernel(const uint16_t *in, const int32_t *rows, uint32_t H, uint16_t *out)

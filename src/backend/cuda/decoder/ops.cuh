@@ -37,6 +37,7 @@ struct Batch {
     const int32_t *last;   // [S]: each sequence's last token (the LM head's rows)
     const uint32_t *pages; // [S][stride]: page ids
     uint32_t stride, pt_shift;
+    const int32_t *slot = nullptr; // [S]: each sequence's recurrent state slot (hybrids)
 };
 
 __device__ __forceinline__ uint32_t kv_slot(const Batch &b, int s, int p)
@@ -82,15 +83,17 @@ void add_rmsnorm(float *x, const float *delta_f32, const uint16_t *delta_bf16, c
 
 // The attention input: qkv [T][stride] f32 as the projections wrote it (q: heads*hd, then k, then v:
 // kv*hd each). Adds the biases, normalises q and k per head (qk norm), rotates them (neox rope),
-// writes q back in place (f32) and k, v as bf16 into the cache slots of the tokens' positions.
+// writes q back in place (f32) and k, v as bf16 into the cache slots of the tokens' positions. With
+// partial rotary only the first rd dims of a head rotate (rope.cuh).
 struct QkvArgs {
     float *qkv;
     uint32_t stride;
     const float *q_bias, *k_bias, *v_bias, *q_norm, *k_norm; // NULL when absent
     uint16_t *kc, *vc;                                      // the layer's pool [kv_pages * page_tokens][kv*hd]
-    const float2 *rope;                                     // [ctx][hd / 2] (cos, sin) * attn_factor, by position
+    const float2 *rope;                                     // [ctx][rd / 2] (cos, sin) * attn_factor, by position
     uint32_t heads, kv_heads, hd;
     float eps;
+    uint32_t rd; // rotated dims at the start of each head (hd; fewer with partial rotary: rope.cuh)
 };
 void qkv_rope_store(const QkvArgs &a, const Batch &b, uint32_t T, cudaStream_t s);
 // The rotation table: tab[p][i] = (cos, sin)(p * inv_freq[i]) * factor for p < ctx, i < half, the
