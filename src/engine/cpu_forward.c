@@ -64,6 +64,7 @@ typedef struct cpu_state {
     float attn_factor;
     uint32_t rope_seq;       /* the seq_len inv_freq was computed for (dynamic scaling) */
     int32_t *trace;          /* [layers][chunk][top_k] with trace_routing, else NULL */
+    nf_cpu_ep_sim *ep;       /* ep_sim_ranks > 1: the MoE blocks' simulated ranks (one set for all layers) */
     size_t trace_T;          /* tokens of the last forward */
     uint32_t *pos;           /* [chunk]: each token's position in its sequence (this forward) */
     uint32_t *iota;          /* [chunk + 1]: 0, 1, 2, ...: one segment per row (the MTP head's last tokens) */
@@ -160,10 +161,19 @@ static nf_status bind_layer(cpu_state *s, const nf_model_layer *ly, cpu_layer *c
     return nf_cpu_moe_ws_create(mo, s->chunk, &cl->moe_ws, err);
 }
 
+/* Simulated expert-parallel ranks for the MoE blocks, shaped by the first MoE layer (all share E, k, H). */
+static nf_status create_ep_sim(cpu_state *s, uint32_t ranks, nf_error *err)
+{
+    for (uint32_t l = 0; l < s->m->cfg.layers; l++)
+        if (s->layers[l].is_moe) return nf_cpu_ep_sim_create(&s->layers[l].moe, ranks, s->chunk, &s->ep, err);
+    return NF_OK;
+}
+
 static void cpu_destroy(void *state)
 {
     cpu_state *s = state;
     if (!s) return;
+    nf_cpu_ep_sim_free(s->ep);
     if (s->layers)
         for (uint32_t l = 0; l < s->m->cfg.layers; l++) nf_cpu_moe_ws_free(s->layers[l].moe_ws);
     nf_cpu_moe_ws_free(s->mtp.moe_ws);
@@ -329,6 +339,7 @@ static nf_status cpu_create(const nf_model *m, const nf_engine_opts *o, void **o
     for (uint32_t l = 0; !st && l < c->layers; l++) st = bind_layer(s, &m->layers[l], &s->layers[l], err);
     if (!st) st = alloc_hybrid(s, o, err);
     if (!st) st = bind_mtp(s, o, err);
+    if (!st && o->ep_sim_ranks > 1 && c->top_k) st = create_ep_sim(s, o->ep_sim_ranks, err);
     if (st) {
         cpu_destroy(s);
         return st;
@@ -424,7 +435,10 @@ static void mlp_block(cpu_state *s, cpu_layer *L, const nf_batch *b, int32_t *tr
     const size_t T = b->n_tokens, H = c->hidden, D = c->dense_inter;
     for (size_t t = 0; t < T; t++) nf_cpu_rmsnorm(s->xn + t * H, s->x + t * H, L->ffn_norm, H, c->rms_eps);
     if (L->is_moe) {
-        nf_cpu_moe_forward(s->cpu, &L->moe, L->moe_ws, s->xn, T, b->seq_start, b->n_seqs, s->tmp, trace, NULL);
+        if (s->ep && L != &s->mtp) /* ids are the router's and T <= chunk: it cannot fail */
+            (void)nf_cpu_moe_forward_ep(s->cpu, &L->moe, s->ep, s->xn, T, b->seq_start, b->n_seqs, s->tmp, trace, NULL);
+        else
+            nf_cpu_moe_forward(s->cpu, &L->moe, L->moe_ws, s->xn, T, b->seq_start, b->n_seqs, s->tmp, trace, NULL);
     } else {
         if (trace) memset(trace, 0xff, T * c->top_k * sizeof(int32_t)); /* -1: no routing */
         nf_cpu_gemm_job jobs[2] = {job_of(b, L->gate, s->xn, H, s->g, D), job_of(b, L->up, s->xn, H, s->u, D)};

@@ -49,6 +49,8 @@ typedef struct nf_engine_opts {
     int trace_routing;  /* keep each MoE layer's expert choices of the last forward (nf_engine_routing) */
     uint32_t gdn_chunk; /* CPU, Gated DeltaNet hybrids: prefill runs of a sequence in the chunked form with
                          * chunks of this many tokens (<= 64; 0: the recurrent form, the reference) */
+    uint32_t ep_sim_ranks; /* CPU: every MoE block through expert parallelism over this many simulated
+                            * ranks (docs/dist.md; tests: the result must not change); 0 or 1: none */
 } nf_engine_opts;
 
 /* What a backend holds on its device, for the bytes-per-token figures. */

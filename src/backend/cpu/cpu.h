@@ -32,6 +32,7 @@
 #include "codec/a8.h"
 #include "codec/codec.h"
 #include "codec/nvfp4.h"
+#include "dist/ep.h"
 
 enum { NF_CPU_RB = 16 }; /* rows per work item (and per dequantized block) */
 /* Segments of at most this many tokens run token by token, each as a decode would (the matvec or
@@ -223,6 +224,39 @@ void nf_cpu_moe_ws_free(nf_cpu_moe_ws *ws);
  * is the same alone or beside others. */
 void nf_cpu_moe_forward(nf_cpu *c, const nf_cpu_moe *m, nf_cpu_moe_ws *ws, const float *x, size_t T,
                         const uint32_t *seq_start, size_t n_seqs, float *out, int32_t *ids, float *weights);
+
+/* The block's stages, which expert parallelism runs on different ranks (docs/dist.md); the forward
+ * above is route, the experts over its own rows, and combine.
+ *   route: router logits, top-k (ws's ids and weights [T][k], nf_cpu_moe_ids) and the shared
+ *          expert's gate and SwiGLU'd gate_up, over the tokens x[T][H];
+ *   experts: the routed experts alone over n rows x[n][H], row a for expert meta[a].expert of m (m's
+ *          banks may be a rank's share: nf_cpu_weight_rows) with segment key meta[a].key (rows of one
+ *          expert and key are one product segment, as one sequence's tokens are in the forward, so a
+ *          row's result is the same bits here as there); y[n][H]. ws must hold n <= max_tokens * k rows;
+ *   shared_down_job: the shared expert's down over route's tokens (into ws), as a job to batch;
+ *   combine: out[t] = sum over j in choice order of w[t][j] * res[row[t k + j]], plus the gated shared
+ *          expert (after its down job has run). */
+void nf_cpu_moe_route(nf_cpu *c, const nf_cpu_moe *m, nf_cpu_moe_ws *ws, const float *x, size_t T,
+                      const uint32_t *seq_start, size_t n_seqs);
+const int32_t *nf_cpu_moe_ids(const nf_cpu_moe_ws *ws);
+void nf_cpu_moe_experts(nf_cpu *c, const nf_cpu_moe *m, nf_cpu_moe_ws *ws, const float *x, size_t n,
+                        const nf_ep_meta *meta, float *y);
+nf_cpu_gemm_job nf_cpu_moe_shared_down_job(const nf_cpu_moe *m, nf_cpu_moe_ws *ws, size_t T, const uint32_t *seq_start,
+                                           size_t n_seqs);
+void nf_cpu_moe_combine(const nf_cpu_moe *m, const nf_cpu_moe_ws *ws, size_t T, const float *res, const uint32_t *row,
+                        float *out);
+
+/* Expert parallelism over G ranks simulated on this CPU: the tables of src/dist/ep.h and copies in
+ * place of NCCL's exchange, so the dispatch and combine the GPUs will run are tested here. Rank r
+ * holds the routed experts l.first[r] .. l.first[r + 1] - 1 and the sequences [r n / G, (r + 1) n / G)
+ * of a batch (data-parallel attention: whole sequences); router and shared expert are replicated.
+ * out equals nf_cpu_moe_forward's bit for bit (tests/cpu/test_ep_sim.c). */
+typedef struct nf_cpu_ep_sim nf_cpu_ep_sim;
+nf_status nf_cpu_ep_sim_create(const nf_cpu_moe *m, uint32_t ranks, size_t max_tokens, nf_cpu_ep_sim **out,
+                               nf_error *err);
+void nf_cpu_ep_sim_free(nf_cpu_ep_sim *sim);
+nf_status nf_cpu_moe_forward_ep(nf_cpu *c, const nf_cpu_moe *m, nf_cpu_ep_sim *sim, const float *x, size_t T,
+                                const uint32_t *seq_start, size_t n_seqs, float *out, int32_t *ids, nf_error *err);
 
 /* ---- Gated DeltaNet (linear attention; transformers' Qwen3NextGatedDeltaNet) --------------------
  *
