@@ -101,12 +101,18 @@ size_t nf_sparse_moe_workspace_bytes(const nf_sparse_moe *m, uint32_t tokens);
 size_t nf_sparse_moe_weight_bytes(const nf_sparse_moe *m);
 
 /* Routes: which one a forward of T tokens takes. */
-typedef enum nf_moe_route { NF_MOE_ROUTE_DECODE = 0, NF_MOE_ROUTE_SMALL, NF_MOE_ROUTE_PREFILL } nf_moe_route;
+typedef enum nf_moe_route { NF_MOE_ROUTE_DECODE = 0, NF_MOE_ROUTE_SMALL, NF_MOE_ROUTE_PREFILL, NF_MOE_ROUTE_MMQ } nf_moe_route;
 nf_moe_route nf_sparse_moe_route(const nf_sparse_moe *m, uint32_t tokens);
 const char *nf_moe_route_name(nf_moe_route r);
-/* Overrides the thresholds (tokens <= decode_max: decode; <= small_max: small-token; else prefill).
+/* Overrides the thresholds (tokens <= decode_max: decode; <= small_max: small-token; <= the mmq
+ * route's end, where the bank has it: mmq; else prefill).
  * For benchmarks and the sweep; bind sets the recorded per-profile values. */
 void nf_sparse_moe_set_thresholds(nf_sparse_moe *m, uint32_t decode_max, uint32_t small_max);
+/* Overrides the mmq route's upper end (k-quant and q8_0 banks with int8 activations allowed: tokens
+ * above small_max and up to mmq_max take the int8 tensor-core GEMMs, mmq.cu); 0 turns the route off
+ * (those slices take the prefill route, as before it existed). Clamped to the route's limit (1024);
+ * ignored for banks the route cannot take. For benchmarks and the sweep. */
+void nf_sparse_moe_set_mmq_max(nf_sparse_moe *m, uint32_t mmq_max);
 /* Benchmarks only: the prefill route's tile height (positions per tile: 32, 64 or 128; anything
  * else: chosen per slice from the positions an expert gets on average, the default). */
 void nf_sparse_moe_set_tile_height(nf_sparse_moe *m, uint32_t height);
