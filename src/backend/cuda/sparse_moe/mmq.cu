@@ -53,7 +53,11 @@ __device__ __forceinline__ void mma_s8(int (&d)[4], const uint32_t (&a)[2], cons
 template <class C, int BN>
 struct Layout {
     using S = MmqShape<C>;
-    static constexpr int STAGES = BN == 64 ? 3 : 4;
+    // 32-position tiles (T k / E <= 24: the route's small-T end) double-buffer so that two CTAs fit
+    // an SM: a CTA streams only K / SLICE slices (3 for a 768-wide down), and a second CTA's loads
+    // cover one's ramp and epilogue (in flight an SM: two stages, 36 - 53 KB); 64-position tiles keep
+    // three stages at one CTA an SM
+    static constexpr int STAGES = BN == 64 ? 3 : 2;
     static constexpr int XB = C::SLICE / 32;                 // activation blocks a slice
     static constexpr int A_BYTES = kBM * S::QS;              // weight rows
     static constexpr int X_BYTES = BN * S::XS;               // int8 activations [BN][SLICE (+16)]
@@ -67,7 +71,7 @@ struct Layout {
 __host__ __device__ inline uint32_t round16(uint32_t b) { return (b + 15) & ~15u; }
 
 template <class C, bool GLU, int BN>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, BN == 64 ? 1 : 2)
     mmq_kernel(DevMat W, const int8_t *xq, const float2 *xd, Groups g, TileList tl, float *out, uint32_t out_stride)
 {
     using S = MmqShape<C>;
