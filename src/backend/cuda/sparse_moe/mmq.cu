@@ -22,6 +22,10 @@
 // so its buffer and the scale table are free), issue slice kt + STAGES - 1's copies, decode slice
 // kt's scales into a table [128 rows][groups] from the rows' scale fields (staged once per CTA), a
 // barrier, then the MMAs. Positions of a live n-tile past the tile's count load zeros.
+//
+// Epilogues: gate/up quantises its SwiGLU intermediate per position and 32 elements in the CTA (a
+// CTA holds whole 32-element blocks: 64 intermediates) and writes it as the down's int8 input; down
+// writes y in f32.
 #include "internal.cuh"
 #include "mmq.cuh"
 #include "ptx.cuh"
@@ -72,7 +76,8 @@ __host__ __device__ inline uint32_t round16(uint32_t b) { return (b + 15) & ~15u
 
 template <class C, bool GLU, int BN>
 __global__ void __launch_bounds__(kThreads, BN == 64 ? 1 : 2)
-    mmq_kernel(DevMat W, const int8_t *xq, const float2 *xd, Groups g, TileList tl, float *out, uint32_t out_stride)
+    mmq_kernel(DevMat W, const int8_t *xq, const float2 *xd, Groups g, TileList tl, float *out, uint32_t out_stride,
+               int8_t *aq, float2 *ad)
 {
     using S = MmqShape<C>;
     using L = Layout<C, BN>;
@@ -216,20 +221,53 @@ __global__ void __launch_bounds__(kThreads, BN == 64 ? 1 : 2)
     }
     cp_async_wait_all();
 
-    // epilogue: GLU act[pos][i] = silu(gate) * up (f32, the W·A8 down quantises it next); plain
-    // out[pos][row] f32
+    if constexpr (GLU) {
+        // epilogue: the intermediate silu(gate) * up in f32, quantised per position and 32 elements
+        // here (quant_a8.cuh's arithmetic on the same f32 values: the bits a separate launch would
+        // give), so it is written once, as int8 and its (d, d sum q) pairs. The values meet in shared
+        // memory (a block of 32 spans two warps' rows): [BN][64] floats over the drained stages.
+        constexpr int VS = kBM / 2 + 4; // row stride in floats
+        float *sv = reinterpret_cast<float *>(smem);
+        __syncthreads(); // every warp is done with the stages
 #pragma unroll
-    for (int ni = 0; ni < NTW; ni++) {
-        const int n = wn * NTW + ni;
-        if (n >= nlive) break;
+        for (int ni = 0; ni < NTW; ni++) {
+            const int n = wn * NTW + ni;
+            if (n >= nlive) break;
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int p = 8 * n + 2 * tq + (e & 1);
-            if (p >= count) continue;
-            float *o = out + (size_t)(start + p) * out_stride;
-            if (GLU) {
-                o[blockIdx.x * (kBM / 2) + 16 * wm + gq + 8 * (e >> 1)] = silu(acc[0][ni][e]) * acc[1][ni][e];
-            } else {
+            for (int e = 0; e < 4; e++) {
+                const int p = 8 * n + 2 * tq + (e & 1);
+                sv[p * VS + 16 * wm + gq + 8 * (e >> 1)] = silu(acc[0][ni][e]) * acc[1][ni][e];
+            }
+        }
+        __syncthreads();
+        const uint32_t I = W.rows / 2, i0 = blockIdx.x * (kBM / 2);
+        for (int base = 0; base < BN * 8; base += kThreads) { // every lane runs (the quantiser's shuffles)
+            const int v = base + tid, p = v / 8, c8 = v % 8;
+            const bool ok = v < BN * 8 && p < count;
+            float f[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++) f[i] = ok ? sv[p * VS + 8 * c8 + i] : 0.0f;
+            uint32_t packed[2];
+            float d;
+            int sum;
+            quant8_words(f, packed, d, sum);
+            if (ok) {
+                const size_t pos = (size_t)(start + p);
+                *reinterpret_cast<uint2 *>(aq + pos * I + i0 + 8 * c8) = make_uint2(packed[0], packed[1]);
+                if (c8 % 4 == 0) ad[pos * (I / 32) + (i0 + 8 * c8) / 32] = make_float2(d, d * (float)sum);
+            }
+        }
+    } else {
+        // epilogue: y [pos][row] f32 (the combine reads it)
+#pragma unroll
+        for (int ni = 0; ni < NTW; ni++) {
+            const int n = wn * NTW + ni;
+            if (n >= nlive) break;
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int p = 8 * n + 2 * tq + (e & 1);
+                if (p >= count) continue;
+                float *o = out + (size_t)(start + p) * out_stride;
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++) o[blockIdx.x * kBM + rb[mt] + gq + 8 * (e >> 1)] = acc[mt][ni][e];
             }
@@ -310,7 +348,7 @@ bool mmq_supported(int codec, const DevMat &W, bool glu)
 }
 
 cudaError_t launch_mmq(int codec, bool glu, const DevMat &W, const int8_t *xq, const float2 *xd, const Groups &g,
-                       const TileList &tl, float *out, uint32_t out_stride, cudaStream_t s)
+                       const TileList &tl, float *out, uint32_t out_stride, int8_t *aq, float2 *ad, cudaStream_t s)
 {
     if (!mmq_supported(codec, W, glu) || (tl.height != 32 && tl.height != 64)) return cudaErrorInvalidValue;
     if (tl.max == 0) return cudaSuccess;
@@ -319,8 +357,8 @@ cudaError_t launch_mmq(int codec, bool glu, const DevMat &W, const int8_t *xq, c
         auto go = [&](auto k, size_t smem) -> cudaError_t {
             cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
             if (e != cudaSuccess) return e;
-            const dim3 grid(glu ? W.rows / kBM : W.rows / kBM, tl.max);
-            k<<<grid, kThreads, smem, s>>>(W, xq, xd, g, tl, out, out_stride);
+            const dim3 grid(W.rows / kBM, tl.max); // glu: 64 row pairs a CTA
+            k<<<grid, kThreads, smem, s>>>(W, xq, xd, g, tl, out, out_stride, aq, ad);
             return cudaGetLastError();
         };
         const size_t smem = mmq_smem(codec, W, tl.height);

@@ -282,7 +282,7 @@ static void layout_workspace(nf_sparse_moe *m, size_t T)
     const size_t routes = nf_arena_mark(&a);
     m->o_act = take(&a, T * k * I * 4);
     m->o_acts = m->has_shared ? take(&a, T * S * 4) : 0;
-    // the mmq route: act f32 above, and x and act quantised per 32 (int8 planes, (d, d sum q) pairs)
+    // the mmq route: x and act quantised per 32 (int8 planes, (d, d sum q) pairs)
     m->o_mxq = Tm ? take(&a, Tm * H) : 0;
     m->o_mxd = Tm ? take(&a, Tm * (H / 32) * 8) : 0;
     m->o_maq = Tm ? take(&a, Tm * k * I) : 0;
@@ -607,22 +607,23 @@ static cudaError_t prefill_slice(const nf_sparse_moe *m, const uint16_t *x, uint
 }
 
 // The mmq route's slice (mmq.cu): x quantised once per 32 elements, the routed gate/up on int8 tensor
-// cores with SwiGLU (act f32), act quantised, the routed down (y f32), the shared expert as on the
+// cores with SwiGLU and the intermediate's quantisation in its epilogue, the routed down (y f32), the
+// shared expert as on the
 // small-token route (f32 CUDA-core GEMVs: the W·A8 reference's model of it), then the combine.
 static cudaError_t mmq_slice(const nf_sparse_moe *m, const uint16_t *x, uint32_t T, uint16_t *out, uint8_t *ws,
                              const Routing &r, Groups g, cudaStream_t s)
 {
     const nf_moe_bank &b = m->bank;
-    const uint32_t k = b.top_k, H = b.hidden, I = b.inter, S = b.shared_inter;
+    const uint32_t k = b.top_k, H = b.hidden, S = b.shared_inter;
     int8_t *xq = (int8_t *)(ws + m->o_mxq), *aq = (int8_t *)(ws + m->o_maq);
     float2 *xd = (float2 *)(ws + m->o_mxd), *ad = (float2 *)(ws + m->o_mad);
-    float *act = (float *)(ws + m->o_act), *y = (float *)(ws + m->o_y);
+    float *y = (float *)(ws + m->o_y);
     const TileList tl = routed_tiles(r, T, k, g);
     cudaError_t e = launch_mmq_quant(x, true, T, H, xq, xd, s);
-    if (e == cudaSuccess) e = launch_mmq(m->codec[M_GATE_UP], true, m->m[M_GATE_UP], xq, xd, g, tl, act, I, s);
-    if (e == cudaSuccess) e = launch_mmq_quant(act, false, T * k, I, aq, ad, s);
+    if (e == cudaSuccess)
+        e = launch_mmq(m->codec[M_GATE_UP], true, m->m[M_GATE_UP], xq, xd, g, tl, nullptr, 0, aq, ad, s);
     g.pos_entry = nullptr;
-    if (e == cudaSuccess) e = launch_mmq(m->codec[M_DOWN], false, m->m[M_DOWN], aq, ad, g, tl, y, H, s);
+    if (e == cudaSuccess) e = launch_mmq(m->codec[M_DOWN], false, m->m[M_DOWN], aq, ad, g, tl, y, H, nullptr, nullptr, s);
     float *ys = nullptr;
     if (e == cudaSuccess && m->has_shared) {
         float *acts = (float *)(ws + m->o_acts);

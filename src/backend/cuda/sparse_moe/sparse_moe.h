@@ -77,9 +77,9 @@ typedef struct nf_sparse_moe nf_sparse_moe;
  *   one route only    the intermediates, in ONE region the routes share (a slice takes one route,
  *                     and slices, like layers using one workspace, run one after another):
  *                       decode / small-token / CUDA-core: act [T*k][I] f32 (+ shared [T][S] f32)
- *                       mmq (k-quant / q8_0, T up to 1024): the same act f32 plus x [T][H] and act in
- *                       int8 with their (d, d sum q) pairs; its y plane is f32 (the y plane is sized
- *                       for the larger of the routes' needs)
+ *                       mmq (k-quant / q8_0, T up to 1024): x [T][H] and act [T*k][I] in int8 with
+ *                       their (d, d sum q) pairs; its y plane is f32 (the y plane is sized for the
+ *                       larger of the routes' needs)
  *                       W4A16 prefill: act [T*k][I] bf16 (+ shared [T][S] bf16)
  *                       W4A4 prefill: x, act (+ shared act) as nvfp4 planes
  *                       k-quant / q8_0 prefill from 512 tokens (q8_0 gate/up: 1536): act bf16 and a
