@@ -73,7 +73,7 @@ typedef struct nf_sparse_moe nf_sparse_moe;
  *                     work list (slot and position maps [T*k], groups [E], each expert's first
  *                     position [E], prefill tile tables), and
  *                     the per-position down output y [T*k][H] (bf16 where the tensor-core prefill serves
- *                     the bank, else f32) (+ shared ys [T][H] f32)
+ *                     the bank, else f32; f32 on the mmq route) (+ shared ys [T][H] f32)
  *   one route only    the intermediates, in ONE region the routes share (a slice takes one route,
  *                     and slices, like layers using one workspace, run one after another):
  *                       decode / small-token / CUDA-core: act [T*k][I] f32 (+ shared [T][S] f32)
