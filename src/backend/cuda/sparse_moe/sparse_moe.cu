@@ -608,8 +608,8 @@ static cudaError_t prefill_slice(const nf_sparse_moe *m, const uint16_t *x, uint
 
 // The mmq route's slice (mmq.cu): x quantised once per 32 elements, the routed gate/up on int8 tensor
 // cores with SwiGLU and the intermediate's quantisation in its epilogue, the routed down (y f32), the
-// shared expert as on the
-// small-token route (f32 CUDA-core GEMVs: the W·A8 reference's model of it), then the combine.
+// shared expert as on the small-token route (f32 CUDA-core GEMVs: the W·A8 reference's model of it),
+// then the combine.
 static cudaError_t mmq_slice(const nf_sparse_moe *m, const uint16_t *x, uint32_t T, uint16_t *out, uint8_t *ws,
                              const Routing &r, Groups g, cudaStream_t s)
 {
