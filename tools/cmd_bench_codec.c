@@ -18,6 +18,7 @@
 #include "base/parallel.h"
 #include "base/timer.h"
 #include "cli.h"
+#include "codec/a8.h"
 #include "codec/codec.h"
 #include "codec/nvfp4.h"
 #include "commands.h"
@@ -31,6 +32,9 @@ typedef struct bench_job {
     float *y;                   /* [rows] */
     float *scratch;             /* [threads][cols] row buffers for dequantize */
     nf_matvec_fn mv;
+    nf_a8_gemm_fn a8;           /* --a8: the integer kernel, over `tokens` quantised rows xa */
+    const uint8_t *xa;
+    size_t tokens;
     int scalar;
     uint8_t *dst;               /* memcpy destination, as large as the matrix */
     size_t bytes;
@@ -61,6 +65,9 @@ static void run_range(void *ctx, size_t begin, size_t end, int worker)
         }
     } else if (j->nv) {
         (j->scalar ? nf_nvfp4_matvec_scalar : nf_nvfp4_matvec)(j->nv, r0, r1 - r0, j->x, j->y + r0);
+    } else if (j->a8) {
+        j->a8(j->w + r0 * j->row_bytes, j->row_bytes, r1 - r0, j->xa, nf_a8_row_bytes(j->cols), j->tokens, j->y + r0,
+              j->rows, j->cols);
     } else {
         j->mv(j->w + r0 * j->row_bytes, j->row_bytes, r1 - r0, j->x, j->y + r0, j->cols);
     }
@@ -146,7 +153,8 @@ int nf_cmd_bench_codec(int argc, char **argv)
 {
     long size_mib = 256, repeat = 5, cols = 4096, threads = 0;
     const char *which = "all";
-    int scalar = 0;
+    int scalar = 0, a8 = 0;
+    long tokens = 1;
     const nf_opt opts[] = {
         {"--size-mib", 0, NF_OPT_INT, &size_mib, "N", "encoded matrix size in MiB (default 256: above the LLC)", 1, 65536},
         {"--repeat", 0, NF_OPT_INT, &repeat, "N", "timed passes per measurement, median reported (default 5)", 1, 63},
@@ -154,10 +162,13 @@ int nf_cmd_bench_codec(int argc, char **argv)
         {"--cols", 0, NF_OPT_INT, &cols, "N", "row length in elements, a multiple of 256 (default 4096)", 256, 1 << 20},
         {"--threads", 't', NF_OPT_INT, &threads, "N", "worker threads (default: every CPU)", 0, 1024},
         {"--scalar", 0, NF_OPT_FLAG, &scalar, NULL, "use the portable scalar matvec instead of the SIMD one", 0, 0},
+        {"--a8", 0, NF_OPT_FLAG, &a8, NULL,
+         "matvec with int8 activations (codec/a8.h; ISA nf_isa_selected: NF_CPU_ISA); codecs without one are skipped", 0, 0},
+        {"--tokens", 0, NF_OPT_INT, &tokens, "N", "--a8: tokens per product (GB/s then counts the weights once)", 1, 64},
     };
     const nf_cmd_usage u = {
         .name = "bench codec",
-        .synopsis = "[--size-mib N] [--repeat N] [--codec NAME|all] [--cols N] [--threads N] [--scalar]",
+        .synopsis = "[--size-mib N] [--repeat N] [--codec NAME|all] [--cols N] [--threads N] [--scalar] [--a8 [--tokens N]]",
         .description = "Dequantize and matvec throughput per codec, in GB/s of encoded bytes, next to a memcpy of\n"
                        "the same size in the same run (median of --repeat passes after a warm-up).",
         .opts = opts,
@@ -178,22 +189,29 @@ int nf_cmd_bench_codec(int argc, char **argv)
     const size_t target = (size_t)size_mib << 20;
     uint8_t *dst = malloc(target + (1u << 20));
     float *x = malloc((size_t)cols * sizeof(float)), *scratch = malloc((size_t)nt * (size_t)cols * sizeof(float));
-    float *y = malloc((target / 8 + 16) * sizeof(float)); /* >= rows for every codec (>= 8 bytes per row) */
-    if (!dst || !x || !scratch || !y) {
+    float *y = malloc((target / 8 + 16) * (size_t)tokens * sizeof(float)); /* >= rows x tokens (>= 8 bytes a row) */
+    uint8_t *xa = malloc((size_t)tokens * nf_a8_row_bytes((size_t)cols));
+    float *xt = malloc((size_t)cols * sizeof(float));
+    if (!dst || !x || !scratch || !y || !xa || !xt) {
         nf_pool_destroy(pool);
         return nf_cli_fail("bench codec: cannot allocate %ld MiB", size_mib);
     }
     for (long i = 0; i < cols; i++) x[i] = frand();
+    for (long t = 0; t < tokens; t++) {
+        for (long i = 0; i < cols; i++) xt[i] = frand();
+        nf_a8_quantize_row(xt, xa + t * nf_a8_row_bytes((size_t)cols), (size_t)cols, nf_isa_selected());
+    }
     memset(dst, 1, target); /* fault the destination in before timing */
 
     printf("bench codec: %ld MiB per codec, %ld columns, %d thread%s, matvec %s, median of %ld (warm-up 1)\n", size_mib,
-           cols, nt, nt == 1 ? "" : "s", scalar ? "scalar" : (nf_cpu_has_avx2_fma_f16c() && !getenv("NF_NO_SIMD") ? "AVX2 where the codec has it" : "scalar (no AVX2)"),
+           cols, nt, nt == 1 ? "" : "s", a8 ? nf_isa_name(nf_isa_selected()) : scalar ? "scalar" : (nf_cpu_has_avx2_fma_f16c() && !getenv("NF_NO_SIMD") ? "AVX2 where the codec has it" : "scalar (no AVX2)"),
            repeat);
     printf("%-6s %9s %12s %12s %12s %10s\n", "codec", "MiB", "dequant GB/s", "matvec GB/s", "memcpy GB/s", "mv/memcpy");
     int rc = 0;
     for (int id = 0; id < NF_CODEC_COUNT && rc == 0; id++) {
         const nf_codec *c = nf_codec_get((nf_codec_id)id);
         if (!c || (!all && strcmp(c->name, which) != 0)) continue;
+        if (a8 && !nf_codec_a8_kernel(c, nf_isa_selected())) continue;
         bench_job j = {.c = c, .cols = (size_t)cols, .x = x, .y = y, .scratch = scratch, .scalar = scalar, .dst = dst};
         uint8_t *payload = NULL;
         nf_nvfp4_planes nv;
@@ -215,6 +233,7 @@ int nf_cmd_bench_codec(int argc, char **argv)
             fill_matrix(c, payload, j.rows, (size_t)cols, j.row_bytes);
             j.w = payload;
             j.mv = scalar ? c->matvec_scalar : nf_codec_matvec(c);
+            if (a8) j.a8 = nf_codec_a8_kernel(c, nf_isa_selected()), j.xa = xa, j.tokens = (size_t)tokens;
         }
         if (j.bytes > target + (1u << 20)) j.bytes = target; /* memcpy never runs past dst */
         double t_cpy = time_op(pool, &j, OP_MEMCPY, (int)repeat);
@@ -226,7 +245,7 @@ int nf_cmd_bench_codec(int argc, char **argv)
         print_row(c->name, j.bytes, t_cpy, t_deq, t_mv);
         free(payload);
     }
-    free(dst), free(x), free(scratch), free(y);
+    free(dst), free(x), free(scratch), free(y), free(xa), free(xt);
     nf_pool_destroy(pool);
     return rc;
 }

@@ -1,7 +1,8 @@
 /* `ninfer bench serve`: a load generator for any OpenAI-compatible server (ninfer's, llama-server,
  * vLLM). C client threads each send one streaming /v1/completions request at a time, of random
- * token-id prompts of --input-len tokens and --output-len tokens out (ignore_eos, so every request
- * runs to its length where the server honours it), after --warmup requests that are not counted.
+ * token-id prompts of --input-len tokens (or the lines of --prompt-file, as text) and --output-len
+ * tokens out (ignore_eos, so every request runs to its length where the server honours it), after
+ * --warmup requests that are not counted.
  *
  * The figures follow vLLM's `vllm bench serve` (vllm/benchmarks/serve.py, calculate_metrics):
  * TTFT = send to first content chunk; TPOT = (latency - TTFT) / (output tokens - 1), per request
@@ -25,7 +26,9 @@
 #include "commands.h"
 
 typedef struct bench_cfg {
-    const char *url, *model, *key;
+    const char *url, *model, *key, *prompt_file;
+    char **prompts; /* [n_prompts] lines of --prompt-file, or none (random ids) */
+    size_t n_prompts;
     char host[256], port[16];
     long conc, requests, warmup, in_len, out_len, id_max, seed;
     int no_ignore_eos;
@@ -33,9 +36,9 @@ typedef struct bench_cfg {
 
 /* One request's measurements. */
 typedef struct req_result {
-    int ok;
+    int ok, status; /* status: the HTTP status, 0 when no response came */
     double ttft, e2el;
-    long out_tokens;
+    long out_tokens, in_tokens; /* from the usage chunk (0: none came) */
     double *itl; /* gaps between content chunks */
     size_t n_itl;
 } req_result;
@@ -76,14 +79,29 @@ static int dial(const bench_cfg *c)
     return fd;
 }
 
-/* The request: a JSON body of random token ids (splitmix64 of seed and index). */
-static char *request_text(const bench_cfg *c, long idx, size_t *len)
+/* s as a JSON string body (no quotes) at out, which has room for 6 bytes a byte of s; returns the end. */
+static char *json_escape(const char *s, char *out)
 {
-    size_t cap = 512 + (size_t)c->in_len * 12;
-    char *body = malloc(cap), *req = malloc(cap + 1024);
-    if (!body || !req) return free(body), free(req), NULL;
-    size_t n = (size_t)snprintf(body, cap, "{\"model\":\"%s\",\"max_tokens\":%ld,\"stream\":true,\"stream_options\":{\"include_usage\":true},\"temperature\":0,%s\"prompt\":[",
-                                c->model, c->out_len, c->no_ignore_eos ? "" : "\"ignore_eos\":true,");
+    for (; *s; s++) {
+        const unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') *out++ = '\\', *out++ = (char)ch;
+        else if (ch < 0x20) out += sprintf(out, "\\u%04x", ch);
+        else *out++ = (char)ch; /* UTF-8 passes as it is; a server refuses a line that is not */
+    }
+    return out;
+}
+
+/* The prompt of request idx: line idx (cycling) of --prompt-file as a JSON string, else random
+ * token ids (splitmix64 of seed and index). */
+static size_t prompt_json(const bench_cfg *c, long idx, char *body, size_t n, size_t cap)
+{
+    if (c->n_prompts) {
+        body[n++] = '"';
+        n = (size_t)(json_escape(c->prompts[(size_t)idx % c->n_prompts], body + n) - body);
+        body[n++] = '"';
+        return n;
+    }
+    body[n++] = '[';
     uint64_t z = (uint64_t)c->seed * 0x9E3779B97F4A7C15ull + (uint64_t)idx;
     for (long i = 0; i < c->in_len; i++) {
         z += 0x9E3779B97F4A7C15ull;
@@ -91,7 +109,20 @@ static char *request_text(const bench_cfg *c, long idx, size_t *len)
         r = (r ^ (r >> 27)) * 0x94D049BB133111EBull;
         n += (size_t)snprintf(body + n, cap - n, "%s%llu", i ? "," : "", (unsigned long long)((r ^ (r >> 31)) % (uint64_t)c->id_max));
     }
-    n += (size_t)snprintf(body + n, cap - n, "]}");
+    body[n++] = ']';
+    return n;
+}
+
+/* The request: a JSON body with the prompt_json of idx. */
+static char *request_text(const bench_cfg *c, long idx, size_t *len)
+{
+    size_t cap = 512 + (c->n_prompts ? 6 * strlen(c->prompts[(size_t)idx % c->n_prompts]) : (size_t)c->in_len * 12);
+    char *body = malloc(cap), *req = malloc(cap + 1024);
+    if (!body || !req) return free(body), free(req), NULL;
+    size_t n = (size_t)snprintf(body, cap, "{\"model\":\"%s\",\"max_tokens\":%ld,\"stream\":true,\"stream_options\":{\"include_usage\":true},\"temperature\":0,%s\"prompt\":",
+                                c->model, c->out_len, c->no_ignore_eos ? "" : "\"ignore_eos\":true,");
+    n = prompt_json(c, idx, body, n, cap);
+    n += (size_t)snprintf(body + n, cap - n, "}");
     char auth[600] = "";
     if (c->key) snprintf(auth, sizeof auth, "Authorization: Bearer %.500s\r\n", c->key);
     *len = (size_t)snprintf(req, cap + 1024,
@@ -133,6 +164,8 @@ static void read_stream(int fd, double t0, req_result *r)
             }
             const char *u = strstr(line, "\"completion_tokens\":");
             if (u) r->out_tokens = atol(u + 20);
+            const char *pt = strstr(line, "\"prompt_tokens\":");
+            if (pt) r->in_tokens = atol(pt + 16);
             const char *t = strstr(line, "\"text\":\"");
             if (strncmp(line, "data: {", 7) != 0 || !t || t[8] == '"') continue;
             if (r->ttft == 0) r->ttft = now - t0;
@@ -141,6 +174,7 @@ static void read_stream(int fd, double t0, req_result *r)
         }
     }
     r->e2el = nf_time_s() - t0;
+    r->status = status;
     r->ok = status == 200 && r->ttft > 0;
 }
 
@@ -190,7 +224,7 @@ static void report_line(const char *name, double *v, size_t n)
 static void report(const bench_cfg *c, req_result *res, long from, long to, double dur)
 {
     size_t n_itl = 0, done = 0, n_tpot = 0;
-    long out = 0;
+    long out = 0, in = 0;
     for (long i = from; i < to; i++) n_itl += res[i].ok ? res[i].n_itl : 0;
     double *ttft = calloc((size_t)(to - from) + 1, sizeof *ttft), *tpot = calloc((size_t)(to - from) + 1, sizeof *tpot),
            *e2el = calloc((size_t)(to - from) + 1, sizeof *e2el), *itl = calloc(n_itl + 1, sizeof *itl);
@@ -202,20 +236,63 @@ static void report(const bench_cfg *c, req_result *res, long from, long to, doub
         if (!r->out_tokens) r->out_tokens = (long)r->n_itl + 1; /* no usage chunk: one token per chunk */
         ttft[done] = r->ttft, e2el[done++] = r->e2el;
         out += r->out_tokens;
+        in += r->in_tokens ? r->in_tokens : c->n_prompts ? 0 : c->in_len; /* no usage: the ids sent */
         if (r->out_tokens > 1) tpot[n_tpot++] = (r->e2el - r->ttft) / (double)(r->out_tokens - 1);
         memcpy(itl + n_itl, r->itl, r->n_itl * sizeof *itl);
         n_itl += r->n_itl;
     }
-    printf("ninfer bench serve: %s, concurrency %ld, %ld requests (+%ld warm-up), %ld tokens in, %ld out\n", c->url, c->conc,
-           c->requests, c->warmup, c->in_len, c->out_len);
+    if (c->n_prompts)
+        printf("ninfer bench serve: %s, concurrency %ld, %ld requests (+%ld warm-up), prompts: the %zu lines of %s, %ld "
+               "out\n", c->url, c->conc, c->requests, c->warmup, c->n_prompts, c->prompt_file, c->out_len);
+    else
+        printf("ninfer bench serve: %s, concurrency %ld, %ld requests (+%ld warm-up), %ld tokens in, %ld out\n", c->url,
+               c->conc, c->requests, c->warmup, c->in_len, c->out_len);
     printf("completed %zu, failed %zu, duration %.3f s, output tokens %ld\n", done, (size_t)(to - from) - done, dur, out);
+    for (long i = from; i < to; i++) /* why the first failure failed: a server's bug or the client's */
+        if (!res[i].ok) {
+            if (res[i].status == 0) printf("first failure: request %ld: no HTTP response (refused, reset or closed)\n", i);
+            else if (res[i].status != 200) printf("first failure: request %ld: HTTP %d\n", i, res[i].status);
+            else printf("first failure: request %ld: HTTP 200 without a chunk of text (%.3f s)\n", i, res[i].e2el);
+            break;
+        }
     printf("request throughput %.3f req/s, output %.1f tokens/s, total %.1f tokens/s\n", (double)done / dur,
-           (double)out / dur, (double)(out + (long)done * c->in_len) / dur);
+           (double)out / dur, (double)(out + in) / dur);
     report_line("TTFT", ttft, done);
     report_line("TPOT", tpot, n_tpot);
     report_line("ITL", itl, n_itl);
     report_line("E2EL", e2el, done);
     free(ttft), free(tpot), free(e2el), free(itl);
+}
+
+/* The non-empty lines of --prompt-file (a trailing \r dropped), or a clear error. */
+static int load_prompts(bench_cfg *c)
+{
+    FILE *f = fopen(c->prompt_file, "rb");
+    if (!f) return nf_cli_fail("--prompt-file %s: cannot open it", c->prompt_file);
+    char *line = NULL;
+    size_t cap = 0, n_cap = 0;
+    ssize_t k;
+    int st = 0;
+    while (!st && (k = getline(&line, &cap, f)) >= 0) {
+        while (k > 0 && (line[k - 1] == '\n' || line[k - 1] == '\r')) line[--k] = 0;
+        if (!k) continue;
+        if ((size_t)k != strlen(line)) {
+            st = nf_cli_fail("--prompt-file %s: line %zu holds a NUL byte", c->prompt_file, c->n_prompts + 1);
+            break;
+        }
+        if (c->n_prompts == n_cap) {
+            n_cap = n_cap ? 2 * n_cap : 64;
+            char **p = realloc(c->prompts, n_cap * sizeof *p);
+            if (!p) st = nf_cli_fail("out of memory");
+            else c->prompts = p;
+        }
+        if (!st && !(c->prompts[c->n_prompts] = strdup(line))) st = nf_cli_fail("out of memory");
+        if (!st) c->n_prompts++;
+    }
+    free(line);
+    fclose(f);
+    if (!st && !c->n_prompts) st = nf_cli_fail("--prompt-file %s: no prompts (every line is empty)", c->prompt_file);
+    return st;
 }
 
 static int run(bench_cfg *c)
@@ -260,6 +337,7 @@ int nf_cmd_bench_serve(int argc, char **argv)
         {"--output-len", 0, NF_OPT_INT, &c.out_len, "T", "tokens to generate per request (default 128)", 1, 1 << 20},
         {"--id-max", 0, NF_OPT_INT, &c.id_max, "V", "prompt ids are drawn from [0, V) (default 256)", 1, 1 << 30},
         {"--seed", 0, NF_OPT_INT, &c.seed, "S", "prompt seed (default 1)", 0, 1e15},
+        {"--prompt-file", 0, NF_OPT_STRING, &c.prompt_file, "FILE", "text prompts, one a line, used in turn (instead of random ids)", 0, 0},
         {"--no-ignore-eos", 0, NF_OPT_FLAG, &c.no_ignore_eos, NULL, "do not send ignore_eos (servers that refuse it)", 0, 0},
     };
     const nf_cmd_usage u = {
@@ -280,5 +358,9 @@ int nf_cmd_bench_serve(int argc, char **argv)
     if (!parse_url(&c)) return nf_cli_fail("--url %s: expected http://HOST[:PORT]", c.url);
     if (!c.requests) c.requests = 4 * c.conc;
     if (c.warmup < 0) c.warmup = c.conc;
-    return run(&c);
+    if (c.prompt_file && (r = load_prompts(&c))) return r;
+    r = run(&c);
+    for (size_t i = 0; i < c.n_prompts; i++) free(c.prompts[i]);
+    free(c.prompts);
+    return r;
 }

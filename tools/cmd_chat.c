@@ -93,7 +93,7 @@ static int turn(nf_gen_session *gs, const nf_chat_template *ct, chat_state *c, n
     else {
         fputc('\n', stdout);
         fflush(stdout);
-        nf_gen_print_stats(&st, gs->eng, gs->params.spec_k);
+        nf_gen_print_stats(&st, gs->eng, gs->params.spec_k, gs->params.spec_mtp);
         if (!chat_push(c, "assistant", r.s ? r.s : "", r.len)) rc = nf_cli_fail("out of memory");
     }
     free(r.s);

@@ -33,8 +33,9 @@ int nf_gen_cli_opts(nf_gen_cli *g, nf_opt *o)
     o[n++] = (nf_opt){"--stop", 0, NF_OPT_STRING, &g->stop, "TEXT", "stop when this text is generated", 0, 0};
     o[n++] = (nf_opt){"--kv-bf16", 0, NF_OPT_FLAG, &g->kv_bf16, NULL, "CPU: keep the KV cache in bf16 (default f32; cuda is always bf16)", 0, 0};
     o[n++] = (nf_opt){"--device", 0, NF_OPT_STRING, &g->device, "DEV", "cpu, cuda or auto (default: cuda when a GPU is visible)", 0, 0};
-    o[n++] = (nf_opt){"--spec", 0, NF_OPT_STRING, &g->spec, "ngram:K", "speculative decoding: up to K (1..8) drafts a step "
-                      "by prompt lookup, verified in one forward (same greedy text; not for hybrids)", 0, 0};
+    o[n++] = (nf_opt){"--spec", 0, NF_OPT_STRING, &g->spec, "ngram:K|mtp:K", "speculative decoding: up to K drafts a step "
+                      "by prompt lookup (ngram, K 1..8; not for hybrids) or by the model's MTP block (mtp, K 1..3; "
+                      "hybrids with mtp.* weights), verified in one forward (same greedy text)", 0, 0};
     return n;
 }
 
@@ -42,7 +43,8 @@ nf_status nf_gen_session_open(const nf_gen_cli *g, nf_gen_session *s, nf_error *
 {
     memset(s, 0, sizeof *s);
     uint32_t spec_k = 0;
-    nf_status st = g->spec ? nf_spec_parse(g->spec, &spec_k, err) : NF_OK;
+    nf_spec_mode mode = NF_SPEC_MODE_NGRAM;
+    nf_status st = g->spec ? nf_spec_parse(g->spec, &mode, &spec_k, err) : NF_OK;
     if (st || (st = nf_model_load(g->model_path, &s->model, err))) return st;
     nf_engine_opts eo = {.device = g->device, .threads = (int)g->threads, .ctx = (uint32_t)g->ctx, .kv_bf16 = g->kv_bf16};
     nf_sampler_params sp = {.temp = (float)g->temp, .top_k = (int)g->top_k, .top_p = (float)g->top_p,
@@ -52,13 +54,14 @@ nf_status nf_gen_session_open(const nf_gen_cli *g, nf_gen_session *s, nf_error *
                             .frequency_penalty = (float)g->frequency_penalty};
     if ((st = nf_text_tokenizer(s->model->art, &s->tok, err)) || (st = nf_engine_create(s->model, &eo, &s->eng, err)) ||
         (st = nf_sampler_create(&sp, s->model->cfg.vocab, &s->sampler, err)) ||
-        (spec_k && (st = nf_spec_check(s->eng, spec_k, err)))) {
+        (spec_k && (st = nf_spec_check(s->eng, mode, spec_k, err)))) {
         nf_gen_session_close(s);
         return st;
     }
     nf_text_eos_ids(s->model->art, &s->params.eos, &s->params.n_eos, &s->eos_one);
     s->params.max_new = (size_t)g->n_predict;
     s->params.spec_k = spec_k;
+    s->params.spec_mtp = mode == NF_SPEC_MODE_MTP;
     if (g->stop && *g->stop) {
         s->stops[0] = g->stop;
         s->params.stops = s->stops;
@@ -86,7 +89,7 @@ static double kv_bytes_per_token(const nf_gen_stats *st, const nf_engine *e)
     return avg_len * c->layers * 2.0 * c->kv_heads * c->head_dim * esz;
 }
 
-void nf_gen_print_stats(const nf_gen_stats *st, const nf_engine *e, uint32_t spec_k)
+void nf_gen_print_stats(const nf_gen_stats *st, const nf_engine *e, uint32_t spec_k, int spec_mtp)
 {
     static const char *why[] = {"length", "end-of-generation token", "stop string", "context full"};
     /* weights streamed per decoded token: every dense byte, k/E of each expert bank, one embedding row */
@@ -107,7 +110,7 @@ void nf_gen_print_stats(const nf_gen_stats *st, const nf_engine *e, uint32_t spe
             st->gen_tokens, st->gen_s, gen_tps, gbw, gbkv, gbs, peak, dev, why[st->end]);
     if (!spec_k) return;
     /* the prompt's forward picked the first token, so without speculation this is exactly 1 */
-    fprintf(stderr, "speculation ngram:%u: %zu drafted, %zu accepted (%.1f%%), %.2f tokens per forward (%zu forwards)\n",
-            spec_k, st->drafted, st->accepted, st->drafted ? 100.0 * (double)st->accepted / (double)st->drafted : 0.0,
+    fprintf(stderr, "speculation %s:%u: %zu drafted, %zu accepted (%.1f%%), %.2f tokens per forward (%zu forwards)\n",
+            spec_mtp ? "mtp" : "ngram", spec_k, st->drafted, st->accepted, st->drafted ? 100.0 * (double)st->accepted / (double)st->drafted : 0.0,
             (double)st->gen_tokens / (double)(st->forwards + 1), st->forwards + 1);
 }

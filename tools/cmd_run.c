@@ -48,12 +48,13 @@ int nf_cmd_run(int argc, char **argv)
     opts[n++] = (nf_opt){"--chat", 0, NF_OPT_FLAG, &chat, NULL, "send the prompt as a user message in the chat template", 0, 0};
     const nf_cmd_usage u = {
         .name = "run",
-        .synopsis = "-m MODEL -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--spec ngram:K] ...",
+        .synopsis = "-m MODEL -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--spec ngram:K|mtp:K] ...",
         .description = "Generate text from a prompt (on the GPU when one is visible, else the CPU; --device). The\n"
                        "continuation streams to stdout; prompt and generation speed (tokens/s, bytes moved per token,\n"
                        "GB/s and, on the GPU, the share of its DRAM read peak measured after the run) go to stderr.\n"
                        "Generation stops after -n tokens, at an end-of-generation token or at a --stop string. --spec ngram:K\n"
-                       "drafts up to K tokens a step from earlier text and verifies them in one forward (docs/engine.md).",
+                       "drafts up to K tokens a step from earlier text and verifies them in one forward (docs/engine.md);\n"
+                       "--spec mtp:K drafts them with a hybrid's MTP block (docs/hybrid.md).",
         .opts = opts,
         .n_opts = n,
     };
@@ -76,7 +77,7 @@ int nf_cmd_run(int argc, char **argv)
     if (!rc) {
         fputc('\n', stdout);
         fflush(stdout);
-        nf_gen_print_stats(&st, gs.eng, gs.params.spec_k);
+        nf_gen_print_stats(&st, gs.eng, gs.params.spec_k, gs.params.spec_mtp);
     }
     nf_tok_ids_free(&ids);
     nf_tok_ids_free(&seq);

@@ -36,6 +36,6 @@ nf_status nf_gen_session_open(const nf_gen_cli *g, nf_gen_session *s, nf_error *
 void nf_gen_session_close(nf_gen_session *s);
 /* "prompt: N tokens in X s (Y tokens/s) | generation: ..." on stderr, and with speculation a second
  * line: drafts, accepted, acceptance rate, tokens per forward. */
-void nf_gen_print_stats(const nf_gen_stats *st, const nf_engine *e, uint32_t spec_k);
+void nf_gen_print_stats(const nf_gen_stats *st, const nf_engine *e, uint32_t spec_k, int spec_mtp);
 
 #endif

@@ -72,6 +72,45 @@ static void nvfp4_src_row(const nf_plan *p, const nf_plan_part *q, uint64_t cols
     }
 }
 
+/* The A_log the artifact stores for a GGUF ssm_a value a = -exp(A_log): the f32 nearest log(-a) (in
+ * double), moved by up to 8 ulps to one whose -expf() is a bit for bit when the nearest is not, so
+ * the engines' -expf(a_log) (backend/cpu/gdn.c) reproduces the GGUF's ssm_a exactly. The plan has
+ * refused a >= 0 (gguf_check_ssm_a in plan_gguf.c). */
+static float a_log_of(float a)
+{
+    float x0 = (float)log(-(double)a), lo = x0, hi = x0;
+    if (!(a < 0) || !isfinite(x0) || -expf(x0) == a) return x0;
+    for (int k = 0; k < 8; k++) {
+        lo = nextafterf(lo, -INFINITY);
+        hi = nextafterf(hi, INFINITY);
+        if (-expf(lo) == a) return lo;
+        if (-expf(hi) == a) return hi;
+    }
+    return x0;
+}
+
+/* Column group g of a tiled row: the source group it comes from (plan.h, untile_k/untile_w). */
+static uint64_t untile_src_group(const nf_plan_part *q, uint64_t cols, uint64_t g)
+{
+    uint64_t k = q->untile_k, r = cols / q->untile_w / k, h = g / r, i = g % r;
+    return i * k + h;
+}
+
+/* Copies one encoded source row of a part into dst (COPY action): as stored, or with its column
+ * groups un-tiled whole blocks at a time (the plan allows it only when untile_w is a multiple of
+ * the codec's block). */
+static void copy_part_row(const nf_plan *p, const nf_plan_part *q, uint64_t cols, uint64_t r, uint8_t *dst)
+{
+    size_t rb;
+    const uint8_t *src = part_bytes(p, q, cols, r, &rb);
+    if (!q->untile_w) {
+        memcpy(dst, src, rb);
+        return;
+    }
+    size_t gb = nf_codec_row_bytes(nf_codec_get(q->src_codec), q->untile_w);
+    for (uint64_t g = 0; g < cols / q->untile_w; g++) memcpy(dst + g * gb, src + untile_src_group(q, cols, g) * gb, gb);
+}
+
 nf_status nf_convert_part_row(const nf_plan *p, const nf_plan_part *q, uint64_t cols, uint64_t r, float *y,
                               nf_error *err)
 {
@@ -83,7 +122,29 @@ nf_status nf_convert_part_row(const nf_plan *p, const nf_plan_part *q, uint64_t 
     }
     size_t n;
     const uint8_t *b = part_bytes(p, q, cols, r, &n);
-    nf_codec_get(q->src_codec)->dequantize_row(b, y, cols);
+    const nf_codec *sc = nf_codec_get(q->src_codec);
+    if (q->untile_w && q->untile_w % sc->block_elems == 0) { /* column groups back from the tiled v-head order */
+        size_t gb = nf_codec_row_bytes(sc, q->untile_w);
+        for (uint64_t g = 0; g < cols / q->untile_w; g++)
+            sc->dequantize_row(b + untile_src_group(q, cols, g) * gb, y + g * q->untile_w, q->untile_w);
+    } else if (q->untile_w) { /* groups that split blocks: each block they touch decoded on its own */
+        float blk[256];
+        const uint64_t B = sc->block_elems, w = q->untile_w;
+        const size_t bb = nf_codec_row_bytes(sc, B);
+        if (B > 256) return nf_error_set(err, NF_ERR_INTERNAL, "%s: %s blocks of %llu", q->src, sc->name,
+                                         (unsigned long long)B);
+        for (uint64_t g = 0; g < cols / w; g++) {
+            uint64_t c0 = untile_src_group(q, cols, g) * w; /* source columns [c0, c0 + w) -> y[g w ...] */
+            for (uint64_t k = c0 / B; k * B < c0 + w; k++) {
+                sc->dequantize_row(b + k * bb, blk, B);
+                uint64_t lo = k * B > c0 ? k * B : c0, hi = (k + 1) * B < c0 + w ? (k + 1) * B : c0 + w;
+                memcpy(y + g * w + (lo - c0), blk + (lo - k * B), (hi - lo) * sizeof *blk);
+            }
+        }
+    } else
+        nf_codec_get(q->src_codec)->dequantize_row(b, y, cols);
+    if (q->neg_exp_log)
+        for (uint64_t k = 0; k < cols; k++) y[k] = a_log_of(y[k]);
     if (q->add != 0) /* 1 + w in f32, as transformers' (1.0 + self.weight.float()) */
         for (uint64_t k = 0; k < cols; k++) y[k] += q->add;
     return NF_OK;
@@ -235,9 +296,8 @@ static nf_status write_rows(const nf_plan *p, const nf_plan_tensor *t, nf_artifa
         if (t->action == NF_ACT_COPY) {
             for (uint64_t i = 0; i < n; i++) {
                 uint64_t r = 0;
-                size_t nb;
                 const nf_plan_part *q = locate(t, r0 + i, &r);
-                memcpy(out + i * rb, part_bytes(p, q, cols, r, &nb), rb);
+                copy_part_row(p, q, cols, r, out + i * rb);
             }
         } else {
             enc_job j = {p, t, r0, cols, rb, out, scratch};

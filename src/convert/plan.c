@@ -280,6 +280,13 @@ nf_status nf_plan_decide(nf_plan *p, nf_plan_tensor *t, nf_role r, int layer, nf
     const nf_codec *sc = nf_codec_get(t->parts[0].src_codec);
     int legacy = sc->flags & NF_CODEC_DEQUANT_ONLY;
     int quantized = !nv && sc->id != NF_CODEC_F32 && sc->id != NF_CODEC_F16 && sc->id != NF_CODEC_BF16;
+    int split = 0; /* un-tiled column groups that are not whole blocks: no byte copy (plan.h untile_w) */
+    for (uint32_t i = 0; i < t->n_parts; i++) split |= t->parts[i].untile_w % nf_codec_get(t->parts[i].src_codec)->block_elems != 0;
+    if (split && quantized && !legacy) {
+        t->reencoded = 2;
+        p->n_warnings++;
+        same = 0;
+    }
     if (p->src_kind == NF_SRC_GGUF && quantized && !legacy && same) { /* k-quants, q8_0: carried over */
         t->codec = sc->id;
         t->action = NF_ACT_COPY;
@@ -290,7 +297,7 @@ nf_status nf_plan_decide(nf_plan *p, nf_plan_tensor *t, nf_role r, int layer, nf
         t->action = NF_ACT_COPY;
         return NF_OK;
     }
-    if (legacy || (quantized && !same)) { /* warned about, grouped, once the plan is complete */
+    if (!t->reencoded && (legacy || (quantized && !same))) { /* warned about, grouped, once the plan is complete */
         t->reencoded = 1;
         p->n_warnings++;
     }
@@ -388,7 +395,7 @@ static nf_status hf_experts(nf_plan *p, int i, const char *pre, int group, nf_er
     snprintf(m, sizeof m, "%s.mlp.experts.gate_up_proj", pre);
     const nf_st_tensor *fgu = nf_st_set_find(p->st, m);
     uint64_t d3[3] = {E, 2 * I, H};
-    snprintf(name, sizeof name, "blk.%d.ffn_gate_up_exps", i);
+    snprintf(name, sizeof name, "%sffn_gate_up_exps", p->blk);
     nf_plan_tensor *t = nf_plan_add_tensor(p, name, 3, d3, err);
     if (!t) return NF_ERR_NOMEM;
     t->unify_group = group;
@@ -422,7 +429,7 @@ static nf_status hf_experts(nf_plan *p, int i, const char *pre, int group, nf_er
     snprintf(m, sizeof m, "%s.mlp.experts.down_proj", pre);
     const nf_st_tensor *fd = nf_st_set_find(p->st, m);
     uint64_t dd[3] = {E, H, I};
-    snprintf(name, sizeof name, "blk.%d.ffn_down_exps", i);
+    snprintf(name, sizeof name, "%sffn_down_exps", p->blk);
     if (!(t = nf_plan_add_tensor(p, name, 3, dd, err))) return NF_ERR_NOMEM;
     for (uint64_t j = 0; j < E && s == NF_OK; j++) {
         if (fd) {
@@ -447,7 +454,7 @@ static nf_status hf_experts(nf_plan *p, int i, const char *pre, int group, nf_er
     return s;
 }
 
-/* A gate/up pair of one MLP (dense or shared expert) stacked as [2N][H], and its down [H][N]. */
+/* The shared expert: gate/up stacked as [2N][H], and its down [H][N]. */
 static nf_status hf_mlp(nf_plan *p, int i, const char *m, const char *gu_name, const char *down_name, uint64_t N,
                         int group, nf_error *err)
 {
@@ -461,11 +468,11 @@ static nf_status hf_mlp(nf_plan *p, int i, const char *m, const char *gu_name, c
     nf_status s = hf_part(p, t, key, 0, N, H, N, err);
     snprintf(key, sizeof key, "%s.up_proj", m);
     if (s == NF_OK) s = hf_part(p, t, key, 0, N, H, N, err);
-    if (s == NF_OK) s = nf_plan_decide(p, t, NF_ROLE_FFN_GATE_UP, i, err);
-    if (s == NF_OK) s = nvfp4_rules(p, t, NF_ROLE_FFN_GATE_UP, err);
+    if (s == NF_OK) s = nf_plan_decide(p, t, NF_ROLE_SHEXP_GATE_UP, i, err);
+    if (s == NF_OK) s = nvfp4_rules(p, t, NF_ROLE_SHEXP_GATE_UP, err);
     if (s) return s;
     snprintf(key, sizeof key, "%s.down_proj", m);
-    return hf_matrix(p, down_name, NF_ROLE_FFN_DOWN, i, key, H, N, 0, err);
+    return hf_matrix(p, down_name, NF_ROLE_SHEXP_DOWN, i, key, H, N, 0, err);
 }
 
 /* A q/k/v/o bias the config does not announce would be dropped, and the model would differ from the
@@ -520,7 +527,7 @@ static nf_status hf_gather(nf_plan *p, const char *name, nf_role r, int layer, c
 
 /* The layer functions below build layer i's schema names and checkpoint keys (under the layer's key
  * prefix `pre`) into their local `name` and `key` buffers. */
-#define NAME(fmt) (snprintf(name, sizeof name, "blk.%d." fmt, i), name)
+#define NAME(fmt) (snprintf(name, sizeof name, "%s" fmt, p->blk), name)
 #define KEY(fmt) (snprintf(key, sizeof key, "%s." fmt, pre), key)
 
 /* The layer's attention q/k/v/o, biases and q/k norms; hybrids' gated attention: q_proj holds per head
@@ -626,15 +633,15 @@ static nf_status hf_gdn(nf_plan *p, int i, const char *pre, nf_error *err)
     return s;
 }
 
-/* The layer's MLP: a dense SwiGLU, or router + routed experts (+ a shared expert behind its gate). */
-static nf_status hf_ffn(nf_plan *p, int i, const char *pre, nf_error *err)
+/* The layer's MLP: a dense SwiGLU, or (moe) router + routed experts (+ a shared expert behind its gate). */
+static nf_status hf_ffn(nf_plan *p, int i, const char *pre, int moe, nf_error *err)
 {
     const nf_hf_config *c = &p->cfg;
     uint64_t H = c->hidden_size;
     char key[320], name[64];
     int g_ffn = 1001 + 2 * i;
     nf_status s;
-    if (!nf_hf_config_layer_is_moe(c, (uint32_t)i)) { /* dense: ffn_gate, ffn_up, ffn_down apart */
+    if (!moe) { /* dense: ffn_gate, ffn_up, ffn_down apart */
         uint64_t D = c->intermediate_size;
         s = hf_matrix(p, NAME("ffn_gate"), NF_ROLE_FFN_GATE_UP, i, KEY("mlp.gate_proj"), D, H, g_ffn, err);
         if (s == NF_OK) s = hf_matrix(p, NAME("ffn_up"), NF_ROLE_FFN_GATE_UP, i, KEY("mlp.up_proj"), D, H, g_ffn, err);
@@ -645,8 +652,8 @@ static nf_status hf_ffn(nf_plan *p, int i, const char *pre, nf_error *err)
     if (s == NF_OK) s = hf_experts(p, i, pre, g_ffn, err);
     if (s == NF_OK && c->shared_intermediate_size) { /* qwen2_moe and the hybrids */
         char gu[64], dn[64];
-        snprintf(gu, sizeof gu, "blk.%d.ffn_gate_up_shexp", i);
-        snprintf(dn, sizeof dn, "blk.%d.ffn_down_shexp", i);
+        snprintf(gu, sizeof gu, "%sffn_gate_up_shexp", p->blk);
+        snprintf(dn, sizeof dn, "%sffn_down_shexp", p->blk);
         s = hf_mlp(p, i, KEY("mlp.shared_expert"), gu, dn, c->shared_intermediate_size, g_ffn, err);
         if (s == NF_OK)
             s = hf_matrix(p, NAME("ffn_gate_inp_shexp"), NF_ROLE_VECTOR, i, KEY("mlp.shared_expert_gate.weight"), 1, H, 0, err);
@@ -660,10 +667,44 @@ static nf_status hf_layer(nf_plan *p, int i, nf_error *err)
     const int hyb = nf_hf_arch_hybrid(c->arch);
     char pre[64], key[320], name[64];
     snprintf(pre, sizeof pre, "%slayers.%d", c->prefix, i);
+    snprintf(p->blk, sizeof p->blk, "blk.%d.", i);
     nf_status s = hf_vector(p, NAME("attn_norm"), i, KEY("input_layernorm.weight"), c->hidden_size, hyb, err);
     if (s == NF_OK) s = hyb && c->linear_layers[i] ? hf_gdn(p, i, pre, err) : hf_attention(p, i, pre, err);
     if (s == NF_OK) s = hf_vector(p, NAME("ffn_norm"), i, KEY("post_attention_layernorm.weight"), c->hidden_size, hyb, err);
-    if (s == NF_OK) s = hf_ffn(p, i, pre, err);
+    if (s == NF_OK) s = hf_ffn(p, i, pre, nf_hf_config_layer_is_moe(c, (uint32_t)i), err);
+    return s;
+}
+
+/* The hybrids' MTP block (docs/hybrid.md "MTP"), when the checkpoint has `mtp.fc`: mtp.fc [H][2H] (the
+ * concatenation's columns: normed embedding first, then normed hidden state), the three zero-centred
+ * norms (stored as 1 + w) and one full-attention decoder layer `mtp.layers.0` as `mtp.blk.0.*` with the
+ * main layers' names; its MLP is the MoE block when `mtp.layers.0.mlp.gate` exists (vLLM builds it as
+ * layer 0), else dense. Its codecs are those of a layer numbered L, after the last (NF_RECIPE_LAYER_MTP;
+ * mtp.fc: the GDN in_proj's, so bf16 under nvfp4, as vLLM finds it in published NVFP4 checkpoints). The keys sit at
+ * the top level also in the multimodal layout. transformers ignores them; more than one MTP layer is
+ * refused. */
+static nf_status hf_mtp(nf_plan *p, nf_error *err)
+{
+    const nf_hf_config *c = &p->cfg;
+    const uint64_t H = c->hidden_size;
+    const int i = NF_RECIPE_LAYER_MTP; /* the codecs of a layer after the last; unify groups 996, 997 */
+    char key[320], name[64];
+    const char *pre = "mtp.layers.0";
+    if (!nf_hf_arch_hybrid(c->arch) || !(stf(p, "%s.weight", "mtp.fc") || stf(p, "%s.weight_packed", "mtp.fc")))
+        return NF_OK;
+    if (nf_st_set_find(p->st, "mtp.layers.1.input_layernorm.weight"))
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "tensor 'mtp.layers.1.input_layernorm.weight': the checkpoint has "
+                            "more than one MTP layer; ninfer reads one (mtp.layers.0)");
+    snprintf(p->blk, sizeof p->blk, "mtp.blk.0.");
+    nf_status s = hf_matrix(p, "mtp.fc", NF_ROLE_SSM_IN, i, "mtp.fc", H, 2 * H, 0, err);
+    if (s == NF_OK) s = hf_vector(p, "mtp.norm_embd", i, "mtp.pre_fc_norm_embedding.weight", H, 1, err);
+    if (s == NF_OK) s = hf_vector(p, "mtp.norm_hidden", i, "mtp.pre_fc_norm_hidden.weight", H, 1, err);
+    if (s == NF_OK) s = hf_vector(p, "mtp.output_norm", i, "mtp.norm.weight", H, 1, err);
+    if (s == NF_OK) s = hf_vector(p, NAME("attn_norm"), i, KEY("input_layernorm.weight"), H, 1, err);
+    if (s == NF_OK) s = hf_attention(p, i, pre, err);
+    if (s == NF_OK) s = hf_vector(p, NAME("ffn_norm"), i, KEY("post_attention_layernorm.weight"), H, 1, err);
+    if (s == NF_OK)
+        s = hf_ffn(p, i, pre, c->n_experts && (stf(p, "%s.weight", "mtp.layers.0.mlp.gate") != NULL), err);
 #undef NAME
 #undef KEY
     return s;
@@ -697,6 +738,7 @@ static nf_status hf_plan(nf_plan *p, const char *dir, nf_error *err)
     snprintf(key, sizeof key, "%snorm.weight", c->prefix);
     if (s == NF_OK) s = hf_vector(p, "output_norm", 0, key, H, nf_hf_arch_hybrid(c->arch), err);
     if (s == NF_OK && !c->tie_word_embeddings) s = hf_matrix(p, "output", NF_ROLE_OUTPUT, 0, "lm_head", V, H, 0, err);
+    if (s == NF_OK) s = hf_mtp(p, err);
     return s;
 }
 
@@ -729,7 +771,7 @@ static void warn_reencoded(const nf_plan *p)
         names[0] = '\0';
         for (size_t i = 0; i < p->n; i++) {
             const nf_plan_tensor *t = &p->t[i];
-            if (!t->reencoded || (int)t->parts[0].src_codec != c || part_codecs(t, mix, sizeof mix)) continue;
+            if (t->reencoded != 1 || (int)t->parts[0].src_codec != c || part_codecs(t, mix, sizeof mix)) continue;
             if (n++ < SHOW) o += (size_t)snprintf(names + o, sizeof names - o, "%s%s (as %s)", n > 1 ? ", " : "", t->name,
                                                   nf_codec_get(t->codec)->name);
         }
@@ -746,7 +788,7 @@ static void warn_reencoded(const nf_plan *p)
     names[0] = '\0';
     for (size_t i = 0; i < p->n; i++) {
         const nf_plan_tensor *t = &p->t[i];
-        if (!t->reencoded || !part_codecs(t, mix, sizeof mix)) continue;
+        if (t->reencoded != 1 || !part_codecs(t, mix, sizeof mix)) continue;
         if (n++ < SHOW) o += (size_t)snprintf(names + o, sizeof names - o, "%s%s (%s, as %s)", n > 1 ? ", " : "", t->name,
                                               mix, nf_codec_get(t->codec)->name);
     }
@@ -754,6 +796,22 @@ static void warn_reencoded(const nf_plan *p)
         NF_WARN("convert: %zu stacked tensor%s mix%s source codecs and %s dequantized and re-encoded by recipe '%s' (a "
                 "stacked matrix has one codec, and no codec holds both sources' values exactly, so it cannot be carried "
                 "over): %s%s", n, n > 1 ? "s" : "", n > 1 ? "" : "es", n > 1 ? "are" : "is", p->recipe, names,
+                n > SHOW ? ", ... (--plan marks every one [re-encoded])" : "");
+    /* GGUF qwen35moe ssm_out: llama.cpp tiled its v-head column groups; a group narrower than (or not
+     * a multiple of) the codec's block cannot be moved as encoded bytes. */
+    o = 0, n = 0;
+    names[0] = '\0';
+    for (size_t i = 0; i < p->n; i++) {
+        const nf_plan_tensor *t = &p->t[i];
+        if (t->reencoded != 2) continue;
+        if (n++ < SHOW) o += (size_t)snprintf(names + o, sizeof names - o, "%s%s (%s, as %s)", n > 1 ? ", " : "", t->name,
+                                              nf_codec_get(t->parts[0].src_codec)->name, nf_codec_get(t->codec)->name);
+    }
+    if (n)
+        NF_WARN("convert: %zu tensor%s %s dequantized and re-encoded by recipe '%s' because llama.cpp stored %s "
+                "columns in tiled v-head order and a %u-column head group is not a whole number of the codec's blocks, "
+                "so the columns cannot be put back in the artifact's order as encoded bytes: %s%s", n, n > 1 ? "s" : "",
+                n > 1 ? "are" : "is", p->recipe, n > 1 ? "their" : "its", p->cfg.lin_v_dim, names,
                 n > SHOW ? ", ... (--plan marks every one [re-encoded])" : "");
 }
 
@@ -781,6 +839,7 @@ nf_status nf_plan_build(const char *source, const nf_convert_opts *o, nf_plan *p
     }
     if (s == NF_OK) unify_inputs(p);
     if (s == NF_OK) warn_reencoded(p);
+    if (s) nf_plan_free(p); /* nothing held after a failure (a caller's nf_plan_free is then a no-op) */
     return s;
 }
 
@@ -805,6 +864,8 @@ void nf_plan_print(const nf_plan *p, FILE *f)
         if (t->fallback) fprintf(f, " [fallback]");
         if (t->reencoded) fprintf(f, " [re-encoded]");
         if (t->n_parts && t->parts[0].add != 0) fprintf(f, " [1 + w]");
+        if (t->n_parts && t->parts[0].neg_exp_log) fprintf(f, " [log(-x)]");
+        if (t->n_parts && t->parts[0].untile_w) fprintf(f, " [v heads untiled]");
         fputc('\n', f);
         if (t->codec == NF_CODEC_NVFP4 && t->action == NF_ACT_NVFP4_COPY) {
             fprintf(f, "    divisors %u:", t->divisors);

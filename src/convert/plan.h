@@ -40,6 +40,13 @@ typedef struct nf_plan_part {
     float input_divisor;   /* W4A4 sources: its calibrated input divisor; 0 when none */
     float add;             /* added to every decoded value (f32): 1 for the hybrids' zero-centred RMSNorm
                             * weights, which transformers applies as x * (1 + w); 0 otherwise */
+    /* GGUF qwen35moe: llama.cpp's converter (conversion/qwen.py, _LinearAttentionVReorderBase) stored
+     * the Gated DeltaNet v heads of this matrix's COLUMNS in tiled order (v head i * Hk + h is k head
+     * h's i-th v head) where the artifact has them grouped (h * r + i, r = Hv / Hk). Column group
+     * (h * r + i) of untile_w columns <- source group (i * untile_k + h); 0: columns as stored. */
+    uint32_t untile_k, untile_w;
+    int neg_exp_log;       /* GGUF ssm_a holds -exp(A_log) (llama.cpp's converter, Qwen3NextModel.
+                            * modify_tensors): the decoded value x becomes the A_log whose -expf() is x */
 } nf_plan_part;
 
 typedef enum nf_plan_action {
@@ -66,8 +73,10 @@ typedef struct nf_plan_tensor {
     int unify_group;          /* tensors of one layer reading one encoded input share a group (> 0) */
     float in_spread_min, in_spread_max; /* the calibrated input divisors the unified value replaced */
     int fallback;             /* the recipe's codec could not take the row length: q8_0 instead */
-    int reencoded;            /* a quantized source re-encoded: a legacy ggml type (q4_0..q5_1, decode
-                               * only), or stacked sources of different codecs; warned about */
+    int reencoded;            /* a quantized source re-encoded (warned about): 1, a legacy ggml type
+                               * (q4_0..q5_1, decode only), or stacked sources of different codecs; 2, a
+                               * GGUF qwen35moe ssm_out whose tiled column groups split the codec's
+                               * blocks (plan.h untile_w), so they cannot be moved as encoded bytes */
 } nf_plan_tensor;
 
 typedef struct nf_convert_opts {
@@ -92,6 +101,7 @@ typedef struct nf_plan {
     nf_st_set *st;            /* HF source */
     nf_gguf *gguf;            /* GGUF source */
     int requantize;
+    char blk[24];             /* the HF plan's current layer name prefix: "blk.N." or, for the MTP block, "mtp.blk.0." */
     int hash_bytes;           /* provenance.source_hash over the source files' bytes (a full extra read)
                                * instead of their names, sizes and mtimes; the caller sets it after
                                * nf_plan_build (ninfer convert --hash-bytes) */
@@ -100,7 +110,7 @@ typedef struct nf_plan {
 /* Opens the source and computes the plan. Refusals (unknown architecture, missing tensors, shapes
  * inconsistent with config.json, an NVFP4 source into a non-NVFP4 recipe without requantize, an
  * nvfp4 share that is not whole 128-row tiles, a GGUF type it does not know) fail here, each naming
- * the tensor and the rule. */
+ * the tensor and the rule. On failure p holds nothing (nf_plan_free on it is harmless). */
 nf_status nf_plan_build(const char *source, const nf_convert_opts *o, nf_plan *p, nf_error *err);
 void nf_plan_free(nf_plan *p);
 void nf_plan_print(const nf_plan *p, FILE *f);

@@ -23,14 +23,16 @@ typedef enum nf_role {
     NF_ROLE_ATTN_K,
     NF_ROLE_ATTN_V,
     NF_ROLE_ATTN_O,
-    NF_ROLE_FFN_GATE_UP,  /* dense MLP gate/up, shared expert gate_up */
-    NF_ROLE_FFN_DOWN,     /* dense MLP down, shared expert down */
+    NF_ROLE_FFN_GATE_UP,  /* dense MLP gate/up */
+    NF_ROLE_FFN_DOWN,     /* dense MLP down */
     NF_ROLE_EXP_GATE_UP,  /* routed expert banks */
     NF_ROLE_EXP_DOWN,
     NF_ROLE_SSM_IN,       /* Gated DeltaNet ssm_qkv, ssm_z: attn_q's codec (bf16 under nvfp4) */
     NF_ROLE_SSM_BA,       /* ssm_ba (b and a rows; a goes through softplus and exp into every state
                            * decay): bf16 in every recipe, 2 * Hv rows, a negligible share */
     NF_ROLE_SSM_OUT,      /* ssm_out: attn_output's codec (bf16 under nvfp4) */
+    NF_ROLE_SHEXP_GATE_UP, /* shared expert gate_up: the dense MLP's codec, but nvfp4 under nvfp4 */
+    NF_ROLE_SHEXP_DOWN,    /* shared expert down: likewise (the GPU's nvfp4 profile is all four matrices) */
     NF_ROLE_COUNT
 } nf_role;
 
@@ -57,12 +59,16 @@ typedef struct nf_recipe_model {
 /* The recipe's codec for a tensor of role `role` in layer `layer` (any value for tensors outside
  * the layers), before the row-length fallback. */
 nf_codec_id nf_recipe_codec(const nf_recipe *r, nf_role role, int layer, const nf_recipe_model *m);
+/* The layer number of the hybrids' MTP block (mtp.*): it takes the codecs of a layer numbered m->layers,
+ * one after the last. */
+#define NF_RECIPE_LAYER_MTP (-2)
 
 /* c if its block divides a row of `cols`; else q8_0 when 32 divides it, else bf16, with *fell_back
  * set (may be NULL). */
 nf_codec_id nf_recipe_fit(nf_codec_id c, uint64_t cols, int *fell_back);
 
 /* The role of a schema tensor name ("token_embd", "blk.3.attn_v", ...); *layer = N for "blk.N.*",
+ * NF_RECIPE_LAYER_MTP for "mtp.*",
  * -1 otherwise. -1 for a name the schema does not have. */
 int nf_recipe_role_of(const char *name, int *layer);
 

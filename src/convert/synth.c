@@ -136,7 +136,7 @@ typedef struct spec {
     nf_codec_id codec;
     uint32_t n_dims;
     uint64_t dims[3];  /* outermost first */
-    int kind;          /* K_ONES (f32 1), K_NORMAL (rows ~ N(0, std^2)), K_BANK ([E][R][C], std) */
+    int kind;          /* K_ONES (f32 1), K_NORMAL (rows ~ N(0, std^2)), K_BANK ([E][R][C] or nvfp4 [R][C], std) */
     float std;
     uint32_t sources;  /* banks: source matrices per expert stacked in R (gate_up 2, down 1) */
 } spec;
@@ -162,10 +162,11 @@ static nf_status add(plan *p, const nf_synth_geometry *g, const char *recipe, co
     const uint64_t d[3] = {d0, d1, d2};
     s->n_dims = n_dims;
     memcpy(s->dims, d, sizeof d);
-    s->kind = kind;
     s->std = std;
-    s->sources = kind == K_BANK ? (strstr(name, "gate_up") ? 2 : 1) : 1;
     nf_status st = nf_synth_codec(recipe, name, g->layers, g->experts, g->tie, d[n_dims - 1], &s->codec, NULL, err);
+    /* the nvfp4 shared expert is a bank of one, its gate and up quantized apart as the converter does */
+    s->kind = kind == K_NORMAL && n_dims == 2 && s->codec == NF_CODEC_NVFP4 ? K_BANK : kind;
+    s->sources = s->kind == K_BANK && strstr(name, "gate_up") ? 2 : 1;
     if (!st) p->n++;
     return st;
 }
@@ -356,7 +357,7 @@ static nf_status source_init(source *src, const spec *s, uint64_t rows, nf_error
 {
     memset(src, 0, sizeof *src);
     src->rows = rows;
-    src->cols = s->dims[2];
+    src->cols = s->dims[s->n_dims - 1];
     if (s->codec == NF_CODEC_NVFP4) {
         nf_status st = nf_nvfp4_layout_of(rows, src->cols, 1, &src->l, err);
         if (st) return nf_error_prefix(err, "tensor '%s'", s->name);
@@ -490,7 +491,9 @@ static nf_status finish_nvfp4(gen *G, const spec *s, bank_out *b, nf_error *err)
 
 static nf_status write_bank(gen *G, const spec *s, nf_error *err)
 {
-    const uint64_t E = s->dims[0], R = s->dims[1], C = s->dims[2], S = s->sources, rs = R / S;
+    /* [E][R][C], or one matrix [R][C] of S sources (an nvfp4 shared expert: E = 1) */
+    const int e3 = s->n_dims == 3;
+    const uint64_t E = e3 ? s->dims[0] : 1, R = s->dims[e3 ? 1 : 0], C = s->dims[s->n_dims - 1], S = s->sources, rs = R / S;
     const nf_codec *c = nf_codec_get(s->codec);
     bank_out b = {0};
     source pool[2] = {0}, tmp = {0};
@@ -534,7 +537,7 @@ static nf_status write_tensor(gen *G, const spec *s, nf_error *err)
 {
     nf_tensor_desc d = {.name = s->name, .codec = s->codec, .n_dims = s->n_dims};
     memcpy(d.dims, s->dims, sizeof s->dims);
-    if (s->kind == K_BANK && s->codec == NF_CODEC_NVFP4) d.divisors = (uint32_t)(s->dims[0] * s->sources);
+    if (s->kind == K_BANK && s->codec == NF_CODEC_NVFP4) d.divisors = (uint32_t)((s->n_dims == 3 ? s->dims[0] : 1) * s->sources);
     nf_status st = nf_artifact_writer_begin_tensor(G->w, &d, err);
     if (!st) st = s->kind == K_BANK ? write_bank(G, s, err) : write_dense(G, s, err);
     if (!st) st = nf_artifact_writer_end_tensor(G->w, err);

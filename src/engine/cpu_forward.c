@@ -21,7 +21,10 @@
  * and the attention layers are gated (x += Wo (attention * sigmoid(Wgate h))) with partial rotary. Each
  * sequence's recurrent state lives in the slot b->state_slot[i] names (max_seqs slots); a sequence at
  * pos0 = 0 starts from a zeroed slot, one at pos0 > 0 must continue the slot's last position exactly
- * (a recurrent state cannot rewind). KV pages exist for the attention layers only. */
+ * (a recurrent state cannot rewind). KV pages exist for the attention layers only. A hybrid with an MTP
+ * block (docs/hybrid.md "MTP") also keeps every token's final-normed hidden state (`hidden`), runs the
+ * block (`mtp`, cpu_mtp) on a KV pool of its own, and copies state slots out and back (`slot_save` /
+ * `slot_load`) for speculation's rollback. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +78,14 @@ typedef struct cpu_state {
     uint32_t *slot_pos;      /* [max_seqs]: positions the slot's state has absorbed */
     nf_cpu_gdn_seq *gseq;    /* [max_seqs] */
     float *gdn_ws;           /* [threads][nf_cpu_gdn_ws_floats]: the chunked form's scratch (gdn_chunk) */
+    /* the MTP block (docs/hybrid.md "MTP"), when the model has one */
+    int has_mtp;
+    cpu_layer mtp;           /* its attention layer (own KV pool: mtp_kv_mem) and MLP */
+    nf_cpu_weight mtp_fc;    /* [H][2H] */
+    const float *mtp_norm_embd, *mtp_norm_hidden, *mtp_out_norm; /* [H] */
+    float *hid;              /* [chunk][H]: the last forward's final-normed hidden states */
+    float *cat;              /* [chunk][2H]: the MTP's normed embedding | normed hidden */
+    void *mtp_kv_mem;
 } cpu_state;
 
 /* ---- binding ----------------------------------------------------------------------------------- */
@@ -154,6 +165,10 @@ static void cpu_destroy(void *state)
     if (!s) return;
     if (s->layers)
         for (uint32_t l = 0; l < s->m->cfg.layers; l++) nf_cpu_moe_ws_free(s->layers[l].moe_ws);
+    nf_cpu_moe_ws_free(s->mtp.moe_ws);
+    free(s->hid);
+    free(s->cat);
+    free(s->mtp_kv_mem);
     free(s->layers);
     free(s->planes);
     free(s->inv_freq);
@@ -220,6 +235,31 @@ static nf_status alloc_buffers(cpu_state *s, const nf_engine_opts *o, nf_error *
     return NF_OK;
 }
 
+/* The MTP block: its weights, its attention layer's own KV pool (the main pool's pages and shape) and buffers. */
+static nf_status bind_mtp(cpu_state *s, const nf_engine_opts *o, nf_error *err)
+{
+    const nf_model *m = s->m;
+    if (!m->mtp) return NF_OK;
+    const size_t H = m->cfg.hidden, C = s->chunk, esz = o->kv_bf16 ? 2 : 4;
+    const size_t per = (size_t)o->kv_pages * o->page_tokens * s->kv_dim * esz;
+    nf_status st = bind_weight(s, m->mtp_fc, &s->mtp_fc, err);
+    if (!st) st = bind_layer(s, m->mtp, &s->mtp, err);
+    if (st) return st;
+    s->mtp_norm_embd = f32_of(m->mtp_norm_embd);
+    s->mtp_norm_hidden = f32_of(m->mtp_norm_hidden);
+    s->mtp_out_norm = f32_of(m->mtp_output_norm);
+    s->hid = malloc(C * H * sizeof(float));
+    s->cat = malloc(C * 2 * H * sizeof(float));
+    s->mtp_kv_mem = calloc(2, per ? per : 1);
+    if (!s->hid || !s->cat || !s->mtp_kv_mem)
+        return nf_error_set(err, NF_ERR_NOMEM, "cpu backend: out of memory for the MTP block's KV pool (%zu MiB)",
+                            2 * per >> 20);
+    uint8_t *base = s->mtp_kv_mem;
+    s->mtp.kv = (nf_cpu_kv){base, base + per, o->kv_bf16, o->page_tokens, o->kv_pages, m->cfg.kv_heads, m->cfg.head_dim};
+    s->has_mtp = 1;
+    return NF_OK;
+}
+
 /* The hybrids' buffers and state slots (after binding, which sized a slot). */
 static nf_status alloc_hybrid(cpu_state *s, const nf_engine_opts *o, nf_error *err)
 {
@@ -263,17 +303,19 @@ static nf_status cpu_create(const nf_model *m, const nf_engine_opts *o, void **o
     s->chunk = o->chunk;
     s->q_dim = c->heads * c->head_dim;
     s->kv_dim = c->kv_heads * c->head_dim;
-    s->cap_planes = (size_t)c->layers * 16 + 4;
+    s->cap_planes = (size_t)(c->layers + 1) * 16 + 4; /* + the MTP block */
     s->planes = calloc(s->cap_planes, sizeof *s->planes);
     s->layers = calloc(c->layers, sizeof *s->layers);
     uint32_t max_cols = max_u32(max_u32(c->hidden, s->q_dim), max_u32(max_u32(c->dense_inter, c->moe_inter), c->shared_inter));
     max_cols = max_u32(max_cols, c->ssm_v_heads * c->ssm_v_dim);
+    if (m->mtp) max_cols = max_u32(max_cols, 2 * c->hidden); /* mtp.fc */
     nf_status st = NF_OK;
     if (!s->planes || !s->layers) st = nf_error_set(err, NF_ERR_NOMEM, "cpu backend: out of memory");
     if (!st) st = nf_cpu_create(o->threads, max_cols, s->ctx, &s->cpu, err);
     for (uint32_t l = 0; l < c->layers; l++) s->layers[l].is_linear = m->layers[l].is_linear;
     if (!st) {
         nf_cpu_set_reference(s->cpu, o->reference);
+        nf_cpu_set_a8(s->cpu, !o->no_a8);
         st = alloc_buffers(s, o, err);
     }
     if (!st && o->trace_routing && c->top_k &&
@@ -283,6 +325,7 @@ static nf_status cpu_create(const nf_model *m, const nf_engine_opts *o, void **o
     if (!st) st = bind_weight(s, m->output, &s->head, err);
     for (uint32_t l = 0; !st && l < c->layers; l++) st = bind_layer(s, &m->layers[l], &s->layers[l], err);
     if (!st) st = alloc_hybrid(s, o, err);
+    if (!st) st = bind_mtp(s, o, err);
     if (st) {
         cpu_destroy(s);
         return st;
@@ -440,7 +483,17 @@ static nf_status prepare_slots(cpu_state *s, const nf_batch *b, nf_error *err)
     return NF_OK;
 }
 
-/* Each token's position and each sequence's attention view; the dynamic rope update (one sequence). */
+/* Each token's position and each sequence's attention view. */
+static void positions(cpu_state *s, const nf_batch *b)
+{
+    for (uint32_t i = 0; i < b->n_seqs; i++) {
+        const uint32_t t0 = b->seq_start[i], n = nf_batch_tokens_of(b, i);
+        s->aseq[i] = (nf_cpu_attn_seq){b->pages + (size_t)i * b->page_stride, b->pos0[i], t0, n};
+        for (uint32_t t = 0; t < n; t++) s->pos[t0 + t] = b->pos0[i] + t;
+    }
+}
+
+/* positions(), the state slots, the dynamic rope update (one sequence). */
 static nf_status prepare(cpu_state *s, const nf_batch *b, nf_error *err)
 {
     if (s->rope.kind == NF_ROPE_DYNAMIC && b->n_seqs > 1)
@@ -448,11 +501,7 @@ static nf_status prepare(cpu_state *s, const nf_batch *b, nf_error *err)
                             "sequence's length, so this model runs one sequence per forward (got %u)", b->n_seqs);
     nf_status st = prepare_slots(s, b, err); /* the last refusal: it may reset slots */
     if (st) return st;
-    for (uint32_t i = 0; i < b->n_seqs; i++) {
-        const uint32_t t0 = b->seq_start[i], n = nf_batch_tokens_of(b, i);
-        s->aseq[i] = (nf_cpu_attn_seq){b->pages + (size_t)i * b->page_stride, b->pos0[i], t0, n};
-        for (uint32_t t = 0; t < n; t++) s->pos[t0 + t] = b->pos0[i] + t;
-    }
+    positions(s, b);
     if (s->rope.kind != NF_ROPE_DYNAMIC) return NF_OK;
     const uint32_t end = b->pos0[0] + b->n_tokens;
     if (end > s->rope_seq) { /* HF's dynamic update */
@@ -479,7 +528,88 @@ static nf_status cpu_forward(void *state, const nf_batch *b, float *logits, nf_e
     }
     s->trace_T = T;
     for (uint32_t i = 0; s->slots && i < b->n_seqs; i++) s->slot_pos[b->state_slot[i]] = b->pos0[i] + nf_batch_tokens_of(b, i);
+    if (s->has_mtp) /* every token's final-normed hidden state, for the MTP block (cpu_hidden) */
+        for (size_t t = 0; t < T; t++) nf_cpu_rmsnorm(s->hid + t * H, s->x + t * H, s->out_norm, H, c->rms_eps);
     head_block(s, b, logits);
+    return NF_OK;
+}
+
+static nf_status cpu_hidden(void *state, float *out, nf_error *err)
+{
+    cpu_state *s = state;
+    if (!s->has_mtp) return nf_error_set(err, NF_ERR_UNSUPPORTED, "cpu backend: hidden states are kept for models "
+                                         "with an MTP block only");
+    memcpy(out, s->hid, s->trace_T * s->m->cfg.hidden * sizeof(float));
+    return NF_OK;
+}
+
+/* The MTP block (vLLM's Qwen3NextMultiTokenPredictor; docs/hybrid.md "MTP"):
+ *   x = mtp.fc [rmsnorm(embed(token)) | rmsnorm(hidden)] ; x += attention ; x += moe ; h' = rmsnorm(x) ;
+ *   logits = head(h')
+ * every norm with its own (1 + w) weight, the attention over the block's own pages. */
+static nf_status cpu_mtp(void *state, const nf_batch *b, const float *hidden, float *logits, float *hidden_out,
+                         nf_error *err)
+{
+    cpu_state *s = state;
+    const nf_model_config *c = &s->m->cfg;
+    if (!s->has_mtp) return nf_error_set(err, NF_ERR_UNSUPPORTED, "cpu backend: this model has no MTP block");
+    nf_status st = nf_batch_check(b, &s->o, c->vocab, err);
+    if (!st && (!logits || !hidden))
+        st = nf_error_set(err, NF_ERR_INVALID_ARG, "cpu backend: the MTP block needs hidden states and a logits buffer");
+    if (!st && s->rope.kind == NF_ROPE_DYNAMIC) st = nf_error_set(err, NF_ERR_UNSUPPORTED, "cpu backend: MTP with dynamic rope");
+    if (st) return st;
+    positions(s, b);
+    const size_t T = b->n_tokens, H = c->hidden;
+    for (size_t t = 0; t < T; t++) {
+        nf_cpu_weight_row(&s->embd, (uint32_t)b->tokens[t], s->tmp + t * H);
+        nf_cpu_rmsnorm(s->cat + t * 2 * H, s->tmp + t * H, s->mtp_norm_embd, H, c->rms_eps);
+        nf_cpu_rmsnorm(s->cat + t * 2 * H + H, hidden + t * H, s->mtp_norm_hidden, H, c->rms_eps);
+    }
+    nf_cpu_gemm_job j = job_of(b, s->mtp_fc, s->cat, 2 * H, s->x, H);
+    nf_cpu_gemm_batch(s->cpu, &j, 1);
+    attention_block(s, &s->mtp, b);
+    mlp_block(s, &s->mtp, b, NULL);
+    float *ho = hidden_out ? hidden_out : s->xn;
+    if (b->all_logits) {
+        for (size_t t = 0; t < T; t++) nf_cpu_rmsnorm(ho + t * H, s->x + t * H, s->mtp_out_norm, H, c->rms_eps);
+        j = job_of(b, s->head, ho, H, logits, c->vocab);
+    } else { /* each sequence's last token, one segment each (head_block's way) */
+        for (uint32_t i = 0; i < b->n_seqs; i++)
+            nf_cpu_rmsnorm(ho + i * H, s->x + (size_t)(b->seq_start[i + 1] - 1) * H, s->mtp_out_norm, H, c->rms_eps);
+        j = (nf_cpu_gemm_job){s->head, ho, H, logits, c->vocab, b->n_seqs, s->iota, b->n_seqs};
+    }
+    nf_cpu_gemm_batch(s->cpu, &j, 1);
+    return NF_OK;
+}
+
+static size_t cpu_slot_floats(void *state) { return ((cpu_state *)state)->slots ? ((cpu_state *)state)->slot_floats : 0; }
+
+static nf_status slot_ok(const cpu_state *s, uint32_t slot, nf_error *err)
+{
+    if (!s->slots) return nf_error_set(err, NF_ERR_INVALID_ARG, "cpu backend: this model has no state slots");
+    if (slot >= s->o.max_seqs)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "cpu backend: state slot %u is not below max_seqs %u", slot,
+                            s->o.max_seqs);
+    return NF_OK;
+}
+
+static nf_status cpu_slot_save(void *state, uint32_t slot, float *buf, uint32_t *pos, nf_error *err)
+{
+    cpu_state *s = state;
+    nf_status st = slot_ok(s, slot, err);
+    if (st) return st;
+    memcpy(buf, s->slots + (size_t)slot * s->slot_floats, s->slot_floats * sizeof(float));
+    *pos = s->slot_pos[slot];
+    return NF_OK;
+}
+
+static nf_status cpu_slot_load(void *state, uint32_t slot, const float *buf, uint32_t pos, nf_error *err)
+{
+    cpu_state *s = state;
+    nf_status st = slot_ok(s, slot, err);
+    if (st) return st;
+    memcpy(s->slots + (size_t)slot * s->slot_floats, buf, s->slot_floats * sizeof(float));
+    s->slot_pos[slot] = pos;
     return NF_OK;
 }
 
@@ -499,8 +629,11 @@ static nf_status cpu_copy_page(void *state, uint32_t dst, uint32_t src, nf_error
                             s->o.kv_pages);
     for (uint32_t l = 0; l < s->m->cfg.layers; l++)
         if (!s->layers[l].is_linear) nf_cpu_kv_copy_page(&s->layers[l].kv, dst, src);
+    if (s->has_mtp) nf_cpu_kv_copy_page(&s->mtp.kv, dst, src);
     return NF_OK;
 }
 
 const nf_backend_ops nf_cpu_backend = {.name = "cpu", .create = cpu_create, .destroy = cpu_destroy,
-                                       .forward = cpu_forward, .copy_page = cpu_copy_page, .routing = cpu_routing};
+                                       .forward = cpu_forward, .copy_page = cpu_copy_page, .routing = cpu_routing,
+                                       .hidden = cpu_hidden, .mtp = cpu_mtp, .slot_floats = cpu_slot_floats,
+                                       .slot_save = cpu_slot_save, .slot_load = cpu_slot_load};

@@ -17,7 +17,6 @@ typedef struct cuda_state {
     nf_rope_config rope;
     uint32_t rope_seq; /* the seq_len inv_freq was computed for (dynamic scaling) */
     float *inv_freq;   /* [head_dim / 2] */
-    uint32_t n_seqs;   /* sequences of the last forward: the records penalize reads */
 } cuda_state;
 
 static const float *f32_of(const nf_tensor *t) { return t ? (const float *)(const void *)t->data : NULL; }
@@ -118,9 +117,7 @@ static nf_status cuda_forward(void *state, const nf_batch *b, float *logits, nf_
         const uint32_t end = b->pos0[0] + b->n_tokens;
         if (end > s->rope_seq && (st = set_rope(s, end, err))) return st; /* HF's dynamic update */
     }
-    st = nf_cuda_decoder_forward_batch(s->dec, b, logits, err);
-    s->n_seqs = st ? 0 : b->n_seqs;
-    return st;
+    return nf_cuda_decoder_forward_batch(s->dec, b, logits, err);
 }
 
 static nf_status cuda_copy_page(void *state, uint32_t dst, uint32_t src, nf_error *err)
@@ -136,9 +133,7 @@ static nf_status cuda_logits(void *state, float *out, nf_error *err)
 static nf_status cuda_penalize(void *state, const nf_penalty *pen, const uint32_t *start, const int32_t *ids,
                                const uint32_t *counts, nf_error *err)
 {
-    cuda_state *s = state;
-    if (!s->n_seqs) return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda backend: penalties before a forward");
-    return nf_cuda_decoder_penalize(s->dec, pen, start, ids, counts, err);
+    return nf_cuda_decoder_penalize(((cuda_state *)state)->dec, pen, start, ids, counts, err);
 }
 
 static nf_status cuda_topk(void *state, uint32_t k, int32_t *ids, float *vals, nf_error *err)

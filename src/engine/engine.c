@@ -77,13 +77,26 @@ void nf_engine_free(nf_engine *e)
     if (e->state) e->ops->destroy(e->state);
     free(e->pages);
     free(e->logits);
+    free(e->mtp_hidden);
     free(e);
 }
 
-void nf_engine_reset(nf_engine *e) { e->n_past = 0; }
+void nf_engine_reset(nf_engine *e)
+{
+    e->n_past = 0;
+    e->mtp_hidden_pos = 0;
+}
 
 nf_status nf_engine_prefill(nf_engine *e, const int32_t *tokens, size_t n, float *all_logits, nf_error *err)
 {
+    return nf_engine_prefill_hidden(e, tokens, n, all_logits, NULL, err);
+}
+
+nf_status nf_engine_prefill_hidden(nf_engine *e, const int32_t *tokens, size_t n, float *all_logits, float *hidden,
+                                   nf_error *err)
+{
+    if (hidden && !e->ops->hidden)
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "the %s backend does not return hidden states", e->ops->name);
     if (n == 0) return nf_error_set(err, NF_ERR_INVALID_ARG, "no tokens to run");
     if (n > e->opts.ctx || e->n_past + n > e->opts.ctx)
         return nf_error_set(err, NF_ERR_INVALID_ARG,
@@ -104,12 +117,37 @@ nf_status nf_engine_prefill(nf_engine *e, const int32_t *tokens, size_t n, float
                             .pos0 = &pos0, .pages = e->pages, .page_stride = nf_engine_pages_per_seq(&e->opts),
                             .state_slot = &slot0, .all_logits = all_logits != NULL};
         nf_status st = e->ops->forward(e->state, &b, lg, err);
+        if (!st && hidden) st = e->ops->hidden(e->state, hidden + i * e->model->cfg.hidden, err);
         if (st) return st;
         e->n_past += (uint32_t)T;
         e->logits_stale = lg == NULL;
         e->logits_penalized = 0;
     }
     if (all_logits) memcpy(e->logits, all_logits + (n - 1) * V, V * sizeof(float));
+    return NF_OK;
+}
+
+nf_status nf_engine_mtp(nf_engine *e, const int32_t *tokens, const float *hidden, size_t n, uint32_t pos0, int all,
+                        float *logits, float *hidden_out, nf_error *err)
+{
+    if (!e->model->mtp || !e->ops->mtp)
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "MTP: %s", e->model->mtp ? "the backend does not run the MTP block"
+                                                                             : "this model has no MTP block (mtp.* weights)");
+    if (pos0 > e->opts.ctx || n > e->opts.ctx - pos0)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "MTP: positions %u .. %zu pass the context of %u tokens", pos0,
+                            pos0 + n, e->opts.ctx);
+    const size_t V = e->model->cfg.vocab, H = e->model->cfg.hidden;
+    for (size_t i = 0; i < n; i += e->opts.chunk) {
+        const size_t T = n - i < e->opts.chunk ? n - i : e->opts.chunk;
+        const uint32_t seq_start[2] = {0, (uint32_t)T}, p0 = pos0 + (uint32_t)i;
+        const nf_batch b = {.n_tokens = (uint32_t)T, .n_seqs = 1, .tokens = tokens + i, .seq_start = seq_start,
+                            .pos0 = &p0, .pages = e->pages, .page_stride = nf_engine_pages_per_seq(&e->opts),
+                            .all_logits = all != 0};
+        const size_t row = all ? i : 0; /* without all, each piece's last row overwrites the previous one's */
+        nf_status st = e->ops->mtp(e->state, &b, hidden + i * H, logits + row * V,
+                                   hidden_out ? hidden_out + row * H : NULL, err);
+        if (st) return st;
+    }
     return NF_OK;
 }
 

@@ -44,8 +44,8 @@ typedef struct nf_engine_opts {
     int kv_bf16;        /* KV cache elements in bf16 (else f32) */
     int reference;      /* CPU: dequantize + double dot for every product (tests) */
     int no_graphs;      /* CUDA: run decode steps as plain launches, not a replayed graph (tests) */
-    int no_a8;          /* CUDA: keep bf16 activations into k-quant / q8_0 products at small T (no int8
-                         * quantization; slower decode, closer to the CPU reference) */
+    int no_a8;          /* keep float activations into k-quant / q8_0 products (no int8 quantization:
+                         * CUDA: bf16 at small T; CPU: f32 everywhere; slower, closer to the reference) */
     int trace_routing;  /* keep each MoE layer's expert choices of the last forward (nf_engine_routing) */
     uint32_t gdn_chunk; /* CPU, Gated DeltaNet hybrids: prefill runs of a sequence in the chunked form with
                          * chunks of this many tokens (<= 64; 0: the recurrent form, the reference) */
@@ -83,6 +83,21 @@ typedef struct nf_backend_ops {
     void (*describe)(void *state, nf_backend_info *info); /* optional */
     /* With trace_routing: the last forward's expert ids, [layers][T][top_k] (-1 on dense layers). */
     nf_status (*routing)(void *state, int32_t *ids, nf_error *err);
+    /* MTP (docs/hybrid.md "MTP"; optional, models with an MTP block). hidden: the last forward's
+     * final-normed hidden state of every token, out[T][H] (what the head reads). mtp: the MTP block over
+     * b, where token t of b follows the position whose hidden state is hidden[t] ([T][H]: the main
+     * model's, or a previous MTP step's hidden_out when drafting ahead) and sits at that position
+     * (b->pos0) in the block's own KV pages, addressed by b's page table like the main model's; writes
+     * logits and hidden_out (the block's normed output; NULL: not wanted) of every token ([T][vocab],
+     * [T][H]) when b->all_logits, else of each sequence's last token ([S][...]). No state slots. */
+    nf_status (*hidden)(void *state, float *out, nf_error *err);
+    nf_status (*mtp)(void *state, const nf_batch *b, const float *hidden, float *logits, float *hidden_out,
+                     nf_error *err);
+    /* Optional (hybrids): a state slot's size in floats, and a copy of it (its recurrent state and the
+     * position it holds) out of or back into the slot: the rollback of speculation (engine/spec.h). */
+    size_t (*slot_floats)(void *state);
+    nf_status (*slot_save)(void *state, uint32_t slot, float *buf, uint32_t *pos, nf_error *err);
+    nf_status (*slot_load)(void *state, uint32_t slot, const float *buf, uint32_t pos, nf_error *err);
 } nf_backend_ops;
 
 extern const nf_backend_ops nf_cpu_backend;
@@ -100,6 +115,8 @@ typedef struct nf_engine {
                           * nf_engine_logits or sample with nf_engine_next */
     int logits_stale;    /* e->logits does not hold the last forward's logits yet */
     int logits_penalized; /* nf_engine_next penalised the last forward's logits on the device */
+    float *mtp_hidden;   /* [H] or NULL: MTP speculation (spec.h) left position mtp_hidden_pos - 1's hidden state */
+    uint32_t mtp_hidden_pos;
 } nf_engine;
 
 nf_status nf_engine_create(const nf_model *m, const nf_engine_opts *o, nf_engine **out, nf_error *err);
@@ -117,6 +134,16 @@ void nf_engine_reset(nf_engine *e);
  * all_logits non-NULL it receives [n][vocab], every position's logits. A sequence that would pass
  * the context is refused (NF_ERR_INVALID_ARG, naming both lengths) before anything runs. */
 nf_status nf_engine_prefill(nf_engine *e, const int32_t *tokens, size_t n, float *all_logits, nf_error *err);
+/* The same, and with hidden non-NULL (a backend with `hidden`) [n][H]: every position's final-normed hidden
+ * state, the MTP block's input. */
+nf_status nf_engine_prefill_hidden(nf_engine *e, const int32_t *tokens, size_t n, float *all_logits, float *hidden,
+                                   nf_error *err);
+/* The MTP block (backend `mtp`) over n tokens at positions pos0 .. pos0 + n - 1 of the session, in forwards of
+ * up to `chunk`: tokens[i] follows the position whose hidden state is hidden[i]; with all, logits [n][vocab]
+ * and hidden_out [n][H] (may be NULL), else only the last position's ([vocab], [H]: a prompt's rows would
+ * not fit a large vocabulary). A model without an MTP block is refused (NF_ERR_UNSUPPORTED). */
+nf_status nf_engine_mtp(nf_engine *e, const int32_t *tokens, const float *hidden, size_t n, uint32_t pos0, int all,
+                        float *logits, float *hidden_out, nf_error *err);
 /* One token: the same as prefill of 1. */
 nf_status nf_engine_decode(nf_engine *e, int32_t token, nf_error *err);
 

@@ -12,6 +12,7 @@ void nf_engine_truncate(nf_engine *e, uint32_t n)
 {
     /* a hybrid's recurrent state holds all n_past positions and cannot rewind: start over */
     if (n < e->n_past) e->n_past = e->model->cfg.n_linear ? 0 : n;
+    e->mtp_hidden_pos = 0; /* MTP speculation's kept hidden state (spec.h) is of a position no longer held */
 }
 
 /* Room in v for `extra` more ids. */
@@ -57,6 +58,7 @@ typedef struct gen_loop {
     float *rows; /* [spec_k + 1][vocab]: a verification's logits */
     int32_t q[NF_SPEC_MAX_K + 1];
     size_t n_q;
+    nf_spec_mtp *mtp; /* --spec mtp:K, else NULL */
 } gen_loop;
 
 /* Counts and streams one picked token; 1 when it ends generation (st->end says why, or *rc). */
@@ -95,13 +97,24 @@ static nf_status advance(gen_loop *g, int32_t id, nf_error *err)
     const size_t n0 = seq->n;
     const uint32_t past0 = e->n_past;
     seq->ids[seq->n++] = id;
-    const size_t nd = k ? nf_spec_draft(seq->ids, seq->n, k, seq->ids + seq->n) : 0;
+    size_t nd = 0;
+    if (g->mtp) rc = nf_spec_mtp_draft(g->mtp, id, k, seq->ids + seq->n, &nd, err);
+    else if (k) nd = nf_spec_draft(seq->ids, seq->n, k, seq->ids + seq->n);
+    if (rc) {
+        seq->n = n0;
+        return rc;
+    }
     g->st->forwards++;
     if (nd) {
         seq->n += nd;
-        rc = nf_spec_verify(e, g->s, seq->ids, seq->n, nd, g->rows, g->q, &g->n_q, err);
+        rc = g->mtp ? nf_spec_mtp_verify(g->mtp, g->s, seq->ids, seq->n, nd, g->rows, g->q, &g->n_q, err)
+                    : nf_spec_verify(e, g->s, seq->ids, seq->n, nd, g->rows, g->q, &g->n_q, err);
         g->st->drafted += nd;
         if (!rc) g->st->accepted += g->n_q - 1;
+    } else if (g->mtp) {
+        rc = nf_spec_mtp_decode(g->mtp, id, err);
+        g->n_q = 1;
+        if (!rc) rc = nf_engine_next(e, g->s, seq->ids, seq->n, &g->q[0], err);
     } else {
         const int defer = e->defer_logits;
         e->defer_logits = 1; /* decode steps: the next nf_engine_next reads what it needs from the device */
@@ -120,8 +133,13 @@ static int take_all(gen_loop *g, nf_status *rc, nf_error *err)
     for (size_t i = 0; i < g->n_q; i++) {
         if (!take(g, g->q[i], rc, err)) continue;
         const size_t fed_after = i + 1 < g->n_q ? g->n_q - 1 - i : 0; /* q[i .. n_q - 2] are in the cache */
+        const uint32_t keep = g->e->n_past - (uint32_t)fed_after, seq_pos = g->e->n_past - (uint32_t)g->seq->n;
         g->seq->n -= fed_after;
-        nf_engine_truncate(g->e, g->e->n_past - (uint32_t)fed_after);
+        if (g->mtp && fed_after) { /* a hybrid's state goes back to the kept tokens (spec.h) */
+            nf_status r = nf_spec_mtp_truncate(g->mtp, g->seq->ids, seq_pos, keep, err);
+            if (r) *rc = r;
+        } else
+            nf_engine_truncate(g->e, keep);
         return 1;
     }
     return 0;
@@ -141,11 +159,13 @@ static void run_loop(gen_loop *g, nf_status *rc, nf_error *err)
 }
 
 /* With speculation: the check and the verification's logits. */
-static nf_status spec_setup(gen_loop *g, nf_error *err)
+static nf_status spec_setup(gen_loop *g, nf_spec_mtp *mtp, nf_error *err)
 {
     if (!g->p->spec_k) return NF_OK;
-    nf_status st = nf_spec_check(g->e, g->p->spec_k, err);
+    nf_status st = g->p->spec_mtp ? nf_spec_mtp_init(mtp, g->e, g->p->spec_k, err)
+                                  : nf_spec_check(g->e, NF_SPEC_MODE_NGRAM, g->p->spec_k, err);
     if (st) return st;
+    if (g->p->spec_mtp) g->mtp = mtp;
     g->rows = malloc((size_t)(g->p->spec_k + 1) * g->e->model->cfg.vocab * sizeof(float));
     return g->rows ? NF_OK : nf_error_set(err, NF_ERR_NOMEM, "speculation: out of memory");
 }
@@ -157,13 +177,15 @@ nf_status nf_generate(nf_engine *e, const nf_tokenizer *tok, nf_sampler *s, cons
     memset(st, 0, sizeof *st);
     nf_tok_ids own = {0}; /* the sequence when the caller keeps none: the sampler's history and the drafts' source */
     gen_loop g = {.e = e, .s = s, .p = p, .seq = seq ? seq : &own, .st = st, .emit = emit, .ctx = ctx};
-    nf_status rc = spec_setup(&g, err);
+    nf_spec_mtp mtp = {0};
+    nf_status rc = spec_setup(&g, &mtp, err);
     if (rc || (rc = nf_stop_stream_init(&g.ss, tok, p->stops, p->n_stops, err))) {
         free(g.rows);
+        nf_spec_mtp_free(&mtp);
         return rc;
     }
     uint64_t t0 = nf_time_ns();
-    rc = nf_engine_prefill(e, prompt, n_prompt, NULL, err);
+    rc = g.mtp ? nf_spec_mtp_prefill(g.mtp, prompt, n_prompt, err) : nf_engine_prefill(e, prompt, n_prompt, NULL, err);
     if (!rc) rc = push_ids(g.seq, prompt, n_prompt, err);
     st->prompt_tokens = n_prompt;
     st->prompt_s = (double)(nf_time_ns() - t0) * 1e-9;
@@ -173,8 +195,10 @@ nf_status nf_generate(nf_engine *e, const nf_tokenizer *tok, nf_sampler *s, cons
     int stopped = 0;
     if (!rc && st->end != NF_GEN_STOP && !(rc = nf_stop_stream_finish(&g.ss, emit, ctx, &stopped, err)) && stopped)
         st->end = NF_GEN_STOP;
+    if (!rc && g.mtp) rc = nf_spec_mtp_finish(g.mtp, err); /* the block's keys for the next call */
     st->gen_s = (double)(nf_time_ns() - t1) * 1e-9;
     nf_stop_stream_free(&g.ss);
+    nf_spec_mtp_free(&mtp);
     free(g.rows);
     nf_tok_ids_free(&own);
     return rc;

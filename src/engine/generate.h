@@ -18,8 +18,9 @@ typedef struct nf_gen_params {
     size_t n_eos;
     const char *const *stops;  /* [n_stops] strings that end generation */
     size_t n_stops;
-    uint32_t spec_k;           /* 0: off; else prompt-lookup speculation with up to spec_k drafts a step
-                                * (engine/spec.h; hybrids refused) */
+    uint32_t spec_k;           /* 0: off; else speculation with up to spec_k drafts a step (engine/spec.h) */
+    int spec_mtp;              /* the drafts come from the model's MTP block (--spec mtp:K), else prompt lookup
+                                * (--spec ngram:K; hybrids refused) */
 } nf_gen_params;
 
 typedef enum nf_gen_end { NF_GEN_LENGTH = 0, NF_GEN_EOS, NF_GEN_STOP, NF_GEN_CONTEXT } nf_gen_end;

@@ -637,11 +637,21 @@ static void publish(nf_sched *s, seq *q)
     }
 }
 
+/* The history q's penalties look at (nf_seq_params.penalty_reply_only). */
+static const int32_t *pen_hist(const seq *q, size_t *n)
+{
+    const size_t from = q->p.penalty_reply_only ? q->n_prompt : 0;
+    *n = q->n - from;
+    return q->toks + from;
+}
+
 /* The pairs a sequence's sampler needs from the device (0: every logit); with penalize the penalties
  * are applied there first. */
 static uint32_t device_k(const nf_sched *s, const seq *q)
 {
-    return s->be.penalize ? nf_sampler_device_k_penalized(q->sampler) : nf_sampler_device_k(q->sampler, q->toks, q->n);
+    size_t nh;
+    const int32_t *h = pen_hist(q, &nh);
+    return s->be.penalize ? nf_sampler_device_k_penalized(q->sampler) : nf_sampler_device_k(q->sampler, h, nh);
 }
 
 /* One penalize call for the batch: the sequences about to sample with their pairs, the rest empty. */
@@ -651,7 +661,9 @@ static nf_status penalize(nf_sched *s, const plan *b, nf_error *err)
     for (uint32_t i = 0; i < b->S; i++) {
         seq *q = s->batch[i];
         const int samples = q->n_cached + q->take == q->n;
-        nf_status rc = nf_penalty_lists_add(&s->pen, samples ? q->sampler : NULL, q->toks, q->n, err);
+        size_t nh;
+        const int32_t *h = pen_hist(q, &nh);
+        nf_status rc = nf_penalty_lists_add(&s->pen, samples ? q->sampler : NULL, h, nh, err);
         if (rc) return rc;
     }
     if (!s->pen.start[b->S]) return NF_OK; /* no pairs: nothing to change */
@@ -750,7 +762,9 @@ static nf_status after_forward(nf_sched *s, const plan *b, uint32_t k, nf_sched_
             id = nf_sampler_sample_top(q->sampler, s->top_ids + (size_t)i * k, s->top_vals + (size_t)i * k, ki);
         } else {
             const float *l = s->logits + (size_t)i * s->o.vocab;
-            id = nf_sampler_sample(q->sampler, l, q->toks, q->n);
+            size_t nh;
+            const int32_t *h = pen_hist(q, &nh);
+            id = nf_sampler_sample(q->sampler, l, h, nh);
             if (q->p.logprobs) seq_logprobs(q, l, s->o.vocab, id);
         }
         nf_status rc = accept_token(s, q, id, info, err);

@@ -82,6 +82,9 @@ typedef struct nf_seq_params {
     int logprobs;                 /* 1: token events carry log-probabilities (on a device backend every
                                    * step of this sequence then fetches the whole logits row: slower) */
     uint32_t top_logprobs;        /* with logprobs: this many best alternatives (<= NF_SEQ_MAX_TOP_LOGPROBS) */
+    int penalty_reply_only;       /* 1: the penalties' history is the generated tokens alone (OpenAI's
+                                   * presence / frequency count the reply: give sampling.repeat_last_n
+                                   * room for all of it); 0: prompt and reply (llama.cpp's window) */
 } nf_seq_params;
 
 /* The backend as the scheduler drives it (the nf_backend_ops functions of the batch contract). */

@@ -260,12 +260,12 @@ static nf_status want(const nf_model *m, const char *name, int f32_only, const n
 #define WANT2(name, f32, out, a, b) want(m, name, f32, out, err, 2, a, b, 0)
 #define WANT3(name, f32, out, a, b, c) want(m, name, f32, out, err, 3, a, b, c)
 
-static nf_status bind_attention(nf_model *m, uint32_t l, nf_model_layer *ly, char *nm, size_t cap, nf_error *err)
+static nf_status bind_attention(nf_model *m, const char *pre, nf_model_layer *ly, char *nm, size_t cap, nf_error *err)
 {
     const nf_model_config *c = &m->cfg;
     const uint64_t H = c->hidden, q = (uint64_t)c->heads * c->head_dim, kv = (uint64_t)c->kv_heads * c->head_dim;
     nf_status st;
-#define N(s) (snprintf(nm, cap, "blk.%u.%s", l, s), nm)
+#define N(s) (snprintf(nm, cap, "%s%s", pre, s), nm)
     if ((st = WANT1(N("attn_norm"), 1, &ly->attn_norm, H)) || (st = WANT2(N("attn_q"), 0, &ly->attn_q, q, H)) ||
         (st = WANT2(N("attn_k"), 0, &ly->attn_k, kv, H)) || (st = WANT2(N("attn_v"), 0, &ly->attn_v, kv, H)) ||
         (st = WANT2(N("attn_output"), 0, &ly->attn_output, H, q)) || (st = WANT1(N("ffn_norm"), 1, &ly->ffn_norm, H)))
@@ -282,7 +282,7 @@ static nf_status bind_attention(nf_model *m, uint32_t l, nf_model_layer *ly, cha
 }
 
 /* A Gated DeltaNet layer's token mixer and its two norms. */
-static nf_status bind_gdn(nf_model *m, uint32_t l, nf_model_layer *ly, char *nm, size_t cap, nf_error *err)
+static nf_status bind_gdn(nf_model *m, const char *pre, nf_model_layer *ly, char *nm, size_t cap, nf_error *err)
 {
     const nf_model_config *c = &m->cfg;
     const uint64_t H = c->hidden, conv = nf_model_conv_dim(c), Hv = c->ssm_v_heads, Vd = Hv * c->ssm_v_dim;
@@ -298,16 +298,17 @@ static nf_status bind_gdn(nf_model *m, uint32_t l, nf_model_layer *ly, char *nm,
     return NF_OK;
 }
 
-static nf_status bind_mlp(nf_model *m, uint32_t l, nf_model_layer *ly, char *nm, size_t cap, nf_error *err)
+static nf_status bind_mlp(nf_model *m, const char *pre, int is_moe, nf_model_layer *ly, char *nm, size_t cap,
+                          nf_error *err)
 {
     const nf_model_config *c = &m->cfg;
     const uint64_t H = c->hidden, E = c->experts, I = c->moe_inter, S = c->shared_inter, D = c->dense_inter;
     nf_status st;
-    ly->is_moe = c->moe_layers[l];
+    ly->is_moe = is_moe;
     if (!ly->is_moe) {
         if (!D)
-            return nf_error_set(err, NF_ERR_FORMAT, "%s: layer %u is dense but model.dense_inter is 0 or missing",
-                                nf_artifact_path(m->art), l);
+            return nf_error_set(err, NF_ERR_FORMAT, "%s: layer %s is dense but model.dense_inter is 0 or missing",
+                                nf_artifact_path(m->art), pre);
         if ((st = WANT2(N("ffn_gate"), 0, &ly->ffn_gate, D, H)) || (st = WANT2(N("ffn_up"), 0, &ly->ffn_up, D, H)) ||
             (st = WANT2(N("ffn_down"), 0, &ly->ffn_down, H, D)))
             return st;
@@ -325,6 +326,28 @@ static nf_status bind_mlp(nf_model *m, uint32_t l, nf_model_layer *ly, char *nm,
     return NF_OK;
 }
 
+/* The hybrids' MTP block, present exactly when the artifact has `mtp.fc` (docs/hybrid.md "MTP"). */
+static nf_status bind_mtp(nf_model *m, char *nm, size_t cap, nf_error *err)
+{
+    const nf_model_config *c = &m->cfg;
+    const uint64_t H = c->hidden;
+    if (!nf_artifact_find_tensor(m->art, "mtp.fc")) return NF_OK;
+    if (!c->n_linear)
+        return nf_error_set(err, NF_ERR_FORMAT, "%s: tensor 'mtp.fc' in a %s artifact; MTP blocks are read for the "
+                            "Gated DeltaNet hybrids only", nf_artifact_path(m->art), nf_arch_name(c->arch));
+    nf_status st;
+    if ((st = WANT2("mtp.fc", 0, &m->mtp_fc, H, 2 * H)) || (st = WANT1("mtp.norm_embd", 1, &m->mtp_norm_embd, H)) ||
+        (st = WANT1("mtp.norm_hidden", 1, &m->mtp_norm_hidden, H)) ||
+        (st = WANT1("mtp.output_norm", 1, &m->mtp_output_norm, H)))
+        return st;
+    if (!(m->mtp = calloc(1, sizeof *m->mtp))) return nf_error_set(err, NF_ERR_NOMEM, "out of memory");
+    const int moe = c->experts && nf_artifact_find_tensor(m->art, "mtp.blk.0.ffn_gate_inp") != NULL;
+    if ((st = bind_attention(m, "mtp.blk.0.", m->mtp, nm, cap, err)) ||
+        (st = bind_mlp(m, "mtp.blk.0.", moe, m->mtp, nm, cap, err)))
+        return st;
+    return NF_OK;
+}
+
 static nf_status bind_all(nf_model *m, nf_error *err)
 {
     const nf_model_config *c = &m->cfg;
@@ -336,13 +359,15 @@ static nf_status bind_all(nf_model *m, nf_error *err)
     else if ((st = WANT2("output", 0, &m->output, c->vocab, c->hidden))) return st;
     m->layers = calloc(c->layers, sizeof *m->layers);
     if (!m->layers) return nf_error_set(err, NF_ERR_NOMEM, "out of memory");
-    char nm[64];
-    for (uint32_t l = 0; l < c->layers; l++)
-        if ((st = c->linear_layers && c->linear_layers[l] ? bind_gdn(m, l, &m->layers[l], nm, sizeof nm, err)
-                                                          : bind_attention(m, l, &m->layers[l], nm, sizeof nm, err)) ||
-            (st = bind_mlp(m, l, &m->layers[l], nm, sizeof nm, err)))
+    char nm[64], pre[24];
+    for (uint32_t l = 0; l < c->layers; l++) {
+        snprintf(pre, sizeof pre, "blk.%u.", l);
+        if ((st = c->linear_layers && c->linear_layers[l] ? bind_gdn(m, pre, &m->layers[l], nm, sizeof nm, err)
+                                                          : bind_attention(m, pre, &m->layers[l], nm, sizeof nm, err)) ||
+            (st = bind_mlp(m, pre, c->moe_layers[l], &m->layers[l], nm, sizeof nm, err)))
             return st;
-    return NF_OK;
+    }
+    return bind_mtp(m, nm, sizeof nm, err);
 }
 
 nf_status nf_model_from_artifact(nf_artifact *art, nf_model **out, nf_error *err)
@@ -378,6 +403,7 @@ void nf_model_free(nf_model *m)
     if (!m) return;
     nf_model_config_free(&m->cfg);
     free(m->layers);
+    free(m->mtp);
     nf_artifact_close(m->art);
     free(m);
 }

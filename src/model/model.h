@@ -101,6 +101,10 @@ typedef struct nf_model {
     const nf_tensor *output_norm; /* [H] f32 */
     const nf_tensor *output;      /* [vocab][H]; token_embd when tie_embeddings */
     nf_model_layer *layers;       /* [L] */
+    /* The hybrids' MTP block (docs/hybrid.md "MTP"); all NULL when the artifact has none */
+    const nf_tensor *mtp_fc;                       /* [H][2H]: columns 0..H-1 the normed embedding, then the hidden */
+    const nf_tensor *mtp_norm_embd, *mtp_norm_hidden, *mtp_output_norm; /* [H] f32 (1 + w) */
+    nf_model_layer *mtp;                           /* one full-attention layer, `mtp.blk.0.*` */
 } nf_model;
 
 /* Opens and validates the artifact at path, reads the config and binds every tensor. Errors name

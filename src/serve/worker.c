@@ -111,11 +111,19 @@ static void on_event(void *ctx, const nf_seq_event *ev)
 static nf_seq_params params_of(live *l)
 {
     const nf_serve_req *r = &l->j->req;
-    return (nf_seq_params){.sampling = r->sampling, .max_new = r->max_tokens,
-                           .eos = r->ignore_eos ? NULL : l->w->o.eos, .n_eos = r->ignore_eos ? 0 : l->w->o.n_eos,
-                           .stops = (const char *const *)r->stops, .n_stops = r->n_stops,
-                           .logprobs = r->logprobs, .top_logprobs = (uint32_t)r->top_logprobs,
-                           .emit = on_event, .ctx = l};
+    nf_seq_params p = {.sampling = r->sampling, .max_new = r->max_tokens,
+                       .eos = r->ignore_eos ? NULL : l->w->o.eos, .n_eos = r->ignore_eos ? 0 : l->w->o.n_eos,
+                       .stops = (const char *const *)r->stops, .n_stops = r->n_stops,
+                       .logprobs = r->logprobs, .top_logprobs = (uint32_t)r->top_logprobs,
+                       .emit = on_event, .ctx = l};
+    /* OpenAI's presence and frequency penalties count every token of the reply and none of the
+     * prompt; with llama.cpp's repetition penalty on, all three keep llama-server's window (the last
+     * 64 tokens of prompt and reply: one window serves every penalty) */
+    if (r->sampling.repeat_penalty == 1.0f) {
+        p.penalty_reply_only = 1;
+        p.sampling.repeat_last_n = (int)r->max_tokens;
+    }
+    return p;
 }
 
 static void drop_job(worker *w, nf_serve_job *j)

@@ -32,6 +32,20 @@ static inline size_t fx_argmax(const float *l, size_t n)
     return b;
 }
 
+/* The median fx_rel_l2 of `rows` rows of V values each (rows <= 4096). */
+static inline double fx_median_rows(const float *a, const float *b, size_t rows, size_t V)
+{
+    double d[4096];
+    size_t n = rows < 4096 ? rows : 4096;
+    for (size_t t = 0; t < n; t++) d[t] = fx_rel_l2(a + t * V, b + t * V, V);
+    for (size_t i = 1; i < n; i++) /* insertion sort: a few hundred rows at most */
+        for (size_t j = i; j > 0 && d[j - 1] > d[j]; j--) {
+            double t = d[j];
+            d[j] = d[j - 1], d[j - 1] = t;
+        }
+    return n ? (n % 2 ? d[n / 2] : 0.5 * (d[n / 2 - 1] + d[n / 2])) : 0;
+}
+
 /* The largest fx_rel_l2 of `rows` rows of V values each. */
 static inline double fx_worst_rows(const float *a, const float *b, size_t rows, size_t V)
 {
@@ -40,8 +54,13 @@ static inline double fx_worst_rows(const float *a, const float *b, size_t rows, 
     return w;
 }
 
-/* Loads the artifact at path and runs the CPU engine on it (`reference`: the reference path, else
- * the fast one; prompt chunks of `chunk`): the prefill logits [P][V] of ids, then G greedy steps
+/* How fx_run_greedy runs the CPU engine: the fast path (int8 activations into q8_0 / k-quant
+ * products, the default), the reference path (dequantize + double dot), or the fast path with f32
+ * activations (no_a8). */
+enum { FX_FAST = 0, FX_REFERENCE = 1, FX_FAST_F32 = 2 };
+
+/* Loads the artifact at path and runs the CPU engine on it (`reference`: FX_FAST, FX_REFERENCE or
+ * FX_FAST_F32; prompt chunks of `chunk`): the prefill logits [P][V] of ids, then G greedy steps
  * (their tokens, and each step's logits [G][V]). Failures count as CHECKs. */
 static inline void fx_run_greedy(const char *path, int reference, uint32_t chunk, const int32_t *ids, size_t P,
                                  size_t G, float *pre, int32_t *greedy, float *gl)
@@ -54,7 +73,8 @@ static inline void fx_run_greedy(const char *path, int reference, uint32_t chunk
         return;
     }
     const size_t V = m->cfg.vocab;
-    nf_engine_opts o = {.threads = 2, .ctx = (uint32_t)(P + G), .chunk = chunk, .reference = reference};
+    nf_engine_opts o = {.threads = 2, .ctx = (uint32_t)(P + G), .chunk = chunk, .reference = reference == FX_REFERENCE,
+                        .no_a8 = reference == FX_FAST_F32};
     if (nf_engine_create(m, &o, &eng, &e)) {
         CHECK_MSG(0, "%s", e.msg);
         nf_model_free(m);

@@ -4,6 +4,9 @@
 #ifndef NF_TEST_LETTERS_TOKENIZER_H
 #define NF_TEST_LETTERS_TOKENIZER_H
 
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "tokenizer/tokenizer.h"
 
 /* A byte-level BPE tokenizer over the given token strings (no merges), named `source` in errors. */
@@ -17,6 +20,24 @@ static inline nf_tokenizer *toy_tokenizer(const char *const *tokens, uint32_t n,
     nf_tokenizer *t = NULL;
     nf_error e;
     if (nf_tok_create(&d, &t, &e)) CHECK_MSG(0, "tokenizer: %s", e.msg);
+    return t;
+}
+
+/* Token i decodes to "t<i>" (V of them): text for the text stream and stop strings. */
+static inline nf_tokenizer *names_tokenizer(uint32_t V)
+{
+    char *buf = malloc((size_t)V * 12);
+    const char **tokens = malloc((size_t)V * sizeof *tokens);
+    nf_tokenizer *t = NULL;
+    if (buf && tokens) {
+        for (uint32_t i = 0; i < V; i++) {
+            snprintf(buf + (size_t)i * 12, 12, "t%u", i);
+            tokens[i] = buf + (size_t)i * 12;
+        }
+        t = toy_tokenizer(tokens, V, "test names"); /* nf_tok_create copies the strings */
+    }
+    free(buf);
+    free(tokens);
     return t;
 }
 

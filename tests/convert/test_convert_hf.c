@@ -387,6 +387,77 @@ static void check_refusals(void)
     nf_artifact_close(a);
 }
 
+/* The hybrids' MTP block (docs/hybrid.md "MTP"): qwen3_next's mtp.* keys land under their schema names
+ * with their values (mtp.fc's rows as they are, the zero-centred norms as 1 + w, the layer's experts
+ * and q_proj split like a main layer's); a second MTP layer is refused by name. */
+static void check_mtp(void)
+{
+    char out[512], d[768], cmd[2048];
+    nf_error err = {0};
+    const char *src = NF_TEST_DATA "/fixtures/models/qwen3_next";
+    snprintf(out, sizeof out, "%s/mtp.nf", tmpdir);
+    CHECK_MSG(convert(src, "bf16", 0, out, &err) == NF_OK, "%s", err.msg);
+    nf_artifact *a = NULL;
+    nf_st_set *st = NULL;
+    CHECK(nf_artifact_open(out, &a, NULL) == NF_OK);
+    CHECK(nf_st_set_open(src, &st, NULL) == NF_OK);
+    if (a && st) {
+        CHECK(rows_match(a, "mtp.fc", 0, nf_st_set_find(st, "mtp.fc.weight"), 0));
+        CHECK(rows_match(a, "mtp.blk.0.attn_k", 0, nf_st_set_find(st, "mtp.layers.0.self_attn.k_proj.weight"), 0));
+        CHECK(rows_match(a, "mtp.blk.0.ffn_gate_up_exps", 0,
+                         nf_st_set_find(st, "mtp.layers.0.mlp.experts.0.gate_proj.weight"), 0));
+        CHECK(rows_match(a, "mtp.blk.0.ffn_gate_up_exps", 16, nf_st_set_find(st, "mtp.layers.0.mlp.experts.0.up_proj.weight"), 0));
+        static const char *const norms[][2] = {{"mtp.norm_embd", "mtp.pre_fc_norm_embedding.weight"},
+                                               {"mtp.norm_hidden", "mtp.pre_fc_norm_hidden.weight"},
+                                               {"mtp.output_norm", "mtp.norm.weight"},
+                                               {"mtp.blk.0.attn_norm", "mtp.layers.0.input_layernorm.weight"}};
+        for (int i = 0; i < 4; i++) {
+            const nf_tensor *t = nf_artifact_find_tensor(a, norms[i][0]);
+            const nf_st_tensor *w = nf_st_set_find(st, norms[i][1]);
+            float x[64], y[64];
+            CHECK_MSG(t && w && t->layout.cols == 64 && w->n_elems == 64, "%s", norms[i][0]);
+            if (!t || !w || t->layout.cols != 64 || w->n_elems != 64) continue;
+            art_row(t, 0, x);
+            st_row(w, 0, y);
+            int same = 1;
+            for (int k = 0; k < 64; k++) same &= x[k] == 1.0f + y[k];
+            CHECK_MSG(same, "%s is not 1 + %s", norms[i][0], norms[i][1]);
+        }
+    }
+    if (a) CHECK(nf_artifact_find_tensor(a, "mtp.blk.0.attn_gate") && nf_artifact_find_tensor(a, "mtp.blk.0.ffn_gate_inp"));
+    nf_st_set_close(st);
+    nf_artifact_close(a);
+    /* a second MTP layer: the fixture's keys through an index, one more in a file of its own */
+    snprintf(d, sizeof d, "%s/mtp2", tmpdir);
+    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s && cp %s/model.safetensors %s/part1.safetensors && cp %s/config.json %s/",
+             d, d, src, d, src, d);
+    CHECK(system(cmd) == 0);
+    st = NULL;
+    CHECK(nf_st_set_open(src, &st, NULL) == NF_OK);
+    snprintf(cmd, sizeof cmd, "%s/model.safetensors.index.json", d);
+    FILE *f = fopen(cmd, "w");
+    if (f && st) {
+        fprintf(f, "{\"metadata\": {}, \"weight_map\": {\"mtp.layers.1.input_layernorm.weight\": \"extra.safetensors\"");
+        for (size_t i = 0; i < nf_st_set_count(st); i++)
+            fprintf(f, ", \"%s\": \"part1.safetensors\"", nf_st_set_at(st, i)->name);
+        fprintf(f, "}}\n");
+    }
+    if (f) fclose(f);
+    nf_st_set_close(st);
+    snprintf(cmd, sizeof cmd, "%s/extra.safetensors", d);
+    if ((f = fopen(cmd, "wb"))) {
+        char hdr[128];
+        int n = snprintf(hdr, sizeof hdr, "{\"mtp.layers.1.input_layernorm.weight\":{\"dtype\":\"F32\",\"shape\":[64],"
+                         "\"data_offsets\":[0,256]}}");
+        while (n % 8) hdr[n++] = ' ';
+        const uint64_t len = (uint64_t)n;
+        const float zero[64] = {0};
+        fwrite(&len, 8, 1, f), fwrite(hdr, 1, (size_t)n, f), fwrite(zero, 4, 64, f);
+        fclose(f);
+    }
+    expect_refusal(d, NULL, NF_ERR_UNSUPPORTED, "mtp.layers.1.input_layernorm.weight", "more than one MTP layer");
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/nf_convert_test.XXXXXX");
@@ -400,6 +471,7 @@ int main(void)
     check_modelopt_planes();
     check_refusals();
     check_qkv_bias();
+    check_mtp();
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0) return 1;

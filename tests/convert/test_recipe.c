@@ -33,9 +33,10 @@ static const doc_row doc[] = {
     {{"blk.%d.attn_v"},
      {BF, Q8, P("q4_k", .e8 = "q8_0", .more_bits = "q6_k"), P("q5_k", .e8 = "q8_0", .more_bits = "q6_k"), BF, Q8}},
     {{"blk.%d.attn_output"}, {BF, Q8, P("q4_k", .e8 = "q5_k"), P("q5_k"), BF, Q8}},
-    {{"blk.%d.ffn_gate", "blk.%d.ffn_up", "blk.%d.ffn_gate_up_shexp"}, {BF, Q8, P("q4_k"), P("q5_k"), BF, Q8}},
-    {{"blk.%d.ffn_down", "blk.%d.ffn_down_shexp"},
-     {BF, Q8, P("q4_k", .more_bits = "q6_k"), P("q5_k", .more_bits = "q6_k"), BF, Q8}},
+    {{"blk.%d.ffn_gate", "blk.%d.ffn_up"}, {BF, Q8, P("q4_k"), P("q5_k"), BF, Q8}},
+    {{"blk.%d.ffn_down"}, {BF, Q8, P("q4_k", .more_bits = "q6_k"), P("q5_k", .more_bits = "q6_k"), BF, Q8}},
+    {{"blk.%d.ffn_gate_up_shexp"}, {BF, Q8, P("q4_k"), P("q5_k"), P("nvfp4"), Q8}},
+    {{"blk.%d.ffn_down_shexp"}, {BF, Q8, P("q4_k", .more_bits = "q6_k"), P("q5_k", .more_bits = "q6_k"), P("nvfp4"), Q8}},
     {{"blk.%d.ffn_gate_up_exps"}, {BF, Q8, P("q4_k"), P("q4_k"), P("nvfp4"), Q8}},
     {{"blk.%d.ffn_down_exps"}, {BF, Q8, P("q6_k"), P("q5_k"), P("nvfp4"), Q8}},
     /* norms, biases, the shared-expert gate, routers: f32 in every recipe */

@@ -4,7 +4,12 @@
  * and bf16 caches, the router (ties, renormalisation) and the whole sparse-MoE block with a shared
  * expert. Tolerances: an f32 dot of n terms has error <= ~n * 2^-24 * sum|w x| in the worst case;
  * the SIMD kernels split it over 8..16 lanes, so we allow 4e-6 * sum|w x| + 1e-30 for n <= 512
- * (a quarter of the worst case, 20x the typical), and the reference path (double dot) 1e-6 relative. */
+ * (a quarter of the worst case, 20x the typical), and the reference path (double dot) 1e-6 relative.
+ * These run with f32 activations (nf_cpu_set_a8 off). With int8 activations (the default) the
+ * q8_0 / k-quant products must equal, bit for bit, the codec's integer kernel (one token) or its
+ * repacked tile (several, where the ISA has one; codec/a8.h) run directly on the quantised rows,
+ * whatever the threads, row sub-view and batch (jobs sharing an input, which is quantised once; a
+ * job's segments); the kernels' accuracy is test_codec_a8's. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +86,79 @@ static double gemm_err(const enc *e, const float *x, size_t n, const float *y, s
             if (d > worst) worst = d;
         }
     return worst;
+}
+
+/* The integer kernel run directly: y[t][r] for rows r0.. of e over n tokens of x. */
+static void a8_direct(const enc *e, const float *x, size_t n, uint32_t r0, uint32_t rows, float *y)
+{
+    const uint32_t cols = e->w.cols;
+    const size_t rb = nf_a8_row_bytes(cols);
+    uint8_t *xa = malloc(n * rb);
+    for (size_t t = 0; t < n; t++) nf_a8_quantize_row(x + t * cols, xa + t * rb, cols, nf_isa_selected());
+    const nf_a8_tile_fn tile = nf_codec_a8_tile(e->w.codec, nf_isa_selected());
+    const uint8_t *w = e->w.data + (size_t)r0 * e->w.row_bytes;
+    if (n > 1 && tile) { /* several tokens: the repacked tile, 16 rows at a time (the gemm's row blocks) */
+        void *scratch = malloc(nf_a8_tile_scratch(cols));
+        for (uint32_t r = 0; r < rows; r += 16)
+            tile(w + (size_t)r * e->w.row_bytes, e->w.row_bytes, rows - r < 16 ? rows - r : 16, xa, rb, n, y + r, rows,
+                 cols, scratch);
+        free(scratch);
+    } else {
+        nf_codec_a8_kernel(e->w.codec, nf_isa_selected())(w, e->w.row_bytes, rows, xa, rb, n, y, rows, cols);
+    }
+    free(xa);
+}
+
+static void test_gemm_a8(nf_cpu *c1, nf_cpu *c3)
+{
+    const nf_codec_id ids[] = {NF_CODEC_Q8_0, NF_CODEC_Q4_K, NF_CODEC_Q5_K, NF_CODEC_Q6_K};
+    const uint32_t rows = 100, cols = 512;
+    float *x = malloc(17 * cols * sizeof(float)), *y = malloc(17 * rows * sizeof(float)),
+          *ye = malloc(17 * rows * sizeof(float)), *y2 = malloc(17 * rows * sizeof(float));
+    for (size_t i = 0; i < 17 * cols; i++) x[i] = frand();
+    nf_cpu_set_a8(c1, 1), nf_cpu_set_a8(c3, 1);
+    enc e[4];
+    for (size_t k = 0; k < 4; k++) {
+        encode(&e[k], ids[k], rows, cols, 1);
+        const size_t ns[] = {1, 3, 17};
+        for (size_t j = 0; j < 3; j++) {
+            a8_direct(&e[k], x, ns[j], 0, rows, ye);
+            nf_cpu_gemm(c1, &e[k].w, x, cols, y, rows, ns[j]);
+            CHECK_MSG(memcmp(y, ye, ns[j] * rows * sizeof(float)) == 0, "%s n=%zu: int8 gemm differs from its kernel",
+                      e[k].w.codec->name, ns[j]);
+            nf_cpu_gemm(c3, &e[k].w, x, cols, y, rows, ns[j]);
+            CHECK_MSG(memcmp(y, ye, ns[j] * rows * sizeof(float)) == 0, "%s n=%zu: int8 gemm, 3 threads",
+                      e[k].w.codec->name, ns[j]);
+        }
+        nf_cpu_weight sub = nf_cpu_weight_rows(&e[k].w, 37, 40);
+        nf_cpu_gemm(c3, &sub, x, cols, y, 40, 3);
+        a8_direct(&e[k], x, 3, 37, 40, ye);
+        CHECK_MSG(memcmp(y, ye, 3 * 40 * sizeof(float)) == 0, "%s: int8 gemm on a sub-view", e[k].w.codec->name);
+    }
+    /* one batch: q8_0 and q4_k on the same 5 tokens (one quantisation), q6_k on other rows of x in
+     * two segments, q5_k on one token, f32 beside them: each equal to its product alone */
+    enc f;
+    encode(&f, NF_CODEC_F32, rows, cols, 1);
+    const uint32_t seg[3] = {0, 1, 4};
+    nf_cpu_gemm_job jobs[5] = {
+        {e[0].w, x, cols, y, rows, 5, NULL, 0},
+        {e[1].w, x, cols, y + 5 * rows, rows, 5, NULL, 0},
+        {e[3].w, x + 7 * cols, cols, y + 10 * rows, rows, 4, seg, 2},
+        {e[2].w, x + 3 * cols, cols, y + 14 * rows, rows, 1, NULL, 0},
+        {f.w, x, cols, y + 15 * rows, rows, 2, NULL, 0},
+    };
+    nf_cpu_gemm_batch(c3, jobs, 5);
+    for (int j = 0; j < 5; j++) {
+        nf_cpu_gemm_job alone = jobs[j];
+        alone.y = y2;
+        nf_cpu_gemm_batch(c1, &alone, 1);
+        CHECK_MSG(memcmp(jobs[j].y, y2, jobs[j].n * rows * sizeof(float)) == 0, "batch job %d (%s) differs from alone", j,
+                  jobs[j].w.codec->name);
+    }
+    for (size_t k = 0; k < 4; k++) enc_free(&e[k]);
+    enc_free(&f);
+    nf_cpu_set_a8(c1, 0), nf_cpu_set_a8(c3, 0);
+    free(x), free(y), free(ye), free(y2);
 }
 
 static void test_gemm(nf_cpu *c1, nf_cpu *c3)
@@ -390,6 +468,9 @@ int main(void)
     nf_cpu *c1, *c3;
     CHECK(nf_cpu_create(1, 768, 64, &c1, NULL) == NF_OK); /* max_cols: the widest row test_gemm_ragged uses */
     CHECK(nf_cpu_create(3, 768, 64, &c3, NULL) == NF_OK);
+    CHECK(nf_cpu_a8(c1) && nf_cpu_a8(c3)); /* on by default; the f32-activation bounds below need it off */
+    nf_cpu_set_a8(c1, 0), nf_cpu_set_a8(c3, 0);
+    test_gemm_a8(c1, c3);
     test_gemm(c1, c3);
     test_gemm_ragged(c1, c3);
     test_gemm_segments(c1, c3);

@@ -51,6 +51,10 @@
 #include "common/engine_fixture.h"
 
 enum { PT = 16, CTX = 256, NPS = CTX / PT, MAXS = 4, POOL = 72, CHUNK = 256, STEPS = 7, NONE = 0x7fffffff };
+#define FXB_TOKENS CHUNK
+#define FXB_SEQS MAXS
+#define FXB_STRIDE NPS
+#include "common/batch_builder.h"
 
 /* Tokens of each sequence at each step (0: absent); steps 5 and 6 are decode-only. */
 static const uint32_t plan[MAXS][STEPS] = {
@@ -66,26 +70,6 @@ typedef struct bounds {
 
 static int32_t token_of(uint32_t seq, uint32_t pos, uint32_t V) { return (int32_t)((seq * 31 + pos * 17 + 5) % V); }
 
-typedef struct batch_buf {
-    int32_t tokens[CHUNK];
-    uint32_t seq_start[MAXS + 1], pos0[MAXS], pages[MAXS * NPS], n_seqs;
-} batch_buf;
-
-static void batch_add(batch_buf *bb, const uint32_t *pages, uint32_t pos0, const int32_t *tokens, uint32_t n)
-{
-    const uint32_t i = bb->n_seqs++, t0 = bb->seq_start[i];
-    memcpy(bb->tokens + t0, tokens, n * sizeof(int32_t));
-    memcpy(bb->pages + (size_t)i * NPS, pages, NPS * sizeof(uint32_t));
-    bb->pos0[i] = pos0;
-    bb->seq_start[i + 1] = t0 + n;
-}
-
-static nf_batch batch_of(const batch_buf *bb)
-{
-    return (nf_batch){.n_tokens = bb->seq_start[bb->n_seqs], .n_seqs = bb->n_seqs, .tokens = bb->tokens,
-                      .seq_start = bb->seq_start, .pos0 = bb->pos0, .pages = bb->pages, .page_stride = NPS};
-}
-
 static nf_engine *engine(const nf_model *m, uint32_t max_seqs, int no_graphs)
 {
     nf_engine_opts o = {.device = "cuda", .ctx = CTX, .chunk = CHUNK, .page_tokens = PT, .max_seqs = max_seqs,
@@ -95,18 +79,6 @@ static nf_engine *engine(const nf_model *m, uint32_t max_seqs, int no_graphs)
     nf_error err;
     CHECK_MSG(nf_engine_create(m, &o, &e, &err) == NF_OK, "%s", err.msg);
     return e;
-}
-
-static void shuffled_pages(uint32_t *perm)
-{
-    uint64_t r = 777;
-    for (uint32_t i = 0; i < POOL; i++) perm[i] = i;
-    for (uint32_t i = POOL - 1; i > 0; i--) {
-        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
-        uint32_t j = (uint32_t)((r >> 33) % (i + 1)), t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
 }
 
 /* Expert sets of tokens [a, a + n) of a trace [L][T][k] against rows [0, n) of a trace [L][n][k]. */
@@ -162,7 +134,7 @@ static void mix(const nf_model *m, nf_engine *be, const char *what, bounds bd, f
     uint32_t perm[POOL], len[MAXS] = {0};
     int diverged[MAXS] = {0};
     tally t = {.n = 0};
-    shuffled_pages(perm);
+    shuffled_pages(perm, POOL, 777);
     nf_error err;
     for (int step = 0; step < STEPS && be && logits && tr && rb; step++) {
         batch_buf bb = {.n_seqs = 0};
@@ -175,7 +147,7 @@ static void mix(const nf_model *m, nf_engine *be, const char *what, bounds bd, f
             batch_add(&bb, perm + s * NPS, len[s], ids[s], plan[s][step]);
             len[s] += plan[s][step];
         }
-        const nf_batch b = batch_of(&bb);
+        const nf_batch b = batch_of(&bb, 0);
         if (be->ops->forward(be->state, &b, logits, &err) || nf_engine_routing(be, tr, &err)) {
             CHECK_MSG(0, "%s: step %d: %s", what, step, err.msg);
             break;
@@ -216,7 +188,7 @@ static void shared_prefix(const nf_model *m, const char *what, bounds bd)
     nf_error err;
     batch_buf bb = {.n_seqs = 0};
     batch_add(&bb, pz, 0, pre, P);
-    nf_batch b = batch_of(&bb);
+    nf_batch b = batch_of(&bb, 0);
     int ok = be && logits && be->ops->forward(be->state, &b, logits, &err) == NF_OK;
     CHECK_MSG(ok, "%s: prefix: %s", what, be ? err.msg : "no engine");
     for (int s = 0; ok && s < 3; s++) {
@@ -240,7 +212,7 @@ static void shared_prefix(const nf_model *m, const char *what, bounds bd)
                 len[s] += steps[st][s];
                 who[nw++] = s;
             }
-        b = batch_of(&bb);
+        b = batch_of(&bb, 0);
         if (be->ops->forward(be->state, &b, logits, &err)) {
             CHECK_MSG(0, "%s: shared: %s", what, err.msg);
             break;
@@ -262,7 +234,7 @@ static void shared_prefix(const nf_model *m, const char *what, bounds bd)
         bad[1] = POOL;
         bb = (batch_buf){.n_seqs = 0};
         batch_add(&bb, bad, 20, ids[0], 1);
-        b = batch_of(&bb);
+        b = batch_of(&bb, 0);
         CHECK(be->ops->forward(be->state, &b, logits, &err) == NF_ERR_INVALID_ARG);
         CHECK(be->ops->copy_page(be->state, POOL, 0, &err) == NF_ERR_INVALID_ARG);
     }

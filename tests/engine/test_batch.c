@@ -35,6 +35,10 @@
 #include "nf_test.h"
 
 enum { PT = 4, CTX = 40, NPS = CTX / PT, MAXS = 4, POOL = 48, CHUNK = 64, STEPS = 6, NONE = 0x7fffffff };
+#define FXB_TOKENS CHUNK
+#define FXB_SEQS MAXS
+#define FXB_STRIDE NPS
+#include "common/batch_builder.h"
 
 /* Tokens of each sequence at each step (0: absent). */
 static const uint32_t plan[MAXS][STEPS] = {
@@ -46,28 +50,6 @@ static const uint32_t plan[MAXS][STEPS] = {
 
 static int32_t token_of(uint32_t seq, uint32_t pos) { return (int32_t)((seq * 31 + pos * 17 + 5) % SY_V); }
 
-/* A batch under construction: the pieces of up to MAXS sequences. */
-typedef struct batch_buf {
-    int32_t tokens[CHUNK];
-    uint32_t seq_start[MAXS + 1], pos0[MAXS], pages[MAXS * NPS], n_seqs;
-} batch_buf;
-
-static void batch_add(batch_buf *bb, const uint32_t *pages, uint32_t pos0, const int32_t *tokens, uint32_t n)
-{
-    const uint32_t i = bb->n_seqs++, t0 = bb->seq_start[i];
-    memcpy(bb->tokens + t0, tokens, n * sizeof(int32_t));
-    memcpy(bb->pages + (size_t)i * NPS, pages, NPS * sizeof(uint32_t));
-    bb->pos0[i] = pos0;
-    bb->seq_start[i + 1] = t0 + n;
-}
-
-static nf_batch batch_of(const batch_buf *bb, int all_logits)
-{
-    return (nf_batch){.n_tokens = bb->seq_start[bb->n_seqs], .n_seqs = bb->n_seqs, .tokens = bb->tokens,
-                      .seq_start = bb->seq_start, .pos0 = bb->pos0, .pages = bb->pages, .page_stride = NPS,
-                      .all_logits = all_logits};
-}
-
 static nf_engine *engine(const nf_model *m, uint32_t max_seqs, int kv_bf16, int trace)
 {
     nf_engine_opts o = {.threads = 2, .ctx = CTX, .chunk = CHUNK, .page_tokens = PT, .kv_bf16 = kv_bf16,
@@ -76,19 +58,6 @@ static nf_engine *engine(const nf_model *m, uint32_t max_seqs, int kv_bf16, int 
     nf_error err;
     CHECK_MSG(nf_engine_create(m, &o, &e, &err) == NF_OK, "%s", err.msg);
     return e;
-}
-
-/* The pool's pages in a fixed shuffled order (Fisher-Yates over an LCG). */
-static void shuffled_pages(uint32_t *perm)
-{
-    uint64_t r = 12345;
-    for (uint32_t i = 0; i < POOL; i++) perm[i] = i;
-    for (uint32_t i = POOL - 1; i > 0; i--) {
-        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
-        uint32_t j = (uint32_t)((r >> 33) % (i + 1)), t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
 }
 
 /* Sequence i of the last batch against its piece run alone on `alone` (advancing it): logits
@@ -120,7 +89,7 @@ static void mix(const nf_model *m, const char *name, int kv_bf16, int all_logits
     float *logits = malloc(CHUNK * V * sizeof(float)), *buf = malloc(CHUNK * V * sizeof(float));
     int32_t *tr = malloc(L * CHUNK * (k ? k : 1) * sizeof(int32_t)), *rb = malloc(L * CHUNK * (k ? k : 1) * sizeof(int32_t));
     uint32_t perm[POOL], len[MAXS] = {0};
-    shuffled_pages(perm);
+    shuffled_pages(perm, POOL, 12345);
     nf_error err;
     for (int step = 0; step < STEPS && be; step++) {
         batch_buf bb = {.n_seqs = 0};

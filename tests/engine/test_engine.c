@@ -5,6 +5,13 @@
  *     dequantized f32 tiles): rel-L2 <= 1e-5 (the same products summed in another f32 order: at most
  *     ~n 2^-24 = 1.5e-5 of sum|w x| per dot in the worst case, typically 100x less);
  *   - the fast path vs the reference path (dequantize + double dot): rel-L2 <= 1e-5, same argument;
+ *   (the four checks above with f32 activations, no_a8; with the default int8 activations into the
+ *   q8_0 products the threads check stays bit-identical, and chunks of 3 / one token at a time stay
+ *   within 1e-5 of one chunk: every token of a product runs the same integer kernel whatever the
+ *   chunk, only the f32 router and attention round differently, which can move an activation
+ *   across a rounding boundary of its quantisation; against the reference path the bound is
+ *   sqrt(4 L + 1) sqrt(32) / 254 (L = 2 layers: at most 4 quantised inputs per layer and the head,
+ *   each moved by at most sqrt(32) / 254 in relative L2: codec/a8.h, tests/engine/test_oracle_tiny.c);
  *   - errors: a sequence past the context and a token id outside the vocabulary are refused with
  *     the numbers in the message, and the session is still usable afterwards. */
 #define _POSIX_C_SOURCE 200809L
@@ -26,9 +33,11 @@ static double rel_l2(const float *a, const float *b, size_t n)
 }
 
 /* logits [N][V] of ids through an engine with these options; by_token: decode one at a time */
+static int a8; /* the fast path's activations: int8 (1) or f32 (0) */
+
 static void run(const nf_model *m, int threads, uint32_t chunk, int reference, int by_token, const int32_t *ids, float *out)
 {
-    nf_engine_opts o = {.threads = threads, .ctx = 64, .chunk = chunk, .reference = reference};
+    nf_engine_opts o = {.threads = threads, .ctx = 64, .chunk = chunk, .reference = reference == 1, .no_a8 = !a8};
     nf_engine *e;
     nf_error err;
     CHECK(nf_engine_create(m, &o, &e, &err) == NF_OK);
@@ -137,6 +146,7 @@ int main(void)
                 continue;
             }
             const char *cn = nf_codec_get(codecs[c])->name;
+            for (a8 = 1; a8 >= 0; a8--) {
             run(m, 1, 64, 0, 0, ids, a);
             run(m, 3, 64, 0, 0, ids, b);
             CHECK_MSG(memcmp(a, b, N * SY_V * sizeof(float)) == 0, "%s %s: 1 and 3 threads differ", arch[i], cn);
@@ -148,7 +158,11 @@ int main(void)
             CHECK_MSG(d <= 1e-5, "%s %s: token by token vs one chunk: rel-L2 %.3g", arch[i], cn, d);
             run(m, 2, 64, 1, 0, ids, b);
             d = rel_l2(b, a, N * SY_V);
-            CHECK_MSG(d <= 1e-5, "%s %s: reference path vs fast: rel-L2 %.3g", arch[i], cn, d);
+            const double bound = a8 && c == 1 ? sqrt(4.0 * SY_L + 1) * 5.656854 / 254 : 1e-5;
+            CHECK_MSG(d <= bound, "%s %s%s: reference path vs fast: rel-L2 %.3g > %.3g", arch[i], cn,
+                      a8 ? " (int8 activations)" : "", d, bound);
+            if (a8 && c == 1) printf("%-10s %s: int8 activations vs reference path: rel-L2 %.2e (bound %.2e)\n", arch[i], cn, d, bound);
+            }
             double mx = 0, sd = 0;
             for (int k = 0; k < N * SY_V; k++) mx = fmax(mx, fabs(a[k])), sd += a[k] * a[k];
             CHECK_MSG(mx > 0.5 && isfinite(sd), "%s %s: logits flat or not finite (max %g)", arch[i], cn, mx);

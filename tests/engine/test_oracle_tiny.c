@@ -16,7 +16,8 @@
  *
  * The Gated DeltaNet hybrids (tests/oracle/hybrid_models.py: qwen3_next with the packed in_proj
  * dialect, qwen3_5_moe_text with the split one, and qwen3_5_moe, the same weights in the multimodal
- * layout) have a 130-token prompt: three of transformers' 64-token GDN chunks, the last ragged; the
+ * layout; qwen3_next_moe, qwen3_next with every layer sparse, the HF side of test_gguf_hybrid) have a
+ * 130-token prompt: three of transformers' 64-token GDN chunks, the last ragged; the
  * engine prefills it in forwards of 16 tokens, so the conv and delta-rule states carry across 9
  * forwards before the 32 decode steps. q4q5 joins their quantized recipes (their GDN projections
  * take the attention codecs). */
@@ -47,6 +48,20 @@ static int load_npy(const char *dir, const char *name, nf_npy *a)
 typedef struct refs {
     nf_npy prompt, logits, greedy, glogits;
 } refs;
+
+/* sqrt(32) / 254: the largest relative L2 change int8 quantisation makes to a 32-element block
+ * (|x - d q| <= amax / 254 per element, ||x_b|| >= amax). */
+#define A8_REL (5.656854 / 254)
+
+static uint32_t artifact_layers(const char *path)
+{
+    nf_model *m;
+    nf_error e;
+    if (nf_model_load(path, &m, &e)) return 0;
+    const uint32_t l = m->cfg.layers;
+    nf_model_free(m);
+    return l;
+}
 
 static void test_model(const char *name, const char *tmp)
 {
@@ -86,8 +101,8 @@ static void test_model(const char *name, const char *tmp)
     for (int k = 0; k < (hybrid ? 3 : 2); k++) {
         snprintf(out, sizeof out, "%s/%s-%s.nf", tmp, name, recipes[k]);
         if (!fx_convert(dir, recipes[k], out)) continue;
-        fx_run_greedy(out, 0, 16, ids, P, G, pre, greedy, gl);
-        fx_run_greedy(out, 1, 16, ids, P, G, pre_ref, greedy_ref, gl_ref);
+        fx_run_greedy(out, FX_FAST_F32, 16, ids, P, G, pre, greedy, gl);
+        fx_run_greedy(out, FX_REFERENCE, 16, ids, P, G, pre_ref, greedy_ref, gl_ref);
         double wp = fx_worst_rows(pre, pre_ref, P, V), wg = fx_worst_rows(gl, gl_ref, G, V);
         size_t same = 0;
         while (same < G && greedy[same] == greedy_ref[same]) same++;
@@ -96,6 +111,17 @@ static void test_model(const char *name, const char *tmp)
                name, recipes[k], wp, wg, same, G, fx_worst_rows(pre, r.logits.data, P, V));
         CHECK_MSG(wp <= 1e-4, "%s %s: prefill fast vs reference rel-L2 %.3g > 1e-4", name, recipes[k], wp);
         CHECK_MSG(wg <= 1e-4, "%s %s: decode fast vs reference rel-L2 %.3g > 1e-4", name, recipes[k], wg);
+        /* int8 activations (the default fast path): see the header for the bound */
+        fx_run_greedy(out, FX_FAST, 16, ids, P, G, pre, greedy, gl);
+        const uint32_t layers = artifact_layers(out);
+        const double a8_med = fx_median_rows(pre, pre_ref, P, V), a8_bound = sqrt(4.0 * layers + 1) * A8_REL;
+        same = 0;
+        while (same < G && greedy[same] == greedy_ref[same]) same++;
+        printf("%-16s %s: int8 activations vs reference path: prefill median position %.2e (bound %.2e), worst %.2e, "
+               "greedy %zu/%zu equal\n",
+               name, recipes[k], a8_med, a8_bound, fx_worst_rows(pre, pre_ref, P, V), same, G);
+        CHECK_MSG(a8_med <= a8_bound, "%s %s: int8-activation prefill median rel-L2 %.3g > %.3g", name, recipes[k], a8_med,
+                  a8_bound);
         remove(out);
     }
     free(pre), free(gl), free(pre_ref), free(gl_ref), free(greedy), free(greedy_ref), free(ids);
@@ -111,7 +137,8 @@ int main(void)
     }
     /* qwen2_moe_nobias: "qkv_bias": false, no q/k/v biases in the checkpoint */
     const char *models[] = {"qwen3_moe", "qwen3_moe_fused", "qwen2_moe",  "qwen2_moe_nobias",
-                            "llama",     "qwen3_next",      "qwen3_5_moe_text", "qwen3_5_moe"};
+                            "llama",     "qwen3_next",      "qwen3_5_moe_text", "qwen3_5_moe",
+                            "qwen3_next_moe"};
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) test_model(models[i], tmp);
     rmdir(tmp);
     return nf_test_report();

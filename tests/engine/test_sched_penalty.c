@@ -150,7 +150,7 @@ static size_t cases(nf_sampler_params *p, int wide)
 }
 
 /* Every case through the scheduler; out[i][GEN] the generated ids. */
-static void run(int mode, const nf_sampler_params *p, size_t n, int32_t out[][GEN], fake *f)
+static void run(int mode, const nf_sampler_params *p, size_t n, int32_t out[][GEN], fake *f, int reply_only)
 {
     memset(f, 0, sizeof *f);
     f->device = mode != HOST;
@@ -169,7 +169,7 @@ static void run(int mode, const nf_sampler_params *p, size_t n, int32_t out[][GE
         int32_t prompt[40];
         const size_t np = 3 + i * 4; /* ragged: several chunks, repeats of the favoured ids */
         for (size_t j = 0; j < np; j++) prompt[j] = (int32_t)((j * 7 + i) % (j % 3 ? 12 : V));
-        nf_seq_params sp = {.sampling = p[i], .max_new = GEN};
+        nf_seq_params sp = {.sampling = p[i], .max_new = GEN, .penalty_reply_only = reply_only};
         CHECK(nf_sched_add(s, prompt, np, &sp, &ids[i], &e) == NF_OK);
     }
     nf_sched_step_info info;
@@ -194,13 +194,13 @@ static void check_sched(void)
     fake f;
     for (int wide = 0; wide <= 1; wide++) {
         const size_t n = cases(p, wide);
-        run(HOST, p, n, host, &f);
-        run(DEVICE_PENALIZE, p, n, dev, &f);
+        run(HOST, p, n, host, &f, 0);
+        run(DEVICE_PENALIZE, p, n, dev, &f, 0);
         CHECK_EQ_INT(f.violations, 0);
         CHECK_MSG(f.penalize_calls > 0 && f.pairs > 0, "penalize: %ld calls, %ld pairs", f.penalize_calls, f.pairs);
         if (!wide) CHECK_MSG(f.logits_calls == 0, "%ld full-logits fetches though every sampler allows top-k", f.logits_calls);
         else CHECK_MSG(f.logits_calls > 0, "the wide sampler needs every logit");
-        run(DEVICE_LOGITS, p, n, plain, &f);
+        run(DEVICE_LOGITS, p, n, plain, &f, 0);
         CHECK_MSG(f.logits_calls > 0, "without penalize the penalised samplers fetch every logit");
         for (size_t i = 0; i < n; i++) {
             for (int j = 0; j < GEN; j++) {
@@ -214,7 +214,7 @@ static void check_sched(void)
     /* the penalties matter here: without them the penalised cases generate other tokens */
     const size_t n = cases(p, 0);
     for (size_t i = 0; i < n; i++) p[i].repeat_penalty = 1, p[i].presence_penalty = p[i].frequency_penalty = 0;
-    run(HOST, p, n, nopen, &f);
+    run(HOST, p, n, nopen, &f, 0);
     int changed = 0;
     for (size_t i = 0; i < n; i++) changed += memcmp(nopen[i], host[i], sizeof host[i]) != 0;
     CHECK_MSG(changed >= 5, "only %d of %zu cases change with their penalties", changed, n);
@@ -255,9 +255,55 @@ static void check_engine_next(void)
     CHECK_EQ_INT(f.violations, 0);
 }
 
+/* penalty_reply_only (the server's OpenAI window): presence and frequency count the generated tokens
+ * alone, all GEN of them. Greedy, against the rule written out here: logits_after the last token,
+ * each id generated so far lowered by frequency * count then presence, argmax ties to the lower id;
+ * every backend mode must give it, and the prompt-and-reply window must give something else (the
+ * prompts are full of the favoured ids, which the reply-only window does not lower until used). */
+static void check_reply_only(void)
+{
+    enum { N = 4 };
+    nf_sampler_params p[N];
+    for (int i = 0; i < N; i++)
+        p[i] = (nf_sampler_params){.temp = 0, .top_p = 1, .repeat_penalty = 1, .presence_penalty = 1.5f,
+                                   .frequency_penalty = 0.5f, .repeat_last_n = GEN};
+    static int32_t got[3][N][GEN], full[N][GEN];
+    fake f;
+    const int modes[3] = {HOST, DEVICE_PENALIZE, DEVICE_LOGITS};
+    for (int m = 0; m < 3; m++) run(modes[m], p, N, got[m], &f, 1);
+    run(HOST, p, N, full, &f, 0);
+    int differs = 0;
+    for (int i = 0; i < N; i++) {
+        const size_t np = 3 + (size_t)i * 4;
+        int32_t last = (int32_t)(((np - 1) * 7 + (size_t)i) % ((np - 1) % 3 ? 12 : V)); /* run()'s prompt */
+        uint32_t count[V] = {0};
+        float l[V];
+        for (int j = 0; j < GEN; j++) {
+            logits_after(last, (uint32_t)(np - 1 + (size_t)j), l);
+            int32_t best = 0;
+            for (int32_t v = 0; v < V; v++) {
+                if (count[v]) {
+                    const float fc = p[i].frequency_penalty * (float)count[v];
+                    l[v] = l[v] - fc;
+                    l[v] = l[v] - p[i].presence_penalty;
+                }
+                if (l[v] > l[best]) best = v;
+            }
+            for (int m = 0; m < 3; m++)
+                CHECK_MSG(got[m][i][j] == best, "reply-only, mode %d, sequence %d token %d: %d, the rule says %d", m, i, j,
+                          got[m][i][j], best);
+            count[best]++;
+            last = best;
+        }
+        differs += memcmp(full[i], got[0][i], sizeof full[i]) != 0;
+    }
+    CHECK_MSG(differs > 0, "the prompt-and-reply window gives the reply-only tokens in all %d sequences", N);
+}
+
 int main(void)
 {
     check_sched();
+    check_reply_only();
     check_engine_next();
     return nf_test_report();
 }

@@ -23,6 +23,7 @@
 
 #include "common/engine_fixture.h"
 #include "common/letters_tokenizer.h"
+#include "common/spec_stats.h"
 #include "engine/generate.h"
 #include "engine/spec.h"
 
@@ -42,10 +43,13 @@ static void drafting(void)
     const int32_t r[] = {7, 7, 7};                                                     /* "7 7" at 0, one follows */
     CHECK(nf_spec_draft(r, 3, 4, d) == 1 && d[0] == 7);
     uint32_t k = 0;
-    CHECK(nf_spec_parse("ngram:3", &k, NULL) == NF_OK && k == 3);
-    CHECK(nf_spec_parse("ngram:0", &k, NULL) != NF_OK && nf_spec_parse("ngram:9", &k, NULL) != NF_OK);
-    CHECK(nf_spec_parse("ngram:", &k, NULL) != NF_OK && nf_spec_parse("mtp:2", &k, NULL) != NF_OK);
-    CHECK(nf_spec_parse("ngram:2x", &k, NULL) != NF_OK);
+    nf_spec_mode md;
+    CHECK(nf_spec_parse("ngram:3", &md, &k, NULL) == NF_OK && k == 3 && md == NF_SPEC_MODE_NGRAM);
+    CHECK(nf_spec_parse("ngram:0", &md, &k, NULL) != NF_OK && nf_spec_parse("ngram:9", &md, &k, NULL) != NF_OK);
+    CHECK(nf_spec_parse("ngram:", &md, &k, NULL) != NF_OK && nf_spec_parse("mtp:4", &md, &k, NULL) != NF_OK);
+    CHECK(nf_spec_parse("ngram:2x", &md, &k, NULL) != NF_OK && nf_spec_parse("mtp:0", &md, &k, NULL) != NF_OK);
+    CHECK(nf_spec_parse("mtp:2", &md, &k, NULL) == NF_OK && k == 2 && md == NF_SPEC_MODE_MTP);
+    CHECK(nf_spec_parse("lookup:2", &md, &k, NULL) != NF_OK);
 }
 
 enum { SV = 6, DRAWS = 200000 };
@@ -114,22 +118,6 @@ static void verification(void)
 }
 
 enum { CTX = 192, MAXV = 2048 }; /* long enough for the llama fixture's greedy text to repeat a 2-gram */
-
-/* Token i decodes to "t<i>": enough for the text stream and stop strings. */
-static nf_tokenizer *names(uint32_t V)
-{
-    static char buf[MAXV][12];
-    static const char *tokens[MAXV];
-    if (V > MAXV) {
-        CHECK_MSG(0, "vocabulary %u > %d", V, MAXV);
-        return NULL;
-    }
-    for (uint32_t i = 0; i < V; i++) {
-        snprintf(buf[i], sizeof buf[i], "t%u", i);
-        tokens[i] = buf[i];
-    }
-    return toy_tokenizer(tokens, V, "test names");
-}
 
 typedef struct result {
     nf_tok_ids seq;
@@ -219,7 +207,7 @@ static void fixture_cases(const char *path, const char *name)
         return;
     }
     const uint32_t V = m->cfg.vocab;
-    nf_tokenizer *tok = names(V);
+    nf_tokenizer *tok = names_tokenizer(V);
     int32_t rep[27], rnd[20];
     uint64_t x = 5;
     for (int i = 0; i < 20; i++) {
@@ -290,7 +278,7 @@ static void hybrid_refused(const char *path)
     }
     nf_engine_opts o = {.threads = 2, .ctx = CTX};
     if (!nf_engine_create(m, &o, &e, &err)) {
-        nf_tokenizer *tok = names(m->cfg.vocab);
+        nf_tokenizer *tok = names_tokenizer(m->cfg.vocab);
         nf_sampler_params sp = nf_sampler_defaults();
         nf_sampler *s;
         if (!nf_sampler_create(&sp, m->cfg.vocab, &s, NULL)) {
@@ -317,23 +305,6 @@ static void hybrid_refused(const char *path)
 
 enum { TK = 3, TRIALS = 10000, PMAX = 256 + 64 };
 
-/* softmax(l / temp) over the TK best logits (ties to the lower id): ids and probabilities. */
-static void top_probs(const float *l, uint32_t V, double temp, int32_t *ids, double *p)
-{
-    double z = 0;
-    for (int j = 0; j < TK; j++) {
-        int32_t b = -1;
-        for (uint32_t i = 0; i < V; i++) {
-            int taken = 0;
-            for (int q = 0; q < j; q++) taken |= ids[q] == (int32_t)i;
-            if (!taken && (b < 0 || l[i] > l[b])) b = (int32_t)i;
-        }
-        ids[j] = b;
-    }
-    for (int j = 0; j < TK; j++) z += p[j] = exp((l[ids[j]] - l[ids[0]]) / temp);
-    for (int j = 0; j < TK; j++) p[j] /= z;
-}
-
 /* The model's joint distribution of the first three sampled tokens after prompt (top-k TK at temp),
  * from plain forwards: cells [TK][TK][TK] of ids and probabilities. */
 static void joint_reference(nf_engine *e, const int32_t *prompt, uint32_t PLEN, double temp, int32_t ids[TK][TK][TK][3],
@@ -344,15 +315,15 @@ static void joint_reference(nf_engine *e, const int32_t *prompt, uint32_t PLEN, 
     double p1[TK], p2[TK], p3[TK];
     nf_engine_reset(e);
     CHECK(nf_engine_prefill(e, prompt, PLEN, NULL, NULL) == NF_OK);
-    top_probs(e->logits, V, temp, i1, p1);
+    top_probs(e->logits, V, temp, TK, i1, p1);
     for (int a = 0; a < TK; a++) {
         nf_engine_truncate(e, PLEN);
         CHECK(nf_engine_decode(e, i1[a], NULL) == NF_OK);
-        top_probs(e->logits, V, temp, i2, p2);
+        top_probs(e->logits, V, temp, TK, i2, p2);
         for (int b = 0; b < TK; b++) {
             nf_engine_truncate(e, PLEN + 1);
             CHECK(nf_engine_decode(e, i2[b], NULL) == NF_OK);
-            top_probs(e->logits, V, temp, i3, p3);
+            top_probs(e->logits, V, temp, TK, i3, p3);
             for (int c = 0; c < TK; c++) {
                 ids[a][b][c][0] = i1[a], ids[a][b][c][1] = i2[b], ids[a][b][c][2] = i3[c];
                 p[a][b][c] = p1[a] * p2[b] * p3[c];
@@ -392,7 +363,7 @@ static void sampled_generation(const char *path)
     }
     static double p[TK][TK][TK];
     joint_reference(e, prompt, PLEN, temp, ids, p);
-    nf_tokenizer *tok = names(m->cfg.vocab);
+    nf_tokenizer *tok = names_tokenizer(m->cfg.vocab);
     static long cnt[TK * TK * TK + 1];
     long accepted = 0, drafted = 0;
     /* the prompt but its last token stays cached: each trial runs that token again (as a chat turn would) */
@@ -424,18 +395,10 @@ static void sampled_generation(const char *path)
         nf_sampler_free(s);
     }
     nf_tok_ids_free(&seq);
-    double chi2 = 0, pooled_e = 0;
-    long pooled_n = 0;
-    int df = -1;
-    for (int c = 0; c < TK * TK * TK; c++) {
-        const double ex = TRIALS * p[c / 9][c / 3 % 3][c % 3];
-        if (ex < 5) {
-            pooled_e += ex, pooled_n += cnt[c];
-            continue;
-        }
-        chi2 += (cnt[c] - ex) * (cnt[c] - ex) / ex, df++;
-    }
-    if (pooled_e >= 5) chi2 += (pooled_n - pooled_e) * (pooled_n - pooled_e) / pooled_e, df++;
+    double ex[TK * TK * TK];
+    for (int c = 0; c < TK * TK * TK; c++) ex[c] = TRIALS * p[c / 9][c / 3 % 3][c % 3];
+    int df;
+    const double chi2 = pooled_chi2(cnt, ex, TK * TK * TK, &df);
     printf("sampled generation (prompt %u tokens): chi-square %.1f over %d degrees of freedom; %ld of %ld drafts accepted\n", PLEN,
            chi2, df, accepted, drafted);
     CHECK_MSG(chi2 < 75, "sampled generation with speculation: chi-square %.1f over %d degrees of freedom", chi2, df);

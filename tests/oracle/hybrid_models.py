@@ -13,6 +13,11 @@ one ragged):
                     DeltaNet otherwise; the packed in_proj_qkvz / in_proj_ba dialect (head-group
                     order); 4 experts top-2 with a gated shared expert; layer 2 a dense MLP
                     (mlp_only_layers); untied LM head; per-expert keys.
+  qwen3_next_moe    qwen3_next's geometry with every layer sparse (no mlp_only_layers: llama.cpp's qwen3next
+                    has no dense MLP layers, so its converter cannot take qwen3_next), bf16 like the
+                    rest, and an "architectures" entry (its converter detects the model by it); the
+                    HF side of tests/fixtures/gguf/qwen3next.gguf. Built alone by
+                    `hybrid_models.py qwen3_next_moe` (the others are unchanged).
   qwen3_5_moe_text  Qwen3_5MoeForCausalLM (model_type qwen3_5_moe_text), 4 layers: full attention
                     at layer 3 only (interval 4, the published ratio); the split in_proj_qkv /
                     in_proj_z / in_proj_b / in_proj_a dialect; 4 experts top-2 + shared expert;
@@ -22,6 +27,9 @@ one ragged):
                     model.language_model., a tiny vision tower under model.visual. (to be skipped).
                     transformers is run on it and must give qwen3_5_moe_text's logits; only
                     reference.json is written ("same_weights_as").
+
+Last, hybrid_mtp.py adds random mtp.* weights (one MTP block) to each folder and writes the torch
+reference of the MTP step (its docstring).
 
 Weights as tiny_models.py (std 0.15, routers 0.6, bf16-rounded), with the hybrid's own parameters
 set so that every one of them matters: the zero-centred norms (weight used as 1 + w: input/post
@@ -57,6 +65,13 @@ def qwen3_next_config():
         decoder_sparse_step=1, mlp_only_layers=[2], max_position_embeddings=512, rms_norm_eps=1e-6,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
         tie_word_embeddings=False, attention_bias=False)
+
+
+def qwen3_next_moe_config():
+    cfg = qwen3_next_config()
+    cfg.mlp_only_layers = []
+    cfg.architectures = ["Qwen3NextForCausalLM"]
+    return cfg
 
 
 def qwen3_5_text_config():
@@ -183,10 +198,15 @@ def build_multimodal(text_model, text_cfg, ref):
 
 def main():
     os.makedirs(tm.OUT, exist_ok=True)
+    if sys.argv[1:] == ["qwen3_next_moe"]:
+        build("qwen3_next_moe", qwen3_next_moe_config(), transformers.Qwen3NextForCausalLM, 8100, tied=False, fused=False)
+        return
     build("qwen3_next", qwen3_next_config(), transformers.Qwen3NextForCausalLM, 8000, tied=False, fused=False)
     tcfg = qwen3_5_text_config()
     tmodel, ref = build("qwen3_5_moe_text", tcfg, transformers.Qwen3_5MoeForCausalLM, 9000, tied=True, fused=True)
     build_multimodal(tmodel, tcfg, ref)
+    import hybrid_mtp  # noqa: E402  (the mtp.* weights and the MTP reference, on the folders just written)
+    hybrid_mtp.main()
 
 
 if __name__ == "__main__":

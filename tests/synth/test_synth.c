@@ -165,6 +165,7 @@ static void spot_codecs(const nf_artifact *a, const char *recipe, int e8, int hy
             {"blk.0.ssm_ba", {"bf16", "bf16", "bf16", "bf16", "bf16"}},
             {"blk.0.ssm_conv", {"f32", "f32", "f32", "f32", "f32"}},
             {"blk.3.attn_gate", {"bf16", "q8_0", "q4_k", "q5_k", "bf16"}},
+            {"blk.0.ffn_gate_up_shexp", {"bf16", "q8_0", "q4_k", "q5_k", "nvfp4"}},
         };
         int r = 0;
         while (strcmp(recipes[r], recipe)) r++;
@@ -198,7 +199,10 @@ static void spot_codecs(const nf_artifact *a, const char *recipe, int e8, int hy
  * e2m1 6 with block scale e4m3 448, so max |decoded| over the source = 6 * 448 / divisor. */
 static void check_nvfp4_bank(const nf_tensor *t, uint32_t sources)
 {
-    const uint64_t E = t->desc.dims[0], R = t->desc.dims[1], C = t->desc.dims[2], rs = R / sources;
+    /* a routed bank [E][R][C], or the shared expert's one matrix [R][C] */
+    const int e3 = t->desc.n_dims == 3;
+    const uint64_t E = e3 ? t->desc.dims[0] : 1, R = t->desc.dims[e3 ? 1 : 0], C = t->desc.dims[t->desc.n_dims - 1],
+                   rs = R / sources;
     CHECK_EQ_U64(t->desc.divisors, E * sources);
     nf_nvfp4_planes p;
     nf_error e;

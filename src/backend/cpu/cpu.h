@@ -8,6 +8,10 @@
  *   - many tokens (prefill): each worker dequantizes a block of NF_CPU_RB rows to f32 once into its
  *     own buffer and multiplies it with every token (f32 accumulation), so each weight byte is
  *     decoded once per chunk, not once per token;
+ *   - int8 activations (nf_cpu_set_a8, on by default) for q8_0 / q4_k / q5_k / q6_k weights: each
+ *     distinct activation row of a batch is quantised once (per 32 elements, codec/a8.h); a
+ *     one-token segment runs the codec's integer kernel, a longer one the repacked 16-row tile
+ *     (nf_codec_a8_tile, AVX-512 VNNI; else the kernel per token);
  *   - reference mode (nf_cpu_set_reference): every product is dequantize-row-to-f32 followed by a
  *     double-accumulated dot, whatever the token count: the "dequantize then compute" path that the
  *     quantized-recipe tests compare the fast kernels with.
@@ -23,6 +27,7 @@
 
 #include "base/error.h"
 #include "base/parallel.h"
+#include "codec/a8.h"
 #include "codec/codec.h"
 #include "codec/nvfp4.h"
 
@@ -59,6 +64,16 @@ nf_pool *nf_cpu_pool(nf_cpu *c);
 /* on: every product is dequantize + double dot (slow; for tests and `--reference`). */
 void nf_cpu_set_reference(nf_cpu *c, int on);
 int nf_cpu_reference(const nf_cpu *c);
+/* on (the default): products with q8_0 / q4_k / q5_k / q6_k weights quantise their activation rows
+ * to int8 (per 32 elements, codec/a8.h) and run the integer kernels of nf_isa_selected(); off: f32
+ * activations (the codec's matvec, the dequantized tile). Reference mode overrides both. */
+void nf_cpu_set_a8(nf_cpu *c, int on);
+int nf_cpu_a8(const nf_cpu *c);
+/* The ISA of the integer kernels (default nf_isa_selected(); capped to nf_isa_detect()). */
+void nf_cpu_set_isa(nf_cpu *c, nf_isa isa);
+/* on (the default): with int8 activations, segments of several tokens run the repacked 16-row tile
+ * where the ISA has one (AVX-512 VNNI); off: the per-token kernel (tests compare the two). */
+void nf_cpu_set_a8_tile(nf_cpu *c, int on);
 
 /* One product y = W x over n tokens: x [n][ldx] (the first w.cols used), y [n][ldy] (the w.rows
  * columns from y[t*ldy] written). w.cols must be <= the max_cols given at create.

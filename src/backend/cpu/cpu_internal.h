@@ -3,6 +3,7 @@
 #define NF_CPU_INTERNAL_H
 
 #include "backend/cpu/cpu.h"
+#include "codec/a8.h"
 
 struct nf_cpu {
     nf_pool *pool;
@@ -12,6 +13,11 @@ struct nf_cpu {
     float *scores;   /* [n_threads][NF_CPU_ATTN_SC * max_ctx]: attention scores */
     int matvec_simd; /* the AVX2 tile kernel may run */
     int reference;   /* dequantize + double dot everywhere */
+    int a8;          /* int8 activations into q8_0 / k-quant products (codec/a8.h) */
+    nf_isa isa;      /* the integer kernels' ISA */
+    int no_tile;     /* prefill segments by the per-token integer kernel, not the repacked tile */
+    uint8_t *xa;     /* quantised activation rows of the current batch (grown, never shrunk) */
+    size_t xa_cap;
 };
 
 /* y[t*ldy + r] = sum_i blk[r*cols + i] * x[t*ldx + i] for r < nb, t < n. */

@@ -42,6 +42,8 @@ nf_status nf_cpu_create(int n_threads, uint32_t max_cols, uint32_t max_ctx, nf_c
                             n_threads, max_cols);
     }
     c->matvec_simd = nf_cpu_has_avx2_fma_f16c() && !getenv("NF_NO_SIMD");
+    c->a8 = 1;
+    c->isa = nf_isa_selected();
     *out = c;
     return NF_OK;
 }
@@ -52,6 +54,7 @@ void nf_cpu_free(nf_cpu *c)
     nf_pool_destroy(c->pool);
     free(c->block);
     free(c->scores);
+    free(c->xa);
     free(c);
 }
 
@@ -59,6 +62,10 @@ int nf_cpu_threads(const nf_cpu *c) { return c->n_threads; }
 nf_pool *nf_cpu_pool(nf_cpu *c) { return c->pool; }
 void nf_cpu_set_reference(nf_cpu *c, int on) { c->reference = on; }
 int nf_cpu_reference(const nf_cpu *c) { return c->reference; }
+void nf_cpu_set_a8(nf_cpu *c, int on) { c->a8 = on; }
+int nf_cpu_a8(const nf_cpu *c) { return c->a8; }
+void nf_cpu_set_isa(nf_cpu *c, nf_isa isa) { c->isa = isa < nf_isa_detect() ? isa : nf_isa_detect(); }
+void nf_cpu_set_a8_tile(nf_cpu *c, int on) { c->no_tile = !on; }
 
 /* ---- one row block of one job ----------------------------------------------------------------- */
 
@@ -110,12 +117,34 @@ static void block_reference(const nf_cpu_gemm_job *j, uint32_t r0, uint32_t nb, 
 
 /* One row block over every segment of the job (cpu.h: one-token segments by matvec, longer ones by
  * the tile over the block dequantized once). */
-static void run_block(nf_cpu *c, const nf_cpu_gemm_job *j, uint32_t r0, int worker)
+/* A job's int8 side (codec/a8.h): its kernel and its tokens' quantised rows, or fn NULL. */
+typedef struct a8_job {
+    nf_a8_gemm_fn fn;
+    nf_a8_tile_fn tile; /* NULL: fn for every segment */
+    const uint8_t *xa;
+    size_t ldxa;
+} a8_job;
+
+static void run_block(nf_cpu *c, const nf_cpu_gemm_job *j, const a8_job *q, uint32_t r0, int worker)
 {
     uint32_t nb = j->w.rows - r0 < NF_CPU_RB ? j->w.rows - r0 : NF_CPU_RB;
     float *blk = c->block + (size_t)worker * NF_CPU_RB * c->max_cols;
     if (c->reference) {
         block_reference(j, r0, nb, blk);
+        return;
+    }
+    if (q && q->fn) { /* int8 activations: one-token segments by the kernel, longer ones by the tile */
+        const uint32_t whole[2] = {0, (uint32_t)j->n}, *seg = j->seg ? j->seg : whole;
+        const size_t n_seg = j->seg ? j->n_seg : 1;
+        const uint8_t *wr = j->w.data + (size_t)r0 * j->w.row_bytes;
+        for (size_t g = 0; g < n_seg; g++) {
+            const size_t t0 = seg[g], n = seg[g + 1] - t0;
+            if (n > 1 && q->tile)
+                q->tile(wr, j->w.row_bytes, nb, q->xa + t0 * q->ldxa, q->ldxa, n, j->y + t0 * j->ldy + r0, j->ldy,
+                        j->w.cols, blk);
+            else
+                q->fn(wr, j->w.row_bytes, nb, q->xa + t0 * q->ldxa, q->ldxa, n, j->y + t0 * j->ldy + r0, j->ldy, j->w.cols);
+        }
         return;
     }
     const uint32_t whole[2] = {0, (uint32_t)j->n}, *seg = j->seg ? j->seg : whole;
@@ -142,37 +171,137 @@ static void run_block(nf_cpu *c, const nf_cpu_gemm_job *j, uint32_t r0, int work
 typedef struct batch_ctx {
     nf_cpu *c;
     const nf_cpu_gemm_job *jobs;
+    const a8_job *a8; /* [n_jobs] or NULL */
     size_t n_jobs;
     const size_t *first; /* [n_jobs + 1] first work item of each job */
 } batch_ctx;
+
+/* The index j with first[j] <= it < first[j + 1]. */
+static size_t find(const size_t *first, size_t n, size_t it)
+{
+    size_t lo = 0, hi = n;
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (first[mid] <= it) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
 
 static void batch_fn(void *ctx, size_t begin, size_t end, int worker)
 {
     batch_ctx *b = ctx;
     for (size_t it = begin; it < end; it++) {
-        size_t lo = 0, hi = b->n_jobs; /* the job with first[j] <= it < first[j+1] */
-        while (hi - lo > 1) {
-            size_t mid = (lo + hi) / 2;
-            if (b->first[mid] <= it) lo = mid;
-            else hi = mid;
-        }
-        run_block(b->c, &b->jobs[lo], (uint32_t)((it - b->first[lo]) * NF_CPU_RB), worker);
+        const size_t lo = find(b->first, b->n_jobs, it);
+        run_block(b->c, &b->jobs[lo], b->a8 ? &b->a8[lo] : NULL, (uint32_t)((it - b->first[lo]) * NF_CPU_RB), worker);
     }
+}
+
+/* ---- int8 activations: each distinct input of the batch quantised once ------------------------- */
+
+typedef struct a8_src {
+    const float *x;
+    size_t ldx, n, cols;
+    uint8_t *dst; /* n rows of nf_a8_row_bytes(cols) */
+} a8_src;
+
+typedef struct quant_ctx {
+    const a8_src *src;
+    size_t n_src;
+    const size_t *first; /* [n_src + 1] first row of each source */
+    nf_isa isa;
+} quant_ctx;
+
+static void quant_fn(void *ctx, size_t begin, size_t end, int worker)
+{
+    (void)worker;
+    const quant_ctx *q = ctx;
+    for (size_t it = begin; it < end; it++) {
+        const size_t s = find(q->first, q->n_src, it), t = it - q->first[s];
+        const a8_src *a = &q->src[s];
+        nf_a8_quantize_row(a->x + t * a->ldx, a->dst + t * nf_a8_row_bytes(a->cols), a->cols, q->isa);
+    }
+}
+
+/* Fills a8[j] for the jobs that take int8 activations. Returns 0 when none does or when memory
+ * runs out (then every job runs with f32 activations). */
+static int prepare_a8(nf_cpu *c, const nf_cpu_gemm_job *jobs, size_t n_jobs, a8_job *a8)
+{
+    a8_src stack[32], *src = n_jobs <= 32 ? stack : malloc(n_jobs * sizeof *src);
+    size_t stack_first[33], *first = n_jobs <= 32 ? stack_first : malloc((n_jobs + 1) * sizeof *first);
+    size_t which_stack[32], *which = n_jobs <= 32 ? which_stack : malloc(n_jobs * sizeof *which);
+    size_t n_src = 0, bytes = 0;
+    int any = 0;
+    if (!src || !first || !which) goto out;
+    for (size_t j = 0; j < n_jobs; j++) {
+        const nf_cpu_gemm_job *jb = &jobs[j];
+        a8[j].fn = jb->w.nv || !jb->n || jb->w.cols % NF_A8_BLOCK ? NULL : nf_codec_a8_kernel(jb->w.codec, c->isa);
+        /* the tile's scratch is the worker's f32 block buffer: 64 max_cols >= 40 cols + 256 bytes */
+        a8[j].tile = a8[j].fn && jb->w.cols % 64 == 0 && jb->w.cols >= 16 && !c->no_tile
+                         ? nf_codec_a8_tile(jb->w.codec, c->isa) : NULL;
+        if (!a8[j].fn) continue;
+        size_t s = 0;
+        while (s < n_src && !(src[s].x == jb->x && src[s].ldx == jb->ldx && src[s].n == jb->n && src[s].cols == jb->w.cols))
+            s++;
+        if (s == n_src) {
+            src[n_src++] = (a8_src){jb->x, jb->ldx, jb->n, jb->w.cols, NULL};
+            bytes += jb->n * nf_a8_row_bytes(jb->w.cols);
+        }
+        which[j] = s;
+        any = 1;
+    }
+    if (!any) goto out;
+    if (bytes > c->xa_cap) {
+        uint8_t *p = malloc(bytes);
+        if (!p) {
+            any = 0;
+            goto out;
+        }
+        free(c->xa);
+        c->xa = p, c->xa_cap = bytes;
+    }
+    size_t off = 0;
+    first[0] = 0;
+    for (size_t s = 0; s < n_src; s++) {
+        src[s].dst = c->xa + off;
+        off += src[s].n * nf_a8_row_bytes(src[s].cols);
+        first[s + 1] = first[s] + src[s].n;
+    }
+    quant_ctx q = {src, n_src, first, c->isa};
+    if (first[n_src] * src[0].cols >= 16384) nf_parallel_for(c->pool, first[n_src], 4, quant_fn, &q);
+    else quant_fn(&q, 0, first[n_src], 0);
+    for (size_t j = 0; j < n_jobs; j++)
+        if (a8[j].fn) a8[j].xa = src[which[j]].dst, a8[j].ldxa = nf_a8_row_bytes(jobs[j].w.cols);
+out:
+    if (src != stack) free(src);
+    if (first != stack_first) free(first);
+    if (which != which_stack) free(which);
+    return any;
 }
 
 void nf_cpu_gemm_batch(nf_cpu *c, const nf_cpu_gemm_job *jobs, size_t n_jobs)
 {
     size_t stack[65], *first = n_jobs < 64 ? stack : malloc((n_jobs + 1) * sizeof *first);
+    a8_job a8_stack[64], *a8 = NULL;
+    if (c->a8 && !c->reference && n_jobs) {
+        a8 = n_jobs <= 64 ? a8_stack : malloc(n_jobs * sizeof *a8);
+        if (a8 && !prepare_a8(c, jobs, n_jobs, a8)) {
+            if (a8 != a8_stack) free(a8);
+            a8 = NULL;
+        }
+    }
     if (!first) { /* no memory for the index: run the jobs one at a time */
+        if (a8 && a8 != a8_stack) free(a8);
         for (size_t j = 0; j < n_jobs; j++) nf_cpu_gemm_batch(c, jobs + j, 1);
         return;
     }
     first[0] = 0;
     for (size_t j = 0; j < n_jobs; j++)
         first[j + 1] = first[j] + (jobs[j].n ? (jobs[j].w.rows + NF_CPU_RB - 1) / NF_CPU_RB : 0);
-    batch_ctx b = {c, jobs, n_jobs, first};
+    batch_ctx b = {c, jobs, a8, n_jobs, first};
     if (first[n_jobs]) nf_parallel_for(c->pool, first[n_jobs], 1, batch_fn, &b);
     if (first != stack) free(first);
+    if (a8 && a8 != a8_stack) free(a8);
 }
 
 void nf_cpu_gemm(nf_cpu *c, const nf_cpu_weight *w, const float *x, size_t ldx, float *y, size_t ldy, size_t n)

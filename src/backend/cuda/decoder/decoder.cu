@@ -302,8 +302,12 @@ nf_status create_memory(nf_cuda_decoder *dec, const nf_cuda_decoder_desc *d, nf_
     dec->buffer_bytes = layout_buffers(dec, nullptr, ws);
     if (cudaMalloc(&dec->buffers, dec->buffer_bytes) != cudaSuccess) return cuda_fail(err, "the chunk buffers", dec->buffer_bytes);
     layout_buffers(dec, dec->buffers, ws);
-    // zero: the split attention's tickets start at zero (and stale reads of any buffer are repeatable)
-    if (cudaMemset(dec->buffers, 0, dec->buffer_bytes) != cudaSuccess)
+    // zero: the split attention's tickets start at zero (and stale reads of any buffer are repeatable).
+    // Then the whole device is waited for: the memset and the weight uploads before it (a pageable
+    // cudaMemcpy may return before its DMA lands) ran on the legacy stream, which the decoder's
+    // non-blocking stream does not follow; a late memset wiped the LM head's tables (prep_tables, in
+    // create) -- all-zero logits whenever other GPU work delayed it (test_batch_cuda under load)
+    if (cudaMemset(dec->buffers, 0, dec->buffer_bytes) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess)
         return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: clearing the chunk buffers: %s",
                             cudaGetErrorString(cudaGetLastError()));
     return NF_OK;
@@ -354,6 +358,7 @@ extern "C" nf_status nf_cuda_decoder_create(const nf_cuda_decoder_desc *d, nf_cu
     }
     dec->h_vals = (float *)(dec->h_ids + (size_t)d->max_seqs * kSampleMaxK);
     prep_tables(dec->tab1, 1, dec->stream);
+    // the legacy-stream work (weight uploads, memsets) was waited for in create_memory
     if (cudaStreamSynchronize(dec->stream) != cudaSuccess) {
         nf_cuda_decoder_free(dec);
         return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: %s", cudaGetErrorString(cudaGetLastError()));

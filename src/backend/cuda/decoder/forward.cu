@@ -285,9 +285,11 @@ extern "C" nf_status nf_cuda_decoder_set_rope(nf_cuda_decoder *dec, const float 
                                               nf_error *err)
 {
     const uint32_t half = dec->d.head_dim / 2;
+    // on the decoder's stream: a pageable cudaMemcpy on the legacy stream may return before its DMA
+    // lands, and rope_table (on the non-blocking stream) would race it
     if (cudaStreamSynchronize(dec->stream) != cudaSuccess ||
-        cudaMemcpy(dec->rope, inv_freq, half * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess ||
-        cudaMemcpy(dec->rope + half, &attn_factor, sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess)
+        cudaMemcpyAsync(dec->rope, inv_freq, half * sizeof(float), cudaMemcpyHostToDevice, dec->stream) != cudaSuccess ||
+        cudaMemcpyAsync(dec->rope + half, &attn_factor, sizeof(float), cudaMemcpyHostToDevice, dec->stream) != cudaSuccess)
         return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: rope table upload failed");
     rope_table(dec->rope, dec->d.ctx, half, dec->rope_tab, dec->stream);
     if (cudaStreamSynchronize(dec->stream) != cudaSuccess)
@@ -298,6 +300,7 @@ extern "C" nf_status nf_cuda_decoder_set_rope(nf_cuda_decoder *dec, const float 
 extern "C" nf_status nf_cuda_decoder_forward_batch(nf_cuda_decoder *dec, const nf_batch *b, float *logits, nf_error *err)
 {
     const nf_cuda_decoder_desc &d = dec->d;
+    dec->has_logits = 0; // until this forward has finished: a failed one leaves none to sample
     nf_status st = check_batch(dec, b, err);
     if (st) return st;
     // the previous step's copy must have read h_step before it is rewritten

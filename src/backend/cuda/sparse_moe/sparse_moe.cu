@@ -443,6 +443,12 @@ extern "C" nf_status nf_sparse_moe_bind(const nf_moe_bank *b, uint32_t max_token
                 mmq_supported(m->codec[M_DOWN], m->m[M_DOWN], false) && H % 32 == 0 && I % 32 == 0;
     m->mmq_max = m->mmq_ok ? mmq_route_max(m->codec[M_GATE_UP]) : 0;
     layout_workspace(m, max_tokens);
+    // the uploads and the counters' memset ran on the legacy stream (a pageable cudaMemcpy may return
+    // before its DMA lands); a caller's non-blocking stream would not wait for them
+    if (cudaDeviceSynchronize() != cudaSuccess) {
+        nf_sparse_moe_free(m);
+        return nf_error_set(err, NF_ERR_CUDA, "sparse_moe bind: %s", cudaGetErrorString(cudaGetLastError()));
+    }
     *workspace_bytes = m->ws_bytes;
     *out = m;
     return NF_OK;

@@ -1,0 +1,62 @@
+/* Internal to src/codec: the integer kernels of codec/a8.h per ISA. The *_avx2.c files are compiled
+ * with -mavx2 -mfma -mf16c, the *_avx512.c files with AVX-512 F/BW/VL/VNNI as well; both are reached
+ * only through nf_codec_a8_kernel / nf_a8_quantize_row, which check the CPU first. */
+#ifndef NF_CODEC_A8_SIMD_H
+#define NF_CODEC_A8_SIMD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define NF_A8_GEMM_DECL(name)                                                                              \
+    void name(const void *w, size_t row_bytes, size_t rows, const uint8_t *xa, size_t ldxa, size_t ntok, \
+              float *y, size_t ldy, size_t n)
+
+NF_A8_GEMM_DECL(nf_q8_0_a8_avx2);
+NF_A8_GEMM_DECL(nf_q4_k_a8_avx2);
+NF_A8_GEMM_DECL(nf_q5_k_a8_avx2);
+NF_A8_GEMM_DECL(nf_q6_k_a8_avx2);
+NF_A8_GEMM_DECL(nf_q8_0_a8_avx512);
+NF_A8_GEMM_DECL(nf_q4_k_a8_avx512);
+NF_A8_GEMM_DECL(nf_q5_k_a8_avx512);
+NF_A8_GEMM_DECL(nf_q6_k_a8_avx512);
+
+void nf_a8_quantize_row_avx2(const float *x, uint8_t *dst, size_t n);
+
+#include "codec/a8.h"
+nf_a8_tile_fn nf_a8_tile_avx512(nf_codec_id id);
+
+/* The unpacked q4_k / q5_k scales: sc[8] then m[8] (six-bit each), from the 12 packed bytes (the
+ * same values nf_k4_scale_min gives, four sub-blocks per 32-bit word). */
+static inline void nf_k4_unpack_scales(const uint8_t *s12, uint8_t out[16])
+{
+    uint32_t u0, u1, u2, v[4];
+    memcpy(&u0, s12, 4), memcpy(&u1, s12 + 4, 4), memcpy(&u2, s12 + 8, 4);
+    v[0] = u0 & 0x3f3f3f3fu;                                          /* sc 0..3 */
+    v[1] = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;       /* sc 4..7 */
+    v[2] = u1 & 0x3f3f3f3fu;                                          /* m 0..3 */
+    v[3] = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4; /* m 4..7 */
+    memcpy(out, v, 16);
+}
+
+/* The pointers of a quantised row of n elements (codec/a8.h's layout). */
+#define NF_A8_D(xa, n) ((const float *)((const uint8_t *)(xa) + (n)))
+#define NF_A8_BSUM(xa, n) ((const int16_t *)((const uint8_t *)(xa) + (n) + (n) / 8))
+#define NF_A8_DSUM(xa, n) ((const float *)((const uint8_t *)(xa) + (n) + (n) / 4))
+
+/* An ISA's segment product from its row kernel rows_fn(w, rb, R, xa, y, n) (R = 1 or group rows):
+ * row groups of `group`, every token of the segment per group, then the remaining rows one at a
+ * time (the entry points a8.h declares per ISA). */
+#define NF_A8_GEMM(name, rows_fn, group)                                                                    \
+    void name(const void *w, size_t rb, size_t rows, const uint8_t *xa, size_t ldxa, size_t ntok, float *y, \
+              size_t ldy, size_t n)                                                                         \
+    {                                                                                                       \
+        const uint8_t *p = w;                                                                               \
+        size_t r = 0;                                                                                       \
+        for (; r + (group) <= rows; r += (group))                                                           \
+            for (size_t t = 0; t < ntok; t++) rows_fn(p + r * rb, rb, (group), xa + t * ldxa, y + t * ldy + r, n); \
+        for (; r < rows; r++)                                                                               \
+            for (size_t t = 0; t < ntok; t++) rows_fn(p + r * rb, rb, 1, xa + t * ldxa, y + t * ldy + r, n);   \
+    }
+
+#endif
