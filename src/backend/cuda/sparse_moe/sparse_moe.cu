@@ -51,13 +51,26 @@ static uint32_t small_route_max(int gate_up_codec)
     }
 }
 
-// The mmq route's upper end (T above small_route_max up to this): a first guess, not a sweep (the
-// route was written without a GPU); the sweep should set it per profile. From 512 tokens the
-// prefill route's bf16 copy of the active experts (dequant.cu) may win.
+// Where the bank takes the mmq route, its two frontiers by gate/up codec, from the sweep in
+// docs/sparse_moe.md ("The mmq route", H100, qwen3-30b-a3b geometry, trace-like, cold L2, graph
+// replay; --route small | mmq | no-mmq side by side in one call): the last T at which the small-token
+// route still wins (below kSmallRouteMax), and the last at which mmq beats the prefill route (whose
+// bf16 copy of the active experts, dequant.cu, wins above). q6_k gate/up was not swept: q5_k's.
+static uint32_t mmq_small_max(int gate_up_codec)
+{
+    switch (gate_up_codec) {
+    case NF_CODEC_Q8_0: return 7;  // T = 8: mmq 128.2 vs 134.9 us
+    case NF_CODEC_Q4_K: return 11; // T = 11: 156.9 vs 153.4 (q4_k+q6_k), 140.4 vs 141.6 (q4_k+q4_k); 12: 159.7 vs 162.8
+    default: return 9;             // q5_k+q6_k, T = 9: 156.0 vs 156.6; 10: 156.6 vs 166.3
+    }
+}
 static uint32_t mmq_route_max(int gate_up_codec)
 {
-    (void)gate_up_codec;
-    return 512;
+    switch (gate_up_codec) {
+    case NF_CODEC_Q8_0: return kMmqMaxTokens; // T = 1024: 639.7 vs 854.2 us
+    case NF_CODEC_Q4_K: return 896;           // q4_k+q6_k 1019.1 vs 1063.0 at 896, 1121.8 vs 1088.4 at 1024
+    default: return 768;                      // q5_k+q6_k 1024.5 vs 1083.1 at 768, 1114.0 vs 1100.5 at 896
+    }
 }
 
 struct nf_sparse_moe {
@@ -442,6 +455,7 @@ extern "C" nf_status nf_sparse_moe_bind(const nf_moe_bank *b, uint32_t max_token
                 mmq_supported(m->codec[M_GATE_UP], m->m[M_GATE_UP], true) &&
                 mmq_supported(m->codec[M_DOWN], m->m[M_DOWN], false) && H % 32 == 0 && I % 32 == 0;
     m->mmq_max = m->mmq_ok ? mmq_route_max(m->codec[M_GATE_UP]) : 0;
+    if (m->mmq_ok && m->small_max > mmq_small_max(m->codec[M_GATE_UP])) m->small_max = mmq_small_max(m->codec[M_GATE_UP]);
     layout_workspace(m, max_tokens);
     // the uploads and the counters' memset ran on the legacy stream (a pageable cudaMemcpy may return
     // before its DMA lands); a caller's non-blocking stream would not wait for them
@@ -494,6 +508,9 @@ extern "C" void nf_sparse_moe_set_thresholds(nf_sparse_moe *m, uint32_t decode_m
 extern "C" void nf_sparse_moe_set_mmq_max(nf_sparse_moe *m, uint32_t mmq_max)
 {
     m->mmq_max = !m->mmq_ok ? 0 : mmq_max > kMmqMaxTokens ? kMmqMaxTokens : mmq_max;
+    // without the mmq route the small-token route keeps its own frontier (the routes before mmq)
+    if (m->mmq_ok && mmq_max == 0 && m->small_max == mmq_small_max(m->codec[M_GATE_UP]))
+        m->small_max = small_route_max(m->bank.gate_up.codec);
 }
 
 static Routing routing_at(const nf_sparse_moe *m, uint8_t *ws)

@@ -113,7 +113,8 @@ const char *nf_moe_route_name(nf_moe_route r);
 void nf_sparse_moe_set_thresholds(nf_sparse_moe *m, uint32_t decode_max, uint32_t small_max);
 /* Overrides the mmq route's upper end (k-quant and q8_0 banks with int8 activations allowed: tokens
  * above small_max and up to mmq_max take the int8 tensor-core GEMMs, mmq.cu); 0 turns the route off
- * (those slices take the prefill route, as before it existed). Clamped to the route's limit (1024);
+ * (those slices take the small-token route up to its own frontier, which the mmq route lowers, and
+ * the prefill route above it, as before the route existed). Clamped to the route's limit (1024);
  * ignored for banks the route cannot take. For benchmarks and the sweep. */
 void nf_sparse_moe_set_mmq_max(nf_sparse_moe *m, uint32_t mmq_max);
 /* Benchmarks only: the prefill route's tile height (positions per tile: 32, 64 or 128; anything
