@@ -24,7 +24,8 @@
  *
  * int8 activations. By default the GPU quantises the bf16 input of every k-quant / q8_0 product at
  * T <= 16 to int8 per 32 elements (d = max|x| / 127, q = rint(x / d); gemv_a8.cu, exact on those
- * inputs: test_gemv_a8). So the bounds above hold for the GPU run with `no_a8` (bf16 inputs), and the
+ * inputs: test_gemv_a8), and in the sparse-MoE block up to T = 512 (the mmq route, mmq.cu: the
+ * same quantisation of the routed experts' input and intermediate, test_mmq). So the bounds above hold for the GPU run with `no_a8` (bf16 inputs), and the
  * default run is held to that one: within a block |x - d q| <= d / 2 = max|x| / 254 per element, so
  * the block (and so the vector) moves by at most sqrt(32) / 254 = 2.2e-2 in relative L2 per
  * quantised input. With A such inputs (counted from the model's codecs: the attention input, the

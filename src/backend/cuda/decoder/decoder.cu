@@ -54,6 +54,7 @@ struct Uploader {
         L->codec = mm->codec;
         L->gemm = prefill_supported(L->m, L->m);
         L->a8 = a8;
+        L->mmq = a8 && base && mmq_supported(L->codec, L->m, false);
         off += up256(bytes);
         return NF_OK;
     }
@@ -87,6 +88,7 @@ struct Uploader {
         L->codec = m[0]->codec;
         L->gemm = prefill_supported(L->m, L->m);
         L->a8 = a8;
+        L->mmq = a8 && base && mmq_supported(L->codec, L->m, false);
         off = (at + 255) & ~(size_t)255;
         return NF_OK;
     }
@@ -259,7 +261,7 @@ size_t layout_buffers(nf_cuda_decoder *dec, uint8_t *base, size_t moe_ws)
 {
     const nf_cuda_decoder_desc *d = &dec->d;
     const size_t C = d->chunk, H = d->hidden, qd = (size_t)d->heads * d->head_dim;
-    const size_t D = dec->dense_inter, V = d->vocab, tiles = (C + kPrefillTileM - 1) / kPrefillTileM;
+    const size_t D = dec->dense_inter, V = d->vocab;
     const size_t row = dec->a.row_att > dec->a.row_gdn ? dec->a.row_att : dec->a.row_gdn;
     const size_t Vd = (size_t)d->gdn.v_heads * d->gdn.v_dim, att = qd > Vd ? qd : Vd;
     nf_arena ar;
@@ -279,16 +281,22 @@ size_t layout_buffers(nf_cuda_decoder *dec, uint8_t *base, size_t moe_ws)
     o[n++] = take(&ar, C * att * 2);   // att
     o[n++] = take(&ar, C * D * 2);     // act
     o[n++] = take(&ar, moe_ws);        // moe workspace
-    const size_t MS = d->max_seqs, tiles_s = (MS + kPrefillTileM - 1) / kPrefillTileM;
-    o[n++] = take(&ar, (7 + 2 * tiles) * 4); // tab
-    o[n++] = take(&ar, (7 + 2) * 4);         // tab1
+    const size_t MS = d->max_seqs;
+    // a table: 6 counters, tile_group [tiles64], tile_m0 [tiles], tile_m0_64 [tiles64]
+    auto tab_bytes = [](size_t rows) { return (8 + (rows + kPrefillTileM - 1) / kPrefillTileM + 2 * ((rows + 63) / 64)) * 4; };
+    o[n++] = take(&ar, tab_bytes(C)); // tab
+    o[n++] = take(&ar, tab_bytes(1)); // tab1
     o[n++] = take(&ar, step_layout(d->chunk, d->max_seqs, dec->stride).total * 4);
     o[n++] = take(&ar, MS * (topk_scratch_floats() * 8 + kSampleMaxK * 8));
     o[n++] = take(&ar, d->trace_routing ? (size_t)d->layers * C * dec->top_k * 4 : 0);
     o[n++] = take(&ar, (size_t)d->ctx * (d->head_dim / 2) * sizeof(float2));
     o[n++] = take(&ar, tickets * 4);
-    o[n++] = take(&ar, (7 + 2 * tiles_s) * 4); // tabS
-    o[n++] = take(&ar, MS * H * 2);            // xl
+    o[n++] = take(&ar, tab_bytes(MS));        // tabS
+    o[n++] = take(&ar, MS * H * 2);           // xl
+    // the dense mmq path's quantised input (ops.cuh kDenseMmqMax): rows of the widest input
+    const size_t MR = C < kDenseMmqMax ? C : kDenseMmqMax, MC = H > att ? (H > D ? H : D) : (att > D ? att : D);
+    o[n++] = take(&ar, MR * MC);              // xq
+    o[n++] = take(&ar, MR * (MC / 32) * 8);   // xd
     if (!base) return ar.peak;
     Acts &a = dec->a;
     float **f[] = {&a.x, &a.delta, &a.qkv, &a.g, &a.u, &a.logits, &a.part};
@@ -297,11 +305,13 @@ size_t layout_buffers(nf_cuda_decoder *dec, uint8_t *base, size_t moe_ws)
     for (int i = 0; i < 4; i++) *h[i] = (uint16_t *)(base + o[7 + i]);
     a.moe_ws = base + o[11];
     DenseTables *tb[] = {&dec->tab, &dec->tab1, &dec->tabS};
-    const uint32_t mt[] = {(uint32_t)tiles, 1, (uint32_t)tiles_s};
+    const size_t rows[] = {C, 1, MS};
     const int at[] = {12, 13, 19};
     for (int i = 0; i < 3; i++) {
         int32_t *p = (int32_t *)(base + o[at[i]]);
-        *tb[i] = DenseTables{p, p + 1, p + 2, p + 3, p + 4, p + 5, p + 5 + mt[i], mt[i]};
+        const uint32_t mt = (uint32_t)((rows[i] + kPrefillTileM - 1) / kPrefillTileM), m64 = (uint32_t)((rows[i] + 63) / 64);
+        *tb[i] = DenseTables{p, p + 1, p + 2, p + 3, p + 4, p + 8, p + 8 + m64, mt, p + 5, p + 8 + m64 + mt,
+                             (int8_t *)(base + o[21]), (float2 *)(base + o[22])};
     }
     dec->step = (int32_t *)(base + o[14]);
     float *t = (float *)(base + o[15]);

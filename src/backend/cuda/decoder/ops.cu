@@ -10,12 +10,13 @@ namespace {
 
 __global__ void prep_kernel(DenseTables t, uint32_t T)
 {
-    const uint32_t tiles = (T + kPrefillTileM - 1) / kPrefillTileM;
+    const uint32_t tiles = (T + kPrefillTileM - 1) / kPrefillTileM, tiles64 = (T + 63) / 64;
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         *t.n_groups = 1, *t.expert = 0, *t.start = 0, *t.count = (int32_t)T;
-        *t.n_tiles = (int32_t)tiles;
+        *t.n_tiles = (int32_t)tiles, *t.n_tiles64 = (int32_t)tiles64;
     }
-    for (uint32_t i = threadIdx.x; i < tiles; i += blockDim.x) t.tile_group[i] = 0, t.tile_m0[i] = (int32_t)(i * kPrefillTileM);
+    for (uint32_t i = threadIdx.x; i < tiles; i += blockDim.x) t.tile_m0[i] = (int32_t)(i * kPrefillTileM);
+    for (uint32_t i = threadIdx.x; i < tiles64; i += blockDim.x) t.tile_group[i] = 0, t.tile_m0_64[i] = (int32_t)(i * 64);
 }
 
 // One CTA per token: each thread decodes pieces of the embedding row.
@@ -145,6 +146,16 @@ cudaError_t linear(const Linear &L, const DenseTables &t, const uint16_t *in, ui
                    uint32_t out_stride, cudaStream_t s)
 {
     Groups g{t.n_groups, t.expert, t.start, t.count, nullptr, 1, 1};
+    if (L.mmq && T > kGemvMaxT && T <= kDenseMmqMax) {
+        // the input quantised per 32 elements (the GEMV's int8 numerics), then one group of T
+        // positions in tiles of 64 through the int8 tensor-core GEMM: each weight byte read once per
+        // 64 positions, decoded in registers (the bf16 prefill GEMM decodes every slice per 128-row
+        // tile at a fraction of the read rate: docs/gpu_engine.md)
+        const TileList tl{t.n_tiles64, t.tile_group, t.tile_m0_64, (T + 63) / 64, 64};
+        cudaError_t e = launch_mmq_quant(in, true, T, L.m.cols, t.xq, t.xd, s);
+        if (e == cudaSuccess) e = launch_mmq(L.codec, false, L.m, t.xq, t.xd, g, tl, out, out_stride, nullptr, nullptr, s);
+        return e;
+    }
     if (L.gemm && T > kGemvMaxT) {
         const TileList tl{t.n_tiles, t.tile_group, t.tile_m0, (T + kPrefillTileM - 1) / kPrefillTileM, kPrefillTileM};
         return launch_prefill_gemm(L.codec, false, L.m, in, L.m.cols, g, tl, out, out_stride, false, s);

@@ -50,9 +50,16 @@ __device__ __forceinline__ uint32_t kv_slot(const Batch &b, int s, int p)
 // positions 0..T-1; prefill tiles of kPrefillTileM positions. Written by prep_tables each forward.
 struct DenseTables {
     int32_t *n_groups, *expert, *start, *count; // [1] each
-    int32_t *n_tiles, *tile_group, *tile_m0;    // [1], [max_tiles] x2
+    int32_t *n_tiles, *tile_group, *tile_m0;    // [1], [max_tiles64] (all 0), [max_tiles]: tiles of kPrefillTileM
     uint32_t max_tiles;
+    int32_t *n_tiles64, *tile_m0_64;            // [1], [max_tiles64]: the mmq path's tiles of 64 positions
+    int8_t *xq;                                 // [kDenseMmqMax][max cols] the mmq path's int8 input
+    float2 *xd;                                 // [kDenseMmqMax][max cols / 32] its (d, d sum q) pairs
 };
+
+// Tokens up to which dense k-quant / q8_0 products above the GEMV's range take the grouped int8
+// tensor-core GEMM (mmq.cu, one group of T positions); above, the bf16 prefill GEMM.
+constexpr uint32_t kDenseMmqMax = 1024;
 
 // A dense matrix on the device and how to run it.
 struct Linear {
@@ -60,6 +67,7 @@ struct Linear {
     int codec;         // nf_codec_id; -1 absent
     bool gemm;         // the tensor-core path takes its shape
     bool a8;           // small T may quantise the input to int8 (k-quant / q8_0 weights)
+    bool mmq;          // with a8: 16 < T <= kDenseMmqMax takes the int8 GEMM (its shape fits mmq.cu)
 };
 
 void prep_tables(const DenseTables &t, uint32_t T, cudaStream_t s);
