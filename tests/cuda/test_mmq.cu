@@ -28,6 +28,7 @@ extern "C" {
 #include "codec/codec.h"
 #include "common/cuda_test_util.h"
 }
+#include "common/mmq_rowdot.h"
 #include "nf_test.h"
 #include "common/need_gpu.h"
 
@@ -36,29 +37,6 @@ namespace {
 uint64_t rng = 0x9E3779B97F4A7C15ull;
 float nrand() { return nf_test_nrand(&rng); }
 
-// mmq.cu's dot of row r of expert e (host copy W, host bytes) with one position's int8 values
-template <class C>
-float rowdot(const nf::DevMat &W, uint32_t e, uint32_t r, const int8_t *xq, const float2 *xd)
-{
-    const uint8_t *row = nf::row_ptr(W, e, r), *meta = row + C::meta_off(W);
-    uint8_t st[C::QB];
-    float acc = 0.0f;
-    for (uint32_t kt = 0; kt < W.cols / C::SLICE; kt++) {
-        for (int c = 0; c < C::QB / 16; c++) memcpy(st + 16 * c, row + C::chunk(W, c, kt), 16);
-        for (int j = 0; j < C::SLICE / C::GE; j++) {
-            const uint32_t e0 = kt * C::SLICE + j * C::GE;
-            int isum = 0;
-            for (int c = 0; c < C::GE; c += 4) {
-                const uint32_t wv = C::word(st, j, c);
-                for (int by = 0; by < 4; by++) isum += (int)(int8_t)(wv >> (8 * by)) * xq[e0 + c + by];
-            }
-            float ds, ms;
-            C::scale(meta, W.nb, kt, j, ds, ms);
-            acc = nf::mmq_fold<C>(acc, isum, ds, ms, xd[e0 / 32]);
-        }
-    }
-    return acc;
-}
 
 // quant_a8.cuh's quantiser of n values (a multiple of 32): q, and (d, d sum q) per block
 void quantize(const float *v, uint32_t n, int8_t *q, float2 *d2)
@@ -209,13 +187,13 @@ void check(int codec, bool glu, int height, uint32_t cols, const Case &cs)
         const float2 *dr = &xd[(size_t)in * cols / 32];
         if (!glu) {
             for (uint32_t r = 0; r < rows; r++) {
-                const float want = rowdot<C>(Wh, e, r, xr, dr), got = y[(size_t)p * rows + r];
+                const float want = mmq_rowdot_c<C>(Wh, e, r, xr, dr), got = y[(size_t)p * rows + r];
                 bad += memcmp(&want, &got, 4) != 0;
             }
             continue;
         }
         for (uint32_t r = 0; r < out_rows; r++) {
-            const float gg = rowdot<C>(Wh, e, r, xr, dr), uu = rowdot<C>(Wh, e, r + out_rows, xr, dr);
+            const float gg = mmq_rowdot_c<C>(Wh, e, r, xr, dr), uu = mmq_rowdot_c<C>(Wh, e, r + out_rows, xr, dr);
             v[r] = gg / (1.0f + expf(-gg)) * uu;
         }
         quantize(v.data(), out_rows, hq.data(), hd.data());
