@@ -1,6 +1,7 @@
 /* Internal to src/codec: the integer kernels of codec/a8.h per ISA. The *_avx2.c files are compiled
  * with -mavx2 -mfma -mf16c, the *_avx512.c files with AVX-512 F/BW/VL/VNNI as well; both are reached
- * only through nf_codec_a8_kernel / nf_a8_quantize_row, which check the CPU first. */
+ * only through nf_codec_a8_kernel / nf_a8_quantize_row, which check the CPU first; the *_amx.c
+ * files add AMX-TILE / AMX-INT8 (reached only through nf_codec_a8_tile at NF_ISA_AMX). */
 #ifndef NF_CODEC_A8_SIMD_H
 #define NF_CODEC_A8_SIMD_H
 
@@ -25,6 +26,23 @@ void nf_a8_quantize_row_avx2(const float *x, uint8_t *dst, size_t n);
 
 #include "codec/a8.h"
 nf_a8_tile_fn nf_a8_tile_avx512(nf_codec_id id);
+nf_a8_tile_fn nf_a8_tile_amx(nf_codec_id id);
+
+/* The multi-token tiles' panel (a8_tile_avx512.c): up to 16 weight rows of a codec with blocks of G
+ * elements (32: q8_0, q4_k, q5_k; 16: q6_k), unpacked once into unsigned levels u and transposed
+ * "lane = row". Block k's levels are G / 4 vectors of 64 bytes at lv + 16 G k, byte 4 r + i of
+ * vector j = level 4 j + i of row r in the block (the VNNI / AMX "B" layout: 16 rows as columns).
+ * sd[16 k + r]: the block's decoded scale, sm[16 k + r] its decoded min (0 without one); rows past
+ * `rows` are zero. A block's weight is sd (u - O) - sm. spare: 16 n scratch bytes the panel no longer
+ * needs. Filled from scratch (nf_a8_tile_scratch(n) bytes); -1 for a codec without a panel. */
+typedef struct nf_a8_panel {
+    const uint8_t *lv;
+    const float *sd, *sm;
+    uint8_t *spare;
+    int G, O, min;
+} nf_a8_panel;
+int nf_a8_panel_fill(nf_codec_id id, const uint8_t *w, size_t rb, size_t rows, size_t n, void *scratch,
+                     nf_a8_panel *p);
 
 /* The unpacked q4_k / q5_k scales: sc[8] then m[8] (six-bit each), from the 12 packed bytes (the
  * same values nf_k4_scale_min gives, four sub-blocks per 32-bit word). */

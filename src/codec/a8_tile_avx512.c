@@ -116,11 +116,9 @@ static void unpack_q6_k(const uint8_t *b, size_t n, uint8_t *lv, float *sd, floa
 
 typedef void (*unpack_fn)(const uint8_t *b, size_t n, uint8_t *lv, float *sd, float *sm);
 
-/* G: block size (32 or 16); O: the level offset (0, 32, 128); MIN: the codec has a min term. */
-static inline __attribute__((always_inline)) void tile(const int G, const int O, const int MIN, unpack_fn unpack,
-                                                        const uint8_t *w, size_t rb, size_t rows, const uint8_t *xa,
-                                                        size_t ldxa, size_t ntok, float *y, size_t ldy, size_t n,
-                                                        void *scratch)
+/* The 16-row panel: rows r < rows unpacked and transposed, the rest zero (a8_simd.h, nf_a8_panel). */
+static inline __attribute__((always_inline)) void fill(const int G, unpack_fn unpack, const uint8_t *w, size_t rb,
+                                                        size_t rows, size_t n, void *scratch, nf_a8_panel *p)
 {
     const size_t nk = n / G; /* blocks per row */
     uint8_t *rowbuf = scratch, *lv = rowbuf + 16 * n;
@@ -133,6 +131,20 @@ static inline __attribute__((always_inline)) void tile(const int G, const int O,
         }
     }
     for (size_t c = 0; c < n / 64; c++) transpose16(rowbuf + 64 * c, n, lv + 1024 * c);
+    p->lv = lv, p->sd = sd, p->sm = sm, p->spare = rowbuf;
+}
+
+/* G: block size (32 or 16); O: the level offset (0, 32, 128); MIN: the codec has a min term. */
+static inline __attribute__((always_inline)) void tile(const int G, const int O, const int MIN, unpack_fn unpack,
+                                                        const uint8_t *w, size_t rb, size_t rows, const uint8_t *xa,
+                                                        size_t ldxa, size_t ntok, float *y, size_t ldy, size_t n,
+                                                        void *scratch)
+{
+    const size_t nk = n / G;
+    nf_a8_panel p;
+    fill(G, unpack, w, rb, rows, n, scratch, &p);
+    const uint8_t *lv = p.lv;
+    const float *sd = p.sd, *sm = p.sm;
     const __mmask16 keep = (__mmask16)((1u << rows) - 1);
     for (size_t t0 = 0; t0 < ntok; t0 += TT) {
         const int nt = ntok - t0 < TT ? (int)(ntok - t0) : TT;
@@ -178,6 +190,17 @@ TILE(tile_q8_0, 32, 128, 0, unpack_q8_0)
 TILE(tile_q4_k, 32, 0, 1, unpack_q4_k)
 TILE(tile_q5_k, 32, 0, 1, unpack_q5_k)
 TILE(tile_q6_k, 16, 32, 0, unpack_q6_k)
+
+int nf_a8_panel_fill(nf_codec_id id, const uint8_t *w, size_t rb, size_t rows, size_t n, void *scratch, nf_a8_panel *p)
+{
+    switch (id) {
+    case NF_CODEC_Q8_0: fill(32, unpack_q8_0, w, rb, rows, n, scratch, p), p->G = 32, p->O = 128, p->min = 0; return 0;
+    case NF_CODEC_Q4_K: fill(32, unpack_q4_k, w, rb, rows, n, scratch, p), p->G = 32, p->O = 0, p->min = 1; return 0;
+    case NF_CODEC_Q5_K: fill(32, unpack_q5_k, w, rb, rows, n, scratch, p), p->G = 32, p->O = 0, p->min = 1; return 0;
+    case NF_CODEC_Q6_K: fill(16, unpack_q6_k, w, rb, rows, n, scratch, p), p->G = 16, p->O = 32, p->min = 0; return 0;
+    default: return -1;
+    }
+}
 
 nf_a8_tile_fn nf_a8_tile_avx512(nf_codec_id id)
 {
