@@ -245,6 +245,6 @@ nf_a8_gemm_fn nf_codec_a8_kernel(const nf_codec *c, nf_isa isa)
 
 nf_a8_tile_fn nf_codec_a8_tile(const nf_codec *c, nf_isa isa)
 {
-    if (!c || isa < NF_ISA_AVX512VNNI || isa >= NF_ISA_COUNT || isa > nf_isa_detect()) return NULL;
-    return isa == NF_ISA_AMX ? nf_a8_tile_amx(c->id) : nf_a8_tile_avx512(c->id);
+    if (!c || isa < NF_ISA_AVX2 || isa >= NF_ISA_COUNT || isa > nf_isa_detect()) return NULL;
+    return isa == NF_ISA_AMX ? nf_a8_tile_amx(c->id) : isa == NF_ISA_AVX512VNNI ? nf_a8_tile_avx512(c->id) : nf_a8_tile_avx2(c->id);
 }

@@ -66,8 +66,8 @@ nf_a8_gemm_fn nf_codec_a8_kernel(const nf_codec *c, nf_isa isa);
 /* Multi-token products (prefill segments) with the weight rows repacked 16 at a time, "lane = row"
  * (a8_tile_avx512.c says how): the same y as nf_a8_gemm_fn up to f32 rounding, faster when several
  * tokens share the rows. scratch: nf_a8_tile_scratch(n) bytes (any alignment). n must be a multiple
- * of 64. NULL when c or isa has none (below AVX-512 VNNI): use nf_codec_a8_kernel per token. At
- * NF_ISA_AMX the tile runs on AMX tiles, bit-identical to the AVX-512 VNNI tile (a8_tile_amx.c). */
+ * of 64. NULL when c or isa has none (scalar): use nf_codec_a8_kernel per token. The AVX2, AVX-512
+ * VNNI and AMX tiles (a8_tile_avx2.c, a8_tile_avx512.c, a8_tile_amx.c) give the same bits. */
 typedef void (*nf_a8_tile_fn)(const void *w, size_t row_bytes, size_t rows, const uint8_t *xa, size_t ldxa,
                               size_t ntok, float *y, size_t ldy, size_t n, void *scratch);
 size_t nf_a8_tile_scratch(size_t n);

@@ -25,24 +25,31 @@ NF_A8_GEMM_DECL(nf_q6_k_a8_avx512);
 void nf_a8_quantize_row_avx2(const float *x, uint8_t *dst, size_t n);
 
 #include "codec/a8.h"
+nf_a8_tile_fn nf_a8_tile_avx2(nf_codec_id id);
 nf_a8_tile_fn nf_a8_tile_avx512(nf_codec_id id);
 nf_a8_tile_fn nf_a8_tile_amx(nf_codec_id id);
 
-/* The multi-token tiles' panel (a8_tile_avx512.c): up to 16 weight rows of a codec with blocks of G
- * elements (32: q8_0, q4_k, q5_k; 16: q6_k), unpacked once into unsigned levels u and transposed
- * "lane = row". Block k's levels are G / 4 vectors of 64 bytes at lv + 16 G k, byte 4 r + i of
- * vector j = level 4 j + i of row r in the block (the VNNI / AMX "B" layout: 16 rows as columns).
- * sd[16 k + r]: the block's decoded scale, sm[16 k + r] its decoded min (0 without one); rows past
- * `rows` are zero. A block's weight is sd (u - O) - sm. spare: 16 n scratch bytes the panel no longer
- * needs. Filled from scratch (nf_a8_tile_scratch(n) bytes); -1 for a codec without a panel. */
+/* The multi-token tiles' panel (a8_panel_avx2.c): up to 16 weight rows of a codec with blocks of G
+ * elements (32: q8_0, q4_k, q5_k; 16: q6_k), unpacked once into levels u and transposed "lane = row".
+ * Block k's levels are G / 4 vectors of 64 bytes at lv + 16 G k, byte 4 r + i of vector j = level
+ * 4 j + i of row r in the block (the VNNI / AMX "B" layout: 16 rows as columns; its 32-byte halves
+ * are rows 0-7 and 8-15 for AVX2). sd[16 k + r]: the block's decoded scale, sm[16 k + r] its decoded
+ * min (0 without one); rows past `rows` are zero. A block's weight is sd (u - O) - sm, with u unsigned
+ * except q8_0's at q8_offset 0 (u = w, signed; at 128, u = w + 128). spare: 16 n scratch bytes the
+ * panel no longer needs. Filled from scratch (nf_a8_tile_scratch(n) bytes; n a multiple of 64); -1
+ * for a codec without a panel. */
 typedef struct nf_a8_panel {
     const uint8_t *lv;
     const float *sd, *sm;
     uint8_t *spare;
     int G, O, min;
 } nf_a8_panel;
-int nf_a8_panel_fill(nf_codec_id id, const uint8_t *w, size_t rb, size_t rows, size_t n, void *scratch,
-                     nf_a8_panel *p);
+/* 16 rows x 16 dwords (rows `stride` bytes apart) -> 16 vectors of 64 bytes: dst[c] dword r = dword c of row r. */
+typedef void (*nf_a8_transpose_fn)(const uint8_t *src, size_t stride, uint8_t *dst);
+void nf_a8_transpose16_avx2(const uint8_t *src, size_t stride, uint8_t *dst);
+void nf_a8_transpose16_avx512(const uint8_t *src, size_t stride, uint8_t *dst);
+int nf_a8_panel_fill(nf_codec_id id, int q8_offset, nf_a8_transpose_fn transpose, const uint8_t *w, size_t rb,
+                     size_t rows, size_t n, void *scratch, nf_a8_panel *p);
 
 /* The unpacked q4_k / q5_k scales: sc[8] then m[8] (six-bit each), from the 12 packed bytes (the
  * same values nf_k4_scale_min gives, four sub-blocks per 32-bit word). */

@@ -106,7 +106,7 @@ static inline __attribute__((always_inline)) void panel_tokens(const int G, cons
         for (size_t r = 0; r < rows; r += 16) {                                                             \
             const size_t nr = rows - r < 16 ? rows - r : 16;                                                \
             nf_a8_panel p;                                                                                  \
-            nf_a8_panel_fill(id, (const uint8_t *)w + r * rb, rb, nr, n, scratch, &p);                      \
+            nf_a8_panel_fill(id, 128, nf_a8_transpose16_avx512, (const uint8_t *)w + r * rb, rb, nr, n, scratch, &p);                      \
             panel_tokens(G, O, MIN, &p, nr, xa, ldxa, ntok, y + r, ldy, n);                                 \
         }                                                                                                   \
         _tile_release();                                                                                    \

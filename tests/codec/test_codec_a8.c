@@ -18,10 +18,10 @@
  * terms into one accumulator lane chain plus a 16-lane reduction (4); the reference's w_i carries
  * 2 roundings relative to a_i - b_i. Hence |kernel - ref| <= (n / 16 + 12) u T. T is measured per
  * row from decoded terms (the offset field zeroed gives a_i, the scale field zeroed -b_i). The
- * observed worst ratio is printed. The repacked multi-token tile (nf_codec_a8_tile, AVX-512 VNNI)
+ * observed worst ratio is printed. The repacked multi-token tile (nf_codec_a8_tile: AVX2, AVX-512 VNNI, AMX)
  * is held to the same reference and bound on the same rows (1 to 35 rows: partial 16-row blocks;
- * up to 15 tokens: partial 4-token passes; 16, 28 and 40 tokens: whole and partial 16-token groups),
- * and at NF_ISA_AMX (the AMX tile) must also equal the AVX-512 VNNI tile bit for bit. Strength: with q4_k's scales and mins swapped in the unpacker
+ * up to 15 tokens: partial 4-token passes; 16, 28 and 40 tokens: whole and partial 16-token groups);
+ * the AVX-512 VNNI and AMX tiles must also equal the AVX2 tile bit for bit. Strength: with q4_k's scales and mins swapped in the unpacker
  * (nf_k4_unpack_scales), or q6_k's sub-block scale index off by one, every kernel fails.
  *
  * The quantisation's own effect, |ref - sum_i w_i x_i| <= sum_b d_b (1/2 + 2^-16) sum_{i in b} |w_i|
@@ -203,14 +203,14 @@ static void check_kernel(const nf_codec *c, nf_isa isa, size_t n, size_t rows, s
     else {
         uint8_t *scratch = malloc(nf_a8_tile_scratch(n));
         tile(w, rb, rows, xa, xr, ntok, y, ldy, n, scratch);
-        if (isa == NF_ISA_AMX) { /* the AMX tile repeats the AVX-512 tile's combine: the same bits */
+        if (isa > NF_ISA_AVX2) { /* every tile repeats the AVX2 tile's per-lane combine: the same bits */
             float *y2 = malloc(ntok * ldy * sizeof(float));
             memcpy(y2, y, ntok * ldy * sizeof(float));
-            nf_codec_a8_tile(c, NF_ISA_AVX512VNNI)(w, rb, rows, xa, xr, ntok, y2, ldy, n, scratch);
+            nf_codec_a8_tile(c, NF_ISA_AVX2)(w, rb, rows, xa, xr, ntok, y2, ldy, n, scratch);
             for (size_t t = 0; t < ntok; t++)
                 CHECK_MSG(memcmp(y + t * ldy, y2 + t * ldy, rows * sizeof(float)) == 0,
-                          "%s amx tile differs from the avx512vnni tile (n=%zu rows=%zu tok %zu/%zu)", c->name, n,
-                          rows, t, ntok);
+                          "%s %s tile differs from the avx2 tile (n=%zu rows=%zu tok %zu/%zu)", c->name,
+                          nf_isa_name(isa), n, rows, t, ntok);
             free(y2);
         }
         free(scratch);
