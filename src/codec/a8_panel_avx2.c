@@ -5,6 +5,7 @@
 
 #include "codec/a8.h"
 #include "codec/a8_simd.h"
+#include "codec/avx2_util.h"
 #include "codec/ggml_blocks.h"
 
 /* nf_a8_transpose_fn with ymm registers: four 8 x 8 dword transposes (rows 0-7 into bytes 0-31 of each
@@ -32,13 +33,6 @@ void nf_a8_transpose16_avx2(const uint8_t *src, size_t stride, uint8_t *dst)
         }
 }
 
-static inline float f16_at(const uint8_t *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
-
 /* ---- per-codec unpack of one row: levels lv[n] (u8), block scales sd[k * 16] and mins sm[k * 16] ---- */
 
 /* q8_0's level: w + o (o = 128: unsigned, for vpdpbusd / TDPBSUD; o = 0: w itself, for vpsignb). */
@@ -47,29 +41,23 @@ static void unpack_q8_0(int o, const uint8_t *b, size_t n, uint8_t *lv, float *s
     const __m256i flip = _mm256_set1_epi8((char)o);
     for (size_t k = 0; k < n / 32; k++, b += NF_Q8_0_BYTES) {
         _mm256_storeu_si256((__m256i *)(lv + 32 * k), _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(b + 2)), flip));
-        sd[16 * k] = f16_at(b), sm[16 * k] = 0;
+        sd[16 * k] = nf_f16_at(b), sm[16 * k] = 0;
     }
 }
 
 static void unpack_k45(int q5, const uint8_t *b, size_t n, uint8_t *lv, float *sd, float *sm)
 {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), b0 = _mm256_set1_epi8(1), b1 = _mm256_set1_epi8(2);
     const size_t bb = q5 ? NF_Q5_K_BYTES : NF_Q4_K_BYTES;
     for (size_t ib = 0; ib < n / NF_QK_K; ib++, b += bb) {
         uint8_t s[16];
         nf_k4_unpack_scales(b + 4, s);
-        const float d = f16_at(b), dmin = f16_at(b + 2);
+        const float d = nf_f16_at(b), dmin = nf_f16_at(b + 2);
         for (int j = 0; j < 8; j++) sd[16 * (8 * ib + j)] = d * s[j], sm[16 * (8 * ib + j)] = dmin * s[8 + j];
         const uint8_t *qs = b + (q5 ? 48 : 16);
         __m256i hb = q5 ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
         for (int p = 0; p < 4; p++) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
-            __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            if (q5) {
-                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hb, b0), 4));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(hb, b1), 3));
-                hb = _mm256_srli_epi16(hb, 2);
-            }
+            __m256i lo, hi;
+            nf_k45_levels(q5, qs, p, &hb, &lo, &hi);
             _mm256_storeu_si256((__m256i *)(lv + 256 * ib + 64 * p), lo);
             _mm256_storeu_si256((__m256i *)(lv + 256 * ib + 64 * p + 32), hi);
         }
@@ -80,7 +68,7 @@ static void unpack_q6_k(const uint8_t *b, size_t n, uint8_t *lv, float *sd, floa
 {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     for (size_t ib = 0; ib < n / NF_QK_K; ib++, b += NF_Q6_K_BYTES) {
-        const float d = f16_at(b + 208);
+        const float d = nf_f16_at(b + 208);
         const int8_t *sc = (const int8_t *)(b + 192);
         for (int k = 0; k < 16; k++) sd[16 * (16 * ib + k)] = d * sc[k], sm[16 * (16 * ib + k)] = 0;
         for (int h = 0; h < 2; h++) {

@@ -25,6 +25,13 @@ NF_A8_GEMM_DECL(nf_q6_k_a8_avx512);
 void nf_a8_quantize_row_avx2(const float *x, uint8_t *dst, size_t n);
 
 #include "codec/a8.h"
+/* A tile file's table: its tile per codec (NULL for the others). */
+#define NF_A8_TILE_TABLE(name, q8_0, q4_k, q5_k, q6_k)                                                     \
+    nf_a8_tile_fn name(nf_codec_id id)                                                                      \
+    {                                                                                                       \
+        return id == NF_CODEC_Q8_0 ? q8_0 : id == NF_CODEC_Q4_K ? q4_k : id == NF_CODEC_Q5_K ? q5_k       \
+               : id == NF_CODEC_Q6_K ? q6_k : NULL;                                                         \
+    }
 nf_a8_tile_fn nf_a8_tile_avx2(nf_codec_id id);
 nf_a8_tile_fn nf_a8_tile_avx512(nf_codec_id id);
 nf_a8_tile_fn nf_a8_tile_amx(nf_codec_id id);

@@ -117,13 +117,4 @@ AMX_TILE(amx_q4_k, NF_CODEC_Q4_K, 32, 0, 1)
 AMX_TILE(amx_q5_k, NF_CODEC_Q5_K, 32, 0, 1)
 AMX_TILE(amx_q6_k, NF_CODEC_Q6_K, 16, 32, 0)
 
-nf_a8_tile_fn nf_a8_tile_amx(nf_codec_id id)
-{
-    switch (id) {
-    case NF_CODEC_Q8_0: return amx_q8_0;
-    case NF_CODEC_Q4_K: return amx_q4_k;
-    case NF_CODEC_Q5_K: return amx_q5_k;
-    case NF_CODEC_Q6_K: return amx_q6_k;
-    default: return NULL;
-    }
-}
+NF_A8_TILE_TABLE(nf_a8_tile_amx, amx_q8_0, amx_q4_k, amx_q5_k, amx_q6_k)

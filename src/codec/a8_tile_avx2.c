@@ -100,13 +100,4 @@ TILE(tile_q4_k, 32, 8, 0, 1, 0, NF_CODEC_Q4_K)
 TILE(tile_q5_k, 32, 4, 0, 1, 0, NF_CODEC_Q5_K)
 TILE(tile_q6_k, 16, 2, 32, 0, 0, NF_CODEC_Q6_K)
 
-nf_a8_tile_fn nf_a8_tile_avx2(nf_codec_id id)
-{
-    switch (id) {
-    case NF_CODEC_Q8_0: return tile_q8_0;
-    case NF_CODEC_Q4_K: return tile_q4_k;
-    case NF_CODEC_Q5_K: return tile_q5_k;
-    case NF_CODEC_Q6_K: return tile_q6_k;
-    default: return NULL;
-    }
-}
+NF_A8_TILE_TABLE(nf_a8_tile_avx2, tile_q8_0, tile_q4_k, tile_q5_k, tile_q6_k)
