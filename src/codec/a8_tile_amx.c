@@ -67,7 +67,8 @@ static inline __attribute__((always_inline)) void combine(const int G, const int
  * units overlap. */
 static inline __attribute__((always_inline)) void panel_tokens(const int G, const int O, const int MIN,
                                                                const nf_a8_panel *p, size_t rows, const uint8_t *xa,
-                                                               size_t ldxa, size_t ntok, float *y, size_t ldy, size_t n)
+                                                               size_t ldxa, size_t ntok, float *y, size_t ldy, size_t n,
+                                                               const uint8_t *next, size_t next_bytes)
 {
     const size_t nk = n / G; /* even: n is a multiple of 64 */
     const __mmask16 keep = (__mmask16)((1u << rows) - 1);
@@ -87,6 +88,7 @@ static inline __attribute__((always_inline)) void panel_tokens(const int G, cons
         for (int m = 0; m < 16; m++) acc[m] = _mm512_setzero_ps();
         AMX_PRODUCT(0, 2, 4, 0);
         for (size_t k = 0; k < nk; k += 2) {
+            if (t0 == 0) nf_a8_prefetch_part(next, next_bytes, k, 2, nk);
             AMX_PRODUCT(1, 3, 5, k + 1);
             _tile_stored(0, cb[0], 64);
             if (k + 2 < nk) AMX_PRODUCT(0, 2, 4, k + 2);
@@ -107,7 +109,8 @@ static inline __attribute__((always_inline)) void panel_tokens(const int G, cons
             const size_t nr = rows - r < 16 ? rows - r : 16;                                                \
             nf_a8_panel p;                                                                                  \
             nf_a8_panel_fill(id, 128, nf_a8_transpose16_avx512, (const uint8_t *)w + r * rb, rb, nr, n, scratch, &p);                      \
-            panel_tokens(G, O, MIN, &p, nr, xa, ldxa, ntok, y + r, ldy, n);                                 \
+            panel_tokens(G, O, MIN, &p, nr, xa, ldxa, ntok, y + r, ldy, n, (const uint8_t *)w + (r + nr) * rb,   \
+                         16 * rb);                                                                          \
         }                                                                                                   \
         _tile_release();                                                                                    \
     }

@@ -62,6 +62,7 @@ static inline __attribute__((always_inline)) void tile(const int G, const int D,
         __m256 acc[TT][2];
         for (int t = 0; t < TT; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
         for (size_t k = 0; k < nk; k++) {
+            if (t0 == 0) nf_a8_prefetch_part(w + rows * rb, 16 * rb, k, 1, nk);
             const __m256 dv0 = _mm256_loadu_ps(p.sd + 16 * k), dv1 = _mm256_loadu_ps(p.sd + 16 * k + 8);
             for (int t = 0; t < nt; t++) {
                 const uint8_t *x = xa + (t0 + t) * ldxa;

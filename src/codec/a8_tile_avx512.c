@@ -63,6 +63,7 @@ static inline __attribute__((always_inline)) void tile(const int G, const int O,
         __m512 acc[TT];
         for (int t = 0; t < TT; t++) acc[t] = _mm512_setzero_ps();
         for (size_t k = 0; k < nk; k++) {
+            if (t0 == 0) nf_a8_prefetch_part(w + rows * rb, 16 * rb, k, 1, nk);
             __m512i wv[8];
             for (int j = 0; j < G / 4; j++) wv[j] = _mm512_loadu_si512(lv + 64 * (k * (G / 4) + j));
             const __m512 dv = _mm512_loadu_ps(sd + 16 * k);
