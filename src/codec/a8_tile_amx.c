@@ -62,7 +62,8 @@ static inline __attribute__((always_inline)) void combine(const int G, const int
     } while (0)
 
 /* One panel x every token, 16 tokens at a time. A group of fewer than 16 runs as 16, its missing
- * tokens' q zero and their scales borrowed from its last token, and stores only its own rows. The
+ * tokens' q whatever the spare rows hold and their scales borrowed from its last token, and stores
+ * only its own rows. The
  * product of block k + 1 is issued before block k is combined, so the tile unit and the vector
  * units overlap. */
 static inline __attribute__((always_inline)) void panel_tokens(const int G, const int O, const int MIN,
@@ -78,10 +79,9 @@ static inline __attribute__((always_inline)) void panel_tokens(const int G, cons
         const uint8_t *x[16], *a = xa + t0 * ldxa;
         size_t lda = ldxa;
         for (size_t m = 0; m < 16; m++) x[m] = a + (m < nt ? m : nt - 1) * ldxa;
-        if (nt < 16) { /* the last group: its q bytes into zero-padded rows */
-            for (size_t m = 0; m < 16; m++)
-                if (m < nt) memcpy(p->spare + m * n, x[m], n);
-                else memset(p->spare + m * n, 0, n);
+        if (nt < 16) { /* the last group: its q bytes into the spare rows (rows past nt keep the
+                          * panel's bytes: their C rows are combined but never stored) */
+            for (size_t m = 0; m < nt; m++) memcpy(p->spare + m * n, x[m], n);
             a = p->spare, lda = n;
         }
         __m512 acc[16];
