@@ -19,6 +19,11 @@ enum { ROWS = 4 };
 #define PF 1024 /* software prefetch distance in bytes ahead of each row's current block (q8_0, q6_k: measured
                  * +23 % and +17 % on 64 MiB matrices, 1 thread; q4_k measured no better without noise) */
 #endif
+#ifndef PF_Q6
+#define PF_Q6 2048 /* q6_k's (210-byte blocks): tg64 of the 4-layer Q6_K and Q4_K_M models, 2 threads, 2048
+                    * against 1024 bytes: +8 % median (perf/cpu_amx_2026-12-06.md); q8_0's MoE decode lost
+                    * 20 % at 2048, so q8_0 keeps PF */
+#endif
 
 NF_INLINE float f16_at(const uint8_t *p)
 {
@@ -163,7 +168,7 @@ NF_INLINE void q6_k_rows(const uint8_t *w, size_t rb, int R, const uint8_t *xa, 
         const __m512 dxe = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_loadu_ps(dx + 8 * ib)));
         for (int r = 0; r < R; r++) {
             const uint8_t *b = w + r * rb + ib * NF_Q6_K_BYTES;
-            for (int k = 0; k < 4 && PF; k++) _mm_prefetch((const char *)b + PF + 64 * k, _MM_HINT_T0);
+            for (int k = 0; k < 4 && PF_Q6; k++) _mm_prefetch((const char *)b + PF_Q6 + 64 * k, _MM_HINT_T0);
             const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 192))));
             const __m512 s = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(f16_at(b + 208)), sc), dxe);
             for (int h = 0; h < 2; h++) {
