@@ -24,6 +24,10 @@ enum { ROWS = 4 };
                     * against 1024 bytes: +8 % median (perf/cpu_amx_2026-12-06.md); q8_0's MoE decode lost
                     * 20 % at 2048, so q8_0 keeps PF */
 #endif
+#ifndef PF_K45
+#define PF_K45 2048 /* q4_k's and q5_k's (144- and 176-byte blocks): tg64, 2 threads, against none: Q4_K_M
+                     * +11 %, Q5_K_M +25 % median (perf/cpu_amx_2026-12-06.md) */
+#endif
 
 NF_INLINE float f16_at(const uint8_t *p)
 {
@@ -106,6 +110,7 @@ NF_INLINE void k45_rows(int Q5, const uint8_t *w, size_t rb, int R, const uint8_
             _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(bsum + 16 * ib)), _mm256_set1_epi16(1)));
         for (int r = 0; r < R; r++) {
             const uint8_t *b = w + r * rb + ib * bb, *qs = b + (Q5 ? 48 : 16);
+            for (int k = 0; k < 3 && PF_K45; k++) _mm_prefetch((const char *)b + PF_K45 + 64 * k, _MM_HINT_T0);
             uint8_t sm[16];
             nf_k4_unpack_scales(b + 4, sm);
             const __m128i sm16 = _mm_loadu_si128((const __m128i *)sm);
