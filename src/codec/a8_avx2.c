@@ -73,6 +73,7 @@ NF_INLINE void q8_0_rows(const uint8_t *w, size_t rb, int R, const uint8_t *xa, 
         const __m256i xq = _mm256_loadu_si256((const __m256i *)(xa + 32 * ib));
         for (int r = 0; r < R; r++) {
             const uint8_t *b = w + r * rb + ib * NF_Q8_0_BYTES;
+            _mm_prefetch((const char *)b + NF_A8_PF_Q8, _MM_HINT_T0);
             const __m256i wq = _mm256_loadu_si256((const __m256i *)(b + 2));
             const __m256i s = dot_us8(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq));
             acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(nf_f16_at(b) * dx[ib]), _mm256_cvtepi32_ps(s), acc[r]);
@@ -99,6 +100,7 @@ NF_INLINE void k45_rows(int Q5, const uint8_t *w, size_t rb, int R, const uint8_
             _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(bsum + 16 * ib)), _mm256_set1_epi16(1)));
         for (int r = 0; r < R; r++) {
             const uint8_t *b = w + r * rb + ib * bb, *qs = b + (Q5 ? 48 : 16);
+            for (int k = 0; k < 3; k++) _mm_prefetch((const char *)b + NF_A8_PF_K + 64 * k, _MM_HINT_T0);
             uint8_t sm[16];
             nf_k4_unpack_scales(b + 4, sm);
             const __m256 sc = _mm256_cvtepi32_ps(nf_load8_u8(sm)), mn = _mm256_cvtepi32_ps(nf_load8_u8(sm + 8));
@@ -150,6 +152,7 @@ NF_INLINE void q6_k_rows(const uint8_t *w, size_t rb, int R, const uint8_t *xa, 
         for (int j = 0; j < 8; j++) x32[j] = _mm256_maddubs_epi16(c32, _mm256_loadu_si256((const __m256i *)(qx + 32 * j)));
         for (int r = 0; r < R; r++) {
             const uint8_t *b = w + r * rb + ib * NF_Q6_K_BYTES;
+            for (int k = 0; k < 4; k++) _mm_prefetch((const char *)b + NF_A8_PF_K + 64 * k, _MM_HINT_T0);
             const __m128i sc8 = _mm_loadu_si128((const __m128i *)(b + 192));
             const __m256 d = _mm256_set1_ps(nf_f16_at(b + 208));
             float s[16];

@@ -25,6 +25,14 @@ NF_A8_GEMM_DECL(nf_q6_k_a8_avx512);
 void nf_a8_quantize_row_avx2(const float *x, uint8_t *dst, size_t n);
 
 #include "codec/a8.h"
+/* The decode kernels' software prefetch distance, in bytes ahead of each row's current block (2 threads,
+ * tg64, interleaved; perf/cpu_amx_2026-12-06.md). q8_0: 1024 (on 64 MiB matrices at 1 thread +23 %;
+ * 2048 lost 20 % on the 4-layer MoE Q8_0's decode, though it won 25 % on L3-resident SmolLM2). q4_k,
+ * q5_k, q6_k (144 - 210-byte blocks): 2048 (q6_k against 1024 +8 %, q4_k / q5_k against none +11 % /
+ * +25 % median, AVX-512; the AVX2 kernels, which had none, +17 % Q4_K_M and +14 % Q8_0). */
+#define NF_A8_PF_Q8 1024
+#define NF_A8_PF_K 2048
+
 /* Prefetches (into L2) the part of [next, next + bytes) that falls to blocks k .. k + step - 1 of nk:
  * a tile spreads the next row block's weights over its first token pass, so that their DRAM
  * latency overlaps this block's products instead of the next panel's unpack (measured: +5 % on
