@@ -10,6 +10,8 @@
  * E2EL = send to the last byte; request throughput = completed / duration, output throughput =
  * output tokens / duration. Percentiles interpolate linearly between order statistics, as numpy's
  * default does. Plain sockets over HTTP/1.0 (the body ends when the server closes, no chunking).
+ * A server with ninfer's speculation counters on /metrics (`serve --spec`) also gets a line with the
+ * drafts accepted per verification over the timed requests.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -295,6 +297,34 @@ static int load_prompts(bench_cfg *c)
     return st;
 }
 
+/* ninfer's speculation counters from GET /metrics: verifications, drafts, accepted (1 when all three
+ * were there). */
+static int scrape_spec(const bench_cfg *c, unsigned long long v[3])
+{
+    static const char *const names[3] = {"\nninfer_spec_verifications_total ", "\nninfer_spec_drafts_total ",
+                                         "\nninfer_spec_accepted_total "}; /* a line's start, not the HELP line */
+    int fd = dial(c);
+    if (fd < 0) return 0;
+    char req[800], auth[600] = "";
+    if (c->key) snprintf(auth, sizeof auth, "Authorization: Bearer %.500s\r\n", c->key);
+    const int n = snprintf(req, sizeof req, "GET /metrics HTTP/1.0\r\nHost: %s\r\n%s\r\n", c->host, auth);
+    size_t len = 0, cap = 1 << 16;
+    char *body = malloc(cap + 1);
+    ssize_t k = body && write(fd, req, (size_t)n) == n ? 1 : -1;
+    while (k > 0 && len < cap && (k = read(fd, body + len, cap - len)) > 0) len += (size_t)k;
+    close(fd);
+    int found = 0;
+    if (body) {
+        body[len] = 0;
+        for (int i = 0; i < 3; i++) {
+            const char *at = strstr(body, names[i]);
+            found += at && sscanf(at + strlen(names[i]), "%llu", &v[i]) == 1;
+        }
+    }
+    free(body);
+    return found == 3;
+}
+
 static int run(bench_cfg *c)
 {
     shared s = {.c = c, .total = c->warmup + c->requests};
@@ -304,8 +334,11 @@ static int run(bench_cfg *c)
     pthread_mutex_init(&s.mu, NULL);
     /* warm-up first, at the same concurrency, then the measured requests */
     double t0 = 0;
+    unsigned long long sp0[3] = {0}, sp1[3] = {0};
+    int spec = 0;
     for (int phase = 0; phase < 2; phase++) {
         s.total = phase ? c->warmup + c->requests : c->warmup;
+        if (phase) spec = scrape_spec(c, sp0);
         t0 = nf_time_s();
         long started = 0;
         for (long i = 0; i < c->conc; i++) started += pthread_create(&th[i], NULL, client, &s) == 0;
@@ -313,6 +346,10 @@ static int run(bench_cfg *c)
     }
     double dur = nf_time_s() - t0;
     report(c, s.res, c->warmup, c->warmup + c->requests, dur);
+    if (spec && scrape_spec(c, sp1) && sp1[0] > sp0[0])
+        printf("speculation (the server's /metrics): %llu verifications, %llu drafts, %llu accepted: %.2f accepted per "
+               "verification\n", sp1[0] - sp0[0], sp1[1] - sp0[1], sp1[2] - sp0[2],
+               (double)(sp1[2] - sp0[2]) / (double)(sp1[0] - sp0[0]));
     long failed = 0;
     for (long i = c->warmup; i < c->warmup + c->requests; i++) failed += !s.res[i].ok, free(s.res[i].itl);
     for (long i = 0; i < c->warmup; i++) free(s.res[i].itl);

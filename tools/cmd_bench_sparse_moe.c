@@ -146,7 +146,7 @@ int nf_cmd_bench_sparse_moe(int argc, char **argv)
         {"--null-arm", 0, NF_OPT_FLAG, &o.null_arm, NULL, "measure every row twice and report |delta|", 0, 0},
         {"--peer", 0, NF_OPT_FLAG, &o.peer, NULL, "also time per-expert cuBLAS bf16 GEMMs (the naive way)", 0, 0},
         {"--chunk", 0, NF_OPT_INT, &o.chunk, "N", "the operator's bound chunk (default 4096)", 1, 65536},
-        {"--route", 0, NF_OPT_STRING, &o.route, "R", "auto (the profile's thresholds), small (decode/small-token up to 16) or prefill", 0, 0},
+        {"--route", 0, NF_OPT_STRING, &o.route, "R", "auto (the profile's thresholds), no-mmq (them without the mmq route), small (decode/small-token up to 16), prefill or mmq (up to 1024)", 0, 0},
         {"--tile-height", 0, NF_OPT_INT, &o.tile_height, "N", "prefill tile height 32, 64 or 128 (default 0: chosen per T)", 0, 128},
         {"--seed", 0, NF_OPT_INT, &o.seed, "N", "weights and routing seed (default 1)", 0, 0},
         {"--format", 0, NF_OPT_STRING, &o.format, "F", "table (default), csv, json", 0, 0},
@@ -179,8 +179,9 @@ int nf_cmd_bench_sparse_moe(int argc, char **argv)
     if (strcmp(o.cache, "cold") && strcmp(o.cache, "warm")) return nf_cli_fail("--cache: '%s' is not cold or warm", o.cache) * 2;
     if (o.tile_height && o.tile_height != 32 && o.tile_height != 64 && o.tile_height != 128)
         return nf_cli_fail("--tile-height: %ld is not 32, 64 or 128 (or 0: chosen per T)", o.tile_height) * 2;
-    if (strcmp(o.route, "auto") && strcmp(o.route, "small") && strcmp(o.route, "prefill"))
-        return nf_cli_fail("--route: '%s' is not auto, small or prefill", o.route) * 2;
+    if (strcmp(o.route, "auto") && strcmp(o.route, "no-mmq") && strcmp(o.route, "small") && strcmp(o.route, "prefill") &&
+        strcmp(o.route, "mmq"))
+        return nf_cli_fail("--route: '%s' is not auto, no-mmq, small, prefill or mmq", o.route) * 2;
     if (strcmp(o.format, "table") && strcmp(o.format, "csv") && strcmp(o.format, "json"))
         return nf_cli_fail("--format: '%s' is not table, csv or json", o.format) * 2;
 
@@ -314,7 +315,9 @@ int nf_cmd_bench_sparse_moe(int argc, char **argv)
                 ws_bytes, chunk);
         nf_sparse_moe_force_routing(m, dids);
         if (strcmp(o.route, "small") == 0) nf_sparse_moe_set_thresholds(m, 1, 16); /* the frontier sweep's arms */
-        if (strcmp(o.route, "prefill") == 0) nf_sparse_moe_set_thresholds(m, 0, 0);
+        if (strcmp(o.route, "prefill") == 0 || strcmp(o.route, "mmq") == 0) nf_sparse_moe_set_thresholds(m, 0, 0);
+        /* the routes before mmq existed (the A arm); mmq: every T up to its limit where the bank has it */
+        if (strcmp(o.route, "auto") != 0) nf_sparse_moe_set_mmq_max(m, strcmp(o.route, "mmq") == 0 ? 1024 : 0);
         nf_sparse_moe_set_tile_height(m, (uint32_t)o.tile_height);
         for (int d = 0; d < ndist && rc == 0; d++)
             for (int i = 0; i < nT && rc == 0; i++) {

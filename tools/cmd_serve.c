@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "cli.h"
 #include "commands.h"
+#include "engine/spec.h"
 #include "engine/text.h"
 #include "model/model.h"
 #include "serve/server.h"
@@ -17,9 +18,11 @@
 #include "tokenizer/chat.h"
 
 typedef struct serve_cli {
-    const char *model, *host, *key, *key_file, *device, *name;
+    const char *model, *host, *key, *key_file, *device, *name, *spec;
     long port, ctx, parallel, kv_pages, threads, max_body, max_conns, timeout, queue;
     int kv_bf16;
+    nf_spec_mode spec_mode; /* --spec, parsed */
+    uint32_t spec_k;
 } serve_cli;
 
 /* The key file's first line, without its line end (malloc'd), or NULL after a message. */
@@ -86,7 +89,8 @@ static nf_status load(const serve_cli *c, loaded *L, nf_error *err)
         return st;
     nf_text_eos_ids(L->model->art, &L->eos, &L->n_eos, &L->eos_one);
     nf_serve_worker_opts wo = {.engine = L->eng, .tok = L->tok, .eos = L->eos, .n_eos = L->n_eos,
-                               .max_waiting = (size_t)c->queue};
+                               .max_waiting = (size_t)c->queue, .spec_k = c->spec_k,
+                               .spec_mtp = c->spec_mode == NF_SPEC_MODE_MTP};
     if ((st = nf_serve_worker_create(&wo, &L->backend, err))) return st;
     if (c->name) snprintf(L->id, sizeof L->id, "%s", c->name);
     else model_id(c->model, L->id, sizeof L->id);
@@ -119,6 +123,9 @@ static int parse(serve_cli *c, int argc, char **argv)
         {"--kv-pages", 0, NF_OPT_INT, &c->kv_pages, "N", "KV pages of 64 tokens in the pool (default: --parallel full contexts)", 1, 1L << 31},
         {"--queue", 0, NF_OPT_INT, &c->queue, "N", "requests waiting beyond those running; more get 503 (default 64)", 0, 1 << 20},
         {"--device", 0, NF_OPT_STRING, &c->device, "DEV", "cpu, cuda or auto (default: cuda when a GPU is visible)", 0, 0},
+        {"--spec", 0, NF_OPT_STRING, &c->spec, "ngram:K|mtp:K", "speculative decoding for every request: up to K drafts "
+         "a step from the request's own tokens (prompt lookup) or a hybrid's MTP block; the same greedy text, sampled "
+         "text equally distributed (docs/serve.md)", 0, 0},
         {"--threads", 't', NF_OPT_INT, &c->threads, "N", "CPU worker threads (default: all CPUs)", 0, 1024},
         {"--kv-bf16", 0, NF_OPT_FLAG, &c->kv_bf16, NULL, "CPU: keep the KV cache in bf16 (default f32)", 0, 0},
         {"--max-body", 0, NF_OPT_INT, &c->max_body, "BYTES", "largest request body; more gets 413 (default 1 MiB)", 64, 1 << 30},
@@ -141,6 +148,8 @@ static int parse(serve_cli *c, int argc, char **argv)
         nf_cli_print_help(&u, stderr);
         return 2;
     }
+    nf_error e;
+    if (c->spec && nf_spec_parse(c->spec, &c->spec_mode, &c->spec_k, &e)) return nf_cli_fail("%s", e.msg), 2;
     return -1;
 }
 

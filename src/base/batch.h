@@ -27,6 +27,8 @@
 
 #include <stdint.h>
 
+#include "base/error.h"
+
 typedef struct nf_batch {
     uint32_t n_tokens;          /* T: all sequences' tokens of this forward (T <= the backend's chunk) */
     uint32_t n_seqs;            /* S (S <= the backend's max_seqs) */
@@ -39,7 +41,17 @@ typedef struct nf_batch {
     const uint32_t *state_slot; /* [S] or NULL (see above) */
     int all_logits;             /* logits of every token, [T][vocab]; else each sequence's last token,
                                  * [S][vocab] */
+    const uint32_t *logit_rows; /* [S] or NULL: sequence i's logits are those of its last logit_rows[i]
+                                 * tokens (1 .. its tokens), the sequences' rows concatenated,
+                                 * [sum][vocab] (speculation's verification positions); overrides
+                                 * all_logits. Only backends with nf_backend_ops.logit_rows take it. */
 } nf_batch;
+
+/* Logits rows of sequence i (1 without logit_rows, all its tokens with all_logits). */
+static inline uint32_t nf_batch_rows_of(const nf_batch *b, uint32_t i)
+{
+    return b->logit_rows ? b->logit_rows[i] : b->all_logits ? b->seq_start[i + 1] - b->seq_start[i] : 1;
+}
 
 /* Repetition, presence and frequency penalties of one sequence (1, 0, 0: off), as a backend applies
  * them to the sequence's logits before its top-k (engine/sampler.h says the rule, engine.h
@@ -54,5 +66,12 @@ static inline uint32_t nf_batch_tokens_of(const nf_batch *b, uint32_t i)
 {
     return b->seq_start[i + 1] - b->seq_start[i];
 }
+
+/* The state-slot contract (hybrids), checked before a backend touches any slot: state_slot present,
+ * every slot below max_seqs and distinct, and a sequence past position 0 continuing exactly where its
+ * slot stopped (slot_pos[slot]: positions absorbed; a recurrent state cannot rewind). `who` opens the
+ * message ("cpu backend"). */
+nf_status nf_batch_check_slots(const nf_batch *b, uint32_t max_seqs, const uint32_t *slot_pos, const char *who,
+                               nf_error *err);
 
 #endif

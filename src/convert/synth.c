@@ -41,7 +41,7 @@
  *   every 4 layers Gated DeltaNet (linear_num_key_heads 16, linear_num_value_heads 32, key and value
  *   head dims 128, conv kernel 4), the other 10 gated attention with partial rotary 0.25 (64 of 256
  *   dims), q/k norm, no biases, rope_theta 1e7. The name "qwen3.5-35b-a3b" stays the MoE-only stand-in
- *   above while the CUDA engine does not run hybrids.
+ *   above (the earlier GPU benchmarks' model).
  * - Qwen/Qwen3-Next-80B-A3B ("qwen3-next-80b-a3b", arch qwen3_next; Qwen3NextConfig defaults): 48
  *   layers, hidden 2048, 512 experts top-10, expert and shared intermediate 512, vocab 151936, the
  *   same GDN / gated-attention shapes, rope_theta 1e7 (the published config's; the class default is

@@ -64,9 +64,11 @@ typedef struct cpu_state {
     float attn_factor;
     uint32_t rope_seq;       /* the seq_len inv_freq was computed for (dynamic scaling) */
     int32_t *trace;          /* [layers][chunk][top_k] with trace_routing, else NULL */
+    nf_cpu_ep_sim *ep;       /* ep_sim_ranks > 1: the MoE blocks' simulated ranks (one set for all layers) */
     size_t trace_T;          /* tokens of the last forward */
     uint32_t *pos;           /* [chunk]: each token's position in its sequence (this forward) */
-    uint32_t *iota;          /* [chunk + 1]: 0, 1, 2, ...: one segment per row (the head's last tokens) */
+    uint32_t *iota;          /* [chunk + 1]: 0, 1, 2, ...: one segment per row (the MTP head's last tokens) */
+    uint32_t *lseg;          /* [max_seqs + 1]: the head's segments, one per sequence's logits rows */
     nf_cpu_attn_seq *aseq;   /* [max_seqs]: the sequences of this forward, for attention */
     float *x, *xn, *q, *k, *v, *att, *tmp, *g, *u; /* [chunk][...] activations */
     void *kv_mem;
@@ -159,10 +161,19 @@ static nf_status bind_layer(cpu_state *s, const nf_model_layer *ly, cpu_layer *c
     return nf_cpu_moe_ws_create(mo, s->chunk, &cl->moe_ws, err);
 }
 
+/* Simulated expert-parallel ranks for the MoE blocks, shaped by the first MoE layer (all share E, k, H). */
+static nf_status create_ep_sim(cpu_state *s, uint32_t ranks, nf_error *err)
+{
+    for (uint32_t l = 0; l < s->m->cfg.layers; l++)
+        if (s->layers[l].is_moe) return nf_cpu_ep_sim_create(&s->layers[l].moe, ranks, s->chunk, &s->ep, err);
+    return NF_OK;
+}
+
 static void cpu_destroy(void *state)
 {
     cpu_state *s = state;
     if (!s) return;
+    nf_cpu_ep_sim_free(s->ep);
     if (s->layers)
         for (uint32_t l = 0; l < s->m->cfg.layers; l++) nf_cpu_moe_ws_free(s->layers[l].moe_ws);
     nf_cpu_moe_ws_free(s->mtp.moe_ws);
@@ -185,6 +196,7 @@ static void cpu_destroy(void *state)
     free(s->trace);
     free(s->pos);
     free(s->iota);
+    free(s->lseg);
     free(s->aseq);
     free(s->gate);
     free(s->qkv);
@@ -215,13 +227,14 @@ static nf_status alloc_buffers(cpu_state *s, const nf_engine_opts *o, nf_error *
     s->inv_freq = malloc(c->head_dim / 2 * sizeof(float));
     s->pos = malloc(C * sizeof(uint32_t));
     s->iota = malloc((C + 1) * sizeof(uint32_t));
+    s->lseg = malloc(((size_t)o->max_seqs + 1) * sizeof(uint32_t));
     s->aseq = malloc(o->max_seqs * sizeof(nf_cpu_attn_seq));
     /* the page pool, per attention layer: k then v, each [kv_pages][page_tokens][kv_dim] */
     const size_t esz = o->kv_bf16 ? 2 : 4, per = (size_t)o->kv_pages * o->page_tokens * s->kv_dim * esz;
     const size_t n_attn = c->layers - c->n_linear;
     s->kv_mem = calloc(n_attn ? n_attn * 2 : 1, per ? per : 1);
     if (!s->x || !s->xn || !s->tmp || !s->q || !s->att || !s->k || !s->v || !s->g || !s->u || !s->inv_freq ||
-        !s->pos || !s->iota || !s->aseq || !s->kv_mem)
+        !s->pos || !s->iota || !s->lseg || !s->aseq || !s->kv_mem)
         return nf_error_set(err, NF_ERR_NOMEM, "cpu backend: out of memory for a KV pool of %u pages of %u tokens "
                             "(%zu MiB) and %zu-token buffers", o->kv_pages, o->page_tokens,
                             n_attn * 2 * per >> 20, C);
@@ -326,6 +339,7 @@ static nf_status cpu_create(const nf_model *m, const nf_engine_opts *o, void **o
     for (uint32_t l = 0; !st && l < c->layers; l++) st = bind_layer(s, &m->layers[l], &s->layers[l], err);
     if (!st) st = alloc_hybrid(s, o, err);
     if (!st) st = bind_mtp(s, o, err);
+    if (!st && o->ep_sim_ranks > 1 && c->top_k) st = create_ep_sim(s, o->ep_sim_ranks, err);
     if (st) {
         cpu_destroy(s);
         return st;
@@ -421,7 +435,10 @@ static void mlp_block(cpu_state *s, cpu_layer *L, const nf_batch *b, int32_t *tr
     const size_t T = b->n_tokens, H = c->hidden, D = c->dense_inter;
     for (size_t t = 0; t < T; t++) nf_cpu_rmsnorm(s->xn + t * H, s->x + t * H, L->ffn_norm, H, c->rms_eps);
     if (L->is_moe) {
-        nf_cpu_moe_forward(s->cpu, &L->moe, L->moe_ws, s->xn, T, b->seq_start, b->n_seqs, s->tmp, trace, NULL);
+        if (s->ep && L != &s->mtp) /* ids are the router's and T <= chunk: it cannot fail */
+            (void)nf_cpu_moe_forward_ep(s->cpu, &L->moe, s->ep, s->xn, T, b->seq_start, b->n_seqs, s->tmp, trace, NULL);
+        else
+            nf_cpu_moe_forward(s->cpu, &L->moe, L->moe_ws, s->xn, T, b->seq_start, b->n_seqs, s->tmp, trace, NULL);
     } else {
         if (trace) memset(trace, 0xff, T * c->top_k * sizeof(int32_t)); /* -1: no routing */
         nf_cpu_gemm_job jobs[2] = {job_of(b, L->gate, s->xn, H, s->g, D), job_of(b, L->up, s->xn, H, s->u, D)};
@@ -433,22 +450,21 @@ static void mlp_block(cpu_state *s, cpu_layer *L, const nf_batch *b, int32_t *tr
     add_rows(s->x, s->tmp, T * H);
 }
 
-/* The final norm and the head: every token ([T][vocab], the sequences as segments), or each
- * sequence's last token ([S][vocab], gathered; one segment each, as when it runs alone). */
+/* The final norm and the head over each sequence's logits rows (base/batch.h nf_batch_rows_of: its
+ * last token, its last few for a speculative verification, or all), one segment per sequence, as
+ * when it runs alone: [sum of rows][vocab]. */
 static void head_block(cpu_state *s, const nf_batch *b, float *logits)
 {
     const nf_model_config *c = &s->m->cfg;
     const size_t H = c->hidden;
-    if (b->all_logits) {
-        for (size_t t = 0; t < b->n_tokens; t++)
-            nf_cpu_rmsnorm(s->xn + t * H, s->x + t * H, s->out_norm, H, c->rms_eps);
-        nf_cpu_gemm_job j = job_of(b, s->head, s->xn, H, logits, c->vocab);
-        nf_cpu_gemm_batch(s->cpu, &j, 1);
-        return;
+    s->lseg[0] = 0;
+    for (uint32_t i = 0; i < b->n_seqs; i++) {
+        const uint32_t r = nf_batch_rows_of(b, i), t0 = b->seq_start[i + 1] - r;
+        for (uint32_t j = 0; j < r; j++)
+            nf_cpu_rmsnorm(s->xn + (size_t)(s->lseg[i] + j) * H, s->x + (size_t)(t0 + j) * H, s->out_norm, H, c->rms_eps);
+        s->lseg[i + 1] = s->lseg[i] + r;
     }
-    for (uint32_t i = 0; i < b->n_seqs; i++)
-        nf_cpu_rmsnorm(s->xn + i * H, s->x + (size_t)(b->seq_start[i + 1] - 1) * H, s->out_norm, H, c->rms_eps);
-    nf_cpu_gemm_job j = {s->head, s->xn, H, logits, c->vocab, b->n_seqs, s->iota, b->n_seqs};
+    nf_cpu_gemm_job j = {s->head, s->xn, H, logits, c->vocab, s->lseg[b->n_seqs], s->lseg, b->n_seqs};
     nf_cpu_gemm_batch(s->cpu, &j, 1);
 }
 
@@ -458,23 +474,8 @@ static void head_block(cpu_state *s, const nf_batch *b, float *logits)
 static nf_status prepare_slots(cpu_state *s, const nf_batch *b, nf_error *err)
 {
     if (!s->slots) return NF_OK;
-    if (!b->state_slot)
-        return nf_error_set(err, NF_ERR_INVALID_ARG, "cpu backend: %s has Gated DeltaNet layers, so every batch needs "
-                            "state slots (nf_batch.state_slot)", nf_arch_name(s->m->cfg.arch));
-    for (uint32_t i = 0; i < b->n_seqs; i++) {
-        const uint32_t sl = b->state_slot[i];
-        if (sl >= s->o.max_seqs)
-            return nf_error_set(err, NF_ERR_INVALID_ARG, "cpu backend: sequence %u's state slot %u is not below "
-                                "max_seqs %u", i, sl, s->o.max_seqs);
-        for (uint32_t j = 0; j < i; j++)
-            if (b->state_slot[j] == sl)
-                return nf_error_set(err, NF_ERR_INVALID_ARG, "cpu backend: sequences %u and %u share state slot %u", j,
-                                    i, sl);
-        if (b->pos0[i] && b->pos0[i] != s->slot_pos[sl])
-            return nf_error_set(err, NF_ERR_INVALID_ARG, "cpu backend: sequence %u continues at position %u but its state "
-                                "slot %u holds %u positions; a recurrent state cannot rewind or skip (recompute from 0)",
-                                i, b->pos0[i], sl, s->slot_pos[sl]);
-    }
+    nf_status st = nf_batch_check_slots(b, s->o.max_seqs, s->slot_pos, "cpu backend", err);
+    if (st) return st;
     for (uint32_t i = 0; i < b->n_seqs; i++)
         if (b->pos0[i] == 0) {
             memset(s->slots + (size_t)b->state_slot[i] * s->slot_floats, 0, s->slot_floats * sizeof(float));
@@ -636,4 +637,4 @@ static nf_status cpu_copy_page(void *state, uint32_t dst, uint32_t src, nf_error
 const nf_backend_ops nf_cpu_backend = {.name = "cpu", .create = cpu_create, .destroy = cpu_destroy,
                                        .forward = cpu_forward, .copy_page = cpu_copy_page, .routing = cpu_routing,
                                        .hidden = cpu_hidden, .mtp = cpu_mtp, .slot_floats = cpu_slot_floats,
-                                       .slot_save = cpu_slot_save, .slot_load = cpu_slot_load};
+                                       .slot_save = cpu_slot_save, .slot_load = cpu_slot_load, .logit_rows = 1};

@@ -30,8 +30,12 @@ static nf_status describe_layer(const nf_model *m, uint32_t l, int allow_a8, nf_
         .k_bias = f32_of(ly->attn_k_bias), .v_bias = f32_of(ly->attn_v_bias), .q_norm = f32_of(ly->attn_q_norm),
         .k_norm = f32_of(ly->attn_k_norm), .q = nf_moe_matrix_of(ly->attn_q), .k = nf_moe_matrix_of(ly->attn_k),
         .v = nf_moe_matrix_of(ly->attn_v), .o = nf_moe_matrix_of(ly->attn_output),
-        .gate = nf_moe_matrix_of(ly->ffn_gate), .up = nf_moe_matrix_of(ly->ffn_up),
-        .down = nf_moe_matrix_of(ly->ffn_down)};
+        .attn_gate = nf_moe_matrix_of(ly->attn_gate), .gate = nf_moe_matrix_of(ly->ffn_gate),
+        .up = nf_moe_matrix_of(ly->ffn_up), .down = nf_moe_matrix_of(ly->ffn_down), .is_linear = ly->is_linear,
+        .ssm_qkv = nf_moe_matrix_of(ly->ssm_qkv), .ssm_z = nf_moe_matrix_of(ly->ssm_z),
+        .ssm_ba = nf_moe_matrix_of(ly->ssm_ba), .ssm_out = nf_moe_matrix_of(ly->ssm_out),
+        .ssm_conv = f32_of(ly->ssm_conv), .ssm_dt_bias = f32_of(ly->ssm_dt_bias), .ssm_a_log = f32_of(ly->ssm_a_log),
+        .ssm_norm = f32_of(ly->ssm_norm)};
     if (!ly->is_moe) return NF_OK;
     d->moe = bank;
     nf_status st = nf_moe_bank_of_layer(m, l, bank, err);
@@ -59,10 +63,6 @@ static void cuda_destroy(void *state)
 static nf_status cuda_create(const nf_model *m, const nf_engine_opts *o, void **out, nf_error *err)
 {
     *out = NULL;
-    if (m->cfg.n_linear || m->cfg.attn_gate) /* hybrids: the CPU reference only, for now (issue 35) */
-        return nf_error_set(err, NF_ERR_UNSUPPORTED, "cuda backend: %s has Gated DeltaNet (linear attention) layers and "
-                            "gated attention, which the CUDA decoder does not run yet; use --device cpu",
-                            nf_arch_name(m->cfg.arch));
     char why[160];
     if (nf_cuda_device_count(why, sizeof why) < 1)
         return nf_error_set(err, NF_ERR_UNSUPPORTED, "device 'cuda': no GPU is visible (%s)", why);
@@ -70,13 +70,15 @@ static nf_status cuda_create(const nf_model *m, const nf_engine_opts *o, void **
     cuda_state *s = calloc(1, sizeof *s);
     nf_cuda_layer_desc *ld = calloc(c->layers, sizeof *ld);
     nf_moe_bank *banks = calloc(c->layers, sizeof *banks);
-    if (s) s->inv_freq = malloc(c->head_dim / 2 * sizeof(float));
+    if (s) s->inv_freq = malloc(c->rope_dim / 2 * sizeof(float) + 1);
     nf_status st = NF_OK;
     if (!s || !ld || !banks || !s->inv_freq) st = nf_error_set(err, NF_ERR_NOMEM, "cuda backend: out of memory");
     for (uint32_t l = 0; !st && l < c->layers; l++) st = describe_layer(m, l, !o->no_a8, &ld[l], &banks[l], err);
     if (!st) {
         nf_cuda_decoder_desc d = {.hidden = c->hidden, .layers = c->layers, .heads = c->heads,
                                   .kv_heads = c->kv_heads, .head_dim = c->head_dim, .vocab = c->vocab,
+                                  .rope_dim = c->rope_dim,
+                                  .gdn = {c->ssm_k_heads, c->ssm_v_heads, c->ssm_k_dim, c->ssm_v_dim, c->ssm_conv},
                                   .rms_eps = c->rms_eps, .embd = nf_moe_matrix_of(m->token_embd),
                                   .head = nf_moe_matrix_of(m->output), .out_norm = f32_of(m->output_norm),
                                   .layer = ld, .ctx = o->ctx, .chunk = o->chunk, .page_tokens = o->page_tokens,
@@ -93,7 +95,7 @@ static nf_status cuda_create(const nf_model *m, const nf_engine_opts *o, void **
                                              NF_ROPE_LLAMA3};
         s->rope = (nf_rope_config){kinds[c->rope_scaling], c->rope_theta, c->rope_factor,
                                    c->rope_orig_ctx ? c->rope_orig_ctx : c->max_ctx, c->rope_low_freq_factor,
-                                   c->rope_high_freq_factor, c->head_dim};
+                                   c->rope_high_freq_factor, c->rope_dim};
         st = set_rope(s, 0, err);
     }
     if (st) {
@@ -146,6 +148,18 @@ static nf_status cuda_routing(void *state, int32_t *ids, nf_error *err)
     return nf_cuda_decoder_routing(((cuda_state *)state)->dec, ids, err);
 }
 
+static size_t cuda_slot_floats(void *state) { return nf_cuda_decoder_slot_floats(((cuda_state *)state)->dec); }
+
+static nf_status cuda_slot_save(void *state, uint32_t slot, float *buf, uint32_t *pos, nf_error *err)
+{
+    return nf_cuda_decoder_slot_save(((cuda_state *)state)->dec, slot, buf, pos, err);
+}
+
+static nf_status cuda_slot_load(void *state, uint32_t slot, const float *buf, uint32_t pos, nf_error *err)
+{
+    return nf_cuda_decoder_slot_load(((cuda_state *)state)->dec, slot, buf, pos, err);
+}
+
 static void cuda_describe(void *state, nf_backend_info *info)
 {
     cuda_state *s = state;
@@ -157,4 +171,6 @@ const nf_backend_ops nf_cuda_backend = {.name = "cuda", .create = cuda_create, .
                                         .forward = cuda_forward, .logits = cuda_logits, .topk = cuda_topk,
                                         .penalize = cuda_penalize,
                                         .copy_page = cuda_copy_page,
-                                        .describe = cuda_describe, .routing = cuda_routing};
+                                        .describe = cuda_describe, .routing = cuda_routing,
+                                        .slot_floats = cuda_slot_floats, .slot_save = cuda_slot_save,
+                                        .slot_load = cuda_slot_load};

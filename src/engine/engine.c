@@ -37,9 +37,8 @@ nf_status nf_engine_create(const nf_model *m, const nf_engine_opts *o, nf_engine
     *out = NULL;
     nf_engine_opts opt = o ? *o : (nf_engine_opts){0};
     const nf_backend_ops *ops = NULL;
-    /* auto: the GPU when one is visible, except for hybrids, which only the CPU runs yet (docs/hybrid.md) */
-    if (opt.device && strcmp(opt.device, "auto") == 0)
-        opt.device = nf_cuda_device_count(NULL, 0) > 0 && !m->cfg.n_linear ? "cuda" : "cpu";
+    /* auto: the GPU when one is visible */
+    if (opt.device && strcmp(opt.device, "auto") == 0) opt.device = nf_cuda_device_count(NULL, 0) > 0 ? "cuda" : "cpu";
     if (!opt.device || strcmp(opt.device, "cpu") == 0) ops = &nf_cpu_backend;
     else if (strcmp(opt.device, "cuda") == 0) ops = &nf_cuda_backend;
     else
@@ -59,6 +58,7 @@ nf_status nf_engine_create(const nf_model *m, const nf_engine_opts *o, nf_engine
     for (uint32_t i = 0; i < np; i++) e->pages[i] = i;
     e->model = m;
     e->ops = ops;
+    e->spec_snap_pos = UINT32_MAX;
     e->opts = opt;
     st = ops->create(m, &e->opts, &e->state, err);
     if (st) {
@@ -78,6 +78,7 @@ void nf_engine_free(nf_engine *e)
     free(e->pages);
     free(e->logits);
     free(e->mtp_hidden);
+    free(e->spec_snap);
     free(e);
 }
 
@@ -85,6 +86,7 @@ void nf_engine_reset(nf_engine *e)
 {
     e->n_past = 0;
     e->mtp_hidden_pos = 0;
+    e->spec_snap_pos = UINT32_MAX;
 }
 
 nf_status nf_engine_prefill(nf_engine *e, const int32_t *tokens, size_t n, float *all_logits, nf_error *err)
@@ -235,6 +237,9 @@ nf_status nf_batch_check(const nf_batch *b, const nf_engine_opts *o, uint32_t vo
                                 (unsigned long long)end, o->ctx);
         nf_status st = check_pages(b, i, (uint32_t)end, o, err);
         if (st) return st;
+        if (b->logit_rows && (!b->logit_rows[i] || b->logit_rows[i] > nf_batch_tokens_of(b, i)))
+            return nf_error_set(err, NF_ERR_INVALID_ARG, "batch: sequence %u asks for %u logits rows of its %u tokens",
+                                i, b->logit_rows[i], nf_batch_tokens_of(b, i));
     }
     for (uint32_t t = 0; t < b->n_tokens; t++)
         if (b->tokens[t] < 0 || (uint32_t)b->tokens[t] >= vocab)

@@ -49,6 +49,8 @@ typedef struct nf_engine_opts {
     int trace_routing;  /* keep each MoE layer's expert choices of the last forward (nf_engine_routing) */
     uint32_t gdn_chunk; /* CPU, Gated DeltaNet hybrids: prefill runs of a sequence in the chunked form with
                          * chunks of this many tokens (<= 64; 0: the recurrent form, the reference) */
+    uint32_t ep_sim_ranks; /* CPU: every MoE block through expert parallelism over this many simulated
+                            * ranks (docs/dist.md; tests: the result must not change); 0 or 1: none */
 } nf_engine_opts;
 
 /* What a backend holds on its device, for the bytes-per-token figures. */
@@ -98,6 +100,9 @@ typedef struct nf_backend_ops {
     size_t (*slot_floats)(void *state);
     nf_status (*slot_save)(void *state, uint32_t slot, float *buf, uint32_t *pos, nf_error *err);
     nf_status (*slot_load)(void *state, uint32_t slot, const float *buf, uint32_t pos, nf_error *err);
+    /* 1: forward honours nf_batch.logit_rows (several positions' logits of one sequence in a batch of
+     * many: speculation in the scheduler, sched_spec.c); the scheduler refuses speculation otherwise. */
+    int logit_rows;
 } nf_backend_ops;
 
 extern const nf_backend_ops nf_cpu_backend;
@@ -117,6 +122,8 @@ typedef struct nf_engine {
     int logits_penalized; /* nf_engine_next penalised the last forward's logits on the device */
     float *mtp_hidden;   /* [H] or NULL: MTP speculation (spec.h) left position mtp_hidden_pos - 1's hidden state */
     uint32_t mtp_hidden_pos;
+    float *spec_snap;    /* [slot floats] or NULL: a hybrid's slot 0 before the last ngram verification (spec.h) */
+    uint32_t spec_snap_pos; /* the positions it holds; UINT32_MAX: none */
 } nf_engine;
 
 nf_status nf_engine_create(const nf_model *m, const nf_engine_opts *o, nf_engine **out, nf_error *err);

@@ -13,6 +13,7 @@ void nf_engine_truncate(nf_engine *e, uint32_t n)
     /* a hybrid's recurrent state holds all n_past positions and cannot rewind: start over */
     if (n < e->n_past) e->n_past = e->model->cfg.n_linear ? 0 : n;
     e->mtp_hidden_pos = 0; /* MTP speculation's kept hidden state (spec.h) is of a position no longer held */
+    e->spec_snap_pos = UINT32_MAX; /* and its state copy may no longer lead to what the session holds */
 }
 
 /* Room in v for `extra` more ids. */
@@ -135,11 +136,11 @@ static int take_all(gen_loop *g, nf_status *rc, nf_error *err)
         const size_t fed_after = i + 1 < g->n_q ? g->n_q - 1 - i : 0; /* q[i .. n_q - 2] are in the cache */
         const uint32_t keep = g->e->n_past - (uint32_t)fed_after, seq_pos = g->e->n_past - (uint32_t)g->seq->n;
         g->seq->n -= fed_after;
-        if (g->mtp && fed_after) { /* a hybrid's state goes back to the kept tokens (spec.h) */
-            nf_status r = nf_spec_mtp_truncate(g->mtp, g->seq->ids, seq_pos, keep, err);
-            if (r) *rc = r;
-        } else
-            nf_engine_truncate(g->e, keep);
+        /* a hybrid's state goes back to the kept tokens (spec.h) */
+        nf_status r = !fed_after ? NF_OK
+                      : g->mtp   ? nf_spec_mtp_truncate(g->mtp, g->seq->ids, seq_pos, keep, err)
+                                 : nf_spec_truncate(g->e, g->seq->ids, seq_pos, keep, err);
+        if (r) *rc = r;
         return 1;
     }
     return 0;

@@ -6,66 +6,7 @@
 #include <string.h>
 
 #include "base/timer.h"
-#include "engine/stopstream.h"
-
-typedef enum seq_state { SEQ_WAITING, SEQ_ACTIVE, SEQ_DONE } seq_state;
-
-#define NO_SLOT UINT32_MAX
-
-typedef struct seq {
-    uint64_t id;
-    uint64_t admitted;  /* admission stamp: the largest is the newest active sequence */
-    seq_state state;
-    nf_seq_end end;
-    int32_t *toks;      /* [n] prompt then generated (cap allocated) */
-    size_t n, cap, n_prompt, n_gen;
-    size_t n_cached;    /* toks[0, n_cached) have keys/values in the pages */
-    uint32_t *pages;    /* [page_stride] page table, n_pages used */
-    uint32_t n_pages;
-    uint32_t n_published; /* pages[0, n_published) are in the prefix cache; UINT32_MAX: chain broken */
-    uint32_t reserved;  /* opts.reserve: pages set aside for it and not allocated yet */
-    nf_sampler *sampler;
-    nf_seq_params p;    /* eos and stops point at the copies below */
-    int32_t *eos;
-    char **stops;
-    nf_stop_stream ss;
-    int has_text;
-    uint32_t take;      /* tokens in the batch being built */
-    uint32_t slot;      /* opts.state_slots: its recurrent state slot while active, else NO_SLOT */
-    /* the text of the event being built (set by the stop stream's callback) */
-    const char *ev_text;
-    size_t ev_len;
-    /* p.logprobs: the sampled token's log-probability and the best alternatives (the event's) */
-    float lp;
-    uint32_t n_top;
-    int32_t top_ids[NF_SEQ_MAX_TOP_LOGPROBS];
-    float top_lp[NF_SEQ_MAX_TOP_LOGPROBS];
-} seq;
-
-struct nf_sched {
-    nf_sched_backend be;
-    nf_sched_opts o;
-    nf_kvpool *pool;
-    uint32_t page_stride;
-    seq **seqs; /* [n_seqs] in arrival order (ids increase) */
-    size_t n_seqs, cap;
-    uint64_t next_id, next_stamp;
-    uint32_t reserved; /* opts.reserve: the sum of the active sequences' reservations (<= available pages) */
-    /* batch buffers */
-    int32_t *tokens;     /* [chunk] */
-    uint32_t *seq_start; /* [max_seqs + 1] */
-    uint32_t *pos0;      /* [max_seqs] */
-    uint32_t *pages;     /* [max_seqs][page_stride] */
-    uint32_t *slots;     /* [max_seqs]: each batched sequence's state slot (opts.state_slots) */
-    uint8_t *slot_used;  /* [max_seqs]: slots held by active sequences */
-    seq **batch;         /* [max_seqs] */
-    seq **order;         /* [n_seqs] scratch: active sequences by admission */
-    size_t order_cap;
-    float *logits;       /* [max_seqs][vocab] */
-    int32_t *top_ids;    /* [max_seqs][NF_SAMPLER_DEVICE_MAX_K] */
-    float *top_vals;
-    nf_penalty_lists pen; /* the batch's penalty pairs (backends with penalize) */
-};
+#include "engine/sched_internal.h"
 
 const char *nf_seq_end_name(nf_seq_end e)
 {
@@ -119,7 +60,15 @@ nf_status nf_sched_create(const nf_sched_backend *be, const nf_sched_opts *o, nf
     s->logits = malloc(S * o->vocab * sizeof *s->logits);
     s->top_ids = malloc(S * NF_SAMPLER_DEVICE_MAX_K * sizeof *s->top_ids);
     s->top_vals = malloc(S * NF_SAMPLER_DEVICE_MAX_K * sizeof *s->top_vals);
-    if (!s->tokens || !s->seq_start || !s->pos0 || !s->pages || !s->batch || !s->slots || !s->slot_used || !s->logits ||
+    s->rows = malloc(S * sizeof *s->rows);
+    s->row0 = malloc(S * sizeof *s->row0);
+    if (o->mtp_hidden) {
+        s->hid = malloc((size_t)o->chunk * o->mtp_hidden * sizeof *s->hid);
+        s->hid_in = malloc((size_t)o->chunk * o->mtp_hidden * sizeof *s->hid_in);
+        s->mtp_tok = malloc(o->chunk * sizeof *s->mtp_tok);
+        s->mtp_seqs = malloc(S * sizeof *s->mtp_seqs);
+    }
+    if ((o->mtp_hidden && (!s->hid || !s->hid_in || !s->mtp_tok || !s->mtp_seqs)) || !s->rows || !s->row0 || !s->tokens || !s->seq_start || !s->pos0 || !s->pages || !s->batch || !s->slots || !s->slot_used || !s->logits ||
         !s->top_ids || !s->top_vals) {
         nf_sched_free(s);
         return nf_error_set(err, NF_ERR_NOMEM, "sched: out of memory for %u sequences of %u tokens", o->max_seqs,
@@ -131,8 +80,10 @@ nf_status nf_sched_create(const nf_sched_backend *be, const nf_sched_opts *o, nf
 
 nf_status nf_sched_create_engine(nf_engine *e, const nf_sched_opts *o, nf_sched **out, nf_error *err)
 {
-    const nf_sched_backend be = {e->state, e->ops->forward, e->ops->logits, e->ops->topk, e->ops->copy_page,
-                                 e->ops->penalize};
+    const nf_backend_ops *ops = e->ops;
+    const nf_sched_backend be = {e->state, ops->forward, ops->logits, ops->topk, ops->copy_page, ops->penalize,
+                                 ops->logit_rows, ops->slot_floats, ops->slot_save, ops->slot_load, ops->hidden,
+                                 ops->mtp};
     nf_sched_opts so = o ? *o : (nf_sched_opts){0};
     so.vocab = e->model->cfg.vocab;
     so.ctx = e->opts.ctx;
@@ -142,6 +93,7 @@ nf_status nf_sched_create_engine(nf_engine *e, const nf_sched_opts *o, nf_sched 
     so.kv_pages = e->opts.kv_pages;
     so.state_slots = e->model->cfg.n_linear > 0;
     if (so.state_slots) so.no_prefix_cache = 1; /* the recurrent state is not paged */
+    so.mtp_hidden = e->model->mtp && ops->mtp && ops->hidden ? e->model->cfg.hidden : 0;
     return nf_sched_create(&be, &so, out, err);
 }
 
@@ -156,6 +108,8 @@ static void release_pages(nf_sched *s, seq *q)
     q->n_pages = 0;
     q->n_cached = 0;
     q->n_published = 0;
+    q->redo = q->n_draft = q->n_mtp = 0; /* speculation starts over with the recompute */
+    q->mtp_done = 0;
 }
 
 static void seq_free(nf_sched *s, seq *q)
@@ -168,6 +122,7 @@ static void seq_free(nf_sched *s, seq *q)
     free(q->toks);
     free(q->pages);
     nf_sampler_free(q->sampler);
+    free(q->snap);
     if (q->has_text) nf_stop_stream_free(&q->ss);
     free(q);
 }
@@ -189,6 +144,13 @@ void nf_sched_free(nf_sched *s)
     nf_penalty_lists_free(&s->pen);
     free(s->top_ids);
     free(s->top_vals);
+    free(s->rows);
+    free(s->row0);
+    free(s->spec_logits);
+    free(s->hid);
+    free(s->hid_in);
+    free(s->mtp_tok);
+    free(s->mtp_seqs);
     nf_kvpool_free(s->pool);
     free(s);
 }
@@ -243,7 +205,7 @@ static nf_status check_add(const nf_sched *s, const int32_t *prompt, size_t n, c
     if (p->logprobs && p->top_logprobs > NF_SEQ_MAX_TOP_LOGPROBS)
         return nf_error_set(err, NF_ERR_INVALID_ARG, "sched: top_logprobs %u (at most %d)", p->top_logprobs,
                             NF_SEQ_MAX_TOP_LOGPROBS);
-    return NF_OK;
+    return nf_sched_check_spec(s, p, err);
 }
 
 static nf_status seq_init(nf_sched *s, seq *q, const int32_t *prompt, size_t n, const nf_seq_params *p, nf_error *err)
@@ -261,6 +223,10 @@ static nf_status seq_init(nf_sched *s, seq *q, const int32_t *prompt, size_t n, 
         q->has_text = rc == NF_OK;
     }
     q->n_prompt = n;
+    /* a verification of K + 1 positions must fit one forward: K is capped by the chunk, for every step
+     * alike (so the drafts a sequence makes never depend on the batch) */
+    q->spec_k = p->spec_k < s->o.chunk ? p->spec_k : s->o.chunk - 1;
+    q->spec_mtp = p->spec_mtp;
     return rc;
 }
 
@@ -388,7 +354,7 @@ static nf_status copy_cb(void *ctx, uint32_t dst, uint32_t src, nf_error *err)
 /* Pages for toks[n_cached, n_cached + want): the page holding position n_cached made private
  * (copy-on-write when shared or cached), new pages allocated. Returns how many of the tokens have
  * their pages (fewer when the pool ran dry); errors other than running dry go to *rc. */
-static uint32_t ensure_pages(nf_sched *s, seq *q, uint32_t want, nf_status *rc, nf_error *err)
+uint32_t nf_sched_ensure_pages(nf_sched *s, seq *q, uint32_t want, nf_status *rc, nf_error *err)
 {
     const uint32_t pt = s->o.page_tokens;
     const size_t first = q->n_cached / pt;
@@ -450,33 +416,38 @@ static seq *newest_unbatched(nf_sched *s)
     return best;
 }
 
-typedef struct plan {
-    uint32_t T, S;
-} plan;
-
-static void add_to_batch(nf_sched *s, plan *b, seq *q, uint32_t take)
+/* take: tokens in the batch, the last n_draft of them drafts */
+static void add_to_batch(nf_sched *s, plan *b, seq *q, uint32_t take, uint32_t n_draft)
 {
     q->take = take;
+    q->n_draft = n_draft;
     s->batch[b->S++] = q;
     b->T += take;
 }
 
-/* Step 1: every decoding sequence's token, preempting the newest when a page is missing. */
+/* Step 1: every decoding sequence's token (after the tokens a rolled-back verification kept, before
+ * its drafts), preempting the newest when a page for the token is missing; drafts take only the pages
+ * there are. */
 static nf_status plan_decode(nf_sched *s, plan *b, nf_sched_step_info *info, nf_error *err)
 {
     const size_t k = active_by_age(s);
     for (size_t i = 0; i < k; i++) {
         seq *q = s->order[i];
-        if (q->state != SEQ_ACTIVE || q->n - q->n_cached != 1) continue;
+        const uint32_t u = 1 + q->redo;
+        if (q->state != SEQ_ACTIVE || q->n - q->n_cached != u) continue;
         if (b->S == s->o.max_seqs || b->T == s->o.chunk) break;
+        const uint32_t d = nf_sched_spec_drafts(s, q, u);
+        if (u + d > s->o.chunk - b->T) continue; /* first in line next step: drafts are not cut to fit */
         nf_status rc;
-        while (!ensure_pages(s, q, 1, &rc, err)) {
+        uint32_t got;
+        while ((got = nf_sched_ensure_pages(s, q, u + d, &rc, err)) < u) {
             if (rc) return rc;
             seq *victim = newest_unbatched(s);
             preempt(s, victim, info);
             if (victim == q) break;
         }
-        if (q->state == SEQ_ACTIVE) add_to_batch(s, b, q, 1);
+        if (q->state != SEQ_ACTIVE) continue;
+        add_to_batch(s, b, q, got, got - u);
     }
     return NF_OK;
 }
@@ -548,13 +519,13 @@ static nf_status plan_prefill(nf_sched *s, plan *b, nf_sched_step_info *info, nf
     const size_t k = active_by_age(s);
     for (size_t i = 0; i < k && b->T < s->o.chunk && b->S < s->o.max_seqs; i++) {
         seq *q = s->order[i];
-        if (q->take || q->n - q->n_cached <= 1) continue;
+        if (q->take || q->n - q->n_cached <= 1 + q->redo) continue;
         const size_t left = q->n - q->n_cached, room = s->o.chunk - b->T;
         nf_status rc;
-        uint32_t take = ensure_pages(s, q, (uint32_t)(left < room ? left : room), &rc, err);
+        uint32_t take = nf_sched_ensure_pages(s, q, (uint32_t)(left < room ? left : room), &rc, err);
         if (rc) return rc;
         if (!take) return NF_OK; /* the pool is dry: what is planned runs */
-        add_to_batch(s, b, q, take);
+        add_to_batch(s, b, q, take, 0);
     }
     size_t active = k; /* at most max_seqs active: an admitted sequence must fit a batch */
     for (size_t i = 0; i < s->n_seqs && b->T < s->o.chunk && b->S < s->o.max_seqs && active < s->o.max_seqs; i++) {
@@ -567,9 +538,9 @@ static nf_status plan_prefill(nf_sched *s, plan *b, nf_sched_step_info *info, nf
         active++;
         const size_t left = q->n - q->n_cached, room = s->o.chunk - b->T;
         nf_status rc;
-        uint32_t take = ensure_pages(s, q, (uint32_t)(left < room ? left : room), &rc, err);
+        uint32_t take = nf_sched_ensure_pages(s, q, (uint32_t)(left < room ? left : room), &rc, err);
         if (rc) return rc;
-        if (take) add_to_batch(s, b, q, take);
+        if (take) add_to_batch(s, b, q, take, 0);
     }
     return NF_OK;
 }
@@ -607,19 +578,28 @@ static nf_status plan_batch(nf_sched *s, plan *b, nf_sched_step_info *info, nf_e
 
 static void fill_batch(nf_sched *s, const plan *b, nf_batch *nb)
 {
-    uint32_t t = 0;
+    uint32_t t = 0, drafts = 0;
     for (uint32_t i = 0; i < b->S; i++) {
         seq *q = s->batch[i];
+        drafts += q->n_draft;
         s->seq_start[i] = t;
         s->pos0[i] = (uint32_t)q->n_cached;
-        memcpy(s->tokens + t, q->toks + q->n_cached, q->take * sizeof *s->tokens);
+        const uint32_t u = q->take - q->n_draft;
+        memcpy(s->tokens + t, q->toks + q->n_cached, u * sizeof *s->tokens);
+        memcpy(s->tokens + t + u, q->draft, q->n_draft * sizeof *s->tokens);
+        s->rows[i] = 1 + q->n_draft;
+        q->c0 = (uint32_t)q->n_cached;
+        q->kept = u;
         memcpy(s->pages + (size_t)i * s->page_stride, q->pages, q->n_pages * sizeof *s->pages);
         s->slots[i] = q->slot;
         t += q->take;
     }
     s->seq_start[b->S] = t;
     *nb = (nf_batch){.n_tokens = t, .n_seqs = b->S, .tokens = s->tokens, .seq_start = s->seq_start, .pos0 = s->pos0,
-                     .pages = s->pages, .page_stride = s->page_stride, .state_slot = s->o.state_slots ? s->slots : NULL, .all_logits = 0};
+                     .pages = s->pages, .page_stride = s->page_stride, .state_slot = s->o.state_slots ? s->slots : NULL,
+                     .logit_rows = drafts ? s->rows : NULL};
+    s->row0[0] = 0;
+    for (uint32_t i = 1; i < b->S; i++) s->row0[i] = s->row0[i - 1] + s->rows[i - 1];
 }
 
 /* Full pages of the tokens just cached go into the prefix cache, parent first. */
@@ -638,7 +618,7 @@ static void publish(nf_sched *s, seq *q)
 }
 
 /* The history q's penalties look at (nf_seq_params.penalty_reply_only). */
-static const int32_t *pen_hist(const seq *q, size_t *n)
+const int32_t *nf_sched_pen_hist(const seq *q, size_t *n)
 {
     const size_t from = q->p.penalty_reply_only ? q->n_prompt : 0;
     *n = q->n - from;
@@ -650,7 +630,7 @@ static const int32_t *pen_hist(const seq *q, size_t *n)
 static uint32_t device_k(const nf_sched *s, const seq *q)
 {
     size_t nh;
-    const int32_t *h = pen_hist(q, &nh);
+    const int32_t *h = nf_sched_pen_hist(q, &nh);
     return s->be.penalize ? nf_sampler_device_k_penalized(q->sampler) : nf_sampler_device_k(q->sampler, h, nh);
 }
 
@@ -662,7 +642,7 @@ static nf_status penalize(nf_sched *s, const plan *b, nf_error *err)
         seq *q = s->batch[i];
         const int samples = q->n_cached + q->take == q->n;
         size_t nh;
-        const int32_t *h = pen_hist(q, &nh);
+        const int32_t *h = nf_sched_pen_hist(q, &nh);
         nf_status rc = nf_penalty_lists_add(&s->pen, samples ? q->sampler : NULL, h, nh, err);
         if (rc) return rc;
     }
@@ -701,7 +681,7 @@ static int is_eos(const seq *q, int32_t id)
 }
 
 /* The sampled token's consequences: history, event, stops. */
-static nf_status accept_token(nf_sched *s, seq *q, int32_t id, nf_sched_step_info *info, nf_error *err)
+nf_status nf_sched_accept_token(nf_sched *s, seq *q, int32_t id, nf_sched_step_info *info, nf_error *err)
 {
     nf_status rc = push_tok(q, id, err);
     if (rc) return rc;
@@ -724,7 +704,7 @@ static nf_status accept_token(nf_sched *s, seq *q, int32_t id, nf_sched_step_inf
 
 /* The log-softmax of logits[vocab] (double sums) at id and at the n_top best ids (insertion into a
  * sorted prefix: ties stay with the lower id, which comes first). */
-static void seq_logprobs(seq *q, const float *l, uint32_t vocab, int32_t id)
+void nf_sched_logprobs(seq *q, const float *l, uint32_t vocab, int32_t id)
 {
     float mx = l[0];
     for (uint32_t i = 1; i < vocab; i++) mx = l[i] > mx ? l[i] : mx;
@@ -744,33 +724,41 @@ static void seq_logprobs(seq *q, const float *l, uint32_t vocab, int32_t id)
     q->lp = (float)(l[id] - lse);
 }
 
-/* Step 3 after the forward: positions advance, pages are published, finished prompts sample. */
-static nf_status after_forward(nf_sched *s, const plan *b, uint32_t k, nf_sched_step_info *info, nf_error *err)
+/* Step 3 after the forward: positions advance, pages are published, finished prompts sample (or
+ * verify their drafts). lg: the host logits, sequence i's rows from row0[i] with drafts, else row i. */
+static nf_status after_forward(nf_sched *s, const plan *b, uint32_t k, const float *lg, int rows,
+                               nf_sched_step_info *info, nf_error *err)
 {
     for (uint32_t i = 0; i < b->S; i++) {
         seq *q = s->batch[i];
-        q->n_cached += q->take;
+        q->n_cached += q->take - q->n_draft; /* the drafts' positions count once accepted */
+        if (q->redo) q->redo = q->n > q->n_cached + 1 ? (uint32_t)(q->n - q->n_cached - 1) : 0;
         q->take = 0;
         publish(s, q);
     }
     for (uint32_t i = 0; i < b->S; i++) {
         seq *q = s->batch[i];
         if (q->state != SEQ_ACTIVE || q->n_cached != q->n) continue; /* cancelled by a callback, or mid-prompt */
+        const float *l = lg + (size_t)(rows ? s->row0[i] : i) * s->o.vocab;
+        if (q->n_draft) {
+            nf_status rc = nf_sched_spec_accept(s, q, l, info, err);
+            if (rc) return rc;
+            continue;
+        }
         int32_t id;
         if (k) {
             const uint32_t ki = device_k(s, q);
             id = nf_sampler_sample_top(q->sampler, s->top_ids + (size_t)i * k, s->top_vals + (size_t)i * k, ki);
         } else {
-            const float *l = s->logits + (size_t)i * s->o.vocab;
             size_t nh;
-            const int32_t *h = pen_hist(q, &nh);
+            const int32_t *h = nf_sched_pen_hist(q, &nh);
             id = nf_sampler_sample(q->sampler, l, h, nh);
-            if (q->p.logprobs) seq_logprobs(q, l, s->o.vocab, id);
+            if (q->p.logprobs) nf_sched_logprobs(q, l, s->o.vocab, id);
         }
-        nf_status rc = accept_token(s, q, id, info, err);
+        nf_status rc = nf_sched_accept_token(s, q, id, info, err);
         if (rc) return rc;
     }
-    return NF_OK;
+    return s->o.mtp_hidden ? nf_sched_spec_mtp(s, b, err) : NF_OK;
 }
 
 static uint32_t pages_used(const nf_sched *s)
@@ -796,18 +784,22 @@ nf_status nf_sched_step(nf_sched *s, nf_sched_step_info *info, nf_error *err)
     info->n_seqs = b.S;
     for (uint32_t i = 0; i < b.S; i++) {
         const seq *q = s->batch[i];
-        info->n_decode += q->take == 1 && q->n - q->n_cached == 1;
+        info->n_decode += q->n - q->n_cached == 1 + q->redo && q->take == 1 + q->redo + q->n_draft;
     }
     const uint64_t f0 = nf_time_ns();
     uint32_t k = 0;
-    rc = s->be.forward(s->be.state, &nb, s->be.topk ? NULL : s->logits, err);
-    if (!rc) rc = fetch(s, &b, &k, err);
+    /* a batch with drafts: every sequence's rows on the host (nf_batch.logit_rows) */
+    float *lg = nb.logit_rows ? nf_sched_spec_logits(s, s->row0[b.S - 1] + s->rows[b.S - 1]) : s->logits;
+    rc = lg ? nf_sched_spec_save(s, &b, err) : nf_error_set(err, NF_ERR_NOMEM, "sched: out of memory for logits");
+    if (!rc) rc = s->be.forward(s->be.state, &nb, nb.logit_rows || !s->be.topk ? lg : NULL, err);
+    if (!rc && !nb.logit_rows) rc = fetch(s, &b, &k, err);
+    if (!rc && s->o.mtp_hidden) rc = s->be.hidden(s->be.state, s->hid, err);
     info->forward_ns = nf_time_ns() - f0;
     if (rc) {
-        for (uint32_t i = 0; i < b.S; i++) s->batch[i]->take = 0;
+        for (uint32_t i = 0; i < b.S; i++) s->batch[i]->take = s->batch[i]->n_draft = 0;
         return rc;
     }
-    rc = after_forward(s, &b, k, info, err);
+    rc = after_forward(s, &b, k, lg, nb.logit_rows != NULL, info, err);
     info->pages_used = pages_used(s);
     info->total_ns = nf_time_ns() - t0;
     return rc;

@@ -9,8 +9,10 @@
  * later re-prefills prompt and generated tokens alike (recompute), its sampler untouched.
  *
  * One nf_sched_step builds one batch (base/batch.h) and runs ONE forward:
- *   1. every active sequence with one uncached token (decode), oldest admission first; when a decode
- *      token needs a page and none is left, the newest active sequence is preempted back to waiting;
+ *   1. every active sequence with one uncached token (decode), oldest admission first, with its
+ *      speculative drafts after it when it speculates (nf_seq_params.spec_k; docs/sched.md
+ *      "Speculation"); when a decode token needs a page and none is left, the newest active sequence
+ *      is preempted back to waiting;
  *   2. the rest of the token budget (chunk) goes to prefill chunks: active sequences partly
  *      prefilled, then waiting ones admitted in arrival order (a preempted one keeps its place);
  *      admission matches the longest cached prefix and needs the pages for the rest of its tokens free
@@ -85,13 +87,22 @@ typedef struct nf_seq_params {
     int penalty_reply_only;       /* 1: the penalties' history is the generated tokens alone (OpenAI's
                                    * presence / frequency count the reply: give sampling.repeat_last_n
                                    * room for all of it); 0: prompt and reply (llama.cpp's window) */
+    uint32_t spec_k;              /* speculation: up to spec_k drafts verified per step (0: off; docs/sched.md) */
+    int spec_mtp;                 /* the drafts come from the model's MTP block (K <= NF_SPEC_MTP_MAX_K), else
+                                   * from the sequence's own history (prompt lookup, K <= NF_SPEC_MAX_K) */
+    /* optional, with spec_k and not spec_mtp: the drafts come from here instead of prompt lookup (an
+     * outside drafter; tests with right and wrong drafts by design): up to k ids into draft[k] for what
+     * follows toks[n]; returns how many (at most k) */
+    uint32_t (*draft)(void *ctx, const int32_t *toks, size_t n, uint32_t k, int32_t *draft);
+    void *draft_ctx;
 } nf_seq_params;
 
 /* The backend as the scheduler drives it (the nf_backend_ops functions of the batch contract). */
 typedef struct nf_sched_backend {
     void *state;
-    /* logits: [S][vocab] (each sequence's last token; all_logits is never set) or NULL when the backend
-     * keeps them (logits/topk non-NULL) */
+    /* logits: [S][vocab] (each sequence's last token; all_logits is never set), or with
+     * nf_batch.logit_rows [rows][vocab]; NULL when the backend keeps them (logits/topk non-NULL) and the
+     * batch has no drafts */
     nf_status (*forward)(void *state, const nf_batch *b, float *logits, nf_error *err);
     nf_status (*logits)(void *state, float *out, nf_error *err);                           /* [S][vocab]; optional */
     nf_status (*topk)(void *state, uint32_t k, int32_t *ids, float *vals, nf_error *err); /* [S][k]; optional */
@@ -99,6 +110,16 @@ typedef struct nf_sched_backend {
     /* optional, with topk: penalties on the device (engine.h), so penalised samplers need only topk */
     nf_status (*penalize)(void *state, const nf_penalty *pen, const uint32_t *start, const int32_t *ids,
                           const uint32_t *counts, nf_error *err);
+    /* speculation (engine.h says each): logit_rows 1 when forward takes nf_batch.logit_rows (needed for
+     * any spec_k; a batch with drafts then gets host logits, [rows][vocab], also on a device backend);
+     * the state slot copies (hybrids); hidden and mtp (spec_mtp) */
+    int logit_rows;
+    size_t (*slot_floats)(void *state);
+    nf_status (*slot_save)(void *state, uint32_t slot, float *buf, uint32_t *pos, nf_error *err);
+    nf_status (*slot_load)(void *state, uint32_t slot, const float *buf, uint32_t pos, nf_error *err);
+    nf_status (*hidden)(void *state, float *out, nf_error *err);
+    nf_status (*mtp)(void *state, const nf_batch *b, const float *hidden, float *logits, float *hidden_out,
+                     nf_error *err);
 } nf_sched_backend;
 
 typedef struct nf_sched_opts {
@@ -120,6 +141,7 @@ typedef struct nf_sched_opts {
                             * backend starts a slot afresh when its sequence feeds position 0 (admission,
                             * recompute after preemption). The state is not paged, so a cached prefix
                             * could not restore it: needs no_prefix_cache (create refuses otherwise). */
+    uint32_t mtp_hidden;   /* the hidden size when the model has an MTP block (spec_mtp), else 0 */
 } nf_sched_opts;
 
 /* What one step did. */
@@ -128,6 +150,8 @@ typedef struct nf_sched_step_info {
     uint32_t n_decode;         /* sequences that fed one token */
     uint32_t n_sampled, n_ended, n_preempted, n_admitted;
     uint32_t pages_used;       /* held by sequences after the step */
+    uint32_t n_verified;       /* sequences that verified drafts */
+    uint32_t n_drafted, n_accepted; /* their drafts, and those accepted */
     uint64_t forward_ns;       /* inside the backend: forward and the logits / top-k fetch */
     uint64_t total_ns;         /* the whole step (host scheduling = total - forward) */
 } nf_sched_step_info;
@@ -144,6 +168,10 @@ nf_status nf_sched_create_engine(nf_engine *e, const nf_sched_opts *o, nf_sched 
 /* Frees every sequence (no events) and the pool. */
 void nf_sched_free(nf_sched *s);
 
+/* NF_OK when sequences with p's speculation (spec_k, spec_mtp) can run here, else why not: K out of
+ * range, a backend without nf_batch.logit_rows or without the state slot copies a hybrid's rollback
+ * needs, mtp without an MTP block. nf_sched_add checks the same. */
+nf_status nf_sched_check_spec(const nf_sched *s, const nf_seq_params *p, nf_error *err);
 /* Queues a sequence (prompt[n] copied, 1 <= n <= ctx); *id names it from now on. */
 nf_status nf_sched_add(nf_sched *s, const int32_t *prompt, size_t n, const nf_seq_params *p, uint64_t *id,
                        nf_error *err);

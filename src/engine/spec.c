@@ -6,7 +6,7 @@
 
 #include "engine/generate.h"
 
-static size_t nf_argmax(const float *l, size_t n) /* ties to the lower id, as greedy sampling */
+size_t nf_spec_argmax(const float *l, size_t n)
 {
     size_t b = 0;
     for (size_t i = 1; i < n; i++)
@@ -30,10 +30,10 @@ nf_status nf_spec_check(const nf_engine *e, nf_spec_mode mode, uint32_t k, nf_er
     if (k < 1 || k > NF_SPEC_MAX_K)
         return nf_error_set(err, NF_ERR_INVALID_ARG, "speculation: %u drafts per step, the range is 1 .. %d", k,
                             NF_SPEC_MAX_K);
-    if (e->model->cfg.n_linear)
+    if (e->model->cfg.n_linear && !(e->ops->slot_floats && e->ops->slot_save && e->ops->slot_load))
         return nf_error_set(err, NF_ERR_UNSUPPORTED, "speculation: this model has Gated DeltaNet (linear attention) "
-                            "layers, whose recurrent state cannot be rolled back past rejected drafts yet; run "
-                            "without --spec");
+                            "layers, whose recurrent state the %s backend cannot copy out and back (the rollback of "
+                            "rejected drafts); run without --spec", e->ops->name);
     return NF_OK;
 }
 
@@ -81,21 +81,57 @@ static size_t accept(nf_sampler *s, const int32_t *tokens, size_t n, size_t n_dr
     return acc;
 }
 
+/* A hybrid's slot 0 (the session's) copied out before a verification, so that rejected drafts can be
+ * undone (nf_spec_truncate); attention-only models need none. */
+static nf_status snap_save(nf_engine *e, nf_error *err)
+{
+    e->spec_snap_pos = UINT32_MAX;
+    if (!e->model->cfg.n_linear) return NF_OK;
+    if (!e->spec_snap && !(e->spec_snap = malloc(e->ops->slot_floats(e->state) * sizeof(float))))
+        return nf_error_set(err, NF_ERR_NOMEM, "speculation: out of memory for a copy of the recurrent state");
+    nf_status st = e->ops->slot_save(e->state, 0, e->spec_snap, &e->spec_snap_pos, err);
+    if (!st && e->spec_snap_pos != e->n_past)
+        st = nf_error_set(err, NF_ERR_INTERNAL, "speculation: state slot 0 holds %u positions, the session %u",
+                          e->spec_snap_pos, e->n_past);
+    return st;
+}
+
 nf_status nf_spec_verify(nf_engine *e, nf_sampler *s, const int32_t *tokens, size_t n, size_t n_draft, float *rows,
                          int32_t *out, size_t *n_out, nf_error *err)
 {
     if (n_draft > NF_SPEC_MAX_K || n <= n_draft)
         return nf_error_set(err, NF_ERR_INVALID_ARG, "speculation: %zu drafts in a sequence of %zu tokens", n_draft, n);
-    nf_status st = nf_spec_check(e, NF_SPEC_MODE_NGRAM, (uint32_t)n_draft, err); /* refuses a hybrid: no rollback */
-    if (st) return st;
+    nf_status st = nf_spec_check(e, NF_SPEC_MODE_NGRAM, (uint32_t)n_draft, err);
+    if (st || (st = snap_save(e, err))) return st;
     const size_t V = e->model->cfg.vocab, first = n - n_draft - 1; /* tokens[first]: the last accepted token */
+    const uint32_t past = e->n_past;
     st = nf_engine_prefill(e, tokens + first, n_draft + 1, rows, err);
     if (st) return st;
     const size_t acc = accept(s, tokens, n, n_draft, rows, V, out);
     *n_out = acc + 1;
-    nf_engine_truncate(e, e->n_past - (uint32_t)(n_draft - acc));
+    st = nf_spec_truncate(e, tokens + first, past, past + (uint32_t)acc + 1, err);
     memcpy(e->logits, rows + acc * V, V * sizeof(float));
-    return NF_OK;
+    return st;
+}
+
+nf_status nf_spec_truncate(nf_engine *e, const int32_t *toks, uint32_t toks_pos, uint32_t n, nf_error *err)
+{
+    const uint32_t sp = e->spec_snap_pos;
+    if (n >= e->n_past) return NF_OK;
+    if (!e->model->cfg.n_linear || !e->spec_snap || sp == UINT32_MAX || n < sp || toks_pos > sp) {
+        nf_engine_truncate(e, n); /* attention only: n_past moves back; else nothing saved that far back */
+        return NF_OK;
+    }
+    nf_status st = e->ops->slot_load(e->state, 0, e->spec_snap, sp, err);
+    if (st) return st;
+    e->n_past = sp;
+    e->mtp_hidden_pos = 0;
+    if (n == sp) return NF_OK;
+    const int defer = e->defer_logits;
+    e->defer_logits = 0;
+    st = nf_engine_prefill(e, toks + (sp - toks_pos), n - sp, NULL, err); /* the kept tokens again */
+    e->defer_logits = defer;
+    return st;
 }
 
 /* ---- MTP ---------------------------------------------------------------------------------------- */
@@ -189,12 +225,12 @@ nf_status nf_spec_mtp_draft(nf_spec_mtp *m, int32_t id, size_t k, int32_t *draft
     if (st) return st;
     /* the block's entries up to position pos0 + P - 1 are final: nothing is pending until the verification */
     const uint32_t last = m->pos0 + (uint32_t)P - 1;
-    draft[0] = (int32_t)nf_argmax(m->lg, V);
+    draft[0] = (int32_t)nf_spec_argmax(m->lg, V);
     for (size_t j = 1; j < k; j++) { /* chained: position last + j takes the previous output and draft */
         float *in = m->ho + (j - 1) % 2 * H, *out = m->ho + j % 2 * H;
         st = nf_engine_mtp(m->e, &draft[j - 1], in, 1, last + (uint32_t)j, 0, m->lg, out, err);
         if (st) return st;
-        draft[j] = (int32_t)nf_argmax(m->lg, V);
+        draft[j] = (int32_t)nf_spec_argmax(m->lg, V);
     }
     m->n_ph = 0;
     m->pos0 = m->e->n_past;

@@ -43,12 +43,16 @@
 
 typedef enum nf_spec_mode { NF_SPEC_MODE_NGRAM = 0, NF_SPEC_MODE_MTP } nf_spec_mode;
 
-/* NF_OK when the engine can speculate with k drafts per step: ngram 1 .. NF_SPEC_MAX_K, not a hybrid;
+/* NF_OK when the engine can speculate with k drafts per step: ngram 1 .. NF_SPEC_MAX_K (a hybrid on a
+ * backend with the state slot copies);
  * mtp 1 .. NF_SPEC_MTP_MAX_K, a model with an MTP block on a backend that runs it. */
 nf_status nf_spec_check(const nf_engine *e, nf_spec_mode mode, uint32_t k, nf_error *err);
 
 /* Parses "ngram:K" or "mtp:K" into *mode and *k; NF_ERR_INVALID_ARG naming the accepted forms otherwise. */
 nf_status nf_spec_parse(const char *spec, nf_spec_mode *mode, uint32_t *k, nf_error *err);
+
+/* The index of the largest of l[n], ties to the lower one (greedy sampling's pick; the MTP drafts). */
+size_t nf_spec_argmax(const float *l, size_t n);
 
 /* Up to k drafts (draft[k]) for what follows seq[0..n): see above. Returns how many (0: no match). */
 size_t nf_spec_draft(const int32_t *seq, size_t n, size_t k, int32_t *draft);
@@ -57,9 +61,15 @@ size_t nf_spec_draft(const int32_t *seq, size_t n, size_t k, int32_t *draft);
  * token, which the engine does not hold yet, and n_draft >= 1 drafts. Runs those n_draft + 1 tokens in
  * one forward (rows: room for [n_draft + 1][vocab] logits); out[0..*n_out) receives the accepted drafts
  * and then the token that follows them (not fed; out needs n_draft + 1 entries). Afterwards the engine
- * holds the tokens up to the last accepted draft and e->logits are that position's. */
+ * holds the tokens up to the last accepted draft and e->logits are that position's. A hybrid's state
+ * slot is copied out before the forward (e->spec_snap) and, after a rejection, restored and the kept
+ * tokens run again (nf_spec_truncate). */
 nf_status nf_spec_verify(nf_engine *e, nf_sampler *s, const int32_t *tokens, size_t n, size_t n_draft, float *rows,
                          int32_t *out, size_t *n_out, nf_error *err);
+/* Forgets the session's tokens from position n on: nf_engine_truncate, except for a hybrid whose state
+ * was copied before the last verification at a position <= n, which is restored and the tokens from
+ * there to n run again (toks[i] is the token at position toks_pos + i). */
+nf_status nf_spec_truncate(nf_engine *e, const int32_t *toks, uint32_t toks_pos, uint32_t n, nf_error *err);
 
 /* MTP speculation over one session (see above). */
 typedef struct nf_spec_mtp {

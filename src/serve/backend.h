@@ -93,6 +93,7 @@ typedef struct nf_serve_backend_stats {
     size_t pages_cached;   /* of those, pages holding a cached prefix nobody holds now */
     size_t batch_max;      /* the most sequences one forward has carried since start */
     unsigned long long preemptions, steps; /* counters since start */
+    unsigned long long spec_verifications, spec_drafts, spec_accepted; /* speculation's, since start */
 } nf_serve_backend_stats;
 
 typedef struct nf_serve_backend nf_serve_backend;

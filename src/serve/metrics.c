@@ -115,6 +115,11 @@ static void gauge(strbuf *b, const char *name, const char *help, size_t v)
     put(b, "# HELP %s %s\n# TYPE %s gauge\n%s %zu\n", name, help, name, name, v);
 }
 
+static void counter(strbuf *b, const char *name, const char *help, unsigned long long v)
+{
+    put(b, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name, v);
+}
+
 char *nf_metrics_render(nf_metrics *m, const nf_serve_backend_stats *st)
 {
     strbuf b = {0};
@@ -140,10 +145,13 @@ char *nf_metrics_render(nf_metrics *m, const nf_serve_backend_stats *st)
     gauge(&b, "ninfer_kv_pages_cached", "Of the free pages, those holding a cached prefix (reclaimed least recently used).",
           st->pages_cached);
     gauge(&b, "ninfer_batch_sequences_max", "The most sequences one forward has carried since start.", st->batch_max);
-    put(&b, "# HELP ninfer_scheduler_steps_total Scheduler steps that ran a forward.\n# TYPE ninfer_scheduler_steps_total "
-            "counter\nninfer_scheduler_steps_total %llu\n", st->steps);
-    put(&b, "# HELP ninfer_preemptions_total Sequences sent back to waiting when KV pages ran out (recomputed later).\n"
-            "# TYPE ninfer_preemptions_total counter\nninfer_preemptions_total %llu\n", st->preemptions);
+    counter(&b, "ninfer_scheduler_steps_total", "Scheduler steps that ran a forward.", st->steps);
+    counter(&b, "ninfer_preemptions_total", "Sequences sent back to waiting when KV pages ran out (recomputed later).",
+            st->preemptions);
+    counter(&b, "ninfer_spec_verifications_total", "Sequence steps that verified speculative drafts (serve --spec).",
+            st->spec_verifications);
+    counter(&b, "ninfer_spec_drafts_total", "Speculative drafts verified.", st->spec_drafts);
+    counter(&b, "ninfer_spec_accepted_total", "Speculative drafts accepted.", st->spec_accepted);
     if (b.oom) free(b.s), b.s = NULL;
     return b.s;
 }

@@ -115,7 +115,7 @@ static nf_seq_params params_of(live *l)
                        .eos = r->ignore_eos ? NULL : l->w->o.eos, .n_eos = r->ignore_eos ? 0 : l->w->o.n_eos,
                        .stops = (const char *const *)r->stops, .n_stops = r->n_stops,
                        .logprobs = r->logprobs, .top_logprobs = (uint32_t)r->top_logprobs,
-                       .emit = on_event, .ctx = l};
+                       .emit = on_event, .ctx = l, .spec_k = l->w->o.spec_k, .spec_mtp = l->w->o.spec_mtp};
     /* OpenAI's presence and frequency penalties count every token of the reply and none of the
      * prompt; with llama.cpp's repetition penalty on, all three keep llama-server's window (the last
      * 64 tokens of prompt and reply: one window serves every penalty) */
@@ -219,6 +219,9 @@ static void publish(worker *w, const nf_sched_step_info *info)
     if (info->n_seqs > w->st.batch_max) w->st.batch_max = info->n_seqs;
     w->st.preemptions += info->n_preempted;
     w->st.steps += info->n_tokens > 0;
+    w->st.spec_verifications += info->n_verified;
+    w->st.spec_drafts += info->n_drafted;
+    w->st.spec_accepted += info->n_accepted;
     pthread_mutex_unlock(&w->mu);
 }
 
@@ -327,6 +330,8 @@ nf_status nf_serve_worker_create(const nf_serve_worker_opts *o, nf_serve_backend
     const nf_sched_opts so = {.tok = o->tok};
     nf_status rc = !w->inbox || !w->lives || !w->taken ? nf_error_set(err, NF_ERR_NOMEM, "out of memory")
                                                        : nf_sched_create_engine(o->engine, &so, &w->sched, err);
+    const nf_seq_params spec = {.spec_k = o->spec_k, .spec_mtp = o->spec_mtp};
+    if (!rc) rc = nf_sched_check_spec(w->sched, &spec, err); /* refused at start, not per request */
     if (!rc) w->st.pages_free = nf_kvpool_pages(nf_sched_pool(w->sched));
     if (!rc && pthread_create(&w->thread, NULL, worker_main, w))
         rc = nf_error_set(err, NF_ERR_INTERNAL, "cannot start the worker thread");

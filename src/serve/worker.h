@@ -16,6 +16,8 @@ typedef struct nf_serve_worker_opts {
     const int32_t *eos;         /* [n_eos] ids that end generation */
     size_t n_eos;
     size_t max_waiting;         /* jobs beyond the engine's max_seqs; submit refuses past it */
+    uint32_t spec_k;            /* speculation for every request (`serve --spec`; 0: off): up to spec_k drafts */
+    int spec_mtp;               /* a step, from the MTP block, else from the request's own tokens (engine/sched.h) */
 } nf_serve_worker_opts;
 
 nf_status nf_serve_worker_create(const nf_serve_worker_opts *o, nf_serve_backend **out, nf_error *err);

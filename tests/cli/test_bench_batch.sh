@@ -28,8 +28,9 @@ else bad "table: rc $rc: $out"; fi
 out=$("$bin" bench batch -m "$m" --sweep -N 4 -p 40 -n 3 -t 1 --device cpu --shared-prefix 32 --page-tokens 8 \
       --warmup 0 -o csv 2>/dev/null); rc=$?
 rows=$(tail -n +2 <<<"$out" | wc -l)
-if [ "$rc" -eq 0 ] && [ "$rows" -eq 6 ] && head -1 <<<"$out" | grep -q '^model,.*,n_seqs,.*ttft_ms,kv_pages_used,kv_pages,preempted$'; then ok
+if [ "$rc" -eq 0 ] && [ "$rows" -eq 6 ] && head -1 <<<"$out" | grep -q '^model,.*,n_seqs,.*ttft_ms,kv_pages_used,kv_pages,preempted,spec,verifications,drafts_per_verif,accepted_per_verif$'; then ok
 else bad "csv sweep: rc $rc, $rows rows: $out"; fi
+
 # at N = 4 the prompts share 4 full pages: with the cache they are held once
 if python3 -c '
 import csv, sys
@@ -58,5 +59,11 @@ check "prefix too long" 2 "--shared-prefix 8 must be below -p 8" bench batch -m 
 check "zero seqs" 2 "--seqs" bench batch -m "$m" -N 0
 check "bad admission" 2 "--admission 'lazy'" bench batch -m "$m" --admission lazy
 check "missing file" 1 "cannot open" bench batch -m "$dir/none.nf"
+# --spec: the table says so and has the acc/verif column; a bad form is refused
+out=$("$bin" bench batch -m "$m" -N 2 -p 12 -n 8 -t 1 --device cpu --spec ngram:3 2>&1); rc=$?
+if [ "$rc" -eq 0 ] && grep -q 'spec ngram:3' <<<"$out" && grep -q '| preempted | acc/verif |$' <<<"$out"; then ok
+else bad "--spec: rc $rc: $out"; fi
+out=$("$bin" bench batch -m "$m" -N 2 -p 12 -n 8 -t 1 --device cpu --spec ngram:0 2>&1); rc=$?
+if [ "$rc" -eq 2 ] && grep -q 'ngram:K' <<<"$out"; then ok; else bad "--spec ngram:0: rc $rc: $out"; fi
 echo "bench batch cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

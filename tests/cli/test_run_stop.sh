@@ -2,7 +2,7 @@
 # `ninfer run --stop` (nf_generate through engine/stopstream.h) and the presence/frequency flags on a tiny synthetic model: with a stop
 # string taken from the middle of the greedy output (spanning a token boundary), the output is the
 # greedy output up to the stop string's first occurrence, computed here by a plain search. --spec
-# ngram:K gives the greedy text of the run without it (run and chat) and refuses bad forms and hybrids.
+# ngram:K gives the greedy text of the run without it (run and chat, and on a hybrid) and refuses bad forms.
 set -u
 bin=$1
 dir=$(mktemp -d /tmp/nf_run_stop.XXXXXX)
@@ -22,7 +22,7 @@ got=$("$bin" run -m "$dir/t.nf" -p "hello" -n 24 --temp 0 --stop "<|synth_never"
 # the OpenAI penalties reach the sampler: the greedy text repeats ids, which they push down
 pen=$("$bin" run -m "$dir/t.nf" -p "hello" -n 24 --temp 0 --frequency-penalty 2 --presence-penalty 2 2>/dev/null)
 [ -n "$pen" ] && [ "$pen" != "$full" ] || { fail=1; echo "FAIL: penalties changed nothing: '$pen'" >&2; }
-# --spec ngram:K: the same greedy text, the statistics line, chat too; bad forms and hybrids refused
+# --spec ngram:K: the same greedy text, the statistics line, chat too; bad forms refused
 for k in 1 4; do
     got=$("$bin" run -m "$dir/t.nf" -p "hello" -n 24 --temp 0 --spec ngram:$k 2>"$dir/err")
     [ "$got" = "$full" ] || { fail=1; echo "FAIL: --spec ngram:$k: got '$got', want '$full'" >&2; }
@@ -36,7 +36,9 @@ for bad in ngram:0 ngram:9 ngram: mtp:2; do
     "$bin" run -m "$dir/t.nf" -p "hello" -n 4 --spec "$bad" >/dev/null 2>&1 && { fail=1; echo "FAIL: --spec $bad accepted" >&2; }
 done
 "$bin" synth --geometry tiny-hybrid --recipe bf16 -o "$dir/h.nf" --seed 3 2>/dev/null || { echo "synth hybrid failed" >&2; exit 1; }
-"$bin" run -m "$dir/h.nf" -p "hello" -n 4 --device cpu --spec ngram:3 >/dev/null 2>"$dir/err" && { fail=1; echo "FAIL: hybrid ran --spec" >&2; }
-grep -q "Gated DeltaNet" "$dir/err" || { fail=1; echo "FAIL: hybrid refusal does not say why: $(cat "$dir/err")" >&2; }
+hwant=$("$bin" run -m "$dir/h.nf" -p "hello hello hello" -n 16 --device cpu --temp 0 2>/dev/null)
+hgot=$("$bin" run -m "$dir/h.nf" -p "hello hello hello" -n 16 --device cpu --temp 0 --spec ngram:3 2>"$dir/err")
+[ -n "$hwant" ] && [ "$hgot" = "$hwant" ] || { fail=1; echo "FAIL: hybrid --spec: got '$hgot', want '$hwant'" >&2; }
+grep -q "^speculation ngram:3: " "$dir/err" || { fail=1; echo "FAIL: hybrid: no speculation stats: $(cat "$dir/err")" >&2; }
 echo "run --stop, --spec: $([ $fail -eq 0 ] && echo ok || echo failed)"
 exit $fail

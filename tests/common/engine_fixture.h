@@ -6,11 +6,13 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "convert/convert.h"
 #include "convert/plan.h"
 #include "engine/engine.h"
+#include "engine/sampler.h"
 
 /* ||a - b|| / ||b|| over n values, in double. */
 static inline double fx_rel_l2(const float *a, const float *b, size_t n)
@@ -88,6 +90,31 @@ static inline void fx_run_greedy(const char *path, int reference, uint32_t chunk
     }
     nf_engine_free(eng);
     nf_model_free(m);
+}
+
+/* One sequence alone in the engine's session (the scheduler tests' oracle): prompt[n] prefilled, then
+ * gen tokens into out[gen], each picked by its own sampler (sp, its seed) and fed by a plain decode. */
+static inline void fx_alone(nf_engine *e, const int32_t *prompt, size_t n, const nf_sampler_params *sp, size_t gen,
+                            int32_t *out)
+{
+    nf_sampler *s;
+    int32_t *hist = malloc((n + gen) * sizeof *hist);
+    nf_engine_reset(e);
+    if (!hist || nf_sampler_create(sp, e->model->cfg.vocab, &s, NULL)) {
+        CHECK_MSG(0, "fx_alone: out of memory or a bad sampler");
+        free(hist);
+        return;
+    }
+    memcpy(hist, prompt, n * sizeof *hist);
+    nf_error err;
+    CHECK_MSG(nf_engine_prefill(e, hist, n, NULL, &err) == NF_OK, "%s", err.msg);
+    for (size_t g = 0; g < gen; g++) {
+        CHECK(nf_engine_next(e, s, hist, n, &out[g], &err) == NF_OK);
+        hist[n++] = out[g];
+        if (g + 1 < gen) CHECK(nf_engine_decode(e, out[g], &err) == NF_OK);
+    }
+    nf_sampler_free(s);
+    free(hist);
 }
 
 /* Converts a source (HF dir) with a recipe to out; 1 on success, else a failed CHECK. */

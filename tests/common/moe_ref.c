@@ -379,6 +379,52 @@ static double a8_dot_err(int codec, const float *w, const float *off, const doub
     return butterfly_err(v, e, live);
 }
 
+/* The same bound along mmq.cu's chain: one thread folds a row's groups in element order (mmq.cuh's
+ * mmq_fold: fma(fl(d_s d_x), sum q q~, acc), then fma(-m_s, s_x, acc) with offsets), 16-element
+ * groups for q6_k (its MMA is m16n8k16, one scale a group), 32 for the others; no butterfly. */
+static double a8_dot_err_seq(int codec, const float *w, const float *off, const double *x, uint32_t c)
+{
+    const uint32_t G = codec == NF_CODEC_Q6_K ? 16 : 32;
+    double v = 0, e = 0;
+    for (uint32_t g0 = 0; g0 < c; g0 += G) {
+        const double m = off ? (double)off[g0 / 32] : 0.0;
+        double t1 = 0, sx = 0;
+        for (uint32_t i = g0; i < g0 + G; i++) t1 += ((double)w[i] + m) * x[i], sx += x[i];
+        v += t1;
+        e += fabs(t1) + fabs(v);
+        if (off) {
+            v -= m * sx;
+            e += fabs(m * sx) + fabs(v);
+        }
+    }
+    return 1.001 * ldexp(e, -24);
+}
+
+/* The tensor-core router's logit (router_mma.cu): the f32 row split into bf16 planes hi + mid + lo
+ * (exactly), for each k16 step of H the three planes' mma.m16n8k16 in that order onto one fp32
+ * accumulator; the bf16 products are exact in fp32. How the tensor core adds a step's 16 products
+ * and the accumulator is not IEEE (it aligns the addends to the largest and truncates): bounded here
+ * as if each of the 17 addends lost up to 2u of the step's largest magnitude and the result rounded
+ * once more, i.e. 40u (|accumulator| + sum |products|) a step, summed over the steps. A plane's
+ * products are at most (1 + 2^-7) |w x| each (hi is w rounded to bf16; mid, lo far smaller), and the
+ * accumulator before a plane's step is at most the exact sum of the earlier k16 steps plus the
+ * earlier planes' products of this step: |v| + 2.02 sum |w x| bounds both. */
+static double logit_err_mma(const float *w, const float *x, uint32_t H)
+{
+    double v = 0, e = 0;
+    for (uint32_t k0 = 0; k0 < H; k0 += 16)
+        for (int plane = 0; plane < 3; plane++) {
+            double p = 0, ap = 0;
+            for (uint32_t i = k0; i < k0 + 16 && i < H; i++) {
+                p += (double)w[i] * (double)x[i];
+                ap += fabs((double)w[i] * (double)x[i]);
+            }
+            e += 40.0 * (fabs(v) + 3.03 * ap);
+            if (plane == 2) v += p;
+        }
+    return 1.001 * ldexp(e, -24);
+}
+
 /* router.cu's logit of a bf16 row w[H] with x[H] (exact products in fp32): lane l takes 8-element
  * chunks l, l + 32, ..., an fma per element, then the butterfly. The first-order bound as above. */
 static double logit_err(const float *w, const float *x, uint32_t H)
@@ -411,8 +457,8 @@ static double f32_terms(const float *w, const double *x, uint32_t n)
  * evaluation (expf: at most 2 ulps (CUDA's accuracy table), 4u relative, which 1 + e keeps; the
  * addition's and the division's roundings) and the product's rounding cost at most 7u |a| to first
  * order: 2^-21 |a| covers it. */
-static void swiglu(const float *gu, const float *off, uint32_t H, uint32_t n, const double *x, int codec, double *a,
-                   double *da)
+static void swiglu(const float *gu, const float *off, uint32_t H, uint32_t n, const double *x, int codec, int seq,
+                   double *a, double *da)
 {
     const double gm = nf_moe_ref_gamma(chain_f32(H));
     const uint32_t nb = H / 32;
@@ -420,8 +466,12 @@ static void swiglu(const float *gu, const float *off, uint32_t H, uint32_t n, co
         const float *wg = gu + (size_t)r * H, *wu = gu + (size_t)(n + r) * H;
         const float *og = off ? off + (size_t)r * nb : NULL, *ou = off ? off + (size_t)(n + r) * nb : NULL;
         const double g = ddot(wg, x, H), u = ddot(wu, x, H), s = g / (1.0 + exp(-g));
-        const double dg = codec >= 0 ? a8_dot_err(codec, wg, og, x, H) : gm * f32_terms(wg, x, H);
-        const double du = codec >= 0 ? a8_dot_err(codec, wu, ou, x, H) : gm * f32_terms(wu, x, H);
+        const double dg = codec < 0 ? gm * f32_terms(wg, x, H)
+                          : seq     ? a8_dot_err_seq(codec, wg, og, x, H)
+                                    : a8_dot_err(codec, wg, og, x, H);
+        const double du = codec < 0 ? gm * f32_terms(wu, x, H)
+                          : seq     ? a8_dot_err_seq(codec, wu, ou, x, H)
+                                    : a8_dot_err(codec, wu, ou, x, H);
         a[r] = s * u;
         da[r] = 1.1 * dg * (fabs(u) + du) + fabs(s) * du + ldexp(fabs(a[r]), -21);
     }
@@ -445,7 +495,7 @@ void nf_moe_ref_a8_inter(const nf_moe_ref *m, const nf_moe_ref_a8 *a8, const flo
     double *xq = malloc(sizeof(double) * H);
     quantize_exact(x, H, xq);
     swiglu(m->gate_up + (size_t)e * 2 * I * H, a8->gate_up_off ? a8->gate_up_off + (size_t)e * 2 * I * (H / 32) : NULL,
-           H, I, xq, a8->gate_up_codec, a, da);
+           H, I, xq, a8->gate_up_codec, a8->route != 0, a, da);
     free(xq);
 }
 
@@ -506,7 +556,7 @@ void nf_moe_ref_token_a8(const nf_moe_ref *m, const nf_moe_ref_a8 *a8, const flo
     double mx = -INFINITY, amax_all = 0, amax_top = 0;
     for (uint32_t e = 0; e < E; e++) {
         l[e] = dot(m->router + (size_t)e * H, x, H);
-        al[e] = logit_err(m->router + (size_t)e * H, x, H);
+        al[e] = a8->route == 2 ? logit_err_mma(m->router + (size_t)e * H, x, H) : logit_err(m->router + (size_t)e * H, x, H);
         mx = fmax(mx, l[e]);
     }
     for (uint32_t e = 0; e < E; e++) {
@@ -515,7 +565,10 @@ void nf_moe_ref_token_a8(const nf_moe_ref *m, const nf_moe_ref_a8 *a8, const flo
     }
     for (uint32_t j = 0; j < k; j++) amax_top = fmax(amax_top, al[ids[j]]);
 
-    const double gd = nf_moe_ref_gamma(12 + k * cdiv(I, 1024));
+    /* the down's chain: down_a8.cu's (above), or mmq.cu's: a term's scale product (1), the fold's
+     * fmas after it (at most I / 16: two a 32-group with offsets, one a 16-group for q6_k), y stored
+     * f32, the combine's k fmas in j order and the shared expert's (1), with 2 to spare */
+    const double gd = nf_moe_ref_gamma(a8->route ? 1 + I / 16 + k + 3 : 12 + k * cdiv(I, 1024));
     const uint32_t ib = I / 32, hb = H / 32;
     for (uint32_t j = 0; j < k; j++) {
         const size_t e = (size_t)ids[j];
@@ -524,7 +577,7 @@ void nf_moe_ref_token_a8(const nf_moe_ref *m, const nf_moe_ref_a8 *a8, const flo
         const float *gu = m->gate_up + e * 2 * I * H, *dn = m->down + e * H * I;
         const float *goff = a8->gate_up_off ? a8->gate_up_off + e * 2 * I * hb : NULL;
         const float *doff = a8->down_off ? a8->down_off + e * H * ib : NULL;
-        swiglu(gu, goff, H, I, xq, a8->gate_up_codec, a, da);
+        swiglu(gu, goff, H, I, xq, a8->gate_up_codec, a8->route != 0, a, da);
         for (uint32_t b = 0; b < ib; b++) nf_moe_ref_a8_block(a + 32 * b, da + 32 * b, v + 32 * b, dev + 32 * b, n_near);
         for (uint32_t h = 0; h < H; h++) {
             const float *w = dn + (size_t)h * I, *o = doff ? doff + (size_t)h * ib : NULL;
@@ -544,10 +597,13 @@ void nf_moe_ref_token_a8(const nf_moe_ref *m, const nf_moe_ref_a8 *a8, const flo
     if (S) {
         /* the shared expert in fp32 (gemv.cu): its intermediate's error propagates through |down|,
          * and its sigmoid gate's (|sigma'| = sg (1 - sg); expf, an addition and a division: 6u) */
-        const double s = dot(m->sgate, x, H), ds = nf_moe_ref_gamma(cdiv(H, 32) + 5) * adot(m->sgate, x, H);
+        /* (the tensor-core router's shared gate, route 2, is an fp32 fma chain in its own order:
+         * H + 5 roundings bound any order) */
+        const double s = dot(m->sgate, x, H),
+                     ds = nf_moe_ref_gamma(a8->route == 2 ? H + 5 : cdiv(H, 32) + 5) * adot(m->sgate, x, H);
         const double sg = 1.0 / (1.0 + exp(-s)), dsg = sg * (1.0 - sg) * ds + 6 * u * sg;
         const double gs = nf_moe_ref_gamma(chain_f32(S));
-        swiglu(m->sgate_up, NULL, H, S, xd, -1, a, da);
+        swiglu(m->sgate_up, NULL, H, S, xd, -1, 0, a, da);
         for (uint32_t h = 0; h < H; h++) {
             const float *w = m->sdown + (size_t)h * S;
             double d = 0, t = 0;

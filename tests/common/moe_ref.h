@@ -89,6 +89,12 @@ typedef struct nf_moe_ref_a8 {
      * terms of their own, which can exceed their difference. NULL: a codec without (q6_k, q8_0). */
     const float *gate_up_off; /* [E][2I][H/32] */
     const float *down_off;    /* [E][H][I/32] */
+    /* The device's chains (the bound's order of roundings; the values are the same):
+     * route 0: the small-token route (gemv_a8.cu, down_a8.cu, the CUDA-core router);
+     * 1: the mmq route (mmq.cu: each dot's groups folded one after another in element order, y in
+     *    f32, the combine), its router the CUDA-core one (T < 512: the same bits as the decode's);
+     * 2: the mmq route with the tensor-core router (router_mma.cu, T >= 512). */
+    int route;
 } nf_moe_ref_a8;
 
 /* gamma_n = n u / (1 - n u), u = 2^-24: |computed - exact| <= gamma_n sum |terms| for a sum whose

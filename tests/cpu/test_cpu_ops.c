@@ -6,8 +6,9 @@
  * the SIMD kernels split it over 8..16 lanes, so we allow 4e-6 * sum|w x| + 1e-30 for n <= 512
  * (a quarter of the worst case, 20x the typical), and the reference path (double dot) 1e-6 relative.
  * These run with f32 activations (nf_cpu_set_a8 off). With int8 activations (the default) the
- * q8_0 / k-quant products must equal, bit for bit, the codec's integer kernel (one token) or its
- * repacked tile (several, where the ISA has one; codec/a8.h) run directly on the quantised rows,
+ * q8_0 / k-quant products must equal, bit for bit, the codec's integer kernel (token by token up to
+ * NF_CPU_STEP_MAX tokens) or its repacked tile (more, where the ISA has one; codec/a8.h) run directly
+ * on the quantised rows,
  * whatever the threads, row sub-view and batch (jobs sharing an input, which is quantised once; a
  * job's segments); the kernels' accuracy is test_codec_a8's. */
 #include <math.h>
@@ -15,59 +16,8 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
+#include "common/enc_weights.h"
 #include "nf_test.h"
-
-static uint64_t rng = 0x1234567ULL;
-static float frand(void) /* uniform in [-1, 1) */
-{
-    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (float)((double)(rng >> 11) * 0x1.0p-53 * 2 - 1);
-}
-
-/* An encoded matrix with its own storage. */
-typedef struct enc {
-    nf_cpu_weight w;
-    uint8_t *buf;
-    nf_nvfp4_planes nv;
-    float *deq; /* [rows][cols] what the weight decodes to */
-} enc;
-
-static void encode(enc *e, nf_codec_id id, uint32_t rows, uint32_t cols, uint32_t divisors)
-{
-    const nf_codec *c = nf_codec_get(id);
-    float *w = malloc((size_t)rows * cols * sizeof(float));
-    for (size_t i = 0; i < (size_t)rows * cols; i++) w[i] = frand() * (1 + (i / cols) % 3); /* rows differ in scale */
-    uint64_t bytes;
-    CHECK(nf_codec_payload_bytes(c, rows, cols, divisors, &bytes, NULL) == NF_OK);
-    e->buf = calloc(1, bytes);
-    e->deq = malloc((size_t)rows * cols * sizeof(float));
-    e->w = (nf_cpu_weight){.codec = c, .rows = rows, .cols = cols};
-    if (id == NF_CODEC_NVFP4) {
-        nf_nvfp4_layout l;
-        CHECK(nf_nvfp4_layout_of(rows, cols, divisors, &l, NULL) == NF_OK);
-        nf_nvfp4_quantize(w, &l, e->buf);
-        CHECK(nf_nvfp4_view(e->buf, bytes, rows, cols, divisors, &e->nv, NULL) == NF_OK);
-        e->w.nv = &e->nv;
-        for (uint32_t r = 0; r < rows; r++) nf_nvfp4_dequantize_row(&e->nv, r, e->deq + (size_t)r * cols);
-    } else {
-        e->w.data = e->buf;
-        e->w.row_bytes = nf_codec_row_bytes(c, cols);
-        static uint64_t rng = 0x8F1BBCDCCA62C1D6ull;
-        for (uint32_t r = 0; r < rows; r++) {
-            uint8_t *row = e->buf + r * e->w.row_bytes;
-            if (c->quantize_row) c->quantize_row(w + (size_t)r * cols, row, cols);
-            else nf_codec_fill_random(c, row, e->w.row_bytes / c->block_bytes, &rng, 0.01f); /* import-only */
-            c->dequantize_row(row, e->deq + (size_t)r * cols, cols);
-        }
-    }
-    free(w);
-}
-
-static void enc_free(enc *e)
-{
-    free(e->buf);
-    free(e->deq);
-}
 
 /* max over outputs of |y - ref| / (sum|w x|) */
 static double gemm_err(const enc *e, const float *x, size_t n, const float *y, size_t r0)
@@ -97,14 +47,17 @@ static void a8_direct(const enc *e, const float *x, size_t n, uint32_t r0, uint3
     for (size_t t = 0; t < n; t++) nf_a8_quantize_row(x + t * cols, xa + t * rb, cols, nf_isa_selected());
     const nf_a8_tile_fn tile = nf_codec_a8_tile(e->w.codec, nf_isa_selected());
     const uint8_t *w = e->w.data + (size_t)r0 * e->w.row_bytes;
-    if (n > 1 && tile) { /* several tokens: the repacked tile, 16 rows at a time (the gemm's row blocks) */
+    const nf_a8_gemm_fn fn = nf_codec_a8_kernel(e->w.codec, nf_isa_selected());
+    if (n > NF_CPU_STEP_MAX && tile) { /* many tokens: the repacked tile, 16 rows at a time (the gemm's row blocks) */
         void *scratch = malloc(nf_a8_tile_scratch(cols));
         for (uint32_t r = 0; r < rows; r += 16)
             tile(w + (size_t)r * e->w.row_bytes, e->w.row_bytes, rows - r < 16 ? rows - r : 16, xa, rb, n, y + r, rows,
                  cols, scratch);
         free(scratch);
-    } else {
-        nf_codec_a8_kernel(e->w.codec, nf_isa_selected())(w, e->w.row_bytes, rows, xa, rb, n, y, rows, cols);
+    } else if (n > NF_CPU_STEP_MAX) {
+        fn(w, e->w.row_bytes, rows, xa, rb, n, y, rows, cols);
+    } else { /* a few (a speculative verification): token by token, as decoding them */
+        for (size_t t = 0; t < n; t++) fn(w, e->w.row_bytes, rows, xa + t * rb, rb, 1, y + t * rows, rows, cols);
     }
     free(xa);
 }
@@ -205,21 +158,21 @@ static void test_gemm(nf_cpu *c1, nf_cpu *c3)
 /* Ragged shapes for the prefill tile (4 rows x 3 tokens of 8-float vectors): row counts that leave
  * 1-3 rows over, token counts that leave 1-2 over, and row lengths with a tail past the last full
  * 8-float vector (for the codecs whose block allows it). */
-/* Segments (a batch of sequences): one job over 9 tokens cut into segments of 1, 3, 1, 4 equals,
+/* Segments (a batch of sequences): one job over 16 tokens cut into segments of 1, 3, 1, 11 equals,
  * bit for bit, each segment run as a product of its own (the kernel follows the segment's length:
- * matvec for 1, the tile for more), on 1 and 3 threads. */
+ * matvec token by token up to NF_CPU_STEP_MAX, the tile for more), on 1 and 3 threads. */
 static void test_gemm_segments(nf_cpu *c1, nf_cpu *c3)
 {
     const nf_codec_id ids[] = {NF_CODEC_F32, NF_CODEC_BF16, NF_CODEC_Q8_0, NF_CODEC_Q4_K, NF_CODEC_NVFP4};
-    const uint32_t rows = 40, cols = 256, seg[5] = {0, 1, 4, 5, 9};
-    float x[9 * 256], yb[9 * 40], ys[9 * 40];
-    for (size_t i = 0; i < 9 * cols; i++) x[i] = frand();
+    const uint32_t rows = 40, cols = 256, seg[5] = {0, 1, 4, 5, 16};
+    float x[16 * 256], yb[16 * 40], ys[16 * 40];
+    for (size_t i = 0; i < 16 * cols; i++) x[i] = frand();
     for (size_t k = 0; k < sizeof ids / sizeof ids[0]; k++) {
         enc e;
         encode(&e, ids[k], rows, cols, 1);
         for (int th = 0; th < 2; th++) {
             nf_cpu *c = th ? c3 : c1;
-            const nf_cpu_gemm_job j = {e.w, x, cols, yb, rows, 9, seg, 4};
+            const nf_cpu_gemm_job j = {e.w, x, cols, yb, rows, 16, seg, 4};
             nf_cpu_gemm_batch(c, &j, 1);
             for (int g = 0; g < 4; g++)
                 nf_cpu_gemm(c, &e.w, x + seg[g] * cols, cols, ys + seg[g] * rows, rows, seg[g + 1] - seg[g]);
@@ -236,10 +189,10 @@ static void test_gemm_ragged(nf_cpu *c1, nf_cpu *c3)
         {NF_CODEC_F32, 517}, {NF_CODEC_F16, 517}, {NF_CODEC_BF16, 517}, {NF_CODEC_Q8_0, 544}, {NF_CODEC_Q4_K, 768},
     };
     const uint32_t row_counts[] = {250, 7, 1};
-    const size_t ns[] = {2, 4, 5, 7};
-    float *x = malloc(7 * 768 * sizeof(float)), *y1 = malloc(7 * 250 * sizeof(float)),
-          *y3 = malloc(7 * 250 * sizeof(float));
-    for (size_t i = 0; i < 7 * 768; i++) x[i] = frand();
+    const size_t ns[] = {2, 7, 10, 11, 13}; /* the tile from NF_CPU_STEP_MAX + 1 on */
+    float *x = malloc(13 * 768 * sizeof(float)), *y1 = malloc(13 * 250 * sizeof(float)),
+          *y3 = malloc(13 * 250 * sizeof(float));
+    for (size_t i = 0; i < 13 * 768; i++) x[i] = frand();
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (size_t r = 0; r < sizeof row_counts / sizeof row_counts[0]; r++) {
             enc e;

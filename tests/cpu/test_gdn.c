@@ -1,6 +1,6 @@
-/* The Gated DeltaNet op (nf_cpu_gdn_forward) against a double-precision reference written here from
- * the definitions (cpu.h; transformers' torch_recurrent_gated_delta_rule, causal_conv1d and
- * RMSNormGated), and its chunked form against its recurrent form.
+/* The Gated DeltaNet op (nf_cpu_gdn_forward) against a double-precision reference written from the
+ * definitions (tests/common/gdn_ref.h, which test_gdn_cuda holds the device kernels to as well), and
+ * its chunked form against its recurrent form.
  *
  * Two sequences (150 and 9 tokens) are fed in three calls of ragged pieces (70 + 5, 1 + 3, 79 + 1
  * tokens), so the conv window and the S matrices carry across calls and a decode-sized piece sits
@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
+#include "common/gdn_ref.h"
 #include "nf_test.h"
 
 enum { HK = 2, HV = 4, DK = 32, DV = 16, KC = 4, CONV = 2 * HK * DK + HV * DV, VD = HV * DV, NS = 2, CALLS = 3 };
@@ -41,54 +42,19 @@ typedef struct inputs {
 
 static float conv_w[CONV * KC], dt_bias[HV], a_log[HV], norm_w[DV];
 
-/* ---- the reference: one sequence, all its tokens, in double ---- */
+/* ---- the reference (tests/common/gdn_ref.h): one sequence, all its tokens, from a zero state ---- */
 
 static void reference(const inputs *in, uint32_t n, double out[][VD], double S[HV][DK][DV])
 {
-    static double x[T0][CONV];
-    for (uint32_t t = 0; t < n; t++) /* causal depthwise conv, zeros before the first token, SiLU */
-        for (uint32_t c = 0; c < CONV; c++) {
-            double acc = 0;
-            for (uint32_t j = 0; j < KC; j++) {
-                int u = (int)t - (KC - 1) + (int)j;
-                if (u >= 0) acc += (double)conv_w[c * KC + j] * in->qkv[u][c];
-            }
-            x[t][c] = acc / (1 + exp(-acc));
-        }
+    static double cs[(KC - 1) * CONV];
+    const gdn_ref_shape g = {HK, HV, DK, DV, KC};
+    const gdn_ref_weights w = {conv_w, dt_bias, a_log, norm_w, 1e-6};
+    memset(cs, 0, sizeof cs);
     memset(S, 0, sizeof(double) * HV * DK * DV);
-    for (uint32_t t = 0; t < n; t++)
-        for (uint32_t h = 0; h < HV; h++) {
-            const uint32_t kh = h / (HV / HK);
-            double q[DK], k[DK], qs = 0, ks = 0, o[DV], kv[DV];
-            for (uint32_t a = 0; a < DK; a++) {
-                q[a] = x[t][kh * DK + a];
-                k[a] = x[t][HK * DK + kh * DK + a];
-                qs += q[a] * q[a];
-                ks += k[a] * k[a];
-            }
-            for (uint32_t a = 0; a < DK; a++) {
-                q[a] = q[a] / sqrt(qs + 1e-6) / sqrt((double)DK);
-                k[a] = k[a] / sqrt(ks + 1e-6);
-            }
-            const double av = (double)in->ba[t][HV + h] + dt_bias[h];
-            const double g = -exp((double)a_log[h]) * (av > 20 ? av : log1p(exp(av)));
-            const double beta = 1 / (1 + exp(-(double)in->ba[t][h])), d = exp(g);
-            for (uint32_t y = 0; y < DV; y++) kv[y] = 0;
-            for (uint32_t a = 0; a < DK; a++)
-                for (uint32_t y = 0; y < DV; y++) kv[y] += (S[h][a][y] *= d) * k[a];
-            for (uint32_t y = 0; y < DV; y++) o[y] = 0;
-            for (uint32_t a = 0; a < DK; a++)
-                for (uint32_t y = 0; y < DV; y++) {
-                    S[h][a][y] += k[a] * beta * (x[t][2 * HK * DK + h * DV + y] - kv[y]);
-                    o[y] += S[h][a][y] * q[a];
-                }
-            double ss = 0;
-            for (uint32_t y = 0; y < DV; y++) ss += o[y] * o[y];
-            for (uint32_t y = 0; y < DV; y++) {
-                const double zz = in->z[t][h * DV + y];
-                out[t][h * DV + y] = norm_w[y] * o[y] / sqrt(ss / DV + 1e-6) * zz / (1 + exp(-zz));
-            }
-        }
+    for (uint32_t t = 0; t < n; t++) { /* a token a call: qkv, z and ba are three arrays of different strides */
+        const gdn_ref_rows r = {in->qkv[t], in->z[t], in->ba[t], 0};
+        CHECK(gdn_ref_run(&g, &w, &r, 1, cs, &S[0][0][0], out[t]));
+    }
 }
 
 /* ---- the op: both sequences, the calls of `pieces` ---- */

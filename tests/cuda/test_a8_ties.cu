@@ -17,6 +17,10 @@
 //    quantisation in its enumerated set, every output element within 1.01 bound + 2^-8 |ref| (the
 //    bf16 rounding). The emulation exhibits flips like the one that failed test_sparse_moe's wide
 //    shared profile on the H200 (docs/sparse_moe.md, "W·A8 near ties").
+//    The same for the mmq route (mmq.cu, moe_ref.h's route 1): gate/up and down rows as mmq.cuh's
+//    policies take them (the staged slices, the groups' int8 words, scales and folds in element
+//    order), the intermediate quantised per position, y in f32 and combine.cu's fmas in j order,
+//    the shared expert's fma last.
 // 3. Strength: planted errors on the emulated device fail the same allowance: a one-step flip of
 //    an intermediate outside the enumerated set (the most visible one of each token), an
 //    intermediate quantised with its neighbour block's scale, the largest and smallest routing
@@ -28,6 +32,7 @@
 #include <vector>
 
 #include "backend/cuda/sparse_moe/internal.cuh"
+#include "backend/cuda/sparse_moe/mmq.cuh"
 #include "backend/cuda/sparse_moe/spans_a8.cuh"
 
 extern "C" {
@@ -187,6 +192,48 @@ float f32_rowdot(const float *w, const float *x, uint32_t n)
     return butterfly(lane);
 }
 
+// mmq.cu's dot of row r of expert e with one position's int8 activations (plain layout: element i
+// at xq[i]): each slice's row bytes staged by the policy's chunk map and its scale fields, each
+// group's int8 words against the activations (the MMA's exact int32 sum), folded in element order.
+template <class C>
+float mmq_rowdot_c(const nf::DevMat &W, uint32_t e, uint32_t r, const int8_t *xq, const float2 *xd)
+{
+    const uint8_t *row = nf::row_ptr(W, e, r), *meta = row + C::meta_off(W);
+    uint8_t st[C::QB];
+    float acc = 0.0f;
+    for (uint32_t kt = 0; kt < W.cols / C::SLICE; kt++) {
+        for (int c = 0; c < C::QB / 16; c++) memcpy(st + 16 * c, row + C::chunk(W, c, kt), 16);
+        for (int j = 0; j < C::SLICE / C::GE; j++) {
+            const uint32_t e0 = kt * C::SLICE + j * C::GE;
+            int isum = 0;
+            for (int c = 0; c < C::GE; c += 4) {
+                const uint32_t wv = C::word(st, j, c);
+                for (int by = 0; by < 4; by++) isum += (int)(int8_t)(wv >> (8 * by)) * xq[e0 + c + by];
+            }
+            float ds, ms;
+            C::scale(meta, W.nb, kt, j, ds, ms);
+            acc = nf::mmq_fold<C>(acc, isum, ds, ms, xd[e0 / 32]);
+        }
+    }
+    return acc;
+}
+float mmq_rowdot(int codec, const nf::DevMat &W, uint32_t e, uint32_t r, const int8_t *xq, const float2 *xd)
+{
+    switch (codec) {
+    case NF_CODEC_Q4_K: return mmq_rowdot_c<nf::MmqQ4K>(W, e, r, xq, xd);
+    case NF_CODEC_Q5_K: return mmq_rowdot_c<nf::MmqQ5K>(W, e, r, xq, xd);
+    case NF_CODEC_Q6_K: return mmq_rowdot_c<nf::MmqQ6K>(W, e, r, xq, xd);
+    default: return mmq_rowdot_c<nf::MmqQ8>(W, e, r, xq, xd);
+    }
+}
+// quantize_dev's values in the plain layout mmq.cu's planes use
+std::vector<int8_t> plain(const std::vector<int8_t> &padded, uint32_t n)
+{
+    std::vector<int8_t> v(n);
+    for (uint32_t i = 0; i < n; i++) v[i] = padded[nf::a8_at(i)];
+    return v;
+}
+
 struct Profile {
     const char *name;
     int gu, dn, sgu, sdn; // sgu < 0: no shared expert
@@ -215,8 +262,9 @@ struct Emu {
     std::vector<int> order; // group g's entry j
 };
 
-// One token through the decode route (T = 1) as the kernels compute it.
-Emu emulate(const Bank &b, const float *x, Plant plant)
+// One token through the decode route (T = 1) as the kernels compute it, or (mmq) through the mmq
+// route's kernels (the router and the shared expert are the same there below T = 512).
+Emu emulate(const Bank &b, const float *x, Plant plant, bool mmq)
 {
     const uint32_t H = b.H, I = b.I, S = b.S, E = b.E, K = b.K;
     Emu u;
@@ -277,10 +325,13 @@ Emu emulate(const Bank &b, const float *x, Plant plant)
     std::vector<float2> xd;
     quantize_dev(x, H, xq, xd);
     u.act.assign(K, std::vector<float>(I));
+    const std::vector<int8_t> xp = plain(xq, H);
     for (uint32_t j = 0; j < K; j++)
         for (uint32_t r = 0; r < I; r++) {
-            const float g = a8_rowdot(b.gu.codec, b.gu.W, u.ids[j], r, xq.data(), xd.data());
-            const float v = a8_rowdot(b.gu.codec, b.gu.W, u.ids[j], r + I, xq.data(), xd.data());
+            const float g = mmq ? mmq_rowdot(b.gu.codec, b.gu.W, u.ids[j], r, xp.data(), xd.data())
+                                : a8_rowdot(b.gu.codec, b.gu.W, u.ids[j], r, xq.data(), xd.data());
+            const float v = mmq ? mmq_rowdot(b.gu.codec, b.gu.W, u.ids[j], r + I, xp.data(), xd.data())
+                                : a8_rowdot(b.gu.codec, b.gu.W, u.ids[j], r + I, xq.data(), xd.data());
             u.act[j][r] = g / (1.0f + expf(-g)) * v; // rowdot.cuh's silu, then the product
         }
     u.order.resize(K);
@@ -298,6 +349,20 @@ Emu emulate(const Bank &b, const float *x, Plant plant)
     // the butterfly, then the shared expert's fma
     const int spans = spans_of(b.dn.codec, I);
     u.out.resize(H);
+    if (mmq) { // y[position][h] in f32, then combine.cu: fmas in j (entry) order, the shared expert's last
+        std::vector<std::vector<int8_t>> ap(K);
+        for (uint32_t g = 0; g < K; g++) ap[g] = plain(u.aq[g], I);
+        for (uint32_t h = 0; h < H; h++) {
+            float a = 0.0f;
+            for (uint32_t j = 0; j < K; j++) {
+                const uint32_t g = (uint32_t)(std::find(u.order.begin(), u.order.end(), (int)j) - u.order.begin());
+                a = fmaf(u.w[j], mmq_rowdot(b.dn.codec, b.dn.W, u.ids[j], h, ap[g].data(), u.ad[g].data()), a);
+            }
+            if (b.shared) a = fmaf(sg, ys[h], a);
+            u.out[h] = a;
+        }
+        return u;
+    }
     for (uint32_t h = 0; h < H; h++) {
         float lane[32] = {};
         for (int i = 0; i < (int)K * spans; i++) {
@@ -347,7 +412,7 @@ Verdict judge(const std::vector<float> &dev, const double *out, const double *bo
     return v;
 }
 
-void test_profile(const Profile &p)
+void test_profile(const Profile &p, bool mmq)
 {
     Bank b = make_bank(p);
     const uint32_t H = b.H, I = b.I, K = b.K;
@@ -357,7 +422,7 @@ void test_profile(const Profile &p)
                     b.shared ? b.sgu.deq.data() : nullptr, b.shared ? b.sdn.deq.data() : nullptr,
                     b.shared ? b.sg.deq.data() : nullptr};
     const nf_moe_ref_a8 a8 = {p.gu, b.gu.off.empty() ? nullptr : b.gu.off.data(),
-                              b.dn.off.empty() ? nullptr : b.dn.off.data()};
+                              b.dn.off.empty() ? nullptr : b.dn.off.data(), mmq ? 1 : 0};
     std::vector<float> x(H);
     std::vector<double> out(H), bound(H), a(I), da(I), v(32), dev(32), w(K);
     std::vector<int32_t> ids(K);
@@ -370,7 +435,7 @@ void test_profile(const Profile &p)
         double gap;
         nf_moe_ref_route(&m, x.data(), ids.data(), w.data(), &gap);
         nf_moe_ref_token_a8(&m, &a8, x.data(), ids.data(), w.data(), out.data(), bound.data(), &near);
-        Emu e = emulate(b, x.data(), NONE);
+        Emu e = emulate(b, x.data(), NONE, mmq);
         if (e.ids != ids) { // a near-tie routing difference: not this test's subject
             routed_diff++;
             continue;
@@ -423,8 +488,8 @@ void test_profile(const Profile &p)
             step_tokens++;
             step_caught += judge(o, out.data(), bound.data(), H).bad > 0;
         }
-        neighbour_caught += judge(emulate(b, x.data(), NEIGHBOUR_SCALE).out, out.data(), bound.data(), H).bad > 0;
-        swap_caught += judge(emulate(b, x.data(), SWAPPED).out, out.data(), bound.data(), H).bad > 0;
+        neighbour_caught += judge(emulate(b, x.data(), NEIGHBOUR_SCALE, mmq).out, out.data(), bound.data(), H).bad > 0;
+        swap_caught += judge(emulate(b, x.data(), SWAPPED, mmq).out, out.data(), bound.data(), H).bad > 0;
         // the old allowance (2^-8 |ref| + 1e-5 max|ref|, this token's max) against the new
         double mxr = 0;
         for (uint32_t h = 0; h < H; h++) mxr = fmax(mxr, fabs(out[h]));
@@ -434,10 +499,10 @@ void test_profile(const Profile &p)
         }
     }
     const uint32_t n = p.tokens - (uint32_t)routed_diff;
-    printf("%s: E %u k %u, %u tokens (%zu with near-tie routing skipped): %.2f near-tie intermediates a token, %zu "
+    printf("%s%s: E %u k %u, %u tokens (%zu with near-tie routing skipped): %.2f near-tie intermediates a token, %zu "
            "emulated flips; intermediates within %.3f of their interval; output worst %.3f of its allowance, %zu outside; "
            "rel-L2 limit %.3e (2^-8 = %.3e); allowance / old allowance mean %.2f max %.1f\n",
-           p.name, b.E, K, p.tokens, routed_diff, (double)near / p.tokens, flips, worst_interval, worst, bad,
+           mmq ? "mmq " : "", p.name, b.E, K, p.tokens, routed_diff, (double)near / p.tokens, flips, worst_interval, worst, bad,
            (1.01 * sqrt(l2_b) + ldexp(sqrt(l2_r), -8)) / sqrt(l2_r), ldexp(1.0, -8), ratio_sum / ((double)n * H), ratio_max);
     printf("%s planted: one-step flip outside the enumerated set caught in %zu of %zu tokens; neighbour block's scale "
            "%zu of %u; largest and smallest routing weight exchanged %zu of %u\n",
@@ -464,6 +529,7 @@ int main(void)
         {"q5_k+q4_k/q8_0+q5_k", NF_CODEC_Q5_K, NF_CODEC_Q4_K, NF_CODEC_Q8_0, NF_CODEC_Q5_K, 32, 4, 0, 64},
         {"q8_0+q8_0", NF_CODEC_Q8_0, NF_CODEC_Q8_0, -1, -1, 16, 4, 1, 64},
     };
-    for (const Profile &p : profiles) test_profile(p);
+    for (const Profile &p : profiles) test_profile(p, false);
+    for (const Profile &p : profiles) test_profile(p, true); // the mmq route's chains
     return nf_test_report();
 }

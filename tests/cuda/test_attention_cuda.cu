@@ -155,9 +155,10 @@ void check_case(uint32_t hd, uint32_t heads, uint32_t kv_heads, uint32_t T, uint
 // reference): the output and the cache row, for every q head of a kv group storing that row. Random
 // rotations, norm weights and biases (the kernels take any table); each form launched twice.
 void check_rope_case(uint32_t hd, uint32_t heads, uint32_t kv_heads, uint32_t pos0, uint32_t splits, bool norm,
-                     bool bias)
+                     bool bias, uint32_t rd = 0)
 {
-    const uint32_t half = hd / 2, S = (heads + 2 * kv_heads) * hd, kv_row = kv_heads * hd, ctx = pos0 + 8;
+    if (!rd) rd = hd; // full rotary
+    const uint32_t half = rd / 2, S = (heads + 2 * kv_heads) * hd, kv_row = kv_heads * hd, ctx = pos0 + 8;
     std::vector<float> row(S), rope((size_t)ctx * half * 2), qn(hd), kn(hd), qb(heads * hd), kb(kv_row), vb(kv_row);
     for (auto &v : row) v = 2.0f * nf_test_nrand(&rng);
     for (size_t i = 0; i < rope.size(); i += 2) {
@@ -193,7 +194,7 @@ void check_rope_case(uint32_t hd, uint32_t heads, uint32_t kv_heads, uint32_t po
                  cudaMemset(out, 0xFF, out_n * 2) == cudaSuccess;
             const nf::dec::QkvArgs qa{d[0], S, bias ? d[4] : nullptr, bias ? d[5] : nullptr, bias ? d[6] : nullptr,
                                       norm ? d[2] : nullptr, norm ? d[3] : nullptr, kc, vc,
-                                      reinterpret_cast<const float2 *>(d[1]), heads, kv_heads, hd, 1e-6f};
+                                      reinterpret_cast<const float2 *>(d[1]), heads, kv_heads, hd, 1e-6f, rd};
             if (!fused) nf::dec::qkv_rope_store(qa, pg.b, 1, 0);
             const nf::dec::AttnArgs a{d[0], S, kc, vc, out, d[7], ticket, heads, kv_heads, hd, splits, fused != 0, qa};
             const cudaError_t e = nf::dec::attention(a, pg.b, 1, 0, 0);
@@ -211,8 +212,8 @@ void check_rope_case(uint32_t hd, uint32_t heads, uint32_t kv_heads, uint32_t po
         bool finite = true;
         for (uint16_t v : got[0][0]) finite = finite && (v & 0x7F80) != 0x7F80;
         const bool same = got[1][0] == got[0][0], again = got[1][1] == got[1][0] && got[0][1] == got[0][0];
-        printf("  rope fused: hd %3u, %2u q heads on %u at pos0 %4u, %2u splits, norm %d bias %d: same bits %s\n", hd,
-               heads, kv_heads, pos0, splits, norm, bias, same ? "yes" : "NO");
+        printf("  rope fused: hd %3u (rotary %3u), %2u q heads on %u at pos0 %4u, %2u splits, norm %d bias %d: same bits %s\n", hd,
+               rd, heads, kv_heads, pos0, splits, norm, bias, same ? "yes" : "NO");
         CHECK_MSG(finite, "rope hd %u pos0 %u: the unfused output or cache row is not finite", hd, pos0);
         CHECK_MSG(same, "rope hd %u pos0 %u splits %u: fused attention differs from qkv_rope_store + attention", hd,
                   pos0, splits);
@@ -233,6 +234,7 @@ int main(void)
     for (uint32_t p = 0; p < 64; p += 16) check_case(64, 2, 1, 16, p);
     check_case(64, 8, 2, 130, 100);
     check_case(96, 4, 2, 40, 10);
+    check_case(256, 16, 2, 70, 30); // the hybrids' gated attention: 16 q heads on 2 of 256, CUDA-core tiles
     const uint32_t split_counts[] = {1, 2, 9, 32};
     for (uint32_t sp : split_counts)
         for (uint32_t pos0 : {0u, 31u, 32u, 127u, 255u, 256u, 600u}) check_case(128, 32, 4, 1, pos0, sp);
@@ -252,5 +254,8 @@ int main(void)
     check_rope_case(64, 2, 1, 48, 2, false, true);
     check_rope_case(96, 4, 2, 70, 3, true, true);
     check_rope_case(256, 8, 2, 100, 2, true, false);
+    // partial rotary (Qwen3-Next / Qwen3.5: 64 of 256 dims; the tiny fixtures' 4 of 16)
+    check_rope_case(256, 16, 2, 100, 2, true, false, 64);
+    check_rope_case(16, 4, 2, 9, 1, true, false, 4);
     return nf_test_report();
 }

@@ -67,6 +67,21 @@
 //    failed, at 100 - 360x the former allowance. A worst-case bound over the quantisation error
 //    instead, sum |w| d / 2 propagated through SwiGLU and down, came out ~300x the actual error and
 //    let a wrong sub-block scale pass: it was not a test.)
+//  mmq route (k-quant and q8_0 banks, small_max < T <= 512: mmq.cu): the same W·A8 operands (x and
+//    the intermediate quantised by the same arithmetic, the weights' exact int8 dots) with the
+//    device's other chains, so the same reference values qout and the same bound Q_h, its parts
+//    counted along this route's chains (moe_ref.h, nf_moe_ref_a8.route = 1): each gate/up dot's
+//    groups folded one after another in element order (a8_dot_err_seq: q6_k's 16-element groups,
+//    32 for the others) into the interval whose quantisations are enumerated; the down's chain
+//    gamma_n with n = 1 + I / 16 + k + 3 (the fold's fmas, y kept in f32, the combine's k fmas and
+//    the shared expert's); the router as the small routes' below T = 512 (the prefill router's
+//    logits are the decode router's bits), and from 512 (route = 2) the tensor-core router's chain
+//    bounded per k16 MMA step by 40u (|accumulator| + 3.03 sum |w x|) (its additions are not IEEE:
+//    17 addends aligned and truncated, each losing at most 2u of the step's largest, then one
+//    rounding) and its shared gate by gamma_{H+5}; the shared expert runs the f32 GEMVs of the
+//    small routes (the same model). So
+//        |gpu - ref| <= 1.01 Q_h + 2^-8 |ref|,  rel-L2 <= (1.01 ||Q|| + 2^-8 ||ref||) / ||ref||
+//    as for the small routes, with no max|ref| term.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -313,10 +328,16 @@ struct Ref {
     std::vector<double> aout, abound; // W4A4 profiles: the W4A4 reference and its bound A_h
     std::vector<double> qout, qbound; // [TMAX][H]: the W·A8 routes' reference and bound (tokens 0..16, TMAX-1)
     std::vector<uint32_t> qnear;      // [TMAX]: its intermediates that can quantise a step away
+    // the mmq route's bounds on qout (the same values, its own chains: moe_ref.h's route 1, and 2
+    // where the slice's router is the tensor-core one), tokens 0 .. mmq_tokens - 1
+    std::vector<double> mbound, rbound;
+    std::vector<uint32_t> mnear, rnear;
 };
 
 
-Ref reference(const Bank &b, const Profile &p, const std::vector<float> &xf)
+// mmq_tokens: the largest T of the case list on the mmq route (0: none); rmma: one of them reaches the
+// tensor-core router (kRouterMmaFrom = 512)
+Ref reference(const Bank &b, const Profile &p, const std::vector<float> &xf, uint32_t mmq_tokens, bool rmma)
 {
     nf_moe_ref m = ref_of(b, p);
     nf_moe_ref mb = m; // the prefill route's operands: expert weights rounded to bf16
@@ -347,9 +368,14 @@ Ref reference(const Bank &b, const Profile &p, const std::vector<float> &xf)
         r.qout.assign((size_t)TMAX * H, 0.0);
         r.qbound.assign((size_t)TMAX * H, 0.0);
         r.qnear.assign(TMAX, 0);
+        if (mmq_tokens) r.mbound.assign((size_t)TMAX * H, 0.0), r.mnear.assign(TMAX, 0);
+        if (mmq_tokens && rmma) r.rbound.assign((size_t)TMAX * H, 0.0), r.rnear.assign(TMAX, 0);
     }
     const nf_moe_ref_a8 q8 = {p.gu, b.gu.off.empty() ? nullptr : b.gu.off.data(),
-                              b.dn.off.empty() ? nullptr : b.dn.off.data()};
+                              b.dn.off.empty() ? nullptr : b.dn.off.data(), 0};
+    nf_moe_ref_a8 q8m = q8, q8r = q8; // the mmq route's chains: CUDA-core router, tensor-core router
+    q8m.route = 1;
+    q8r.route = 2;
     const nf_moe_ref_a4 a4 = {b.ga, b.gd.data(), b.gsd};
     const double eps = ldexp(1.0, -8);
     // Tokens are independent: the reference runs over the CPU's threads (the device machine's host
@@ -367,6 +393,13 @@ Ref reference(const Bank &b, const Profile &p, const std::vector<float> &xf)
         // the decode/small-token tokens of the T list (<= 16, and the decode slice of 4097)
         if (a8 && (t <= 16 || t == TMAX - 1))
             nf_moe_ref_token_a8(&m, &q8, xt, id, w.data(), &r.qout[(size_t)t * H], &r.qbound[(size_t)t * H], &r.qnear[t]);
+        // the mmq route's tokens (the same values; the bounds of its chains)
+        if (a8 && t < mmq_tokens) {
+            std::vector<double> o(H);
+            nf_moe_ref_token_a8(&m, &q8m, xt, id, w.data(), o.data(), &r.mbound[(size_t)t * H], &r.mnear[t]);
+            memcpy(&r.qout[(size_t)t * H], o.data(), H * sizeof(double));
+            if (rmma) nf_moe_ref_token_a8(&m, &q8r, xt, id, w.data(), o.data(), &r.rbound[(size_t)t * H], &r.rnear[t]);
+        }
     };
     auto range = [](void *ctx, size_t begin, size_t end, int) {
         for (size_t t = begin; t < end; t++) (*static_cast<decltype(token) *>(ctx))((uint32_t)t);
@@ -441,10 +474,14 @@ void check_case(const Profile &p, nf_sparse_moe *m, void *ws, const uint16_t *dx
     for (size_t i = 0; i < (size_t)T * H; i++) maxref = fmax(maxref, fabs(ref.out[i]));
     // Which reference each token is held to: its slice's route decides (a T = 4097 call is a prefill
     // slice of 4096 and a decode slice of 1).
-    auto is_prefill = [&](uint32_t t) {
-        const uint32_t slice = t / CHUNK * CHUNK, sliceT = T - slice < CHUNK ? T - slice : CHUNK;
-        return nf_sparse_moe_route(m, sliceT) == NF_MOE_ROUTE_PREFILL;
+    auto slice_T = [&](uint32_t t) {
+        const uint32_t slice = t / CHUNK * CHUNK;
+        return T - slice < CHUNK ? T - slice : CHUNK;
     };
+    auto is_prefill = [&](uint32_t t) { return nf_sparse_moe_route(m, slice_T(t)) == NF_MOE_ROUTE_PREFILL; };
+    // the mmq route (k-quant / q8_0 banks between the small-token route and the prefill): the W·A8
+    // reference with the bound of its own chains (moe_ref.h, nf_moe_ref_a8.route; header above)
+    auto is_mmq = [&](uint32_t t) { return nf_sparse_moe_route(m, slice_T(t)) == NF_MOE_ROUTE_MMQ; };
     size_t bad = 0, nonfinite = 0, worst_i = 0;
     uint32_t qnear = 0; // W·A8 tokens' intermediates that can quantise a step away (enumerated)
     double worst = 0;   // largest |gpu - ref| as a fraction of its allowance
@@ -453,10 +490,15 @@ void check_case(const Profile &p, nf_sparse_moe *m, void *ws, const uint16_t *dx
         // W·A8 (decode/small-token of k-quant and q8_0 banks): its per-element bound replaces the
         // 1e-5 max|ref| slack (header)
         const bool q8 = !prefill && !ref.qout.empty();
+        const bool mq = is_mmq((uint32_t)(i / H)), rq = mq && slice_T((uint32_t)(i / H)) >= 512;
+        CHECK_MSG(!mq || (rq ? !ref.rbound.empty() : !ref.mbound.empty()), "%s T=%u: no mmq reference", p.name, T);
+        if (mq && (rq ? ref.rbound.empty() : ref.mbound.empty())) return;
         const double g = bf2f(a.out[i]);
         const double r = prefill ? (p.a4 ? ref.aout[i] : ref.pout[i]) : q8 ? ref.qout[i] : ref.out[i], d = fabs(g - r);
-        const double b = prefill ? (p.a4 ? ref.abound[i] : 1.01 * ref.pbound[i]) : q8 ? 1.01 * ref.qbound[i] : 0.0;
-        if (q8 && i % H == 0) qnear += ref.qnear[i / H];
+        const double b = prefill ? (p.a4 ? ref.abound[i] : 1.01 * ref.pbound[i])
+                         : q8    ? 1.01 * (rq ? ref.rbound[i] : mq ? ref.mbound[i] : ref.qbound[i])
+                                 : 0.0;
+        if (q8 && i % H == 0) qnear += rq ? ref.rnear[i / H] : mq ? ref.mnear[i / H] : ref.qnear[i / H];
         if (!isfinite(g)) nonfinite++;
         num += d * d;
         den += r * r;
@@ -498,7 +540,10 @@ void check_case(const Profile &p, nf_sparse_moe *m, void *ws, const uint16_t *dx
     // The prefill tile height (chosen from T) must not change a bit: every output element is the
     // same MMA chain over K whichever tile holds its position, so each height is held to the
     // chosen one's witness (and through it to the reference).
-    if (nf_sparse_moe_route(m, T < CHUNK ? T : CHUNK) != NF_MOE_ROUTE_PREFILL) return;
+    // The mmq route likewise: each output is its row's fold over K whichever tile (32 or 64
+    // positions; 128 leaves the choice to the route) holds its position.
+    const nf_moe_route rt = nf_sparse_moe_route(m, T < CHUNK ? T : CHUNK);
+    if (rt != NF_MOE_ROUTE_PREFILL && rt != NF_MOE_ROUTE_MMQ) return;
     for (uint32_t h : {32u, 64u, 128u}) {
         nf_sparse_moe_set_tile_height(m, h);
         Run t = run_forward(m, ws, dx, T, false);
@@ -526,7 +571,15 @@ void test_profile(const Profile &p, const std::vector<uint32_t> &Ts, const std::
               nf_sparse_moe_profile(m));
     void *ws;
     CHECK(cudaMalloc(&ws, ws_bytes) == cudaSuccess);
-    Ref ref = reference(b, p, xf);
+    // the case list's T on the mmq route (the reference's extra bounds cover their tokens)
+    uint32_t mmq_tokens = 0;
+    bool rmma = false;
+    for (uint32_t T : Ts)
+        if (nf_sparse_moe_route(m, T < CHUNK ? T : CHUNK) == NF_MOE_ROUTE_MMQ) {
+            mmq_tokens = T > mmq_tokens ? T : mmq_tokens;
+            rmma |= T >= 512;
+        }
+    Ref ref = reference(b, p, xf, mmq_tokens, rmma);
     for (uint32_t T : Ts) check_case(p, m, ws, dx, ref, T);
     cudaFree(ws);
     nf_sparse_moe_free(m);
@@ -768,10 +821,12 @@ int main(void)
     // T on both sides of every route threshold (decode <= 1; small-token <= 6, 12 or 16 by profile and
     // device: small_route_max; the fused small-token kernels end at 16), a ragged tail past the chunk
     // (4097 = 4096 + 1), and both sides of the prefill route's inner thresholds: the tensor-core router
-    // (kRouterMmaFrom) and the k-quant route through bf16 (dequant_from: 512, q8_0 gate/up 1536).
+    // (kRouterMmaFrom) and the k-quant route through bf16 (dequant_from: 512, q8_0 gate/up 1536); the
+    // mmq route of k-quant and q8_0 banks (17 .. mmq_route_max = 512: 17, 64, 100, 511, 512, and 513 past
+    // it; 100 and 513 joined the list with it).
     // NF_TEST_TOKENS=1,13,4097 narrows the list (sanitizer runs; the wide geometries take the tokens
     // of the list up to 2049).
-    std::vector<uint32_t> Ts = {1, 2, 3, 6, 7, 8, 11, 12, 13, 14, 15, 16, 17, 64, 511, 512, 768, 1535, 1536, 4097};
+    std::vector<uint32_t> Ts = {1, 2, 3, 6, 7, 8, 11, 12, 13, 14, 15, 16, 17, 64, 100, 511, 512, 513, 768, 1535, 1536, 4097};
     if (const char *env = getenv("NF_TEST_TOKENS")) {
         Ts.clear();
         for (const char *p = env; *p;) {

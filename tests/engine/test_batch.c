@@ -14,6 +14,9 @@
  *   - errors: malformed batches, a pool too small for one sequence, copy_page out of range, and
  *     dynamic NTK rope with two sequences are refused with the reason.
  *
+ *   - expert parallelism: the mix again with the batched engine's MoE blocks over 2 and 3 simulated
+ *     ranks (nf_engine_opts.ep_sim_ranks), each sequence still equal to itself alone;
+ *
  * Why bit-identical (memcmp), not a tolerance: the session is itself a batch of one, so the same
  * code runs both sides, and nothing a sequence computes reads another sequence's rows. Per-token
  * ops (embedding, norms, rope at the token's own position, SwiGLU, routing, the combine) are
@@ -50,10 +53,15 @@ static const uint32_t plan[MAXS][STEPS] = {
 
 static int32_t token_of(uint32_t seq, uint32_t pos) { return (int32_t)((seq * 31 + pos * 17 + 5) % SY_V); }
 
+/* The batched engines' MoE blocks run over this many simulated expert-parallel ranks (0: none); the
+ * single-sequence engines they are compared with never do. */
+static uint32_t ep_ranks;
+
 static nf_engine *engine(const nf_model *m, uint32_t max_seqs, int kv_bf16, int trace)
 {
     nf_engine_opts o = {.threads = 2, .ctx = CTX, .chunk = CHUNK, .page_tokens = PT, .kv_bf16 = kv_bf16,
-                        .max_seqs = max_seqs, .kv_pages = max_seqs > 1 ? POOL : 0, .trace_routing = trace};
+                        .max_seqs = max_seqs, .kv_pages = max_seqs > 1 ? POOL : 0, .trace_routing = trace,
+                        .ep_sim_ranks = max_seqs > 1 ? ep_ranks : 0};
     nf_engine *e = NULL;
     nf_error err;
     CHECK_MSG(nf_engine_create(m, &o, &e, &err) == NF_OK, "%s", err.msg);
@@ -249,6 +257,10 @@ int main(void)
                 mix(m, name, kv, 1);
                 shared_prefix(m, name, kv);
             }
+            /* expert parallelism (docs/dist.md): 2 and 3 simulated ranks, the sequences spread over
+             * them, give every sequence the same bits as alone */
+            for (ep_ranks = 2; m->cfg.experts && ep_ranks <= 3; ep_ranks++) mix(m, name, 0, 1);
+            ep_ranks = 0;
             if (c == 0) errors(m);
             nf_model_free(m);
         }

@@ -447,12 +447,11 @@ static void speculation(const char *tmp, const char *name, const char *recipe)
     char what[96];
     snprintf(what, sizeof what, "%s %s", name, recipe);
     if (!fx_convert(dir, recipe, out) || nf_model_load(out, &m, &err)) return;
-    /* f32 activations: with int8 ones (the CPU default for q8_0 since issue 39) qwen3_next's greedy
-     * with mtp:K differs from greedy without after ~24 tokens here: the verification's multi-token
-     * forward and single-token decodes agree to rounding, not bit for bit, somewhere outside the GDN
-     * (which takes per-token steps for such segments), and an int8 step downstream tips a near tie.
-     * Open: docs/hybrid.md */
-    nf_engine_opts o = {.threads = 2, .ctx = CTX, .chunk = 16, .no_a8 = 1};
+    /* the CPU default, int8 activations for q8_0 weights: a verification's short segments run token by
+     * token (backend/cpu/cpu.h NF_CPU_STEP_MAX), so they give decoding's bits; before that the f32 tile
+     * of the bf16 products (ssm_ba, the fixture's down projections) rounded otherwise and an int8 step
+     * downstream tipped a near tie after ~24 tokens */
+    nf_engine_opts o = {.threads = 2, .ctx = CTX, .chunk = 16};
     if (!nf_engine_create(m, &o, &e, &err)) {
         machinery(e, prompt, 40, what);
         generation(e, prompt, what);

@@ -436,7 +436,8 @@ static outcome run(const scenario *sc, const nf_tokenizer *tok, record *rec, lon
     t.pos = malloc((size_t)t.pages * t.pt * sizeof *t.pos);
     t.held = calloc((size_t)t.max_seqs * V, sizeof *t.held);
     memset(t.pos, 0xff, (size_t)t.pages * t.pt * sizeof *t.pos);
-    nf_sched_backend be = {&t, toy_forward, sc->device ? toy_logits : NULL, sc->device ? toy_topk : NULL, toy_copy, NULL};
+    nf_sched_backend be = {.state = &t, .forward = toy_forward, .logits = sc->device ? toy_logits : NULL,
+                           .topk = sc->device ? toy_topk : NULL, .copy_page = toy_copy};
     nf_sched_opts o = {.vocab = V, .ctx = sc->ctx, .chunk = sc->chunk, .max_seqs = sc->max_seqs,
                        .page_tokens = sc->pt, .kv_pages = sc->kv_pages, .no_prefix_cache = !sc->prefix_cache,
                        .reserve = sc->reserve, .tok = sc->with_text ? tok : NULL, .state_slots = sc->recurrent};
@@ -544,7 +545,7 @@ static void limits(void)
     t.tok = calloc(12, sizeof *t.tok);
     t.pos = malloc(12 * sizeof *t.pos);
     memset(t.pos, 0xff, 12 * sizeof *t.pos);
-    nf_sched_backend be = {&t, toy_forward, NULL, NULL, toy_copy, NULL};
+    nf_sched_backend be = {.state = &t, .forward = toy_forward, .copy_page = toy_copy};
     nf_sched_opts o = {.vocab = VOCAB, .ctx = 64, .chunk = 8, .max_seqs = 2, .page_tokens = 4, .kv_pages = 3};
     nf_sched *s = NULL;
     nf_error e;

@@ -57,20 +57,8 @@ static void run_alone(const nf_model *m, seq_case *c)
         return;
     }
     for (int i = 0; i < N; i++) {
-        nf_engine_reset(e);
-        nf_sampler *s;
-        CHECK(nf_sampler_create(&c[i].sp, m->cfg.vocab, &s, NULL) == NF_OK);
-        int32_t hist[MAXP + GEN];
-        memcpy(hist, c[i].prompt, c[i].n * sizeof *hist);
-        size_t n = c[i].n;
-        CHECK(nf_engine_prefill(e, hist, n, NULL, &err) == NF_OK);
-        for (c[i].n_alone = 0; c[i].n_alone < GEN;) {
-            int32_t id;
-            CHECK(nf_engine_next(e, s, hist, n, &id, &err) == NF_OK);
-            c[i].alone[c[i].n_alone++] = hist[n++] = id;
-            if (c[i].n_alone < GEN) CHECK(nf_engine_decode(e, id, &err) == NF_OK);
-        }
-        nf_sampler_free(s);
+        fx_alone(e, c[i].prompt, c[i].n, &c[i].sp, GEN, c[i].alone);
+        c[i].n_alone = GEN;
     }
     nf_engine_free(e);
 }

@@ -154,8 +154,9 @@ static void run(int mode, const nf_sampler_params *p, size_t n, int32_t out[][GE
 {
     memset(f, 0, sizeof *f);
     f->device = mode != HOST;
-    nf_sched_backend be = {f, fake_forward, f->device ? fake_logits : NULL, f->device ? fake_topk : NULL, fake_copy,
-                           mode == DEVICE_PENALIZE ? fake_penalize : NULL};
+    nf_sched_backend be = {.state = f, .forward = fake_forward, .logits = f->device ? fake_logits : NULL,
+                           .topk = f->device ? fake_topk : NULL, .copy_page = fake_copy,
+                           .penalize = mode == DEVICE_PENALIZE ? fake_penalize : NULL};
     nf_sched_opts o = {.vocab = V, .ctx = CTX, .chunk = CHUNK, .max_seqs = MAXS, .page_tokens = PT,
                        .kv_pages = MAXS * CTX / PT, .no_prefix_cache = 1};
     nf_sched *s = NULL;

@@ -12,7 +12,9 @@
  *   spec_k 1, 3, 5 gives the same tokens, text, end reason and cache length as without, on a
  *   repetitive and a random prompt, up to the context end, with an end-of-generation id and a stop
  *   string that fall on accepted drafts, with a repetition penalty, and over two chat-like turns;
- *   some drafts must be accepted. Hybrids refuse spec_k (NF_ERR_UNSUPPORTED). */
+ *   some drafts must be accepted.
+ * - Hybrids (qwen3_next, qwen3_5_moe_text, bf16): the generation cases (same tokens), and the rollback
+ *   driven step by step with right and wrong drafts by design (hybrid_machinery). */
 #define _POSIX_C_SOURCE 200809L
 #include "nf_test.h"
 
@@ -23,7 +25,7 @@
 
 #include "common/engine_fixture.h"
 #include "common/letters_tokenizer.h"
-#include "common/spec_stats.h"
+#include "common/spec_joint.h"
 #include "engine/generate.h"
 #include "engine/spec.h"
 
@@ -191,7 +193,7 @@ static size_t compare_case(nf_engine *e, const nf_tokenizer *tok, const gen_case
 }
 
 /* The generation cases on one converted fixture. */
-static void fixture_cases(const char *path, const char *name)
+static void fixture_cases(const char *path, const char *name, int need_accepted)
 {
     nf_model *m;
     nf_engine *e;
@@ -259,15 +261,69 @@ static void fixture_cases(const char *path, const char *name)
     snprintf(what, sizeof what, "%s two turns", name);
     acc += compare_case(e, tok, &ct, what, &base);
     nf_tok_ids_free(&base.seq);
-    CHECK_MSG(acc > 0, "%s: no draft was accepted", name);
+    if (need_accepted) CHECK_MSG(acc > 0, "%s: no draft was accepted", name); /* a random hybrid's text rarely repeats */
     printf("%s: %zu drafts accepted over the cases\n", name, acc);
     nf_tok_free(tok);
     nf_engine_free(e);
     nf_model_free(m);
 }
 
-/* A hybrid refuses speculation before anything runs. */
-static void hybrid_refused(const char *path)
+enum { HG = 48, HK = 3 };
+
+/* A hybrid's rollback, driven step by step (prompt lookup rarely drafts on a random hybrid's text):
+ * nf_spec_verify with drafts made of the greedy tokens of a run without speculation, the first a
+ * right and the rest wrong, a = 0 .. k in turn (k = 1 .. HK), and every third step with an accepted
+ * draft cut back by one (nf_spec_truncate, as when generation ends on it): every token picked equals
+ * the run without speculation, so the state slot was restored and the kept tokens rerun each time. */
+static size_t hybrid_machinery(nf_engine *e, const int32_t *prompt, size_t P, const char *name)
+{
+    const uint32_t V = e->model->cfg.vocab;
+    int32_t seq[64 + HG + HK + 1], base[HG];
+    memcpy(seq, prompt, P * sizeof *seq);
+    nf_engine_reset(e);
+    CHECK(nf_engine_prefill(e, prompt, P, NULL, NULL) == NF_OK);
+    for (int g = 0; g < HG; g++) {
+        base[g] = (int32_t)fx_argmax(e->logits, V);
+        if (g + 1 < HG) CHECK(nf_engine_decode(e, base[g], NULL) == NF_OK);
+    }
+    nf_sampler_params sp = nf_sampler_defaults();
+    sp.temp = 0;
+    nf_sampler *s;
+    if (nf_sampler_create(&sp, V, &s, NULL)) return 0;
+    nf_engine_reset(e);
+    CHECK(nf_engine_prefill(e, prompt, P, NULL, NULL) == NF_OK);
+    static float rows[(HK + 1) * 256];
+    size_t known = P + 1, accepted = 0; /* seq[0, known): the engine holds all but the last */
+    seq[P] = base[0];
+    for (unsigned step = 0; known + HK + 1 < P + HG && V <= 256; step++) {
+        const uint32_t k = 1 + step % HK, a = step / HK % (k + 1);
+        for (uint32_t j = 0; j < k; j++) {
+            const int32_t right = base[known - P + j];
+            seq[known + j] = j < a ? right : (int32_t)(((uint32_t)right + 1) % V);
+        }
+        int32_t out[HK + 1];
+        size_t n_out = 0;
+        nf_error err;
+        CHECK_MSG(nf_spec_verify(e, s, seq, known + k, k, rows, out, &n_out, &err) == NF_OK, "%s: %s", name, err.msg);
+        CHECK_MSG(n_out == a + 1 && !memcmp(out, base + (known - P), n_out * sizeof *out),
+                  "%s step %u (k %u, %u right): the picked tokens differ from greedy without speculation", name, step, k, a);
+        CHECK(e->n_past == known + a);
+        memcpy(seq + known, base + (known - P), n_out * sizeof *seq);
+        known += n_out;
+        accepted += a;
+        if (a && step % 3 == 0) { /* the last accepted draft ends generation: the session holds up to it */
+            CHECK(nf_spec_truncate(e, seq, 0, e->n_past - 1, &err) == NF_OK);
+            CHECK(e->n_past == known - 2);
+            known -= 1;
+        }
+    }
+    nf_sampler_free(s);
+    return accepted;
+}
+
+/* Gated DeltaNet hybrids with prompt lookup (their state restored after rejections): the machinery
+ * above on a random prompt, and nf_generate's cases on them (the same tokens with and without). */
+static void hybrid_cases(const char *path, const char *name)
 {
     nf_model *m;
     nf_engine *e;
@@ -276,61 +332,24 @@ static void hybrid_refused(const char *path)
         CHECK_MSG(0, "%s", err.msg);
         return;
     }
-    nf_engine_opts o = {.threads = 2, .ctx = CTX};
+    nf_engine_opts o = {.threads = 2, .ctx = CTX, .page_tokens = 16};
     if (!nf_engine_create(m, &o, &e, &err)) {
-        nf_tokenizer *tok = names_tokenizer(m->cfg.vocab);
-        nf_sampler_params sp = nf_sampler_defaults();
-        nf_sampler *s;
-        if (!nf_sampler_create(&sp, m->cfg.vocab, &s, NULL)) {
-            const int32_t prompt[] = {1, 2, 3};
-            nf_gen_params p = {.max_new = 4, .spec_k = 3};
-            nf_gen_stats st;
-            CHECK(nf_generate(e, tok, s, prompt, 3, &p, emit, NULL, NULL, &st, &err) == NF_ERR_UNSUPPORTED);
-            CHECK(e->n_past == 0);
-            int32_t out[2];
-            size_t n_out;
-            float rows[2 * 256];
-            CHECK(m->cfg.vocab <= 256 &&
-                  nf_spec_verify(e, s, prompt, 3, 1, rows, out, &n_out, &err) == NF_ERR_UNSUPPORTED);
-            CHECK(nf_spec_verify(e, s, prompt, 3, 0, rows, out, &n_out, &err) == NF_ERR_INVALID_ARG);
-            CHECK(nf_spec_verify(e, s, prompt, 3, 3, rows, out, &n_out, &err) == NF_ERR_INVALID_ARG);
-            CHECK(e->n_past == 0);
-            nf_sampler_free(s);
+        int32_t prompt[30];
+        uint64_t x = 9;
+        for (int i = 0; i < 30; i++) {
+            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+            prompt[i] = (int32_t)((x >> 33) % m->cfg.vocab);
         }
-        nf_tok_free(tok);
+        const size_t acc = hybrid_machinery(e, prompt, 30, name);
+        printf("%s: %zu drafts accepted by the step-by-step verifications\n", name, acc);
+        CHECK(acc > 0);
         nf_engine_free(e);
     }
     nf_model_free(m);
+    fixture_cases(path, name, 0);
 }
 
-enum { TK = 3, TRIALS = 10000, PMAX = 256 + 64 };
-
-/* The model's joint distribution of the first three sampled tokens after prompt (top-k TK at temp),
- * from plain forwards: cells [TK][TK][TK] of ids and probabilities. */
-static void joint_reference(nf_engine *e, const int32_t *prompt, uint32_t PLEN, double temp, int32_t ids[TK][TK][TK][3],
-                            double p[TK][TK][TK])
-{
-    const uint32_t V = e->model->cfg.vocab;
-    int32_t i1[TK], i2[TK], i3[TK];
-    double p1[TK], p2[TK], p3[TK];
-    nf_engine_reset(e);
-    CHECK(nf_engine_prefill(e, prompt, PLEN, NULL, NULL) == NF_OK);
-    top_probs(e->logits, V, temp, TK, i1, p1);
-    for (int a = 0; a < TK; a++) {
-        nf_engine_truncate(e, PLEN);
-        CHECK(nf_engine_decode(e, i1[a], NULL) == NF_OK);
-        top_probs(e->logits, V, temp, TK, i2, p2);
-        for (int b = 0; b < TK; b++) {
-            nf_engine_truncate(e, PLEN + 1);
-            CHECK(nf_engine_decode(e, i2[b], NULL) == NF_OK);
-            top_probs(e->logits, V, temp, TK, i3, p3);
-            for (int c = 0; c < TK; c++) {
-                ids[a][b][c][0] = i1[a], ids[a][b][c][1] = i2[b], ids[a][b][c][2] = i3[c];
-                p[a][b][c] = p1[a] * p2[b] * p3[c];
-            }
-        }
-    }
-}
+enum { TK = SPEC_TK, TRIALS = 10000, PMAX = 256 + 64 };
 
 /* Sampling with speculation through nf_generate on the vocabulary-256 fixture: the first three tokens
  * (after a first token that continues the prompt's loop the second and third come from a verification
@@ -350,19 +369,9 @@ static void sampled_generation(const char *path)
     }
     const double temp = 1.5;
     int32_t prompt[PMAX], ids[TK][TK][TK][3];
-    /* every id once, then the model's own greedy continuation until it has gone round a loop (its last
-     * two tokens occurred before in it), so that drafts are often the likely tokens */
-    for (int i = 0; i < 256; i++) prompt[i] = (i * 97) % 256;
-    nf_engine_reset(e);
-    CHECK(nf_engine_prefill(e, prompt, 256, NULL, NULL) == NF_OK);
-    uint32_t PLEN = 256;
-    for (int looped = 0; !looped && PLEN < PMAX; PLEN++) {
-        prompt[PLEN] = (int32_t)fx_argmax(e->logits, m->cfg.vocab);
-        CHECK(nf_engine_decode(e, prompt[PLEN], NULL) == NF_OK);
-        for (uint32_t j = 257; j < PLEN; j++) looped |= prompt[j - 1] == prompt[PLEN - 1] && prompt[j] == prompt[PLEN];
-    }
+    const uint32_t PLEN = spec_loop_prompt(e, prompt, PMAX);
     static double p[TK][TK][TK];
-    joint_reference(e, prompt, PLEN, temp, ids, p);
+    spec_joint_reference(e, prompt, PLEN, temp, ids, p);
     nf_tokenizer *tok = names_tokenizer(m->cfg.vocab);
     static long cnt[TK * TK * TK + 1];
     long accepted = 0, drafted = 0;
@@ -387,9 +396,7 @@ static void sampled_generation(const char *path)
         /* the third token is not fed: read the three back from the text */
         int32_t got[3] = {-1, -1, -1};
         CHECK(sscanf(r.text, "t%dt%dt%d", &got[0], &got[1], &got[2]) == 3);
-        int cell = TK * TK * TK;
-        for (int c = 0; c < TK * TK * TK; c++)
-            if (!memcmp(ids[c / 9][c / 3 % 3][c % 3], got, sizeof got)) cell = c;
+        const int cell = spec_cell(ids, got);
         CHECK_MSG(cell < TK * TK * TK, "tokens %d %d %d are outside the top-%d cells", got[0], got[1], got[2], TK);
         cnt[cell]++;
         nf_sampler_free(s);
@@ -414,8 +421,8 @@ int main(void)
     drafting();
     verification();
     static const char *models[] = {"llama", "qwen2_moe", "qwen2_moe_nobias", "qwen3_moe", "qwen3_moe_256",
-                                   "qwen3_moe_fused", "qwen3_moe", "qwen3_next"};
-    static const char *recipes[] = {"bf16", "bf16", "bf16", "bf16", "bf16", "bf16", "q8q8", "bf16"};
+                                   "qwen3_moe_fused", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text"};
+    static const char *recipes[] = {"bf16", "bf16", "bf16", "bf16", "bf16", "bf16", "q8q8", "bf16", "bf16"};
     char tmp[] = "/tmp/nf_spec_XXXXXX";
     if (!mkdtemp(tmp)) return 1;
     for (size_t k = 0; k < sizeof models / sizeof *models; k++) {
@@ -424,9 +431,9 @@ int main(void)
         snprintf(out, sizeof out, "%s/%s-%s.nf", tmp, models[k], recipes[k]);
         snprintf(name, sizeof name, "%s %s", models[k], recipes[k]);
         if (!fx_convert(dir, recipes[k], out)) continue;
-        if (strcmp(models[k], "qwen3_next") == 0) hybrid_refused(out);
-        else if (strcmp(models[k], "qwen3_moe_256") == 0) fixture_cases(out, name), sampled_generation(out);
-        else fixture_cases(out, name);
+        if (strcmp(models[k], "qwen3_next") == 0 || strcmp(models[k], "qwen3_5_moe_text") == 0) hybrid_cases(out, name);
+        else if (strcmp(models[k], "qwen3_moe_256") == 0) fixture_cases(out, name, 1), sampled_generation(out);
+        else fixture_cases(out, name, 1);
         unlink(out);
     }
     rmdir(tmp);

@@ -4,14 +4,16 @@
  * checked against, and is itself checked against naive double references (tests/cpu).
  *
  * Products: y[t][r] = sum_i W[r][i] * x[t][i].
- *   - one token (decode): the codec's matvec kernel (SIMD when the CPU has it) per row block;
+ *   - one token (decode): the codec's matvec kernel (SIMD when the CPU has it) per row block, and so
+ *     token by token for segments of up to NF_CPU_STEP_MAX tokens (a speculative verification);
  *   - many tokens (prefill): each worker dequantizes a block of NF_CPU_RB rows to f32 once into its
  *     own buffer and multiplies it with every token (f32 accumulation), so each weight byte is
  *     decoded once per chunk, not once per token;
  *   - int8 activations (nf_cpu_set_a8, on by default) for q8_0 / q4_k / q5_k / q6_k weights: each
  *     distinct activation row of a batch is quantised once (per 32 elements, codec/a8.h); a
- *     one-token segment runs the codec's integer kernel, a longer one the repacked 16-row tile
- *     (nf_codec_a8_tile: AVX2, AVX-512 VNNI or AMX, the same bits; scalar: the kernel per token);
+ *     segment of up to NF_CPU_STEP_MAX tokens runs the codec's integer kernel token by token, a
+ *     longer one the repacked 16-row tile (nf_codec_a8_tile: AVX2, AVX-512 VNNI or AMX, the same
+ *     bits; scalar: the kernel over all its tokens);
  *   - reference mode (nf_cpu_set_reference): every product is dequantize-row-to-f32 followed by a
  *     double-accumulated dot, whatever the token count: the "dequantize then compute" path that the
  *     quantized-recipe tests compare the fast kernels with.
@@ -30,8 +32,16 @@
 #include "codec/a8.h"
 #include "codec/codec.h"
 #include "codec/nvfp4.h"
+#include "dist/ep.h"
 
 enum { NF_CPU_RB = 16 }; /* rows per work item (and per dequantized block) */
+/* Segments of at most this many tokens run token by token, each as a decode would (the matvec or
+ * int8 kernel for products, the recurrent step for Gated DeltaNet): a speculative verification (at
+ * most engine/spec.h's NF_SPEC_MAX_K + 1 = 9 tokens of one sequence) and the tokens rerun after a
+ * rejection then give decoding's bits, so greedy speculation is token-identical to decoding. The tile
+ * rounds differently (another summation order), and a rounding difference upstream of an int8
+ * activation step can tip a near tie; on pieces this short the tile saves little. */
+enum { NF_CPU_STEP_MAX = 9 };
 
 /* A matrix of encoded rows: rows x cols, row r at data + r * row_bytes, or for nvfp4 rows
  * row0 .. row0 + rows - 1 of the plane set *nv (each row divided by its own source divisor). */
@@ -79,10 +89,11 @@ void nf_cpu_set_a8_tile(nf_cpu *c, int on);
  * columns from y[t*ldy] written). w.cols must be <= the max_cols given at create.
  *
  * The tokens form segments seg[0] = 0 < seg[1] < ... < seg[n_seg] = n (seg NULL: one segment of n).
- * A segment of one token runs the codec's matvec kernel, a longer one the dequantized-block tile;
- * the two sum in different orders, so the kernel must not depend on what else is in the product.
- * Within a kernel every output is summed in a fixed order whatever the tile, block or thread split,
- * so a token's outputs depend only on its own row and the length-1-or-not of its segment. The
+ * A segment of up to NF_CPU_STEP_MAX tokens runs the codec's matvec kernel token by token, a longer
+ * one the dequantized-block tile; the two sum in different orders, so the kernel must not depend on
+ * what else is in the product. Within a kernel every output is summed in a fixed order whatever the
+ * tile, block or thread split, so a token's outputs depend only on its own row and whether its
+ * segment is longer than NF_CPU_STEP_MAX. The
  * batched forward makes each sequence's tokens one segment: a sequence's products are then
  * bit-identical whether it runs alone or beside others. */
 typedef struct nf_cpu_gemm_job {
@@ -213,6 +224,39 @@ void nf_cpu_moe_ws_free(nf_cpu_moe_ws *ws);
  * is the same alone or beside others. */
 void nf_cpu_moe_forward(nf_cpu *c, const nf_cpu_moe *m, nf_cpu_moe_ws *ws, const float *x, size_t T,
                         const uint32_t *seq_start, size_t n_seqs, float *out, int32_t *ids, float *weights);
+
+/* The block's stages, which expert parallelism runs on different ranks (docs/dist.md); the forward
+ * above is route, the experts over its own rows, and combine.
+ *   route: router logits, top-k (ws's ids and weights [T][k], nf_cpu_moe_ids) and the shared
+ *          expert's gate and SwiGLU'd gate_up, over the tokens x[T][H];
+ *   experts: the routed experts alone over n rows x[n][H], row a for expert meta[a].expert of m (m's
+ *          banks may be a rank's share: nf_cpu_weight_rows) with segment key meta[a].key (rows of one
+ *          expert and key are one product segment, as one sequence's tokens are in the forward, so a
+ *          row's result is the same bits here as there); y[n][H]. ws must hold n <= max_tokens * k rows;
+ *   shared_down_job: the shared expert's down over route's tokens (into ws), as a job to batch;
+ *   combine: out[t] = sum over j in choice order of w[t][j] * res[row[t k + j]], plus the gated shared
+ *          expert (after its down job has run). */
+void nf_cpu_moe_route(nf_cpu *c, const nf_cpu_moe *m, nf_cpu_moe_ws *ws, const float *x, size_t T,
+                      const uint32_t *seq_start, size_t n_seqs);
+const int32_t *nf_cpu_moe_ids(const nf_cpu_moe_ws *ws);
+void nf_cpu_moe_experts(nf_cpu *c, const nf_cpu_moe *m, nf_cpu_moe_ws *ws, const float *x, size_t n,
+                        const nf_ep_meta *meta, float *y);
+nf_cpu_gemm_job nf_cpu_moe_shared_down_job(const nf_cpu_moe *m, nf_cpu_moe_ws *ws, size_t T, const uint32_t *seq_start,
+                                           size_t n_seqs);
+void nf_cpu_moe_combine(const nf_cpu_moe *m, const nf_cpu_moe_ws *ws, size_t T, const float *res, const uint32_t *row,
+                        float *out);
+
+/* Expert parallelism over G ranks simulated on this CPU: the tables of src/dist/ep.h and copies in
+ * place of NCCL's exchange, so the dispatch and combine the GPUs will run are tested here. Rank r
+ * holds the routed experts l.first[r] .. l.first[r + 1] - 1 and the sequences [r n / G, (r + 1) n / G)
+ * of a batch (data-parallel attention: whole sequences); router and shared expert are replicated.
+ * out equals nf_cpu_moe_forward's bit for bit (tests/cpu/test_ep_sim.c). */
+typedef struct nf_cpu_ep_sim nf_cpu_ep_sim;
+nf_status nf_cpu_ep_sim_create(const nf_cpu_moe *m, uint32_t ranks, size_t max_tokens, nf_cpu_ep_sim **out,
+                               nf_error *err);
+void nf_cpu_ep_sim_free(nf_cpu_ep_sim *sim);
+nf_status nf_cpu_moe_forward_ep(nf_cpu *c, const nf_cpu_moe *m, nf_cpu_ep_sim *sim, const float *x, size_t T,
+                                const uint32_t *seq_start, size_t n_seqs, float *out, int32_t *ids, nf_error *err);
 
 /* ---- Gated DeltaNet (linear attention; transformers' Qwen3NextGatedDeltaNet) --------------------
  *

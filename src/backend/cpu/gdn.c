@@ -182,7 +182,6 @@ static void gated_norm(const gdn_job *j, uint32_t t, uint32_t h)
 }
 
 /* Items are (sequence, v head): the head's tokens in order, each step then its gated output norm. */
-enum { kStepMax = 4 }; /* segments of at most this many tokens take the recurrent step (gdn_items) */
 
 static void gdn_items(void *ctx, size_t b, size_t e, int worker)
 {
@@ -196,10 +195,10 @@ static void gdn_items(void *ctx, size_t b, size_t e, int worker)
         const uint32_t h = (uint32_t)(it % Hv);
         const size_t kh = h / rep;
         float *S = sq->state + (g->conv_k - 1) * C + (size_t)h * g->k_dim * dv;
-        /* a few tokens take the per-token steps: then a speculative verification (K + 1 <= 4 tokens)
+        /* a few tokens take the per-token steps (cpu.h NF_CPU_STEP_MAX): then a speculative verification
          * and the accepted tokens rerun after a rejection give the bits decoding them one at a time
-         * gives here (the chunked form rounds differently, and saves nothing at that size) */
-        if (g->chunk && sq->n > kStepMax) {
+         * gives here (the chunked form rounds differently, and saves little at that size) */
+        if (g->chunk && sq->n > NF_CPU_STEP_MAX) {
             for (uint32_t c0 = 0; c0 < sq->n; c0 += g->chunk)
                 chunk_step(j, h, S, sq->t0 + c0, sq->n - c0 < g->chunk ? sq->n - c0 : g->chunk, ws);
         } else {

@@ -115,8 +115,8 @@ static void block_reference(const nf_cpu_gemm_job *j, uint32_t r0, uint32_t nb, 
     }
 }
 
-/* One row block over every segment of the job (cpu.h: one-token segments by matvec, longer ones by
- * the tile over the block dequantized once). */
+/* One row block over every segment of the job (cpu.h: segments of up to NF_CPU_STEP_MAX tokens by
+ * matvec token by token, longer ones by the tile over the block dequantized once). */
 /* A job's int8 side (codec/a8.h): its kernel and its tokens' quantised rows, or fn NULL. */
 typedef struct a8_job {
     nf_a8_gemm_fn fn;
@@ -133,17 +133,20 @@ static void run_block(nf_cpu *c, const nf_cpu_gemm_job *j, const a8_job *q, uint
         block_reference(j, r0, nb, blk);
         return;
     }
-    if (q && q->fn) { /* int8 activations: one-token segments by the kernel, longer ones by the tile */
+    if (q && q->fn) { /* int8 activations: short segments token by token by the kernel, longer ones by the tile */
         const uint32_t whole[2] = {0, (uint32_t)j->n}, *seg = j->seg ? j->seg : whole;
         const size_t n_seg = j->seg ? j->n_seg : 1;
         const uint8_t *wr = j->w.data + (size_t)r0 * j->w.row_bytes;
         for (size_t g = 0; g < n_seg; g++) {
             const size_t t0 = seg[g], n = seg[g + 1] - t0;
-            if (n > 1 && q->tile)
+            if (n > NF_CPU_STEP_MAX && q->tile)
                 q->tile(wr, j->w.row_bytes, nb, q->xa + t0 * q->ldxa, q->ldxa, n, j->y + t0 * j->ldy + r0, j->ldy,
                         j->w.cols, blk);
-            else
+            else if (n > NF_CPU_STEP_MAX)
                 q->fn(wr, j->w.row_bytes, nb, q->xa + t0 * q->ldxa, q->ldxa, n, j->y + t0 * j->ldy + r0, j->ldy, j->w.cols);
+            else
+                for (size_t t = t0; t < t0 + n; t++)
+                    q->fn(wr, j->w.row_bytes, nb, q->xa + t * q->ldxa, q->ldxa, 1, j->y + t * j->ldy + r0, j->ldy, j->w.cols);
         }
         return;
     }
@@ -152,8 +155,8 @@ static void run_block(nf_cpu *c, const nf_cpu_gemm_job *j, const a8_job *q, uint
     int decoded = 0;
     for (size_t g = 0; g < n_seg; g++) {
         const size_t t0 = seg[g], n = seg[g + 1] - t0;
-        if (n == 1) {
-            block_matvec(j, r0, nb, t0);
+        if (n <= NF_CPU_STEP_MAX) { /* as decoding them would: speculation's verification (cpu.h) */
+            for (size_t t = t0; t < t0 + n; t++) block_matvec(j, r0, nb, t);
             continue;
         }
         if (!decoded)

@@ -44,6 +44,7 @@ size_t nf_sparse_moe_workspace_bytes(const nf_sparse_moe *m, uint32_t tokens) { 
 nf_moe_route nf_sparse_moe_route(const nf_sparse_moe *m, uint32_t tokens) { (void)m, (void)tokens; return NF_MOE_ROUTE_DECODE; }
 const char *nf_moe_route_name(nf_moe_route r) { (void)r; return ""; }
 void nf_sparse_moe_set_thresholds(nf_sparse_moe *m, uint32_t a, uint32_t b) { (void)m, (void)a, (void)b; }
+void nf_sparse_moe_set_mmq_max(nf_sparse_moe *m, uint32_t a) { (void)m, (void)a; }
 void nf_sparse_moe_set_tile_height(nf_sparse_moe *m, uint32_t h) { (void)m, (void)h; }
 nf_status nf_sparse_moe_forward(const nf_sparse_moe *m, const uint16_t *x, uint32_t tokens, uint16_t *out,
                                 void *workspace, void *stream, nf_error *err)
@@ -108,3 +109,14 @@ nf_status nf_cuda_decoder_routing(nf_cuda_decoder *dec, int32_t *ids, nf_error *
 }
 size_t nf_cuda_decoder_weight_bytes(const nf_cuda_decoder *dec) { (void)dec; return 0; }
 size_t nf_cuda_decoder_kv_bytes(const nf_cuda_decoder *dec) { (void)dec; return 0; }
+size_t nf_cuda_decoder_slot_floats(const nf_cuda_decoder *dec) { (void)dec; return 0; }
+nf_status nf_cuda_decoder_slot_save(nf_cuda_decoder *dec, uint32_t slot, float *buf, uint32_t *pos, nf_error *err)
+{
+    (void)dec, (void)slot, (void)buf, (void)pos;
+    return no_cuda(err);
+}
+nf_status nf_cuda_decoder_slot_load(nf_cuda_decoder *dec, uint32_t slot, const float *buf, uint32_t pos, nf_error *err)
+{
+    (void)dec, (void)slot, (void)buf, (void)pos;
+    return no_cuda(err);
+}

@@ -190,15 +190,10 @@ __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a, Batch b)
         for (uint32_t i = threadIdx.x; i < hd; i += blockDim.x) qs[i] = q[i];
     } else if (rot) {
         const float *row = a.qk.qkv + (size_t)t * a.qk.stride;
-        float r0[kRopePairs], r1[kRopePairs];
-        head_rotate(a.qk, row, warp == 0 ? h : a.heads + kvh, hin, r0, r1);
-        if (warp == 1) {
-            store_kv(a.qk, row, kvh, kv_slot(b, seq, pos), r0, r1);
-        } else {
-#pragma unroll
-            for (int j = 0; j < kRopePairs; j++)
-                if (lane + 32 * j < (int)hd / 2) qs[lane + 32 * j] = r0[j], qs[lane + 32 * j + hd / 2] = r1[j];
-        }
+        HeadOut o;
+        head_rotate(a.qk, row, warp == 0 ? h : a.heads + kvh, hin, o);
+        if (warp == 1) store_kv(a.qk, row, kvh, kv_slot(b, seq, pos), o);
+        else head_write(a.qk, o, qs);
     }
     __syncthreads(); // qs, and the new cache row for the owner's warps
     Online<NP> st;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "impl.cuh"
+#include "rope.cuh"
 
 extern "C" {
 #include "base/arena.h"
@@ -53,24 +54,25 @@ struct Uploader {
         L->codec = mm->codec;
         L->gemm = prefill_supported(L->m, L->m);
         L->a8 = a8;
+        L->mmq = a8 && base && mmq_supported(L->codec, L->m, false);
         off += up256(bytes);
         return NF_OK;
     }
 
-    // q, k and v as one stacked matrix: row codecs keep each row whole, so the three uploads laid one
-    // after another are the stacked matrix. Leaves L absent (codec -1) when they do not share a codec.
-    nf_status stacked(const nf_moe_matrix *const m[3], uint32_t layer, Linear *L)
+    // n matrices of one input as one stacked matrix: row codecs keep each row whole, so the uploads
+    // laid one after another are the stacked matrix. Leaves L absent (codec -1) when they do not share
+    // a codec.
+    nf_status stacked(const nf_moe_matrix *const *m, const char *const *names, int n, uint32_t layer, Linear *L)
     {
         memset(L, 0, sizeof *L);
         L->codec = -1;
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < n; i++)
             if (m[i]->codec != m[0]->codec || m[i]->cols != m[0]->cols || m[i]->experts != 1 ||
                 !device_codec(m[i]->codec) || m[i]->codec == NF_CODEC_NVFP4)
                 return NF_OK;
-        static const char *const names[3] = {"attn_q", "attn_k", "attn_v"};
         size_t at = off;
         uint32_t rows = 0;
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < n; i++) {
             char name[64];
             snprintf(name, sizeof name, "layer %u %s", layer, names[i]);
             size_t bytes = 0;
@@ -86,6 +88,7 @@ struct Uploader {
         L->codec = m[0]->codec;
         L->gemm = prefill_supported(L->m, L->m);
         L->a8 = a8;
+        L->mmq = a8 && base && mmq_supported(L->codec, L->m, false);
         off = (at + 255) & ~(size_t)255;
         return NF_OK;
     }
@@ -104,22 +107,64 @@ struct Uploader {
     }
 };
 
-nf_status walk_layer(Uploader &u, const nf_cuda_decoder_desc *d, uint32_t l, Layer *L)
+// The token mixer's input matrices: stacked when they share a row codec, else one by one.
+nf_status walk_inputs(Uploader &u, const nf_moe_matrix *const *m, const char *const *names, int n, uint32_t l, Layer *L)
+{
+    nf_status st = u.stacked(m, names, n, l, &L->stacked);
+    L->n_in = n;
+    for (int i = 0; !st && i < n; i++) {
+        if (L->stacked.codec >= 0) memset(&L->in[i], 0, sizeof L->in[i]), L->in[i].codec = -1;
+        else st = u.matrix(m[i], names[i], l, &L->in[i]);
+    }
+    return st;
+}
+
+// A Gated DeltaNet layer's token mixer: its vectors and matrices, its share of a state slot.
+nf_status walk_gdn(Uploader &u, const nf_cuda_decoder_desc *d, uint32_t l, Layer *L, size_t *slot_floats)
+{
+    const nf_cuda_layer_desc *ld = &d->layer[l];
+    const nf_cuda_gdn_shape &g = d->gdn;
+    const uint32_t C = 2 * g.k_heads * g.k_dim + g.v_heads * g.v_dim, Vd = g.v_heads * g.v_dim;
+    if (!ld->ssm_conv || !ld->ssm_dt_bias || !ld->ssm_a_log || !ld->ssm_norm)
+        return nf_error_set(u.err, NF_ERR_INVALID_ARG, "cuda decoder: layer %u (Gated DeltaNet) lacks its conv, dt_bias, "
+                            "A_log or norm vector", l);
+    nf_status st;
+    if ((st = u.vec(ld->ssm_conv, (size_t)C * g.conv_k, &L->conv_w)) || (st = u.vec(ld->ssm_dt_bias, g.v_heads, &L->dt_bias)) ||
+        (st = u.vec(ld->ssm_a_log, g.v_heads, &L->a_log)) || (st = u.vec(ld->ssm_norm, g.v_dim, &L->ssm_norm)))
+        return st;
+    const nf_moe_matrix *const m[3] = {&ld->ssm_qkv, &ld->ssm_z, &ld->ssm_ba};
+    static const char *const names[3] = {"ssm_qkv", "ssm_z", "ssm_ba"};
+    const uint32_t cols[3] = {0, C, C + Vd};
+    L->is_linear = true;
+    memcpy(L->in_cols, cols, sizeof cols);
+    L->state_off = *slot_floats;
+    *slot_floats += gdn_state_floats(g.k_heads, g.v_heads, g.k_dim, g.v_dim, g.conv_k);
+    if ((st = walk_inputs(u, m, names, 3, l, L))) return st;
+    return u.matrix(&ld->ssm_out, "ssm_out", l, &L->o);
+}
+
+nf_status walk_layer(Uploader &u, const nf_cuda_decoder_desc *d, uint32_t l, Layer *L, size_t *slot_floats)
 {
     const nf_cuda_layer_desc *ld = &d->layer[l];
     const size_t H = d->hidden, qd = (size_t)d->heads * d->head_dim, kvd = (size_t)d->kv_heads * d->head_dim;
     nf_status st;
-    if ((st = u.vec(ld->attn_norm, H, &L->attn_norm)) || (st = u.vec(ld->ffn_norm, H, &L->ffn_norm)) ||
-        (st = u.vec(ld->q_bias, qd, &L->q_bias)) || (st = u.vec(ld->k_bias, kvd, &L->k_bias)) ||
-        (st = u.vec(ld->v_bias, kvd, &L->v_bias)) || (st = u.vec(ld->q_norm, d->head_dim, &L->q_norm)) ||
-        (st = u.vec(ld->k_norm, d->head_dim, &L->k_norm)))
+    if ((st = u.vec(ld->attn_norm, H, &L->attn_norm)) || (st = u.vec(ld->ffn_norm, H, &L->ffn_norm)))
         return st;
-    const nf_moe_matrix *const qkv[3] = {&ld->q, &ld->k, &ld->v};
-    if ((st = u.stacked(qkv, l, &L->qkv))) return st;
-    if (L->qkv.codec < 0 && ((st = u.matrix(&ld->q, "attn_q", l, &L->q)) || (st = u.matrix(&ld->k, "attn_k", l, &L->k)) ||
-                             (st = u.matrix(&ld->v, "attn_v", l, &L->v))))
-        return st;
-    if ((st = u.matrix(&ld->o, "attn_output", l, &L->o))) return st;
+    if (ld->is_linear) {
+        if ((st = walk_gdn(u, d, l, L, slot_floats))) return st;
+    } else {
+        if ((st = u.vec(ld->q_bias, qd, &L->q_bias)) || (st = u.vec(ld->k_bias, kvd, &L->k_bias)) ||
+            (st = u.vec(ld->v_bias, kvd, &L->v_bias)) || (st = u.vec(ld->q_norm, d->head_dim, &L->q_norm)) ||
+            (st = u.vec(ld->k_norm, d->head_dim, &L->k_norm)))
+            return st;
+        const nf_moe_matrix *const m[4] = {&ld->q, &ld->k, &ld->v, &ld->attn_gate};
+        static const char *const names[4] = {"attn_q", "attn_k", "attn_v", "attn_gate"};
+        const uint32_t cols[4] = {0, (uint32_t)qd, (uint32_t)(qd + kvd), (uint32_t)(qd + 2 * kvd)};
+        L->gated = ld->attn_gate.codec >= 0;
+        memcpy(L->in_cols, cols, sizeof cols);
+        if ((st = walk_inputs(u, m, names, L->gated ? 4 : 3, l, L))) return st;
+        if ((st = u.matrix(&ld->o, "attn_output", l, &L->o))) return st;
+    }
     if (ld->moe) return NF_OK;
     return (st = u.matrix(&ld->gate, "ffn_gate", l, &L->gate)) ? st
            : (st = u.matrix(&ld->up, "ffn_up", l, &L->up))     ? st
@@ -134,8 +179,9 @@ nf_status walk(Uploader &u, const nf_cuda_decoder_desc *d, nf_cuda_decoder *dec)
     else if ((st = u.matrix(&d->head, "output", UINT32_MAX, &dec->head)))
         return st;
     if ((st = u.vec(d->out_norm, d->hidden, &dec->out_norm))) return st;
+    dec->slot_floats = 0;
     for (uint32_t l = 0; l < d->layers; l++)
-        if ((st = walk_layer(u, d, l, &dec->L[l]))) return st;
+        if ((st = walk_layer(u, d, l, &dec->L[l], &dec->slot_floats))) return st;
     return NF_OK;
 }
 
@@ -149,6 +195,17 @@ nf_status check_desc(const nf_cuda_decoder_desc *d, nf_error *err)
         return nf_error_set(err, NF_ERR_UNSUPPORTED, "cuda decoder: head_dim %u (needs a multiple of 8, <= 256) with %u "
                             "heads over %u kv heads (needs a whole number of q heads per kv head)",
                             d->head_dim, d->heads, d->kv_heads);
+    const uint32_t rd = d->rope_dim ? d->rope_dim : d->head_dim;
+    if (rd % 2 || rd > d->head_dim || d->head_dim - rd > 32 * (uint32_t)kRopeTail)
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "cuda decoder: %u rotated dims of a %u-dim head (needs an even "
+                            "count, at most %u dims unrotated)", rd, d->head_dim, 32 * kRopeTail);
+    const nf_cuda_gdn_shape &g = d->gdn;
+    bool linear = false;
+    for (uint32_t l = 0; l < d->layers; l++) linear = linear || d->layer[l].is_linear;
+    if (linear && (!g.k_heads || !g.v_heads || g.v_heads % g.k_heads || !gdn_supported(g.k_dim, g.v_dim, g.conv_k)))
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "cuda decoder: Gated DeltaNet with %u k heads of %u, %u v heads of "
+                            "%u, a conv of %u taps (the kernels take dk 16, 32, 64 or 128, dv <= 256, %u taps, whole v "
+                            "heads per k head)", g.k_heads, g.k_dim, g.v_heads, g.v_dim, g.conv_k, kGdnConvK);
     if (d->hidden % 8 || d->hidden > kNormMaxH)
         return nf_error_set(err, NF_ERR_UNSUPPORTED, "cuda decoder: hidden %u (needs a multiple of 8, <= %u)", d->hidden,
                             kNormMaxH);
@@ -166,6 +223,7 @@ nf_status check_desc(const nf_cuda_decoder_desc *d, nf_error *err)
 int fill_defaults(nf_cuda_decoder_desc *d)
 {
     if (!d->page_tokens) d->page_tokens = NF_CUDA_PAGE_TOKENS;
+    if (!d->rope_dim) d->rope_dim = d->head_dim;
     if (!d->max_seqs) d->max_seqs = 1;
     const uint64_t per = (d->ctx + d->page_tokens - 1) / d->page_tokens;
     if (!d->kv_pages) {
@@ -202,15 +260,17 @@ size_t part_floats(const nf_cuda_decoder_desc *d, size_t *tickets)
 size_t layout_buffers(nf_cuda_decoder *dec, uint8_t *base, size_t moe_ws)
 {
     const nf_cuda_decoder_desc *d = &dec->d;
-    const size_t C = d->chunk, H = d->hidden, qd = (size_t)d->heads * d->head_dim, kvd = (size_t)d->kv_heads * d->head_dim;
-    const size_t D = dec->dense_inter, V = d->vocab, tiles = (C + kPrefillTileM - 1) / kPrefillTileM;
+    const size_t C = d->chunk, H = d->hidden, qd = (size_t)d->heads * d->head_dim;
+    const size_t D = dec->dense_inter, V = d->vocab;
+    const size_t row = dec->a.row_att > dec->a.row_gdn ? dec->a.row_att : dec->a.row_gdn;
+    const size_t Vd = (size_t)d->gdn.v_heads * d->gdn.v_dim, att = qd > Vd ? qd : Vd;
     nf_arena ar;
     nf_arena_sizing(&ar);
     size_t o[24];
     int n = 0;
     o[n++] = take(&ar, C * H * 4);     // x
     o[n++] = take(&ar, C * H * 4);     // delta
-    o[n++] = take(&ar, C * (qd + 2 * kvd) * 4); // qkv
+    o[n++] = take(&ar, C * row * 4);   // qkv
     o[n++] = take(&ar, C * D * 4);     // g
     o[n++] = take(&ar, C * D * 4);     // u
     o[n++] = take(&ar, C * V * 4);     // logits
@@ -218,19 +278,25 @@ size_t layout_buffers(nf_cuda_decoder *dec, uint8_t *base, size_t moe_ws)
     o[n++] = take(&ar, part_floats(d, &tickets) * 4);
     o[n++] = take(&ar, C * H * 2);     // xn
     o[n++] = take(&ar, C * H * 2);     // moe_out
-    o[n++] = take(&ar, C * qd * 2);    // att
+    o[n++] = take(&ar, C * att * 2);   // att
     o[n++] = take(&ar, C * D * 2);     // act
     o[n++] = take(&ar, moe_ws);        // moe workspace
-    const size_t MS = d->max_seqs, tiles_s = (MS + kPrefillTileM - 1) / kPrefillTileM;
-    o[n++] = take(&ar, (7 + 2 * tiles) * 4); // tab
-    o[n++] = take(&ar, (7 + 2) * 4);         // tab1
+    const size_t MS = d->max_seqs;
+    // a table: 6 counters, tile_group [tiles64], tile_m0 [tiles], tile_m0_64 [tiles64]
+    auto tab_bytes = [](size_t rows) { return (8 + (rows + kPrefillTileM - 1) / kPrefillTileM + 2 * ((rows + 63) / 64)) * 4; };
+    o[n++] = take(&ar, tab_bytes(C)); // tab
+    o[n++] = take(&ar, tab_bytes(1)); // tab1
     o[n++] = take(&ar, step_layout(d->chunk, d->max_seqs, dec->stride).total * 4);
     o[n++] = take(&ar, MS * (topk_scratch_floats() * 8 + kSampleMaxK * 8));
     o[n++] = take(&ar, d->trace_routing ? (size_t)d->layers * C * dec->top_k * 4 : 0);
     o[n++] = take(&ar, (size_t)d->ctx * (d->head_dim / 2) * sizeof(float2));
     o[n++] = take(&ar, tickets * 4);
-    o[n++] = take(&ar, (7 + 2 * tiles_s) * 4); // tabS
-    o[n++] = take(&ar, MS * H * 2);            // xl
+    o[n++] = take(&ar, tab_bytes(MS));        // tabS
+    o[n++] = take(&ar, MS * H * 2);           // xl
+    // the dense mmq path's quantised input (ops.cuh kDenseMmqMax): rows of the widest input
+    const size_t MR = C < kDenseMmqMax ? C : kDenseMmqMax, MC = H > att ? (H > D ? H : D) : (att > D ? att : D);
+    o[n++] = take(&ar, MR * MC);              // xq
+    o[n++] = take(&ar, MR * (MC / 32) * 8);   // xd
     if (!base) return ar.peak;
     Acts &a = dec->a;
     float **f[] = {&a.x, &a.delta, &a.qkv, &a.g, &a.u, &a.logits, &a.part};
@@ -239,11 +305,13 @@ size_t layout_buffers(nf_cuda_decoder *dec, uint8_t *base, size_t moe_ws)
     for (int i = 0; i < 4; i++) *h[i] = (uint16_t *)(base + o[7 + i]);
     a.moe_ws = base + o[11];
     DenseTables *tb[] = {&dec->tab, &dec->tab1, &dec->tabS};
-    const uint32_t mt[] = {(uint32_t)tiles, 1, (uint32_t)tiles_s};
+    const size_t rows[] = {C, 1, MS};
     const int at[] = {12, 13, 19};
     for (int i = 0; i < 3; i++) {
         int32_t *p = (int32_t *)(base + o[at[i]]);
-        *tb[i] = DenseTables{p, p + 1, p + 2, p + 3, p + 4, p + 5, p + 5 + mt[i], mt[i]};
+        const uint32_t mt = (uint32_t)((rows[i] + kPrefillTileM - 1) / kPrefillTileM), m64 = (uint32_t)((rows[i] + 63) / 64);
+        *tb[i] = DenseTables{p, p + 1, p + 2, p + 3, p + 4, p + 8, p + 8 + m64, mt, p + 5, p + 8 + m64 + mt,
+                             (int8_t *)(base + o[21]), (float2 *)(base + o[22])};
     }
     dec->step = (int32_t *)(base + o[14]);
     float *t = (float *)(base + o[15]);
@@ -290,15 +358,25 @@ nf_status create_memory(nf_cuda_decoder *dec, const nf_cuda_decoder_desc *d, nf_
     dec->rope = (float *)(dec->weights + u.off);
     size_t ws = 0;
     if ((st = bind_moe(dec, &ws, err))) return st;
-    // the pool: [layer][K, V][kv_pages][page_tokens][kv_heads * hd] (copy_page is one 2D copy of
-    // 2 * layers rows of one page each)
+    // the pool: [attention layer][K, V][kv_pages][page_tokens][kv_heads * hd] (copy_page is one 2D copy
+    // of 2 * attention layers rows of one page each); GDN layers have none
     const size_t kvd = (size_t)d->kv_heads * d->head_dim, per = (size_t)d->kv_pages * d->page_tokens * kvd * 2;
-    dec->kv_bytes = (size_t)d->layers * 2 * per;
+    dec->attn_layers = 0;
+    for (uint32_t l = 0; l < d->layers; l++) dec->attn_layers += !dec->L[l].is_linear;
+    dec->kv_bytes = (size_t)(dec->attn_layers ? dec->attn_layers : 1) * 2 * per;
     if (cudaMalloc(&dec->kv, dec->kv_bytes) != cudaSuccess) return cuda_fail(err, "the KV page pool", dec->kv_bytes);
-    for (uint32_t l = 0; l < d->layers; l++) {
-        dec->L[l].kc = (uint16_t *)(dec->kv + 2 * l * per);
-        dec->L[l].vc = (uint16_t *)(dec->kv + (2 * l + 1) * per);
+    for (uint32_t l = 0, a = 0; l < d->layers; l++) {
+        if (dec->L[l].is_linear) continue;
+        dec->L[l].kc = (uint16_t *)(dec->kv + 2 * a * per);
+        dec->L[l].vc = (uint16_t *)(dec->kv + (2 * a + 1) * per);
+        a++;
     }
+    // the state slots (hybrids): every slot's state is defined by the kernels before it is read (a
+    // sequence at position 0 reads zeros, not its slot), so they need no clearing
+    const size_t slot_bytes = dec->slot_floats * d->max_seqs * sizeof(float);
+    if (slot_bytes && cudaMalloc(&dec->slots, slot_bytes) != cudaSuccess) return cuda_fail(err, "the state slots", slot_bytes);
+    if (slot_bytes && !(dec->slot_pos = (uint32_t *)calloc(d->max_seqs, sizeof *dec->slot_pos)))
+        return nf_error_set(err, NF_ERR_NOMEM, "cuda decoder: out of host memory");
     dec->buffer_bytes = layout_buffers(dec, nullptr, ws);
     if (cudaMalloc(&dec->buffers, dec->buffer_bytes) != cudaSuccess) return cuda_fail(err, "the chunk buffers", dec->buffer_bytes);
     layout_buffers(dec, dec->buffers, ws);
@@ -341,6 +419,11 @@ extern "C" nf_status nf_cuda_decoder_create(const nf_cuda_decoder_desc *d, nf_cu
     dec->d = *d;
     dec->dense_inter = dense_inter_of(d);
     dec->stride = (d->ctx + d->page_tokens - 1) / d->page_tokens;
+    bool gated = false;
+    for (uint32_t l = 0; l < d->layers; l++) gated = gated || d->layer[l].attn_gate.codec >= 0;
+    const uint32_t qd = d->heads * d->head_dim, kvd = d->kv_heads * d->head_dim, Vd = d->gdn.v_heads * d->gdn.v_dim;
+    dec->a.row_att = qd + 2 * kvd + (gated ? qd : 0);
+    dec->a.row_gdn = 2 * d->gdn.k_heads * d->gdn.k_dim + Vd + Vd + 2 * d->gdn.v_heads;
     while ((1u << dec->pt_shift) < d->page_tokens) dec->pt_shift++;
     st = create_memory(dec, d, err);
     dec->d.layer = nullptr; // host pointers are not kept past create
@@ -380,6 +463,8 @@ extern "C" void nf_cuda_decoder_free(nf_cuda_decoder *dec)
     cudaFree(dec->kv);
     cudaFree(dec->buffers);
     cudaFree(dec->pen);
+    cudaFree(dec->slots);
+    free(dec->slot_pos);
     if (dec->h_step) cudaFreeHost(dec->h_step);
     if (dec->h_ids) cudaFreeHost(dec->h_ids);
     if (dec->step_copied) cudaEventDestroy(dec->step_copied);

@@ -11,6 +11,13 @@
  *               delta = sparse_moe(xn) (bf16) or Wdown bf16(silu(Wgate xn) * Wup xn)
  *   logits = Whead bf16(rmsnorm(x += delta))
  *
+ * Gated DeltaNet hybrids (qwen3_next, qwen3_5_moe; docs/hybrid.md): a linear layer's token mixer is
+ *   qkv | z | ba = W xn ; qkv = silu(causal conv(qkv)) ; o = gated delta rule over the sequence's state
+ *   slot ; delta = Wout bf16(rmsnorm(o) * silu(z))                                     (gdn.cu)
+ * and the attention layers are gated (att *= sigmoid(Wgate xn)) with partial rotary (rope_dim). Each
+ * sequence's recurrent state lives in the device slot nf_batch.state_slot names (max_seqs slots); a
+ * sequence at position 0 starts from zeros, one past it continues its slot exactly.
+ *
  * Linear layers read their weights in the codec they are stored in (the sparse-MoE operator's
  * device layout and kernels: CUDA-core GEMV for small T, tensor-core GEMM for prefill chunks).
  *
@@ -38,18 +45,34 @@
 extern "C" {
 #endif
 
-/* One layer (host pointers; vectors f32). Matrices are nf_moe_matrix with experts = 1. */
+/* One layer (host pointers; vectors f32). Matrices are nf_moe_matrix with experts = 1. A Gated DeltaNet
+ * layer (is_linear) has the ssm_* fields instead of the attention's. */
 typedef struct nf_cuda_layer_desc {
     const float *attn_norm, *ffn_norm;     /* [H] */
     const float *q_bias, *k_bias, *v_bias; /* [heads*hd], [kv_heads*hd] x2, or NULL */
     const float *q_norm, *k_norm;          /* [hd] or NULL */
     nf_moe_matrix q, k, v, o;              /* [heads*hd][H], [kv*hd][H] x2, [H][heads*hd] */
+    nf_moe_matrix attn_gate;               /* gated attention: [heads*hd][H] (att *= sigmoid(gate)); codec -1: none */
     nf_moe_matrix gate, up, down;          /* dense MLP: [D][H] x2, [H][D]; codec -1 on MoE layers */
     const nf_moe_bank *moe;                /* the sparse-MoE block, or NULL on dense layers */
+    int is_linear;                         /* Gated DeltaNet (docs/hybrid.md) */
+    nf_moe_matrix ssm_qkv, ssm_z, ssm_ba;  /* [conv_dim][H] (q | k | v channels), [Vd][H], [2 Hv][H] (b, then a) */
+    nf_moe_matrix ssm_out;                 /* [H][Vd] */
+    const float *ssm_conv;                 /* [conv_dim][K] */
+    const float *ssm_dt_bias, *ssm_a_log;  /* [Hv] */
+    const float *ssm_norm;                 /* [dv]: the gated output norm's plain weight */
 } nf_cuda_layer_desc;
+
+/* The Gated DeltaNet shapes (all zero without such layers): Hk q/k heads of dk, Hv v heads of dv
+ * (Hv % Hk == 0), a causal conv of conv_k taps over conv_dim = 2 Hk dk + Hv dv channels. */
+typedef struct nf_cuda_gdn_shape {
+    uint32_t k_heads, v_heads, k_dim, v_dim, conv_k;
+} nf_cuda_gdn_shape;
 
 typedef struct nf_cuda_decoder_desc {
     uint32_t hidden, layers, heads, kv_heads, head_dim, vocab;
+    uint32_t rope_dim;               /* rotated dims at the start of a head (0: head_dim; fewer: partial rotary) */
+    nf_cuda_gdn_shape gdn;           /* hybrids: the linear layers' shapes */
     float rms_eps;
     nf_moe_matrix embd;              /* [vocab][H] */
     nf_moe_matrix head;              /* [vocab][H]; the same data as embd when tied (uploaded once) */
@@ -73,7 +96,7 @@ typedef struct nf_cuda_decoder nf_cuda_decoder;
 nf_status nf_cuda_decoder_create(const nf_cuda_decoder_desc *d, nf_cuda_decoder **out, nf_error *err);
 void nf_cuda_decoder_free(nf_cuda_decoder *dec);
 
-/* The rotation table (inv_freq[hd / 2] and the cos/sin factor, as nf_rope_inv_freq computes them).
+/* The rotation table (inv_freq[rope_dim / 2] and the cos/sin factor, as nf_rope_inv_freq computes them).
  * Must be set before the first forward; may change between forwards (dynamic scaling). */
 nf_status nf_cuda_decoder_set_rope(nf_cuda_decoder *dec, const float *inv_freq, float attn_factor, nf_error *err);
 
@@ -108,6 +131,14 @@ nf_status nf_cuda_decoder_copy_page(nf_cuda_decoder *dec, uint32_t dst, uint32_t
 
 /* With trace_routing: the last forward's expert ids [layers][T][top_k] (-1 on dense layers). */
 nf_status nf_cuda_decoder_routing(nf_cuda_decoder *dec, int32_t *ids, nf_error *err);
+
+/* Hybrids: the floats of one sequence's recurrent state slot (every GDN layer's conv window and S
+ * matrices; 0 without GDN layers), and a slot copied to / from the host with the positions it has
+ * absorbed (speculation's rollback, as the CPU backend's slot_save / slot_load), ordered on the
+ * decoder's stream and waited for. */
+size_t nf_cuda_decoder_slot_floats(const nf_cuda_decoder *dec);
+nf_status nf_cuda_decoder_slot_save(nf_cuda_decoder *dec, uint32_t slot, float *buf, uint32_t *pos, nf_error *err);
+nf_status nf_cuda_decoder_slot_load(nf_cuda_decoder *dec, uint32_t slot, const float *buf, uint32_t pos, nf_error *err);
 
 /* Device bytes held: weights (dense + every MoE bank) and the KV page pool. */
 size_t nf_cuda_decoder_weight_bytes(const nf_cuda_decoder *dec);

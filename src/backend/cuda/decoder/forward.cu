@@ -27,28 +27,34 @@ struct Fail {
         if (e_ != cudaSuccess) return Fail{op_, layer_, e_, nullptr};                                          \
     } while (0)
 
-// q | k | v rows of a.qkv: one GEMV when they are one stacked matrix (a shared codec); at T = 1 with
-// int8 activations, one launch of three segments when their codecs differ (the same bits as three
-// launches, two kernel boundaries fewer); else three.
-// qd, kvd: the q and the k (= v) widths; a row of a.qkv is qd + 2 kvd.
-Fail qkv_projection(nf_cuda_decoder *dec, uint32_t l, uint32_t T, uint32_t qd, uint32_t kvd)
+// The token mixer's input products into a.qkv's rows (Layer::in_cols, row stride `row`): one GEMV when
+// they are one stacked matrix (a shared codec); at T = 1 with int8 activations, the first up to
+// kMaxA8Segs in one launch of segments when their codecs differ (the same bits as one launch each, kernel
+// boundaries fewer); the rest one launch each.
+Fail projections(nf_cuda_decoder *dec, uint32_t l, uint32_t T, uint32_t row)
 {
+    static const char *const attn_names[kMaxIn] = {"attn_q", "attn_k", "attn_v", "attn_gate"};
+    static const char *const gdn_names[kMaxIn] = {"ssm_qkv", "ssm_z", "ssm_ba", ""};
     const Layer &L = dec->L[l];
     Acts &a = dec->a;
     cudaStream_t s = dec->stream;
-    const uint32_t S = qd + 2 * kvd;
-    if (L.qkv.codec >= 0) {
-        TRY(linear(L.qkv, dec->tab, a.xn, T, a.qkv, S, s), "attn_qkv", l);
+    const char *const *names = L.is_linear ? gdn_names : attn_names;
+    if (L.stacked.codec >= 0) {
+        TRY(linear(L.stacked, dec->tab, a.xn, T, a.qkv, row, s), L.is_linear ? "ssm_in" : "attn_qkv", l);
         return Fail{nullptr, 0, cudaSuccess, nullptr};
     }
-    const A8Seg seg[3] = {{L.q.m, L.q.codec, a.qkv}, {L.k.m, L.k.codec, a.qkv + qd}, {L.v.m, L.v.codec, a.qkv + qd + kvd}};
-    if (T == 1 && L.q.a8 && gemv_a8_segs_supported(seg, 3)) {
-        TRY(launch_gemv_a8_segs(seg, 3, a.xn, true, s), "attn_qkv", l);
-        return Fail{nullptr, 0, cudaSuccess, nullptr};
+    int done = 0;
+    if (T == 1 && L.in[0].a8) {
+        A8Seg seg[kMaxA8Segs];
+        int n = L.n_in < kMaxA8Segs ? L.n_in : kMaxA8Segs;
+        for (int i = 0; i < n; i++) seg[i] = A8Seg{L.in[i].m, L.in[i].codec, a.qkv + L.in_cols[i]};
+        while (n > 1 && !gemv_a8_segs_supported(seg, n)) n--;
+        if (n > 1) {
+            TRY(launch_gemv_a8_segs(seg, n, a.xn, true, s), names[0], l);
+            done = n;
+        }
     }
-    TRY(linear(L.q, dec->tab, a.xn, T, a.qkv, S, s), "attn_q", l);
-    TRY(linear(L.k, dec->tab, a.xn, T, a.qkv + qd, S, s), "attn_k", l);
-    TRY(linear(L.v, dec->tab, a.xn, T, a.qkv + qd + kvd, S, s), "attn_v", l);
+    for (int i = done; i < L.n_in; i++) TRY(linear(L.in[i], dec->tab, a.xn, T, a.qkv + L.in_cols[i], row, s), names[i], l);
     return Fail{nullptr, 0, cudaSuccess, nullptr};
 }
 
@@ -72,7 +78,7 @@ Batch batch_view(const nf_cuda_decoder *dec, uint32_t T, uint32_t S)
     const StepLayout l = step_layout(T, S, dec->stride);
     int32_t *p = dec->step;
     return Batch{p + l.tokens, p + l.pos, p + l.seq, p + l.dtok, reinterpret_cast<const int4 *>(p + l.tiles),
-                 p + l.last, reinterpret_cast<const uint32_t *>(p + l.pages), dec->stride, dec->pt_shift};
+                 p + l.last, reinterpret_cast<const uint32_t *>(p + l.pages), dec->stride, dec->pt_shift, p + l.slot};
 }
 
 Fail attention_block(nf_cuda_decoder *dec, uint32_t l, const Shape &sh, const Batch &bt)
@@ -82,11 +88,11 @@ Fail attention_block(nf_cuda_decoder *dec, uint32_t l, const Shape &sh, const Ba
     const Layer &L = dec->L[l];
     Acts &a = dec->a;
     cudaStream_t s = dec->stream;
-    const uint32_t qd = d.heads * d.head_dim, kvd = d.kv_heads * d.head_dim, S = qd + 2 * kvd;
-    Fail f = qkv_projection(dec, l, T, qd, kvd);
+    const uint32_t qd = d.heads * d.head_dim, kvd = d.kv_heads * d.head_dim, S = a.row_att;
+    Fail f = projections(dec, l, T, S);
     if (f.op) return f;
     const QkvArgs qa{a.qkv, S, L.q_bias, L.k_bias, L.v_bias, L.q_norm, L.k_norm, L.kc, L.vc, dec->rope_tab,
-                     d.heads, d.kv_heads, d.head_dim, d.rms_eps};
+                     d.heads, d.kv_heads, d.head_dim, d.rms_eps, d.rope_dim};
     // From kGqaMinTokens split tokens on, the grouped kernel (one CTA per kv head: K/V read once per
     // group; docs/perf/kv_page_tokens.md); below, the per-head one. A decode-only step's per-head
     // attention does the qk norm + rope + cache store itself (one kernel fewer); with several tokens of
@@ -101,7 +107,24 @@ Fail attention_block(nf_cuda_decoder *dec, uint32_t l, const Shape &sh, const Ba
                 sh.n_dec ? attention_splits(sh.n_dec, d.ctx, gqa ? d.kv_heads : d.heads) : 1, fused, qa};
     at.gqa = gqa;
     TRY(attention(at, bt, sh.n_dec, sh.n_tiles, s), "attention", l);
+    if (L.gated) TRY(attn_gate(a.att, a.qkv + qd + 2 * kvd, S, T, qd, s), "attention gate", l);
     TRY(linear(L.o, dec->tab, a.att, T, a.delta, d.hidden, s), "attn_output", l);
+    return Fail{nullptr, 0, cudaSuccess, nullptr};
+}
+
+// A Gated DeltaNet layer's token mixer (gdn.cuh): in_proj, conv + recurrence + gated norm on each
+// sequence's state slot, out_proj.
+Fail gdn_block(nf_cuda_decoder *dec, uint32_t l, const Shape &sh, const Batch &bt)
+{
+    const nf_cuda_gdn_shape &g = dec->d.gdn;
+    const Layer &L = dec->L[l];
+    Acts &a = dec->a;
+    Fail f = projections(dec, l, sh.T, a.row_gdn);
+    if (f.op) return f;
+    const GdnArgs ga{a.qkv, a.row_gdn, L.conv_w, L.dt_bias, L.a_log, L.ssm_norm, dec->slots + L.state_off,
+                     dec->slot_floats, g.k_heads, g.v_heads, g.k_dim, g.v_dim, g.conv_k, dec->d.rms_eps, a.att};
+    TRY(gdn_forward(ga, bt, sh.T, sh.S, dec->stream), "gated deltanet", l);
+    TRY(linear(L.o, dec->tab, a.att, sh.T, a.delta, dec->d.hidden, dec->stream), "ssm_out", l);
     return Fail{nullptr, 0, cudaSuccess, nullptr};
 }
 
@@ -149,7 +172,7 @@ Fail run(nf_cuda_decoder *dec, const Shape &sh)
         const float *df = l && !delta_bf16 ? a.delta : nullptr;
         const uint16_t *db = l && delta_bf16 ? a.moe_out : nullptr;
         add_rmsnorm(a.x, df, db, dec->L[l].attn_norm, T, d.hidden, d.rms_eps, a.xn, s);
-        Fail f = attention_block(dec, l, sh, bt);
+        Fail f = dec->L[l].is_linear ? gdn_block(dec, l, sh, bt) : attention_block(dec, l, sh, bt);
         if (f.op) return f;
         add_rmsnorm(a.x, a.delta, nullptr, dec->L[l].ffn_norm, T, d.hidden, d.rms_eps, a.xn, s);
         if ((f = mlp_block(dec, l, T, &delta_bf16)).op) return f;
@@ -232,6 +255,8 @@ nf_status check_batch(const nf_cuda_decoder *dec, const nf_batch *b, nf_error *e
                 return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: sequence %u page %u is %u (pool of %u)", i, p,
                                     b->pages[(size_t)i * b->page_stride + p], d.kv_pages);
     }
+    nf_status st = dec->slots ? nf_batch_check_slots(b, d.max_seqs, dec->slot_pos, "cuda decoder", err) : NF_OK;
+    if (st) return st;
     for (uint32_t t = 0; t < T; t++)
         if (b->tokens[t] < 0 || (uint32_t)b->tokens[t] >= d.vocab)
             return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: token %u is id %d (vocabulary %u)", t, b->tokens[t],
@@ -257,13 +282,14 @@ Shape stage_batch(nf_cuda_decoder *dec, const nf_batch *b)
     const StepLayout l = step_layout(T, S, dec->stride);
     int32_t *h = dec->h_step;
     memcpy(h + l.tokens, b->tokens, T * sizeof(int32_t));
-    const uint32_t R = attention_tile_rows(dec->d.head_dim, dec->d.heads * dec->d.head_dim + 2 * dec->d.kv_heads * dec->d.head_dim);
+    const uint32_t R = attention_tile_rows(dec->d.head_dim, dec->a.row_att);
     Shape sh{T, S, 0, 0, b->all_logits != 0, T == S, false};
     TileSort *tiles = reinterpret_cast<TileSort *>(h + l.tiles);
     for (uint32_t i = 0; i < S; i++) {
         const uint32_t t0 = b->seq_start[i], n = b->seq_start[i + 1] - t0, p0 = b->pos0[i];
         for (uint32_t j = 0; j < n; j++) h[l.pos + t0 + j] = (int32_t)(p0 + j), h[l.seq + t0 + j] = (int32_t)i;
         h[l.last + i] = (int32_t)(t0 + n - 1);
+        h[l.slot + i] = b->state_slot ? (int32_t)b->state_slot[i] : 0;
         dec->h_last[i] = (int32_t)(t0 + n - 1);
         if (n >= kAttnTileMin) { // the tiles start at the sequence's first token: the bits of the chunk alone
             for (uint32_t j = 0; j < n; j += R)
@@ -284,7 +310,7 @@ Shape stage_batch(nf_cuda_decoder *dec, const nf_batch *b)
 extern "C" nf_status nf_cuda_decoder_set_rope(nf_cuda_decoder *dec, const float *inv_freq, float attn_factor,
                                               nf_error *err)
 {
-    const uint32_t half = dec->d.head_dim / 2;
+    const uint32_t half = dec->d.rope_dim / 2;
     // on the decoder's stream: a pageable cudaMemcpy on the legacy stream may return before its DMA
     // lands, and rope_table (on the non-blocking stream) would race it
     if (cudaStreamSynchronize(dec->stream) != cudaSuccess ||
@@ -319,6 +345,8 @@ extern "C" nf_status nf_cuda_decoder_forward_batch(nf_cuda_decoder *dec, const n
         if (f.op) st = fail(err, f, sh.T);
     }
     if (st) return st;
+    for (uint32_t i = 0; dec->slots && i < sh.S; i++)
+        dec->slot_pos[b->state_slot[i]] = b->pos0[i] + (b->seq_start[i + 1] - b->seq_start[i]);
     dec->has_logits = 1;
     dec->last_all = sh.all;
     dec->last_T = sh.T;
@@ -425,9 +453,10 @@ extern "C" nf_status nf_cuda_decoder_copy_page(nf_cuda_decoder *dec, uint32_t ds
     if (dst >= d.kv_pages || src >= d.kv_pages)
         return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: copy of page %u to %u (pool of %u)", src, dst, d.kv_pages);
     if (dst == src) return NF_OK;
-    // [layer][K, V] pools of kv_pages pages: 2 * layers rows of one page each, a pool apart
+    // [attention layer][K, V] pools of kv_pages pages: 2 * attention layers rows of one page each, a pool apart
     const size_t page = (size_t)d.page_tokens * d.kv_heads * d.head_dim * 2, pitch = page * d.kv_pages;
-    if (cudaMemcpy2DAsync(dec->kv + dst * page, pitch, dec->kv + src * page, pitch, page, 2 * (size_t)d.layers,
+    if (!dec->attn_layers) return NF_OK;
+    if (cudaMemcpy2DAsync(dec->kv + dst * page, pitch, dec->kv + src * page, pitch, page, 2 * (size_t)dec->attn_layers,
                           cudaMemcpyDeviceToDevice, dec->stream) != cudaSuccess)
         return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: page copy: %s", cudaGetErrorString(cudaGetLastError()));
     return NF_OK;
@@ -441,4 +470,36 @@ extern "C" nf_status nf_cuda_decoder_routing(nf_cuda_decoder *dec, int32_t *ids,
         cudaStreamSynchronize(dec->stream) != cudaSuccess)
         return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: routing copy: %s", cudaGetErrorString(cudaGetLastError()));
     return NF_OK;
+}
+
+extern "C" size_t nf_cuda_decoder_slot_floats(const nf_cuda_decoder *dec) { return dec->slots ? dec->slot_floats : 0; }
+
+// One slot to or from the host (pageable memory: the copy is waited for before returning).
+static nf_status slot_copy(nf_cuda_decoder *dec, uint32_t slot, void *dst, const void *src, cudaMemcpyKind kind,
+                           nf_error *err)
+{
+    if (!dec->slots) return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: this model has no state slots");
+    if (slot >= dec->d.max_seqs)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: state slot %u is not below max_seqs %u", slot,
+                            dec->d.max_seqs);
+    if (cudaMemcpyAsync(dst, src, dec->slot_floats * sizeof(float), kind, dec->stream) != cudaSuccess ||
+        cudaStreamSynchronize(dec->stream) != cudaSuccess)
+        return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: state slot %u copy: %s", slot,
+                            cudaGetErrorString(cudaGetLastError()));
+    return NF_OK;
+}
+
+extern "C" nf_status nf_cuda_decoder_slot_save(nf_cuda_decoder *dec, uint32_t slot, float *buf, uint32_t *pos, nf_error *err)
+{
+    nf_status st = slot_copy(dec, slot, buf, dec->slots + (size_t)slot * dec->slot_floats, cudaMemcpyDeviceToHost, err);
+    if (!st) *pos = dec->slot_pos[slot];
+    return st;
+}
+
+extern "C" nf_status nf_cuda_decoder_slot_load(nf_cuda_decoder *dec, uint32_t slot, const float *buf, uint32_t pos,
+                                               nf_error *err)
+{
+    nf_status st = slot_copy(dec, slot, dec->slots + (size_t)slot * dec->slot_floats, buf, cudaMemcpyHostToDevice, err);
+    if (!st) dec->slot_pos[slot] = pos;
+    return st;
 }

@@ -1,6 +1,6 @@
 // The decoder's state (shared by decoder.cu: create/upload, and forward.cu: forward/graph/sampling).
 #pragma once
-#include "ops.cuh"
+#include "gdn.cuh"
 
 extern "C" {
 #include "decoder.h"
@@ -9,22 +9,34 @@ extern "C" {
 namespace nf {
 namespace dec {
 
+// The token mixer's input matrices, one row buffer (a.qkv, row stride Acts::row) for their outputs side
+// by side. Attention: q, k, v [, attn_gate] (q | k | v | gate); Gated DeltaNet: ssm_qkv, ssm_z, ssm_ba
+// (q | k | v channels | z | b | a).
+constexpr int kMaxIn = 4;
 struct Layer {
     const float *attn_norm, *ffn_norm;     // device [H]
     const float *q_bias, *k_bias, *v_bias; // device or NULL
     const float *q_norm, *k_norm;          // device [hd] or NULL
-    Linear qkv;                            // q, k, v stacked (one GEMV) when they share a row codec, else absent
-    Linear q, k, v, o, gate, up, down;     // gate/up/down: dense layers only
+    Linear stacked;                        // in[0 .. n_in) stacked (one GEMV) when they share a row codec, else absent
+    Linear in[kMaxIn];                     // each alone (absent when stacked)
+    uint32_t in_cols[kMaxIn];              // each one's first column in the row buffer
+    int n_in;
+    Linear o, gate, up, down;              // o: attn_output or ssm_out; gate/up/down: dense layers only
     nf_sparse_moe *moe;                    // MoE layers
-    uint16_t *kc, *vc;                     // the layer's K and V pools: [kv_pages][page_tokens][kv_heads * hd] bf16
+    uint16_t *kc, *vc;                     // attention layers' K and V pools: [kv_pages][page_tokens][kv_heads * hd] bf16
+    bool is_linear, gated;                 // a Gated DeltaNet layer; an attention layer with attn_gate
+    const float *conv_w, *dt_bias, *a_log, *ssm_norm; // GDN: device [conv_dim][K], [Hv] x2, [dv]
+    size_t state_off;                      // GDN: this layer's floats within a state slot
 };
 
 // Activations for a chunk of C tokens (device). Shapes: x, delta [C][H] f32; xn, moe_out [C][H] bf16;
-// qkv [C][heads*hd + 2*kv*hd] f32; att [C][heads*hd] bf16; g, u [C][D] f32, act [C][D] bf16; logits
+// qkv [C][row] f32 (the token mixer's projections: Layer::in_cols); att [C][max(heads*hd, Vd)] bf16
+// (the attention output, or the GDN's gated norm output); g, u [C][D] f32, act [C][D] bf16; logits
 // [C][vocab] f32; part: attention split partials; xl [max_seqs][H] bf16: the sequences' last rows
 // for the LM head.
 struct Acts {
     float *x, *delta, *qkv, *g, *u, *logits, *part;
+    uint32_t row_att, row_gdn; // qkv's row stride for attention layers ([q | k | v | gate]) and for GDN layers
     uint16_t *xn, *moe_out, *att, *act, *xl;
     void *moe_ws; // the sparse-MoE workspace (one for all layers: they run one after another)
 };
@@ -33,7 +45,7 @@ struct Acts {
 // units; the host staging and the device buffer share it). Only (T, S) decide the offsets, so a graph
 // captured for a decode-only step of S sequences reads the right tables at every later such step.
 struct StepLayout {
-    size_t tokens, pos, seq, dtok, tiles, last, pages, total;
+    size_t tokens, pos, seq, dtok, tiles, last, slot, pages, total;
 };
 inline StepLayout step_layout(uint32_t T, uint32_t S, uint32_t stride)
 {
@@ -41,7 +53,8 @@ inline StepLayout step_layout(uint32_t T, uint32_t S, uint32_t stride)
     l.tokens = 0, l.pos = T, l.seq = 2 * (size_t)T, l.dtok = 3 * (size_t)T;
     l.tiles = (4 * (size_t)T + 3) & ~(size_t)3;           // int4 alignment
     l.last = l.tiles + 4 * ((size_t)T / kAttnTileMin + S);  // tiles: at most T / 16 + S (each >= 16 rows but a sequence's last)
-    l.pages = l.last + S;
+    l.slot = l.last + S;
+    l.pages = l.slot + S;
     l.total = l.pages + (size_t)S * stride;
     return l;
 }
@@ -83,4 +96,8 @@ struct nf_cuda_decoder {
     nf_error moe_err;               // the sparse-MoE operator's message when its forward fails
     uint8_t *weights, *buffers, *kv; // the three device allocations
     size_t weight_bytes, moe_bytes, buffer_bytes, kv_bytes;
+    uint32_t attn_layers;           // layers with KV pools (all but the GDN layers)
+    float *slots;                   // device [max_seqs][slot_floats]: GDN layers' states (hybrids), else NULL
+    size_t slot_floats;
+    uint32_t *slot_pos;             // host [max_seqs]: the positions each slot has absorbed
 };

@@ -10,12 +10,13 @@ namespace {
 
 __global__ void prep_kernel(DenseTables t, uint32_t T)
 {
-    const uint32_t tiles = (T + kPrefillTileM - 1) / kPrefillTileM;
+    const uint32_t tiles = (T + kPrefillTileM - 1) / kPrefillTileM, tiles64 = (T + 63) / 64;
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         *t.n_groups = 1, *t.expert = 0, *t.start = 0, *t.count = (int32_t)T;
-        *t.n_tiles = (int32_t)tiles;
+        *t.n_tiles = (int32_t)tiles, *t.n_tiles64 = (int32_t)tiles64;
     }
-    for (uint32_t i = threadIdx.x; i < tiles; i += blockDim.x) t.tile_group[i] = 0, t.tile_m0[i] = (int32_t)(i * kPrefillTileM);
+    for (uint32_t i = threadIdx.x; i < tiles; i += blockDim.x) t.tile_m0[i] = (int32_t)(i * kPrefillTileM);
+    for (uint32_t i = threadIdx.x; i < tiles64; i += blockDim.x) t.tile_group[i] = 0, t.tile_m0_64[i] = (int32_t)(i * 64);
 }
 
 // One CTA per token: each thread decodes pieces of the embedding row.
@@ -105,19 +106,17 @@ __global__ void rope_table_kernel(const float *src, uint32_t ctx, uint32_t half,
 // rotations, norm weights and biases -- is loaded before the grid-dependency wait.
 __global__ void qkv_kernel(QkvArgs a, Batch b)
 {
-    const uint32_t t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, hd = a.hd, half = hd / 2;
+    const uint32_t t = blockIdx.x, h = blockIdx.y;
     const int pos = b.pos[t];
     const uint32_t slot = h >= a.heads ? kv_slot(b, b.seq[t], pos) : 0;
     HeadIn p;
     head_in(a, h, pos, p);
     pdl_wait();
     float *row = a.qkv + (size_t)t * a.stride;
-    float r0[kRopePairs], r1[kRopePairs];
-    head_rotate(a, row, h, p, r0, r1);
-    if (h >= a.heads) return store_kv(a, row, h - a.heads, slot, r0, r1);
-#pragma unroll
-    for (int j = 0; j < kRopePairs; j++)
-        if (lane + 32 * j < half) row[h * hd + lane + 32 * j] = r0[j], row[h * hd + lane + 32 * j + half] = r1[j];
+    HeadOut o;
+    head_rotate(a, row, h, p, o);
+    if (h >= a.heads) return store_kv(a, row, h - a.heads, slot, o);
+    head_write(a, o, row + h * a.hd);
 }
 
 __global__ void gather_kernel(const uint16_t *in, const int32_t *rows, uint32_t H, uint16_t *out)
@@ -147,6 +146,16 @@ cudaError_t linear(const Linear &L, const DenseTables &t, const uint16_t *in, ui
                    uint32_t out_stride, cudaStream_t s)
 {
     Groups g{t.n_groups, t.expert, t.start, t.count, nullptr, 1, 1};
+    if (L.mmq && T > kGemvMaxT && T <= kDenseMmqMax) {
+        // the input quantised per 32 elements (the GEMV's int8 numerics), then one group of T
+        // positions in tiles of 64 through the int8 tensor-core GEMM: each weight byte read once per
+        // 64 positions, decoded in registers (the bf16 prefill GEMM decodes every slice per 128-row
+        // tile at a fraction of the read rate: docs/gpu_engine.md)
+        const TileList tl{t.n_tiles64, t.tile_group, t.tile_m0_64, (T + 63) / 64, 64};
+        cudaError_t e = launch_mmq_quant(in, true, T, L.m.cols, t.xq, t.xd, s);
+        if (e == cudaSuccess) e = launch_mmq(L.codec, false, L.m, t.xq, t.xd, g, tl, out, out_stride, nullptr, nullptr, s);
+        return e;
+    }
     if (L.gemm && T > kGemvMaxT) {
         const TileList tl{t.n_tiles, t.tile_group, t.tile_m0, (T + kPrefillTileM - 1) / kPrefillTileM, kPrefillTileM};
         return launch_prefill_gemm(L.codec, false, L.m, in, L.m.cols, g, tl, out, out_stride, false, s);

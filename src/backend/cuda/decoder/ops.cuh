@@ -37,6 +37,7 @@ struct Batch {
     const int32_t *last;   // [S]: each sequence's last token (the LM head's rows)
     const uint32_t *pages; // [S][stride]: page ids
     uint32_t stride, pt_shift;
+    const int32_t *slot = nullptr; // [S]: each sequence's recurrent state slot (hybrids)
 };
 
 __device__ __forceinline__ uint32_t kv_slot(const Batch &b, int s, int p)
@@ -49,9 +50,16 @@ __device__ __forceinline__ uint32_t kv_slot(const Batch &b, int s, int p)
 // positions 0..T-1; prefill tiles of kPrefillTileM positions. Written by prep_tables each forward.
 struct DenseTables {
     int32_t *n_groups, *expert, *start, *count; // [1] each
-    int32_t *n_tiles, *tile_group, *tile_m0;    // [1], [max_tiles] x2
+    int32_t *n_tiles, *tile_group, *tile_m0;    // [1], [max_tiles64] (all 0), [max_tiles]: tiles of kPrefillTileM
     uint32_t max_tiles;
+    int32_t *n_tiles64, *tile_m0_64;            // [1], [max_tiles64]: the mmq path's tiles of 64 positions
+    int8_t *xq;                                 // [kDenseMmqMax][max cols] the mmq path's int8 input
+    float2 *xd;                                 // [kDenseMmqMax][max cols / 32] its (d, d sum q) pairs
 };
+
+// Tokens up to which dense k-quant / q8_0 products above the GEMV's range take the grouped int8
+// tensor-core GEMM (mmq.cu, one group of T positions); above, the bf16 prefill GEMM.
+constexpr uint32_t kDenseMmqMax = 1024;
 
 // A dense matrix on the device and how to run it.
 struct Linear {
@@ -59,6 +67,7 @@ struct Linear {
     int codec;         // nf_codec_id; -1 absent
     bool gemm;         // the tensor-core path takes its shape
     bool a8;           // small T may quantise the input to int8 (k-quant / q8_0 weights)
+    bool mmq;          // with a8: 16 < T <= kDenseMmqMax takes the int8 GEMM (its shape fits mmq.cu)
 };
 
 void prep_tables(const DenseTables &t, uint32_t T, cudaStream_t s);
@@ -82,15 +91,17 @@ void add_rmsnorm(float *x, const float *delta_f32, const uint16_t *delta_bf16, c
 
 // The attention input: qkv [T][stride] f32 as the projections wrote it (q: heads*hd, then k, then v:
 // kv*hd each). Adds the biases, normalises q and k per head (qk norm), rotates them (neox rope),
-// writes q back in place (f32) and k, v as bf16 into the cache slots of the tokens' positions.
+// writes q back in place (f32) and k, v as bf16 into the cache slots of the tokens' positions. With
+// partial rotary only the first rd dims of a head rotate (rope.cuh).
 struct QkvArgs {
     float *qkv;
     uint32_t stride;
     const float *q_bias, *k_bias, *v_bias, *q_norm, *k_norm; // NULL when absent
     uint16_t *kc, *vc;                                      // the layer's pool [kv_pages * page_tokens][kv*hd]
-    const float2 *rope;                                     // [ctx][hd / 2] (cos, sin) * attn_factor, by position
+    const float2 *rope;                                     // [ctx][rd / 2] (cos, sin) * attn_factor, by position
     uint32_t heads, kv_heads, hd;
     float eps;
+    uint32_t rd; // rotated dims at the start of each head (hd; fewer with partial rotary: rope.cuh)
 };
 void qkv_rope_store(const QkvArgs &a, const Batch &b, uint32_t T, cudaStream_t s);
 // The rotation table: tab[p][i] = (cos, sin)(p * inv_freq[i]) * factor for p < ctx, i < half, the

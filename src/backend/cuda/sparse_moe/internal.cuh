@@ -365,6 +365,27 @@ cudaError_t launch_prefill_wg(int codec, bool glu, const DevMat &W, const uint16
                               const Groups &g, const TileList &tl, void *out, uint32_t out_stride, bool y16,
                               cudaStream_t s);
 
+// mmq.cu: the grouped int8 tensor-core GEMM of the mmq route (k-quant and q8_0 banks between the
+// small-token route and the prefill): glu: act [pos][W.rows / 2] = silu(gate) * up, quantised per 32
+// elements into aq [pos][W.rows / 2] int8 and ad [pos][W.rows / 64] (d, d * sum q) (out unused);
+// else out = y [pos][W.rows] (f32; aq, ad unused). xq [row][W.cols] int8 and xd [row][W.cols / 32] (d, d * sum q): the
+// input rows quantised by launch_mmq_quant (glu: x's rows, through pos_entry; else the positions'
+// act rows). tl: the work list's tile table at height 32 or 64 (the kernel's position tile).
+// Supported: q4_k, q5_k, q6_k, q8_0; cols a multiple of the codec's slice (256; q8_0 128), 128 rows
+// a CTA (glu: 64 row pairs), the shared memory of a 64-position tile within smem_limit.
+bool mmq_supported(int codec, const DevMat &W, bool glu);
+bool mmq_supported_within(int codec, const DevMat &W, bool glu, size_t smem_limit);
+size_t mmq_smem(int codec, const DevMat &W, int height); // shared memory of one CTA (0: not a codec it takes)
+cudaError_t launch_mmq(int codec, bool glu, const DevMat &W, const int8_t *xq, const float2 *xd, const Groups &g,
+                       const TileList &tl, float *out, uint32_t out_stride, int8_t *aq, float2 *ad, cudaStream_t s);
+// rows x cols (bf16 when in_bf16, else f32; rows contiguous) quantised per 32 elements as the W·A8
+// routes do (quant_a8.cuh): xq [rows][cols] int8 unpadded, xd [rows][cols / 32]. cols % 32 == 0.
+cudaError_t launch_mmq_quant(const void *in, bool in_bf16, uint32_t rows, uint32_t cols, int8_t *xq, float2 *xd,
+                             cudaStream_t s);
+// The most tokens a slice may take on the mmq route (the workspace's mmq planes are sized for
+// min(max_tokens, this)); nf_sparse_moe_set_mmq_max clamps to it.
+constexpr uint32_t kMmqMaxTokens = 1024;
+
 // A plain epilogue's two adjacent outputs at element i of out: f32, or bf16 when y16.
 __device__ __forceinline__ void store_plain2(void *out, size_t i, bool y16, float c0, float c1)
 {

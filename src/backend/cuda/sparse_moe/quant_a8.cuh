@@ -17,21 +17,18 @@ namespace nf {
 __host__ __device__ inline uint32_t a8_at(uint32_t e) { return e + (e >> 6) * 16; }
 __host__ __device__ inline uint32_t a8_stride(uint32_t cols) { return a8_at(cols); }
 
-// A thread's 8 consecutive elements f: vector v of the rows' cols / 8 vectors each (row t = v / (cols
-// / 8), elements e = 8 (v % (cols / 8)) .. e + 7); four consecutive lanes hold one block, so every
-// lane of the warp must call this together (the shuffles), including lanes with nothing to store
-// (ok = false, f zeros). Writes row t's xq[a8_at(e) ..] and, from the block's first lane, xd[v / 4].
-__device__ __forceinline__ void quant8_store(const float (&f)[8], bool ok, uint32_t v, uint32_t cols, int8_t *xq,
-                                             float2 *xd)
+// The quantisation of a thread's 8 elements, four consecutive lanes a block (every lane of the
+// warp calls it together: the shuffles): the int8 values packed 4 a word, the block's d and sum q.
+__device__ __forceinline__ void quant8_words(const float (&f)[8], uint32_t (&packed)[2], float &d, int &sum)
 {
     float am = 0.f;
 #pragma unroll
     for (int i = 0; i < 4; i++) am = fmaxf(am, fmaxf(fabsf(f[2 * i]), fabsf(f[2 * i + 1])));
     am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
     am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
-    const float d = am / 127.0f;
-    int sum = 0;
-    uint32_t packed[2] = {0, 0};
+    d = am / 127.0f;
+    sum = 0;
+    packed[0] = packed[1] = 0;
 #pragma unroll
     for (int i = 0; i < 8; i++) {
         const int q = am > 0.f ? __float2int_rn(f[i] / d) : 0;
@@ -40,6 +37,19 @@ __device__ __forceinline__ void quant8_store(const float (&f)[8], bool ok, uint3
     }
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+}
+
+// A thread's 8 consecutive elements f: vector v of the rows' cols / 8 vectors each (row t = v / (cols
+// / 8), elements e = 8 (v % (cols / 8)) .. e + 7); four consecutive lanes hold one block, so every
+// lane of the warp must call this together (the shuffles), including lanes with nothing to store
+// (ok = false, f zeros). Writes row t's xq[a8_at(e) ..] and, from the block's first lane, xd[v / 4].
+__device__ __forceinline__ void quant8_store(const float (&f)[8], bool ok, uint32_t v, uint32_t cols, int8_t *xq,
+                                             float2 *xd)
+{
+    uint32_t packed[2];
+    float d;
+    int sum;
+    quant8_words(f, packed, d, sum);
     if (ok) {
         const uint32_t vecs = cols / 8, t = v / vecs;
         *reinterpret_cast<uint2 *>(xq + (size_t)t * a8_stride(cols) + a8_at(8 * (v % vecs))) =

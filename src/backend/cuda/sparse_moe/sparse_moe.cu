@@ -51,6 +51,28 @@ static uint32_t small_route_max(int gate_up_codec)
     }
 }
 
+// Where the bank takes the mmq route, its two frontiers by gate/up codec, from the sweep in
+// docs/sparse_moe.md ("The mmq route", H100, qwen3-30b-a3b geometry, trace-like, cold L2, graph
+// replay; --route small | mmq | no-mmq side by side in one call): the last T at which the small-token
+// route still wins (below kSmallRouteMax), and the last at which mmq beats the prefill route (whose
+// bf16 copy of the active experts, dequant.cu, wins above). q6_k gate/up was not swept: q5_k's.
+static uint32_t mmq_small_max(int gate_up_codec)
+{
+    switch (gate_up_codec) {
+    case NF_CODEC_Q8_0: return 7;  // T = 8: mmq 128.2 vs 134.9 us
+    case NF_CODEC_Q4_K: return 11; // T = 11: 156.9 vs 153.4 (q4_k+q6_k), 140.4 vs 141.6 (q4_k+q4_k); 12: 159.7 vs 162.8
+    default: return 9;             // q5_k+q6_k, T = 9: 156.0 vs 156.6; 10: 156.6 vs 166.3
+    }
+}
+static uint32_t mmq_route_max(int gate_up_codec)
+{
+    switch (gate_up_codec) {
+    case NF_CODEC_Q8_0: return kMmqMaxTokens; // T = 1024: 639.7 vs 854.2 us
+    case NF_CODEC_Q4_K: return 896;           // q4_k+q6_k 1019.1 vs 1063.0 at 896, 1121.8 vs 1088.4 at 1024
+    default: return 768;                      // q5_k+q6_k 1024.5 vs 1083.1 at 768, 1114.0 vs 1100.5 at 896
+    }
+}
+
 struct nf_sparse_moe {
     nf_moe_bank bank;      // shapes and policies (host data pointers cleared)
     uint32_t max_tokens;   // the chunk
@@ -63,6 +85,9 @@ struct nf_sparse_moe {
     size_t dev_bytes;
     char profile[64];
     uint32_t decode_max, small_max;
+    uint32_t mmq_max;          // slices of small_max < T <= mmq_max tokens take the mmq route (mmq.cu);
+                               // 0 where the bank cannot (mmq_ok) or a benchmark turned it off
+    int mmq_ok;                // the routed bank can take the mmq route (codecs, shapes, A8 allowed)
     int *counter;              // device [2 + E], 0 between forwards: the small router's grid-wide count, then
                                // the prefill work list's ticket and per-expert counts (Routing::wl_state)
     int a4;                    // nvfp4-w4a4: the prefill route runs W4A4 (a4.cuh)
@@ -78,6 +103,7 @@ struct nf_sparse_moe {
     size_t o_tiles, o_acth, o_actsh; // prefill: tile tables; bf16 act planes (routed, shared)
     size_t o_xq, o_aq, o_saq;        // W4A4 prefill: nvfp4 planes of x, act, shared act (A4Plane)
     size_t o_deq;                    // dequant route: bf16 bank [E][rows][cols] of gate/up, then of down
+    size_t o_mxq, o_mxd, o_maq, o_mad; // mmq route: x and act quantised (int8 planes and their (d, s))
     uint32_t max_tiles;              // tile-table capacity: ceil(T*k / kPrefillTileMinM) + E
     size_t ws_bytes;
 };
@@ -257,7 +283,11 @@ static void layout_workspace(nf_sparse_moe *m, size_t T)
     const size_t max_tiles = (T * k + kPrefillTileMinM - 1) / kPrefillTileMinM + E;
     m->max_tiles = (uint32_t)max_tiles;
     m->o_tiles = take(&a, (2 * max_tiles + 1 + 2 * ((T + kPrefillTileMinM - 1) / kPrefillTileMinM) + 1) * 4);
-    m->o_y = take(&a, T * k * H * (m->tensor ? 2 : 4));
+    // the mmq route's y is f32 (the W·A8 reference's bound has no bf16 rounding of y) for slices of
+    // up to kMmqMaxTokens
+    const size_t Tm = m->mmq_ok ? (T < kMmqMaxTokens ? T : kMmqMaxTokens) : 0;
+    const size_t ybytes = T * k * H * (m->tensor ? 2 : 4);
+    m->o_y = take(&a, ybytes > Tm * k * H * 4 ? ybytes : Tm * k * H * 4);
     m->o_ys = m->has_shared ? take(&a, T * H * 4) : 0;
     // The intermediates are private to the route a slice takes, so the routes share one region
     // (sparse_moe.h, "Workspace"): the CUDA-core routes' fp32 planes, the W4A16 prefill's bf16
@@ -265,6 +295,11 @@ static void layout_workspace(nf_sparse_moe *m, size_t T)
     const size_t routes = nf_arena_mark(&a);
     m->o_act = take(&a, T * k * I * 4);
     m->o_acts = m->has_shared ? take(&a, T * S * 4) : 0;
+    // the mmq route: x and act quantised per 32 (int8 planes, (d, d sum q) pairs)
+    m->o_mxq = Tm ? take(&a, Tm * H) : 0;
+    m->o_mxd = Tm ? take(&a, Tm * (H / 32) * 8) : 0;
+    m->o_maq = Tm ? take(&a, Tm * k * I) : 0;
+    m->o_mad = Tm ? take(&a, Tm * k * (I / 32) * 8) : 0;
     nf_arena_reset(&a, routes);
     m->o_acth = m->a4 ? 0 : take(&a, T * k * I * 2);
     m->o_actsh = m->has_shared && !m->a4 ? take(&a, T * S * 2) : 0;
@@ -414,6 +449,13 @@ extern "C" nf_status nf_sparse_moe_bind(const nf_moe_bank *b, uint32_t max_token
     m->deq_from = !m->a4 && isfinite(prefill_wg_tall_from(2 /* bf16 */))
                       ? dequant_from(m->codec[M_GATE_UP], m->codec[M_DOWN])
                       : UINT32_MAX;
+    // the mmq route: k-quant / q8_0 routed gate/up and down that allow int8 activations (the W·A8
+    // pair the small-token route runs), in shapes its kernel takes
+    m->mmq_ok = !m->a4 && b->gate_up.allow_a8 && b->down.allow_a8 &&
+                mmq_supported(m->codec[M_GATE_UP], m->m[M_GATE_UP], true) &&
+                mmq_supported(m->codec[M_DOWN], m->m[M_DOWN], false) && H % 32 == 0 && I % 32 == 0;
+    m->mmq_max = m->mmq_ok ? mmq_route_max(m->codec[M_GATE_UP]) : 0;
+    if (m->mmq_ok && m->small_max > mmq_small_max(m->codec[M_GATE_UP])) m->small_max = mmq_small_max(m->codec[M_GATE_UP]);
     layout_workspace(m, max_tokens);
     // the uploads and the counters' memset ran on the legacy stream (a pageable cudaMemcpy may return
     // before its DMA lands); a caller's non-blocking stream would not wait for them
@@ -440,13 +482,14 @@ extern "C" nf_moe_route nf_sparse_moe_route(const nf_sparse_moe *m, uint32_t tok
 {
     if (tokens <= m->decode_max) return NF_MOE_ROUTE_DECODE;
     if (tokens <= m->small_max) return NF_MOE_ROUTE_SMALL;
+    if (tokens <= m->mmq_max) return NF_MOE_ROUTE_MMQ;
     return NF_MOE_ROUTE_PREFILL;
 }
 
 extern "C" const char *nf_moe_route_name(nf_moe_route r)
 {
-    static const char *const names[] = {"decode", "small-token", "prefill"};
-    return (unsigned)r < 3 ? names[r] : "unknown";
+    static const char *const names[] = {"decode", "small-token", "prefill", "mmq"};
+    return (unsigned)r < 4 ? names[r] : "unknown";
 }
 
 extern "C" void nf_sparse_moe_set_tile_height(nf_sparse_moe *m, uint32_t height)
@@ -460,6 +503,14 @@ extern "C" void nf_sparse_moe_set_thresholds(nf_sparse_moe *m, uint32_t decode_m
     if (decode_max > small_max) decode_max = small_max;
     m->decode_max = decode_max;
     m->small_max = small_max;
+}
+
+extern "C" void nf_sparse_moe_set_mmq_max(nf_sparse_moe *m, uint32_t mmq_max)
+{
+    m->mmq_max = !m->mmq_ok ? 0 : mmq_max > kMmqMaxTokens ? kMmqMaxTokens : mmq_max;
+    // without the mmq route the small-token route keeps its own frontier (the routes before mmq)
+    if (m->mmq_ok && mmq_max == 0 && m->small_max == mmq_small_max(m->codec[M_GATE_UP]))
+        m->small_max = small_route_max(m->bank.gate_up.codec);
 }
 
 static Routing routing_at(const nf_sparse_moe *m, uint8_t *ws)
@@ -578,24 +629,61 @@ static cudaError_t prefill_slice(const nf_sparse_moe *m, const uint16_t *x, uint
     return cudaGetLastError();
 }
 
+// The mmq route's slice (mmq.cu): x quantised once per 32 elements, the routed gate/up on int8 tensor
+// cores with SwiGLU and the intermediate's quantisation in its epilogue, the routed down (y f32), the
+// shared expert as on the small-token route (f32 CUDA-core GEMVs: the W·A8 reference's model of it),
+// then the combine.
+static cudaError_t mmq_slice(const nf_sparse_moe *m, const uint16_t *x, uint32_t T, uint16_t *out, uint8_t *ws,
+                             const Routing &r, Groups g, cudaStream_t s)
+{
+    const nf_moe_bank &b = m->bank;
+    const uint32_t k = b.top_k, H = b.hidden, S = b.shared_inter;
+    int8_t *xq = (int8_t *)(ws + m->o_mxq), *aq = (int8_t *)(ws + m->o_maq);
+    float2 *xd = (float2 *)(ws + m->o_mxd), *ad = (float2 *)(ws + m->o_mad);
+    float *y = (float *)(ws + m->o_y);
+    const TileList tl = routed_tiles(r, T, k, g);
+    cudaError_t e = launch_mmq_quant(x, true, T, H, xq, xd, s);
+    if (e == cudaSuccess)
+        e = launch_mmq(m->codec[M_GATE_UP], true, m->m[M_GATE_UP], xq, xd, g, tl, nullptr, 0, aq, ad, s);
+    g.pos_entry = nullptr;
+    if (e == cudaSuccess) e = launch_mmq(m->codec[M_DOWN], false, m->m[M_DOWN], aq, ad, g, tl, y, H, nullptr, nullptr, s);
+    float *ys = nullptr;
+    if (e == cudaSuccess && m->has_shared) {
+        float *acts = (float *)(ws + m->o_acts);
+        ys = (float *)(ws + m->o_ys);
+        Groups sg{r.shared_group, r.shared_group + 1, r.shared_group + 2, r.shared_group + 3, nullptr, 1, 1};
+        e = launch_gemv(m->codec[M_SGU], true, m->m[M_SGU], x, true, H, sg, acts, S, T, s);
+        if (e == cudaSuccess) e = launch_gemv(m->codec[M_SDOWN], false, m->m[M_SDOWN], acts, false, S, sg, ys, H, T, s);
+    }
+    if (e != cudaSuccess) return e;
+    launch_combine(r, y, false, ys, T, H, k, out, s);
+    return cudaGetLastError();
+}
+
 // One slice of T <= max_tokens tokens.
 static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint32_t T, uint16_t *out, uint8_t *ws,
                                  cudaStream_t s)
 {
     const nf_moe_bank &b = m->bank;
     const uint32_t E = b.experts, k = b.top_k, H = b.hidden, I = b.inter, S = b.shared_inter;
-    const bool small = nf_sparse_moe_route(m, T) != NF_MOE_ROUTE_PREFILL && T <= kSmallRouteMax;
+    const nf_moe_route route = nf_sparse_moe_route(m, T);
+    const bool small = (route == NF_MOE_ROUTE_DECODE || route == NF_MOE_ROUTE_SMALL) && T <= kSmallRouteMax;
+    const bool mmq = route == NF_MOE_ROUTE_MMQ;
     Routing r = routing_at(m, ws);
     // W4A4 runs prefill.cu's kernel: no wide tile (prefill_tile_height)
     const int wg_gu = m->a4 ? -1 : T >= m->deq_from ? 2 : m->codec[M_GATE_UP];
     const int wg_sgu = m->a4 ? -1 : m->codec[M_SGU];
     r.tile_m = m->tile_m ? m->tile_m : prefill_tile_height((double)T * k / E, wg_gu);
+    // the mmq kernel's position tiles: 32 or 64 (a tile's dead n-tiles of 8 cost no MMAs, so the
+    // taller tile only pays where the groups fill it: from 24 positions an expert on average)
+    if (mmq) r.tile_m = m->tile_m == 32 || m->tile_m == 64 ? m->tile_m : (double)T * k / E > 24 ? 64 : 32;
     r.sh_tile_m = m->tile_m ? m->tile_m : prefill_tile_height(T, wg_sgu);
     launch_routing(m->m[M_ROUTER], m->codec[M_ROUTER], m->rplanes, m->has_shared ? &m->m[M_SGATE] : nullptr,
                    m->codec[M_SGATE], x, T, H, E, k, b.norm_topk, r, m->forced_ids, m->counter, small, s);
     float *act = (float *)(ws + m->o_act), *y = (float *)(ws + m->o_y);
     const uint32_t max_groups = T * k < E ? T * k : E;
     Groups g{r.n_groups, r.g_expert, r.g_start, r.g_count, r.pos_entry, k, max_groups};
+    if (mmq) return mmq_slice(m, x, T, out, ws, r, g, s);
     if (!small && m->tensor)
         return prefill_slice(m, x, T, out, ws, r, g, s);
     // decode/small-token: gate/up waits for the router on the device (programmatic dependent

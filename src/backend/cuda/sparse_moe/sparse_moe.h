@@ -73,10 +73,13 @@ typedef struct nf_sparse_moe nf_sparse_moe;
  *                     work list (slot and position maps [T*k], groups [E], each expert's first
  *                     position [E], prefill tile tables), and
  *                     the per-position down output y [T*k][H] (bf16 where the tensor-core prefill serves
- *                     the bank, else f32) (+ shared ys [T][H] f32)
+ *                     the bank, else f32; f32 on the mmq route) (+ shared ys [T][H] f32)
  *   one route only    the intermediates, in ONE region the routes share (a slice takes one route,
  *                     and slices, like layers using one workspace, run one after another):
  *                       decode / small-token / CUDA-core: act [T*k][I] f32 (+ shared [T][S] f32)
+ *                       mmq (k-quant / q8_0, T up to 1024): x [T][H] and act [T*k][I] in int8 with
+ *                       their (d, d sum q) pairs; its y plane is f32 (the y plane is sized for the
+ *                       larger of the routes' needs)
  *                       W4A16 prefill: act [T*k][I] bf16 (+ shared [T][S] bf16)
  *                       W4A4 prefill: x, act (+ shared act) as nvfp4 planes
  *                       k-quant / q8_0 prefill from 512 tokens (q8_0 gate/up: 1536): act bf16 and a
@@ -101,12 +104,19 @@ size_t nf_sparse_moe_workspace_bytes(const nf_sparse_moe *m, uint32_t tokens);
 size_t nf_sparse_moe_weight_bytes(const nf_sparse_moe *m);
 
 /* Routes: which one a forward of T tokens takes. */
-typedef enum nf_moe_route { NF_MOE_ROUTE_DECODE = 0, NF_MOE_ROUTE_SMALL, NF_MOE_ROUTE_PREFILL } nf_moe_route;
+typedef enum nf_moe_route { NF_MOE_ROUTE_DECODE = 0, NF_MOE_ROUTE_SMALL, NF_MOE_ROUTE_PREFILL, NF_MOE_ROUTE_MMQ } nf_moe_route;
 nf_moe_route nf_sparse_moe_route(const nf_sparse_moe *m, uint32_t tokens);
 const char *nf_moe_route_name(nf_moe_route r);
-/* Overrides the thresholds (tokens <= decode_max: decode; <= small_max: small-token; else prefill).
+/* Overrides the thresholds (tokens <= decode_max: decode; <= small_max: small-token; <= the mmq
+ * route's end, where the bank has it: mmq; else prefill).
  * For benchmarks and the sweep; bind sets the recorded per-profile values. */
 void nf_sparse_moe_set_thresholds(nf_sparse_moe *m, uint32_t decode_max, uint32_t small_max);
+/* Overrides the mmq route's upper end (k-quant and q8_0 banks with int8 activations allowed: tokens
+ * above small_max and up to mmq_max take the int8 tensor-core GEMMs, mmq.cu); 0 turns the route off
+ * (those slices take the small-token route up to its own frontier, which the mmq route lowers, and
+ * the prefill route above it, as before the route existed). Clamped to the route's limit (1024);
+ * ignored for banks the route cannot take. For benchmarks and the sweep. */
+void nf_sparse_moe_set_mmq_max(nf_sparse_moe *m, uint32_t mmq_max);
 /* Benchmarks only: the prefill route's tile height (positions per tile: 32, 64 or 128; anything
  * else: chosen per slice from the positions an expert gets on average, the default). */
 void nf_sparse_moe_set_tile_height(nf_sparse_moe *m, uint32_t height);

@@ -1,0 +1,363 @@
+/* The GPU engine on the Gated DeltaNet hybrids (label cuda; exits 77 = skipped without a GPU): the tiny
+ * transformers models of tests/oracle/hybrid_models.py, qwen3_next (packed in_proj, 2 GDN + 2 gated
+ * attention layers, one dense MLP layer) and qwen3_5_moe_text (split in_proj, 3 GDN + 1 attention),
+ * bf16 weights (the artifact holds exactly the oracle's weights).
+ *
+ *   - oracle: the 130-token prompt prefilled in engine chunks of 48 (48 + 48 + 34: the conv windows and
+ *     S matrices carried across forwards, a ragged last chunk, the tile attention for every chunk),
+ *     then 32 greedy steps decoded one token at a time (the decode graph): every prompt position's and
+ *     every step's logits against transformers' fp32 logits and against the CPU engine's, the greedy
+ *     tokens against both; the default run (int8 activations allowed) and stream launches
+ *     (no_graphs) bit-identical to it (bf16 weights take no int8 activations);
+ *   - where a divergence starts: the same prompt's logits with the model cut after 1, 2, .. layers, GPU
+ *     against CPU (check_layers: the first layer kind that breaks shows);
+ *   - batched vs alone (tests/common/hybrid_slots.h's plan: three sequences in ragged pieces through
+ *     slots 2, 0, 1, the last two steps decode-only), and the same plan with no_graphs bit-identical;
+ *   - the slot contract's refusals (hybrid_slots.h);
+ *   - synth's tiny-hybrid in the q4q6 and nvfp4 recipes against the CPU engine (check_synth);
+ *   - a state slot copied out and back (nf_cuda_decoder_slot_save / slot_load, MTP's rollback on the
+ *     CPU): re-running the tokens after a restore gives the logits of the first run, to the bit.
+ *
+ * Bounds (relative L2 of a logits row). The CPU engine is within 1.1e-5 of transformers here
+ * (test_oracle_tiny), so both comparisons have the GPU's own roundings as their budget. The GPU rounds
+ * to bf16 the input of every product and the sparse-MoE output, each moving its vector by about
+ * u = 2^-9 in relative L2 (the RMS of round-to-nearest errors with 8 significant bits, at most 2^-8;
+ * test_engine_cuda's figure): per layer the mixer's input,
+ * the attention output and its gated copy (att * sigmoid(gate), re-rounded) or the GDN's gated norm
+ * output, the MLP's input, its intermediate, its output -- about 7 sites, R = 4 x 7 + 1 (the head's
+ * input) = 29 (both engines keep a bf16 KV cache here). Independent roundings add as a random walk,
+ * sqrt(R) u = 1.05e-2. A GDN layer carries earlier tokens' roundings in its state: S is a decayed sum
+ * in which each step multiplies by exp(g) (I - beta k k^T), of norm <= 1 (|k| = 1 after the l2 norm,
+ * beta in (0, 1)), so their errors do not grow, but they are independent of the token's own: at most
+ * doubling the variance, sqrt(2 R) u = 1.5e-2. test_engine_cuda holds a 1.5e-2 median to estimates of
+ * 8.5e-3 - 9.8e-3 (a margin of 1.5 - 1.8); the same margin here: the MEDIAN position within 2.5e-2,
+ * EVERY position and step within 1e-1 (wrong kernels -- a state from another slot, a rope on the wrong
+ * dims, a missing gate -- give errors of order one; test_engine_cuda saw single positions up to 6.9e-2
+ * where the residual stream nearly cancels). Greedy: 32 of 32 tokens equal to the CPU's and to
+ * transformers', unless at the first difference the reference's two best logits are closer than twice
+ * the largest logit difference of that step (a near-tie either engine may break; reported, not failed).
+ * Batched vs alone: the GPU's routes change with the batch's T (the sparse-MoE operator's decode,
+ * small-token and prefill routes, the attention's split count), so a piece in a batch is the same
+ * computation re-rounded: test_batch_cuda's argument with this file's R: median piece 2.5e-2, every
+ * piece 1e-1. The GDN kernels themselves are per (sequence, head) and give the same bits in any
+ * batch. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/cuda/cuda_backend.h"
+#include "engine/engine.h"
+#include "engine/npy.h"
+#include "nf_test.h"
+#include "common/engine_fixture.h"
+#include "common/cuda_fixture.h"
+#include "common/hybrid_slots.h"
+#include "convert/synth.h"
+
+enum { CHUNK = 48 };
+#define MEDIAN_BOUND 2.5e-2
+#define EACH_BOUND 1e-1
+
+typedef struct run_out {
+    float *pre, *gl; /* [P][V], [G][V] */
+    int32_t *greedy; /* [G] */
+} run_out;
+
+/* The prompt in forwards of `chunk`, then G greedy steps one token at a time. */
+static int run(const nf_model *m, const char *device, int no_a8, int no_graphs, uint32_t chunk, const int32_t *ids,
+               size_t P, size_t G, run_out *o)
+{
+    nf_engine *eng;
+    nf_error e;
+    nf_engine_opts eo = {.device = device, .threads = 2, .ctx = (uint32_t)(P + G), .chunk = chunk, .kv_bf16 = 1,
+                         .no_a8 = no_a8, .no_graphs = no_graphs};
+    if (nf_engine_create(m, &eo, &eng, &e)) {
+        CHECK_MSG(0, "%s engine: %s", device, e.msg);
+        return 0;
+    }
+    const size_t V = m->cfg.vocab;
+    int ok = nf_engine_prefill(eng, ids, P, o->pre, &e) == NF_OK;
+    for (size_t g = 0; ok && g < G; g++) {
+        memcpy(o->gl + g * V, eng->logits, V * sizeof(float));
+        o->greedy[g] = (int32_t)fx_argmax(eng->logits, V);
+        if (g + 1 < G) ok = nf_engine_decode(eng, o->greedy[g], &e) == NF_OK;
+    }
+    CHECK_MSG(ok, "%s forward: %s", device, e.msg);
+    nf_engine_free(eng);
+    return ok;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Rows got against ref: the median and the worst (at *at), and the first element of the worst row that
+ * differs most, printed so that a failure says where. */
+static void rows_vs(const char *what, const float *got, const float *ref, size_t rows, size_t V, double *median,
+                    double *worst)
+{
+    double *e = malloc(rows * sizeof *e), *s = malloc(rows * sizeof *s);
+    size_t at = 0;
+    *worst = 0;
+    for (size_t r = 0; e && s && r < rows; r++) {
+        s[r] = e[r] = fx_rel_l2(got + r * V, ref + r * V, V);
+        if (!(e[r] <= *worst)) *worst = e[r], at = r;
+    }
+    if (e && s) qsort(s, rows, sizeof *s, cmp_double);
+    *median = e && s ? s[rows / 2] : INFINITY;
+    size_t v = 0;
+    for (size_t i = 1; i < V; i++)
+        if (fabsf(got[at * V + i] - ref[at * V + i]) > fabsf(got[at * V + v] - ref[at * V + v])) v = i;
+    if (getenv("NF_TEST_VERBOSE"))
+        for (size_t r = 0; e && r < rows; r++) printf("    %s row %zu: rel-L2 %.2e\n", what, r, e[r]);
+    printf("    %s: median %.2e, worst %.2e at row %zu (logit %zu: %.5g, want %.5g)\n", what, *median, *worst, at, v,
+           got[at * V + v], ref[at * V + v]);
+    free(e), free(s);
+}
+
+/* The greedy steps whose logits two runs computed from the same tokens: up to and including the first
+ * step that picked differently. */
+static size_t common_steps(const int32_t *a, const int32_t *b, size_t G)
+{
+    size_t n = 0;
+    while (n < G && a[n] == b[n]) n++;
+    return n < G ? n + 1 : G;
+}
+
+/* Greedy tokens equal, or a near-tie at the first difference (file header). */
+static void greedy_vs(const char *name, const char *what, const run_out *got, const int32_t *ref_tok, const float *ref_gl,
+                      size_t G, size_t V)
+{
+    size_t same = 0;
+    while (same < G && got->greedy[same] == ref_tok[same]) same++;
+    int tie = 0;
+    if (same < G) {
+        const float *r = ref_gl + same * V, *g = got->gl + same * V;
+        size_t a = 0, b = 1;
+        if (r[b] > r[a]) a = 1, b = 0;
+        double diff = 0;
+        for (size_t v = 0; v < V; v++) {
+            diff = fmax(diff, fabs((double)r[v] - g[v]));
+            if (v >= 2 && r[v] > r[a]) b = a, a = v;
+            else if (v >= 2 && r[v] > r[b]) b = v;
+        }
+        tie = (double)r[a] - r[b] <= 2 * diff;
+        printf("    greedy vs %s: first difference at step %zu (%d, want %d): the reference's top two %.3g apart, the "
+               "logits up to %.3g\n", what, same, got->greedy[same], ref_tok[same], (double)r[a] - r[b], diff);
+    }
+    printf("  %s: greedy %zu/%zu equal to %s\n", name, same, G, what);
+    CHECK_MSG(same == G || tie, "%s: greedy differs from %s at step %zu without a near-tie", name, what, same);
+}
+
+/* Where a divergence starts: the model cut after its first L layers (the head reads layer L's output;
+ * both engines size themselves from cfg.layers and cfg.n_linear), the prompt's logits of both engines
+ * for L = 1 .. layers, each within this file's bounds (fewer layers, fewer rounding sites). */
+static void check_layers(nf_model *m, const char *name, const int32_t *ids, size_t P)
+{
+    const uint32_t layers = m->cfg.layers, n_linear = m->cfg.n_linear, V = m->cfg.vocab;
+    float *c = malloc(P * V * 4), *g = malloc(P * V * 4);
+    int32_t tok[1];
+    for (uint32_t L = 1; c && g && L <= layers; L++) {
+        m->cfg.layers = L, m->cfg.n_linear = 0;
+        for (uint32_t l = 0; l < L; l++) m->cfg.n_linear += m->layers[l].is_linear;
+        run_out rc = {c, NULL, tok}, rg = {g, NULL, tok};
+        char what[64];
+        snprintf(what, sizeof what, "prefill after %u layer%s (%s)", L, L > 1 ? "s" : "", m->layers[L - 1].is_linear ? "GDN" : "attention");
+        if (!run(m, "cpu", 1, 0, CHUNK, ids, P, 0, &rc) || !run(m, "cuda", 1, 0, CHUNK, ids, P, 0, &rg)) break;
+        double med, worst;
+        rows_vs(what, g, c, P, V, &med, &worst);
+        CHECK_MSG(med <= MEDIAN_BOUND && worst <= EACH_BOUND, "%s: %s: median %.3g, worst %.3g", name, what, med, worst);
+    }
+    m->cfg.layers = layers, m->cfg.n_linear = n_linear;
+    free(c), free(g);
+}
+
+static void check_oracle(nf_model *m, const char *name, const char *refdir)
+{
+    char path[1200];
+    nf_npy pr, lr, gr, glr;
+    nf_error e;
+    const char *files[4] = {"ref_prompt.npy", "ref_logits.npy", "ref_greedy.npy", "ref_greedy_logits.npy"};
+    nf_npy *arr[4] = {&pr, &lr, &gr, &glr};
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s", refdir, files[i]);
+        if (nf_npy_read(path, arr[i], &e)) {
+            CHECK_MSG(0, "%s", e.msg);
+            return;
+        }
+    }
+    const size_t P = pr.count, G = gr.count, V = m->cfg.vocab;
+    int32_t *ids = malloc(P * 4), *tref = malloc(G * 4);
+    for (size_t i = 0; i < P; i++) ids[i] = (int32_t)nf_npy_get_f64(&pr, i);
+    for (size_t i = 0; i < G; i++) tref[i] = (int32_t)nf_npy_get_f64(&gr, i);
+    run_out r[4]; /* cpu; cuda no_a8; cuda default; cuda default, stream launches */
+    for (int i = 0; i < 4; i++) r[i] = (run_out){malloc(P * V * 4), malloc(G * V * 4), malloc(G * 4)};
+    if (run(m, "cpu", 1, 0, CHUNK, ids, P, G, &r[0]) && run(m, "cuda", 1, 0, CHUNK, ids, P, G, &r[1]) &&
+        run(m, "cuda", 0, 0, CHUNK, ids, P, G, &r[2]) && run(m, "cuda", 0, 1, CHUNK, ids, P, G, &r[3])) {
+        double med[4], worst[4];
+        printf("%s (bf16, %zu-token prompt in chunks of %d, %zu greedy steps):\n", name, P, CHUNK, G);
+        /* decode steps up to the first greedy difference (its logits still follow the same tokens) */
+        const size_t gt = common_steps(r[1].greedy, tref, G), gc = common_steps(r[1].greedy, r[0].greedy, G);
+        rows_vs("prefill vs transformers", r[1].pre, lr.data, P, V, &med[0], &worst[0]);
+        rows_vs("decode vs transformers", r[1].gl, glr.data, gt, V, &med[1], &worst[1]);
+        rows_vs("prefill vs cpu", r[1].pre, r[0].pre, P, V, &med[2], &worst[2]);
+        rows_vs("decode vs cpu", r[1].gl, r[0].gl, gc, V, &med[3], &worst[3]);
+        for (int i = 0; i < 4; i++) {
+            CHECK_MSG(med[i] <= MEDIAN_BOUND, "%s: comparison %d: median rel-L2 %.3g > %.3g", name, i, med[i], MEDIAN_BOUND);
+            CHECK_MSG(worst[i] <= EACH_BOUND, "%s: comparison %d: a row's rel-L2 %.3g > %.3g", name, i, worst[i], EACH_BOUND);
+        }
+        greedy_vs(name, "transformers", &r[1], tref, glr.data, G, V);
+        greedy_vs(name, "the cpu engine", &r[1], r[0].greedy, r[0].gl, G, V);
+        const int same_a8 = !memcmp(r[1].pre, r[2].pre, P * V * 4) && !memcmp(r[1].gl, r[2].gl, G * V * 4);
+        const int same_graph = !memcmp(r[2].pre, r[3].pre, P * V * 4) && !memcmp(r[2].gl, r[3].gl, G * V * 4);
+        printf("  %s: default = no_a8 (bf16 weights): %s; graph = stream: %s\n", name, same_a8 ? "yes" : "NO",
+               same_graph ? "yes" : "NO");
+        CHECK_MSG(same_a8, "%s: bf16 weights, yet no_a8 changed the logits", name);
+        CHECK_MSG(same_graph, "%s: graph replay differs from stream launches", name);
+    }
+    for (int i = 0; i < 4; i++) free(r[i].pre), free(r[i].gl), free(r[i].greedy);
+    check_layers(m, name, ids, P);
+    free(ids), free(tref);
+    for (int i = 0; i < 4; i++) nf_npy_free(arr[i]);
+}
+
+static void check_batched(const nf_model *m, const char *name)
+{
+    const size_t V = m->cfg.vocab;
+    float *lb = malloc(HYB_PIECES * V * 4), *la = malloc(HYB_PIECES * V * 4), *ls = malloc(HYB_PIECES * V * 4);
+    float *la2 = malloc(HYB_PIECES * V * 4);
+    uint32_t who[HYB_PIECES], step[HYB_PIECES];
+    const size_t n = hyb_batched_vs_alone(m, "cuda", 1, 0, lb, la, who, step);
+    const size_t n2 = n ? hyb_batched_vs_alone(m, "cuda", 1, 1, ls, la2, who, step) : 0;
+    if (n && n2 == n) {
+        double med, worst;
+        printf("%s batched vs alone (%zu pieces):\n", name, n);
+        rows_vs("batched vs alone", lb, la, n, V, &med, &worst);
+        CHECK_MSG(med <= MEDIAN_BOUND, "%s: batched vs alone median rel-L2 %.3g > %.3g", name, med, MEDIAN_BOUND);
+        CHECK_MSG(worst <= EACH_BOUND, "%s: batched vs alone rel-L2 %.3g > %.3g", name, worst, EACH_BOUND);
+        size_t differ = 0;
+        for (size_t p = 0; p < n; p++) {
+            const int d = memcmp(lb + p * V, ls + p * V, V * 4) != 0;
+            if (d && !differ) printf("    graph vs stream: first difference at sequence %u step %u\n", who[p], step[p]);
+            differ += d;
+        }
+        printf("  %s: batched graph = stream on %zu of %zu pieces\n", name, n - differ, n);
+        CHECK_MSG(differ == 0, "%s: %zu batched pieces differ between graph replay and stream launches", name, differ);
+    }
+    free(lb), free(la), free(ls), free(la2);
+}
+
+/* Slot 0 saved after a prefill, 5 tokens decoded, restored, the same 5 decoded again: the same bits. */
+static void check_slot_copy(const nf_model *m, const char *name)
+{
+    const size_t V = m->cfg.vocab;
+    nf_engine *e = hyb_engine(m, "cuda", 1, 0, 0);
+    const size_t sf = e && e->ops->slot_floats ? e->ops->slot_floats(e->state) : 0;
+    float *buf = malloc(sf * sizeof(float) + 1), *l1 = malloc(5 * V * 4), *l2 = malloc(5 * V * 4);
+    int32_t toks[24];
+    for (int j = 0; j < 24; j++) toks[j] = hyb_token_of(2, (uint32_t)j, (uint32_t)V);
+    nf_error err;
+    uint32_t pos = 0;
+    int ok = e && sf && buf && nf_engine_prefill(e, toks, 19, NULL, &err) == NF_OK &&
+             e->ops->slot_save(e->state, 0, buf, &pos, &err) == NF_OK;
+    CHECK_MSG(ok && pos == 19, "%s: slot save after 19 tokens (position %u): %s", name, pos, ok ? "" : err.msg);
+    for (int pass = 0; ok && pass < 2; pass++) {
+        if (pass) ok = e->ops->slot_load(e->state, 0, buf, pos, &err) == NF_OK && (e->n_past = pos, 1);
+        for (int j = 0; ok && j < 5; j++) {
+            ok = nf_engine_decode(e, toks[19 + j], &err) == NF_OK;
+            if (ok) memcpy((pass ? l2 : l1) + j * V, e->logits, V * 4);
+        }
+    }
+    CHECK_MSG(ok, "%s: slot copy run: %s", name, err.msg);
+    const int same = ok && !memcmp(l1, l2, 5 * V * 4);
+    printf("%s: slot of %zu floats saved and restored: the same logits after it %s\n", name, sf, same ? "yes" : "NO");
+    CHECK_MSG(same, "%s: decoding after a restored slot differs from the first run", name);
+    free(buf), free(l1), free(l2);
+    nf_engine_free(e);
+}
+
+/* synth's tiny-hybrid (qwen3_next: 3 GDN layers of dk = dv = 64 and a gated attention layer of head
+ * dim 128 rotating 32 dims, which takes the tensor-core prefill attention; rows of 256, so every recipe
+ * applies without the tiny fixtures' bf16 fallbacks) in a quantized recipe: a 40-token prompt in chunks
+ * of 16 (16 + 16 + 8) and 8 greedy steps. The GPU with bf16 activations against the CPU engine (the same
+ * weights: this file's bounds), and the GPU as it runs by default (int8 activations into the k-quant
+ * products at T <= 16) against that: at most 5 quantised inputs a layer (the mixer's input and output,
+ * the MLP's input, the routed and the shared intermediates) and the head's, A <= 21, each moving its
+ * input by <= sqrt(32) / 254 in relative L2 (test_engine_cuda's argument): median sqrt(A) 2.2e-2 =
+ * 0.10, every row 0.5. */
+static void check_synth(const char *recipe, const char *tmp)
+{
+    char out[1200];
+    snprintf(out, sizeof out, "%s/tiny-hybrid-%s.nf", tmp, recipe);
+    const nf_synth_opts so = {.geometry = "tiny-hybrid", .recipe = recipe, .seed = 3, .quiet = 1};
+    nf_synth_stats st;
+    nf_model *m;
+    nf_error e;
+    if (nf_synth_write(out, &so, &st, &e) || nf_model_load(out, &m, &e)) {
+        CHECK_MSG(0, "synth tiny-hybrid %s: %s", recipe, e.msg);
+        return;
+    }
+    enum { SP = 40, SG = 8 };
+    const size_t V = m->cfg.vocab;
+    int32_t ids[SP];
+    for (int i = 0; i < SP; i++) ids[i] = (int32_t)((i * 7919u + 13u) % V);
+    run_out r[3];
+    for (int i = 0; i < 3; i++) r[i] = (run_out){malloc(SP * V * 4), malloc(SG * V * 4), malloc(SG * 4)};
+    if (run(m, "cpu", 1, 0, 16, ids, SP, SG, &r[0]) && run(m, "cuda", 1, 0, 16, ids, SP, SG, &r[1]) &&
+        run(m, "cuda", 0, 0, 16, ids, SP, SG, &r[2])) {
+        double med[3], worst[3];
+        printf("synth tiny-hybrid %s:\n", recipe);
+        rows_vs("prefill vs cpu", r[1].pre, r[0].pre, SP, V, &med[0], &worst[0]);
+        rows_vs("decode vs cpu", r[1].gl, r[0].gl, common_steps(r[1].greedy, r[0].greedy, SG), V, &med[1], &worst[1]);
+        rows_vs("int8-act prefill vs bf16-act", r[2].pre, r[1].pre, SP, V, &med[2], &worst[2]);
+        for (int i = 0; i < 2; i++) {
+            CHECK_MSG(med[i] <= MEDIAN_BOUND, "tiny-hybrid %s: comparison %d: median rel-L2 %.3g > %.3g", recipe, i,
+                      med[i], MEDIAN_BOUND);
+            CHECK_MSG(worst[i] <= EACH_BOUND, "tiny-hybrid %s: comparison %d: rel-L2 %.3g > %.3g", recipe, i, worst[i],
+                      EACH_BOUND);
+        }
+        const double a8 = sqrt(21.0) * sqrt(32.0) / 254;
+        CHECK_MSG(med[2] <= a8, "tiny-hybrid %s: int8 activations move the median row by %.3g > %.3g", recipe, med[2], a8);
+        CHECK_MSG(worst[2] <= 0.5, "tiny-hybrid %s: int8 activations move a row by %.3g > 0.5", recipe, worst[2]);
+        greedy_vs("tiny-hybrid", "the cpu engine", &r[1], r[0].greedy, r[0].gl, SG, V);
+    }
+    for (int i = 0; i < 3; i++) free(r[i].pre), free(r[i].gl), free(r[i].greedy);
+    nf_model_free(m);
+    remove(out);
+}
+
+int main(void)
+{
+    const int ready = fx_cuda_ready("qwen3_next");
+    if (ready >= 0) return ready;
+    char tmp[] = "/tmp/nf_hybrid_cuda_XXXXXX";
+    if (!mkdtemp(tmp)) return 1;
+    const char *models[] = {"qwen3_next", "qwen3_5_moe_text"};
+    for (int i = 0; i < 2; i++) {
+        char dir[1024], out[1200];
+        snprintf(dir, sizeof dir, "%s/fixtures/models/%s", fx_data_dir(), models[i]);
+        snprintf(out, sizeof out, "%s/%s-bf16.nf", tmp, models[i]);
+        nf_model *m;
+        nf_error e;
+        if (!fx_convert(dir, "bf16", out)) continue;
+        if (nf_model_load(out, &m, &e)) {
+            CHECK_MSG(0, "%s", e.msg);
+            continue;
+        }
+        check_oracle(m, models[i], dir);
+        check_batched(m, models[i]);
+        if (i == 0) hyb_slot_contract(m, "cuda");
+        check_slot_copy(m, models[i]);
+        nf_model_free(m);
+        remove(out);
+    }
+    check_synth("q4q6", tmp);
+    check_synth("nvfp4", tmp);
+    rmdir(tmp);
+    return nf_test_report();
+}
