@@ -2,6 +2,7 @@
  * kernels. The scalar kernels unpack each block's levels to integers, take the exact integer sums and
  * combine them in f32 in block order; the SIMD ones (a8_avx2.c, a8_avx512.c) take the same integer
  * sums and combine them in other orders. */
+#define _DEFAULT_SOURCE /* syscall(2): arch_prctl, to be granted the AMX tile state */
 #include "codec/a8.h"
 
 #include <math.h>
@@ -10,13 +11,17 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "codec/a8_simd.h"
 #include "codec/ggml_blocks.h"
 
 /* ---- ISA ---------------------------------------------------------------------------------------- */
 
-static const char *const isa_names[NF_ISA_COUNT] = {"scalar", "avx2", "avx512vnni"};
+static const char *const isa_names[NF_ISA_COUNT] = {"scalar", "avx2", "avx512vnni", "amx"};
 
 const char *nf_isa_name(nf_isa isa) { return (unsigned)isa < NF_ISA_COUNT ? isa_names[isa] : "?"; }
 
@@ -47,10 +52,33 @@ static int has_avx512vnni(void)
 #endif
 }
 
+/* AMX-TILE and AMX-INT8 from CPUID leaf 7 (EDX bits 24, 25), the tile state granted to this process
+ * and enabled in XCR0 (bits 17, 18). Linux grants the 8 KiB tile data state only on request
+ * (arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA, process-wide); without it the first tile
+ * instruction faults. Other systems: no AMX. */
+static int has_amx(void)
+{
+#if defined(__linux__) && defined(__x86_64__)
+    enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+    unsigned a, b, c, d, xlo, xhi;
+    if (!has_avx512vnni()) return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    if (!((d >> 24) & 1) || !((d >> 25) & 1)) return 0;
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) return 0;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    return (xlo & (3u << 17)) == (3u << 17);
+#else
+    return 0;
+#endif
+}
+
 nf_isa nf_isa_detect(void)
 {
     static int best = -1;
-    if (best < 0) best = has_avx512vnni() ? NF_ISA_AVX512VNNI : nf_cpu_has_avx2_fma_f16c() ? NF_ISA_AVX2 : NF_ISA_SCALAR;
+    if (best < 0)
+        best = has_amx() ? NF_ISA_AMX
+               : has_avx512vnni() ? NF_ISA_AVX512VNNI
+               : nf_cpu_has_avx2_fma_f16c() ? NF_ISA_AVX2 : NF_ISA_SCALAR;
     return (nf_isa)best;
 }
 
@@ -201,8 +229,8 @@ SCALAR_GEMM(q6_k_scalar, q6_k_row(b, x, n))
 nf_a8_gemm_fn nf_codec_a8_kernel(const nf_codec *c, nf_isa isa)
 {
     if (!c || isa >= NF_ISA_COUNT || isa > nf_isa_detect()) return NULL;
-    /* [codec][isa]; a NULL entry falls back to the ISA below */
-    nf_a8_gemm_fn k[3] = {NULL, NULL, NULL};
+    /* [codec][isa]; a NULL entry falls back to the ISA below (AMX: the AVX-512 VNNI kernels) */
+    nf_a8_gemm_fn k[NF_ISA_COUNT] = {NULL};
     switch (c->id) {
     case NF_CODEC_Q8_0: k[0] = q8_0_scalar, k[1] = nf_q8_0_a8_avx2, k[2] = nf_q8_0_a8_avx512; break;
     case NF_CODEC_Q4_K: k[0] = q4_k_scalar, k[1] = nf_q4_k_a8_avx2, k[2] = nf_q4_k_a8_avx512; break;
@@ -217,6 +245,6 @@ nf_a8_gemm_fn nf_codec_a8_kernel(const nf_codec *c, nf_isa isa)
 
 nf_a8_tile_fn nf_codec_a8_tile(const nf_codec *c, nf_isa isa)
 {
-    if (!c || isa < NF_ISA_AVX512VNNI || isa >= NF_ISA_COUNT || isa > nf_isa_detect()) return NULL;
-    return nf_a8_tile_avx512(c->id);
+    if (!c || isa < NF_ISA_AVX2 || isa >= NF_ISA_COUNT || isa > nf_isa_detect()) return NULL;
+    return isa == NF_ISA_AMX ? nf_a8_tile_amx(c->id) : isa == NF_ISA_AVX512VNNI ? nf_a8_tile_avx512(c->id) : nf_a8_tile_avx2(c->id);
 }

@@ -33,16 +33,17 @@ typedef enum nf_isa {
     NF_ISA_SCALAR = 0,   /* portable C */
     NF_ISA_AVX2,         /* AVX2 + FMA + F16C: vpmaddubsw / vpmaddwd */
     NF_ISA_AVX512VNNI,   /* AVX-512 F/BW/VL + VNNI: vpdpbusd on 512-bit vectors */
+    NF_ISA_AMX,          /* AVX-512 VNNI + AMX-TILE / AMX-INT8 (granted by the OS): the prefill tile on TDPBSUD */
     NF_ISA_COUNT
 } nf_isa;
 
 /* The best ISA this CPU (and OS) supports. */
 nf_isa nf_isa_detect(void);
 /* The ISA the CPU backend uses: nf_isa_detect(), lowered by the environment: NF_CPU_ISA=scalar|avx2|
- * avx512vnni (a name above the CPU's is capped to it), NF_NO_SIMD=1 (scalar). Decided once per process. */
+ * avx512vnni|amx (a name above the CPU's is capped to it), NF_NO_SIMD=1 (scalar). Decided once per process. */
 nf_isa nf_isa_selected(void);
 const char *nf_isa_name(nf_isa isa);
-/* "scalar", "avx2", "avx512vnni" -> 0 and *out; else -1. */
+/* "scalar", "avx2", "avx512vnni", "amx" -> 0 and *out; else -1. */
 int nf_isa_parse(const char *name, nf_isa *out);
 
 #define NF_A8_BLOCK 32
@@ -65,7 +66,8 @@ nf_a8_gemm_fn nf_codec_a8_kernel(const nf_codec *c, nf_isa isa);
 /* Multi-token products (prefill segments) with the weight rows repacked 16 at a time, "lane = row"
  * (a8_tile_avx512.c says how): the same y as nf_a8_gemm_fn up to f32 rounding, faster when several
  * tokens share the rows. scratch: nf_a8_tile_scratch(n) bytes (any alignment). n must be a multiple
- * of 64. NULL when c or isa has none (below AVX-512 VNNI): use nf_codec_a8_kernel per token. */
+ * of 64. NULL when c or isa has none (scalar): use nf_codec_a8_kernel per token. The AVX2, AVX-512
+ * VNNI and AMX tiles (a8_tile_avx2.c, a8_tile_avx512.c, a8_tile_amx.c) give the same bits. */
 typedef void (*nf_a8_tile_fn)(const void *w, size_t row_bytes, size_t rows, const uint8_t *xa, size_t ldxa,
                               size_t ntok, float *y, size_t ldy, size_t n, void *scratch);
 size_t nf_a8_tile_scratch(size_t n);

@@ -73,6 +73,7 @@ NF_INLINE void q8_0_rows(const uint8_t *w, size_t rb, int R, const uint8_t *xa, 
         const __m256i xq = _mm256_loadu_si256((const __m256i *)(xa + 32 * ib));
         for (int r = 0; r < R; r++) {
             const uint8_t *b = w + r * rb + ib * NF_Q8_0_BYTES;
+            _mm_prefetch((const char *)b + NF_A8_PF_Q8, _MM_HINT_T0);
             const __m256i wq = _mm256_loadu_si256((const __m256i *)(b + 2));
             const __m256i s = dot_us8(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq));
             acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(nf_f16_at(b) * dx[ib]), _mm256_cvtepi32_ps(s), acc[r]);
@@ -90,7 +91,6 @@ NF_INLINE void k45_rows(int Q5, const uint8_t *w, size_t rb, int R, const uint8_
     const size_t bb = Q5 ? NF_Q5_K_BYTES : NF_Q4_K_BYTES;
     const float *dx = NF_A8_D(xa, n);
     const int16_t *bsum = NF_A8_BSUM(xa, n);
-    const __m256i m4 = _mm256_set1_epi8(0x0F), b0 = _mm256_set1_epi8(1), b1 = _mm256_set1_epi8(2);
     __m256 acc[NF_MV_ROWS], macc[NF_MV_ROWS];
     for (int r = 0; r < R; r++) acc[r] = macc[r] = _mm256_setzero_ps();
     for (size_t ib = 0; ib < n / NF_QK_K; ib++) {
@@ -100,6 +100,7 @@ NF_INLINE void k45_rows(int Q5, const uint8_t *w, size_t rb, int R, const uint8_
             _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(bsum + 16 * ib)), _mm256_set1_epi16(1)));
         for (int r = 0; r < R; r++) {
             const uint8_t *b = w + r * rb + ib * bb, *qs = b + (Q5 ? 48 : 16);
+            for (int k = 0; k < 3; k++) _mm_prefetch((const char *)b + NF_A8_PF_K + 64 * k, _MM_HINT_T0);
             uint8_t sm[16];
             nf_k4_unpack_scales(b + 4, sm);
             const __m256 sc = _mm256_cvtepi32_ps(nf_load8_u8(sm)), mn = _mm256_cvtepi32_ps(nf_load8_u8(sm + 8));
@@ -110,13 +111,8 @@ NF_INLINE void k45_rows(int Q5, const uint8_t *w, size_t rb, int R, const uint8_
             macc[r] = _mm256_fmadd_ps(_mm256_mul_ps(m1, dxv), qsum, macc[r]);
             __m256i hb = Q5 ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
             for (int p = 0; p < 4; p++) {
-                const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
-                __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                if (Q5) {
-                    lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hb, b0), 4));
-                    hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(hb, b1), 3));
-                    hb = _mm256_srli_epi16(hb, 2);
-                }
+                __m256i lo, hi;
+                nf_k45_levels(Q5, qs, p, &hb, &lo, &hi);
                 const __m256i il = dot_us8(lo, _mm256_loadu_si256((const __m256i *)(qx + 64 * p)));
                 const __m256i ih = dot_us8(hi, _mm256_loadu_si256((const __m256i *)(qx + 64 * p + 32)));
                 acc[r] = _mm256_fmadd_ps(bcast(sd + 2 * p), _mm256_cvtepi32_ps(il), acc[r]);
@@ -156,6 +152,7 @@ NF_INLINE void q6_k_rows(const uint8_t *w, size_t rb, int R, const uint8_t *xa, 
         for (int j = 0; j < 8; j++) x32[j] = _mm256_maddubs_epi16(c32, _mm256_loadu_si256((const __m256i *)(qx + 32 * j)));
         for (int r = 0; r < R; r++) {
             const uint8_t *b = w + r * rb + ib * NF_Q6_K_BYTES;
+            for (int k = 0; k < 4; k++) _mm_prefetch((const char *)b + NF_A8_PF_K + 64 * k, _MM_HINT_T0);
             const __m128i sc8 = _mm_loadu_si128((const __m128i *)(b + 192));
             const __m256 d = _mm256_set1_ps(nf_f16_at(b + 208));
             float s[16];

@@ -15,10 +15,6 @@
 
 #define NF_INLINE static inline __attribute__((always_inline))
 enum { ROWS = 4 };
-#ifndef PF
-#define PF 1024 /* software prefetch distance in bytes ahead of each row's current block (q8_0, q6_k: measured
-                 * +23 % and +17 % on 64 MiB matrices, 1 thread; q4_k measured no better without noise) */
-#endif
 
 NF_INLINE float f16_at(const uint8_t *p)
 {
@@ -56,7 +52,7 @@ NF_INLINE void q8_0_rows(const uint8_t *w, size_t rb, int R, const uint8_t *xa, 
         const __m512 dxv = _mm512_insertf32x8(_mm512_set1_ps(dx[2 * ib]), _mm256_set1_ps(dx[2 * ib + 1]), 1);
         for (int r = 0; r < R; r++) {
             const uint8_t *b = w + r * rb + 2 * ib * NF_Q8_0_BYTES;
-            if (PF) _mm_prefetch((const char *)b + PF, _MM_HINT_T0);
+            _mm_prefetch((const char *)b + NF_A8_PF_Q8, _MM_HINT_T0);
             const __m512i wq = _mm512_xor_si512(load2x32(b + 2, b + NF_Q8_0_BYTES + 2), flip);
             const __m512i s = _mm512_dpbusd_epi32(base, wq, xq);
             const __m512 dw = _mm512_insertf32x8(_mm512_set1_ps(f16_at(b)), _mm256_set1_ps(f16_at(b + NF_Q8_0_BYTES)), 1);
@@ -101,6 +97,7 @@ NF_INLINE void k45_rows(int Q5, const uint8_t *w, size_t rb, int R, const uint8_
             _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(bsum + 16 * ib)), _mm256_set1_epi16(1)));
         for (int r = 0; r < R; r++) {
             const uint8_t *b = w + r * rb + ib * bb, *qs = b + (Q5 ? 48 : 16);
+            for (int k = 0; k < 3; k++) _mm_prefetch((const char *)b + NF_A8_PF_K + 64 * k, _MM_HINT_T0);
             uint8_t sm[16];
             nf_k4_unpack_scales(b + 4, sm);
             const __m128i sm16 = _mm_loadu_si128((const __m128i *)sm);
@@ -163,7 +160,7 @@ NF_INLINE void q6_k_rows(const uint8_t *w, size_t rb, int R, const uint8_t *xa, 
         const __m512 dxe = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_loadu_ps(dx + 8 * ib)));
         for (int r = 0; r < R; r++) {
             const uint8_t *b = w + r * rb + ib * NF_Q6_K_BYTES;
-            for (int k = 0; k < 4 && PF; k++) _mm_prefetch((const char *)b + PF + 64 * k, _MM_HINT_T0);
+            for (int k = 0; k < 4; k++) _mm_prefetch((const char *)b + NF_A8_PF_K + 64 * k, _MM_HINT_T0);
             const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 192))));
             const __m512 s = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(f16_at(b + 208)), sc), dxe);
             for (int h = 0; h < 2; h++) {

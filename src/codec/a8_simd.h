@@ -1,6 +1,7 @@
 /* Internal to src/codec: the integer kernels of codec/a8.h per ISA. The *_avx2.c files are compiled
  * with -mavx2 -mfma -mf16c, the *_avx512.c files with AVX-512 F/BW/VL/VNNI as well; both are reached
- * only through nf_codec_a8_kernel / nf_a8_quantize_row, which check the CPU first. */
+ * only through nf_codec_a8_kernel / nf_a8_quantize_row, which check the CPU first; the *_amx.c
+ * files add AMX-TILE / AMX-INT8 (reached only through nf_codec_a8_tile at NF_ISA_AMX). */
 #ifndef NF_CODEC_A8_SIMD_H
 #define NF_CODEC_A8_SIMD_H
 
@@ -24,7 +25,55 @@ NF_A8_GEMM_DECL(nf_q6_k_a8_avx512);
 void nf_a8_quantize_row_avx2(const float *x, uint8_t *dst, size_t n);
 
 #include "codec/a8.h"
+/* The decode kernels' software prefetch distance, in bytes ahead of each row's current block (2 threads,
+ * tg64, interleaved; perf/cpu_amx_2026-12-06.md). q8_0: 1024 (on 64 MiB matrices at 1 thread +23 %;
+ * 2048 lost 20 % on the 4-layer MoE Q8_0's decode, though it won 25 % on L3-resident SmolLM2). q4_k,
+ * q5_k, q6_k (144 - 210-byte blocks): 2048 (q6_k against 1024 +8 %, q4_k / q5_k against none +11 % /
+ * +25 % median, AVX-512; the AVX2 kernels, which had none, +17 % Q4_K_M and +14 % Q8_0). */
+#define NF_A8_PF_Q8 1024
+#define NF_A8_PF_K 2048
+
+/* Prefetches (into L2) the part of [next, next + bytes) that falls to blocks k .. k + step - 1 of nk:
+ * a tile spreads the next row block's weights over its first token pass, so that their DRAM
+ * latency overlaps this block's products instead of the next panel's unpack (measured: +5 % on
+ * pp256, AMX, perf/cpu_amx_2026-12-06.md). Addresses past the matrix are harmless (no fault). */
+static inline void nf_a8_prefetch_part(const uint8_t *next, size_t bytes, size_t k, size_t step, size_t nk)
+{
+    for (size_t l = bytes / 64 * k / nk; l < bytes / 64 * (k + step) / nk; l++) __builtin_prefetch(next + 64 * l, 0, 2);
+}
+
+/* A tile file's table: its tile per codec (NULL for the others). */
+#define NF_A8_TILE_TABLE(name, q8_0, q4_k, q5_k, q6_k)                                                     \
+    nf_a8_tile_fn name(nf_codec_id id)                                                                      \
+    {                                                                                                       \
+        return id == NF_CODEC_Q8_0 ? q8_0 : id == NF_CODEC_Q4_K ? q4_k : id == NF_CODEC_Q5_K ? q5_k       \
+               : id == NF_CODEC_Q6_K ? q6_k : NULL;                                                         \
+    }
+nf_a8_tile_fn nf_a8_tile_avx2(nf_codec_id id);
 nf_a8_tile_fn nf_a8_tile_avx512(nf_codec_id id);
+nf_a8_tile_fn nf_a8_tile_amx(nf_codec_id id);
+
+/* The multi-token tiles' panel (a8_panel_avx2.c): up to 16 weight rows of a codec with blocks of G
+ * elements (32: q8_0, q4_k, q5_k; 16: q6_k), unpacked once into levels u and transposed "lane = row".
+ * Block k's levels are G / 4 vectors of 64 bytes at lv + 16 G k, byte 4 r + i of vector j = level
+ * 4 j + i of row r in the block (the VNNI / AMX "B" layout: 16 rows as columns; its 32-byte halves
+ * are rows 0-7 and 8-15 for AVX2). sd[16 k + r]: the block's decoded scale, sm[16 k + r] its decoded
+ * min (0 without one); rows past `rows` are zero. A block's weight is sd (u - O) - sm, with u unsigned
+ * except q8_0's at q8_offset 0 (u = w, signed; at 128, u = w + 128). spare: 16 n scratch bytes the
+ * panel no longer needs. Filled from scratch (nf_a8_tile_scratch(n) bytes; n a multiple of 64); -1
+ * for a codec without a panel. */
+typedef struct nf_a8_panel {
+    const uint8_t *lv;
+    const float *sd, *sm;
+    uint8_t *spare;
+    int G, O, min;
+} nf_a8_panel;
+/* 16 rows x 16 dwords (rows `stride` bytes apart) -> 16 vectors of 64 bytes: dst[c] dword r = dword c of row r. */
+typedef void (*nf_a8_transpose_fn)(const uint8_t *src, size_t stride, uint8_t *dst);
+void nf_a8_transpose16_avx2(const uint8_t *src, size_t stride, uint8_t *dst);
+void nf_a8_transpose16_avx512(const uint8_t *src, size_t stride, uint8_t *dst);
+int nf_a8_panel_fill(nf_codec_id id, int q8_offset, nf_a8_transpose_fn transpose, const uint8_t *w, size_t rb,
+                     size_t rows, size_t n, void *scratch, nf_a8_panel *p);
 
 /* The unpacked q4_k / q5_k scales: sc[8] then m[8] (six-bit each), from the 12 packed bytes (the
  * same values nf_k4_scale_min gives, four sub-blocks per 32-bit word). */

@@ -21,11 +21,8 @@
 
 enum { TT = 4 }; /* tokens per pass */
 
-size_t nf_a8_tile_scratch(size_t n) { return 40 * n + 256; }
-
-/* Transposes 16 rows x 16 dwords (rows `stride` bytes apart) into 16 vectors: out[c] lane r = dword c
- * of row r. */
-static inline void transpose16(const uint8_t *src, size_t stride, uint8_t *dst)
+/* nf_a8_transpose_fn with zmm registers: one 16 x 16 dword transpose. */
+void nf_a8_transpose16_avx512(const uint8_t *src, size_t stride, uint8_t *dst)
 {
     __m512i r[16], t[16];
     for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(src + i * stride);
@@ -49,96 +46,24 @@ static inline void transpose16(const uint8_t *src, size_t stride, uint8_t *dst)
     }
 }
 
-static inline float f16_at(const uint8_t *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
-
-/* ---- per-codec unpack of one row: levels lv[n] (u8), block scales sd[k * 16] and mins sm[k * 16] ---- */
-
-static void unpack_q8_0(const uint8_t *b, size_t n, uint8_t *lv, float *sd, float *sm)
-{
-    const __m256i flip = _mm256_set1_epi8((char)0x80);
-    for (size_t k = 0; k < n / 32; k++, b += NF_Q8_0_BYTES) {
-        _mm256_storeu_si256((__m256i *)(lv + 32 * k), _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(b + 2)), flip));
-        sd[16 * k] = f16_at(b), sm[16 * k] = 0;
-    }
-}
-
-static void unpack_k45(int q5, const uint8_t *b, size_t n, uint8_t *lv, float *sd, float *sm)
-{
-    const __m256i m4 = _mm256_set1_epi8(0x0F), b0 = _mm256_set1_epi8(1), b1 = _mm256_set1_epi8(2);
-    const size_t bb = q5 ? NF_Q5_K_BYTES : NF_Q4_K_BYTES;
-    for (size_t ib = 0; ib < n / NF_QK_K; ib++, b += bb) {
-        uint8_t s[16];
-        nf_k4_unpack_scales(b + 4, s);
-        const float d = f16_at(b), dmin = f16_at(b + 2);
-        for (int j = 0; j < 8; j++) sd[16 * (8 * ib + j)] = d * s[j], sm[16 * (8 * ib + j)] = dmin * s[8 + j];
-        const uint8_t *qs = b + (q5 ? 48 : 16);
-        __m256i hb = q5 ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
-        for (int p = 0; p < 4; p++) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
-            __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            if (q5) {
-                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hb, b0), 4));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(hb, b1), 3));
-                hb = _mm256_srli_epi16(hb, 2);
-            }
-            _mm256_storeu_si256((__m256i *)(lv + 256 * ib + 64 * p), lo);
-            _mm256_storeu_si256((__m256i *)(lv + 256 * ib + 64 * p + 32), hi);
-        }
-    }
-}
-
-static void unpack_q6_k(const uint8_t *b, size_t n, uint8_t *lv, float *sd, float *sm)
-{
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    for (size_t ib = 0; ib < n / NF_QK_K; ib++, b += NF_Q6_K_BYTES) {
-        const float d = f16_at(b + 208);
-        const int8_t *sc = (const int8_t *)(b + 192);
-        for (int k = 0; k < 16; k++) sd[16 * (16 * ib + k)] = d * sc[k], sm[16 * (16 * ib + k)] = 0;
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
-            const __m256i a = _mm256_loadu_si256((const __m256i *)ql), c = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            const __m256i hb = _mm256_loadu_si256((const __m256i *)qh);
-            uint8_t *o = lv + 256 * ib + 128 * h;
-            _mm256_storeu_si256((__m256i *)o, _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30)));
-            _mm256_storeu_si256((__m256i *)(o + 32), _mm256_or_si256(_mm256_and_si256(c, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30)));
-            _mm256_storeu_si256((__m256i *)(o + 64), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), _mm256_and_si256(hb, m30)));
-            _mm256_storeu_si256((__m256i *)(o + 96), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), m4), _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30)));
-        }
-    }
-}
-
-/* ---- the tile ---------------------------------------------------------------------------------------- */
-
-typedef void (*unpack_fn)(const uint8_t *b, size_t n, uint8_t *lv, float *sd, float *sm);
-
 /* G: block size (32 or 16); O: the level offset (0, 32, 128); MIN: the codec has a min term. */
-static inline __attribute__((always_inline)) void tile(const int G, const int O, const int MIN, unpack_fn unpack,
+static inline __attribute__((always_inline)) void tile(const int G, const int O, const int MIN, nf_codec_id id,
                                                         const uint8_t *w, size_t rb, size_t rows, const uint8_t *xa,
                                                         size_t ldxa, size_t ntok, float *y, size_t ldy, size_t n,
                                                         void *scratch)
 {
-    const size_t nk = n / G; /* blocks per row */
-    uint8_t *rowbuf = scratch, *lv = rowbuf + 16 * n;
-    float *sd = (float *)(lv + 16 * n), *sm = sd + 16 * nk;
-    for (size_t r = 0; r < 16; r++) {
-        if (r < rows) unpack(w + r * rb, n, rowbuf + r * n, sd + r, sm + r);
-        else {
-            memset(rowbuf + r * n, 0, n);
-            for (size_t k = 0; k < nk; k++) sd[16 * k + r] = sm[16 * k + r] = 0;
-        }
-    }
-    for (size_t c = 0; c < n / 64; c++) transpose16(rowbuf + 64 * c, n, lv + 1024 * c);
+    const size_t nk = n / G;
+    nf_a8_panel p;
+    nf_a8_panel_fill(id, 128, nf_a8_transpose16_avx512, w, rb, rows, n, scratch, &p);
+    const uint8_t *lv = p.lv;
+    const float *sd = p.sd, *sm = p.sm;
     const __mmask16 keep = (__mmask16)((1u << rows) - 1);
     for (size_t t0 = 0; t0 < ntok; t0 += TT) {
         const int nt = ntok - t0 < TT ? (int)(ntok - t0) : TT;
         __m512 acc[TT];
         for (int t = 0; t < TT; t++) acc[t] = _mm512_setzero_ps();
         for (size_t k = 0; k < nk; k++) {
+            if (t0 == 0) nf_a8_prefetch_part(w + rows * rb, 16 * rb, k, 1, nk);
             __m512i wv[8];
             for (int j = 0; j < G / 4; j++) wv[j] = _mm512_loadu_si512(lv + 64 * (k * (G / 4) + j));
             const __m512 dv = _mm512_loadu_ps(sd + 16 * k);
@@ -162,30 +87,18 @@ static inline __attribute__((always_inline)) void tile(const int G, const int O,
     }
 }
 
-#define TILE(name, G, O, MIN, unpack)                                                                       \
+#define TILE(name, G, O, MIN, id)                                                                       \
     static void name(const void *w, size_t rb, size_t rows, const uint8_t *xa, size_t ldxa, size_t ntok,   \
                      float *y, size_t ldy, size_t n, void *scratch)                                         \
     {                                                                                                       \
         for (size_t r = 0; r < rows; r += 16)                                                               \
-            tile(G, O, MIN, unpack, (const uint8_t *)w + r * rb, rb, rows - r < 16 ? rows - r : 16, xa, ldxa, \
+            tile(G, O, MIN, id, (const uint8_t *)w + r * rb, rb, rows - r < 16 ? rows - r : 16, xa, ldxa, \
                  ntok, y + r, ldy, n, scratch);                                                             \
     }
 
-static void unpack_q4_k(const uint8_t *b, size_t n, uint8_t *lv, float *sd, float *sm) { unpack_k45(0, b, n, lv, sd, sm); }
-static void unpack_q5_k(const uint8_t *b, size_t n, uint8_t *lv, float *sd, float *sm) { unpack_k45(1, b, n, lv, sd, sm); }
+TILE(tile_q8_0, 32, 128, 0, NF_CODEC_Q8_0)
+TILE(tile_q4_k, 32, 0, 1, NF_CODEC_Q4_K)
+TILE(tile_q5_k, 32, 0, 1, NF_CODEC_Q5_K)
+TILE(tile_q6_k, 16, 32, 0, NF_CODEC_Q6_K)
 
-TILE(tile_q8_0, 32, 128, 0, unpack_q8_0)
-TILE(tile_q4_k, 32, 0, 1, unpack_q4_k)
-TILE(tile_q5_k, 32, 0, 1, unpack_q5_k)
-TILE(tile_q6_k, 16, 32, 0, unpack_q6_k)
-
-nf_a8_tile_fn nf_a8_tile_avx512(nf_codec_id id)
-{
-    switch (id) {
-    case NF_CODEC_Q8_0: return tile_q8_0;
-    case NF_CODEC_Q4_K: return tile_q4_k;
-    case NF_CODEC_Q5_K: return tile_q5_k;
-    case NF_CODEC_Q6_K: return tile_q6_k;
-    default: return NULL;
-    }
-}
+NF_A8_TILE_TABLE(nf_a8_tile_avx512, tile_q8_0, tile_q4_k, tile_q5_k, tile_q6_k)

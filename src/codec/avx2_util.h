@@ -71,4 +71,19 @@ NF_INLINE void nf_matvec_rows(nf_rows_kernel kernel, const void *w, size_t rb, s
     for (; r < rows; r++) kernel(p + r * rb, rb, 1, x, y + r, n);
 }
 
+/* Levels of the 64 elements 64 p .. 64 p + 63 of a q4_k / q5_k super-block (qs: its 128 nibble bytes):
+ * *lo the first 32 (low nibbles), *hi the next 32 (high nibbles); q5 adds the fifth bits from *hb
+ * (the 32 qh bytes, shifted right by 2 per p: call with p = 0, 1, 2, 3 in turn). */
+NF_INLINE void nf_k45_levels(int q5, const uint8_t *qs, int p, __m256i *hb, __m256i *lo, __m256i *hi)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
+    *lo = _mm256_and_si256(v, m4), *hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    if (q5) {
+        *lo = _mm256_or_si256(*lo, _mm256_slli_epi16(_mm256_and_si256(*hb, _mm256_set1_epi8(1)), 4));
+        *hi = _mm256_or_si256(*hi, _mm256_slli_epi16(_mm256_and_si256(*hb, _mm256_set1_epi8(2)), 3));
+        *hb = _mm256_srli_epi16(*hb, 2);
+    }
+}
+
 #endif

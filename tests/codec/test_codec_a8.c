@@ -1,5 +1,5 @@
 /* int8 activations (codec/a8.h): the quantiser and every integer kernel at every ISA this CPU has
- * (scalar, avx2, avx512vnni, each forced in turn through nf_codec_a8_kernel), against double
+ * (scalar, avx2, avx512vnni, amx, each forced in turn through nf_codec_a8_kernel), against double
  * references, on random and adversarial blocks.
  *
  * Quantiser. Every ISA writes the same bytes. Per 32-element block, q in [-127, 127], bsum the sums
@@ -18,9 +18,10 @@
  * terms into one accumulator lane chain plus a 16-lane reduction (4); the reference's w_i carries
  * 2 roundings relative to a_i - b_i. Hence |kernel - ref| <= (n / 16 + 12) u T. T is measured per
  * row from decoded terms (the offset field zeroed gives a_i, the scale field zeroed -b_i). The
- * observed worst ratio is printed. The repacked multi-token tile (nf_codec_a8_tile, AVX-512 VNNI)
+ * observed worst ratio is printed. The repacked multi-token tile (nf_codec_a8_tile: AVX2, AVX-512 VNNI, AMX)
  * is held to the same reference and bound on the same rows (1 to 35 rows: partial 16-row blocks;
- * up to 14 tokens: partial 4-token passes). Strength: with q4_k's scales and mins swapped in the unpacker
+ * up to 15 tokens: partial 4-token passes; 16, 28 and 40 tokens: whole and partial 16-token groups);
+ * the AVX-512 VNNI and AMX tiles must also equal the AVX2 tile bit for bit. Strength: with q4_k's scales and mins swapped in the unpacker
  * (nf_k4_unpack_scales), or q6_k's sub-block scale index off by one, every kernel fails.
  *
  * The quantisation's own effect, |ref - sum_i w_i x_i| <= sum_b d_b (1/2 + 2^-16) sum_{i in b} |w_i|
@@ -202,6 +203,16 @@ static void check_kernel(const nf_codec *c, nf_isa isa, size_t n, size_t rows, s
     else {
         uint8_t *scratch = malloc(nf_a8_tile_scratch(n));
         tile(w, rb, rows, xa, xr, ntok, y, ldy, n, scratch);
+        if (isa > NF_ISA_AVX2) { /* every tile repeats the AVX2 tile's per-lane combine: the same bits */
+            float *y2 = malloc(ntok * ldy * sizeof(float));
+            memcpy(y2, y, ntok * ldy * sizeof(float));
+            nf_codec_a8_tile(c, NF_ISA_AVX2)(w, rb, rows, xa, xr, ntok, y2, ldy, n, scratch);
+            for (size_t t = 0; t < ntok; t++)
+                CHECK_MSG(memcmp(y + t * ldy, y2 + t * ldy, rows * sizeof(float)) == 0,
+                          "%s %s tile differs from the avx2 tile (n=%zu rows=%zu tok %zu/%zu)", c->name,
+                          nf_isa_name(isa), n, rows, t, ntok);
+            free(y2);
+        }
         free(scratch);
     }
     const double u = ldexp(1.0, -24);
@@ -252,6 +263,8 @@ int main(void)
                         check_kernel(c, (nf_isa)isa, ns[k], rows, 1 + (rows + wk) % 3 + (ri > 2 ? 4 * ri - 8 : 0), wk,
                                      (int)(k + wk) % 4, &worst, &worst_q);
                     }
+            /* whole and partial groups of 16 tokens (the AMX tile's) */
+            for (size_t nt = 16; nt <= 40; nt += 12) check_kernel(c, (nf_isa)isa, 512, 17, nt, (int)nt % 5, 1, &worst, &worst_q);
             if (c->block_elems == 32) /* q8_0: an odd number of blocks (the AVX-512 pair loop's tail) */
                 for (size_t nb = 1; nb <= 7; nb += 2) check_kernel(c, (nf_isa)isa, 32 * nb, 5, 2, nb % 5, 0, &worst, &worst_q);
             printf("%-5s %-10s worst |kernel - ref| / bound = %.4f; quantisation effect / its bound = %.4f\n", c->name,

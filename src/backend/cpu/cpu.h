@@ -12,8 +12,8 @@
  *   - int8 activations (nf_cpu_set_a8, on by default) for q8_0 / q4_k / q5_k / q6_k weights: each
  *     distinct activation row of a batch is quantised once (per 32 elements, codec/a8.h); a
  *     segment of up to NF_CPU_STEP_MAX tokens runs the codec's integer kernel token by token, a
- *     longer one the repacked 16-row tile
- *     (nf_codec_a8_tile, AVX-512 VNNI; else the kernel per token);
+ *     longer one the repacked 16-row tile (nf_codec_a8_tile: AVX2, AVX-512 VNNI or AMX, the same
+ *     bits; scalar: the kernel over all its tokens);
  *   - reference mode (nf_cpu_set_reference): every product is dequantize-row-to-f32 followed by a
  *     double-accumulated dot, whatever the token count: the "dequantize then compute" path that the
  *     quantized-recipe tests compare the fast kernels with.
