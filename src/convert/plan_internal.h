@@ -1,5 +1,5 @@
-/* What plan.c (storage, codec decisions, the HF plan, the entry) shares with plan_gguf.c (the GGUF
- * plan). Not for use outside src/convert/plan*.c. */
+/* What plan.c (storage, codec decisions, the entry) shares with plan_hf.c and plan_gguf.c (the two
+ * sources' plans). Not for use outside src/convert/plan*.c. */
 #ifndef NF_CONVERT_PLAN_INTERNAL_H
 #define NF_CONVERT_PLAN_INTERNAL_H
 
@@ -14,6 +14,9 @@ nf_plan_part *nf_plan_add_part(nf_plan_tensor *t, nf_error *err);
 /* Decides codec and action of a tensor whose parts are known: carried-over codecs, else the
  * recipe's (recipe.h) with its row-length fallback. */
 nf_status nf_plan_decide(nf_plan *p, nf_plan_tensor *t, nf_role r, int layer, nf_error *err);
+
+/* The plan of the Hugging Face checkpoint directory dir (plan_hf.c). */
+nf_status nf_plan_hf(nf_plan *p, const char *dir, nf_error *err);
 
 /* The plan of the GGUF at p->source (plan_gguf.c). */
 nf_status nf_plan_gguf(nf_plan *p, nf_error *err);
