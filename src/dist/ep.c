@@ -95,17 +95,17 @@ size_t nf_ep_recv_counts(const uint32_t *counts, uint32_t ranks, uint32_t d, uin
 void nf_ep_exchange_sim(uint32_t ranks, const uint32_t *counts, size_t row_bytes, const void *const *send,
                         void *const *recv, int back)
 {
-    for (uint32_t s = 0; s < ranks; s++) {
-        uint32_t sd = 0; /* displ of rank s's rows to d */
-        for (uint32_t d = 0; d < ranks; d++) {
-            const uint32_t n = counts[(size_t)s * ranks + d];
-            uint32_t rc[NF_EP_MAX_RANKS], rd[NF_EP_MAX_RANKS];
-            nf_ep_recv_counts(counts, ranks, d, rc, rd);
+    uint32_t sd[NF_EP_MAX_RANKS] = {0}; /* rank s's send displacement to the current d */
+    for (uint32_t d = 0; d < ranks; d++) {
+        uint32_t rc[NF_EP_MAX_RANKS], rd[NF_EP_MAX_RANKS];
+        nf_ep_recv_counts(counts, ranks, d, rc, rd);
+        for (uint32_t s = 0; s < ranks; s++) {
+            const size_t n = (size_t)rc[s] * row_bytes;
             const uint8_t *from = back ? (const uint8_t *)send[d] + (size_t)rd[s] * row_bytes
-                                       : (const uint8_t *)send[s] + (size_t)sd * row_bytes;
-            uint8_t *to = back ? (uint8_t *)recv[s] + (size_t)sd * row_bytes : (uint8_t *)recv[d] + (size_t)rd[s] * row_bytes;
-            if (n) memcpy(to, from, (size_t)n * row_bytes);
-            sd += n;
+                                       : (const uint8_t *)send[s] + (size_t)sd[s] * row_bytes;
+            uint8_t *to = back ? (uint8_t *)recv[s] + (size_t)sd[s] * row_bytes : (uint8_t *)recv[d] + (size_t)rd[s] * row_bytes;
+            if (n) memcpy(to, from, n);
+            sd[s] += rc[s];
         }
     }
 }

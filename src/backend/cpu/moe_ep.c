@@ -13,7 +13,7 @@ typedef struct ep_rank {
     nf_ep_send send;     /* its dispatch */
     float *sx, *rx;      /* [A][H] rows sent (x of their token) and received */
     float *res, *back;   /* [A][H] results of the received rows (receive order), returned ones (send order) */
-    nf_ep_meta *smeta, *rmeta; /* [A] */
+    nf_ep_meta *rmeta;   /* [A] metadata received (what is sent is send.meta) */
     uint32_t *seq_start; /* [max_tokens + 1] its sequences' starts, local */
     uint32_t *key;       /* [max_tokens] each local token's batch-wide sequence id */
 } ep_rank;
@@ -36,7 +36,6 @@ void nf_cpu_ep_sim_free(nf_cpu_ep_sim *sim)
         free(r->rx);
         free(r->res);
         free(r->back);
-        free(r->smeta);
         free(r->rmeta);
         free(r->seq_start);
         free(r->key);
@@ -63,9 +62,9 @@ nf_status nf_cpu_ep_sim_create(const nf_cpu_moe *m, uint32_t ranks, size_t max_t
         if (st == NF_OK) st = nf_ep_send_alloc(&r->send, A, err);
         if (st != NF_OK) break;
         r->sx = malloc(X ? X : 1), r->rx = malloc(X ? X : 1), r->res = malloc(X ? X : 1), r->back = malloc(X ? X : 1);
-        r->smeta = malloc((A + 1) * sizeof(nf_ep_meta)), r->rmeta = malloc((A + 1) * sizeof(nf_ep_meta));
+        r->rmeta = malloc((A + 1) * sizeof(nf_ep_meta));
         r->seq_start = malloc((max_tokens + 1) * sizeof(uint32_t)), r->key = malloc((max_tokens + 1) * sizeof(uint32_t));
-        if (!r->sx || !r->rx || !r->res || !r->back || !r->smeta || !r->rmeta || !r->seq_start || !r->key)
+        if (!r->sx || !r->rx || !r->res || !r->back || !r->rmeta || !r->seq_start || !r->key)
             st = nf_error_set(err, NF_ERR_NOMEM, "expert parallelism (simulated): rank %u's buffers for %zu rows: out of memory",
                               i, A);
     }
@@ -121,17 +120,14 @@ nf_status nf_cpu_moe_forward_ep(nf_cpu *c, const nf_cpu_moe *m, nf_cpu_ep_sim *s
         if (nt[i]) nf_cpu_moe_route(c, m, r->ws, x + t0[i] * H, nt[i], r->seq_start, ns[i]);
         nf_status st = nf_ep_send_build(&sim->l, nf_cpu_moe_ids(r->ws), nt[i], k, r->key, &r->send, err);
         if (st != NF_OK) return st;
-        for (size_t a = 0; a < nt[i] * k; a++) {
-            memcpy(r->sx + a * H, x + (t0[i] + r->send.token[a]) * H, H * sizeof(float));
-            r->smeta[a] = r->send.meta[a];
-        }
+        for (size_t a = 0; a < nt[i] * k; a++) memcpy(r->sx + a * H, x + (t0[i] + r->send.token[a]) * H, H * sizeof(float));
         memcpy(sim->counts + (size_t)i * G, r->send.count, G * sizeof(uint32_t));
     }
     /* 3. the exchange: rows, then their metadata */
     const void *sx[NF_EP_MAX_RANKS] = {0}, *sm[NF_EP_MAX_RANKS] = {0}, *res[NF_EP_MAX_RANKS] = {0};
     void *rx[NF_EP_MAX_RANKS] = {0}, *rm[NF_EP_MAX_RANKS] = {0}, *back[NF_EP_MAX_RANKS] = {0};
     for (uint32_t i = 0; i < G; i++) {
-        sx[i] = sim->r[i].sx, sm[i] = sim->r[i].smeta, res[i] = sim->r[i].res;
+        sx[i] = sim->r[i].sx, sm[i] = sim->r[i].send.meta, res[i] = sim->r[i].res;
         rx[i] = sim->r[i].rx, rm[i] = sim->r[i].rmeta, back[i] = sim->r[i].back;
     }
     nf_ep_exchange_sim(G, sim->counts, H * sizeof(float), sx, rx, 0);
