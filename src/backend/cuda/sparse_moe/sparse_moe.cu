@@ -85,7 +85,8 @@ struct nf_sparse_moe {
     size_t dev_bytes;
     char profile[64];
     uint32_t decode_max, small_max;
-    uint32_t mmq_max;          // slices of small_max < T <= mmq_max tokens take the mmq route (mmq.cu);
+    uint32_t mmq_max;          // slices above the small-token route (small_max, lowered to mmq_small_max
+                               // while this is set) up to mmq_max tokens take the mmq route (mmq.cu);
                                // 0 where the bank cannot (mmq_ok) or a benchmark turned it off
     int mmq_ok;                // the routed bank can take the mmq route (codecs, shapes, A8 allowed)
     int *counter;              // device [2 + E], 0 between forwards: the small router's grid-wide count, then
@@ -455,7 +456,6 @@ extern "C" nf_status nf_sparse_moe_bind(const nf_moe_bank *b, uint32_t max_token
                 mmq_supported(m->codec[M_GATE_UP], m->m[M_GATE_UP], true) &&
                 mmq_supported(m->codec[M_DOWN], m->m[M_DOWN], false) && H % 32 == 0 && I % 32 == 0;
     m->mmq_max = m->mmq_ok ? mmq_route_max(m->codec[M_GATE_UP]) : 0;
-    if (m->mmq_ok && m->small_max > mmq_small_max(m->codec[M_GATE_UP])) m->small_max = mmq_small_max(m->codec[M_GATE_UP]);
     layout_workspace(m, max_tokens);
     // the uploads and the counters' memset ran on the legacy stream (a pageable cudaMemcpy may return
     // before its DMA lands); a caller's non-blocking stream would not wait for them
@@ -481,7 +481,10 @@ extern "C" size_t nf_sparse_moe_weight_bytes(const nf_sparse_moe *m) { return m-
 extern "C" nf_moe_route nf_sparse_moe_route(const nf_sparse_moe *m, uint32_t tokens)
 {
     if (tokens <= m->decode_max) return NF_MOE_ROUTE_DECODE;
-    if (tokens <= m->small_max) return NF_MOE_ROUTE_SMALL;
+    // where the mmq route runs, it takes over from the small-token route at its own frontier
+    const uint32_t mmq_small = m->mmq_max ? mmq_small_max(m->codec[M_GATE_UP]) : UINT32_MAX;
+    const uint32_t small_max = m->small_max < mmq_small ? m->small_max : mmq_small;
+    if (tokens <= small_max) return NF_MOE_ROUTE_SMALL;
     if (tokens <= m->mmq_max) return NF_MOE_ROUTE_MMQ;
     return NF_MOE_ROUTE_PREFILL;
 }
@@ -508,9 +511,6 @@ extern "C" void nf_sparse_moe_set_thresholds(nf_sparse_moe *m, uint32_t decode_m
 extern "C" void nf_sparse_moe_set_mmq_max(nf_sparse_moe *m, uint32_t mmq_max)
 {
     m->mmq_max = !m->mmq_ok ? 0 : mmq_max > kMmqMaxTokens ? kMmqMaxTokens : mmq_max;
-    // without the mmq route the small-token route keeps its own frontier (the routes before mmq)
-    if (m->mmq_ok && mmq_max == 0 && m->small_max == mmq_small_max(m->codec[M_GATE_UP]))
-        m->small_max = small_route_max(m->bank.gate_up.codec);
 }
 
 static Routing routing_at(const nf_sparse_moe *m, uint8_t *ws)
