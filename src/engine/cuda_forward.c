@@ -173,4 +173,4 @@ const nf_backend_ops nf_cuda_backend = {.name = "cuda", .create = cuda_create, .
                                         .copy_page = cuda_copy_page,
                                         .describe = cuda_describe, .routing = cuda_routing,
                                         .slot_floats = cuda_slot_floats, .slot_save = cuda_slot_save,
-                                        .slot_load = cuda_slot_load};
+                                        .slot_load = cuda_slot_load, .logit_rows = 1};

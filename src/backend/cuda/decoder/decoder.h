@@ -27,7 +27,8 @@
  * per layer, K and V are each [kv_pages][page_tokens][kv_heads * head_dim] bf16 (docs/gpu_engine.md
  * "Paged KV cache"). A decode-only step (every sequence one token) of S sequences is captured once
  * as a CUDA graph per S and replayed: every kernel reads the token ids, positions and page tables
- * from device memory. This header is plain C. */
+ * from device memory (a batch whose logit_rows ask for more than one row of a sequence has a sequence
+ * of several tokens: never a graph step). This header is plain C. */
 #ifndef NF_CUDA_DECODER_H
 #define NF_CUDA_DECODER_H
 
@@ -102,8 +103,11 @@ nf_status nf_cuda_decoder_set_rope(nf_cuda_decoder *dec, const float *inv_freq, 
 
 /* One forward of b (base/batch.h): T <= chunk tokens of S <= max_seqs sequences; each token's key and
  * value go to its page slot, then it attends to its sequence's positions 0 .. its own. logits (host,
- * may be NULL: they stay on the device for topk / logits): [T][vocab] when b->all_logits, else [S]
- * [vocab], each sequence's last token. Synchronous when logits is given. A malformed batch (counts,
+ * may be NULL: they stay on the device for topk / logits): with b->logit_rows the last logit_rows[i]
+ * tokens of each sequence, [sum][vocab] in batch order (the final norm's rows gathered, one LM head
+ * product over them: speculation's verification positions beside other sequences' tokens); else
+ * [T][vocab] when b->all_logits, else [S][vocab], each sequence's last token. Synchronous when logits
+ * is given. A malformed batch (counts,
  * seq_start, positions past ctx, a page id >= kv_pages among those the forward touches, a token id
  * >= vocab) is refused with NF_ERR_INVALID_ARG before anything runs. */
 nf_status nf_cuda_decoder_forward_batch(nf_cuda_decoder *dec, const nf_batch *b, float *logits, nf_error *err);

@@ -65,11 +65,14 @@ Fail projections(nf_cuda_decoder *dec, uint32_t l, uint32_t T, uint32_t row)
 constexpr uint32_t kGqaMinTokens = 8, kGqaMinKeys = 4096;
 
 // The shape of one forward beyond T: S sequences, n_dec tokens for the split attention, n_tiles
-// tiles for the tile attention; decode_only: every sequence has one token (T == S).
+// tiles for the tile attention; decode_only: every sequence has one token (T == S); all: the LM head
+// over every token; R > 0: over the R tokens StepLayout::rows names (nf_batch.logit_rows, when it asks
+// for neither every token nor one a sequence; else all, or the sequences' last tokens).
 struct Shape {
     uint32_t T, S, n_dec, n_tiles;
     bool all, decode_only;
     bool long_keys; // a split-kernel token sees kGqaMinKeys keys or more
+    uint32_t R;
 };
 
 // The device tables of a forward of this shape (StepLayout): fixed for a given (T, S).
@@ -179,10 +182,16 @@ Fail run(nf_cuda_decoder *dec, const Shape &sh)
     }
     add_rmsnorm(a.x, delta_bf16 ? nullptr : a.delta, delta_bf16 ? a.moe_out : nullptr, dec->out_norm, T, d.hidden,
                 d.rms_eps, a.xn, s);
-    // the LM head: every token; a decode-only step's tokens are its sequences' last ones; one
-    // sequence's last row is xn's last; else the S last rows gathered first
+    // the LM head: every token; a decode-only step's tokens are its sequences' last ones; the R rows of
+    // logit_rows gathered into moe_out (read by the norm above, free now; tab re-counted for R rows:
+    // the layers' products are done); one sequence's last row is xn's last; else the S last rows
+    // gathered first
     if (sh.all || sh.decode_only) {
         TRY(linear(dec->head, dec->tab, a.xn, T, a.logits, d.vocab, s), "output", UINT32_MAX);
+    } else if (sh.R) {
+        prep_tables(dec->tab, sh.R, s);
+        gather_rows(a.xn, dec->step + step_layout(T, sh.S, dec->stride).rows, sh.R, d.hidden, a.moe_out, s);
+        TRY(linear(dec->head, dec->tab, a.moe_out, sh.R, a.logits, d.vocab, s), "output", UINT32_MAX);
     } else if (sh.S == 1) {
         TRY(linear(dec->head, dec->tab1, a.xn + (T - 1) * H, 1, a.logits, d.vocab, s), "output", UINT32_MAX);
     } else {
@@ -246,6 +255,9 @@ nf_status check_batch(const nf_cuda_decoder *dec, const nf_batch *b, nf_error *e
         if (b->seq_start[i + 1] <= b->seq_start[i] || b->seq_start[i + 1] > T || b->pos0[i] > d.ctx || end > d.ctx)
             return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: sequence %u: tokens %u .. %u at %u (context %u)", i,
                                 b->seq_start[i], b->seq_start[i + 1], b->pos0[i], d.ctx);
+        if (b->logit_rows && (!b->logit_rows[i] || b->logit_rows[i] > n))
+            return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: sequence %u asks for %u logits rows of its %u "
+                                "tokens", i, b->logit_rows[i], n);
         const uint32_t np = (end + d.page_tokens - 1) / d.page_tokens;
         if (np > b->page_stride && S > 1)
             return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: page_stride %u below the %u pages of sequence %u",
@@ -283,7 +295,7 @@ Shape stage_batch(nf_cuda_decoder *dec, const nf_batch *b)
     int32_t *h = dec->h_step;
     memcpy(h + l.tokens, b->tokens, T * sizeof(int32_t));
     const uint32_t R = attention_tile_rows(dec->d.head_dim, dec->a.row_att);
-    Shape sh{T, S, 0, 0, b->all_logits != 0, T == S, false};
+    Shape sh{T, S, 0, 0, b->all_logits != 0 && !b->logit_rows, T == S, false, 0};
     TileSort *tiles = reinterpret_cast<TileSort *>(h + l.tiles);
     for (uint32_t i = 0; i < S; i++) {
         const uint32_t t0 = b->seq_start[i], n = b->seq_start[i + 1] - t0, p0 = b->pos0[i];
@@ -302,6 +314,24 @@ Shape stage_batch(nf_cuda_decoder *dec, const nf_batch *b)
         memcpy(h + l.pages + (size_t)i * dec->stride, b->pages + (size_t)i * b->page_stride, np * sizeof(uint32_t));
     }
     if (sh.n_tiles > 1) qsort(tiles, sh.n_tiles, sizeof *tiles, tile_cmp);
+    if (b->logit_rows) { // the last logit_rows[i] tokens of each sequence, in batch order
+        uint32_t nr = 0;
+        bool every = true;
+        for (uint32_t i = 0; i < S; i++) {
+            const uint32_t end = b->seq_start[i + 1], r = b->logit_rows[i];
+            every = every && r == end - b->seq_start[i];
+            for (uint32_t j = 0; j < r; j++) h[l.rows + nr + j] = (int32_t)(end - r + j);
+            nr += r;
+        }
+        // nr == S: one row a sequence, the plain layout (a decode-only step stays a graph step); every
+        // token: the all_logits layout (h_last as it is); else the gathered rows
+        if (nr > S && every) {
+            sh.all = true;
+        } else if (nr > S) {
+            sh.R = nr;
+            for (uint32_t i = 0, r = 0; i < S; i++) r += b->logit_rows[i], dec->h_last[i] = (int32_t)(r - 1);
+        }
+    }
     return sh;
 }
 
@@ -333,12 +363,14 @@ extern "C" nf_status nf_cuda_decoder_forward_batch(nf_cuda_decoder *dec, const n
     if (cudaEventSynchronize(dec->step_copied) != cudaSuccess)
         return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: %s", cudaGetErrorString(cudaGetLastError()));
     const Shape sh = stage_batch(dec, b);
-    // the whole layout up to the last sequence's page row: the tables a captured graph reads
-    const size_t bytes = step_layout(sh.T, sh.S, dec->stride).total * 4;
+    // the whole layout up to the last sequence's page row (the tables a captured graph reads), and the
+    // logits rows' tokens when there are any
+    const StepLayout sl = step_layout(sh.T, sh.S, dec->stride);
+    const size_t bytes = (sl.rows + sh.R) * 4;
     if (cudaMemcpyAsync(dec->step, dec->h_step, bytes, cudaMemcpyHostToDevice, dec->stream) != cudaSuccess ||
         cudaEventRecord(dec->step_copied, dec->stream) != cudaSuccess)
         return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: step upload failed");
-    if (sh.decode_only && !sh.all && !d.no_graphs) {
+    if (sh.decode_only && !sh.all && !sh.R && !d.no_graphs) {
         st = decode_graph(dec, sh, err);
     } else {
         Fail f = run(dec, sh);
@@ -348,11 +380,11 @@ extern "C" nf_status nf_cuda_decoder_forward_batch(nf_cuda_decoder *dec, const n
     for (uint32_t i = 0; dec->slots && i < sh.S; i++)
         dec->slot_pos[b->state_slot[i]] = b->pos0[i] + (b->seq_start[i + 1] - b->seq_start[i]);
     dec->has_logits = 1;
-    dec->last_all = sh.all;
+    dec->last_rows = sh.all || sh.R;
     dec->last_T = sh.T;
     dec->last_S = sh.S;
     if (!logits) return NF_OK;
-    const size_t n = (size_t)(sh.all ? sh.T : sh.S) * d.vocab;
+    const size_t n = (size_t)(sh.R ? sh.R : sh.all ? sh.T : sh.S) * d.vocab;
     if (cudaMemcpyAsync(logits, dec->a.logits, n * sizeof(float), cudaMemcpyDeviceToHost, dec->stream) != cudaSuccess ||
         cudaStreamSynchronize(dec->stream) != cudaSuccess)
         return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: forward of %u tokens of %u sequences: %s", sh.T, sh.S,
@@ -368,9 +400,9 @@ extern "C" nf_status nf_cuda_decoder_topk(nf_cuda_decoder *dec, uint32_t k, int3
     const uint32_t S = dec->last_S;
     const size_t V = dec->d.vocab;
     cudaError_t e = cudaSuccess;
-    if (!dec->last_all) {
+    if (!dec->last_rows) {
         e = topk(dec->a.logits, dec->d.vocab, V, S, k, dec->tk, dec->stream);
-    } else { // each sequence's last row of the [T][vocab] logits, one row at a time
+    } else { // each sequence's last row of the [T][vocab] or [R][vocab] logits, one row at a time
         for (uint32_t i = 0; i < S && e == cudaSuccess; i++) {
             const TopK t{dec->tk.ids + (size_t)i * k, dec->tk.vals + (size_t)i * k, dec->tk.cand_vals, dec->tk.cand_ids};
             e = topk(dec->a.logits + (size_t)dec->h_last[i] * V, dec->d.vocab, V, 1, k, t, dec->stream);
@@ -390,9 +422,9 @@ extern "C" nf_status nf_cuda_decoder_logits(nf_cuda_decoder *dec, float *logits,
     if (!dec->has_logits) return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: no forward has run");
     const size_t V = dec->d.vocab;
     cudaError_t e = cudaSuccess;
-    if (!dec->last_all) // the rows are the sequences'
+    if (!dec->last_rows) // the rows are the sequences'
         e = cudaMemcpyAsync(logits, dec->a.logits, dec->last_S * V * sizeof(float), cudaMemcpyDeviceToHost, dec->stream);
-    for (uint32_t i = 0; dec->last_all && i < dec->last_S && e == cudaSuccess; i++)
+    for (uint32_t i = 0; dec->last_rows && i < dec->last_S && e == cudaSuccess; i++)
         e = cudaMemcpyAsync(logits + i * V, dec->a.logits + (size_t)dec->h_last[i] * V, V * sizeof(float),
                             cudaMemcpyDeviceToHost, dec->stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(dec->stream);
@@ -431,7 +463,7 @@ extern "C" nf_status nf_cuda_decoder_penalize(nf_cuda_decoder *dec, const nf_pen
     int32_t *h = (int32_t *)malloc(words * 4);
     if (!h) return nf_error_set(err, NF_ERR_NOMEM, "cuda decoder: out of host memory");
     memcpy(h, start, (S + 1) * 4);
-    for (uint32_t i = 0; i < S; i++) h[o_rows + i] = dec->last_all ? dec->h_last[i] : (int32_t)i;
+    for (uint32_t i = 0; i < S; i++) h[o_rows + i] = dec->last_rows ? dec->h_last[i] : (int32_t)i;
     memcpy(h + o_pen, pen, (size_t)S * sizeof *pen);
     memcpy(h + o_ids, ids, n * 4);
     memcpy(h + o_cnt, counts, n * 4);

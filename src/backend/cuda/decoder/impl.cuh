@@ -33,7 +33,8 @@ struct Layer {
 // qkv [C][row] f32 (the token mixer's projections: Layer::in_cols); att [C][max(heads*hd, Vd)] bf16
 // (the attention output, or the GDN's gated norm output); g, u [C][D] f32, act [C][D] bf16; logits
 // [C][vocab] f32; part: attention split partials; xl [max_seqs][H] bf16: the sequences' last rows
-// for the LM head.
+// for the LM head. moe_out is free once the final norm has read it: the LM head's input rows of a
+// forward with nf_batch.logit_rows are gathered there (up to T of them).
 struct Acts {
     float *x, *delta, *qkv, *g, *u, *logits, *part;
     uint32_t row_att, row_gdn; // qkv's row stride for attention layers ([q | k | v | gate]) and for GDN layers
@@ -44,8 +45,10 @@ struct Acts {
 // Where the batch tables of a forward of T tokens and S sequences lie in the step buffer (int32
 // units; the host staging and the device buffer share it). Only (T, S) decide the offsets, so a graph
 // captured for a decode-only step of S sequences reads the right tables at every later such step.
+// rows: the logits rows' tokens of a forward with nf_batch.logit_rows (up to T; after the pages, so the
+// tables a decode graph reads keep their offsets).
 struct StepLayout {
-    size_t tokens, pos, seq, dtok, tiles, last, slot, pages, total;
+    size_t tokens, pos, seq, dtok, tiles, last, slot, pages, rows, total;
 };
 inline StepLayout step_layout(uint32_t T, uint32_t S, uint32_t stride)
 {
@@ -55,7 +58,8 @@ inline StepLayout step_layout(uint32_t T, uint32_t S, uint32_t stride)
     l.last = l.tiles + 4 * ((size_t)T / kAttnTileMin + S);  // tiles: at most T / 16 + S (each >= 16 rows but a sequence's last)
     l.slot = l.last + S;
     l.pages = l.slot + S;
-    l.total = l.pages + (size_t)S * stride;
+    l.rows = l.pages + (size_t)S * stride;
+    l.total = l.rows + T;
     return l;
 }
 
@@ -86,9 +90,10 @@ struct nf_cuda_decoder {
     cudaStream_t stream;
     cudaGraphExec_t *graphs;        // [2][max_seqs + 1]: the decode-only forward of S sequences (short, long
                                     // keys: forward.cu kGqaMinKeys), captured on first use
-    int32_t *h_last;                // host [max_seqs]: the last forward's last-token rows
+    int32_t *h_last;                // host [max_seqs]: each sequence's last-token row of a.logits (last_rows)
     int has_logits;                 // a forward has run
-    int last_all;                   // it kept every token's logits
+    int last_rows;                  // it kept more rows than one per sequence (all_logits, logit_rows): the
+                                    // sequences' last-token rows are h_last's, not 0 .. S - 1
     int32_t *trace;                 // device [layers][T][top_k] with trace_routing, else NULL
     int32_t *pen;                   // device: penalize's tables (grown on demand), pen_words int32 words
     size_t pen_words;
