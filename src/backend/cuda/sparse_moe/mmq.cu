@@ -14,10 +14,9 @@
 // positions that hold live positions issue MMAs, so a tile of 3 positions costs 1 of 8 n-tiles.
 //
 // Work split: 8 warps; warp w takes m-tiles (16 rows each) of row group w % 4 and the n-tiles of half
-// w / 4 of the position tile, or, when every live n-tile fits in one half (a few positions an
-// expert: T <= ~256), m-tile w alone and every live n-tile, so that no warp idles. GLU: smem rows
-// 0..63 are the gate rows of intermediates i0 .. i0 + 63, rows 64..127 their up rows; the epilogue
-// meets a position's gate and up sums in shared memory.
+// w / 4 of the position tile. GLU: smem rows 0..63 are the gate rows of intermediates i0 .. i0 + 63,
+// rows 64..127 their up rows, and warp w's m-tiles are gate rows 16 (w % 4) .. and the matching up
+// rows, so a thread's two accumulators of one element are (gate, up) of the same intermediate.
 //
 // Pipeline per K slice kt: wait for slice kt's copies and a barrier (every warp is past slice kt - 1,
 // so its buffer and the scale table are free), issue slice kt + STAGES - 1's copies, decode slice
@@ -151,16 +150,9 @@ __global__ void __launch_bounds__(kThreads, BN == 64 ? 1 : 2)
     }
 
     const int warp = tid / 32, lane = tid % 32, gq = lane / 4, tq = lane % 4;
-    // Two splits of the CTA's 8 m-tiles x NT n-tiles over its 8 warps. Wide tiles (nlive > NTW): warp
-    // w takes 2 m-tiles of row group w % 4 and the n-tiles of half w / 4. Narrow tiles (every live
-    // n-tile in one half, as at T <= 256 where an expert holds a few positions): warp w takes m-tile w
-    // alone and every live n-tile, so no warp idles. Each output element is still one thread's fold
-    // over K in group order: the split changes no bit.
     const int wm = warp % 4, wn = warp / 4;
-    const bool narrow = nlive <= NTW;
-    const int nmt = narrow ? 1 : 2, nbase = narrow ? 0 : wn * NTW;
     int rb[2]; // first smem row of each m-tile
-    rb[0] = narrow ? 16 * warp : GLU ? 16 * wm : 32 * wm;
+    rb[0] = GLU ? 16 * wm : 32 * wm;
     rb[1] = GLU ? kBM / 2 + 16 * wm : 32 * wm + 16;
     float acc[2][NTW][4];
 #pragma unroll
@@ -188,14 +180,13 @@ __global__ void __launch_bounds__(kThreads, BN == 64 ? 1 : 2)
         const uint8_t *st = stages + (kt % L::STAGES) * L::STAGE;
         const int8_t *xs = reinterpret_cast<const int8_t *>(st + L::A_BYTES);
         const float2 *ds_ = reinterpret_cast<const float2 *>(st + L::A_BYTES + L::X_BYTES);
-        if (nbase >= nlive) continue; // this warp's positions are all past the tile's count
+        if (wn * NTW >= nlive) continue; // this warp's positions are all past the tile's count
 #pragma unroll 2
         for (int j = 0; j < S::NG; j++) {
             uint32_t a[2][S::AREGS];
             float sd[2][2], sm[2][2];
 #pragma unroll
             for (int mt = 0; mt < 2; mt++) {
-                if (mt >= nmt) break;
                 const int r0 = rb[mt] + gq;
                 mmq_afrag<C>(st + r0 * S::QS, st + (r0 + 8) * S::QS, j, tq, a[mt]);
 #pragma unroll
@@ -212,14 +203,13 @@ __global__ void __launch_bounds__(kThreads, BN == 64 ? 1 : 2)
             const int xb = j * C::GE / 32; // the activation block of group j
 #pragma unroll
             for (int ni = 0; ni < NTW; ni++) {
-                const int n = nbase + ni;
+                const int n = wn * NTW + ni;
                 if (n >= nlive) break;
                 uint32_t b[S::BREGS];
                 mmq_bfrag<C>(xs + (8 * n + gq) * S::XS, j, tq, b);
                 const float2 x0 = ds_[(8 * n + 2 * tq) * L::XB + xb], x1 = ds_[(8 * n + 2 * tq + 1) * L::XB + xb];
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++) {
-                    if (mt >= nmt) break;
                     int c[4] = {0, 0, 0, 0};
                     mma_s8(c, a[mt], b);
 #pragma unroll
@@ -235,22 +225,18 @@ __global__ void __launch_bounds__(kThreads, BN == 64 ? 1 : 2)
         // epilogue: the intermediate silu(gate) * up in f32, quantised per position and 32 elements
         // here (quant_a8.cuh's arithmetic on the same f32 values: the bits a separate launch would
         // give), so it is written once, as int8 and its (d, d sum q) pairs. The values meet in shared
-        // memory (a block of 32 spans two warps' rows; a narrow tile's gate and up rows are in two
-        // warps): [BN][128] floats (gate then up sums) over the drained stages.
-        constexpr int VS = kBM + 4; // row stride in floats
-        static_assert(L::STAGES * L::STAGE >= BN * VS * 4, "the epilogue's sums fit in the stages");
+        // memory (a block of 32 spans two warps' rows): [BN][64] floats over the drained stages.
+        constexpr int VS = kBM / 2 + 4; // row stride in floats
         float *sv = reinterpret_cast<float *>(smem);
         __syncthreads(); // every warp is done with the stages
 #pragma unroll
         for (int ni = 0; ni < NTW; ni++) {
-            const int n = nbase + ni;
+            const int n = wn * NTW + ni;
             if (n >= nlive) break;
 #pragma unroll
-            for (int mt = 0; mt < 2; mt++) {
-                if (mt >= nmt) break;
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    sv[(8 * n + 2 * tq + (e & 1)) * VS + rb[mt] + gq + 8 * (e >> 1)] = acc[mt][ni][e];
+            for (int e = 0; e < 4; e++) {
+                const int p = 8 * n + 2 * tq + (e & 1);
+                sv[p * VS + 16 * wm + gq + 8 * (e >> 1)] = silu(acc[0][ni][e]) * acc[1][ni][e];
             }
         }
         __syncthreads();
@@ -260,7 +246,7 @@ __global__ void __launch_bounds__(kThreads, BN == 64 ? 1 : 2)
             const bool ok = v < BN * 8 && p < count;
             float f[8];
 #pragma unroll
-            for (int i = 0; i < 8; i++) f[i] = ok ? silu(sv[p * VS + 8 * c8 + i]) * sv[p * VS + kBM / 2 + 8 * c8 + i] : 0.0f;
+            for (int i = 0; i < 8; i++) f[i] = ok ? sv[p * VS + 8 * c8 + i] : 0.0f;
             uint32_t packed[2];
             float d;
             int sum;
@@ -275,7 +261,7 @@ __global__ void __launch_bounds__(kThreads, BN == 64 ? 1 : 2)
         // epilogue: y [pos][row] f32 (the combine reads it)
 #pragma unroll
         for (int ni = 0; ni < NTW; ni++) {
-            const int n = nbase + ni;
+            const int n = wn * NTW + ni;
             if (n >= nlive) break;
 #pragma unroll
             for (int e = 0; e < 4; e++) {
@@ -283,8 +269,7 @@ __global__ void __launch_bounds__(kThreads, BN == 64 ? 1 : 2)
                 if (p >= count) continue;
                 float *o = out + (size_t)(start + p) * out_stride;
 #pragma unroll
-                for (int mt = 0; mt < 2; mt++)
-                    if (mt < nmt) o[blockIdx.x * kBM + rb[mt] + gq + 8 * (e >> 1)] = acc[mt][ni][e];
+                for (int mt = 0; mt < 2; mt++) o[blockIdx.x * kBM + rb[mt] + gq + 8 * (e >> 1)] = acc[mt][ni][e];
             }
         }
     }
