@@ -65,14 +65,26 @@ struct Layout {
     static constexpr int XB = C::SLICE / 32;                 // activation blocks a slice
     static constexpr int A_BYTES = kBM * S::QS;              // weight rows
     static constexpr int X_BYTES = BN * S::XS;               // int8 activations [BN][SLICE (+16)]
-    static constexpr int D_BYTES = BN * XB * 8;              // their (d, s) [BN][XB]
+    // Strides padded against shared-memory bank conflicts (ncu at T = 64 counted 55 % excess
+    // wavefronts without them): a fragment's lanes read the (d, s) of positions 2 t, 2 t + 1 and the
+    // scales of rows g, g + 8, whose unpadded strides (64 B, 8 NG B) put 4 of them on one bank.
+    static constexpr int DS = XB * 8 + 16;                   // (d, s) bytes a position: 16-byte aligned for cp.async
+    static constexpr int D_BYTES = BN * DS;                  // their (d, s) [BN][XB (+2)]
     static constexpr int STAGE = A_BYTES + X_BYTES + D_BYTES;
-    static constexpr int TAB = kBM * S::NG * (C::MINS ? 8 : 4); // the slice's scales [kBM][NG]
-    // bytes of shared memory for rows whose scale fields take meta bytes (rounded up to 16)
+    static constexpr int TS = S::NG + 1;                     // scale table row stride (entries)
+    static constexpr int TAB = kBM * TS * (C::MINS ? 8 : 4); // the slice's scales [kBM][NG (+1)]
+    // bytes of shared memory for rows whose scale fields take a meta_stride of meta bytes
     static size_t smem(uint32_t meta) { return (size_t)STAGES * STAGE + TAB + (size_t)kBM * meta; }
 };
 
 __host__ __device__ inline uint32_t round16(uint32_t b) { return (b + 15) & ~15u; }
+// A row's staged scale fields: round16 bytes, plus 16 where that stride is a multiple of 32 bytes, so
+// the rows the table's build reads together (consecutive rows, one word each) fall on distinct banks.
+__host__ __device__ inline uint32_t meta_stride(uint32_t bytes)
+{
+    const uint32_t b = round16(bytes);
+    return b % 32 ? b : b + 16;
+}
 
 template <class C, bool GLU, int BN>
 __global__ void __launch_bounds__(kThreads, BN == 64 ? 1 : 2)
@@ -88,7 +100,7 @@ __global__ void __launch_bounds__(kThreads, BN == 64 ? 1 : 2)
     const int gi = tl.group[tile], m0 = tl.m0[tile];
     const int expert = g.expert[gi], start = g.start[gi] + m0, count = min(BN, g.count[gi] - m0);
     const int nlive = (count + 7) / 8; // n-tiles with a live position
-    const uint32_t K = W.cols, KT = K / C::SLICE, meta_b = round16(C::meta_bytes(W));
+    const uint32_t K = W.cols, KT = K / C::SLICE, meta_b = round16(C::meta_bytes(W)), meta_s = meta_stride(C::meta_bytes(W));
     uint8_t *stages = smem;
     uint8_t *tab = smem + L::STAGES * L::STAGE;
     uint8_t *meta = tab + L::TAB;
@@ -102,7 +114,7 @@ __global__ void __launch_bounds__(kThreads, BN == 64 ? 1 : 2)
     // scale fields of every row, once (the first commit group)
     for (uint32_t c = tid; c < kBM * (meta_b / 16); c += kThreads) {
         const uint32_t r = c / (meta_b / 16), o = 16 * (c % (meta_b / 16));
-        cp_async16(smem_u32(meta + r * meta_b + o), row_ptr(W, expert, grow((int)r)) + C::meta_off(W) + o, 16);
+        cp_async16(smem_u32(meta + r * meta_s + o), row_ptr(W, expert, grow((int)r)) + C::meta_off(W) + o, 16);
     }
     // the rows this thread copies: weight chunks tid + kThreads u
     constexpr int AU = kBM * S::QC / kThreads;
@@ -139,7 +151,7 @@ __global__ void __launch_bounds__(kThreads, BN == 64 ? 1 : 2)
         }
         if (tid < BN * DC && tid / DC < 8 * nlive) {
             const int p = tid / DC, cc = tid % DC;
-            cp_async16(smem_u32(st + L::A_BYTES + L::X_BYTES + p * L::XB * 8 + 16 * cc),
+            cp_async16(smem_u32(st + L::A_BYTES + L::X_BYTES + p * L::DS + 16 * cc),
                        drow ? drow + kt * L::XB + 2 * cc : xd, drow ? 16 : 0);
         }
     };
@@ -172,9 +184,9 @@ __global__ void __launch_bounds__(kThreads, BN == 64 ? 1 : 2)
         for (int i = tid; i < kBM * S::NG; i += kThreads) {
             const int r = i / S::NG, j = i % S::NG;
             float ds, ms;
-            C::scale(meta + r * meta_b, W.nb, kt, j, ds, ms);
-            if (C::MINS) reinterpret_cast<float2 *>(tab)[i] = make_float2(ds, ms);
-            else reinterpret_cast<float *>(tab)[i] = ds;
+            C::scale(meta + r * meta_s, W.nb, kt, j, ds, ms);
+            if (C::MINS) reinterpret_cast<float2 *>(tab)[r * L::TS + j] = make_float2(ds, ms);
+            else reinterpret_cast<float *>(tab)[r * L::TS + j] = ds;
         }
         __syncthreads();
         const uint8_t *st = stages + (kt % L::STAGES) * L::STAGE;
@@ -191,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, BN == 64 ? 1 : 2)
                 mmq_afrag<C>(st + r0 * S::QS, st + (r0 + 8) * S::QS, j, tq, a[mt]);
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    const int i = (r0 + 8 * h) * S::NG + j;
+                    const int i = (r0 + 8 * h) * L::TS + j;
                     if (C::MINS) {
                         const float2 v = reinterpret_cast<const float2 *>(tab)[i];
                         sd[mt][h] = v.x, sm[mt][h] = v.y;
@@ -207,7 +219,7 @@ __global__ void __launch_bounds__(kThreads, BN == 64 ? 1 : 2)
                 if (n >= nlive) break;
                 uint32_t b[S::BREGS];
                 mmq_bfrag<C>(xs + (8 * n + gq) * S::XS, j, tq, b);
-                const float2 x0 = ds_[(8 * n + 2 * tq) * L::XB + xb], x1 = ds_[(8 * n + 2 * tq + 1) * L::XB + xb];
+                const float2 x0 = ds_[(8 * n + 2 * tq) * (L::DS / 8) + xb], x1 = ds_[(8 * n + 2 * tq + 1) * (L::DS / 8) + xb];
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++) {
                     int c[4] = {0, 0, 0, 0};
@@ -326,7 +338,7 @@ size_t mmq_smem(int codec, const DevMat &W, int height)
     size_t bytes = 0;
     with_mmq_codec(codec, [&](auto c) {
         using C = decltype(c);
-        const uint32_t meta = round16(C::meta_bytes(W));
+        const uint32_t meta = meta_stride(C::meta_bytes(W));
         bytes = height == 64 ? Layout<C, 64>::smem(meta) : Layout<C, 32>::smem(meta);
         return cudaSuccess;
     });
