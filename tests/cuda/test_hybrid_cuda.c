@@ -45,8 +45,9 @@
  * expert (both right) and from that forward row on the sequence's logits differ by order one (a hybrid's
  * state carries the change to every later row). Both engines trace their routing; the oracle, layer
  * and synth comparisons hold only the rows before the first flip to the bounds and report the rest. A
- * flip before prompt row 16 fails (a broken router flips at once); the qwen3_5_moe_text fixture flips
- * at row 25 in layer 2 on an H100 (0.27 - 0.46 rel-L2 from there before this rule). */
+ * flip before prompt row 16 fails (a broken router flips at once). On an H100 (2026-12-06) the first
+ * flips: qwen3_next row 40 (layer 3), synth tiny-hybrid rows 23 and 33, qwen3_5_moe_text row 5 (layer
+ * 2: a failure, see docs/hybrid.md). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
