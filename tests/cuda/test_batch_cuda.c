@@ -55,6 +55,7 @@ enum { PT = 16, CTX = 256, NPS = CTX / PT, MAXS = 4, POOL = 72, CHUNK = 256, STE
 #define FXB_SEQS MAXS
 #define FXB_STRIDE NPS
 #include "common/batch_builder.h"
+#include "common/routing.h"
 
 /* Tokens of each sequence at each step (0: absent); steps 5 and 6 are decode-only. */
 static const uint32_t plan[MAXS][STEPS] = {
@@ -79,21 +80,6 @@ static nf_engine *engine(const nf_model *m, uint32_t max_seqs, int no_graphs)
     nf_error err;
     CHECK_MSG(nf_engine_create(m, &o, &e, &err) == NF_OK, "%s", err.msg);
     return e;
-}
-
-/* Expert sets of tokens [a, a + n) of a trace [L][T][k] against rows [0, n) of a trace [L][n][k]. */
-static int same_routing(const int32_t *bt, uint32_t T, uint32_t a, const int32_t *al, uint32_t n, uint32_t L, uint32_t k)
-{
-    for (uint32_t l = 0; l < L; l++)
-        for (uint32_t t = 0; t < n; t++) {
-            const int32_t *x = bt + ((size_t)l * T + a + t) * k, *y = al + ((size_t)l * n + t) * k;
-            for (uint32_t i = 0; i < k; i++) {
-                int found = 0;
-                for (uint32_t j = 0; j < k; j++) found |= x[i] == y[j];
-                if (!found) return 0;
-            }
-        }
-    return 1;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -159,7 +145,7 @@ static void mix(const nf_model *m, nf_engine *be, const char *what, bounds bd, f
                 CHECK_MSG(0, "%s: alone: %s", what, err.msg);
                 continue;
             }
-            if (!diverged[s] && !same_routing(tr, b.n_tokens, bb.seq_start[i], rb, n, L, k)) diverged[s] = 1, t.flips++;
+            if (!diverged[s] && !fx_same_routing(tr, b.n_tokens, bb.seq_start[i], rb, n, L, k)) diverged[s] = 1, t.flips++;
             if (diverged[s] || t.n >= 64) continue;
             t.err[t.n++] = fx_rel_l2(logits + (size_t)i * V, alone[s]->logits, V);
         }
@@ -280,7 +266,7 @@ static void decode8(const nf_model *m, const char *what, bounds bd)
         ok = be->ops->forward(be->state, &b, logits, &err) == NF_OK && nf_engine_routing(be, tr, &err) == NF_OK;
         for (uint32_t i = 0; ok && i < N; i++) {
             ok = nf_engine_prefill(alone[i], ids + i, 1, NULL, &err) == NF_OK && nf_engine_routing(alone[i], rb, &err) == NF_OK;
-            if (ok && !diverged[i] && !same_routing(tr, N, i, rb, 1, L, k)) diverged[i] = 1, t.flips++;
+            if (ok && !diverged[i] && !fx_same_routing(tr, N, i, rb, 1, L, k)) diverged[i] = 1, t.flips++;
             if (ok && !diverged[i] && t.n < 64) t.err[t.n++] = fx_rel_l2(logits + (size_t)i * V, alone[i]->logits, V);
             len[i]++;
         }

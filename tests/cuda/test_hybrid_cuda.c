@@ -62,6 +62,7 @@
 #include "common/engine_fixture.h"
 #include "common/cuda_fixture.h"
 #include "common/hybrid_slots.h"
+#include "common/routing.h"
 #include "convert/synth.h"
 
 enum { CHUNK = 48 };
@@ -170,12 +171,7 @@ static size_t first_flip(const nf_model *m, const int32_t *a, const int32_t *b, 
     const size_t L = m->cfg.layers, k = m->cfg.top_k ? m->cfg.top_k : 1;
     for (size_t r = 0; r < rows; r++)
         for (size_t l = 0; l < L; l++) {
-            const int32_t *x = a + (r * L + l) * k, *y = b + (r * L + l) * k;
-            for (size_t i = 0; i < k; i++) {
-                int found = 0;
-                for (size_t j = 0; j < k; j++) found |= x[i] == y[j];
-                if (!found) return *layer = (uint32_t)l, r;
-            }
+            if (!fx_same_experts(a + (r * L + l) * k, b + (r * L + l) * k, k)) return *layer = (uint32_t)l, r;
         }
     return rows;
 }

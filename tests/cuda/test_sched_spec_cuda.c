@@ -61,6 +61,7 @@
 #include "nf_test.h"
 #include "common/engine_fixture.h"
 #include "common/cuda_fixture.h"
+#include "common/routing.h"
 
 enum { PT = 16, CTX = 128, NPS = CTX / PT, MAXS = 4, CHUNK = 32, RCHUNK = 80 };
 
@@ -102,22 +103,6 @@ static nf_engine *engine(const nf_model *m, uint32_t max_seqs, uint32_t chunk)
     nf_error err;
     CHECK_MSG(nf_engine_create(m, &o, &e, &err) == NF_OK, "%s engine: %s", device, err.msg);
     return e;
-}
-
-/* Expert sets of tokens [a, a + n) of a trace [L][T][k] against rows [0, n) of a trace [L][n][k]
- * (tests/cuda/test_batch_cuda.c's). */
-static int same_routing(const int32_t *bt, uint32_t T, uint32_t a, const int32_t *al, uint32_t n, uint32_t L, uint32_t k)
-{
-    for (uint32_t l = 0; l < L; l++)
-        for (uint32_t t = 0; t < n; t++) {
-            const int32_t *x = bt + ((size_t)l * T + a + t) * k, *y = al + ((size_t)l * n + t) * k;
-            for (uint32_t i = 0; i < k; i++) {
-                int found = 0;
-                for (uint32_t j = 0; j < k; j++) found |= x[i] == y[j];
-                if (!found) return 0;
-            }
-        }
-    return 1;
 }
 
 typedef struct rbatch {
@@ -189,7 +174,7 @@ static double check_rows(const nf_model *m, const char *name, bounds bd)
             const uint32_t n = by.seq_start[i + 1] - by.seq_start[i], rows = rb.rows[i], t0 = by.seq_start[i];
             ok = nf_engine_prefill(alone[i], rb.tokens + t0, n, la, &err) == NF_OK &&
                  nf_engine_routing(alone[i], ta, &err) == NF_OK;
-            if (ok && !diverged[i] && !same_routing(tx, by.n_tokens, t0, ta, n, L, k)) diverged[i] = 1, flips++;
+            if (ok && !diverged[i] && !fx_same_routing(tx, by.n_tokens, t0, ta, n, L, k)) diverged[i] = 1, flips++;
             for (uint32_t j = 0; ok && j < rows; j++, r++) {
                 const float *g = lx + (size_t)r * V, *t = ly + (size_t)(t0 + n - rows + j) * V;
                 const float *a = la + (size_t)(n - rows + j) * V;
