@@ -1,5 +1,6 @@
 // The decoder's batched forward (see decoder.h for the math), the captured decode-only graphs, and
 // the host side of sampling.
+#include <cuda_profiler_api.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -370,12 +371,20 @@ extern "C" nf_status nf_cuda_decoder_forward_batch(nf_cuda_decoder *dec, const n
     if (cudaMemcpyAsync(dec->step, dec->h_step, bytes, cudaMemcpyHostToDevice, dec->stream) != cudaSuccess ||
         cudaEventRecord(dec->step_copied, dec->stream) != cudaSuccess)
         return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: step upload failed");
+    // NF_PROFILE_FORWARD=k: the profiler API's range around forward k (0-based) of the process, so
+    // `ncu --profile-from-start off` (or nsys --capture-range=cudaProfilerApi) sees one step's kernels
+    // after a long prefill (docs/gpu_engine.md, "Profiling one step")
+    static const long profile_at = getenv("NF_PROFILE_FORWARD") ? atol(getenv("NF_PROFILE_FORWARD")) : -1;
+    static long forwards = 0;
+    const bool profiled = forwards++ == profile_at;
+    if (profiled) cudaProfilerStart();
     if (sh.decode_only && !sh.all && !sh.R && !d.no_graphs) {
         st = decode_graph(dec, sh, err);
     } else {
         Fail f = run(dec, sh);
         if (f.op) st = fail(err, f, sh.T);
     }
+    if (profiled) cudaStreamSynchronize(dec->stream), cudaProfilerStop();
     if (st) return st;
     for (uint32_t i = 0; dec->slots && i < sh.S; i++)
         dec->slot_pos[b->state_slot[i]] = b->pos0[i] + (b->seq_start[i + 1] - b->seq_start[i]);
