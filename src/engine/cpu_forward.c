@@ -364,7 +364,7 @@ static void add_rows(float *y, const float *x, size_t n) /* y += x */
 /* The products of one layer run over all T tokens; each sequence's tokens are one segment. */
 static nf_cpu_gemm_job job_of(const nf_batch *b, nf_cpu_weight w, const float *x, size_t ldx, float *y, size_t ldy)
 {
-    return (nf_cpu_gemm_job){w, x, ldx, y, ldy, b->n_tokens, b->seq_start, b->n_seqs};
+    return (nf_cpu_gemm_job){w, x, ldx, y, ldy, b->n_tokens, b->seq_start, b->n_seqs, NULL};
 }
 
 /* Bias, per-head norm (qwen3) and rope of every token's q and k, at the token's own position. */
@@ -464,7 +464,7 @@ static void head_block(cpu_state *s, const nf_batch *b, float *logits)
             nf_cpu_rmsnorm(s->xn + (size_t)(s->lseg[i] + j) * H, s->x + (size_t)(t0 + j) * H, s->out_norm, H, c->rms_eps);
         s->lseg[i + 1] = s->lseg[i] + r;
     }
-    nf_cpu_gemm_job j = {s->head, s->xn, H, logits, c->vocab, s->lseg[b->n_seqs], s->lseg, b->n_seqs};
+    nf_cpu_gemm_job j = {s->head, s->xn, H, logits, c->vocab, s->lseg[b->n_seqs], s->lseg, b->n_seqs, NULL};
     nf_cpu_gemm_batch(s->cpu, &j, 1);
 }
 
@@ -577,7 +577,7 @@ static nf_status cpu_mtp(void *state, const nf_batch *b, const float *hidden, fl
     } else { /* each sequence's last token, one segment each (head_block's way) */
         for (uint32_t i = 0; i < b->n_seqs; i++)
             nf_cpu_rmsnorm(ho + i * H, s->x + (size_t)(b->seq_start[i + 1] - 1) * H, s->mtp_out_norm, H, c->rms_eps);
-        j = (nf_cpu_gemm_job){s->head, ho, H, logits, c->vocab, b->n_seqs, s->iota, b->n_seqs};
+        j = (nf_cpu_gemm_job){s->head, ho, H, logits, c->vocab, b->n_seqs, s->iota, b->n_seqs, NULL};
     }
     nf_cpu_gemm_batch(s->cpu, &j, 1);
     return NF_OK;
@@ -637,4 +637,5 @@ static nf_status cpu_copy_page(void *state, uint32_t dst, uint32_t src, nf_error
 const nf_backend_ops nf_cpu_backend = {.name = "cpu", .create = cpu_create, .destroy = cpu_destroy,
                                        .forward = cpu_forward, .copy_page = cpu_copy_page, .routing = cpu_routing,
                                        .hidden = cpu_hidden, .mtp = cpu_mtp, .slot_floats = cpu_slot_floats,
-                                       .slot_save = cpu_slot_save, .slot_load = cpu_slot_load, .logit_rows = 1};
+                                       .slot_save = cpu_slot_save, .slot_load = cpu_slot_load, .logit_rows = 1,
+                                       .prefill_min = NF_CPU_STEP_MAX + 1};

@@ -103,6 +103,9 @@ typedef struct nf_backend_ops {
     /* 1: forward honours nf_batch.logit_rows (several positions' logits of one sequence in a batch of
      * many: speculation in the scheduler, sched_spec.c); the scheduler refuses speculation otherwise. */
     int logit_rows;
+    /* The fewest tokens of a prompt piece the scheduler cuts (nf_sched_opts.piece_min): the CPU's
+     * NF_CPU_STEP_MAX + 1, below which a segment takes the per-token kernels; 0: no floor. */
+    uint32_t prefill_min;
 } nf_backend_ops;
 
 extern const nf_backend_ops nf_cpu_backend;

@@ -92,6 +92,8 @@ nf_status nf_sched_create_engine(nf_engine *e, const nf_sched_opts *o, nf_sched 
     so.page_tokens = e->opts.page_tokens;
     so.kv_pages = e->opts.kv_pages;
     so.state_slots = e->model->cfg.n_linear > 0;
+    so.piece_min = ops->prefill_min;
+    so.piece_align = so.state_slots && e->opts.gdn_chunk ? e->opts.gdn_chunk : 1;
     if (so.state_slots) so.no_prefix_cache = 1; /* the recurrent state is not paged */
     so.mtp_hidden = e->model->mtp && ops->mtp && ops->hidden ? e->model->cfg.hidden : 0;
     return nf_sched_create(&be, &so, out, err);
@@ -513,6 +515,30 @@ static int admit(nf_sched *s, seq *q, nf_sched_step_info *info)
     return 1;
 }
 
+/* How many of q's left uncached tokens to prefill with room in the step (sched.h piece_min,
+ * piece_align): all when they fit, else a cut at a multiple of piece_align that leaves the piece and
+ * the rest at least piece_min tokens each; 0 when none fits (q waits for a roomier step), except in a
+ * step's whole budget (a chunk too small for the rule): then as much as fits, so every prompt moves. */
+static uint32_t piece(const nf_sched *s, const seq *q, size_t left, size_t room)
+{
+    if (left <= room) return (uint32_t)left;
+    const size_t a = s->o.piece_align ? s->o.piece_align : 1, m = s->o.piece_min, at = q->n_cached;
+    for (size_t end = (at + room) / a * a; end > at; end -= end < a ? end : a)
+        if (end - at >= m && left - (end - at) >= m) return (uint32_t)(end - at);
+    return room == s->o.chunk ? (uint32_t)room : 0;
+}
+
+/* Pages for a piece of q (piece()), cut again where the pool gives fewer; 0 when nothing goes. */
+static uint32_t take_piece(nf_sched *s, seq *q, size_t room, nf_status *rc, nf_error *err)
+{
+    const size_t left = q->n - q->n_cached;
+    const uint32_t want = piece(s, q, left, room);
+    *rc = NF_OK;
+    if (!want) return 0;
+    const uint32_t got = nf_sched_ensure_pages(s, q, want, rc, err);
+    return got < want && !*rc ? piece(s, q, left, got) : got;
+}
+
 /* Step 2: prefill chunks into the rest of the budget: active sequences first, then admissions. */
 static nf_status plan_prefill(nf_sched *s, plan *b, nf_sched_step_info *info, nf_error *err)
 {
@@ -520,9 +546,9 @@ static nf_status plan_prefill(nf_sched *s, plan *b, nf_sched_step_info *info, nf
     for (size_t i = 0; i < k && b->T < s->o.chunk && b->S < s->o.max_seqs; i++) {
         seq *q = s->order[i];
         if (q->take || q->n - q->n_cached <= 1 + q->redo) continue;
-        const size_t left = q->n - q->n_cached, room = s->o.chunk - b->T;
+        if (!piece(s, q, q->n - q->n_cached, s->o.chunk - b->T)) continue; /* no cut fits this step */
         nf_status rc;
-        uint32_t take = nf_sched_ensure_pages(s, q, (uint32_t)(left < room ? left : room), &rc, err);
+        const uint32_t take = take_piece(s, q, s->o.chunk - b->T, &rc, err);
         if (rc) return rc;
         if (!take) return NF_OK; /* the pool is dry: what is planned runs */
         add_to_batch(s, b, q, take, 0);
@@ -536,9 +562,8 @@ static nf_status plan_prefill(nf_sched *s, plan *b, nf_sched_step_info *info, nf
             break; /* first come, first served: no overtaking a sequence that waits for pages */
         }
         active++;
-        const size_t left = q->n - q->n_cached, room = s->o.chunk - b->T;
         nf_status rc;
-        uint32_t take = nf_sched_ensure_pages(s, q, (uint32_t)(left < room ? left : room), &rc, err);
+        const uint32_t take = take_piece(s, q, s->o.chunk - b->T, &rc, err);
         if (rc) return rc;
         if (take) add_to_batch(s, b, q, take, 0);
     }

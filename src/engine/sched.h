@@ -142,6 +142,14 @@ typedef struct nf_sched_opts {
                             * recompute after preemption). The state is not paged, so a cached prefix
                             * could not restore it: needs no_prefix_cache (create refuses otherwise). */
     uint32_t mtp_hidden;   /* the hidden size when the model has an MTP block (spec_mtp), else 0 */
+    /* Where a prompt may be cut (from the engine: nf_backend_ops.prefill_min, and the CPU's gdn_chunk
+     * for hybrids; 0: anywhere). A prompt that does not fit the step's budget is cut at a multiple of
+     * piece_align positions that leaves the piece and the rest at least piece_min tokens each, or waits
+     * for a step with room for one. So a prompt token's segment runs the same path (the CPU's tile, not
+     * the per-token kernels of NF_CPU_STEP_MAX-token segments) and a chunked recurrence the same chunks
+     * whatever else the step holds: speculation, which changes the other sequences' share of a step,
+     * leaves a sequence's bits as without it. */
+    uint32_t piece_min, piece_align;
 } nf_sched_opts;
 
 /* What one step did. */

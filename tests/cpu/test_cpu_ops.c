@@ -94,11 +94,11 @@ static void test_gemm_a8(nf_cpu *c1, nf_cpu *c3)
     encode(&f, NF_CODEC_F32, rows, cols, 1);
     const uint32_t seg[3] = {0, 1, 4};
     nf_cpu_gemm_job jobs[5] = {
-        {e[0].w, x, cols, y, rows, 5, NULL, 0},
-        {e[1].w, x, cols, y + 5 * rows, rows, 5, NULL, 0},
-        {e[3].w, x + 7 * cols, cols, y + 10 * rows, rows, 4, seg, 2},
-        {e[2].w, x + 3 * cols, cols, y + 14 * rows, rows, 1, NULL, 0},
-        {f.w, x, cols, y + 15 * rows, rows, 2, NULL, 0},
+        {e[0].w, x, cols, y, rows, 5, NULL, 0, NULL},
+        {e[1].w, x, cols, y + 5 * rows, rows, 5, NULL, 0, NULL},
+        {e[3].w, x + 7 * cols, cols, y + 10 * rows, rows, 4, seg, 2, NULL},
+        {e[2].w, x + 3 * cols, cols, y + 14 * rows, rows, 1, NULL, 0, NULL},
+        {f.w, x, cols, y + 15 * rows, rows, 2, NULL, 0, NULL},
     };
     nf_cpu_gemm_batch(c3, jobs, 5);
     for (int j = 0; j < 5; j++) {
@@ -172,7 +172,7 @@ static void test_gemm_segments(nf_cpu *c1, nf_cpu *c3)
         encode(&e, ids[k], rows, cols, 1);
         for (int th = 0; th < 2; th++) {
             nf_cpu *c = th ? c3 : c1;
-            const nf_cpu_gemm_job j = {e.w, x, cols, yb, rows, 16, seg, 4};
+            const nf_cpu_gemm_job j = {e.w, x, cols, yb, rows, 16, seg, 4, NULL};
             nf_cpu_gemm_batch(c, &j, 1);
             for (int g = 0; g < 4; g++)
                 nf_cpu_gemm(c, &e.w, x + seg[g] * cols, cols, ys + seg[g] * rows, rows, seg[g + 1] - seg[g]);

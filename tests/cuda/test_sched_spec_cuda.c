@@ -46,7 +46,9 @@
  * within a few tokens.
  *
  * `--cpu` runs the same checks on the CPU engine (ctest test_sched_spec_cuda_logic, with or without
- * CUDA): the test's own logic, where the rows hardly depend on the batch (within 1e-6). */
+ * CUDA): the test's own logic, where the rows hardly depend on the batch (within 1e-6), and where
+ * greedy with speculation must give every token and every top-2 logit of greedy without it, to the
+ * bit (the scheduler's prompt pieces, sched.h piece_min). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -487,6 +489,11 @@ static void check_greedy(const nf_model *m, const char *name, int mtp, double ti
     /* a wrong row or a state not rolled back shows within a few tokens (and moves the experts after it):
      * most tokens must agree before any excused difference */
     CHECK_MSG(compared >= N * GEN / 2, "%s: only %zu of %d tokens before the first differences", what, compared, N * GEN);
+    /* the CPU engine: speculation leaves every sequence's bits as they were (sched.h piece_min: a
+     * prompt piece takes the tile whatever else the step holds; a verification decoding's kernels) */
+    if (!strcmp(device, "cpu"))
+        CHECK_MSG(compared == (size_t)N * GEN && moves == 0, "%s: on the cpu, %zu of %d tokens equal and the best pair's gap "
+                  "moved by %.3g: speculation must not change a bit", what, compared, N * GEN, moves);
     CHECK_MSG(got.drafted > got.accepted, "%s: no draft was rejected", what);
     if (!mtp) CHECK_MSG(got.accepted > 0, "%s: no draft was accepted", what);
     CHECK_MSG(got.mixed > 0, "%s: no verification beside other sequences' tokens", what);

@@ -95,7 +95,9 @@ void nf_cpu_set_a8_tile(nf_cpu *c, int on);
  * tile, block or thread split, so a token's outputs depend only on its own row and whether its
  * segment is longer than NF_CPU_STEP_MAX. The
  * batched forward makes each sequence's tokens one segment: a sequence's products are then
- * bit-identical whether it runs alone or beside others. */
+ * bit-identical whether it runs alone or beside others. seg_step, when given, says per segment
+ * which of the two it takes instead of its length: an expert's share of a sequence's tokens follows
+ * the sequence's segment (moe.c), not its own count, which depends on the batch's routing. */
 typedef struct nf_cpu_gemm_job {
     nf_cpu_weight w;
     const float *x;
@@ -105,6 +107,7 @@ typedef struct nf_cpu_gemm_job {
     size_t n;
     const uint32_t *seg; /* [n_seg + 1] or NULL */
     size_t n_seg;
+    const uint8_t *seg_step; /* [n_seg] or NULL: 1 token by token, 0 the tile (NULL: by length) */
 } nf_cpu_gemm_job;
 
 void nf_cpu_gemm_batch(nf_cpu *c, const nf_cpu_gemm_job *jobs, size_t n_jobs);
@@ -238,6 +241,10 @@ void nf_cpu_moe_forward(nf_cpu *c, const nf_cpu_moe *m, nf_cpu_moe_ws *ws, const
  *          expert (after its down job has run). */
 void nf_cpu_moe_route(nf_cpu *c, const nf_cpu_moe *m, nf_cpu_moe_ws *ws, const float *x, size_t T,
                       const uint32_t *seq_start, size_t n_seqs);
+/* The segment key of a row of sequence seq, which has n tokens in the forward: its low bit says
+ * whether the sequence's segment runs token by token (n <= NF_CPU_STEP_MAX), so an expert's share of
+ * the sequence's rows takes the sequence's path whatever its own count (nf_cpu_gemm_job.seg_step). */
+static inline uint32_t nf_cpu_moe_key(uint32_t seq, uint32_t n) { return seq << 1 | (n <= NF_CPU_STEP_MAX); }
 const int32_t *nf_cpu_moe_ids(const nf_cpu_moe_ws *ws);
 void nf_cpu_moe_experts(nf_cpu *c, const nf_cpu_moe *m, nf_cpu_moe_ws *ws, const float *x, size_t n,
                         const nf_ep_meta *meta, float *y);

@@ -125,6 +125,12 @@ typedef struct a8_job {
     size_t ldxa;
 } a8_job;
 
+/* Segment g of n tokens runs token by token (cpu.h). */
+static int by_token(const nf_cpu_gemm_job *j, size_t g, size_t n)
+{
+    return j->seg_step ? j->seg_step[g] : n <= NF_CPU_STEP_MAX;
+}
+
 static void run_block(nf_cpu *c, const nf_cpu_gemm_job *j, const a8_job *q, uint32_t r0, int worker)
 {
     uint32_t nb = j->w.rows - r0 < NF_CPU_RB ? j->w.rows - r0 : NF_CPU_RB;
@@ -139,10 +145,10 @@ static void run_block(nf_cpu *c, const nf_cpu_gemm_job *j, const a8_job *q, uint
         const uint8_t *wr = j->w.data + (size_t)r0 * j->w.row_bytes;
         for (size_t g = 0; g < n_seg; g++) {
             const size_t t0 = seg[g], n = seg[g + 1] - t0;
-            if (n > NF_CPU_STEP_MAX && q->tile)
+            if (!by_token(j, g, n) && q->tile)
                 q->tile(wr, j->w.row_bytes, nb, q->xa + t0 * q->ldxa, q->ldxa, n, j->y + t0 * j->ldy + r0, j->ldy,
                         j->w.cols, blk);
-            else if (n > NF_CPU_STEP_MAX)
+            else if (!by_token(j, g, n))
                 q->fn(wr, j->w.row_bytes, nb, q->xa + t0 * q->ldxa, q->ldxa, n, j->y + t0 * j->ldy + r0, j->ldy, j->w.cols);
             else
                 for (size_t t = t0; t < t0 + n; t++)
@@ -155,7 +161,7 @@ static void run_block(nf_cpu *c, const nf_cpu_gemm_job *j, const a8_job *q, uint
     int decoded = 0;
     for (size_t g = 0; g < n_seg; g++) {
         const size_t t0 = seg[g], n = seg[g + 1] - t0;
-        if (n <= NF_CPU_STEP_MAX) { /* as decoding them would: speculation's verification (cpu.h) */
+        if (by_token(j, g, n)) { /* as decoding them would: speculation's verification (cpu.h) */
             for (size_t t = t0; t < t0 + n; t++) block_matvec(j, r0, nb, t);
             continue;
         }
@@ -309,6 +315,6 @@ void nf_cpu_gemm_batch(nf_cpu *c, const nf_cpu_gemm_job *jobs, size_t n_jobs)
 
 void nf_cpu_gemm(nf_cpu *c, const nf_cpu_weight *w, const float *x, size_t ldx, float *y, size_t ldy, size_t n)
 {
-    nf_cpu_gemm_job j = {*w, x, ldx, y, ldy, n, NULL, 0};
+    nf_cpu_gemm_job j = {*w, x, ldx, y, ldy, n, NULL, 0, NULL};
     nf_cpu_gemm_batch(c, &j, 1);
 }

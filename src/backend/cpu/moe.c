@@ -44,11 +44,12 @@ struct nf_cpu_moe_ws {
     uint32_t *count;    /* [E] tokens routed to each expert */
     uint32_t *start;    /* [E] first grouped slot of each expert */
     uint32_t *slot;     /* [T*k] grouped slot of (token, choice) */
-    uint32_t *seq_of;   /* [T*k] the segment key (sequence) of each grouped slot's row */
+    uint32_t *seq_of;   /* [T*k] the segment key (nf_cpu_moe_key) of each grouped slot's row */
     nf_ep_meta *meta;   /* [T*k] each row's expert and key (the one-rank forward's) */
     uint32_t *seg;      /* [T*k + E] each expert's segments (one per sequence in its group) */
     uint32_t *seg0;     /* [E] first entry of each expert's segments in seg */
     uint32_t *nseg;     /* [E] how many segments each expert's group has */
+    uint8_t *seg_step;  /* [T*k + E] beside seg: each segment token by token (its key's low bit) */
     float *xg;          /* [T*k][H] inputs gathered in expert order */
     float *gu;          /* [T*k][2I] */
     float *dn;          /* [T*k][H] */
@@ -72,6 +73,7 @@ void nf_cpu_moe_ws_free(nf_cpu_moe_ws *ws)
     free(ws->seg);
     free(ws->seg0);
     free(ws->nseg);
+    free(ws->seg_step);
     free(ws->xg);
     free(ws->gu);
     free(ws->dn);
@@ -100,6 +102,7 @@ nf_status nf_cpu_moe_ws_create(const nf_cpu_moe *m, size_t T, nf_cpu_moe_ws **ou
     ws->seg = malloc((A + m->experts) * sizeof(uint32_t));
     ws->seg0 = malloc(m->experts * sizeof(uint32_t));
     ws->nseg = malloc(m->experts * sizeof(uint32_t));
+    ws->seg_step = malloc(A + m->experts);
     ws->xg = malloc(A * H * sizeof(float));
     ws->gu = malloc(A * 2 * m->inter * sizeof(float));
     ws->dn = malloc(A * H * sizeof(float));
@@ -108,7 +111,7 @@ nf_status nf_cpu_moe_ws_create(const nf_cpu_moe *m, size_t T, nf_cpu_moe_ws **ou
     ws->sdn = malloc(T * H * sizeof(float));
     ws->jobs = malloc((m->experts + 2) * sizeof(nf_cpu_gemm_job));
     if (!ws->logits || !ws->ids || !ws->w || !ws->count || !ws->start || !ws->slot || !ws->seq_of || !ws->meta || !ws->seg ||
-        !ws->seg0 || !ws->nseg || !ws->xg || !ws->gu ||
+        !ws->seg0 || !ws->nseg || !ws->seg_step || !ws->xg || !ws->gu ||
         !ws->dn || !ws->sg || !ws->sgu || !ws->sdn || !ws->jobs) {
         nf_cpu_moe_ws_free(ws);
         return nf_error_set(err, NF_ERR_NOMEM, "moe workspace for %zu tokens (E=%u, k=%u, H=%zu, I=%u): out of memory",
@@ -150,9 +153,10 @@ static void segment_groups(const nf_cpu_moe *m, nf_cpu_moe_ws *ws)
         ws->seg0[e] = n;
         ws->nseg[e] = 0;
         if (!c) continue; /* no job: keeps the entries within T*k + E */
+        ws->seg_step[n] = ws->seq_of[s0] & 1;
         ws->seg[n++] = 0;
         for (uint32_t i = 1; i < c; i++)
-            if (ws->seq_of[s0 + i] != ws->seq_of[s0 + i - 1]) ws->seg[n++] = i;
+            if (ws->seq_of[s0 + i] != ws->seq_of[s0 + i - 1]) ws->seg_step[n] = ws->seq_of[s0 + i] & 1, ws->seg[n++] = i;
         ws->seg[n++] = c;
         ws->nseg[e] = n - ws->seg0[e] - 1;
     }
@@ -164,7 +168,7 @@ static nf_cpu_gemm_job expert_job(const nf_cpu_moe_ws *ws, const nf_cpu_weight *
 {
     const size_t s0 = ws->start[e];
     return (nf_cpu_gemm_job){nf_cpu_weight_rows(w, r0, rows), x + s0 * ldx, ldx, y + s0 * ldy, ldy,
-                             ws->count[e], ws->seg + ws->seg0[e], ws->nseg[e]};
+                             ws->count[e], ws->seg + ws->seg0[e], ws->nseg[e], ws->seg_step + ws->seg0[e]};
 }
 
 /* The routed experts over the n grouped rows (group_rows): gate_up, SwiGLU, down into ws->dn in slot
@@ -196,10 +200,10 @@ void nf_cpu_moe_route(nf_cpu *c, const nf_cpu_moe *m, nf_cpu_moe_ws *ws, const f
     nf_cpu_gemm_job *jobs = ws->jobs;
     size_t nj = 0;
     /* router logits, and the shared expert's gate and gate_up (independent of routing) */
-    jobs[nj++] = (nf_cpu_gemm_job){m->router, x, H, ws->logits, E, T, seq_start, n_seg};
+    jobs[nj++] = (nf_cpu_gemm_job){m->router, x, H, ws->logits, E, T, seq_start, n_seg, NULL};
     if (moe_has_shared(m)) {
-        jobs[nj++] = (nf_cpu_gemm_job){m->shared_gate, x, H, ws->sg, 1, T, seq_start, n_seg};
-        jobs[nj++] = (nf_cpu_gemm_job){m->shared_gate_up, x, H, ws->sgu, 2 * (size_t)S, T, seq_start, n_seg};
+        jobs[nj++] = (nf_cpu_gemm_job){m->shared_gate, x, H, ws->sg, 1, T, seq_start, n_seg, NULL};
+        jobs[nj++] = (nf_cpu_gemm_job){m->shared_gate_up, x, H, ws->sgu, 2 * (size_t)S, T, seq_start, n_seg, NULL};
     }
     nf_cpu_gemm_batch(c, jobs, nj);
     for (size_t t = 0; t < T; t++) nf_cpu_route(ws->logits + t * E, E, k, m->norm_topk, ws->ids + t * k, ws->w + t * k);
@@ -213,7 +217,7 @@ nf_cpu_gemm_job nf_cpu_moe_shared_down_job(const nf_cpu_moe *m, nf_cpu_moe_ws *w
                                            size_t n_seqs)
 {
     return (nf_cpu_gemm_job){m->shared_down, ws->sgu, 2 * (size_t)m->shared_inter, ws->sdn, m->hidden, T, seq_start,
-                             seq_start ? n_seqs : 0};
+                             seq_start ? n_seqs : 0, NULL};
 }
 
 void nf_cpu_moe_experts(nf_cpu *c, const nf_cpu_moe *m, nf_cpu_moe_ws *ws, const float *x, size_t n,
@@ -252,7 +256,8 @@ void nf_cpu_moe_forward(nf_cpu *c, const nf_cpu_moe *m, nf_cpu_moe_ws *ws, const
     uint32_t sq = 0;
     for (size_t t = 0; t < T; t++) {
         while (seq_start && t >= seq_start[sq + 1]) sq++;
-        for (uint32_t j = 0; j < k; j++) ws->meta[t * k + j] = (nf_ep_meta){(uint32_t)ws->ids[t * k + j], sq};
+        const uint32_t key = nf_cpu_moe_key(sq, seq_start ? seq_start[sq + 1] - seq_start[sq] : (uint32_t)T);
+        for (uint32_t j = 0; j < k; j++) ws->meta[t * k + j] = (nf_ep_meta){(uint32_t)ws->ids[t * k + j], key};
     }
     group_rows(m, ws, x, k, T * k, ws->meta);
     const nf_cpu_gemm_job sd = nf_cpu_moe_shared_down_job(m, ws, T, seq_start, n_seqs);

@@ -15,7 +15,7 @@ typedef struct ep_rank {
     float *res, *back;   /* [A][H] results of the received rows (receive order), returned ones (send order) */
     nf_ep_meta *rmeta;   /* [A] metadata received (what is sent is send.meta) */
     uint32_t *seq_start; /* [max_tokens + 1] its sequences' starts, local */
-    uint32_t *key;       /* [max_tokens] each local token's batch-wide sequence id */
+    uint32_t *key;       /* [max_tokens] each local token's segment key (nf_cpu_moe_key of its batch-wide sequence) */
 } ep_rank;
 
 struct nf_cpu_ep_sim {
@@ -88,7 +88,8 @@ static size_t rank_tokens(nf_cpu_ep_sim *sim, uint32_t i, size_t T, const uint32
     ep_rank *r = &sim->r[i];
     for (size_t s = s0; s <= s1; s++) r->seq_start[s - s0] = (uint32_t)((seq_start ? seq_start[s] : s * T) - a);
     for (size_t s = s0; s < s1; s++)
-        for (uint32_t t = r->seq_start[s - s0]; t < r->seq_start[s - s0 + 1]; t++) r->key[t] = (uint32_t)s;
+        for (uint32_t t = r->seq_start[s - s0]; t < r->seq_start[s - s0 + 1]; t++)
+            r->key[t] = nf_cpu_moe_key((uint32_t)s, r->seq_start[s - s0 + 1] - r->seq_start[s - s0]);
     *t0 = a;
     return s1 - s0;
 }
