@@ -202,18 +202,32 @@ static void check_kernel(const nf_codec *c, nf_isa isa, size_t n, size_t rows, s
     if (pass == 0) fn(w, rb, rows, xa, xr, ntok, y, ldy, n);
     else {
         uint8_t *scratch = malloc(nf_a8_tile_scratch(n));
-        tile(w, rb, rows, xa, xr, ntok, y, ldy, n, scratch);
+        /* the tokens regrouped for the AMX tile, as columns 1 .. ntok of ntok + 2 (a segment that
+         * starts at t0 = 1; the outer columns hold other rows) */
+        const size_t T = ntok + 2;
+        uint8_t *xt = malloc(nf_a8_xt_bytes(n, T));
+        for (size_t t = 0; t < T; t++) nf_a8_xt_put(xa + (t == 0 ? ntok - 1 : t > ntok ? 0 : t - 1) * xr, n, t, T, xt);
+        nf_a8_xt_pad(xt, n, T);
+        const nf_a8_xt xtd = {xt, T, 1};
+        tile(w, rb, rows, xa, xr, ntok, y, ldy, n, scratch, &xtd);
         if (isa > NF_ISA_AVX2) { /* every tile repeats the AVX2 tile's per-lane combine: the same bits */
             float *y2 = malloc(ntok * ldy * sizeof(float));
             memcpy(y2, y, ntok * ldy * sizeof(float));
-            nf_codec_a8_tile(c, NF_ISA_AVX2)(w, rb, rows, xa, xr, ntok, y2, ldy, n, scratch);
+            nf_codec_a8_tile(c, NF_ISA_AVX2)(w, rb, rows, xa, xr, ntok, y2, ldy, n, scratch, NULL);
             for (size_t t = 0; t < ntok; t++)
                 CHECK_MSG(memcmp(y + t * ldy, y2 + t * ldy, rows * sizeof(float)) == 0,
                           "%s %s tile differs from the avx2 tile (n=%zu rows=%zu tok %zu/%zu)", c->name,
                           nf_isa_name(isa), n, rows, t, ntok);
+            if (nf_a8_tile_wants_xt(isa)) { /* without xt: the AVX-512 VNNI tile, the same bits again */
+                tile(w, rb, rows, xa, xr, ntok, y2, ldy, n, scratch, NULL);
+                for (size_t t = 0; t < ntok; t++)
+                    CHECK_MSG(memcmp(y + t * ldy, y2 + t * ldy, rows * sizeof(float)) == 0,
+                              "%s %s tile without xt differs (n=%zu rows=%zu tok %zu/%zu)", c->name, nf_isa_name(isa), n,
+                              rows, t, ntok);
+            }
             free(y2);
         }
-        free(scratch);
+        free(scratch), free(xt);
     }
     const double u = ldexp(1.0, -24);
     for (size_t t = 0; t < ntok; t++) {

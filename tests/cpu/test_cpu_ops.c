@@ -52,7 +52,8 @@ static void a8_direct(const enc *e, const float *x, size_t n, uint32_t r0, uint3
         void *scratch = malloc(nf_a8_tile_scratch(cols));
         for (uint32_t r = 0; r < rows; r += 16)
             tile(w + (size_t)r * e->w.row_bytes, e->w.row_bytes, rows - r < 16 ? rows - r : 16, xa, rb, n, y + r, rows,
-                 cols, scratch);
+                 cols, scratch, NULL); /* AMX without xt: the AVX-512 VNNI tile, whose bits the gemm's AMX tile
+                                         * (reading xt) must give */
         free(scratch);
     } else if (n > NF_CPU_STEP_MAX) {
         fn(w, e->w.row_bytes, rows, xa, rb, n, y, rows, cols);
