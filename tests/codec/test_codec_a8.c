@@ -199,8 +199,19 @@ static void check_kernel(const nf_codec *c, nf_isa isa, size_t n, size_t rows, s
     const size_t ldy = rows + 3;
     const nf_a8_tile_fn tile = n % 64 == 0 ? nf_codec_a8_tile(c, isa) : NULL;
     for (int pass = 0; pass < (tile ? 2 : 1); pass++) {
-    if (pass == 0) fn(w, rb, rows, xa, xr, ntok, y, ldy, n);
-    else {
+    if (pass == 0) {
+        fn(w, rb, rows, xa, xr, ntok, y, ldy, n);
+        if (ntok > 1) { /* several tokens in one call (the multi-token kernels) give each token's one-token bits */
+            float *y1 = malloc(ldy * sizeof(float));
+            for (size_t t = 0; t < ntok; t++) {
+                fn(w, rb, rows, xa + t * xr, xr, 1, y1, ldy, n);
+                CHECK_MSG(memcmp(y + t * ldy, y1, rows * sizeof(float)) == 0,
+                          "%s %s kernel: token %zu of %zu differs from its one-token call (n=%zu rows=%zu)", c->name,
+                          nf_isa_name(isa), t, ntok, n, rows);
+            }
+            free(y1);
+        }
+    } else {
         uint8_t *scratch = malloc(nf_a8_tile_scratch(n));
         /* the tokens regrouped for the AMX tile, as columns 1 .. ntok of ntok + 2 (a segment that
          * starts at t0 = 1; the outer columns hold other rows) */

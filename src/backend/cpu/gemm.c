@@ -146,11 +146,8 @@ static void run_block(nf_cpu *c, const nf_cpu_gemm_job *j, const a8_job *q, uint
                 q->tile(wr, j->w.row_bytes, nb, q->xa + t0 * q->ldxa, q->ldxa, n, j->y + t0 * j->ldy + r0, j->ldy,
                         j->w.cols, blk, q->xt ? &xt : NULL);
             }
-            else if (n > NF_CPU_STEP_MAX)
+            else /* the kernel: every token gets its one-token (decode) bits however many it takes at once */
                 q->fn(wr, j->w.row_bytes, nb, q->xa + t0 * q->ldxa, q->ldxa, n, j->y + t0 * j->ldy + r0, j->ldy, j->w.cols);
-            else
-                for (size_t t = t0; t < t0 + n; t++)
-                    q->fn(wr, j->w.row_bytes, nb, q->xa + t * q->ldxa, q->ldxa, 1, j->y + t * j->ldy + r0, j->ldy, j->w.cols);
         }
         return;
     }
