@@ -263,3 +263,11 @@ void nf_a8_xt_put(const uint8_t *xa_t, size_t n, size_t t, size_t T, uint8_t *xt
 }
 
 void nf_a8_xt_pad(uint8_t *xt, size_t n, size_t T) { memset(xt + nf_a8_xt_bytes(n, T) - 64, 0, 64); }
+
+void nf_a8_xt_fill(const uint8_t *xa, size_t ldxa, size_t n, size_t T, size_t t0, size_t nt, uint8_t *xt, nf_isa isa)
+{
+    size_t t = t0;
+    if (isa >= NF_ISA_AVX512VNNI && isa <= nf_isa_detect() && n % 64 == 0)
+        for (; t + 16 <= t0 + nt; t += 16) nf_a8_xt_fill16_avx512(xa + t * ldxa, ldxa, n, T, t, xt);
+    for (; t < t0 + nt; t++) nf_a8_xt_put(xa + t * ldxa, n, t, T, xt);
+}

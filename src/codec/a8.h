@@ -79,6 +79,9 @@ size_t nf_a8_xt_bytes(size_t n, size_t T);
  * parallel; nf_a8_xt_pad writes the zero bytes. */
 void nf_a8_xt_put(const uint8_t *xa_t, size_t n, size_t t, size_t T, uint8_t *xt);
 void nf_a8_xt_pad(uint8_t *xt, size_t n, size_t T);
+/* Tokens t0 .. t0 + nt - 1 (rows at xa + t ldxa) into xt, as nf_a8_xt_put does (the same bytes; 16 at a
+ * time with 16 x 16 dword transposes where isa has AVX-512). Disjoint token ranges may run in parallel. */
+void nf_a8_xt_fill(const uint8_t *xa, size_t ldxa, size_t n, size_t T, size_t t0, size_t nt, uint8_t *xt, nf_isa isa);
 
 /* Multi-token products (prefill segments) with the weight rows repacked 16 at a time, "lane = row"
  * (a8_tile_avx512.c says how): the same y as nf_a8_gemm_fn up to f32 rounding, faster when several

@@ -76,6 +76,8 @@ typedef struct nf_a8_panel {
 typedef void (*nf_a8_transpose_fn)(const uint8_t *src, size_t stride, uint8_t *dst);
 void nf_a8_transpose16_avx2(const uint8_t *src, size_t stride, uint8_t *dst);
 void nf_a8_transpose16_avx512(const uint8_t *src, size_t stride, uint8_t *dst);
+/* nf_a8_xt_fill of the 16 tokens t .. t + 15 (rows at x, ldxa apart; n a multiple of 64). */
+void nf_a8_xt_fill16_avx512(const uint8_t *x, size_t ldxa, size_t n, size_t T, size_t t, uint8_t *xt);
 int nf_a8_panel_fill(nf_codec_id id, int q8_offset, nf_a8_transpose_fn transpose, const uint8_t *w, size_t rb,
                      size_t rows, size_t n, void *scratch, nf_a8_panel *p);
 

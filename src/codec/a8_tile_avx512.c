@@ -58,6 +58,20 @@ static inline __attribute__((always_inline)) __m512i dot16(__m512i i, const __m5
     return i;
 }
 
+void nf_a8_xt_fill16_avx512(const uint8_t *x, size_t ldxa, size_t n, size_t T, size_t t, uint8_t *xt)
+{
+    uint8_t tr[1024] __attribute__((aligned(64)));
+    for (size_t c = 0; c < n / 64; c++) { /* dwords 16 c .. 16 c + 15 of the 16 tokens */
+        nf_a8_transpose16_avx512(x + 64 * c, ldxa, tr);
+        for (size_t j = 0; j < 16; j++)
+            _mm512_storeu_si512(xt + 4 * ((16 * c + j) * T + t), _mm512_load_si512(tr + 64 * j));
+    }
+    float *d = (float *)(xt + n * T), *ds = d + n / 32 * T;
+    for (size_t m = 0; m < 16; m++)
+        for (size_t b = 0; b < n / 32; b++)
+            d[b * T + t + m] = NF_A8_D(x + m * ldxa, n)[b], ds[b * T + t + m] = NF_A8_DSUM(x + m * ldxa, n)[b];
+}
+
 /* G: block size (32 or 16); O: the level offset (0, 32, 128); MIN: the codec has a min term. q6_k
  * (G = 16) takes its two sub-blocks of an activation block together: S0, S1 their exact sums of
  * (u - 32) q, f = fma(cvt(S1), sc1, cvt(S0) sc0) (exact: |f| < 2^24), acc = fma(d d_t, f, acc). */

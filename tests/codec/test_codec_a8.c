@@ -267,8 +267,26 @@ static void check_kernel(const nf_codec *c, nf_isa isa, size_t n, size_t rows, s
     free(buf), free(xa), free(x), free(tmp), free(wd), free(y), free(xq), free(e);
 }
 
+/* nf_a8_xt_fill (16-token transposes where the ISA has AVX-512) writes nf_a8_xt_put's bytes. */
+static void check_xt_fill(nf_isa isa)
+{
+    const size_t n = 320, T = 37, xr = nf_a8_row_bytes(n) + 64;
+    uint8_t *xa = malloc(T * xr), *a = malloc(nf_a8_xt_bytes(n, T)), *b = malloc(nf_a8_xt_bytes(n, T));
+    float *x = malloc(n * sizeof(float));
+    for (size_t t = 0; t < T; t++) {
+        make_x(x, n, (int)(t % 4));
+        nf_a8_quantize_row(x, xa + t * xr, n, NF_ISA_SCALAR);
+        nf_a8_xt_put(xa + t * xr, n, t, T, a);
+    }
+    nf_a8_xt_pad(a, n, T), nf_a8_xt_pad(b, n, T);
+    nf_a8_xt_fill(xa, xr, n, T, 0, 16, b, isa), nf_a8_xt_fill(xa, xr, n, T, 16, 21, b, isa);
+    CHECK_MSG(memcmp(a, b, nf_a8_xt_bytes(n, T)) == 0, "nf_a8_xt_fill at %s differs from nf_a8_xt_put", nf_isa_name(isa));
+    free(xa), free(a), free(b), free(x);
+}
+
 int main(void)
 {
+    for (int isa = 0; isa <= (int)nf_isa_detect(); isa++) check_xt_fill((nf_isa)isa);
     const size_t qn[] = {32, 64, 96, 256, 2048 + 32};
     for (size_t k = 0; k < sizeof qn / sizeof qn[0]; k++)
         for (int kind = 0; kind < 7; kind++) check_quantiser(qn[k], kind);

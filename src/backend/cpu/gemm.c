@@ -225,7 +225,19 @@ static void quant_fn(void *ctx, size_t begin, size_t end, int worker)
         const size_t s = find(q->first, q->n_src, it), t = it - q->first[s];
         const a8_src *a = &q->src[s];
         nf_a8_quantize_row(a->x + t * a->ldx, a->dst + t * nf_a8_row_bytes(a->cols), a->cols, q->isa);
-        if (a->xt) nf_a8_xt_put(a->dst + t * nf_a8_row_bytes(a->cols), a->cols, t, a->n, a->xt);
+    }
+}
+
+/* The regrouped rows (nf_a8_xt) of the sources that have them, 16 tokens per work item. */
+static void xt_fn(void *ctx, size_t begin, size_t end, int worker)
+{
+    (void)worker;
+    const quant_ctx *q = ctx;
+    for (size_t it = begin; it < end; it++) {
+        const size_t s = find(q->first, q->n_src, it), g = it - q->first[s];
+        const a8_src *a = &q->src[s];
+        const size_t t0 = 16 * g, nt = a->n - t0 < 16 ? a->n - t0 : 16, rb = nf_a8_row_bytes(a->cols);
+        nf_a8_xt_fill(a->dst, rb, a->cols, a->n, t0, nt, a->xt, q->isa);
     }
 }
 
@@ -286,6 +298,12 @@ static int prepare_a8(nf_cpu *c, const nf_cpu_gemm_job *jobs, size_t n_jobs, a8_
     quant_ctx q = {src, n_src, first, c->isa};
     if (first[n_src] * src[0].cols >= 16384) nf_parallel_for(c->pool, first[n_src], 4, quant_fn, &q);
     else quant_fn(&q, 0, first[n_src], 0);
+    size_t xt_items = 0; /* first[] reused: the sources' first 16-token group (none without xt) */
+    first[0] = 0;
+    for (size_t s = 0; s < n_src; s++) first[s + 1] = first[s] + (src[s].xt ? (src[s].n + 15) / 16 : 0);
+    xt_items = first[n_src];
+    if (xt_items > 1) nf_parallel_for(c->pool, xt_items, 1, xt_fn, &q);
+    else if (xt_items) xt_fn(&q, 0, xt_items, 0);
     for (size_t j = 0; j < n_jobs; j++)
         if (a8[j].fn) {
             a8[j].xa = src[which[j]].dst, a8[j].ldxa = nf_a8_row_bytes(jobs[j].w.cols);
