@@ -41,27 +41,69 @@ NF_INLINE __m512i idx2(int a, int b)
     return _mm512_inserti64x4(_mm512_set1_epi32(a), _mm256_set1_epi32(b), 1);
 }
 
+/* The 16 block sums of 8 vpdpbusd results (D[k]: lanes 0-7 block 2k, 8-15 block 2k + 1, eight partial
+ * sums each), lane 4 j + m = block Q8_PERM[4 j + m]: two blocks' halves added (shuffle), pairs of
+ * results interleaved by 128-bit lane (blend), then two unpack-and-add steps. */
+static const int32_t Q8_PERM[16] = {0, 4, 8, 12, 2, 6, 10, 14, 1, 5, 9, 13, 3, 7, 11, 15};
+NF_INLINE __m512i q8_reduce16(const __m512i *D)
+{
+    __m512i F[4];
+    for (int m = 0; m < 4; m++) {
+        const __m512i e0 = _mm512_add_epi32(D[2 * m], _mm512_shuffle_i32x4(D[2 * m], D[2 * m], _MM_SHUFFLE(2, 3, 0, 1)));
+        const __m512i e1 = _mm512_add_epi32(D[2 * m + 1], _mm512_shuffle_i32x4(D[2 * m + 1], D[2 * m + 1], _MM_SHUFFLE(2, 3, 0, 1)));
+        F[m] = _mm512_mask_blend_epi32(0xF0F0, e0, e1);
+    }
+    const __m512i g01 = _mm512_add_epi32(_mm512_unpacklo_epi32(F[0], F[1]), _mm512_unpackhi_epi32(F[0], F[1]));
+    const __m512i g23 = _mm512_add_epi32(_mm512_unpacklo_epi32(F[2], F[3]), _mm512_unpackhi_epi32(F[2], F[3]));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(g01, g23), _mm512_unpackhi_epi64(g01, g23));
+}
+
+/* q8_0: 16 blocks (512 elements) per step: 8 vpdpbusd, their 16 block sums in one vector (q8_reduce16),
+ * the 16 f16 scales gathered in the same lane order, one conversion and one FMA per 16 blocks (the
+ * loads, not the arithmetic, are then the work: perf/cpu_2026-12-06b.md); the blocks past the last
+ * 16 two at a time and a last odd one as before. */
 NF_INLINE void q8_0_rows(const uint8_t *w, size_t rb, int R, const uint8_t *xa, float *y, size_t n)
 {
     const float *dx = NF_A8_D(xa, n);
     const __m512i flip = _mm512_set1_epi8((char)0x80);
+    const __m512i perm = _mm512_loadu_si512(Q8_PERM);
+    const __m512i gidx = _mm512_mullo_epi32(perm, _mm512_set1_epi32(NF_Q8_0_BYTES));
+    const size_t nb = n / 32, nb16 = nb / 16 * 16;
     __m512 acc[ROWS];
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
-    for (size_t ib = 0; ib < n / 64; ib++) {
+    for (size_t i0 = 0; i0 < nb16; i0 += 16) {
+        __m512i xq[8], base[8];
+        for (int k = 0; k < 8; k++) xq[k] = _mm512_loadu_si512(xa + 32 * i0 + 64 * k), base[k] = neg_lane_sum(xq[k], (char)0x80);
+        const __m512 dxp = _mm512_permutexvar_ps(perm, _mm512_loadu_ps(dx + i0));
+        for (int r = 0; r < R; r++) {
+            const uint8_t *b = w + r * rb + i0 * NF_Q8_0_BYTES;
+            for (int l = 0; l < 9; l++) _mm_prefetch((const char *)b + NF_A8_PF_Q8 + 64 * l, _MM_HINT_T0);
+            __m512i D[8];
+            for (int k = 0; k < 8; k++) {
+                const uint8_t *bk = b + 2 * k * NF_Q8_0_BYTES;
+                D[k] = _mm512_dpbusd_epi32(base[k], _mm512_xor_si512(load2x32(bk + 2, bk + NF_Q8_0_BYTES + 2), flip), xq[k]);
+            }
+            const __m512i h = q8_reduce16(D);
+            const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(gidx, (const void *)b, 1)));
+            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dxp), _mm512_cvtepi32_ps(h), acc[r]);
+        }
+    }
+    __m512 acc2[ROWS];
+    for (int r = 0; r < R; r++) acc2[r] = _mm512_setzero_ps();
+    for (size_t ib = nb16 / 2; ib < nb / 2; ib++) {
         const __m512i xq = _mm512_loadu_si512(xa + 64 * ib), base = neg_lane_sum(xq, (char)0x80);
         const __m512 dxv = _mm512_insertf32x8(_mm512_set1_ps(dx[2 * ib]), _mm256_set1_ps(dx[2 * ib + 1]), 1);
         for (int r = 0; r < R; r++) {
             const uint8_t *b = w + r * rb + 2 * ib * NF_Q8_0_BYTES;
-            _mm_prefetch((const char *)b + NF_A8_PF_Q8, _MM_HINT_T0);
             const __m512i wq = _mm512_xor_si512(load2x32(b + 2, b + NF_Q8_0_BYTES + 2), flip);
             const __m512i s = _mm512_dpbusd_epi32(base, wq, xq);
             const __m512 dw = _mm512_insertf32x8(_mm512_set1_ps(f16_at(b)), _mm256_set1_ps(f16_at(b + NF_Q8_0_BYTES)), 1);
-            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dxv), _mm512_cvtepi32_ps(s), acc[r]);
+            acc2[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dxv), _mm512_cvtepi32_ps(s), acc2[r]);
         }
     }
     float tail[ROWS] = {0};
-    if ((n / 32) % 2) { /* an odd last block: its 32 elements in the low half */
-        const size_t ib = n / 32 - 1;
+    if (nb % 2) { /* an odd last block: its 32 elements in the low half */
+        const size_t ib = nb - 1;
         const __m512i xq = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(xa + 32 * ib)));
         const __m512i base = neg_lane_sum(xq, (char)0x80);
         for (int r = 0; r < R; r++) {
@@ -70,7 +112,7 @@ NF_INLINE void q8_0_rows(const uint8_t *w, size_t rb, int R, const uint8_t *xa, 
             tail[r] = f16_at(b) * dx[ib] * (float)_mm512_reduce_add_epi32(_mm512_dpbusd_epi32(base, wq, xq));
         }
     }
-    for (int r = 0; r < R; r++) y[r] = _mm512_reduce_add_ps(acc[r]) + tail[r];
+    for (int r = 0; r < R; r++) y[r] = _mm512_reduce_add_ps(acc[r]) + _mm512_reduce_add_ps(acc2[r]) + tail[r];
 }
 
 /* q4_k (and q5_k): 64 bytes of qs hold sub-block pairs 2P and 2P + 1 (P = 0, 1); their low nibbles are

@@ -308,8 +308,12 @@ int main(void)
                     }
             /* whole and partial groups of 16 tokens (the AMX tile's) */
             for (size_t nt = 16; nt <= 40; nt += 12) check_kernel(c, (nf_isa)isa, 512, 17, nt, (int)nt % 5, 1, &worst, &worst_q);
-            if (c->block_elems == 32) /* q8_0: an odd number of blocks (the AVX-512 pair loop's tail) */
-                for (size_t nb = 1; nb <= 7; nb += 2) check_kernel(c, (nf_isa)isa, 32 * nb, 5, 2, nb % 5, 0, &worst, &worst_q);
+            if (c->block_elems == 32) { /* q8_0: an odd number of blocks (the AVX-512 pair loop's tail), alone
+                                         * and after whole 16-block steps */
+                const size_t nbs[] = {1, 3, 5, 7, 17, 35, 51};
+                for (size_t i = 0; i < sizeof nbs / sizeof nbs[0]; i++)
+                    check_kernel(c, (nf_isa)isa, 32 * nbs[i], 5, 2, nbs[i] % 5, 0, &worst, &worst_q);
+            }
             printf("%-5s %-10s worst |kernel - ref| / bound = %.4f; quantisation effect / its bound = %.4f\n", c->name,
                    nf_isa_name((nf_isa)isa), worst, worst_q);
         }
