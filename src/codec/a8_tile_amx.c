@@ -17,7 +17,8 @@
  *
  * The activation block (32 elements, one scale per token) bounds K: a TDPB* is 32 deep (q6_k: 16,
  * its weights' scale step, but its two sub-blocks are combined in one f32 step). Two C tiles (q6_k:
- * two pairs) alternate so one block's product runs while the other's is combined. */
+ * two pairs) alternate: products run two blocks ahead, and a block's C is combined one step after
+ * its store. */
 #include <immintrin.h>
 
 #include "codec/a8.h"
@@ -105,30 +106,36 @@ static inline __attribute__((always_inline)) void panel_tokens(const int Q6, con
         const float *d = dplane + t, *ds = dsplane + t;
         __m512 acc[16];
         for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
+        /* products two blocks ahead in two C tiles; each block's C stored one step before it is combined,
+         * so that the vector loads of a stored tile do not wait on its store */
         if (Q6) {
             PRODUCT16(0, 1, 0);
+            PRODUCT16(2, 3, 1);
             for (size_t b = 0; b < nb; b += 2) {
                 if (g == 0) nf_a8_prefetch_part(next, next_bytes, b, 2, nb);
-                PRODUCT16(2, 3, b + 1);
                 _tile_stored(0, cb[0], 64);
                 _tile_stored(1, cb[1], 64);
                 if (b + 2 < nb) PRODUCT16(0, 1, b + 2);
-                combine16(cb[0], cb[1], p, b, d + b * T, acc);
+                if (b) combine16(cb[2], cb[3], p, b - 1, d + (b - 1) * T, acc);
                 _tile_stored(2, cb[2], 64);
                 _tile_stored(3, cb[3], 64);
-                combine16(cb[2], cb[3], p, b + 1, d + (b + 1) * T, acc);
+                if (b + 3 < nb) PRODUCT16(2, 3, b + 3);
+                combine16(cb[0], cb[1], p, b, d + b * T, acc);
             }
+            combine16(cb[2], cb[3], p, nb - 1, d + (nb - 1) * T, acc);
         } else {
             PRODUCT32(0, 2, 4, 0);
+            PRODUCT32(1, 3, 5, 1);
             for (size_t b = 0; b < nb; b += 2) {
                 if (g == 0) nf_a8_prefetch_part(next, next_bytes, b, 2, nb);
-                PRODUCT32(1, 3, 5, b + 1);
                 _tile_stored(0, cb[0], 64);
                 if (b + 2 < nb) PRODUCT32(0, 2, 4, b + 2);
-                combine32(MIN, cb[0], p, b, d + b * T, ds + b * T, acc);
+                if (b) combine32(MIN, cb[1], p, b - 1, d + (b - 1) * T, ds + (b - 1) * T, acc);
                 _tile_stored(1, cb[1], 64);
-                combine32(MIN, cb[1], p, b + 1, d + (b + 1) * T, ds + (b + 1) * T, acc);
+                if (b + 3 < nb) PRODUCT32(1, 3, 5, b + 3);
+                combine32(MIN, cb[0], p, b, d + b * T, ds + b * T, acc);
             }
+            combine32(MIN, cb[1], p, nb - 1, d + (nb - 1) * T, ds + (nb - 1) * T, acc);
         }
         float tr[256] __attribute__((aligned(64)));
         nf_a8_transpose16_avx512((const uint8_t *)acc, 64, (uint8_t *)tr); /* tr[16 t + r] */
