@@ -137,8 +137,10 @@ static inline __attribute__((always_inline)) void panel_tokens(const int Q6, con
             }
             combine32(MIN, cb[1], p, nb - 1, d + (nb - 1) * T, ds + (nb - 1) * T, acc);
         }
-        float tr[256] __attribute__((aligned(64)));
-        nf_a8_transpose16_avx512((const uint8_t *)acc, 64, (uint8_t *)tr); /* tr[16 t + r] */
+        /* (acc copied out first: its address taken, GCC would keep the accumulators in memory) */
+        float ac[256] __attribute__((aligned(64))), tr[256] __attribute__((aligned(64)));
+        for (int r = 0; r < 16; r++) _mm512_store_ps(ac + 16 * r, acc[r]);
+        nf_a8_transpose16_avx512((const uint8_t *)ac, 64, (uint8_t *)tr); /* tr[16 t + r] */
         for (size_t m = 0; m < nt; m++) _mm512_mask_storeu_ps(y + (g + m) * ldy, keep, _mm512_load_ps(tr + 16 * m));
     }
 }
