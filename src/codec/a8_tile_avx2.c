@@ -79,7 +79,10 @@ static inline __attribute__((always_inline)) void tile(const int G, const int D,
                     }
                 }
             } else { /* q6_k: sub-blocks 2k, 2k + 1 combined exactly, as the AVX-512 tile does */
-                const float *sc0 = p.sd + 32 * k, *sc1 = sc0 + 16;
+                __m256 sc0[2], sc1[2], dv[2];
+                for (int h = 0; h < 2; h++)
+                    sc0[h] = _mm256_loadu_ps(p.sd + 32 * k + 8 * h), sc1[h] = _mm256_loadu_ps(p.sd + 32 * k + 16 + 8 * h),
+                    dv[h] = _mm256_loadu_ps(p.sm + 16 * k + 8 * h);
                 for (int t = 0; t < nt; t++) {
                     const uint8_t *x = xa + (t0 + t) * ldxa;
                     const int16_t *bs = NF_A8_BSUM(x, n);
@@ -89,9 +92,9 @@ static inline __attribute__((always_inline)) void tile(const int G, const int D,
                     block_sums(G, D, Q8, p.lv + 32 * G * k + 16 * G, x + 32 * k + 16, &s10, &s11);
                     const __m256 dx = _mm256_set1_ps(NF_A8_D(x, n)[k]);
                     for (int h = 0; h < 2; h++) {
-                        const __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h ? s11 : s10), _mm256_loadu_ps(sc1 + 8 * h),
-                                                         _mm256_mul_ps(_mm256_cvtepi32_ps(h ? s01 : s00), _mm256_loadu_ps(sc0 + 8 * h)));
-                        acc[t][h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(p.sm + 16 * k + 8 * h), dx), f, acc[t][h]);
+                        const __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h ? s11 : s10), sc1[h],
+                                                         _mm256_mul_ps(_mm256_cvtepi32_ps(h ? s01 : s00), sc0[h]));
+                        acc[t][h] = _mm256_fmadd_ps(_mm256_mul_ps(dv[h], dx), f, acc[t][h]);
                     }
                 }
             }
