@@ -248,3 +248,26 @@ nf_a8_tile_fn nf_codec_a8_tile(const nf_codec *c, nf_isa isa)
     if (!c || isa < NF_ISA_AVX2 || isa >= NF_ISA_COUNT || isa > nf_isa_detect()) return NULL;
     return isa == NF_ISA_AMX ? nf_a8_tile_amx(c->id) : isa == NF_ISA_AVX512VNNI ? nf_a8_tile_avx512(c->id) : nf_a8_tile_avx2(c->id);
 }
+
+int nf_a8_tile_wants_xt(nf_isa isa) { return isa == NF_ISA_AMX; }
+
+/* ---- the AMX tile's regrouped activations (a8.h, nf_a8_xt) ----------------------------------------- */
+
+size_t nf_a8_xt_bytes(size_t n, size_t T) { return n * T + n / 32 * T * 8 + 64; }
+
+void nf_a8_xt_put(const uint8_t *xa_t, size_t n, size_t t, size_t T, uint8_t *xt)
+{
+    for (size_t j = 0; j < n / 4; j++) memcpy(xt + 4 * (j * T + t), xa_t + 4 * j, 4);
+    float *d = (float *)(xt + n * T), *ds = d + n / 32 * T;
+    for (size_t b = 0; b < n / 32; b++) d[b * T + t] = NF_A8_D(xa_t, n)[b], ds[b * T + t] = NF_A8_DSUM(xa_t, n)[b];
+}
+
+void nf_a8_xt_pad(uint8_t *xt, size_t n, size_t T) { memset(xt + nf_a8_xt_bytes(n, T) - 64, 0, 64); }
+
+void nf_a8_xt_fill(const uint8_t *xa, size_t ldxa, size_t n, size_t T, size_t t0, size_t nt, uint8_t *xt, nf_isa isa)
+{
+    size_t t = t0;
+    if (isa >= NF_ISA_AVX512VNNI && isa <= nf_isa_detect() && n % 64 == 0)
+        for (; t + 16 <= t0 + nt; t += 16) nf_a8_xt_fill16_avx512(xa + t * ldxa, ldxa, n, T, t, xt);
+    for (; t < t0 + nt; t++) nf_a8_xt_put(xa + t * ldxa, n, t, T, xt);
+}

@@ -63,14 +63,37 @@ typedef void (*nf_a8_gemm_fn)(const void *w, size_t row_bytes, size_t rows, cons
  * below it); NULL when c has no integer kernel or isa is above nf_isa_detect(). */
 nf_a8_gemm_fn nf_codec_a8_kernel(const nf_codec *c, nf_isa isa);
 
+/* The AMX tile's activations (nf_a8_tile_wants_xt): the quantised rows of a source of T tokens regrouped
+ * "token = column", so that 16 consecutive tokens' bytes are an AMX "B" tile at any first token:
+ *     int8 q: dword j (bytes 4j .. 4j+3) of token t at 4 (j T + t)   (n T bytes)
+ *     f32 d[b][t] at n T + 4 (b T + t), f32 dsum[b][t] after it (b < n / 32)   then 64 zero bytes
+ * (nf_a8_xt_bytes(n, T) in all). A tile call on tokens t0 .. t0 + ntok - 1 of the source reads
+ * base with the source's T and t0; reads of a partial 16-token group run past the group, at most 64 bytes
+ * past the end (the zero bytes), and their lanes are discarded. */
+typedef struct nf_a8_xt {
+    const uint8_t *base;
+    size_t T, t0;
+} nf_a8_xt;
+size_t nf_a8_xt_bytes(size_t n, size_t T);
+/* Token t's quantised row xa_t (nf_a8_row_bytes(n) bytes) into xt; rows may be put in any order and in
+ * parallel; nf_a8_xt_pad writes the zero bytes. */
+void nf_a8_xt_put(const uint8_t *xa_t, size_t n, size_t t, size_t T, uint8_t *xt);
+void nf_a8_xt_pad(uint8_t *xt, size_t n, size_t T);
+/* Tokens t0 .. t0 + nt - 1 (rows at xa + t ldxa) into xt, as nf_a8_xt_put does (the same bytes; 16 at a
+ * time with 16 x 16 dword transposes where isa has AVX-512). Disjoint token ranges may run in parallel. */
+void nf_a8_xt_fill(const uint8_t *xa, size_t ldxa, size_t n, size_t T, size_t t0, size_t nt, uint8_t *xt, nf_isa isa);
+
 /* Multi-token products (prefill segments) with the weight rows repacked 16 at a time, "lane = row"
  * (a8_tile_avx512.c says how): the same y as nf_a8_gemm_fn up to f32 rounding, faster when several
  * tokens share the rows. scratch: nf_a8_tile_scratch(n) bytes (any alignment). n must be a multiple
  * of 64. NULL when c or isa has none (scalar): use nf_codec_a8_kernel per token. The AVX2, AVX-512
- * VNNI and AMX tiles (a8_tile_avx2.c, a8_tile_avx512.c, a8_tile_amx.c) give the same bits. */
+ * VNNI and AMX tiles (a8_tile_avx2.c, a8_tile_avx512.c, a8_tile_amx.c) give the same bits. xt: the
+ * same tokens regrouped (nf_a8_xt), read by the tile where nf_a8_tile_wants_xt(isa) (AMX; without it
+ * the AMX tile runs as the AVX-512 VNNI tile), ignored elsewhere (may be NULL). */
 typedef void (*nf_a8_tile_fn)(const void *w, size_t row_bytes, size_t rows, const uint8_t *xa, size_t ldxa,
-                              size_t ntok, float *y, size_t ldy, size_t n, void *scratch);
+                              size_t ntok, float *y, size_t ldy, size_t n, void *scratch, const nf_a8_xt *xt);
 size_t nf_a8_tile_scratch(size_t n);
 nf_a8_tile_fn nf_codec_a8_tile(const nf_codec *c, nf_isa isa);
+int nf_a8_tile_wants_xt(nf_isa isa);
 
 #endif

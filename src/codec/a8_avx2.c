@@ -181,7 +181,76 @@ NF_INLINE void q6_k_rows(const uint8_t *w, size_t rb, int R, const uint8_t *xa, 
     for (int r = 0; r < R; r++) y[r] = nf_hsum8(acc[r]);
 }
 
+/* ---- several tokens (a short segment), as the AVX-512 file does: one row's super-block unpacked once
+ * into a 256-byte buffer (and its scale vectors) for up to TM tokens, each token's operations those of
+ * the one-token kernels above in the same order, so every token keeps its one-token bits (tested). */
+enum { TM = 4 };
+
+NF_INLINE void k45_multi_rows(const int Q5, const int T, const uint8_t *w, size_t rb, size_t rows, const uint8_t *xa,
+                              size_t ldxa, float *y, size_t ldy, size_t n)
+{
+    const size_t bb = Q5 ? NF_Q5_K_BYTES : NF_Q4_K_BYTES;
+    for (size_t r = 0; r < rows; r++) {
+        __m256 acc[TM], macc[TM];
+        for (int t = 0; t < T; t++) acc[t] = macc[t] = _mm256_setzero_ps();
+        for (size_t ib = 0; ib < n / NF_QK_K; ib++) {
+            const uint8_t *b = w + r * rb + ib * bb, *qs = b + (Q5 ? 48 : 16);
+            for (int k = 0; k < 3; k++) _mm_prefetch((const char *)b + NF_A8_PF_K + 64 * k, _MM_HINT_T0);
+            uint8_t sm[16];
+            nf_k4_unpack_scales(b + 4, sm);
+            const __m256 sc = _mm256_cvtepi32_ps(nf_load8_u8(sm)), mn = _mm256_cvtepi32_ps(nf_load8_u8(sm + 8));
+            const __m256 d1 = _mm256_mul_ps(_mm256_set1_ps(nf_f16_at(b)), sc);
+            const __m256 m1 = _mm256_mul_ps(_mm256_set1_ps(nf_f16_at(b + 2)), mn);
+            __m256i lv[8];
+            __m256i hb = Q5 ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
+            for (int p = 0; p < 4; p++) nf_k45_levels(Q5, qs, p, &hb, &lv[2 * p], &lv[2 * p + 1]);
+            for (int t = 0; t < T; t++) {
+                const uint8_t *x = xa + t * ldxa, *qx = x + NF_QK_K * ib;
+                const __m256 dxv = _mm256_loadu_ps(NF_A8_D(x, n) + 8 * ib);
+                const __m256 qsum = _mm256_cvtepi32_ps(
+                    _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(NF_A8_BSUM(x, n) + 16 * ib)), _mm256_set1_epi16(1)));
+                float sd[8];
+                _mm256_storeu_ps(sd, _mm256_mul_ps(d1, dxv));
+                macc[t] = _mm256_fmadd_ps(_mm256_mul_ps(m1, dxv), qsum, macc[t]);
+                for (int p = 0; p < 4; p++) {
+                    const __m256i il = dot_us8(lv[2 * p], _mm256_loadu_si256((const __m256i *)(qx + 64 * p)));
+                    const __m256i ih = dot_us8(lv[2 * p + 1], _mm256_loadu_si256((const __m256i *)(qx + 64 * p + 32)));
+                    acc[t] = _mm256_fmadd_ps(bcast(sd + 2 * p), _mm256_cvtepi32_ps(il), acc[t]);
+                    acc[t] = _mm256_fmadd_ps(bcast(sd + 2 * p + 1), _mm256_cvtepi32_ps(ih), acc[t]);
+                }
+            }
+        }
+        for (int t = 0; t < T; t++) y[t * ldy + r] = nf_hsum8(_mm256_sub_ps(acc[t], macc[t]));
+    }
+}
+
+static NF_A8_GEMM(one_token_q4_k, q4_k_rows, NF_MV_ROWS)
+static NF_A8_GEMM(one_token_q5_k, q5_k_rows, NF_MV_ROWS)
+
+static void k45_gemm(const int Q5, const void *w, size_t rb, size_t rows, const uint8_t *xa, size_t ldxa, size_t ntok,
+                     float *y, size_t ldy, size_t n)
+{
+    if (ntok == 1) {
+        (Q5 ? one_token_q5_k : one_token_q4_k)(w, rb, rows, xa, ldxa, 1, y, ldy, n);
+        return;
+    }
+    for (size_t t0 = 0; t0 < ntok; t0 += TM) {
+        const int T = (int)(ntok - t0 < TM ? ntok - t0 : TM);
+        const uint8_t *x = xa + t0 * ldxa;
+        float *yt = y + t0 * ldy;
+#define K45_T(TT) (Q5 ? k45_multi_rows(1, TT, w, rb, rows, x, ldxa, yt, ldy, n) : k45_multi_rows(0, TT, w, rb, rows, x, ldxa, yt, ldy, n))
+        switch (T) {
+        case 1: (Q5 ? one_token_q5_k : one_token_q4_k)(w, rb, rows, x, ldxa, 1, yt, ldy, n); break;
+        case 2: K45_T(2); break;
+        case 3: K45_T(3); break;
+        default: K45_T(4); break;
+        }
+#undef K45_T
+    }
+}
+
 NF_A8_GEMM(nf_q8_0_a8_avx2, q8_0_rows, NF_MV_ROWS)
-NF_A8_GEMM(nf_q4_k_a8_avx2, q4_k_rows, NF_MV_ROWS)
-NF_A8_GEMM(nf_q5_k_a8_avx2, q5_k_rows, NF_MV_ROWS)
+NF_A8_GEMM_DECL(nf_q4_k_a8_avx2) { k45_gemm(0, w, row_bytes, rows, xa, ldxa, ntok, y, ldy, n); }
+NF_A8_GEMM_DECL(nf_q5_k_a8_avx2) { k45_gemm(1, w, row_bytes, rows, xa, ldxa, ntok, y, ldy, n); }
 NF_A8_GEMM(nf_q6_k_a8_avx2, q6_k_rows, NF_MV_ROWS)
+

@@ -41,27 +41,69 @@ NF_INLINE __m512i idx2(int a, int b)
     return _mm512_inserti64x4(_mm512_set1_epi32(a), _mm256_set1_epi32(b), 1);
 }
 
+/* The 16 block sums of 8 vpdpbusd results (D[k]: lanes 0-7 block 2k, 8-15 block 2k + 1, eight partial
+ * sums each), lane 4 j + m = block Q8_PERM[4 j + m]: two blocks' halves added (shuffle), pairs of
+ * results interleaved by 128-bit lane (blend), then two unpack-and-add steps. */
+static const int32_t Q8_PERM[16] = {0, 4, 8, 12, 2, 6, 10, 14, 1, 5, 9, 13, 3, 7, 11, 15};
+NF_INLINE __m512i q8_reduce16(const __m512i *D)
+{
+    __m512i F[4];
+    for (int m = 0; m < 4; m++) {
+        const __m512i e0 = _mm512_add_epi32(D[2 * m], _mm512_shuffle_i32x4(D[2 * m], D[2 * m], _MM_SHUFFLE(2, 3, 0, 1)));
+        const __m512i e1 = _mm512_add_epi32(D[2 * m + 1], _mm512_shuffle_i32x4(D[2 * m + 1], D[2 * m + 1], _MM_SHUFFLE(2, 3, 0, 1)));
+        F[m] = _mm512_mask_blend_epi32(0xF0F0, e0, e1);
+    }
+    const __m512i g01 = _mm512_add_epi32(_mm512_unpacklo_epi32(F[0], F[1]), _mm512_unpackhi_epi32(F[0], F[1]));
+    const __m512i g23 = _mm512_add_epi32(_mm512_unpacklo_epi32(F[2], F[3]), _mm512_unpackhi_epi32(F[2], F[3]));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(g01, g23), _mm512_unpackhi_epi64(g01, g23));
+}
+
+/* q8_0: 16 blocks (512 elements) per step: 8 vpdpbusd, their 16 block sums in one vector (q8_reduce16),
+ * the 16 f16 scales gathered in the same lane order, one conversion and one FMA per 16 blocks (the
+ * loads, not the arithmetic, are then the work: perf/cpu_2026-12-06b.md); the blocks past the last
+ * 16 two at a time and a last odd one as before. */
 NF_INLINE void q8_0_rows(const uint8_t *w, size_t rb, int R, const uint8_t *xa, float *y, size_t n)
 {
     const float *dx = NF_A8_D(xa, n);
     const __m512i flip = _mm512_set1_epi8((char)0x80);
+    const __m512i perm = _mm512_loadu_si512(Q8_PERM);
+    const __m512i gidx = _mm512_mullo_epi32(perm, _mm512_set1_epi32(NF_Q8_0_BYTES));
+    const size_t nb = n / 32, nb16 = nb / 16 * 16;
     __m512 acc[ROWS];
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
-    for (size_t ib = 0; ib < n / 64; ib++) {
+    for (size_t i0 = 0; i0 < nb16; i0 += 16) {
+        __m512i xq[8], base[8];
+        for (int k = 0; k < 8; k++) xq[k] = _mm512_loadu_si512(xa + 32 * i0 + 64 * k), base[k] = neg_lane_sum(xq[k], (char)0x80);
+        const __m512 dxp = _mm512_permutexvar_ps(perm, _mm512_loadu_ps(dx + i0));
+        for (int r = 0; r < R; r++) {
+            const uint8_t *b = w + r * rb + i0 * NF_Q8_0_BYTES;
+            for (int l = 0; l < 9; l++) _mm_prefetch((const char *)b + NF_A8_PF_Q8 + 64 * l, _MM_HINT_T0);
+            __m512i D[8];
+            for (int k = 0; k < 8; k++) {
+                const uint8_t *bk = b + 2 * k * NF_Q8_0_BYTES;
+                D[k] = _mm512_dpbusd_epi32(base[k], _mm512_xor_si512(load2x32(bk + 2, bk + NF_Q8_0_BYTES + 2), flip), xq[k]);
+            }
+            const __m512i h = q8_reduce16(D);
+            const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(gidx, (const void *)b, 1)));
+            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dxp), _mm512_cvtepi32_ps(h), acc[r]);
+        }
+    }
+    __m512 acc2[ROWS];
+    for (int r = 0; r < R; r++) acc2[r] = _mm512_setzero_ps();
+    for (size_t ib = nb16 / 2; ib < nb / 2; ib++) {
         const __m512i xq = _mm512_loadu_si512(xa + 64 * ib), base = neg_lane_sum(xq, (char)0x80);
         const __m512 dxv = _mm512_insertf32x8(_mm512_set1_ps(dx[2 * ib]), _mm256_set1_ps(dx[2 * ib + 1]), 1);
         for (int r = 0; r < R; r++) {
             const uint8_t *b = w + r * rb + 2 * ib * NF_Q8_0_BYTES;
-            _mm_prefetch((const char *)b + NF_A8_PF_Q8, _MM_HINT_T0);
             const __m512i wq = _mm512_xor_si512(load2x32(b + 2, b + NF_Q8_0_BYTES + 2), flip);
             const __m512i s = _mm512_dpbusd_epi32(base, wq, xq);
             const __m512 dw = _mm512_insertf32x8(_mm512_set1_ps(f16_at(b)), _mm256_set1_ps(f16_at(b + NF_Q8_0_BYTES)), 1);
-            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dxv), _mm512_cvtepi32_ps(s), acc[r]);
+            acc2[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dxv), _mm512_cvtepi32_ps(s), acc2[r]);
         }
     }
     float tail[ROWS] = {0};
-    if ((n / 32) % 2) { /* an odd last block: its 32 elements in the low half */
-        const size_t ib = n / 32 - 1;
+    if (nb % 2) { /* an odd last block: its 32 elements in the low half */
+        const size_t ib = nb - 1;
         const __m512i xq = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(xa + 32 * ib)));
         const __m512i base = neg_lane_sum(xq, (char)0x80);
         for (int r = 0; r < R; r++) {
@@ -70,7 +112,7 @@ NF_INLINE void q8_0_rows(const uint8_t *w, size_t rb, int R, const uint8_t *xa, 
             tail[r] = f16_at(b) * dx[ib] * (float)_mm512_reduce_add_epi32(_mm512_dpbusd_epi32(base, wq, xq));
         }
     }
-    for (int r = 0; r < R; r++) y[r] = _mm512_reduce_add_ps(acc[r]) + tail[r];
+    for (int r = 0; r < R; r++) y[r] = _mm512_reduce_add_ps(acc[r]) + _mm512_reduce_add_ps(acc2[r]) + tail[r];
 }
 
 /* q4_k (and q5_k): 64 bytes of qs hold sub-block pairs 2P and 2P + 1 (P = 0, 1); their low nibbles are
@@ -190,7 +232,200 @@ NF_INLINE void q5_k_rows(const uint8_t *w, size_t rb, int R, const uint8_t *xa, 
     k45_rows(1, w, rb, R, xa, y, n);
 }
 
+/* ---- several tokens (a short segment: speculation's verification, a sparse-MoE expert's few tokens of
+ * a prompt): one row's super-block unpacked once for up to TM tokens, each token's operations those of
+ * the one-token kernels above in the same order, so every token's result is bit-identical to its
+ * one-token call (tests/codec/test_codec_a8.c checks it). The tokens' activation vectors (k45: the
+ * pairs X and the q sums; q6_k: the -32 lane sums) are formed once per call into a stack buffer of
+ * at most XB bytes. */
+enum { TM = 8, XB = 32768 };
+
+/* k45: X[ib][t][4] (the pairs of k45_rows), qs[ib][t] (its qsum), for T tokens of one call. */
+NF_INLINE void k45_multi_rows(const int Q5, const int T, const uint8_t *w, size_t rb, size_t rows, const uint8_t *xa,
+                              size_t ldxa, float *y, size_t ldy, size_t n, __m512i *X, __m256 *qs)
+{
+    const size_t bb = Q5 ? NF_Q5_K_BYTES : NF_Q4_K_BYTES, nb = n / NF_QK_K;
+    const __m512i one = _mm512_set1_epi8(1), two = _mm512_set1_epi8(2), m4 = _mm512_set1_epi8(0x0F);
+    const __mmask64 up = 0xFFFFFFFF00000000ull;
+    const __m512i ix[4] = {idx2(0, 2), idx2(1, 3), idx2(4, 6), idx2(5, 7)};
+    for (size_t ib = 0; ib < nb; ib++)
+        for (int t = 0; t < T; t++) {
+            const uint8_t *x = xa + t * ldxa, *qx = x + NF_QK_K * ib;
+            for (int k = 0; k < 4; k++)
+                X[4 * (T * ib + t) + k] = load2x32(qx + 64 * (k / 2) * 2 + 32 * (k % 2), qx + 64 * (k / 2) * 2 + 32 * (k % 2) + 64);
+            qs[T * ib + t] = _mm256_cvtepi32_ps(
+                _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(NF_A8_BSUM(x, n) + 16 * ib)), _mm256_set1_epi16(1)));
+        }
+    for (size_t r = 0; r < rows; r++) {
+        __m512 acc[TM];
+        __m256 macc[TM];
+        for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps(), macc[t] = _mm256_setzero_ps();
+        for (size_t ib = 0; ib < nb; ib++) {
+            const uint8_t *b = w + r * rb + ib * bb, *qsb = b + (Q5 ? 48 : 16);
+            for (int k = 0; k < 3; k++) _mm_prefetch((const char *)b + NF_A8_PF_K + 64 * k, _MM_HINT_T0);
+            uint8_t sm[16];
+            nf_k4_unpack_scales(b + 4, sm);
+            const __m128i sm16 = _mm_loadu_si128((const __m128i *)sm);
+            const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm16));
+            const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm16, 8)));
+            const __m256 d1 = _mm256_mul_ps(_mm256_set1_ps(f16_at(b)), sc);
+            const __m256 m1 = _mm256_mul_ps(_mm256_set1_ps(f16_at(b + 2)), mn);
+            __m512i HP = _mm512_setzero_si512(), lv[4];
+            if (Q5) {
+                const __m512i H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 16)));
+                HP = _mm512_mask_blend_epi8(up, H, _mm512_srli_epi16(H, 2));
+            }
+            for (int P = 0; P < 2; P++) {
+                const __m512i v = _mm512_loadu_si512(qsb + 64 * P);
+                __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                if (Q5) {
+                    lo = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(HP, one), 4));
+                    hi = _mm512_or_si512(hi, _mm512_slli_epi16(_mm512_and_si512(HP, two), 3));
+                    HP = _mm512_srli_epi16(HP, 4);
+                }
+                lv[2 * P] = lo, lv[2 * P + 1] = hi;
+            }
+            for (int t = 0; t < T; t++) {
+                const __m256 dxv = _mm256_loadu_ps(NF_A8_D(xa + t * ldxa, n) + 8 * ib);
+                const __m512 sd = _mm512_castps256_ps512(_mm256_mul_ps(d1, dxv));
+                macc[t] = _mm256_fmadd_ps(_mm256_mul_ps(m1, dxv), qs[T * ib + t], macc[t]);
+                const __m512i *Xt = X + 4 * (T * ib + t);
+                for (int P = 0; P < 2; P++) {
+                    const __m512i il = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lv[2 * P], Xt[2 * P]);
+                    const __m512i ih = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lv[2 * P + 1], Xt[2 * P + 1]);
+                    acc[t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(ix[2 * P], sd), _mm512_cvtepi32_ps(il), acc[t]);
+                    acc[t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(ix[2 * P + 1], sd), _mm512_cvtepi32_ps(ih), acc[t]);
+                }
+            }
+        }
+        for (int t = 0; t < T; t++) {
+            __m128 m = _mm_add_ps(_mm256_castps256_ps128(macc[t]), _mm256_extractf128_ps(macc[t], 1));
+            m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+            m = _mm_add_ss(m, _mm_movehdup_ps(m));
+            y[t * ldy + r] = _mm512_reduce_add_ps(acc[t]) - _mm_cvtss_f32(m);
+        }
+    }
+}
+
+/* q6_k: base[ib][t][4] (-32 times each lane's sum of four activation bytes), the activations read in place. */
+NF_INLINE void q6_k_multi_rows(const int T, const uint8_t *w, size_t rb, size_t rows, const uint8_t *xa, size_t ldxa,
+                               float *y, size_t ldy, size_t n, __m512i *base)
+{
+    const size_t nb = n / NF_QK_K;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    const __mmask64 up = 0xFFFFFFFF00000000ull;
+    __m512i ix[4];
+    for (int k = 0; k < 4; k++)
+        ix[k] = _mm512_add_epi32(_mm512_set1_epi32(4 * k),
+                                 _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+    const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    for (size_t ib = 0; ib < nb; ib++)
+        for (int t = 0; t < T; t++)
+            for (int k = 0; k < 4; k++)
+                base[4 * (T * ib + t) + k] = neg_lane_sum(_mm512_loadu_si512(xa + t * ldxa + NF_QK_K * ib + 64 * k), 32);
+    for (size_t r = 0; r < rows; r++) {
+        __m512 acc[TM];
+        for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+        for (size_t ib = 0; ib < nb; ib++) {
+            const uint8_t *b = w + r * rb + ib * NF_Q6_K_BYTES;
+            for (int k = 0; k < 4; k++) _mm_prefetch((const char *)b + NF_A8_PF_K + 64 * k, _MM_HINT_T0);
+            const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 192))));
+            const __m512 ds = _mm512_mul_ps(_mm512_set1_ps(f16_at(b + 208)), sc);
+            __m512i lv[4];
+            for (int h = 0; h < 2; h++) {
+                const __m512i a = _mm512_loadu_si512(b + 64 * h);
+                const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h)));
+                const __m512i hl = _mm512_and_si512(_mm512_mask_blend_epi8(up, _mm512_slli_epi16(hb, 4), _mm512_slli_epi16(hb, 2)), m30);
+                const __m512i hh = _mm512_and_si512(_mm512_mask_blend_epi8(up, hb, _mm512_srli_epi16(hb, 2)), m30);
+                lv[2 * h] = _mm512_or_si512(_mm512_and_si512(a, m4), hl);
+                lv[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(a, 4), m4), hh);
+            }
+            for (int t = 0; t < T; t++) {
+                const uint8_t *qx = xa + t * ldxa + NF_QK_K * ib;
+                const __m512 dxe = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_loadu_ps(NF_A8_D(xa + t * ldxa, n) + 8 * ib)));
+                const __m512 s = _mm512_mul_ps(ds, dxe);
+                const __m512i *bt = base + 4 * (T * ib + t);
+                for (int h = 0; h < 2; h++) {
+                    const __m512i il = _mm512_dpbusd_epi32(bt[2 * h], lv[2 * h], _mm512_loadu_si512(qx + 128 * h));
+                    const __m512i ih = _mm512_dpbusd_epi32(bt[2 * h + 1], lv[2 * h + 1], _mm512_loadu_si512(qx + 128 * h + 64));
+                    acc[t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(ix[2 * h], s), _mm512_cvtepi32_ps(il), acc[t]);
+                    acc[t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(ix[2 * h + 1], s), _mm512_cvtepi32_ps(ih), acc[t]);
+                }
+            }
+        }
+        for (int t = 0; t < T; t++) y[t * ldy + r] = _mm512_reduce_add_ps(acc[t]);
+    }
+}
+
+static NF_A8_GEMM(one_token_q4_k, q4_k_rows, ROWS)
+static NF_A8_GEMM(one_token_q5_k, q5_k_rows, ROWS)
+static NF_A8_GEMM(one_token_q6_k, q6_k_rows, ROWS)
+
+/* The entry points: one token (decode) by the row-group kernels; several, up to TM at a time (fewer
+ * where the row is long: the buffer holds XB bytes), by the multi-token ones. */
+#define MULTI_CASES(call)                                                                                   \
+    switch (T) {                                                                                            \
+    case 2: call(2); break;                                                                                 \
+    case 3: call(3); break;                                                                                 \
+    case 4: call(4); break;                                                                                 \
+    case 5: call(5); break;                                                                                 \
+    case 6: call(6); break;                                                                                 \
+    case 7: call(7); break;                                                                                 \
+    default: call(8); break;                                                                                \
+    }
+
+static void k45_gemm(const int Q5, const void *w, size_t rb, size_t rows, const uint8_t *xa, size_t ldxa, size_t ntok,
+                     float *y, size_t ldy, size_t n)
+{
+    const size_t tmax = XB / n < TM ? XB / n : TM;
+    const nf_a8_gemm_fn one = Q5 ? one_token_q5_k : one_token_q4_k;
+    if (ntok == 1 || tmax < 2) {
+        one(w, rb, rows, xa, ldxa, ntok, y, ldy, n);
+        return;
+    }
+    __m512i X[XB / 64];
+    __m256 qs[XB / 256];
+    for (size_t t0 = 0; t0 < ntok; t0 += tmax) {
+        const int T = (int)(ntok - t0 < tmax ? ntok - t0 : tmax);
+        const uint8_t *x = xa + t0 * ldxa;
+        float *yt = y + t0 * ldy;
+        if (T == 1) {
+            one(w, rb, rows, x, ldxa, 1, yt, ldy, n);
+            continue;
+        }
+#define K45_CALL(TT)                                                                                        \
+    do {                                                                                                    \
+        if (Q5) k45_multi_rows(1, TT, w, rb, rows, x, ldxa, yt, ldy, n, X, qs);                            \
+        else k45_multi_rows(0, TT, w, rb, rows, x, ldxa, yt, ldy, n, X, qs);                               \
+    } while (0)
+        MULTI_CASES(K45_CALL)
+    }
+}
+
+static void q6_k_gemm(const void *w, size_t rb, size_t rows, const uint8_t *xa, size_t ldxa, size_t ntok, float *y,
+                      size_t ldy, size_t n)
+{
+    const size_t tmax = XB / n < TM ? XB / n : TM;
+    if (ntok == 1 || tmax < 2) {
+        one_token_q6_k(w, rb, rows, xa, ldxa, ntok, y, ldy, n);
+        return;
+    }
+    __m512i base[XB / 64];
+    for (size_t t0 = 0; t0 < ntok; t0 += tmax) {
+        const int T = (int)(ntok - t0 < tmax ? ntok - t0 : tmax);
+        const uint8_t *x = xa + t0 * ldxa;
+        float *yt = y + t0 * ldy;
+        if (T == 1) {
+            one_token_q6_k(w, rb, rows, x, ldxa, 1, yt, ldy, n);
+            continue;
+        }
+#define Q6_CALL(TT) q6_k_multi_rows(TT, w, rb, rows, x, ldxa, yt, ldy, n, base)
+        MULTI_CASES(Q6_CALL)
+    }
+}
+
 NF_A8_GEMM(nf_q8_0_a8_avx512, q8_0_rows, ROWS)
-NF_A8_GEMM(nf_q4_k_a8_avx512, q4_k_rows, ROWS)
-NF_A8_GEMM(nf_q5_k_a8_avx512, q5_k_rows, ROWS)
-NF_A8_GEMM(nf_q6_k_a8_avx512, q6_k_rows, ROWS)
+NF_A8_GEMM_DECL(nf_q4_k_a8_avx512) { k45_gemm(0, w, row_bytes, rows, xa, ldxa, ntok, y, ldy, n); }
+NF_A8_GEMM_DECL(nf_q5_k_a8_avx512) { k45_gemm(1, w, row_bytes, rows, xa, ldxa, ntok, y, ldy, n); }
+NF_A8_GEMM_DECL(nf_q6_k_a8_avx512) { q6_k_gemm(w, row_bytes, rows, xa, ldxa, ntok, y, ldy, n); }
+

@@ -64,30 +64,34 @@ static void unpack_k45(int q5, const uint8_t *b, size_t n, uint8_t *lv, float *s
     }
 }
 
-static void unpack_q6_k(const uint8_t *b, size_t n, uint8_t *lv, float *sd, float *sm)
+/* q6_k: the level u (o = 0) or u - 32 (o = 32, signed); sd: the sub-block's scale sc (an integer, per
+ * 16), sm: the super-block's d (per 32-element block). */
+static void unpack_q6_k(int o, const uint8_t *b, size_t n, uint8_t *lv, float *sd, float *sm)
 {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), off = _mm256_set1_epi8((char)o);
     for (size_t ib = 0; ib < n / NF_QK_K; ib++, b += NF_Q6_K_BYTES) {
         const float d = nf_f16_at(b + 208);
         const int8_t *sc = (const int8_t *)(b + 192);
-        for (int k = 0; k < 16; k++) sd[16 * (16 * ib + k)] = d * sc[k], sm[16 * (16 * ib + k)] = 0;
+        for (int k = 0; k < 16; k++) sd[16 * (16 * ib + k)] = sc[k];
+        for (int k = 0; k < 8; k++) sm[16 * (8 * ib + k)] = d;
         for (int h = 0; h < 2; h++) {
             const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
             const __m256i a = _mm256_loadu_si256((const __m256i *)ql), c = _mm256_loadu_si256((const __m256i *)(ql + 32));
             const __m256i hb = _mm256_loadu_si256((const __m256i *)qh);
-            uint8_t *o = lv + 256 * ib + 128 * h;
-            _mm256_storeu_si256((__m256i *)o, _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30)));
-            _mm256_storeu_si256((__m256i *)(o + 32), _mm256_or_si256(_mm256_and_si256(c, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30)));
-            _mm256_storeu_si256((__m256i *)(o + 64), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), _mm256_and_si256(hb, m30)));
-            _mm256_storeu_si256((__m256i *)(o + 96), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), m4), _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30)));
+            uint8_t *l = lv + 256 * ib + 128 * h;
+            _mm256_storeu_si256((__m256i *)l, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(a, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30)), off));
+            _mm256_storeu_si256((__m256i *)(l + 32), _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(c, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30)), off));
+            _mm256_storeu_si256((__m256i *)(l + 64), _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), _mm256_and_si256(hb, m30)), off));
+            _mm256_storeu_si256((__m256i *)(l + 96), _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), m4), _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30)), off));
         }
     }
 }
 
-static void unpack(nf_codec_id id, int q8_offset, const uint8_t *b, size_t n, uint8_t *lv, float *sd, float *sm)
+static void unpack(nf_codec_id id, int q8_offset, int q6_signed, const uint8_t *b, size_t n, uint8_t *lv, float *sd,
+                   float *sm)
 {
     if (id == NF_CODEC_Q8_0) unpack_q8_0(q8_offset, b, n, lv, sd, sm);
-    else if (id == NF_CODEC_Q6_K) unpack_q6_k(b, n, lv, sd, sm);
+    else if (id == NF_CODEC_Q6_K) unpack_q6_k(q6_signed ? 32 : 0, b, n, lv, sd, sm);
     else unpack_k45(id == NF_CODEC_Q5_K, b, n, lv, sd, sm);
 }
 
@@ -102,17 +106,26 @@ int nf_a8_panel_fill(nf_codec_id id, int q8_offset, nf_a8_transpose_fn transpose
     if (id != NF_CODEC_Q8_0 && id != NF_CODEC_Q4_K && id != NF_CODEC_Q5_K && id != NF_CODEC_Q6_K) return -1;
     const size_t nk = n / G; /* blocks per row */
     uint8_t *rowbuf = scratch, *lv = rowbuf + 16 * n;
+    /* row-major (no transpose): rows n + 64 bytes apart, so that an A tile's 16 rows do not share two
+     * L1 sets (n is a multiple of 64; the rows then run into lv's space, unused) */
+    const size_t ld = transpose ? n : n + 64;
     float *sd = (float *)(lv + 16 * n), *sm = sd + 16 * nk;
     for (size_t r = 0; r < 16; r++) {
-        if (r < rows) unpack(id, q8_offset, w + r * rb, n, rowbuf + r * n, sd + r, sm + r);
+        if (r < rows) unpack(id, q8_offset, !transpose, w + r * rb, n, rowbuf + r * ld, sd + r, sm + r);
         else {
-            memset(rowbuf + r * n, 0, n);
+            memset(rowbuf + r * ld, 0, n);
             for (size_t k = 0; k < nk; k++) sd[16 * k + r] = sm[16 * k + r] = 0;
         }
     }
-    for (size_t c = 0; c < n / 64; c++) transpose(rowbuf + 64 * c, n, lv + 1024 * c);
-    p->lv = lv, p->sd = sd, p->sm = sm, p->spare = rowbuf;
-    p->G = G, p->O = id == NF_CODEC_Q8_0 ? q8_offset : id == NF_CODEC_Q6_K ? 32 : 0, p->min = G == 32 && id != NF_CODEC_Q8_0;
+    if (transpose) {
+        for (size_t c = 0; c < n / 64; c++) transpose(rowbuf + 64 * c, n, lv + 1024 * c);
+        p->lv = lv, p->spare = rowbuf;
+    } else
+        p->lv = rowbuf, p->spare = NULL;
+    p->ld = ld;
+    p->sd = sd, p->sm = sm;
+    p->G = G, p->O = id == NF_CODEC_Q8_0 ? q8_offset : id == NF_CODEC_Q6_K && transpose ? 32 : 0;
+    p->min = G == 32 && id != NF_CODEC_Q8_0;
     return 0;
 }
 

@@ -56,22 +56,28 @@ nf_a8_tile_fn nf_a8_tile_amx(nf_codec_id id);
 /* The multi-token tiles' panel (a8_panel_avx2.c): up to 16 weight rows of a codec with blocks of G
  * elements (32: q8_0, q4_k, q5_k; 16: q6_k), unpacked once into levels u and transposed "lane = row".
  * Block k's levels are G / 4 vectors of 64 bytes at lv + 16 G k, byte 4 r + i of vector j = level
- * 4 j + i of row r in the block (the VNNI / AMX "B" layout: 16 rows as columns; its 32-byte halves
+ * 4 j + i of row r in the block (the VNNI "B" layout: 16 rows as columns; its 32-byte halves
  * are rows 0-7 and 8-15 for AVX2). sd[16 k + r]: the block's decoded scale, sm[16 k + r] its decoded
  * min (0 without one); rows past `rows` are zero. A block's weight is sd (u - O) - sm, with u unsigned
- * except q8_0's at q8_offset 0 (u = w, signed; at 128, u = w + 128). spare: 16 n scratch bytes the
- * panel no longer needs. Filled from scratch (nf_a8_tile_scratch(n) bytes; n a multiple of 64); -1
- * for a codec without a panel. */
+ * except q8_0's at q8_offset 0 (u = w, signed; at 128, u = w + 128). q6_k differs: sd[16 k + r] is
+ * the 16-element sub-block's integer scale sc_k, sm[16 b + r] the super-block's d for the 32-element
+ * block b (the weight is sm_b sd_k (u - 32)). transpose NULL (the AMX tile): the levels stay row-major
+ * (row r at lv + r ld, ld = n + 64; its 16 rows an AMX "A" tile) and q6_k's are u - 32, signed (O = 0).
+ * spare: 16 n scratch bytes the panel does not use (NULL when row-major). Filled from scratch (nf_a8_tile_scratch(n) bytes; n a
+ * multiple of 64); -1 for a codec without a panel. */
 typedef struct nf_a8_panel {
     const uint8_t *lv;
     const float *sd, *sm;
     uint8_t *spare;
+    size_t ld; /* the row stride of a row-major panel (transpose NULL); n otherwise */
     int G, O, min;
 } nf_a8_panel;
 /* 16 rows x 16 dwords (rows `stride` bytes apart) -> 16 vectors of 64 bytes: dst[c] dword r = dword c of row r. */
 typedef void (*nf_a8_transpose_fn)(const uint8_t *src, size_t stride, uint8_t *dst);
 void nf_a8_transpose16_avx2(const uint8_t *src, size_t stride, uint8_t *dst);
 void nf_a8_transpose16_avx512(const uint8_t *src, size_t stride, uint8_t *dst);
+/* nf_a8_xt_fill of the 16 tokens t .. t + 15 (rows at x, ldxa apart; n a multiple of 64). */
+void nf_a8_xt_fill16_avx512(const uint8_t *x, size_t ldxa, size_t n, size_t T, size_t t, uint8_t *xt);
 int nf_a8_panel_fill(nf_codec_id id, int q8_offset, nf_a8_transpose_fn transpose, const uint8_t *w, size_t rb,
                      size_t rows, size_t n, void *scratch, nf_a8_panel *p);
 

@@ -1,17 +1,24 @@
-/* Multi-token integer products (prefill) on AMX tiles. The weights are the AVX-512 tile's panel
- * (a8_simd.h: 16 rows unpacked to unsigned levels and transposed, which is AMX's "B" layout); the
- * activations of 16 tokens are an "A" tile read straight from their quantised rows (G bytes a row,
- * rows ldxa apart). One TDPBSUD (signed activations x unsigned levels) gives the exact integer sums
- * of one block for 16 tokens x 16 rows; C row m is token m's 16 rows, the vector the AVX-512 tile
- * forms with G / 4 vpdpbusd. Its f32 combine is the AVX-512 tile's, operation for operation:
- *     i = C[m] - O bsum_mk;  acc_m = fma(sd_k * d_mk, cvt(i), acc_m);  acc_m -= sm_k * dsum_mk (q4_k / q5_k)
- * so the two tiles' results are bit-identical (tests/codec/test_codec_a8.c checks it), and decode,
- * prefill and batched runs round the same way on AMX and AVX-512 machines.
+/* Multi-token integer products (prefill) on AMX tiles, weights as the "A" operand. The panel
+ * (a8_simd.h) unpacks up to 16 weight rows into levels and leaves them row-major: 16 rows x K
+ * bytes of it is an A tile as it stands, no transpose. The activations are the "B" operand: the
+ * caller regrouped them once per product batch "token = column" (a8.h, nf_a8_xt), so that K / 4
+ * rows of 64 bytes at any first token are a B tile of 16 tokens. One TDPB* per 32-element block gives
+ * the exact integer sums of 16 rows x 16 tokens (C row r = weight row r over the 16 tokens):
+ *     q8_0: TDPBSSD (w signed);  q4_k / q5_k: TDPBUSD (level u unsigned);
+ *     q6_k: two TDPBSSD, K = 16 each, on u - 32 (signed), one per sub-block.
+ * C is stored and combined in f32, lane = token, the per-row scale broadcast and the per-token
+ * scale a vector (nf_a8_xt's d and dsum planes):
+ *     q8_0, q4_k, q5_k:  acc_r = fma(sd_r d_t, cvt(C_r), acc_r);  acc_r -= sm_r dsum_t (q4_k / q5_k)
+ *     q6_k:  f = fma(cvt(C1_r), sc1_r, cvt(C0_r) sc0_r) (exact: |f| < 2^24);  acc_r = fma(d_r d_t, f, acc_r)
+ * which per (row, token) are the AVX-512 VNNI and AVX2 tiles' operations on the same exact integers
+ * (their lane = row; products commute), so the three tiles give the same bits (tests/codec/
+ * test_codec_a8.c checks it). The 16 x 16 accumulators are transposed once per 16-token group for
+ * the store.
  *
- * Blocks are G = 32 (q8_0, q4_k, q5_k) or 16 (q6_k) elements, because the activations have one scale
- * per 32 and q6_k's weights one per 16: a TDPBSUD is K = G deep, not the 64 it could be, and the
- * combine (16 rows of vector work per block) costs more than the tile product. Two C tiles alternate
- * so one block's product runs while the other's is combined. */
+ * The activation block (32 elements, one scale per token) bounds K: a TDPB* is 32 deep (q6_k: 16,
+ * its weights' scale step, but its two sub-blocks are combined in one f32 step). Two C tiles (q6_k:
+ * two pairs) alternate: products run two blocks ahead, and a block's C is combined one step after
+ * its store. */
 #include <immintrin.h>
 
 #include "codec/a8.h"
@@ -24,100 +31,142 @@ typedef struct tile_config {
     uint8_t rows[16];
 } tile_config;
 
-/* tmm0, tmm1: C (16 x 16 int32); tmm2, tmm3: A (16 tokens x G bytes); tmm4, tmm5: B (G / 4 x 64).
+/* K = 32: tmm0, tmm1 C (16 x 16 int32); tmm2, tmm3 A (16 rows x 32 bytes); tmm4, tmm5 B (8 x 64).
+ * q6_k: tmm0 - tmm3 C; tmm4, tmm5 A (16 x 16 bytes); tmm6, tmm7 B (4 x 64).
  * Constant objects, not filled on the stack: GCC 12 drops stores to a local configuration before
  * _tile_loadconfig as dead at -O2 (the tiles then stay unconfigured and the first TILEZERO faults). */
-#define TILE_CONFIG(G) {.palette = 1, .colsb = {64, 64, G, G, 64, 64}, .rows = {16, 16, 16, 16, G / 4, G / 4}}
-static const tile_config config32 __attribute__((aligned(64))) = TILE_CONFIG(32);
-static const tile_config config16 __attribute__((aligned(64))) = TILE_CONFIG(16);
+static const tile_config config32 __attribute__((aligned(64))) = {
+    .palette = 1, .colsb = {64, 64, 32, 32, 64, 64}, .rows = {16, 16, 16, 16, 8, 8}};
+static const tile_config config16 __attribute__((aligned(64))) = {
+    .palette = 1, .colsb = {64, 64, 64, 64, 16, 16, 64, 64}, .rows = {16, 16, 16, 16, 16, 16, 4, 4}};
 
-/* Block k's C (cb: 16 x 16 int32) into the 16 tokens' accumulators (x[m]: token m's quantised row). */
-static inline __attribute__((always_inline)) void combine(const int G, const int O, const int MIN, const int32_t *cb,
-                                                          const nf_a8_panel *p, size_t k, const uint8_t *const *x,
-                                                          size_t n, __m512 *acc)
+/* Block b's C (cb: 16 rows x 16 tokens int32) into the accumulators: q8_0, q4_k, q5_k. */
+static inline __attribute__((always_inline)) void combine32(const int MIN, const int32_t *cb, const nf_a8_panel *p,
+                                                            size_t b, const float *d, const float *ds, __m512 *acc)
 {
-    const __m512 dv = _mm512_loadu_ps(p->sd + 16 * k);
-    const __m512 mv = MIN ? _mm512_loadu_ps(p->sm + 16 * k) : _mm512_setzero_ps();
+    const __m512 dt = _mm512_loadu_ps(d);
+    const __m512 st = MIN ? _mm512_loadu_ps(ds) : _mm512_setzero_ps();
 #pragma GCC unroll 16
-    for (int m = 0; m < 16; m++) {
-        __m512i i = _mm512_load_si512(cb + 16 * m);
-        if (O) {
-            const int16_t *bs = NF_A8_BSUM(x[m], n);
-            i = _mm512_add_epi32(_mm512_set1_epi32(-O * (G == 32 ? bs[2 * k] + bs[2 * k + 1] : bs[k])), i);
-        }
-        const __m512 s = _mm512_mul_ps(dv, _mm512_set1_ps(NF_A8_D(x[m], n)[G == 32 ? k : k / 2]));
-        acc[m] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(i), acc[m]);
-        if (MIN) acc[m] = _mm512_fnmadd_ps(mv, _mm512_set1_ps(NF_A8_DSUM(x[m], n)[k]), acc[m]);
+    for (int r = 0; r < 16; r++) {
+        const __m512 s = _mm512_mul_ps(_mm512_set1_ps(p->sd[16 * b + r]), dt);
+        acc[r] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(_mm512_load_si512(cb + 16 * r)), acc[r]);
+        if (MIN) acc[r] = _mm512_fnmadd_ps(_mm512_set1_ps(p->sm[16 * b + r]), st, acc[r]);
     }
 }
 
-/* Block k's product into C tile c from A tile ta and B tile tb (literal tile numbers: the intrinsics
- * paste them into the instruction text). */
-#define AMX_PRODUCT(c, ta, tb, k)                                                                           \
+/* q6_k's block b from its two sub-blocks' C (c0, c1). */
+static inline __attribute__((always_inline)) void combine16(const int32_t *c0, const int32_t *c1, const nf_a8_panel *p,
+                                                            size_t b, const float *d, __m512 *acc)
+{
+    const __m512 dt = _mm512_loadu_ps(d);
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; r++) {
+        const __m512 f0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c0 + 16 * r)), _mm512_set1_ps(p->sd[32 * b + r]));
+        const __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c1 + 16 * r)),
+                                         _mm512_set1_ps(p->sd[32 * b + 16 + r]), f0);
+        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(p->sm[16 * b + r]), dt), f, acc[r]);
+    }
+}
+
+/* Block b's product into C tile c (literal tile numbers: the intrinsics paste them into the text). */
+#define PRODUCT32(c, ta, tb, b)                                                                             \
     do {                                                                                                    \
         _tile_zero(c);                                                                                      \
-        _tile_loadd(ta, a + (k) * G, lda);                                                                  \
-        _tile_loadd(tb, p->lv + 16 * G * (k), 64);                                                          \
-        _tile_dpbsud(c, ta, tb);                                                                            \
+        _tile_loadd(ta, p->lv + 32 * (b), p->ld);                                                               \
+        _tile_loadd(tb, xq + 8 * (b) * ldb, ldb);                                                           \
+        if (Q8) _tile_dpbssd(c, ta, tb);                                                                    \
+        else _tile_dpbusd(c, ta, tb);                                                                       \
+    } while (0)
+#define PRODUCT16(c0, c1, b)                                                                                \
+    do {                                                                                                    \
+        _tile_zero(c0);                                                                                     \
+        _tile_zero(c1);                                                                                     \
+        _tile_loadd(4, p->lv + 32 * (b), p->ld);                                                                \
+        _tile_loadd(6, xq + 8 * (b) * ldb, ldb);                                                            \
+        _tile_dpbssd(c0, 4, 6);                                                                             \
+        _tile_loadd(5, p->lv + 32 * (b) + 16, p->ld);                                                           \
+        _tile_loadd(7, xq + (8 * (b) + 4) * ldb, ldb);                                                      \
+        _tile_dpbssd(c1, 5, 7);                                                                             \
     } while (0)
 
-/* One panel x every token, 16 tokens at a time. A group of fewer than 16 runs as 16, its missing
- * tokens' q whatever the spare rows hold and their scales borrowed from its last token, and stores
- * only its own rows. The
- * product of block k + 1 is issued before block k is combined, so the tile unit and the vector
- * units overlap. */
-static inline __attribute__((always_inline)) void panel_tokens(const int G, const int O, const int MIN,
-                                                               const nf_a8_panel *p, size_t rows, const uint8_t *xa,
-                                                               size_t ldxa, size_t ntok, float *y, size_t ldy, size_t n,
+/* One panel x every token, 16 tokens at a time (a last group of fewer runs as 16: its extra lanes
+ * read the next tokens' bytes or xt's zero tail and are never stored). */
+static inline __attribute__((always_inline)) void panel_tokens(const int Q6, const int Q8, const int MIN,
+                                                               const nf_a8_panel *p, size_t rows, const nf_a8_xt *xt,
+                                                               size_t ntok, float *y, size_t ldy, size_t n,
                                                                const uint8_t *next, size_t next_bytes)
 {
-    const size_t nk = n / G; /* even: n is a multiple of 64 */
+    const size_t nb = n / 32, T = xt->T, ldb = 4 * T; /* nb even: n is a multiple of 64 */
+    const float *dplane = (const float *)(xt->base + n * T), *dsplane = dplane + nb * T;
     const __mmask16 keep = (__mmask16)((1u << rows) - 1);
-    int32_t cb[2][256] __attribute__((aligned(64)));
-    for (size_t t0 = 0; t0 < ntok; t0 += 16) {
-        const size_t nt = ntok - t0 < 16 ? ntok - t0 : 16;
-        const uint8_t *x[16], *a = xa + t0 * ldxa;
-        size_t lda = ldxa;
-        for (size_t m = 0; m < 16; m++) x[m] = a + (m < nt ? m : nt - 1) * ldxa;
-        if (nt < 16) { /* the last group: its q bytes into the spare rows (rows past nt keep the
-                          * panel's bytes: their C rows are combined but never stored) */
-            for (size_t m = 0; m < nt; m++) memcpy(p->spare + m * n, x[m], n);
-            a = p->spare, lda = n;
-        }
+    int32_t cb[4][256] __attribute__((aligned(64)));
+    for (size_t g = 0; g < ntok; g += 16) {
+        const size_t nt = ntok - g < 16 ? ntok - g : 16, t = xt->t0 + g;
+        const uint8_t *xq = xt->base + 4 * t;
+        const float *d = dplane + t, *ds = dsplane + t;
         __m512 acc[16];
-        for (int m = 0; m < 16; m++) acc[m] = _mm512_setzero_ps();
-        AMX_PRODUCT(0, 2, 4, 0);
-        for (size_t k = 0; k < nk; k += 2) {
-            if (t0 == 0) nf_a8_prefetch_part(next, next_bytes, k, 2, nk);
-            AMX_PRODUCT(1, 3, 5, k + 1);
-            _tile_stored(0, cb[0], 64);
-            if (k + 2 < nk) AMX_PRODUCT(0, 2, 4, k + 2);
-            combine(G, O, MIN, cb[0], p, k, x, n, acc);
-            _tile_stored(1, cb[1], 64);
-            combine(G, O, MIN, cb[1], p, k + 1, x, n, acc);
+        for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
+        /* products two blocks ahead in two C tiles; each block's C stored one step before it is combined,
+         * so that the vector loads of a stored tile do not wait on its store */
+        if (Q6) {
+            PRODUCT16(0, 1, 0);
+            PRODUCT16(2, 3, 1);
+            for (size_t b = 0; b < nb; b += 2) {
+                if (g == 0) nf_a8_prefetch_part(next, next_bytes, b, 2, nb);
+                _tile_stored(0, cb[0], 64);
+                _tile_stored(1, cb[1], 64);
+                if (b + 2 < nb) PRODUCT16(0, 1, b + 2);
+                if (b) combine16(cb[2], cb[3], p, b - 1, d + (b - 1) * T, acc);
+                _tile_stored(2, cb[2], 64);
+                _tile_stored(3, cb[3], 64);
+                if (b + 3 < nb) PRODUCT16(2, 3, b + 3);
+                combine16(cb[0], cb[1], p, b, d + b * T, acc);
+            }
+            combine16(cb[2], cb[3], p, nb - 1, d + (nb - 1) * T, acc);
+        } else {
+            PRODUCT32(0, 2, 4, 0);
+            PRODUCT32(1, 3, 5, 1);
+            for (size_t b = 0; b < nb; b += 2) {
+                if (g == 0) nf_a8_prefetch_part(next, next_bytes, b, 2, nb);
+                _tile_stored(0, cb[0], 64);
+                if (b + 2 < nb) PRODUCT32(0, 2, 4, b + 2);
+                if (b) combine32(MIN, cb[1], p, b - 1, d + (b - 1) * T, ds + (b - 1) * T, acc);
+                _tile_stored(1, cb[1], 64);
+                if (b + 3 < nb) PRODUCT32(1, 3, 5, b + 3);
+                combine32(MIN, cb[0], p, b, d + b * T, ds + b * T, acc);
+            }
+            combine32(MIN, cb[1], p, nb - 1, d + (nb - 1) * T, ds + (nb - 1) * T, acc);
         }
-        for (size_t m = 0; m < nt; m++) _mm512_mask_storeu_ps(y + (t0 + m) * ldy, keep, acc[m]);
+        /* (acc copied out first: its address taken, GCC would keep the accumulators in memory) */
+        float ac[256] __attribute__((aligned(64))), tr[256] __attribute__((aligned(64)));
+        for (int r = 0; r < 16; r++) _mm512_store_ps(ac + 16 * r, acc[r]);
+        nf_a8_transpose16_avx512((const uint8_t *)ac, 64, (uint8_t *)tr); /* tr[16 t + r] */
+        for (size_t m = 0; m < nt; m++) _mm512_mask_storeu_ps(y + (g + m) * ldy, keep, _mm512_load_ps(tr + 16 * m));
     }
 }
 
-#define AMX_TILE(name, id, G, O, MIN)                                                                      \
+#define AMX_TILE(name, id, Q6, Q8, MIN)                                                                    \
     static void name(const void *w, size_t rb, size_t rows, const uint8_t *xa, size_t ldxa, size_t ntok,   \
-                     float *y, size_t ldy, size_t n, void *scratch)                                         \
+                     float *y, size_t ldy, size_t n, void *scratch, const nf_a8_xt *xt)                     \
     {                                                                                                       \
-        _tile_loadconfig(G == 32 ? &config32 : &config16);                                                   \
+        if (!xt) { /* no regrouped activations: the AVX-512 VNNI tile (the same bits) */                   \
+            nf_a8_tile_avx512(id)(w, rb, rows, xa, ldxa, ntok, y, ldy, n, scratch, NULL);                   \
+            return;                                                                                         \
+        }                                                                                                   \
+        _tile_loadconfig(Q6 ? &config16 : &config32);                                                       \
         for (size_t r = 0; r < rows; r += 16) {                                                             \
             const size_t nr = rows - r < 16 ? rows - r : 16;                                                \
             nf_a8_panel p;                                                                                  \
-            nf_a8_panel_fill(id, 128, nf_a8_transpose16_avx512, (const uint8_t *)w + r * rb, rb, nr, n, scratch, &p);                      \
-            panel_tokens(G, O, MIN, &p, nr, xa, ldxa, ntok, y + r, ldy, n, (const uint8_t *)w + (r + nr) * rb,   \
+            nf_a8_panel_fill(id, 0, NULL, (const uint8_t *)w + r * rb, rb, nr, n, scratch, &p);             \
+            panel_tokens(Q6, Q8, MIN, &p, nr, xt, ntok, y + r, ldy, n, (const uint8_t *)w + (r + nr) * rb,  \
                          16 * rb);                                                                          \
         }                                                                                                   \
         _tile_release();                                                                                    \
     }
 
-AMX_TILE(amx_q8_0, NF_CODEC_Q8_0, 32, 128, 0)
-AMX_TILE(amx_q4_k, NF_CODEC_Q4_K, 32, 0, 1)
-AMX_TILE(amx_q5_k, NF_CODEC_Q5_K, 32, 0, 1)
-AMX_TILE(amx_q6_k, NF_CODEC_Q6_K, 16, 32, 0)
+AMX_TILE(amx_q8_0, NF_CODEC_Q8_0, 0, 1, 0)
+AMX_TILE(amx_q4_k, NF_CODEC_Q4_K, 0, 0, 1)
+AMX_TILE(amx_q5_k, NF_CODEC_Q5_K, 0, 0, 1)
+AMX_TILE(amx_q6_k, NF_CODEC_Q6_K, 1, 0, 0)
 
 NF_A8_TILE_TABLE(nf_a8_tile_amx, amx_q8_0, amx_q4_k, amx_q5_k, amx_q6_k)

@@ -7,7 +7,8 @@
  * q8_0 1 (|w| <= 128 with w's sign moved onto q by vpsignb: x 32512; its panel keeps w signed).
  *
  * The integer block sums are exact, and the f32 combine per lane is the AVX-512 tile's, operation for
- * operation (acc = fma(sd d, cvt(i - O bsum), acc), then - sm dsum), so the AVX2, AVX-512 VNNI and AMX
+ * operation (acc = fma(sd d, cvt(i - O bsum), acc), then - sm dsum; q6_k: its two sub-blocks' sums S0, S1
+ * into f = fma(cvt(S1), sc1, cvt(S0) sc0), exact, then acc = fma(d d_t, f, acc)), so the AVX2, AVX-512 VNNI and AMX
  * tiles give the same bits (tests/codec/test_codec_a8.c checks it): prefill rounds alike on every ISA
  * with a tile. Tokens are taken four at a time; the weights are re-read from L1 for each. */
 #include <immintrin.h>
@@ -51,7 +52,6 @@ static inline __attribute__((always_inline)) void tile(const int G, const int D,
                                                         const uint8_t *xa, size_t ldxa, size_t ntok, float *y,
                                                         size_t ldy, size_t n, void *scratch)
 {
-    const size_t nk = n / G;
     nf_a8_panel p;
     nf_a8_panel_fill(id, 0, nf_a8_transpose16_avx2, w, rb, rows, n, scratch, &p);
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -61,22 +61,41 @@ static inline __attribute__((always_inline)) void tile(const int G, const int D,
         const int nt = ntok - t0 < TT ? (int)(ntok - t0) : TT;
         __m256 acc[TT][2];
         for (int t = 0; t < TT; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
-        for (size_t k = 0; k < nk; k++) {
-            if (t0 == 0) nf_a8_prefetch_part(w + rows * rb, 16 * rb, k, 1, nk);
-            const __m256 dv0 = _mm256_loadu_ps(p.sd + 16 * k), dv1 = _mm256_loadu_ps(p.sd + 16 * k + 8);
-            for (int t = 0; t < nt; t++) {
-                const uint8_t *x = xa + (t0 + t) * ldxa;
-                const int16_t *bs = NF_A8_BSUM(x, n);
-                const __m256i i00 = O ? _mm256_set1_epi32(-O * bs[k]) : _mm256_setzero_si256(); /* O: q6_k, G = 16 */
-                __m256i i0 = i00, i1 = i00;
-                block_sums(G, D, Q8, p.lv + 16 * G * k, x + k * G, &i0, &i1);
-                const __m256 dx = _mm256_set1_ps(NF_A8_D(x, n)[G == 32 ? k : k / 2]);
-                acc[t][0] = _mm256_fmadd_ps(_mm256_mul_ps(dv0, dx), _mm256_cvtepi32_ps(i0), acc[t][0]);
-                acc[t][1] = _mm256_fmadd_ps(_mm256_mul_ps(dv1, dx), _mm256_cvtepi32_ps(i1), acc[t][1]);
-                if (MIN) {
-                    const __m256 ds = _mm256_set1_ps(NF_A8_DSUM(x, n)[k]);
-                    acc[t][0] = _mm256_fnmadd_ps(_mm256_loadu_ps(p.sm + 16 * k), ds, acc[t][0]);
-                    acc[t][1] = _mm256_fnmadd_ps(_mm256_loadu_ps(p.sm + 16 * k + 8), ds, acc[t][1]);
+        for (size_t k = 0; k < n / 32; k++) { /* activation blocks */
+            if (t0 == 0) nf_a8_prefetch_part(w + rows * rb, 16 * rb, k, 1, n / 32);
+            if (G == 32) {
+                const __m256 dv0 = _mm256_loadu_ps(p.sd + 16 * k), dv1 = _mm256_loadu_ps(p.sd + 16 * k + 8);
+                for (int t = 0; t < nt; t++) {
+                    const uint8_t *x = xa + (t0 + t) * ldxa;
+                    __m256i i0 = _mm256_setzero_si256(), i1 = i0;
+                    block_sums(G, D, Q8, p.lv + 16 * G * k, x + k * G, &i0, &i1);
+                    const __m256 dx = _mm256_set1_ps(NF_A8_D(x, n)[k]);
+                    acc[t][0] = _mm256_fmadd_ps(_mm256_mul_ps(dv0, dx), _mm256_cvtepi32_ps(i0), acc[t][0]);
+                    acc[t][1] = _mm256_fmadd_ps(_mm256_mul_ps(dv1, dx), _mm256_cvtepi32_ps(i1), acc[t][1]);
+                    if (MIN) {
+                        const __m256 ds = _mm256_set1_ps(NF_A8_DSUM(x, n)[k]);
+                        acc[t][0] = _mm256_fnmadd_ps(_mm256_loadu_ps(p.sm + 16 * k), ds, acc[t][0]);
+                        acc[t][1] = _mm256_fnmadd_ps(_mm256_loadu_ps(p.sm + 16 * k + 8), ds, acc[t][1]);
+                    }
+                }
+            } else { /* q6_k: sub-blocks 2k, 2k + 1 combined exactly, as the AVX-512 tile does */
+                __m256 sc0[2], sc1[2], dv[2];
+                for (int h = 0; h < 2; h++)
+                    sc0[h] = _mm256_loadu_ps(p.sd + 32 * k + 8 * h), sc1[h] = _mm256_loadu_ps(p.sd + 32 * k + 16 + 8 * h),
+                    dv[h] = _mm256_loadu_ps(p.sm + 16 * k + 8 * h);
+                for (int t = 0; t < nt; t++) {
+                    const uint8_t *x = xa + (t0 + t) * ldxa;
+                    const int16_t *bs = NF_A8_BSUM(x, n);
+                    __m256i s00 = _mm256_set1_epi32(-O * bs[2 * k]), s01 = s00;
+                    __m256i s10 = _mm256_set1_epi32(-O * bs[2 * k + 1]), s11 = s10;
+                    block_sums(G, D, Q8, p.lv + 32 * G * k, x + 32 * k, &s00, &s01);
+                    block_sums(G, D, Q8, p.lv + 32 * G * k + 16 * G, x + 32 * k + 16, &s10, &s11);
+                    const __m256 dx = _mm256_set1_ps(NF_A8_D(x, n)[k]);
+                    for (int h = 0; h < 2; h++) {
+                        const __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h ? s11 : s10), sc1[h],
+                                                         _mm256_mul_ps(_mm256_cvtepi32_ps(h ? s01 : s00), sc0[h]));
+                        acc[t][h] = _mm256_fmadd_ps(_mm256_mul_ps(dv[h], dx), f, acc[t][h]);
+                    }
                 }
             }
         }
@@ -89,8 +108,9 @@ static inline __attribute__((always_inline)) void tile(const int G, const int D,
 
 #define TILE(name, G, D, O, MIN, Q8, id)                                                                    \
     static void name(const void *w, size_t rb, size_t rows, const uint8_t *xa, size_t ldxa, size_t ntok,   \
-                     float *y, size_t ldy, size_t n, void *scratch)                                         \
+                     float *y, size_t ldy, size_t n, void *scratch, const nf_a8_xt *xt)                     \
     {                                                                                                       \
+        (void)xt;                                                                                           \
         for (size_t r = 0; r < rows; r += 16)                                                               \
             tile(G, D, O, MIN, Q8, id, (const uint8_t *)w + r * rb, rb, rows - r < 16 ? rows - r : 16, xa,  \
                  ldxa, ntok, y + r, ldy, n, scratch);                                                       \

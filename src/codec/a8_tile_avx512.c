@@ -8,6 +8,7 @@
  *
  * Per block k of G elements, row r and token t (x~ = d_t q_t, the quantised activations):
  *     y[t][r] += (s_kr d_tk) (sum_i u_ri q_ti - o bsum_tk) - m_kr (d_tk bsum_tk)
+ * (q6_k: its two sub-blocks per activation block combined first, exactly, see tile() below)
  * u the unsigned level (q4_k / q5_k: q; q6_k: q, o = 32; q8_0: w + 128, o = 128), s the block's
  * decoded scale (d1 = d*sc of q4_k / q5_k / q6_k, d of q8_0), m the decoded min of q4_k / q5_k (0
  * otherwise). The integer part is exact (the accumulator starts at -o bsum), so the result is the
@@ -46,13 +47,40 @@ void nf_a8_transpose16_avx512(const uint8_t *src, size_t stride, uint8_t *dst)
     }
 }
 
-/* G: block size (32 or 16); O: the level offset (0, 32, 128); MIN: the codec has a min term. */
+/* 4 vpdpbusd: the exact sum of a 16-element sub-block (levels wv[0..3], q at xq) onto i. */
+static inline __attribute__((always_inline)) __m512i dot16(__m512i i, const __m512i *wv, const uint8_t *xq)
+{
+    for (int j = 0; j < 4; j++) {
+        int32_t q4;
+        memcpy(&q4, xq + 4 * j, 4);
+        i = _mm512_dpbusd_epi32(i, wv[j], _mm512_set1_epi32(q4));
+    }
+    return i;
+}
+
+void nf_a8_xt_fill16_avx512(const uint8_t *x, size_t ldxa, size_t n, size_t T, size_t t, uint8_t *xt)
+{
+    uint8_t tr[1024] __attribute__((aligned(64)));
+    for (size_t c = 0; c < n / 64; c++) { /* dwords 16 c .. 16 c + 15 of the 16 tokens */
+        nf_a8_transpose16_avx512(x + 64 * c, ldxa, tr);
+        for (size_t j = 0; j < 16; j++)
+            _mm512_storeu_si512(xt + 4 * ((16 * c + j) * T + t), _mm512_load_si512(tr + 64 * j));
+    }
+    float *d = (float *)(xt + n * T), *ds = d + n / 32 * T;
+    for (size_t m = 0; m < 16; m++)
+        for (size_t b = 0; b < n / 32; b++)
+            d[b * T + t + m] = NF_A8_D(x + m * ldxa, n)[b], ds[b * T + t + m] = NF_A8_DSUM(x + m * ldxa, n)[b];
+}
+
+/* G: block size (32 or 16); O: the level offset (0, 32, 128); MIN: the codec has a min term. q6_k
+ * (G = 16) takes its two sub-blocks of an activation block together: S0, S1 their exact sums of
+ * (u - 32) q, f = fma(cvt(S1), sc1, cvt(S0) sc0) (exact: |f| < 2^24), acc = fma(d d_t, f, acc). */
 static inline __attribute__((always_inline)) void tile(const int G, const int O, const int MIN, nf_codec_id id,
                                                         const uint8_t *w, size_t rb, size_t rows, const uint8_t *xa,
                                                         size_t ldxa, size_t ntok, float *y, size_t ldy, size_t n,
                                                         void *scratch)
 {
-    const size_t nk = n / G;
+    const size_t nb = n / 32; /* activation blocks */
     nf_a8_panel p;
     nf_a8_panel_fill(id, 128, nf_a8_transpose16_avx512, w, rb, rows, n, scratch, &p);
     const uint8_t *lv = p.lv;
@@ -62,25 +90,33 @@ static inline __attribute__((always_inline)) void tile(const int G, const int O,
         const int nt = ntok - t0 < TT ? (int)(ntok - t0) : TT;
         __m512 acc[TT];
         for (int t = 0; t < TT; t++) acc[t] = _mm512_setzero_ps();
-        for (size_t k = 0; k < nk; k++) {
-            if (t0 == 0) nf_a8_prefetch_part(w + rows * rb, 16 * rb, k, 1, nk);
+        for (size_t k = 0; k < nb; k++) {
+            if (t0 == 0) nf_a8_prefetch_part(w + rows * rb, 16 * rb, k, 1, nb);
             __m512i wv[8];
-            for (int j = 0; j < G / 4; j++) wv[j] = _mm512_loadu_si512(lv + 64 * (k * (G / 4) + j));
-            const __m512 dv = _mm512_loadu_ps(sd + 16 * k);
-            const __m512 mv = MIN ? _mm512_loadu_ps(sm + 16 * k) : _mm512_setzero_ps();
-            for (int t = 0; t < nt; t++) {
-                const uint8_t *x = xa + (t0 + t) * ldxa, *xq = x + k * G;
-                const int16_t *bs = NF_A8_BSUM(x, n);
-                __m512i i = O ? _mm512_set1_epi32(-O * (G == 32 ? bs[2 * k] + bs[2 * k + 1] : bs[k]))
-                              : _mm512_setzero_si512();
-                for (int j = 0; j < G / 4; j++) {
-                    int32_t q4;
-                    memcpy(&q4, xq + 4 * j, 4);
-                    i = _mm512_dpbusd_epi32(i, wv[j], _mm512_set1_epi32(q4));
+            for (int j = 0; j < 8; j++) wv[j] = _mm512_loadu_si512(lv + 512 * k + 64 * j);
+            if (G == 32) {
+                const __m512 dv = _mm512_loadu_ps(sd + 16 * k);
+                const __m512 mv = MIN ? _mm512_loadu_ps(sm + 16 * k) : _mm512_setzero_ps();
+                for (int t = 0; t < nt; t++) {
+                    const uint8_t *x = xa + (t0 + t) * ldxa, *xq = x + k * 32;
+                    const int16_t *bs = NF_A8_BSUM(x, n);
+                    __m512i i = O ? _mm512_set1_epi32(-O * (bs[2 * k] + bs[2 * k + 1])) : _mm512_setzero_si512();
+                    i = dot16(dot16(i, wv, xq), wv + 4, xq + 16);
+                    const __m512 s = _mm512_mul_ps(dv, _mm512_set1_ps(NF_A8_D(x, n)[k]));
+                    acc[t] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(i), acc[t]);
+                    if (MIN) acc[t] = _mm512_fnmadd_ps(mv, _mm512_set1_ps(NF_A8_DSUM(x, n)[k]), acc[t]);
                 }
-                const __m512 s = _mm512_mul_ps(dv, _mm512_set1_ps(NF_A8_D(x, n)[G == 32 ? k : k / 2]));
-                acc[t] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(i), acc[t]);
-                if (MIN) acc[t] = _mm512_fnmadd_ps(mv, _mm512_set1_ps(NF_A8_DSUM(x, n)[k]), acc[t]);
+            } else {
+                const __m512 sc0 = _mm512_loadu_ps(sd + 32 * k), sc1 = _mm512_loadu_ps(sd + 32 * k + 16);
+                const __m512 dv = _mm512_loadu_ps(sm + 16 * k);
+                for (int t = 0; t < nt; t++) {
+                    const uint8_t *x = xa + (t0 + t) * ldxa, *xq = x + k * 32;
+                    const int16_t *bs = NF_A8_BSUM(x, n);
+                    const __m512i s0 = dot16(_mm512_set1_epi32(-O * bs[2 * k]), wv, xq);
+                    const __m512i s1 = dot16(_mm512_set1_epi32(-O * bs[2 * k + 1]), wv + 4, xq + 16);
+                    const __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), sc1, _mm512_mul_ps(_mm512_cvtepi32_ps(s0), sc0));
+                    acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dv, _mm512_set1_ps(NF_A8_D(x, n)[k])), f, acc[t]);
+                }
             }
         }
         for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(y + (t0 + t) * ldy, keep, acc[t]);
@@ -89,8 +125,9 @@ static inline __attribute__((always_inline)) void tile(const int G, const int O,
 
 #define TILE(name, G, O, MIN, id)                                                                       \
     static void name(const void *w, size_t rb, size_t rows, const uint8_t *xa, size_t ldxa, size_t ntok,   \
-                     float *y, size_t ldy, size_t n, void *scratch)                                         \
+                     float *y, size_t ldy, size_t n, void *scratch, const nf_a8_xt *xt)                     \
     {                                                                                                       \
+        (void)xt;                                                                                           \
         for (size_t r = 0; r < rows; r += 16)                                                               \
             tile(G, O, MIN, id, (const uint8_t *)w + r * rb, rb, rows - r < 16 ? rows - r : 16, xa, ldxa, \
                  ntok, y + r, ldy, n, scratch);                                                             \

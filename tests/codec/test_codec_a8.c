@@ -199,21 +199,46 @@ static void check_kernel(const nf_codec *c, nf_isa isa, size_t n, size_t rows, s
     const size_t ldy = rows + 3;
     const nf_a8_tile_fn tile = n % 64 == 0 ? nf_codec_a8_tile(c, isa) : NULL;
     for (int pass = 0; pass < (tile ? 2 : 1); pass++) {
-    if (pass == 0) fn(w, rb, rows, xa, xr, ntok, y, ldy, n);
-    else {
+    if (pass == 0) {
+        fn(w, rb, rows, xa, xr, ntok, y, ldy, n);
+        if (ntok > 1) { /* several tokens in one call (the multi-token kernels) give each token's one-token bits */
+            float *y1 = malloc(ldy * sizeof(float));
+            for (size_t t = 0; t < ntok; t++) {
+                fn(w, rb, rows, xa + t * xr, xr, 1, y1, ldy, n);
+                CHECK_MSG(memcmp(y + t * ldy, y1, rows * sizeof(float)) == 0,
+                          "%s %s kernel: token %zu of %zu differs from its one-token call (n=%zu rows=%zu)", c->name,
+                          nf_isa_name(isa), t, ntok, n, rows);
+            }
+            free(y1);
+        }
+    } else {
         uint8_t *scratch = malloc(nf_a8_tile_scratch(n));
-        tile(w, rb, rows, xa, xr, ntok, y, ldy, n, scratch);
+        /* the tokens regrouped for the AMX tile, as columns 1 .. ntok of ntok + 2 (a segment that
+         * starts at t0 = 1; the outer columns hold other rows) */
+        const size_t T = ntok + 2;
+        uint8_t *xt = malloc(nf_a8_xt_bytes(n, T));
+        for (size_t t = 0; t < T; t++) nf_a8_xt_put(xa + (t == 0 ? ntok - 1 : t > ntok ? 0 : t - 1) * xr, n, t, T, xt);
+        nf_a8_xt_pad(xt, n, T);
+        const nf_a8_xt xtd = {xt, T, 1};
+        tile(w, rb, rows, xa, xr, ntok, y, ldy, n, scratch, &xtd);
         if (isa > NF_ISA_AVX2) { /* every tile repeats the AVX2 tile's per-lane combine: the same bits */
             float *y2 = malloc(ntok * ldy * sizeof(float));
             memcpy(y2, y, ntok * ldy * sizeof(float));
-            nf_codec_a8_tile(c, NF_ISA_AVX2)(w, rb, rows, xa, xr, ntok, y2, ldy, n, scratch);
+            nf_codec_a8_tile(c, NF_ISA_AVX2)(w, rb, rows, xa, xr, ntok, y2, ldy, n, scratch, NULL);
             for (size_t t = 0; t < ntok; t++)
                 CHECK_MSG(memcmp(y + t * ldy, y2 + t * ldy, rows * sizeof(float)) == 0,
                           "%s %s tile differs from the avx2 tile (n=%zu rows=%zu tok %zu/%zu)", c->name,
                           nf_isa_name(isa), n, rows, t, ntok);
+            if (nf_a8_tile_wants_xt(isa)) { /* without xt: the AVX-512 VNNI tile, the same bits again */
+                tile(w, rb, rows, xa, xr, ntok, y2, ldy, n, scratch, NULL);
+                for (size_t t = 0; t < ntok; t++)
+                    CHECK_MSG(memcmp(y + t * ldy, y2 + t * ldy, rows * sizeof(float)) == 0,
+                              "%s %s tile without xt differs (n=%zu rows=%zu tok %zu/%zu)", c->name, nf_isa_name(isa), n,
+                              rows, t, ntok);
+            }
             free(y2);
         }
-        free(scratch);
+        free(scratch), free(xt);
     }
     const double u = ldexp(1.0, -24);
     for (size_t t = 0; t < ntok; t++) {
@@ -242,8 +267,26 @@ static void check_kernel(const nf_codec *c, nf_isa isa, size_t n, size_t rows, s
     free(buf), free(xa), free(x), free(tmp), free(wd), free(y), free(xq), free(e);
 }
 
+/* nf_a8_xt_fill (16-token transposes where the ISA has AVX-512) writes nf_a8_xt_put's bytes. */
+static void check_xt_fill(nf_isa isa)
+{
+    const size_t n = 320, T = 37, xr = nf_a8_row_bytes(n) + 64;
+    uint8_t *xa = malloc(T * xr), *a = malloc(nf_a8_xt_bytes(n, T)), *b = malloc(nf_a8_xt_bytes(n, T));
+    float *x = malloc(n * sizeof(float));
+    for (size_t t = 0; t < T; t++) {
+        make_x(x, n, (int)(t % 4));
+        nf_a8_quantize_row(x, xa + t * xr, n, NF_ISA_SCALAR);
+        nf_a8_xt_put(xa + t * xr, n, t, T, a);
+    }
+    nf_a8_xt_pad(a, n, T), nf_a8_xt_pad(b, n, T);
+    nf_a8_xt_fill(xa, xr, n, T, 0, 16, b, isa), nf_a8_xt_fill(xa, xr, n, T, 16, 21, b, isa);
+    CHECK_MSG(memcmp(a, b, nf_a8_xt_bytes(n, T)) == 0, "nf_a8_xt_fill at %s differs from nf_a8_xt_put", nf_isa_name(isa));
+    free(xa), free(a), free(b), free(x);
+}
+
 int main(void)
 {
+    for (int isa = 0; isa <= (int)nf_isa_detect(); isa++) check_xt_fill((nf_isa)isa);
     const size_t qn[] = {32, 64, 96, 256, 2048 + 32};
     for (size_t k = 0; k < sizeof qn / sizeof qn[0]; k++)
         for (int kind = 0; kind < 7; kind++) check_quantiser(qn[k], kind);
@@ -265,8 +308,12 @@ int main(void)
                     }
             /* whole and partial groups of 16 tokens (the AMX tile's) */
             for (size_t nt = 16; nt <= 40; nt += 12) check_kernel(c, (nf_isa)isa, 512, 17, nt, (int)nt % 5, 1, &worst, &worst_q);
-            if (c->block_elems == 32) /* q8_0: an odd number of blocks (the AVX-512 pair loop's tail) */
-                for (size_t nb = 1; nb <= 7; nb += 2) check_kernel(c, (nf_isa)isa, 32 * nb, 5, 2, nb % 5, 0, &worst, &worst_q);
+            if (c->block_elems == 32) { /* q8_0: an odd number of blocks (the AVX-512 pair loop's tail), alone
+                                         * and after whole 16-block steps */
+                const size_t nbs[] = {1, 3, 5, 7, 17, 35, 51};
+                for (size_t i = 0; i < sizeof nbs / sizeof nbs[0]; i++)
+                    check_kernel(c, (nf_isa)isa, 32 * nbs[i], 5, 2, nbs[i] % 5, 0, &worst, &worst_q);
+            }
             printf("%-5s %-10s worst |kernel - ref| / bound = %.4f; quantisation effect / its bound = %.4f\n", c->name,
                    nf_isa_name((nf_isa)isa), worst, worst_q);
         }

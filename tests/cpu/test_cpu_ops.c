@@ -52,7 +52,8 @@ static void a8_direct(const enc *e, const float *x, size_t n, uint32_t r0, uint3
         void *scratch = malloc(nf_a8_tile_scratch(cols));
         for (uint32_t r = 0; r < rows; r += 16)
             tile(w + (size_t)r * e->w.row_bytes, e->w.row_bytes, rows - r < 16 ? rows - r : 16, xa, rb, n, y + r, rows,
-                 cols, scratch);
+                 cols, scratch, NULL); /* AMX without xt: the AVX-512 VNNI tile, whose bits the gemm's AMX tile
+                                         * (reading xt) must give */
         free(scratch);
     } else if (n > NF_CPU_STEP_MAX) {
         fn(w, e->w.row_bytes, rows, xa, rb, n, y, rows, cols);
@@ -163,21 +164,25 @@ static void test_gemm(nf_cpu *c1, nf_cpu *c3)
  * matvec token by token up to NF_CPU_STEP_MAX, the tile for more), on 1 and 3 threads. */
 static void test_gemm_segments(nf_cpu *c1, nf_cpu *c3)
 {
-    const nf_codec_id ids[] = {NF_CODEC_F32, NF_CODEC_BF16, NF_CODEC_Q8_0, NF_CODEC_Q4_K, NF_CODEC_NVFP4};
+    const nf_codec_id ids[] = {NF_CODEC_F32, NF_CODEC_BF16, NF_CODEC_Q8_0, NF_CODEC_Q4_K, NF_CODEC_Q5_K, NF_CODEC_Q6_K, NF_CODEC_NVFP4};
     const uint32_t rows = 40, cols = 256, seg[5] = {0, 1, 4, 5, 16};
     float x[16 * 256], yb[16 * 40], ys[16 * 40];
     for (size_t i = 0; i < 16 * cols; i++) x[i] = frand();
     for (size_t k = 0; k < sizeof ids / sizeof ids[0]; k++) {
         enc e;
         encode(&e, ids[k], rows, cols, 1);
-        for (int th = 0; th < 2; th++) {
-            nf_cpu *c = th ? c3 : c1;
+        /* f32 and int8 activations (the tile of the last segment, 11 tokens from t0 = 5: the AMX tile
+         * reads its tokens from the batch's regrouped rows at that offset) */
+        for (int th = 0; th < 4; th++) {
+            nf_cpu *c = th & 1 ? c3 : c1;
+            nf_cpu_set_a8(c, th >= 2);
             const nf_cpu_gemm_job j = {e.w, x, cols, yb, rows, 16, seg, 4, NULL};
             nf_cpu_gemm_batch(c, &j, 1);
             for (int g = 0; g < 4; g++)
                 nf_cpu_gemm(c, &e.w, x + seg[g] * cols, cols, ys + seg[g] * rows, rows, seg[g + 1] - seg[g]);
-            CHECK_MSG(memcmp(yb, ys, sizeof yb) == 0, "%s: segments differ from separate products (threads %d)",
-                      e.w.codec->name, th ? 3 : 1);
+            CHECK_MSG(memcmp(yb, ys, sizeof yb) == 0, "%s: segments differ from separate products (threads %d, a8 %d)",
+                      e.w.codec->name, th & 1 ? 3 : 1, th >= 2);
+            nf_cpu_set_a8(c, 0);
         }
         enc_free(&e);
     }

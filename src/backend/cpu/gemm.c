@@ -123,6 +123,8 @@ typedef struct a8_job {
     nf_a8_tile_fn tile; /* NULL: fn for every segment */
     const uint8_t *xa;
     size_t ldxa;
+    const uint8_t *xt; /* the same rows regrouped for the AMX tile (codec/a8.h nf_a8_xt), or NULL */
+    size_t xt_T;       /* the rows' count (xt's columns) */
 } a8_job;
 
 /* Segment g of n tokens runs token by token (cpu.h). */
@@ -145,14 +147,13 @@ static void run_block(nf_cpu *c, const nf_cpu_gemm_job *j, const a8_job *q, uint
         const uint8_t *wr = j->w.data + (size_t)r0 * j->w.row_bytes;
         for (size_t g = 0; g < n_seg; g++) {
             const size_t t0 = seg[g], n = seg[g + 1] - t0;
-            if (!by_token(j, g, n) && q->tile)
+            if (!by_token(j, g, n) && q->tile) {
+                const nf_a8_xt xt = {q->xt, q->xt_T, t0};
                 q->tile(wr, j->w.row_bytes, nb, q->xa + t0 * q->ldxa, q->ldxa, n, j->y + t0 * j->ldy + r0, j->ldy,
-                        j->w.cols, blk);
-            else if (!by_token(j, g, n))
+                        j->w.cols, blk, q->xt ? &xt : NULL);
+            }
+            else /* the kernel: every token gets its one-token (decode) bits however many it takes at once */
                 q->fn(wr, j->w.row_bytes, nb, q->xa + t0 * q->ldxa, q->ldxa, n, j->y + t0 * j->ldy + r0, j->ldy, j->w.cols);
-            else
-                for (size_t t = t0; t < t0 + n; t++)
-                    q->fn(wr, j->w.row_bytes, nb, q->xa + t * q->ldxa, q->ldxa, 1, j->y + t * j->ldy + r0, j->ldy, j->w.cols);
         }
         return;
     }
@@ -212,6 +213,7 @@ typedef struct a8_src {
     const float *x;
     size_t ldx, n, cols;
     uint8_t *dst; /* n rows of nf_a8_row_bytes(cols) */
+    uint8_t *xt;  /* NULL, or the rows regrouped (nf_a8_xt_bytes(cols, n)) for a tile that reads them */
 } a8_src;
 
 typedef struct quant_ctx {
@@ -229,6 +231,19 @@ static void quant_fn(void *ctx, size_t begin, size_t end, int worker)
         const size_t s = find(q->first, q->n_src, it), t = it - q->first[s];
         const a8_src *a = &q->src[s];
         nf_a8_quantize_row(a->x + t * a->ldx, a->dst + t * nf_a8_row_bytes(a->cols), a->cols, q->isa);
+    }
+}
+
+/* The regrouped rows (nf_a8_xt) of the sources that have them, 16 tokens per work item. */
+static void xt_fn(void *ctx, size_t begin, size_t end, int worker)
+{
+    (void)worker;
+    const quant_ctx *q = ctx;
+    for (size_t it = begin; it < end; it++) {
+        const size_t s = find(q->first, q->n_src, it), g = it - q->first[s];
+        const a8_src *a = &q->src[s];
+        const size_t t0 = 16 * g, nt = a->n - t0 < 16 ? a->n - t0 : 16, rb = nf_a8_row_bytes(a->cols);
+        nf_a8_xt_fill(a->dst, rb, a->cols, a->n, t0, nt, a->xt, q->isa);
     }
 }
 
@@ -253,8 +268,13 @@ static int prepare_a8(nf_cpu *c, const nf_cpu_gemm_job *jobs, size_t n_jobs, a8_
         while (s < n_src && !(src[s].x == jb->x && src[s].ldx == jb->ldx && src[s].n == jb->n && src[s].cols == jb->w.cols))
             s++;
         if (s == n_src) {
-            src[n_src++] = (a8_src){jb->x, jb->ldx, jb->n, jb->w.cols, NULL};
+            src[n_src++] = (a8_src){jb->x, jb->ldx, jb->n, jb->w.cols, NULL, NULL};
             bytes += jb->n * nf_a8_row_bytes(jb->w.cols);
+        }
+        /* the AMX tile reads the rows regrouped: once per source, when a job of it takes the tile */
+        if (a8[j].tile && nf_a8_tile_wants_xt(c->isa) && jb->n > NF_CPU_STEP_MAX && !src[s].xt) {
+            src[s].xt = (uint8_t *)1; /* marked; placed below */
+            bytes += nf_a8_xt_bytes(jb->w.cols, jb->n);
         }
         which[j] = s;
         any = 1;
@@ -274,13 +294,27 @@ static int prepare_a8(nf_cpu *c, const nf_cpu_gemm_job *jobs, size_t n_jobs, a8_
     for (size_t s = 0; s < n_src; s++) {
         src[s].dst = c->xa + off;
         off += src[s].n * nf_a8_row_bytes(src[s].cols);
+        if (src[s].xt) {
+            src[s].xt = c->xa + off;
+            nf_a8_xt_pad(src[s].xt, src[s].cols, src[s].n);
+            off += nf_a8_xt_bytes(src[s].cols, src[s].n);
+        }
         first[s + 1] = first[s] + src[s].n;
     }
     quant_ctx q = {src, n_src, first, c->isa};
     if (first[n_src] * src[0].cols >= 16384) nf_parallel_for(c->pool, first[n_src], 4, quant_fn, &q);
     else quant_fn(&q, 0, first[n_src], 0);
+    size_t xt_items = 0; /* first[] reused: the sources' first 16-token group (none without xt) */
+    first[0] = 0;
+    for (size_t s = 0; s < n_src; s++) first[s + 1] = first[s] + (src[s].xt ? (src[s].n + 15) / 16 : 0);
+    xt_items = first[n_src];
+    if (xt_items > 1) nf_parallel_for(c->pool, xt_items, 1, xt_fn, &q);
+    else if (xt_items) xt_fn(&q, 0, xt_items, 0);
     for (size_t j = 0; j < n_jobs; j++)
-        if (a8[j].fn) a8[j].xa = src[which[j]].dst, a8[j].ldxa = nf_a8_row_bytes(jobs[j].w.cols);
+        if (a8[j].fn) {
+            a8[j].xa = src[which[j]].dst, a8[j].ldxa = nf_a8_row_bytes(jobs[j].w.cols);
+            a8[j].xt = src[which[j]].xt, a8[j].xt_T = src[which[j]].n;
+        }
 out:
     if (src != stack) free(src);
     if (first != stack_first) free(first);
