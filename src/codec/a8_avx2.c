@@ -86,6 +86,18 @@ NF_INLINE void q8_0_rows(const uint8_t *w, size_t rb, int R, const uint8_t *xa, 
  * broadcasts) and the min term (m1_j d_b) qsum_j as one 8-lane FMA; per sub-block pair p one 32-byte
  * load of qs gives both sub-blocks' levels. q5_k's fifth bits: qh shifted right by 2p, bit 0 for
  * sub-block 2p, bit 1 for 2p + 1. */
+/* A q4_k / q5_k super-block b (its next bytes prefetched): d1 = d sc and m1 = dmin m of its 8
+ * sub-blocks. */
+NF_INLINE void k45_scales(const uint8_t *b, __m256 *d1, __m256 *m1)
+{
+    for (int k = 0; k < 3; k++) _mm_prefetch((const char *)b + NF_A8_PF_K + 64 * k, _MM_HINT_T0);
+    uint8_t sm[16];
+    nf_k4_unpack_scales(b + 4, sm);
+    const __m256 sc = _mm256_cvtepi32_ps(nf_load8_u8(sm)), mn = _mm256_cvtepi32_ps(nf_load8_u8(sm + 8));
+    *d1 = _mm256_mul_ps(_mm256_set1_ps(nf_f16_at(b)), sc);
+    *m1 = _mm256_mul_ps(_mm256_set1_ps(nf_f16_at(b + 2)), mn);
+}
+
 NF_INLINE void k45_rows(int Q5, const uint8_t *w, size_t rb, int R, const uint8_t *xa, float *y, size_t n)
 {
     const size_t bb = Q5 ? NF_Q5_K_BYTES : NF_Q4_K_BYTES;
@@ -100,12 +112,8 @@ NF_INLINE void k45_rows(int Q5, const uint8_t *w, size_t rb, int R, const uint8_
             _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(bsum + 16 * ib)), _mm256_set1_epi16(1)));
         for (int r = 0; r < R; r++) {
             const uint8_t *b = w + r * rb + ib * bb, *qs = b + (Q5 ? 48 : 16);
-            for (int k = 0; k < 3; k++) _mm_prefetch((const char *)b + NF_A8_PF_K + 64 * k, _MM_HINT_T0);
-            uint8_t sm[16];
-            nf_k4_unpack_scales(b + 4, sm);
-            const __m256 sc = _mm256_cvtepi32_ps(nf_load8_u8(sm)), mn = _mm256_cvtepi32_ps(nf_load8_u8(sm + 8));
-            const __m256 d1 = _mm256_mul_ps(_mm256_set1_ps(nf_f16_at(b)), sc);
-            const __m256 m1 = _mm256_mul_ps(_mm256_set1_ps(nf_f16_at(b + 2)), mn);
+            __m256 d1, m1;
+            k45_scales(b, &d1, &m1);
             float sd[8];
             _mm256_storeu_ps(sd, _mm256_mul_ps(d1, dxv));
             macc[r] = _mm256_fmadd_ps(_mm256_mul_ps(m1, dxv), qsum, macc[r]);
@@ -195,12 +203,8 @@ NF_INLINE void k45_multi_rows(const int Q5, const int T, const uint8_t *w, size_
         for (int t = 0; t < T; t++) acc[t] = macc[t] = _mm256_setzero_ps();
         for (size_t ib = 0; ib < n / NF_QK_K; ib++) {
             const uint8_t *b = w + r * rb + ib * bb, *qs = b + (Q5 ? 48 : 16);
-            for (int k = 0; k < 3; k++) _mm_prefetch((const char *)b + NF_A8_PF_K + 64 * k, _MM_HINT_T0);
-            uint8_t sm[16];
-            nf_k4_unpack_scales(b + 4, sm);
-            const __m256 sc = _mm256_cvtepi32_ps(nf_load8_u8(sm)), mn = _mm256_cvtepi32_ps(nf_load8_u8(sm + 8));
-            const __m256 d1 = _mm256_mul_ps(_mm256_set1_ps(nf_f16_at(b)), sc);
-            const __m256 m1 = _mm256_mul_ps(_mm256_set1_ps(nf_f16_at(b + 2)), mn);
+            __m256 d1, m1;
+            k45_scales(b, &d1, &m1);
             __m256i lv[8];
             __m256i hb = Q5 ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
             for (int p = 0; p < 4; p++) nf_k45_levels(Q5, qs, p, &hb, &lv[2 * p], &lv[2 * p + 1]);

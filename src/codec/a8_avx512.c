@@ -115,17 +115,72 @@ NF_INLINE void q8_0_rows(const uint8_t *w, size_t rb, int R, const uint8_t *xa, 
     for (int r = 0; r < R; r++) y[r] = _mm512_reduce_add_ps(acc[r]) + _mm512_reduce_add_ps(acc2[r]) + tail[r];
 }
 
+/* One q4_k / q5_k super-block b of a row (its next bytes prefetched): d1 = d sc and m1 = dmin m of its
+ * 8 sub-blocks, and lv[2P], lv[2P + 1] the levels of sub-block pairs 2P, 2P + 1 (the low and high
+ * nibbles of qs bytes 64P .., with q5_k's fifth bits: bits 2p, 2p + 1 of qh for pair p, which HP lines
+ * up at bits 0 (low nibbles) and 1 (high) for pairs 2P (bytes 0-31) and 2P + 1 (bytes 32-63)). */
+NF_INLINE void k45_block(int Q5, const uint8_t *b, __m256 *d1, __m256 *m1, __m512i lv[4])
+{
+    const __m512i one = _mm512_set1_epi8(1), two = _mm512_set1_epi8(2), m4 = _mm512_set1_epi8(0x0F);
+    const __mmask64 up = 0xFFFFFFFF00000000ull;
+    const uint8_t *qs = b + (Q5 ? 48 : 16);
+    for (int k = 0; k < 3; k++) _mm_prefetch((const char *)b + NF_A8_PF_K + 64 * k, _MM_HINT_T0);
+    uint8_t sm[16];
+    nf_k4_unpack_scales(b + 4, sm);
+    const __m128i sm16 = _mm_loadu_si128((const __m128i *)sm);
+    const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm16));
+    const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm16, 8)));
+    *d1 = _mm256_mul_ps(_mm256_set1_ps(f16_at(b)), sc);
+    *m1 = _mm256_mul_ps(_mm256_set1_ps(f16_at(b + 2)), mn);
+    __m512i HP = _mm512_setzero_si512();
+    if (Q5) {
+        const __m512i H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 16)));
+        HP = _mm512_mask_blend_epi8(up, H, _mm512_srli_epi16(H, 2));
+    }
+    for (int P = 0; P < 2; P++) {
+        const __m512i v = _mm512_loadu_si512(qs + 64 * P);
+        __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        if (Q5) {
+            lo = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(HP, one), 4));
+            hi = _mm512_or_si512(hi, _mm512_slli_epi16(_mm512_and_si512(HP, two), 3));
+            HP = _mm512_srli_epi16(HP, 4);
+        }
+        lv[2 * P] = lo, lv[2 * P + 1] = hi;
+    }
+}
+
+/* One token's share of a block: acc += d sc dx (levels . X) per sub-block, macc += dmin m dx qsum (the
+ * min term, subtracted at the end: k45_sum). ix: the sub-block order of X's lanes (k45_rows). */
+NF_INLINE void k45_token(__m256 d1, __m256 m1, const __m512i lv[4], const __m512i X[4], const __m512i ix[4], __m256 dxv,
+                         __m256 qsum, __m512 *acc, __m256 *macc)
+{
+    const __m512 sd = _mm512_castps256_ps512(_mm256_mul_ps(d1, dxv));
+    *macc = _mm256_fmadd_ps(_mm256_mul_ps(m1, dxv), qsum, *macc);
+    for (int P = 0; P < 2; P++) {
+        const __m512i il = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lv[2 * P], X[2 * P]);
+        const __m512i ih = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lv[2 * P + 1], X[2 * P + 1]);
+        *acc = _mm512_fmadd_ps(_mm512_permutexvar_ps(ix[2 * P], sd), _mm512_cvtepi32_ps(il), *acc);
+        *acc = _mm512_fmadd_ps(_mm512_permutexvar_ps(ix[2 * P + 1], sd), _mm512_cvtepi32_ps(ih), *acc);
+    }
+}
+
+/* A row's dot from its accumulators: the sum of acc less the sum of macc. */
+NF_INLINE float k45_sum(__m512 acc, __m256 macc)
+{
+    __m128 m = _mm_add_ps(_mm256_castps256_ps128(macc), _mm256_extractf128_ps(macc, 1));
+    m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    return _mm512_reduce_add_ps(acc) - _mm_cvtss_f32(m);
+}
+
 /* q4_k (and q5_k): 64 bytes of qs hold sub-block pairs 2P and 2P + 1 (P = 0, 1); their low nibbles are
  * sub-blocks 4P and 4P + 2, the high ones 4P + 1 and 4P + 3, so the activations are paired the same
  * way once per super-block: X[0] = [x0 | x2], X[1] = [x1 | x3], X[2] = [x4 | x6], X[3] = [x5 | x7]. */
 NF_INLINE void k45_rows(int Q5, const uint8_t *w, size_t rb, int R, const uint8_t *xa, float *y, size_t n)
 {
     const size_t bb = Q5 ? NF_Q5_K_BYTES : NF_Q4_K_BYTES;
-    const __m512i one = _mm512_set1_epi8(1), two = _mm512_set1_epi8(2);
-    const __mmask64 up = 0xFFFFFFFF00000000ull;
     const float *dx = NF_A8_D(xa, n);
     const int16_t *bsum = NF_A8_BSUM(xa, n);
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i ix[4] = {idx2(0, 2), idx2(1, 3), idx2(4, 6), idx2(5, 7)};
     __m512 acc[ROWS];
     __m256 macc[ROWS];
@@ -138,45 +193,13 @@ NF_INLINE void k45_rows(int Q5, const uint8_t *w, size_t rb, int R, const uint8_
         const __m256 qsum = _mm256_cvtepi32_ps(
             _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(bsum + 16 * ib)), _mm256_set1_epi16(1)));
         for (int r = 0; r < R; r++) {
-            const uint8_t *b = w + r * rb + ib * bb, *qs = b + (Q5 ? 48 : 16);
-            for (int k = 0; k < 3; k++) _mm_prefetch((const char *)b + NF_A8_PF_K + 64 * k, _MM_HINT_T0);
-            uint8_t sm[16];
-            nf_k4_unpack_scales(b + 4, sm);
-            const __m128i sm16 = _mm_loadu_si128((const __m128i *)sm);
-            const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm16));
-            const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm16, 8)));
-            const __m256 d1 = _mm256_mul_ps(_mm256_set1_ps(f16_at(b)), sc);
-            const __m256 m1 = _mm256_mul_ps(_mm256_set1_ps(f16_at(b + 2)), mn);
-            const __m512 sd = _mm512_castps256_ps512(_mm256_mul_ps(d1, dxv));
-            macc[r] = _mm256_fmadd_ps(_mm256_mul_ps(m1, dxv), qsum, macc[r]);
-            /* q5_k: the fifth bits of sub-block pair p are bits 2p, 2p + 1 of qh; HP lines them up at bits
-             * 0 (low nibbles) and 1 (high) for pairs 2P (bytes 0-31) and 2P + 1 (bytes 32-63) */
-            __m512i HP = _mm512_setzero_si512();
-            if (Q5) {
-                const __m512i H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 16)));
-                HP = _mm512_mask_blend_epi8(up, H, _mm512_srli_epi16(H, 2));
-            }
-            for (int P = 0; P < 2; P++) {
-                const __m512i v = _mm512_loadu_si512(qs + 64 * P);
-                __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-                if (Q5) {
-                    lo = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(HP, one), 4));
-                    hi = _mm512_or_si512(hi, _mm512_slli_epi16(_mm512_and_si512(HP, two), 3));
-                    HP = _mm512_srli_epi16(HP, 4);
-                }
-                const __m512i il = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, X[2 * P]);
-                const __m512i ih = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi, X[2 * P + 1]);
-                acc[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(ix[2 * P], sd), _mm512_cvtepi32_ps(il), acc[r]);
-                acc[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(ix[2 * P + 1], sd), _mm512_cvtepi32_ps(ih), acc[r]);
-            }
+            __m256 d1, m1;
+            __m512i lv[4];
+            k45_block(Q5, w + r * rb + ib * bb, &d1, &m1, lv);
+            k45_token(d1, m1, lv, X, ix, dxv, qsum, &acc[r], &macc[r]);
         }
     }
-    for (int r = 0; r < R; r++) {
-        __m128 m = _mm_add_ps(_mm256_castps256_ps128(macc[r]), _mm256_extractf128_ps(macc[r], 1));
-        m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-        m = _mm_add_ss(m, _mm_movehdup_ps(m));
-        y[r] = _mm512_reduce_add_ps(acc[r]) - _mm_cvtss_f32(m);
-    }
+    for (int r = 0; r < R; r++) y[r] = k45_sum(acc[r], macc[r]);
 }
 
 /* q6_k: in a half super-block, the low nibbles of ql[0..63] are elements 0..63 in order and the high
@@ -245,8 +268,6 @@ NF_INLINE void k45_multi_rows(const int Q5, const int T, const uint8_t *w, size_
                               size_t ldxa, float *y, size_t ldy, size_t n, __m512i *X, __m256 *qs)
 {
     const size_t bb = Q5 ? NF_Q5_K_BYTES : NF_Q4_K_BYTES, nb = n / NF_QK_K;
-    const __m512i one = _mm512_set1_epi8(1), two = _mm512_set1_epi8(2), m4 = _mm512_set1_epi8(0x0F);
-    const __mmask64 up = 0xFFFFFFFF00000000ull;
     const __m512i ix[4] = {idx2(0, 2), idx2(1, 3), idx2(4, 6), idx2(5, 7)};
     for (size_t ib = 0; ib < nb; ib++)
         for (int t = 0; t < T; t++) {
@@ -261,49 +282,14 @@ NF_INLINE void k45_multi_rows(const int Q5, const int T, const uint8_t *w, size_
         __m256 macc[TM];
         for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps(), macc[t] = _mm256_setzero_ps();
         for (size_t ib = 0; ib < nb; ib++) {
-            const uint8_t *b = w + r * rb + ib * bb, *qsb = b + (Q5 ? 48 : 16);
-            for (int k = 0; k < 3; k++) _mm_prefetch((const char *)b + NF_A8_PF_K + 64 * k, _MM_HINT_T0);
-            uint8_t sm[16];
-            nf_k4_unpack_scales(b + 4, sm);
-            const __m128i sm16 = _mm_loadu_si128((const __m128i *)sm);
-            const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm16));
-            const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm16, 8)));
-            const __m256 d1 = _mm256_mul_ps(_mm256_set1_ps(f16_at(b)), sc);
-            const __m256 m1 = _mm256_mul_ps(_mm256_set1_ps(f16_at(b + 2)), mn);
-            __m512i HP = _mm512_setzero_si512(), lv[4];
-            if (Q5) {
-                const __m512i H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 16)));
-                HP = _mm512_mask_blend_epi8(up, H, _mm512_srli_epi16(H, 2));
-            }
-            for (int P = 0; P < 2; P++) {
-                const __m512i v = _mm512_loadu_si512(qsb + 64 * P);
-                __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-                if (Q5) {
-                    lo = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(HP, one), 4));
-                    hi = _mm512_or_si512(hi, _mm512_slli_epi16(_mm512_and_si512(HP, two), 3));
-                    HP = _mm512_srli_epi16(HP, 4);
-                }
-                lv[2 * P] = lo, lv[2 * P + 1] = hi;
-            }
-            for (int t = 0; t < T; t++) {
-                const __m256 dxv = _mm256_loadu_ps(NF_A8_D(xa + t * ldxa, n) + 8 * ib);
-                const __m512 sd = _mm512_castps256_ps512(_mm256_mul_ps(d1, dxv));
-                macc[t] = _mm256_fmadd_ps(_mm256_mul_ps(m1, dxv), qs[T * ib + t], macc[t]);
-                const __m512i *Xt = X + 4 * (T * ib + t);
-                for (int P = 0; P < 2; P++) {
-                    const __m512i il = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lv[2 * P], Xt[2 * P]);
-                    const __m512i ih = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lv[2 * P + 1], Xt[2 * P + 1]);
-                    acc[t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(ix[2 * P], sd), _mm512_cvtepi32_ps(il), acc[t]);
-                    acc[t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(ix[2 * P + 1], sd), _mm512_cvtepi32_ps(ih), acc[t]);
-                }
-            }
+            __m256 d1, m1;
+            __m512i lv[4];
+            k45_block(Q5, w + r * rb + ib * bb, &d1, &m1, lv);
+            for (int t = 0; t < T; t++)
+                k45_token(d1, m1, lv, X + 4 * (T * ib + t), ix, _mm256_loadu_ps(NF_A8_D(xa + t * ldxa, n) + 8 * ib),
+                          qs[T * ib + t], &acc[t], &macc[t]);
         }
-        for (int t = 0; t < T; t++) {
-            __m128 m = _mm_add_ps(_mm256_castps256_ps128(macc[t]), _mm256_extractf128_ps(macc[t], 1));
-            m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-            m = _mm_add_ss(m, _mm_movehdup_ps(m));
-            y[t * ldy + r] = _mm512_reduce_add_ps(acc[t]) - _mm_cvtss_f32(m);
-        }
+        for (int t = 0; t < T; t++) y[t * ldy + r] = k45_sum(acc[t], macc[t]);
     }
 }
 
