@@ -30,7 +30,10 @@
  * in which each step multiplies by exp(g) (I - beta k k^T), of norm <= 1 (|k| = 1 after the l2 norm,
  * beta in (0, 1)), so their errors do not grow, but they are independent of the token's own: at most
  * doubling the variance, sqrt(2 R) u = 1.5e-2. test_engine_cuda holds a 1.5e-2 median to estimates of
- * 8.5e-3 - 9.8e-3 (a margin of 1.5 - 1.8); the same margin here: the MEDIAN position within 2.5e-2.
+ * 8.5e-3 - 9.8e-3 (a margin of 1.5 - 1.8); the same margin here: the MEDIAN position within 2.5e-2,
+ * or twice the compared rows' median s_r (below) where that is larger (past an ill-conditioned row a
+ * hybrid's state carries its error to every later row: qwen3_5_moe_text's whole-model median s_r is
+ * 3.0e-2 in the oracle's emulation).
  * EVERY position and step: within its own allowance max(1e-1, 2 s_r). A random fixture has rows where the
  * roundings are amplified far past the typical row (qwen3_5_moe_text cut after 2 layers, row 25: a GDN
  * head output nearly cancels and the per-head gated RMSNorm scales the remainder back up; a torch
@@ -202,6 +205,25 @@ static double allowance(const float *sens, size_t r)
     return fmax(EACH_BOUND, 2.0 * sens[r]);
 }
 
+/* The median row's allowance over rows [0, n): MEDIAN_BOUND, or twice the rows' median sensitivity
+ * where that is larger (the same argument one row at a time: past an ill-conditioned row a hybrid's
+ * state carries its amplified error to every later row, qwen3_5_moe_text's rows 26 .. 129). */
+static double median_allowance(const float *sens, size_t n)
+{
+    if (!sens || !n) return MEDIAN_BOUND;
+    float *v = malloc(n * sizeof *v);
+    if (!v) return MEDIAN_BOUND;
+    memcpy(v, sens, n * sizeof *v);
+    for (size_t i = 1; i < n; i++) /* insertion sort: n <= a few hundred */
+        for (size_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            const float t = v[j];
+            v[j] = v[j - 1], v[j - 1] = t;
+        }
+    const double m = v[n / 2];
+    free(v);
+    return fmax(MEDIAN_BOUND, 2.0 * m);
+}
+
 /* Rows got against ref: the median and the worst (at *at), and the first element of the worst row that
  * differs most, printed so that a failure says where. With sens (the oracle's sensitivity of these rows)
  * each row is held to its allowance: returns the number of rows over it, each printed (rows excluded for
@@ -347,9 +369,11 @@ static void check_layers(nf_model *m, const char *name, const int32_t *ids, size
         snprintf(what, sizeof what, "prefill after %u layer%s (%s)", L, L > 1 ? "s" : "", m->layers[L - 1].is_linear ? "GDN" : "attention");
         if (!run(m, "cpu", 1, 0, CHUNK, ids, P, 0, &rc) || !run(m, "cuda", 1, 0, CHUNK, ids, P, 0, &rg)) break;
         double med, worst;
-        const size_t over = rows_vs(what, g, c, agreed_rows(m, what, &rg, &rc, P, o), V, oracle_sens(o, L, 0), &med, &worst);
-        CHECK_MSG(med <= MEDIAN_BOUND && !over, "%s: %s: median %.3g, %zu row%s over their allowance", name, what, med,
-                  over, over == 1 ? "" : "s");
+        const size_t f = agreed_rows(m, what, &rg, &rc, P, o);
+        const size_t over = rows_vs(what, g, c, f, V, oracle_sens(o, L, 0), &med, &worst);
+        const double mb = median_allowance(oracle_sens(o, L, 0), f);
+        CHECK_MSG(med <= mb && !over, "%s: %s: median %.3g (allowed %.3g), %zu row%s over their allowance", name, what,
+                  med, mb, over, over == 1 ? "" : "s");
     }
     m->cfg.layers = layers, m->cfg.n_linear = n_linear;
     free(c), free(g), free(tc), free(tg);
@@ -398,8 +422,10 @@ static void check_oracle(nf_model *m, const char *name, const char *refdir)
         over[1] = rows_vs("decode vs transformers", r[1].gl, glr.data, gt, V, sg, &med[1], &worst[1]);
         over[2] = rows_vs("prefill vs cpu", r[1].pre, r[0].pre, fp, V, sp, &med[2], &worst[2]);
         over[3] = rows_vs("decode vs cpu", r[1].gl, r[0].gl, gc, V, sg, &med[3], &worst[3]);
+        const double mb[4] = {median_allowance(sp, fp), median_allowance(sg, gt), median_allowance(sp, fp),
+                              median_allowance(sg, gc)};
         for (int i = 0; i < 4; i++) {
-            CHECK_MSG(med[i] <= MEDIAN_BOUND, "%s: comparison %d: median rel-L2 %.3g > %.3g", name, i, med[i], MEDIAN_BOUND);
+            CHECK_MSG(med[i] <= mb[i], "%s: comparison %d: median rel-L2 %.3g > %.3g", name, i, med[i], mb[i]);
             CHECK_MSG(!over[i], "%s: comparison %d: %zu row%s over their allowance (worst %.3g)", name, i, over[i],
                       over[i] == 1 ? "" : "s", worst[i]);
         }
