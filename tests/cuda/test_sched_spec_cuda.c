@@ -48,7 +48,9 @@
  * `--cpu` runs the same checks on the CPU engine (ctest test_sched_spec_cuda_logic, with or without
  * CUDA): the test's own logic, where the rows hardly depend on the batch (within 1e-6), and where
  * greedy with speculation must give every token and every top-2 logit of greedy without it, to the
- * bit (the scheduler's prompt pieces, sched.h piece_min). */
+ * bit (the scheduler's prompt pieces, sched.h piece_min), and again for two hybrids with the chunked
+ * Gated DeltaNet form (gdn_chunk 16: prompt cuts on its grid, sched.h piece_align; cuts anywhere fail
+ * 3 checks). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -96,11 +98,13 @@ static int32_t token_of(uint32_t seq, uint32_t pos, uint32_t V) { return (int32_
 /* "cuda"; `--cpu` runs the same checks on the CPU engine (the test's own logic, where every
  * comparison is exact: the CPU's rows do not depend on the batch) */
 static const char *device = "cuda";
+/* nf_engine_opts.gdn_chunk of every engine (the CPU's chunked Gated DeltaNet form; 0: recurrent) */
+static uint32_t gdn_chunk;
 
 static nf_engine *engine(const nf_model *m, uint32_t max_seqs, uint32_t chunk)
 {
     nf_engine_opts o = {.device = device, .threads = 2, .ctx = CTX, .chunk = chunk, .page_tokens = PT, .max_seqs = max_seqs,
-                        .kv_pages = max_seqs * NPS, .kv_bf16 = 1, .trace_routing = 1};
+                        .kv_pages = max_seqs * NPS, .kv_bf16 = 1, .trace_routing = 1, .gdn_chunk = gdn_chunk};
     nf_engine *e = NULL;
     nf_error err;
     CHECK_MSG(nf_engine_create(m, &o, &e, &err) == NF_OK, "%s engine: %s", device, err.msg);
@@ -559,6 +563,11 @@ int main(int argc, char **argv)
     fixture_model(tmp, "qwen3_next", hybrid);
     fixture_model(tmp, "qwen3_5_moe_text", hybrid);
     synth_model(tmp, "tiny-hybrid", "q4q6", hybrid_a8);
+    if (!strcmp(device, "cpu")) { /* the chunked GDN form: prompts cut on its grid (sched.h piece_align) */
+        gdn_chunk = 16;
+        fixture_model(tmp, "qwen3_next", hybrid);
+        synth_model(tmp, "tiny-hybrid", "q4q6", hybrid_a8);
+    }
     rmdir(tmp);
     return nf_test_report();
 }
