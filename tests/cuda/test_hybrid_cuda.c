@@ -211,14 +211,10 @@ static double allowance(const float *sens, size_t r)
 static double median_allowance(const float *sens, size_t n)
 {
     if (!sens || !n) return MEDIAN_BOUND;
-    float *v = malloc(n * sizeof *v);
+    double *v = malloc(n * sizeof *v);
     if (!v) return MEDIAN_BOUND;
-    memcpy(v, sens, n * sizeof *v);
-    for (size_t i = 1; i < n; i++) /* insertion sort: n <= a few hundred */
-        for (size_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
-            const float t = v[j];
-            v[j] = v[j - 1], v[j - 1] = t;
-        }
+    for (size_t i = 0; i < n; i++) v[i] = sens[i];
+    qsort(v, n, sizeof *v, cmp_double); /* rows_vs's median, of the sensitivities */
     const double m = v[n / 2];
     free(v);
     return fmax(MEDIAN_BOUND, 2.0 * m);

@@ -554,6 +554,12 @@ static TileList routed_tiles(const Routing &r, uint32_t T, uint32_t k, const Gro
     const uint32_t h = (uint32_t)r.tile_m;
     return TileList{r.n_tiles, r.tile_group, r.tile_m0, (T * k + h - 1) / h + g.max_groups, r.tile_m};
 }
+// The shared expert's one group of every position (the four ints of the routing's shared_group), as
+// the routes' GEMMs and GEMVs read it.
+static Groups shared_groups(const Routing &r)
+{
+    return Groups{r.shared_group, r.shared_group + 1, r.shared_group + 2, r.shared_group + 3, nullptr, 1, 1};
+}
 static TileList shared_tiles(const Routing &r, uint32_t T)
 {
     const uint32_t h = (uint32_t)r.sh_tile_m;
@@ -582,7 +588,7 @@ static cudaError_t prefill_slice_a4(const nf_sparse_moe *m, const uint16_t *x, u
     if (e == cudaSuccess && m->has_shared) {
         const A4Plane saq = a4_plane(ws + m->o_saq, T, S);
         ys = (float *)(ws + m->o_ys);
-        Groups sg{r.shared_group, r.shared_group + 1, r.shared_group + 2, r.shared_group + 3, nullptr, 1, 1};
+        const Groups sg = shared_groups(r);
         // the shared group is expert 0, so gsd[0] is shared_down's divisor
         e = launch_prefill_gemm_a4(true, m->m[M_SGU], A4Args{xq, ga, 0, saq, gsd}, sg, sl, nullptr, 0, false, s);
         if (e == cudaSuccess)
@@ -620,7 +626,7 @@ static cudaError_t prefill_slice(const nf_sparse_moe *m, const uint16_t *x, uint
     if (e == cudaSuccess && m->has_shared) {
         uint16_t *actsh = (uint16_t *)(ws + m->o_actsh);
         ys = (float *)(ws + m->o_ys);
-        Groups sg{r.shared_group, r.shared_group + 1, r.shared_group + 2, r.shared_group + 3, nullptr, 1, 1};
+        const Groups sg = shared_groups(r);
         e = launch_prefill_gemm(m->codec[M_SGU], true, m->m[M_SGU], x, H, sg, sl, actsh, S, false, s);
         if (e == cudaSuccess) e = launch_prefill_gemm(m->codec[M_SDOWN], false, m->m[M_SDOWN], actsh, S, sg, sl, ys, H, false, s);
     }
@@ -651,7 +657,7 @@ static cudaError_t mmq_slice(const nf_sparse_moe *m, const uint16_t *x, uint32_t
     if (e == cudaSuccess && m->has_shared) {
         float *acts = (float *)(ws + m->o_acts);
         ys = (float *)(ws + m->o_ys);
-        Groups sg{r.shared_group, r.shared_group + 1, r.shared_group + 2, r.shared_group + 3, nullptr, 1, 1};
+        const Groups sg = shared_groups(r);
         e = launch_gemv(m->codec[M_SGU], true, m->m[M_SGU], x, true, H, sg, acts, S, T, s);
         if (e == cudaSuccess) e = launch_gemv(m->codec[M_SDOWN], false, m->m[M_SDOWN], acts, false, S, sg, ys, H, T, s);
     }
@@ -697,7 +703,7 @@ static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint
     if (e == cudaSuccess && m->has_shared) {
         float *acts = (float *)(ws + m->o_acts);
         ys = (float *)(ws + m->o_ys);
-        Groups sg{r.shared_group, r.shared_group + 1, r.shared_group + 2, r.shared_group + 3, nullptr, 1, 1};
+        const Groups sg = shared_groups(r);
         e = launch_gemv(m->codec[M_SGU], true, m->m[M_SGU], x, true, H, sg, acts, S, T, s);
         if (e == cudaSuccess) e = launch_gemv(m->codec[M_SDOWN], false, m->m[M_SDOWN], acts, false, S, sg, ys, H, T, s);
     }
