@@ -1,5 +1,5 @@
-/* The scheduler's sequence and state, shared by sched.c (the step) and sched_spec.c (speculation);
- * not a public interface. */
+/* The scheduler's sequence and state, shared by sched.c (the step), sched_plan.c (its planning) and
+ * sched_spec.c (speculation); not a public interface. */
 #ifndef NF_ENGINE_SCHED_INTERNAL_H
 #define NF_ENGINE_SCHED_INTERNAL_H
 
@@ -93,10 +93,17 @@ typedef struct plan {
 } plan;
 
 /* sched.c */
+void nf_sched_release_pages(nf_sched *s, seq *q);
+/* q ends (end says why): its pages back to the pool, its last event sent */
+void nf_sched_finish(nf_sched *s, seq *q, nf_seq_end end);
 uint32_t nf_sched_ensure_pages(nf_sched *s, seq *q, uint32_t want, nf_status *rc, nf_error *err);
 nf_status nf_sched_accept_token(nf_sched *s, seq *q, int32_t id, nf_sched_step_info *info, nf_error *err);
 const int32_t *nf_sched_pen_hist(const seq *q, size_t *n);
 void nf_sched_logprobs(seq *q, const float *l, uint32_t vocab, int32_t id);
+
+/* sched_plan.c: the step's batch into s->batch[0, b->S) (each sequence's take and n_draft set);
+ * b->T = 0 when nothing can run. */
+nf_status nf_sched_plan_batch(nf_sched *s, plan *b, nf_sched_step_info *info, nf_error *err);
 
 /* sched_spec.c: speculation per sequence (docs/sched.md "Speculation") */
 /* q's drafts for a decode of u uncached tokens into q->draft (its own limits: K, the context, max_new,
