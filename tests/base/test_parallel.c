@@ -1,5 +1,7 @@
+#define _DEFAULT_SOURCE /* setenv, usleep */
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "base/parallel.h"
 #include "nf_test.h"
@@ -55,6 +57,23 @@ int main(void)
     nf_pool_destroy(p);
     CHECK_EQ_INT(run_case(NULL, 1000, 3), 0);
     CHECK_EQ_INT(nf_pool_size(NULL), 1);
+
+    /* A pool no larger than the CPUs polls between jobs (NF_POOL_SPIN_US): back-to-back jobs meet a
+     * polling worker, jobs after a pause longer than the poll a sleeping one; a 1 us poll makes
+     * both the worker's and the caller's sleeps race with the other side's hand-off. */
+    const char *spins[] = {"1", "200", "0"};
+    for (size_t k = 0; k < sizeof spins / sizeof *spins; k++) {
+        setenv("NF_POOL_SPIN_US", spins[k], 1);
+        CHECK_EQ_INT(nf_pool_create(2, &p, &e), NF_OK);
+        wrong = 0;
+        for (int r = 0; r < 3000; r++) {
+            wrong += run_case(p, (size_t)(r % 50), 1);
+            if (r % 500 == 0) usleep(3000); /* longer than any poll: the workers sleep */
+        }
+        CHECK_MSG(wrong == 0, "spin %s: %d wrong", spins[k], wrong);
+        nf_pool_destroy(p);
+    }
+    unsetenv("NF_POOL_SPIN_US");
 
     /* Default size is the machine's CPU count. */
     CHECK_EQ_INT(nf_pool_create(0, &p, &e), NF_OK);
