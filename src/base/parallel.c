@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -21,7 +22,23 @@
  * sleeping worker is woken by a futex call whose latency (tens of us on a VM) is of the job's
  * order (docs/perf/cpu_2026-12-06c.md); the poll is bounded so that an idle pool, or one whose
  * threads outnumber the CPUs, does not hold a core. The mutex only guards sleeping: `sleepers`
- * and `caller_sleeps` tell the other side whether a futex call is needed at all. */
+ * and `caller_sleeps` tell the other side whether a futex call is needed at all.
+ *
+ * Polling loses badly when another process wants one of our CPUs: a polling thread is only
+ * preempted at a scheduler tick, while a sleeping one woken by a futex call preempts at once, so a
+ * hand-off to a thread queued behind the other process waited milliseconds (SmolLM2 decode fell
+ * from 87 to 16 tokens/s beside one busy process). Each thread therefore counts its involuntary
+ * context switches (getrusage RUSAGE_THREAD) every CHECK_JOBS jobs: beside a busy process they came
+ * at 1 400 - 13 000 a second (the whole process), alone at about 50, so more than IVCSW_PER_S a
+ * second marks the CPUs contended, and every thread then sleeps at once for the next QUIET_NS. */
+enum { CHECK_JOBS = 32, IVCSW_PER_S = 1000 };
+#define QUIET_NS 50000000L
+
+/* A thread's contention check: its jobs, and its involuntary switches and clock at the last check. */
+typedef struct pace {
+    unsigned jobs;
+    long ivcsw, t_ns;
+} pace;
 struct nf_pool {
     int n;                 /* threads including the caller */
     pthread_t *threads;    /* [n - 1] workers */
@@ -34,6 +51,8 @@ struct nf_pool {
     atomic_int caller_sleeps;
     atomic_int stop;
     long spin_ns;          /* 0: never poll */
+    atomic_long no_poll_until; /* monotonic ns: contention seen, nobody polls before this */
+    pace caller_pace;
     /* the current job, written before generation moves */
     nf_range_fn fn;
     void *ctx;
@@ -59,6 +78,35 @@ static long now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
+/* Involuntary context switches of the calling thread so far (-1 where unknown). */
+static long ivcsw_now(void)
+{
+#ifdef RUSAGE_THREAD
+    struct rusage ru;
+    if (getrusage(RUSAGE_THREAD, &ru) == 0) return ru.ru_nivcsw;
+#endif
+    return -1;
+}
+
+/* Every CHECK_JOBS calls per thread: involuntary switches at more than IVCSW_PER_S since its last
+ * check stop polling for QUIET_NS. */
+static void check_contention(nf_pool *p, pace *c)
+{
+    if (!p->spin_ns || ++c->jobs % CHECK_JOBS) return;
+    const long v = ivcsw_now(), t = now_ns(), d = v - c->ivcsw;
+    if (c->ivcsw >= 0 && d >= 2 && d * 1000000000L > IVCSW_PER_S * (t - c->t_ns))
+        atomic_store(&p->no_poll_until, t + QUIET_NS);
+    c->ivcsw = v, c->t_ns = t;
+}
+
+/* The poll this thread may make now: spin_ns, or 0 while contention was seen lately. */
+static long poll_ns(nf_pool *p)
+{
+    if (!p->spin_ns) return 0;
+    const long until = atomic_load_explicit(&p->no_poll_until, memory_order_relaxed);
+    return until && now_ns() < until ? 0 : p->spin_ns;
 }
 
 /* Polls until *a != v (returns 1) or spin_ns has passed (returns 0); the clock read every 64 polls. */
@@ -103,7 +151,7 @@ static void run_chunks(nf_pool *p, int worker)
  * (both sequentially consistent), so one of the two sees the other: no lost wake-up. */
 static unsigned long wait_job(nf_pool *p, unsigned long seen)
 {
-    if (spin_while_eq(&p->generation, seen, p->spin_ns)) return atomic_load(&p->generation);
+    if (spin_while_eq(&p->generation, seen, poll_ns(p))) return atomic_load(&p->generation);
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->sleepers, 1);
     while (!atomic_load(&p->stop) && atomic_load(&p->generation) == seen) pthread_cond_wait(&p->wake, &p->mu);
@@ -121,10 +169,12 @@ static void *worker_main(void *arg)
     int id = wa->id;
     free(wa);
     unsigned long seen = 0;
+    pace pc = {0, -1, 0};
     for (;;) {
         seen = wait_job(p, seen);
         if (atomic_load(&p->stop)) break;
         run_chunks(p, id);
+        check_contention(p, &pc);
         /* the last worker out wakes the caller if it sleeps (caller_sleeps read after busy moved) */
         if (atomic_fetch_sub(&p->busy, 1) == 1 && atomic_load(&p->caller_sleeps)) {
             pthread_mutex_lock(&p->mu);
@@ -153,6 +203,7 @@ nf_status nf_pool_create(int n_threads, nf_pool **out, nf_error *err)
     if (!p) return nf_error_set(err, NF_ERR_NOMEM, "thread pool: out of memory");
     p->n = n_threads;
     p->spin_ns = pool_spin_ns(n_threads);
+    p->caller_pace.ivcsw = -1;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
     pthread_cond_init(&p->done, NULL);
@@ -198,7 +249,7 @@ int nf_pool_size(const nf_pool *p) { return p ? p->n : 1; }
  * last worker reads it after lowering busy (see worker_main). */
 static void wait_done(nf_pool *p)
 {
-    if (spin_until_zero(&p->busy, p->spin_ns)) return;
+    if (spin_until_zero(&p->busy, poll_ns(p))) return;
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->caller_sleeps, 1);
     while (atomic_load(&p->busy) > 0) pthread_cond_wait(&p->done, &p->mu);
@@ -229,5 +280,6 @@ void nf_parallel_for(nf_pool *p, size_t n, size_t grain, nf_range_fn fn, void *c
     }
 
     run_chunks(p, 0);
+    check_contention(p, &p->caller_pace);
     wait_done(p);
 }

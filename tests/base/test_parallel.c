@@ -1,4 +1,5 @@
 #define _DEFAULT_SOURCE /* setenv, usleep */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -30,6 +31,15 @@ static int run_case(nf_pool *p, size_t n, size_t grain)
     wrong += atomic_load(&j.bad_worker);
     free(j.hits);
     return wrong;
+}
+
+/* Keeps a CPU busy until *stop. */
+static void *burner(void *arg)
+{
+    atomic_int *stop = arg;
+    volatile unsigned long x = 0;
+    while (!atomic_load(stop)) x++;
+    return NULL;
 }
 
 int main(void)
@@ -74,6 +84,20 @@ int main(void)
         nf_pool_destroy(p);
     }
     unsetenv("NF_POOL_SPIN_US");
+
+    /* Beside a busy thread on every CPU the pool sees involuntary switches and stops polling for a
+     * while (then polls again): every job must still run every item once through those changes. */
+    atomic_int stop_burn = 0;
+    const int n_burn = nf_cpu_count();
+    pthread_t burn[64];
+    for (int b = 0; b < n_burn && b < 64; b++) pthread_create(&burn[b], NULL, burner, &stop_burn);
+    CHECK_EQ_INT(nf_pool_create(2, &p, &e), NF_OK);
+    wrong = 0;
+    for (int r = 0; r < 3000; r++) wrong += run_case(p, (size_t)(r % 50), 1);
+    CHECK_MSG(wrong == 0, "beside busy threads: %d wrong", wrong);
+    nf_pool_destroy(p);
+    atomic_store(&stop_burn, 1);
+    for (int b = 0; b < n_burn && b < 64; b++) pthread_join(burn[b], NULL);
 
     /* Default size is the machine's CPU count. */
     CHECK_EQ_INT(nf_pool_create(0, &p, &e), NF_OK);
