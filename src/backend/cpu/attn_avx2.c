@@ -12,7 +12,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "backend/cpu/cpu_internal.h"
+#include "backend/cpu/attn_scores.h"
 
 /* 8 consecutive k or v elements from idx as f32. */
 static inline __m256 kv_at8(const nf_cpu_kv *kv, const void *base, size_t idx)
@@ -22,36 +22,8 @@ static inline __m256 kv_at8(const nf_cpu_kv *kv, const void *base, size_t idx)
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-/* sct[p][lane] = scale * sum_i qt[i][lane] * k[p][i] for p < np, positions 8 at a time (p through
- * the page table: each position's row is looked up, a block of 8 may span two pages). */
-static void scores8(const nf_cpu_kv *kv, const uint32_t *pages, const float *qt, uint32_t hd, size_t kv_row,
-                    size_t koff, uint32_t np, float scale, float *sct)
-{
-    const __m256 vs = _mm256_set1_ps(scale);
-    uint32_t p = 0;
-    for (; p + 8 <= np; p += 8) {
-        __m256 acc[8];
-        for (int u = 0; u < 8; u++) acc[u] = _mm256_setzero_ps();
-        size_t base[8];
-        for (int u = 0; u < 8; u++) base[u] = nf_cpu_kv_row(kv, pages, p + (uint32_t)u) * kv_row + koff;
-        for (uint32_t i = 0; i < hd; i++) {
-            const __m256 qv = _mm256_loadu_ps(qt + (size_t)i * 8);
-            for (int u = 0; u < 8; u++) {
-                __m256 kb = _mm256_set1_ps(nf_cpu_kv_at(kv, kv->k, base[u] + i));
-                acc[u] = _mm256_add_ps(acc[u], _mm256_mul_ps(qv, kb));
-            }
-        }
-        for (int u = 0; u < 8; u++) _mm256_storeu_ps(sct + (size_t)(p + u) * 8, _mm256_mul_ps(acc[u], vs));
-    }
-    for (; p < np; p++) {
-        __m256 acc = _mm256_setzero_ps();
-        const size_t base = nf_cpu_kv_row(kv, pages, p) * kv_row + koff;
-        for (uint32_t i = 0; i < hd; i++)
-            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(qt + (size_t)i * 8),
-                                                   _mm256_set1_ps(nf_cpu_kv_at(kv, kv->k, base + i))));
-        _mm256_storeu_ps(sct + (size_t)p * 8, _mm256_mul_ps(acc, vs));
-    }
-}
+/* The 8-query scores (attn_scores.h). */
+static NF_ATTN_SCORES(scores8, __m256, 8, _mm256)
 
 /* o[i] = sum_p w[p] * v[p][i] over p < n in order, 8 elements of i per vector (hd % 8 == 0). Each
  * vector is a chain of dependent adds over the positions, so 64 elements (8 chains) go together
