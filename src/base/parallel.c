@@ -57,6 +57,7 @@ struct nf_pool {
     nf_range_fn fn;
     void *ctx;
     size_t n_items, grain;
+    int guided;            /* claims shrink with what is left (nf_parallel_for_guided) */
     atomic_size_t next;    /* first unclaimed item */
 };
 
@@ -136,8 +137,27 @@ static int spin_until_zero(atomic_int *a, long spin_ns)
     }
 }
 
+/* Guided claims: a 2n-th of the items left (n threads), at least grain, so the last claims are
+ * short and the threads finish together. */
+static void run_guided(nf_pool *p, int worker)
+{
+    size_t begin = atomic_load(&p->next);
+    while (begin < p->n_items) {
+        size_t g = (p->n_items - begin) / (2 * (size_t)p->n);
+        if (g < p->grain) g = p->grain;
+        const size_t end = begin + g < p->n_items ? begin + g : p->n_items;
+        if (!atomic_compare_exchange_weak(&p->next, &begin, end)) continue; /* begin reloaded */
+        p->fn(p->ctx, begin, end, worker);
+        begin = atomic_load(&p->next);
+    }
+}
+
 static void run_chunks(nf_pool *p, int worker)
 {
+    if (p->guided) {
+        run_guided(p, worker);
+        return;
+    }
     for (;;) {
         size_t begin = atomic_fetch_add(&p->next, p->grain);
         if (begin >= p->n_items) return;
@@ -257,7 +277,7 @@ static void wait_done(nf_pool *p)
     pthread_mutex_unlock(&p->mu);
 }
 
-void nf_parallel_for(nf_pool *p, size_t n, size_t grain, nf_range_fn fn, void *ctx)
+static void parallel_run(nf_pool *p, size_t n, size_t grain, int guided, nf_range_fn fn, void *ctx)
 {
     if (n == 0) return;
     if (grain == 0) grain = 1;
@@ -270,6 +290,7 @@ void nf_parallel_for(nf_pool *p, size_t n, size_t grain, nf_range_fn fn, void *c
     p->ctx = ctx;
     p->n_items = n;
     p->grain = grain;
+    p->guided = guided;
     atomic_store(&p->next, 0);
     atomic_store(&p->busy, p->n - 1);
     atomic_fetch_add(&p->generation, 1);
@@ -282,4 +303,14 @@ void nf_parallel_for(nf_pool *p, size_t n, size_t grain, nf_range_fn fn, void *c
     run_chunks(p, 0);
     check_contention(p, &p->caller_pace);
     wait_done(p);
+}
+
+void nf_parallel_for(nf_pool *p, size_t n, size_t grain, nf_range_fn fn, void *ctx)
+{
+    parallel_run(p, n, grain, 0, fn, ctx);
+}
+
+void nf_parallel_for_guided(nf_pool *p, size_t n, size_t min_grain, nf_range_fn fn, void *ctx)
+{
+    parallel_run(p, n, min_grain, 1, fn, ctx);
 }

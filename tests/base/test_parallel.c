@@ -21,17 +21,20 @@ static void mark(void *ctx, size_t begin, size_t end, int worker)
     for (size_t i = begin; i < end; i++) atomic_fetch_add(&j->hits[i], 1);
 }
 
-static int run_case(nf_pool *p, size_t n, size_t grain)
+static int run_case_as(nf_pool *p, size_t n, size_t grain, int guided)
 {
     job j = {.pool_size = nf_pool_size(p)};
     j.hits = calloc(n ? n : 1, sizeof *j.hits);
-    nf_parallel_for(p, n, grain, mark, &j);
+    if (guided) nf_parallel_for_guided(p, n, grain, mark, &j);
+    else nf_parallel_for(p, n, grain, mark, &j);
     int wrong = 0;
     for (size_t i = 0; i < n; i++) wrong += atomic_load(&j.hits[i]) != 1;
     wrong += atomic_load(&j.bad_worker);
     free(j.hits);
     return wrong;
 }
+
+static int run_case(nf_pool *p, size_t n, size_t grain) { return run_case_as(p, n, grain, 0); }
 
 /* Keeps a CPU busy until *stop. */
 static void *burner(void *arg)
@@ -55,6 +58,10 @@ int main(void)
     for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
         for (size_t g = 0; g < sizeof grains / sizeof *grains; g++)
             CHECK_MSG(run_case(p, sizes[s], grains[g]) == 0, "n=%zu grain=%zu", sizes[s], grains[g]);
+    /* Guided claims (shrinking with what is left, at least the grain) cover every item once too. */
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
+        for (size_t g = 0; g < sizeof grains / sizeof *grains; g++)
+            CHECK_MSG(run_case_as(p, sizes[s], grains[g], 1) == 0, "guided n=%zu grain=%zu", sizes[s], grains[g]);
     /* Many back-to-back jobs on one pool (generation handling, no lost wake-ups). */
     int wrong = 0;
     for (int r = 0; r < 2000; r++) wrong += run_case(p, 37, 1);
@@ -77,7 +84,7 @@ int main(void)
         CHECK_EQ_INT(nf_pool_create(2, &p, &e), NF_OK);
         wrong = 0;
         for (int r = 0; r < 3000; r++) {
-            wrong += run_case(p, (size_t)(r % 50), 1);
+            wrong += run_case_as(p, (size_t)(r % 50), 1, r % 3 == 0);
             if (r % 500 == 0) usleep(3000); /* longer than any poll: the workers sleep */
         }
         CHECK_MSG(wrong == 0, "spin %s: %d wrong", spins[k], wrong);

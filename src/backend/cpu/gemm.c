@@ -234,15 +234,14 @@ static void batch_fn(void *ctx, size_t begin, size_t end, int worker)
     }
 }
 
-/* Work items claimed at once: 1 (16 rows) when a job takes the tile (prefill: a block is long
- * work); for kernel-only batches (decoding) about a quarter of a thread's share, so that each
- * claim is a long kernel call whose prefetch streams ahead, and still balances a late worker. */
-static size_t batch_grain(const nf_cpu *c, const nf_cpu_gemm_job *jobs, const a8_job *a8, size_t n_jobs, size_t items)
+/* Whether every job runs only the int8 kernel (decoding). Such a batch is claimed guided (long
+ * claims first, each a long kernel call whose prefetch streams ahead; short ones last, so the
+ * threads end together); one with a tile job a block (16 rows) at a time, a block being long work. */
+static int batch_kernel_only(const nf_cpu *c, const nf_cpu_gemm_job *jobs, const a8_job *a8, size_t n_jobs)
 {
     for (size_t j = 0; j < n_jobs; j++)
-        if (jobs[j].n && !kernel_only(c, &jobs[j], a8 ? &a8[j] : NULL)) return 1;
-    const size_t g = items / (4 * (size_t)c->n_threads);
-    return g ? g : 1;
+        if (jobs[j].n && !kernel_only(c, &jobs[j], a8 ? &a8[j] : NULL)) return 0;
+    return 1;
 }
 
 /* ---- int8 activations: each distinct input of the batch quantised once ------------------------- */
@@ -380,7 +379,8 @@ void nf_cpu_gemm_batch(nf_cpu *c, const nf_cpu_gemm_job *jobs, size_t n_jobs)
     for (size_t j = 0; j < n_jobs; j++)
         first[j + 1] = first[j] + (jobs[j].n ? (jobs[j].w.rows + NF_CPU_RB - 1) / NF_CPU_RB : 0);
     batch_ctx b = {c, jobs, a8, n_jobs, first};
-    if (first[n_jobs]) nf_parallel_for(c->pool, first[n_jobs], batch_grain(c, jobs, a8, n_jobs, first[n_jobs]), batch_fn, &b);
+    if (first[n_jobs] && batch_kernel_only(c, jobs, a8, n_jobs)) nf_parallel_for_guided(c->pool, first[n_jobs], 1, batch_fn, &b);
+    else if (first[n_jobs]) nf_parallel_for(c->pool, first[n_jobs], 1, batch_fn, &b);
     if (first != stack) free(first);
     if (a8 && a8 != a8_stack) free(a8);
 }
