@@ -27,5 +27,8 @@ int nf_pool_size(const nf_pool *p);
 
 /* p == NULL runs inline on the caller. grain 0 is treated as 1. */
 void nf_parallel_for(nf_pool *p, size_t n, size_t grain, nf_range_fn fn, void *ctx);
+/* The same with guided claims: each a 2T-th of the items still unclaimed (T threads), at least
+ * min_grain, so that early claims are long and the last ones short (the threads end together). */
+void nf_parallel_for_guided(nf_pool *p, size_t n, size_t min_grain, nf_range_fn fn, void *ctx);
 
 #endif

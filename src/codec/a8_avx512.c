@@ -61,8 +61,13 @@ NF_INLINE __m512i q8_reduce16(const __m512i *D)
 /* q8_0: 16 blocks (512 elements) per step: 8 vpdpbusd, their 16 block sums in one vector (q8_reduce16),
  * the 16 f16 scales gathered in the same lane order, one conversion and one FMA per 16 blocks (the
  * loads, not the arithmetic, are then the work: perf/cpu_2026-12-06b.md); the blocks past the last
- * 16 two at a time and a last odd one as before. */
-NF_INLINE void q8_0_rows(const uint8_t *w, size_t rb, int R, const uint8_t *xa, float *y, size_t n)
+ * 16 two at a time and a last odd one as before. Each step prefetches the same bytes of the call's
+ * next row group `nx` (NULL: none). A fixed distance within the row (NF_A8_PF_Q8) lands in this
+ * group's own rows when they are short (SmolLM2's 576 columns: 612 bytes), so it fetched nothing
+ * early; the next group is one group ahead at any row length and never past the call's rows, which
+ * a decode call of several row blocks makes long (docs/perf/cpu_2026-12-06c.md). */
+NF_INLINE void q8_0_rows(const uint8_t *w, size_t rb, int R, const uint8_t *xa, float *y, size_t n,
+                         const uint8_t *nx)
 {
     const float *dx = NF_A8_D(xa, n);
     const __m512i flip = _mm512_set1_epi8((char)0x80);
@@ -77,7 +82,8 @@ NF_INLINE void q8_0_rows(const uint8_t *w, size_t rb, int R, const uint8_t *xa, 
         const __m512 dxp = _mm512_permutexvar_ps(perm, _mm512_loadu_ps(dx + i0));
         for (int r = 0; r < R; r++) {
             const uint8_t *b = w + r * rb + i0 * NF_Q8_0_BYTES;
-            for (int l = 0; l < 9; l++) _mm_prefetch((const char *)b + NF_A8_PF_Q8 + 64 * l, _MM_HINT_T0);
+            if (nx)
+                for (int l = 0; l < 9; l++) _mm_prefetch((const char *)nx + (b - w) + 64 * l, _MM_HINT_T0);
             __m512i D[8];
             for (int k = 0; k < 8; k++) {
                 const uint8_t *bk = b + 2 * k * NF_Q8_0_BYTES;
@@ -410,7 +416,19 @@ static void q6_k_gemm(const void *w, size_t rb, size_t rows, const uint8_t *xa, 
     }
 }
 
-NF_A8_GEMM(nf_q8_0_a8_avx512, q8_0_rows, ROWS)
+/* Rows ROWS at a time, each group's first token prefetching the next group (q8_0_rows). */
+NF_A8_GEMM_DECL(nf_q8_0_a8_avx512)
+{
+    const uint8_t *p = w;
+    size_t r = 0;
+    for (; r + ROWS <= rows; r += ROWS) {
+        const uint8_t *nx = r + 2 * ROWS <= rows ? p + (r + ROWS) * row_bytes : NULL;
+        for (size_t t = 0; t < ntok; t++)
+            q8_0_rows(p + r * row_bytes, row_bytes, ROWS, xa + t * ldxa, y + t * ldy + r, n, t ? NULL : nx);
+    }
+    for (; r < rows; r++)
+        for (size_t t = 0; t < ntok; t++) q8_0_rows(p + r * row_bytes, row_bytes, 1, xa + t * ldxa, y + t * ldy + r, n, NULL);
+}
 NF_A8_GEMM_DECL(nf_q4_k_a8_avx512) { k45_gemm(0, w, row_bytes, rows, xa, ldxa, ntok, y, ldy, n); }
 NF_A8_GEMM_DECL(nf_q5_k_a8_avx512) { k45_gemm(1, w, row_bytes, rows, xa, ldxa, ntok, y, ldy, n); }
 NF_A8_GEMM_DECL(nf_q6_k_a8_avx512) { q6_k_gemm(w, row_bytes, rows, xa, ldxa, ntok, y, ldy, n); }

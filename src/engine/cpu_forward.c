@@ -443,7 +443,7 @@ static void mlp_block(cpu_state *s, cpu_layer *L, const nf_batch *b, int32_t *tr
         if (trace) memset(trace, 0xff, T * c->top_k * sizeof(int32_t)); /* -1: no routing */
         nf_cpu_gemm_job jobs[2] = {job_of(b, L->gate, s->xn, H, s->g, D), job_of(b, L->up, s->xn, H, s->u, D)};
         nf_cpu_gemm_batch(s->cpu, jobs, 2);
-        nf_cpu_swiglu(s->g, s->g, s->u, T * D);
+        nf_cpu_swiglu_par(s->cpu, s->g, s->g, s->u, T * D);
         jobs[0] = job_of(b, L->down, s->g, D, s->tmp, H);
         nf_cpu_gemm_batch(s->cpu, jobs, 1);
     }

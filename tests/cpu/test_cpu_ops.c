@@ -324,6 +324,53 @@ static void test_attention(nf_cpu *c, int bf16)
     CHECK_MSG(worst < 2e-6, "attention (bf16 cache %d): max abs error %.3g", bf16, worst);
 }
 
+/* The AVX2 attention (one query: positions as lanes; several: queries as lanes) must give ops.c's
+ * scalar bits: the same f32 sequence s = s + q[i] k[i], softmax, o = o + w v, written out here.
+ * One token at every context length 4 .. 37 (partial blocks of 8, page boundaries), and 20 tokens
+ * (a whole block of 16 and a partial one, or blocks of 8) after 0, 1 and 2 positions; SmolLM2's
+ * geometry (9 query heads on 3 kv heads, head_dim 64). */
+static void test_attention_bits(nf_cpu *c, int bf16)
+{
+    enum { HQ = 9, HK = 3, D = 64, CTX = 40, PT = 16, NP = 3 };
+    static float k[CTX * HK * D], v[CTX * HK * D], q[20 * HQ * D], out[20 * HQ * D];
+    static uint8_t kb[NP * PT * HK * D * 4], vb[NP * PT * HK * D * 4];
+    for (int i = 0; i < CTX * HK * D; i++) k[i] = frand(), v[i] = frand();
+    for (int i = 0; i < 20 * HQ * D; i++) q[i] = frand() * 2;
+    const uint32_t pages[NP] = {2, 0, 1};
+    nf_cpu_kv kv = {kb, vb, bf16, PT, NP, HK, D};
+    nf_cpu_kv_store(&kv, pages, 0, CTX, k, v);
+    int wrong = 0;
+    for (uint32_t n0 = 1; n0 + 3 <= CTX; n0++) {
+        const uint32_t T = n0 <= 3 ? 20 : 1;
+        const nf_cpu_attn_seq seq = {pages, n0 - 1, 0, T};
+        nf_cpu_attention(c, &kv, &seq, 1, q, HQ, 0.125f, out);
+        for (uint32_t t = 0; t < T; t++)
+            for (int h = 0; h < HQ; h++) {
+                const int kh = h / (HQ / HK);
+                const uint32_t n = n0 + t;
+                float sc[CTX], o[D] = {0};
+                for (uint32_t p = 0; p < n; p++) {
+                    float sum = 0;
+                    for (int i = 0; i < D; i++) {
+                        float kk = k[(p * HK + kh) * D + i];
+                        if (bf16) kk = nf_bf16_to_f32(nf_f32_to_bf16(kk));
+                        sum += q[(t * HQ + h) * D + i] * kk;
+                    }
+                    sc[p] = sum * 0.125f;
+                }
+                nf_cpu_softmax(sc, n);
+                for (uint32_t p = 0; p < n; p++)
+                    for (int i = 0; i < D; i++) {
+                        float vv = v[(p * HK + kh) * D + i];
+                        if (bf16) vv = nf_bf16_to_f32(nf_f32_to_bf16(vv));
+                        o[i] += sc[p] * vv;
+                    }
+                wrong += memcmp(o, out + (t * HQ + h) * D, sizeof o) != 0;
+            }
+    }
+    CHECK_MSG(wrong == 0, "attention (bf16 cache %d): %d heads differ from the scalar bits", bf16, wrong);
+}
+
 static void test_route(void)
 {
     float l[6] = {0.5f, 2.0f, 2.0f, -1.0f, 2.0f, 0.1f};
@@ -436,6 +483,8 @@ int main(void)
     test_rope();
     test_attention(c3, 0);
     test_attention(c3, 1);
+    test_attention_bits(c3, 0);
+    test_attention_bits(c3, 1);
     test_route();
     test_moe(c3, NF_CODEC_BF16, 1, 0);
     test_moe(c3, NF_CODEC_Q4_K, 0, 1);

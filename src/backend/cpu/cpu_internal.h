@@ -3,6 +3,8 @@
 #define NF_CPU_INTERNAL_H
 
 #include "backend/cpu/cpu.h"
+#include <string.h>
+
 #include "codec/a8.h"
 
 struct nf_cpu {
@@ -27,15 +29,29 @@ void nf_cpu_tile_scalar(const float *blk, size_t nb, size_t cols, const float *x
 void nf_cpu_tile_avx2(const float *blk, size_t nb, size_t cols, const float *x, size_t ldx, size_t n, float *y,
                       size_t ldy);
 
-/* Attention scratch per thread in units of max_ctx: one query's weights + 8 queries' scores. */
-#define NF_CPU_ATTN_SC 9
+/* Attention scratch per thread in units of max_ctx: one query's weights + 16 queries' scores. */
+#define NF_CPU_ATTN_SC 17
 /* The AVX2 attention takes head_dim % 8 == 0 and head_dim <= this (its transposed q is on the stack). */
 #define NF_CPU_ATTN_MAX_HD 512
-/* Causal attention of nq <= 8 consecutive query tokens of one sequence (page table pages), one
- * head, over kv head kh: token j's q at q + j*q_row, it sees positions 0 .. n0 + j - 1, its output
- * at out + j*q_row. sc: the
- * thread's NF_CPU_ATTN_SC * max_ctx scratch. Bit-identical to ops.c's scalar attention. */
+/* Causal attention of nq <= lanes (8, or 16 with AVX-512) consecutive query tokens of one sequence
+ * (page table pages), one head, over kv head kh: token j's q at q + j*q_row, it sees positions
+ * 0 .. n0 + j - 1, its output at out + j*q_row. sc: the thread's NF_CPU_ATTN_SC * max_ctx scratch.
+ * Bit-identical to ops.c's scalar attention. */
 void nf_cpu_attn_block_avx2(const nf_cpu_kv *kv, const uint32_t *pages, const float *q, size_t q_row, uint32_t kh,
-                            uint32_t n0, uint32_t nq, float scale, float *sc, float *out);
+                            uint32_t n0, uint32_t nq, float scale, float *sc, float *out, int lanes);
+/* The 16-query scores of nf_cpu_attn_block_avx2 (lanes 16; only after AVX-512F is known):
+ * sct[p][j] = scale * sum_i qt[i][j] k[p][i] for p < np, each lane the scalar's f32 sequence. */
+void nf_cpu_attn_scores16_avx512(const nf_cpu_kv *kv, const uint32_t *pages, const float *qt, uint32_t hd,
+                                 size_t kv_row, size_t koff, uint32_t np, float scale, float *sct);
+
+/* k or v element idx of the cache as f32 (bf16 widens exactly). */
+static inline float nf_cpu_kv_at(const nf_cpu_kv *kv, const void *base, size_t idx)
+{
+    if (!kv->bf16) return ((const float *)base)[idx];
+    uint32_t u = (uint32_t)((const uint16_t *)base)[idx] << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
 
 #endif

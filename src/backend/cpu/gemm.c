@@ -198,13 +198,50 @@ static size_t find(const size_t *first, size_t n, size_t it)
     return lo;
 }
 
+/* Whether every segment of the job runs the int8 kernel (no tile, no scratch): then its row blocks
+ * may go to the kernel in one call, which gives each row the same bits as one call per block. */
+static int kernel_only(const nf_cpu *c, const nf_cpu_gemm_job *j, const a8_job *q)
+{
+    if (c->reference || !q || !q->fn) return 0;
+    if (!j->seg) return by_token(j, 0, j->n) || !q->tile;
+    for (size_t g = 0; g < j->n_seg; g++)
+        if (!by_token(j, g, j->seg[g + 1] - j->seg[g]) && q->tile) return 0;
+    return 1;
+}
+
+/* Consecutive row blocks of one kernel-only job run as one kernel call (its prefetch then runs
+ * ahead across them: q8_0's next row group); other jobs one block at a time. */
 static void batch_fn(void *ctx, size_t begin, size_t end, int worker)
 {
     batch_ctx *b = ctx;
-    for (size_t it = begin; it < end; it++) {
-        const size_t lo = find(b->first, b->n_jobs, it);
-        run_block(b->c, &b->jobs[lo], b->a8 ? &b->a8[lo] : NULL, (uint32_t)((it - b->first[lo]) * NF_CPU_RB), worker);
+    for (size_t it = begin; it < end;) {
+        const size_t lo = find(b->first, b->n_jobs, it), stop = end < b->first[lo + 1] ? end : b->first[lo + 1];
+        const nf_cpu_gemm_job *j = &b->jobs[lo];
+        const a8_job *q = b->a8 ? &b->a8[lo] : NULL;
+        const uint32_t r0 = (uint32_t)((it - b->first[lo]) * NF_CPU_RB);
+        if (!kernel_only(b->c, j, q)) {
+            run_block(b->c, j, q, r0, worker);
+            it++;
+            continue;
+        }
+        const uint32_t r1 = (uint32_t)((stop - b->first[lo]) * NF_CPU_RB), nr = (r1 < j->w.rows ? r1 : j->w.rows) - r0;
+        const uint32_t whole[2] = {0, (uint32_t)j->n}, *seg = j->seg ? j->seg : whole;
+        const size_t n_seg = j->seg ? j->n_seg : 1;
+        for (size_t g = 0; g < n_seg; g++)
+            q->fn(j->w.data + (size_t)r0 * j->w.row_bytes, j->w.row_bytes, nr, q->xa + seg[g] * q->ldxa, q->ldxa,
+                  seg[g + 1] - seg[g], j->y + seg[g] * j->ldy + r0, j->ldy, j->w.cols);
+        it = stop;
     }
+}
+
+/* Whether every job runs only the int8 kernel (decoding). Such a batch is claimed guided (long
+ * claims first, each a long kernel call whose prefetch streams ahead; short ones last, so the
+ * threads end together); one with a tile job a block (16 rows) at a time, a block being long work. */
+static int batch_kernel_only(const nf_cpu *c, const nf_cpu_gemm_job *jobs, const a8_job *a8, size_t n_jobs)
+{
+    for (size_t j = 0; j < n_jobs; j++)
+        if (jobs[j].n && !kernel_only(c, &jobs[j], a8 ? &a8[j] : NULL)) return 0;
+    return 1;
 }
 
 /* ---- int8 activations: each distinct input of the batch quantised once ------------------------- */
@@ -342,7 +379,8 @@ void nf_cpu_gemm_batch(nf_cpu *c, const nf_cpu_gemm_job *jobs, size_t n_jobs)
     for (size_t j = 0; j < n_jobs; j++)
         first[j + 1] = first[j] + (jobs[j].n ? (jobs[j].w.rows + NF_CPU_RB - 1) / NF_CPU_RB : 0);
     batch_ctx b = {c, jobs, a8, n_jobs, first};
-    if (first[n_jobs]) nf_parallel_for(c->pool, first[n_jobs], 1, batch_fn, &b);
+    if (first[n_jobs] && batch_kernel_only(c, jobs, a8, n_jobs)) nf_parallel_for_guided(c->pool, first[n_jobs], 1, batch_fn, &b);
+    else if (first[n_jobs]) nf_parallel_for(c->pool, first[n_jobs], 1, batch_fn, &b);
     if (first != stack) free(first);
     if (a8 && a8 != a8_stack) free(a8);
 }

@@ -24,6 +24,30 @@ void nf_cpu_swiglu(float *out, const float *g, const float *u, size_t n)
     for (size_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+typedef struct swiglu_ctx {
+    float *out;
+    const float *g, *u;
+} swiglu_ctx;
+
+enum { SWIGLU_CHUNK = 4096 }; /* elements per work item */
+
+static void swiglu_items(void *ctx, size_t begin, size_t end, int worker)
+{
+    (void)worker;
+    const swiglu_ctx *s = ctx;
+    const size_t i0 = begin * SWIGLU_CHUNK, n = end * SWIGLU_CHUNK - i0;
+    nf_cpu_swiglu(s->out + i0, s->g + i0, s->u + i0, n);
+}
+
+void nf_cpu_swiglu_par(nf_cpu *c, float *out, const float *g, const float *u, size_t n)
+{
+    const size_t items = n / SWIGLU_CHUNK;
+    swiglu_ctx s = {out, g, u};
+    if (items >= 8) nf_parallel_for(nf_cpu_pool(c), items, 1, swiglu_items, &s);
+    else nf_cpu_swiglu(out, g, u, items * SWIGLU_CHUNK);
+    nf_cpu_swiglu(out + items * SWIGLU_CHUNK, g + items * SWIGLU_CHUNK, u + items * SWIGLU_CHUNK, n - items * SWIGLU_CHUNK);
+}
+
 void nf_cpu_softmax(float *x, size_t n)
 {
     if (!n) return;
@@ -177,7 +201,7 @@ void nf_cpu_kv_copy_page(nf_cpu_kv *kv, uint32_t dst, uint32_t src)
 }
 
 /* Work items, sequence by sequence: sequence i owns items first[i] .. first[i+1] - 1, each a block
- * of `blk` of its tokens (1 scalar, 8 AVX2) times a head. */
+ * of `blk` of its tokens (1 scalar, 8 AVX2, 16 AVX-512) times a head. */
 typedef struct attn_ctx {
     nf_cpu *c;
     const nf_cpu_kv *kv;
@@ -259,7 +283,7 @@ static void attn8_fn(void *ctx, size_t begin, size_t end, int worker)
         const nf_cpu_attn_seq *sq = item_of(a, it, &t, &nq, &h);
         size_t off = t * q_row + (size_t)h * hd;
         nf_cpu_attn_block_avx2(kv, sq->pages, a->q + off, q_row, h / group, sq->pos0 + (uint32_t)(t - sq->t0) + 1,
-                               nq, a->scale, sc, a->out + off);
+                               nq, a->scale, sc, a->out + off, (int)a->blk);
     }
 }
 
@@ -272,7 +296,8 @@ void nf_cpu_attention(nf_cpu *c, const nf_cpu_kv *kv, const nf_cpu_attn_seq *seq
         return;
     }
     const int simd = c->matvec_simd && kv->head_dim % 8 == 0 && kv->head_dim <= NF_CPU_ATTN_MAX_HD;
-    attn_ctx a = {c, kv, seqs, first, n_seqs, q, out, n_heads, simd ? 8 : 1, scale};
+    const uint32_t lanes = c->isa >= NF_ISA_AVX512VNNI ? 16 : 8; /* queries per block */
+    attn_ctx a = {c, kv, seqs, first, n_seqs, q, out, n_heads, simd ? lanes : 1, scale};
     first[0] = 0;
     for (size_t i = 0; i < n_seqs; i++) first[i + 1] = first[i] + (seqs[i].n + a.blk - 1) / a.blk * n_heads;
     if (first[n_seqs]) nf_parallel_for(c->pool, first[n_seqs], 1, simd ? attn8_fn : attn_fn, &a);
