@@ -30,17 +30,19 @@ constexpr int kWarps = 8; // output row pairs per CTA
 // Quantises nt bf16 input rows (positions pos0.. through g) into xq (nt rows of cols int8, padded:
 // quant_a8.cuh) and xd[t][cols / 32]. A thread takes 8 elements, four lanes a block; every lane of a
 // warp runs the same iterations (the shuffles need them), cols % 32 == 0 keeps a block's lanes
-// together. A thread's kStageU vectors are loaded before any is quantised (down_a8.cu's stage_act
-// says why: at T = 8 and 4096 columns a CTA would otherwise wait on 16 L2 round trips in a row).
+// together. A thread's U vectors are loaded before any is quantised (down_a8.cu's stage_act says
+// why: at T = 8 and 4096 columns a CTA would otherwise wait on 16 L2 round trips in a row); U = 1
+// for one token, whose kernels the extra registers made spill (the segments kernel, ptxas).
 constexpr uint32_t kStageU = 4;
+template <uint32_t U>
 __device__ void stage_q8(const uint16_t *in, uint32_t in_stride, const Groups &g, int pos0, int nt, uint32_t cols,
                          int8_t *xq, float2 *xd)
 {
     const uint32_t vecs = cols / 8, total = (uint32_t)nt * vecs;
-    for (uint32_t base = 0; base < total; base += kStageU * blockDim.x) {
-        uint4 raw[kStageU];
+    for (uint32_t base = 0; base < total; base += U * blockDim.x) {
+        uint4 raw[U];
 #pragma unroll
-        for (uint32_t u = 0; u < kStageU; u++) {
+        for (uint32_t u = 0; u < U; u++) {
             const uint32_t v = base + u * blockDim.x + threadIdx.x;
             raw[u] = make_uint4(0, 0, 0, 0);
             if (v < total) {
@@ -49,7 +51,7 @@ __device__ void stage_q8(const uint16_t *in, uint32_t in_stride, const Groups &g
             }
         }
 #pragma unroll
-        for (uint32_t u = 0; u < kStageU; u++) {
+        for (uint32_t u = 0; u < U; u++) {
             const uint32_t v = base + u * blockDim.x + threadIdx.x;
             const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
             float f[8];
@@ -109,7 +111,7 @@ __global__ void __launch_bounds__(kWarps * 32, MAXT == 1 && NS == 1 ? 3 : 2)
     float2 *xd = reinterpret_cast<float2 *>(smem + (size_t)tchunk * a8_stride(cols)); // [tchunk][cols / 32]
     if (EARLY) {
         const Groups g0{nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1};
-        stage_q8(in, in_stride, g0, 0, 1, cols, xq, xd);
+        stage_q8<1>(in, in_stride, g0, 0, 1, cols, xq, xd);
     }
     const int gi = blockIdx.y;
     const uint32_t out_rows = GLU ? W.rows / 2 : W.rows;
@@ -148,8 +150,8 @@ __global__ void __launch_bounds__(kWarps * 32, MAXT == 1 && NS == 1 ? 3 : 2)
         const int nt = min(tchunk, count - c0);
         if (!EARLY) {
             __syncthreads(); // the previous chunk's readers are done with xq
-            if (pq) copy_q8(pq, pd, g, start + c0, nt, cols, xq, xd);
-            else stage_q8(in, in_stride, g, start + c0, nt, cols, xq, xd);
+            if (MAXT > 1 && pq) copy_q8(pq, pd, g, start + c0, nt, cols, xq, xd);
+            else stage_q8<MAXT == 1 ? 1 : kStageU>(in, in_stride, g, start + c0, nt, cols, xq, xd);
         }
         __syncthreads();
         for (uint32_t blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
@@ -337,7 +339,7 @@ __global__ void __launch_bounds__(kWarps * 32, NS == 1 ? 3 : 2) gemv_a8_segs_ker
     cudaGridDependencySynchronize();
     cudaTriggerProgrammaticLaunchCompletion();
     const Groups g0{nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1};
-    stage_q8(in, cols, g0, 0, 1, cols, xq, xd);
+    stage_q8<1>(in, cols, g0, 0, 1, cols, xq, xd);
     __syncthreads();
     switch (S.codec) { // the segment's codec: uniform over the CTA
     case 3: seg_rows<SpanQ8, NS>(S, blk0, ctas, xq, xd); break;
