@@ -18,7 +18,8 @@
 // lane in flight, plain and GLU), 16384-wide rows at T = 13 (shared memory holds 4 tokens: several
 // staging passes), the decode route's early staging, and a matrix with more row blocks than one wave
 // of CTAs (the plain kernel's grid-stride loop) at T = 1 and 13. Guard columns past the rows must
-// stay untouched.
+// stay untouched. Plain at T > 1 also runs with its input quantised beforehand (launch_mmq_quant,
+// padded, as the decoder's dense layers do): the same bits required.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "backend/cuda/sparse_moe/internal.cuh"
+#include "backend/cuda/sparse_moe/quant_a8.cuh"
 
 extern "C" {
 #include "codec/codec.h"
@@ -48,7 +50,30 @@ struct Case {
     uint32_t rows, cols; // rows per expert (GLU: gate rows then up rows)
     uint32_t T;
     bool early = false; // T = 1: the input row is row 0, quantised before the grid-dependency wait
+    bool pre = false;   // plain: again with the input quantised by launch_mmq_quant (padded), the same bits
 };
+
+// The plain product again with the input rows quantised once by launch_mmq_quant into the staged
+// layout (GemvLaunch::xq, the decoder's dense layers at 1 < T <= 16): the CTAs copy instead of
+// quantising, so every output must carry the same bits as the in-kernel staging's.
+bool same_bits_prequantised(const Case &c, const nf::DevMat &W, const uint16_t *dx, const nf::Groups &g, float *dout,
+                            uint32_t stride, const std::vector<float> &got)
+{
+    int8_t *dq = nullptr;
+    float2 *dd = nullptr;
+    bool ok = cudaMalloc(&dq, (size_t)c.T * nf::a8_stride(c.cols)) == cudaSuccess &&
+              cudaMalloc(&dd, (size_t)c.T * (c.cols / 32) * sizeof(float2)) == cudaSuccess;
+    cudaMemset(dout, 0xFF, (size_t)c.T * stride * 4);
+    const nf::GemvLaunch opt{nf::NextMat{nullptr, 0}, false, false, true, true, dq, dd};
+    cudaError_t e = ok ? nf::launch_mmq_quant(dx, true, c.T, c.cols, dq, dd, 0, true, false) : cudaErrorMemoryAllocation;
+    if (e == cudaSuccess) e = nf::launch_gemv_a8(c.codec, false, W, dx, c.cols, g, dout, stride, c.T, opt, 0);
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    std::vector<float> pre(got.size());
+    cudaMemcpy(pre.data(), dout, pre.size() * 4, cudaMemcpyDeviceToHost);
+    cudaFree(dq);
+    cudaFree(dd);
+    return e == cudaSuccess && memcmp(pre.data(), got.data(), got.size() * 4) == 0;
+}
 
 double silu(double g) { return g / (1.0 + exp(-g)); }
 
@@ -114,7 +139,7 @@ void run_case(const Case &c)
     cudaMemset(dout, 0xFF, (size_t)c.T * stride * 4); // NaN everywhere: unwritten outputs show
     const nf::Groups g{dg, dg + 1, dg + 2, dg + 3, nullptr, 1, 1};
     // groups_ready as the decoder launches its dense layers (the tables exist before the launch)
-    const nf::GemvLaunch opt{nf::NextMat{nullptr, 0}, false, c.early, true, !c.glu};
+    const nf::GemvLaunch opt{nf::NextMat{nullptr, 0}, false, c.early, true, !c.glu, nullptr, nullptr};
     CHECK(nf::gemv_a8_supported(c.codec, W));
     cudaError_t e = nf::launch_gemv_a8(c.codec, c.glu, W, dx, c.cols, g, dout, stride, c.T, opt, 0);
     if (e == cudaSuccess) e = cudaDeviceSynchronize();
@@ -164,6 +189,12 @@ void run_case(const Case &c)
     CHECK_MSG(bad == 0, "%s %s rows %u cols %u T %u: %zu outputs outside the allowance (worst %.2f x)", cod->name,
               c.glu ? "glu" : "plain", c.rows, c.cols, c.T, bad, worst);
     CHECK_MSG(guard_bad == 0, "%s: %zu guard columns written", cod->name, guard_bad);
+    if (c.pre) {
+        const bool same = same_bits_prequantised(c, W, dx, g, dout, stride, got);
+        printf("  %-5s plain rows %5u cols %5u T %2u, input quantised beforehand: %s\n", cod->name, c.rows, c.cols,
+               c.T, same ? "same bits" : "DIFFERENT");
+        CHECK_MSG(same, "%s plain cols %u T %u: the pre-quantised input changes the output", cod->name, c.cols, c.T);
+    }
     cudaFree(dw);
     cudaFree(dx);
     cudaFree(dout);
@@ -179,14 +210,15 @@ int main(void)
                           NF_CODEC_IQ4_XS, NF_CODEC_IQ4_NL, NF_CODEC_Q3_K};
     for (int codec : codecs) {
         for (uint32_t T : {1u, 3u, 8u, 13u}) {
-            run_case({codec, false, 1001, 512, T});
+            run_case({codec, false, 1001, 512, T, false, T > 1});
             run_case({codec, true, 2 * 300, 512, T});
         }
         run_case({codec, false, 37, 4096, 1});      // long rows: two spans per lane in flight (NS = 2)
         run_case({codec, true, 2 * 300, 4096, 1});  // the same for GLU
         run_case({codec, true, 2 * 300, 4096, 13});
         run_case({codec, true, 2 * 300, 512, 1, true}); // the decode route's early staging
-        run_case({codec, false, 37, 16384, 13});    // 4 tokens staged per pass: the chunk loop
+        run_case({codec, false, 37, 16384, 13, false, true}); // 4 tokens staged per pass: the chunk loop
+        run_case({codec, false, 300, 4096, 16, false, true});  // the dense layers' largest small T
         run_case({codec, false, 40001, 256, 1});    // more row blocks than a wave: the grid-stride loop
         run_case({codec, false, 40001, 256, 13});
     }

@@ -293,9 +293,11 @@ size_t layout_buffers(nf_cuda_decoder *dec, uint8_t *base, size_t moe_ws)
     o[n++] = take(&ar, tickets * 4);
     o[n++] = take(&ar, tab_bytes(MS));        // tabS
     o[n++] = take(&ar, MS * H * 2);           // xl
-    // the dense mmq path's quantised input (ops.cuh kDenseMmqMax): rows of the widest input
-    const size_t MR = C < kDenseMmqMax ? C : kDenseMmqMax, MC = H > att ? (H > D ? H : D) : (att > D ? att : D);
-    o[n++] = take(&ar, MR * MC);              // xq
+    // the dense layers' quantised input (ops.cuh kDenseMmqMax): rows of the widest input, unpadded
+    // for the mmq path, padded (a quarter more) for the GEMV's at most 16 rows
+    const size_t MC = H > att ? (H > D ? H : D) : (att > D ? att : D);
+    const size_t MR = C < kDenseMmqMax ? (C > 16 ? C : 16) : kDenseMmqMax;
+    o[n++] = take(&ar, MR * (MC + MC / 4));   // xq
     o[n++] = take(&ar, MR * (MC / 32) * 8);   // xd
     if (!base) return ar.peak;
     Acts &a = dec->a;

@@ -31,7 +31,7 @@ struct Fail {
 // The token mixer's input products into a.qkv's rows (Layer::in_cols, row stride `row`): one GEMV when
 // they are one stacked matrix (a shared codec); at T = 1 with int8 activations, the first up to
 // kMaxA8Segs in one launch of segments when their codecs differ (the same bits as one launch each, kernel
-// boundaries fewer); the rest one launch each.
+// boundaries fewer); the rest one launch each, at small T over one quantisation of the input.
 Fail projections(nf_cuda_decoder *dec, uint32_t l, uint32_t T, uint32_t row)
 {
     static const char *const attn_names[kMaxIn] = {"attn_q", "attn_k", "attn_v", "attn_gate"};
@@ -55,7 +55,14 @@ Fail projections(nf_cuda_decoder *dec, uint32_t l, uint32_t T, uint32_t row)
             done = n;
         }
     }
-    for (int i = done; i < L.n_in; i++) TRY(linear(L.in[i], dec->tab, a.xn, T, a.qkv + L.in_cols[i], row, s), names[i], l);
+    // at small T the input is quantised once for every matrix that takes it quantised (one cols: the hidden size)
+    bool quantised = false;
+    for (int i = done; i < L.n_in; i++) {
+        const bool q = linear_takes_quant(L.in[i], T);
+        if (q && !quantised) TRY(linear_quant(dec->tab, a.xn, T, L.in[i].m.cols, s), names[i], l);
+        quantised |= q;
+        TRY(linear(L.in[i], dec->tab, a.xn, T, a.qkv + L.in_cols[i], row, s, q), names[i], l);
+    }
     return Fail{nullptr, 0, cudaSuccess, nullptr};
 }
 

@@ -142,8 +142,21 @@ constexpr uint32_t kGemvMaxT = 16;
 
 void prep_tables(const DenseTables &t, uint32_t T, cudaStream_t s) { prep_kernel<<<1, 256, 0, s>>>(t, T); }
 
+bool linear_takes_quant(const Linear &L, uint32_t T)
+{
+    return L.a8 && T > 1 && T <= kGemvMaxT && L.m.cols % 64 == 0;
+}
+
+// The GEMV's CTAs would each quantise all T input rows (IEEE divisions, serial round trips) before
+// their first product: at T = 8 that was most of a dense GEMV's time (a 512-row v projection took
+// as long as a 4096-row one). One small kernel does it once; the CTAs copy the rows.
+cudaError_t linear_quant(const DenseTables &t, const uint16_t *in, uint32_t T, uint32_t cols, cudaStream_t s)
+{
+    return launch_mmq_quant(in, true, T, cols, t.xq, t.xd, s, true, true);
+}
+
 cudaError_t linear(const Linear &L, const DenseTables &t, const uint16_t *in, uint32_t T, float *out,
-                   uint32_t out_stride, cudaStream_t s)
+                   uint32_t out_stride, cudaStream_t s, bool quantised)
 {
     Groups g{t.n_groups, t.expert, t.start, t.count, nullptr, 1, 1};
     if (L.mmq && T > kGemvMaxT && T <= kDenseMmqMax) {
@@ -160,10 +173,16 @@ cudaError_t linear(const Linear &L, const DenseTables &t, const uint16_t *in, ui
         const TileList tl{t.n_tiles, t.tile_group, t.tile_m0, (T + kPrefillTileM - 1) / kPrefillTileM, kPrefillTileM};
         return launch_prefill_gemm(L.codec, false, L.m, in, L.m.cols, g, tl, out, out_stride, false, s);
     }
+    const bool pre = linear_takes_quant(L, T);
+    if (pre && !quantised) {
+        const cudaError_t e = linear_quant(t, in, T, L.m.cols, s);
+        if (e != cudaSuccess) return e;
+    }
     // k-quant and q8_0 weights take int8 activations (gemv_a8.cu): the f32 GEMV spends ~6
     // instructions a weight and reads these shapes at ~12 % of the DRAM rate. Programmatic dependent
     // launch: the weights' first rows are fetched while the predecessor (the norm) still runs.
-    const GemvLaunch opt{NextMat{nullptr, 0}, true, false, L.a8 && T <= kGemvMaxT, true};
+    const GemvLaunch opt{NextMat{nullptr, 0}, true, false, L.a8 && T <= kGemvMaxT, true,
+                         pre ? t.xq : nullptr, pre ? t.xd : nullptr};
     return launch_gemv_ex(L.codec, false, L.m, in, true, L.m.cols, g, out, out_stride, T, opt, s);
 }
 

@@ -73,9 +73,14 @@ struct Linear {
 void prep_tables(const DenseTables &t, uint32_t T, cudaStream_t s);
 
 // out[T][m.rows] (f32, rows out_stride apart) = W in[T][m.cols] (bf16 rows of stride m.cols): GEMV for
-// small T, GEMM else.
+// small T, GEMM else. quantised: t.xq / t.xd already hold in as linear_quant left them (the matrices of
+// one input at small T share one quantisation).
 cudaError_t linear(const Linear &L, const DenseTables &t, const uint16_t *in, uint32_t T, float *out,
-                   uint32_t out_stride, cudaStream_t s);
+                   uint32_t out_stride, cudaStream_t s, bool quantised = false);
+// Whether linear takes L's input quantised once for all CTAs (k-quant / q8_0 weights, 1 < T <= 16),
+// and that quantisation into t.xq / t.xd.
+bool linear_takes_quant(const Linear &L, uint32_t T);
+cudaError_t linear_quant(const DenseTables &t, const uint16_t *in, uint32_t T, uint32_t cols, cudaStream_t s);
 
 // x[t] = embedding row tokens[t] (f32), for t < T.
 cudaError_t embed(const Linear &E, const Batch &b, uint32_t T, uint32_t H, float *x, cudaStream_t s);

@@ -30,25 +30,62 @@ constexpr int kWarps = 8; // output row pairs per CTA
 // Quantises nt bf16 input rows (positions pos0.. through g) into xq (nt rows of cols int8, padded:
 // quant_a8.cuh) and xd[t][cols / 32]. A thread takes 8 elements, four lanes a block; every lane of a
 // warp runs the same iterations (the shuffles need them), cols % 32 == 0 keeps a block's lanes
-// together.
+// together. A thread's U vectors are loaded before any is quantised (down_a8.cu's stage_act says
+// why: at T = 8 and 4096 columns a CTA would otherwise wait on 16 L2 round trips in a row); U = 1
+// for one token, whose kernels the extra registers made spill (the segments kernel, ptxas).
+constexpr uint32_t kStageU = 4;
+template <uint32_t U>
 __device__ void stage_q8(const uint16_t *in, uint32_t in_stride, const Groups &g, int pos0, int nt, uint32_t cols,
                          int8_t *xq, float2 *xd)
 {
     const uint32_t vecs = cols / 8, total = (uint32_t)nt * vecs;
-    for (uint32_t base = 0; base < total; base += blockDim.x) {
-        const uint32_t v = base + threadIdx.x;
-        const bool ok = v < total;
-        float f[8];
-        uint4 raw = make_uint4(0, 0, 0, 0);
-        if (ok) {
-            const int t = (int)(v / vecs), pos = pos0 + t;
-            const int row = input_row(g, pos);
-            raw = *reinterpret_cast<const uint4 *>(in + (size_t)row * in_stride + (v % vecs) * 8);
-        }
-        const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+    for (uint32_t base = 0; base < total; base += U * blockDim.x) {
+        uint4 raw[U];
 #pragma unroll
-        for (int i = 0; i < 4; i++) f[2 * i] = __uint_as_float(w[i] << 16), f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-        quant8_store(f, ok, v, cols, xq, xd);
+        for (uint32_t u = 0; u < U; u++) {
+            const uint32_t v = base + u * blockDim.x + threadIdx.x;
+            raw[u] = make_uint4(0, 0, 0, 0);
+            if (v < total) {
+                const int row = input_row(g, pos0 + (int)(v / vecs));
+                raw[u] = *reinterpret_cast<const uint4 *>(in + (size_t)row * in_stride + (v % vecs) * 8);
+            }
+        }
+#pragma unroll
+        for (uint32_t u = 0; u < U; u++) {
+            const uint32_t v = base + u * blockDim.x + threadIdx.x;
+            const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
+            float f[8];
+#pragma unroll
+            for (int i = 0; i < 4; i++) f[2 * i] = __uint_as_float(w[i] << 16), f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+            quant8_store(f, v < total, v, cols, xq, xd);
+        }
+    }
+}
+
+// The nt rows already quantised by launch_mmq_quant (padded: the staged layout) copied into xq/xd:
+// 16-byte pieces, kStageU a thread loaded before any is stored.
+__device__ void copy_q8(const int8_t *pq, const float2 *pd, const Groups &g, int pos0, int nt, uint32_t cols,
+                        int8_t *xq, float2 *xd)
+{
+    const uint32_t qv = a8_stride(cols) / 16, dv = cols / 64, per = qv + dv, total = (uint32_t)nt * per;
+    for (uint32_t base = 0; base < total; base += kStageU * blockDim.x) {
+        uint4 w[kStageU];
+#pragma unroll
+        for (uint32_t u = 0; u < kStageU; u++) {
+            const uint32_t v = base + u * blockDim.x + threadIdx.x, t = v / per, i = v % per;
+            w[u] = make_uint4(0, 0, 0, 0);
+            if (v >= total) continue;
+            const size_t row = (size_t)input_row(g, pos0 + (int)t);
+            w[u] = i < qv ? reinterpret_cast<const uint4 *>(pq + row * a8_stride(cols))[i]
+                          : reinterpret_cast<const uint4 *>(pd + row * (cols / 32))[i - qv];
+        }
+#pragma unroll
+        for (uint32_t u = 0; u < kStageU; u++) {
+            const uint32_t v = base + u * blockDim.x + threadIdx.x, t = v / per, i = v % per;
+            if (v >= total) continue;
+            if (i < qv) reinterpret_cast<uint4 *>(xq + (size_t)t * a8_stride(cols))[i] = w[u];
+            else reinterpret_cast<uint4 *>(xd + (size_t)t * (cols / 32))[i - qv] = w[u];
+        }
     }
 }
 
@@ -66,7 +103,7 @@ __device__ void stage_q8(const uint16_t *in, uint32_t in_stride, const Groups &g
 template <class SP, int MAXT, bool GLU, bool EARLY, int NS>
 __global__ void __launch_bounds__(kWarps * 32, MAXT == 1 && NS == 1 ? 3 : 2)
     gemv_a8_kernel(DevMat W, const uint16_t *in, uint32_t in_stride, Groups g, float *out, uint32_t out_stride,
-                   int tchunk, NextMat nx, bool ready)
+                   int tchunk, NextMat nx, bool ready, const int8_t *pq, const float2 *pd)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     const uint32_t cols = W.cols;
@@ -74,7 +111,7 @@ __global__ void __launch_bounds__(kWarps * 32, MAXT == 1 && NS == 1 ? 3 : 2)
     float2 *xd = reinterpret_cast<float2 *>(smem + (size_t)tchunk * a8_stride(cols)); // [tchunk][cols / 32]
     if (EARLY) {
         const Groups g0{nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1};
-        stage_q8(in, in_stride, g0, 0, 1, cols, xq, xd);
+        stage_q8<1>(in, in_stride, g0, 0, 1, cols, xq, xd);
     }
     const int gi = blockIdx.y;
     const uint32_t out_rows = GLU ? W.rows / 2 : W.rows;
@@ -113,7 +150,8 @@ __global__ void __launch_bounds__(kWarps * 32, MAXT == 1 && NS == 1 ? 3 : 2)
         const int nt = min(tchunk, count - c0);
         if (!EARLY) {
             __syncthreads(); // the previous chunk's readers are done with xq
-            stage_q8(in, in_stride, g, start + c0, nt, cols, xq, xd);
+            if (MAXT > 1 && pq) copy_q8(pq, pd, g, start + c0, nt, cols, xq, xd);
+            else stage_q8<MAXT == 1 ? 1 : kStageU>(in, in_stride, g, start + c0, nt, cols, xq, xd);
         }
         __syncthreads();
         for (uint32_t blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
@@ -170,7 +208,8 @@ cudaError_t launch_t(const DevMat &W, const uint16_t *in, uint32_t in_stride, co
     if (tchunk > (int)max_tokens) tchunk = (int)max_tokens;
     const size_t smem = (size_t)tchunk * per_token;
     const bool early = opt.rows_are_x0 && max_tokens == 1;
-    void (*k)(DevMat, const uint16_t *, uint32_t, Groups, float *, uint32_t, int, NextMat, bool) =
+    void (*k)(DevMat, const uint16_t *, uint32_t, Groups, float *, uint32_t, int, NextMat, bool, const int8_t *,
+              const float2 *) =
         early ? gemv_a8_kernel<SP, MAXT, GLU, true, NS> : gemv_a8_kernel<SP, MAXT, GLU, false, NS>;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     // GLU at T = 1 keeps a CTA per block: the decode gate/up quantises x before its grid-dependency
@@ -191,7 +230,7 @@ cudaError_t launch_t(const DevMat &W, const uint16_t *in, uint32_t in_stride, co
     }
     if (e != cudaSuccess) return e;
     return launch_pdl(k, dim3(grid, g.max_groups), dim3(kWarps * 32), smem, opt.pdl, s, W, in, in_stride, g, out,
-                      out_stride, tchunk, opt.next, opt.groups_ready);
+                      out_stride, tchunk, opt.next, opt.groups_ready, GLU ? nullptr : opt.xq, GLU ? nullptr : opt.xd);
 }
 
 template <class SP, bool GLU>
@@ -300,7 +339,7 @@ __global__ void __launch_bounds__(kWarps * 32, NS == 1 ? 3 : 2) gemv_a8_segs_ker
     cudaGridDependencySynchronize();
     cudaTriggerProgrammaticLaunchCompletion();
     const Groups g0{nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1};
-    stage_q8(in, cols, g0, 0, 1, cols, xq, xd);
+    stage_q8<1>(in, cols, g0, 0, 1, cols, xq, xd);
     __syncthreads();
     switch (S.codec) { // the segment's codec: uniform over the CTA
     case 3: seg_rows<SpanQ8, NS>(S, blk0, ctas, xq, xd); break;

@@ -302,6 +302,10 @@ struct GemvLaunch {
     NextMat next;
     bool pdl, rows_are_x0, a8;
     bool groups_ready; // the group tables were written before the predecessor: read before the wait
+    // a8, plain: the input rows already quantised by launch_mmq_quant (padded), row = position; the
+    // CTAs copy them instead of each quantising them again (null: quantised in the kernel)
+    const int8_t *xq;
+    const float2 *xd;
 };
 cudaError_t launch_gemv_ex(int codec, bool glu, const DevMat &W, const void *in, bool in_bf16, uint32_t in_stride,
                            const Groups &g, float *out, uint32_t out_stride, uint32_t max_tokens,
@@ -379,9 +383,11 @@ size_t mmq_smem(int codec, const DevMat &W, int height); // shared memory of one
 cudaError_t launch_mmq(int codec, bool glu, const DevMat &W, const int8_t *xq, const float2 *xd, const Groups &g,
                        const TileList &tl, float *out, uint32_t out_stride, int8_t *aq, float2 *ad, cudaStream_t s);
 // rows x cols (bf16 when in_bf16, else f32; rows contiguous) quantised per 32 elements as the W·A8
-// routes do (quant_a8.cuh): xq [rows][cols] int8 unpadded, xd [rows][cols / 32]. cols % 32 == 0.
+// routes do (quant_a8.cuh): xq [rows][cols] int8 unpadded, or padded (quant_a8.cuh's staged rows,
+// a8_stride(cols) bytes apart: GemvLaunch::xq's layout); xd [rows][cols / 32]. cols % 32 == 0.
+// pdl: launched with programmatic dependent launch (it waits for its predecessor before reading).
 cudaError_t launch_mmq_quant(const void *in, bool in_bf16, uint32_t rows, uint32_t cols, int8_t *xq, float2 *xd,
-                             cudaStream_t s);
+                             cudaStream_t s, bool padded = false, bool pdl = false);
 // The most tokens a slice may take on the mmq route (the workspace's mmq planes are sized for
 // min(max_tokens, this)); nf_sparse_moe_set_mmq_max clamps to it.
 constexpr uint32_t kMmqMaxTokens = 1024;

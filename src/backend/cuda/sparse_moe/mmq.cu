@@ -288,14 +288,17 @@ __global__ void __launch_bounds__(kThreads, BN == 64 ? 1 : 2)
 }
 
 // rows of cols elements (bf16 or f32, stride cols) quantised per 32 elements into xq [rows][cols]
-// (unpadded) and xd [rows][cols / 32] (quant_a8.cuh's arithmetic, the same bits as the small routes')
+// (unpadded; padded: quant_a8.cuh's staged rows, a8_stride(cols) apart) and xd [rows][cols / 32]
+// (quant_a8.cuh's arithmetic, the same bits as the small routes')
 template <bool BF16>
-__global__ void mmq_quant_kernel(const void *in, uint32_t rows, uint32_t cols, int8_t *xq, float2 *xd)
+__global__ void mmq_quant_kernel(const void *in, uint32_t rows, uint32_t cols, int8_t *xq, float2 *xd, bool padded)
 {
     const uint32_t vecs = cols / 8;
     const uint64_t total = (uint64_t)rows * vecs, v = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
     // every lane of a warp runs (the shuffles); cols % 32 == 0 keeps a block's four lanes together
     const bool ok = v < total;
+    cudaGridDependencySynchronize();
+    cudaTriggerProgrammaticLaunchCompletion();
     float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     if (ok) {
         if (BF16) {
@@ -309,6 +312,7 @@ __global__ void mmq_quant_kernel(const void *in, uint32_t rows, uint32_t cols, i
             f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
         }
     }
+    if (padded) return quant8_store(f, ok, (uint32_t)v, cols, xq, xd);
     uint32_t packed[2];
     float d;
     int sum;
@@ -380,15 +384,14 @@ cudaError_t launch_mmq(int codec, bool glu, const DevMat &W, const int8_t *xq, c
 }
 
 cudaError_t launch_mmq_quant(const void *in, bool in_bf16, uint32_t rows, uint32_t cols, int8_t *xq, float2 *xd,
-                             cudaStream_t s)
+                             cudaStream_t s, bool padded, bool pdl)
 {
     if (cols % 32) return cudaErrorInvalidValue;
     const uint64_t total = (uint64_t)rows * (cols / 8);
     if (total == 0) return cudaSuccess;
     const unsigned blocks = (unsigned)((total + 255) / 256);
-    if (in_bf16) mmq_quant_kernel<true><<<blocks, 256, 0, s>>>(in, rows, cols, xq, xd);
-    else mmq_quant_kernel<false><<<blocks, 256, 0, s>>>(in, rows, cols, xq, xd);
-    return cudaGetLastError();
+    return launch_pdl(in_bf16 ? mmq_quant_kernel<true> : mmq_quant_kernel<false>, dim3(blocks), dim3(256), 0, pdl, s,
+                      in, rows, cols, xq, xd, padded);
 }
 
 } // namespace nf
