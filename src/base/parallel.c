@@ -110,30 +110,30 @@ static long poll_ns(nf_pool *p)
     return until && now_ns() < until ? 0 : p->spin_ns;
 }
 
-/* Polls until *a != v (returns 1) or spin_ns has passed (returns 0); the clock read every 64 polls. */
-static int spin_while_eq(const atomic_ulong *a, unsigned long v, long spin_ns)
+/* What a thread polls for: the generation moved past `seen` (a worker), or busy fell to 0 (the caller). */
+static int job_moved(nf_pool *p, unsigned long seen)
 {
-    if (spin_ns <= 0) return atomic_load(a) != v;
-    const long t_end = now_ns() + spin_ns;
-    for (;;) {
-        for (int i = 0; i < 64; i++) {
-            if (atomic_load_explicit(a, memory_order_acquire) != v) return 1;
-            NF_CPU_RELAX();
-        }
-        if (now_ns() >= t_end) return atomic_load(a) != v;
-    }
+    return atomic_load_explicit(&p->generation, memory_order_acquire) != seen;
 }
 
-static int spin_until_zero(atomic_int *a, long spin_ns)
+static int job_done(nf_pool *p, unsigned long unused)
 {
-    if (spin_ns <= 0) return atomic_load(a) == 0;
+    (void)unused;
+    return atomic_load_explicit(&p->busy, memory_order_acquire) == 0;
+}
+
+/* Polls ready(p, arg) until it holds (returns 1) or spin_ns has passed (returns whether it holds
+ * then); the clock read every 64 polls. */
+static int spin_for(int (*ready)(nf_pool *, unsigned long), nf_pool *p, unsigned long arg, long spin_ns)
+{
+    if (spin_ns <= 0) return ready(p, arg);
     const long t_end = now_ns() + spin_ns;
     for (;;) {
         for (int i = 0; i < 64; i++) {
-            if (atomic_load_explicit(a, memory_order_acquire) == 0) return 1;
+            if (ready(p, arg)) return 1;
             NF_CPU_RELAX();
         }
-        if (now_ns() >= t_end) return atomic_load(a) == 0;
+        if (now_ns() >= t_end) return ready(p, arg);
     }
 }
 
@@ -171,7 +171,7 @@ static void run_chunks(nf_pool *p, int worker)
  * (both sequentially consistent), so one of the two sees the other: no lost wake-up. */
 static unsigned long wait_job(nf_pool *p, unsigned long seen)
 {
-    if (spin_while_eq(&p->generation, seen, poll_ns(p))) return atomic_load(&p->generation);
+    if (spin_for(job_moved, p, seen, poll_ns(p))) return atomic_load(&p->generation);
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->sleepers, 1);
     while (!atomic_load(&p->stop) && atomic_load(&p->generation) == seen) pthread_cond_wait(&p->wake, &p->mu);
@@ -269,7 +269,7 @@ int nf_pool_size(const nf_pool *p) { return p ? p->n : 1; }
  * last worker reads it after lowering busy (see worker_main). */
 static void wait_done(nf_pool *p)
 {
-    if (spin_until_zero(&p->busy, poll_ns(p))) return;
+    if (spin_for(job_done, p, 0, poll_ns(p))) return;
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->caller_sleeps, 1);
     while (atomic_load(&p->busy) > 0) pthread_cond_wait(&p->done, &p->mu);
