@@ -18,6 +18,7 @@
 // rows, with every load of both rows issued before any use.
 #include "internal.cuh"
 #include "rowdot.cuh"
+#include "ptx.cuh"
 #include "quant_a8.cuh"
 #include "spans_a8.cuh"
 
@@ -30,63 +31,44 @@ constexpr int kWarps = 8; // output row pairs per CTA
 // Quantises nt bf16 input rows (positions pos0.. through g) into xq (nt rows of cols int8, padded:
 // quant_a8.cuh) and xd[t][cols / 32]. A thread takes 8 elements, four lanes a block; every lane of a
 // warp runs the same iterations (the shuffles need them), cols % 32 == 0 keeps a block's lanes
-// together. A thread's U vectors are loaded before any is quantised (down_a8.cu's stage_act says
-// why: at T = 8 and 4096 columns a CTA would otherwise wait on 16 L2 round trips in a row); U = 1
-// for one token, whose kernels the extra registers made spill (the segments kernel, ptxas).
-constexpr uint32_t kStageU = 4;
-template <uint32_t U>
+// together.
 __device__ void stage_q8(const uint16_t *in, uint32_t in_stride, const Groups &g, int pos0, int nt, uint32_t cols,
                          int8_t *xq, float2 *xd)
 {
     const uint32_t vecs = cols / 8, total = (uint32_t)nt * vecs;
-    for (uint32_t base = 0; base < total; base += U * blockDim.x) {
-        uint4 raw[U];
-#pragma unroll
-        for (uint32_t u = 0; u < U; u++) {
-            const uint32_t v = base + u * blockDim.x + threadIdx.x;
-            raw[u] = make_uint4(0, 0, 0, 0);
-            if (v < total) {
-                const int row = input_row(g, pos0 + (int)(v / vecs));
-                raw[u] = *reinterpret_cast<const uint4 *>(in + (size_t)row * in_stride + (v % vecs) * 8);
-            }
+    for (uint32_t base = 0; base < total; base += blockDim.x) {
+        const uint32_t v = base + threadIdx.x;
+        const bool ok = v < total;
+        float f[8];
+        uint4 raw = make_uint4(0, 0, 0, 0);
+        if (ok) {
+            const int t = (int)(v / vecs), pos = pos0 + t;
+            const int row = input_row(g, pos);
+            raw = *reinterpret_cast<const uint4 *>(in + (size_t)row * in_stride + (v % vecs) * 8);
         }
+        const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
-        for (uint32_t u = 0; u < U; u++) {
-            const uint32_t v = base + u * blockDim.x + threadIdx.x;
-            const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
-            float f[8];
-#pragma unroll
-            for (int i = 0; i < 4; i++) f[2 * i] = __uint_as_float(w[i] << 16), f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-            quant8_store(f, v < total, v, cols, xq, xd);
-        }
+        for (int i = 0; i < 4; i++) f[2 * i] = __uint_as_float(w[i] << 16), f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+        quant8_store(f, ok, v, cols, xq, xd);
     }
 }
 
-// The nt rows already quantised by launch_mmq_quant (padded: the staged layout) copied into xq/xd:
-// 16-byte pieces, kStageU a thread loaded before any is stored.
+// The nt rows already quantised by launch_mmq_quant (padded: the staged layout) copied into xq/xd in
+// 16-byte asynchronous copies (cp.async: every copy of the thread in flight at once, none held in
+// registers: a register-staged copy raised the T = 2 .. 16 kernels' spills, ptxas). The caller's
+// __syncthreads() publishes them to the CTA.
 __device__ void copy_q8(const int8_t *pq, const float2 *pd, const Groups &g, int pos0, int nt, uint32_t cols,
                         int8_t *xq, float2 *xd)
 {
-    const uint32_t qv = a8_stride(cols) / 16, dv = cols / 64, per = qv + dv, total = (uint32_t)nt * per;
-    for (uint32_t base = 0; base < total; base += kStageU * blockDim.x) {
-        uint4 w[kStageU];
-#pragma unroll
-        for (uint32_t u = 0; u < kStageU; u++) {
-            const uint32_t v = base + u * blockDim.x + threadIdx.x, t = v / per, i = v % per;
-            w[u] = make_uint4(0, 0, 0, 0);
-            if (v >= total) continue;
-            const size_t row = (size_t)input_row(g, pos0 + (int)t);
-            w[u] = i < qv ? reinterpret_cast<const uint4 *>(pq + row * a8_stride(cols))[i]
-                          : reinterpret_cast<const uint4 *>(pd + row * (cols / 32))[i - qv];
-        }
-#pragma unroll
-        for (uint32_t u = 0; u < kStageU; u++) {
-            const uint32_t v = base + u * blockDim.x + threadIdx.x, t = v / per, i = v % per;
-            if (v >= total) continue;
-            if (i < qv) reinterpret_cast<uint4 *>(xq + (size_t)t * a8_stride(cols))[i] = w[u];
-            else reinterpret_cast<uint4 *>(xd + (size_t)t * (cols / 32))[i - qv] = w[u];
-        }
+    const uint32_t qv = a8_stride(cols) / 16, per = qv + cols / 64, total = (uint32_t)nt * per;
+    for (uint32_t v = threadIdx.x; v < total; v += blockDim.x) {
+        const uint32_t t = v / per, i = v % per;
+        const size_t row = (size_t)input_row(g, pos0 + (int)t);
+        if (i < qv) cp_async16(smem_u32(xq + (size_t)t * a8_stride(cols) + 16 * i), pq + row * a8_stride(cols) + 16 * i, 16);
+        else cp_async16(smem_u32(xd + (size_t)t * (cols / 32) + 2 * (i - qv)), pd + row * (cols / 32) + 2 * (i - qv), 16);
     }
+    cp_async_commit();
+    cp_async_wait_all();
 }
 
 // The span policies (what a lane takes of a row at a time) are in spans_a8.cuh.
@@ -111,7 +93,7 @@ __global__ void __launch_bounds__(kWarps * 32, MAXT == 1 && NS == 1 ? 3 : 2)
     float2 *xd = reinterpret_cast<float2 *>(smem + (size_t)tchunk * a8_stride(cols)); // [tchunk][cols / 32]
     if (EARLY) {
         const Groups g0{nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1};
-        stage_q8<1>(in, in_stride, g0, 0, 1, cols, xq, xd);
+        stage_q8(in, in_stride, g0, 0, 1, cols, xq, xd);
     }
     const int gi = blockIdx.y;
     const uint32_t out_rows = GLU ? W.rows / 2 : W.rows;
@@ -151,7 +133,7 @@ __global__ void __launch_bounds__(kWarps * 32, MAXT == 1 && NS == 1 ? 3 : 2)
         if (!EARLY) {
             __syncthreads(); // the previous chunk's readers are done with xq
             if (MAXT > 1 && pq) copy_q8(pq, pd, g, start + c0, nt, cols, xq, xd);
-            else stage_q8<MAXT == 1 ? 1 : kStageU>(in, in_stride, g, start + c0, nt, cols, xq, xd);
+            else stage_q8(in, in_stride, g, start + c0, nt, cols, xq, xd);
         }
         __syncthreads();
         for (uint32_t blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
@@ -339,7 +321,7 @@ __global__ void __launch_bounds__(kWarps * 32, NS == 1 ? 3 : 2) gemv_a8_segs_ker
     cudaGridDependencySynchronize();
     cudaTriggerProgrammaticLaunchCompletion();
     const Groups g0{nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1};
-    stage_q8<1>(in, cols, g0, 0, 1, cols, xq, xd);
+    stage_q8(in, cols, g0, 0, 1, cols, xq, xd);
     __syncthreads();
     switch (S.codec) { // the segment's codec: uniform over the CTA
     case 3: seg_rows<SpanQ8, NS>(S, blk0, ctas, xq, xd); break;
