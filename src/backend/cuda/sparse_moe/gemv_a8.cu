@@ -237,16 +237,19 @@ cudaError_t launch_glu(bool glu, const DevMat &W, const uint16_t *in, uint32_t i
                : launch_sp<SP, false>(W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
 }
 
-// ---- several matrices of one input in one launch (the decoder's q, k and v at T = 1) ---------------
+// ---- several matrices of one input in one launch (the decoder's q, k and v at small T) -----------
 // When their codecs differ they cannot be one stacked matrix; three launches would cost two more
-// kernel boundaries and two more quantisations of the same row. Here the CTAs are dealt out to the
-// segments (cta0), each walks its own segment's row blocks exactly as gemv_a8_kernel<SP, 1, false,
-// false, NS> does for that matrix alone: the same spans per lane, sums and reduction, so the same bits.
+// kernel boundaries (and at T = 1 two more quantisations of the same row). Here the CTAs are dealt
+// out to the segments (cta0), each walks its own segment's row blocks exactly as gemv_a8_kernel<SP,
+// MAXT, false, false, NS> does for that matrix alone: the same spans per lane, sums and reduction, so
+// the same bits. One token is quantised by each CTA; T > 1 tokens come quantised (launch_mmq_quant,
+// padded) and are copied.
 
 struct SegsArg {
     A8Seg s[kMaxA8Segs];
     uint32_t cta0[kMaxA8Segs + 1]; // first CTA of each segment; cta0[n] = the grid
     int n;
+    uint32_t out_stride; // floats between a segment's output rows of consecutive tokens
 };
 
 // A warp's rows of block blk (rows 2p, 2p + 1 of pair p), false past the end.
@@ -271,9 +274,10 @@ __device__ __forceinline__ void prefetch_pair(const DevMat &W, uint32_t blk, boo
     }
 }
 
-// One segment's row blocks blk0, blk0 + stride, ... against the staged token.
-template <class SP, int NS>
-__device__ void seg_rows(const A8Seg &S, uint32_t blk0, uint32_t stride, const int8_t *xq, const float2 *xd)
+// One segment's row blocks blk0, blk0 + stride, ... against the T staged tokens, MAXT at a time.
+template <class SP, int NS, int MAXT>
+__device__ void seg_rows(const A8Seg &S, uint32_t blk0, uint32_t stride, const int8_t *xq, const float2 *xd, int T,
+                         uint32_t out_stride)
 {
     const DevMat &W = S.W;
     const uint32_t cols = W.cols, blocks = ((W.rows + 1) / 2 + kWarps - 1) / kWarps;
@@ -283,29 +287,40 @@ __device__ void seg_rows(const A8Seg &S, uint32_t blk0, uint32_t stride, const i
         bool has_b;
         if (!pair_rows(W.rows, blk, ra, rb, has_b)) break;
         if (blk + stride < blocks) prefetch_pair(W, blk + stride, false);
-        float a[1] = {}, b[1] = {};
-        for (int s0 = lane; s0 < spans; s0 += 32 * NS) {
-            typename SP::Raw wa[NS], wb[NS];
+        for (int t0 = 0; t0 < T; t0 += MAXT) {
+            const int n = min(MAXT, T - t0);
+            float a[MAXT] = {}, b[MAXT] = {};
+            const int8_t *xt = xq + (size_t)t0 * a8_stride(cols);
+            const float2 *dt = xd + (size_t)t0 * (cols / 32);
+            for (int s0 = lane; s0 < spans; s0 += 32 * NS) {
+                typename SP::Raw wa[NS], wb[NS];
 #pragma unroll
-            for (int j = 0; j < NS; j++)
-                if (s0 + 32 * j < spans) wa[j] = SP::load(W, 0, ra, s0 + 32 * j), wb[j] = SP::load(W, 0, rb, s0 + 32 * j);
+                for (int j = 0; j < NS; j++)
+                    if (s0 + 32 * j < spans) wa[j] = SP::load(W, 0, ra, s0 + 32 * j), wb[j] = SP::load(W, 0, rb, s0 + 32 * j);
 #pragma unroll
-            for (int j = 0; j < NS; j++)
-                if (s0 + 32 * j < spans) {
-                    SP::template dot<1>(wa[j], s0 + 32 * j, xq, xd, cols, 1, a);
-                    SP::template dot<1>(wb[j], s0 + 32 * j, xq, xd, cols, 1, b);
+                for (int j = 0; j < NS; j++)
+                    if (s0 + 32 * j < spans) {
+                        SP::template dot<MAXT>(wa[j], s0 + 32 * j, xt, dt, cols, n, a);
+                        SP::template dot<MAXT>(wb[j], s0 + 32 * j, xt, dt, cols, n, b);
+                    }
+            }
+#pragma unroll
+            for (int t = 0; t < MAXT; t++) {
+                if (t >= n) break;
+                const float va = warp_sum(a[t]), vb = warp_sum(b[t]);
+                float *o = S.out + (size_t)(t0 + t) * out_stride;
+                if (lane == 0) {
+                    o[ra] = va;
+                    if (has_b) o[rb] = vb;
                 }
-        }
-        const float va = warp_sum(a[0]), vb = warp_sum(b[0]);
-        if (lane == 0) {
-            S.out[ra] = va;
-            if (has_b) S.out[rb] = vb;
+            }
         }
     }
 }
 
-template <int NS>
-__global__ void __launch_bounds__(kWarps * 32, NS == 1 ? 3 : 2) gemv_a8_segs_kernel(SegsArg sg, const uint16_t *in)
+template <int NS, int MAXT>
+__global__ void __launch_bounds__(kWarps * 32, NS == 1 && MAXT == 1 ? 3 : 2)
+    gemv_a8_segs_kernel(SegsArg sg, const uint16_t *in, const int8_t *pq, const float2 *pd, int T)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     // this CTA's segment, picked with constant indices (no local copy of the parameter array)
@@ -315,33 +330,49 @@ __global__ void __launch_bounds__(kWarps * 32, NS == 1 ? 3 : 2) gemv_a8_segs_ker
     for (int j = 1; j < kMaxA8Segs; j++)
         if (j < sg.n && blockIdx.x >= sg.cta0[j]) S = sg.s[j], first = sg.cta0[j], end = sg.cta0[j + 1];
     const uint32_t cols = S.W.cols, ctas = end - first, blk0 = blockIdx.x - first;
-    int8_t *xq = reinterpret_cast<int8_t *>(smem);                 // one padded row (quant_a8.cuh)
-    float2 *xd = reinterpret_cast<float2 *>(smem + a8_stride(cols)); // [cols / 32]
+    int8_t *xq = reinterpret_cast<int8_t *>(smem);                             // T padded rows (quant_a8.cuh)
+    float2 *xd = reinterpret_cast<float2 *>(smem + (size_t)T * a8_stride(cols)); // [T][cols / 32]
     prefetch_pair(S.W, blk0, true); // weights: ready before the predecessor ends
     cudaGridDependencySynchronize();
     cudaTriggerProgrammaticLaunchCompletion();
     const Groups g0{nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1};
-    stage_q8(in, cols, g0, 0, 1, cols, xq, xd);
+    if (MAXT == 1) T = 1; // a constant for the compiler: the one-token kernel keeps its registers
+    if (MAXT == 1) stage_q8(in, cols, g0, 0, 1, cols, xq, xd);
+    else copy_q8(pq, pd, g0, 0, T, cols, xq, xd);
     __syncthreads();
     switch (S.codec) { // the segment's codec: uniform over the CTA
-    case 3: seg_rows<SpanQ8, NS>(S, blk0, ctas, xq, xd); break;
-    case 4: seg_rows<SpanQ4K, NS>(S, blk0, ctas, xq, xd); break;
-    case 5: seg_rows<SpanQ5K, NS>(S, blk0, ctas, xq, xd); break;
-    case 6: seg_rows<SpanQ6K, NS>(S, blk0, ctas, xq, xd); break;
-    case 13: seg_rows<SpanQ3K, NS>(S, blk0, ctas, xq, xd); break;
-    case 14: seg_rows<SpanIQ4XS, NS>(S, blk0, ctas, xq, xd); break;
-    default: seg_rows<SpanIQ4NL, NS>(S, blk0, ctas, xq, xd); break;
+    case 3: seg_rows<SpanQ8, NS, MAXT>(S, blk0, ctas, xq, xd, T, sg.out_stride); break;
+    case 4: seg_rows<SpanQ4K, NS, MAXT>(S, blk0, ctas, xq, xd, T, sg.out_stride); break;
+    case 5: seg_rows<SpanQ5K, NS, MAXT>(S, blk0, ctas, xq, xd, T, sg.out_stride); break;
+    case 6: seg_rows<SpanQ6K, NS, MAXT>(S, blk0, ctas, xq, xd, T, sg.out_stride); break;
+    case 13: seg_rows<SpanQ3K, NS, MAXT>(S, blk0, ctas, xq, xd, T, sg.out_stride); break;
+    case 14: seg_rows<SpanIQ4XS, NS, MAXT>(S, blk0, ctas, xq, xd, T, sg.out_stride); break;
+    default: seg_rows<SpanIQ4NL, NS, MAXT>(S, blk0, ctas, xq, xd, T, sg.out_stride); break;
     }
 }
 
 // Lanes' spans in flight for one codec at these columns: gemv_a8_kernel's choice (launch_sp).
 int seg_ns(int codec, uint32_t cols) { return cols / (codec == 3 ? 32u : 64u) <= 32 ? 1 : 2; }
 
+using SegsKernel = void (*)(SegsArg, const uint16_t *, const int8_t *, const float2 *, int);
+
+// The kernel for T tokens (launch_sp's token tiers); two spans in flight only at one token: with more,
+// the seven codecs' paths in one kernel spill hundreds of bytes (ptxas), so those layers keep one launch
+// a matrix.
+SegsKernel segs_kernel(int ns, uint32_t T)
+{
+    if (ns == 2) return gemv_a8_segs_kernel<2, 1>;
+    return T <= 1 ? gemv_a8_segs_kernel<1, 1> : T <= 4 ? gemv_a8_segs_kernel<1, 4> : gemv_a8_segs_kernel<1, 8>;
+}
+
 } // namespace
 
-bool gemv_a8_segs_supported(const A8Seg *s, int n)
+bool gemv_a8_segs_supported(const A8Seg *s, int n, uint32_t T)
 {
-    if (n < 1 || n > kMaxA8Segs) return false;
+    if (n < 1 || n > kMaxA8Segs || T < 1 || T > kMaxSegsTokens) return false;
+    if (T > 1 && (s[0].W.cols % 64 || seg_ns(s[0].codec, s[0].W.cols) != 1)) return false; // segs_kernel says why
+    // all T tokens staged at once, within the plain kernel's shared-memory budget (no chunk loop here)
+    if ((size_t)T * (a8_stride(s[0].W.cols) + s[0].W.cols / 32 * sizeof(float2)) > 96 * 1024) return false;
     for (int i = 0; i < n; i++)
         if (!gemv_a8_supported(s[i].codec, s[i].W) || s[i].W.cols != s[0].W.cols ||
             !s[i].W.rows || seg_ns(s[i].codec, s[i].W.cols) != seg_ns(s[0].codec, s[0].W.cols))
@@ -349,12 +380,12 @@ bool gemv_a8_segs_supported(const A8Seg *s, int n)
     return true;
 }
 
-cudaError_t launch_gemv_a8_segs(const A8Seg *s, int n, const uint16_t *in, bool pdl, cudaStream_t st)
+cudaError_t launch_gemv_a8_segs(const A8Seg *s, int n, const uint16_t *in, uint32_t T, const int8_t *xq,
+                                const float2 *xd, uint32_t out_stride, bool pdl, cudaStream_t st)
 {
-    if (!gemv_a8_segs_supported(s, n)) return cudaErrorInvalidValue;
-    void (*k)(SegsArg, const uint16_t *) =
-        seg_ns(s[0].codec, s[0].W.cols) == 1 ? gemv_a8_segs_kernel<1> : gemv_a8_segs_kernel<2>;
-    const size_t smem = (size_t)a8_stride(s[0].W.cols) + s[0].W.cols / 32 * sizeof(float2); // one token
+    if (!gemv_a8_segs_supported(s, n, T) || (T > 1 && (!xq || !xd))) return cudaErrorInvalidValue;
+    const SegsKernel k = segs_kernel(seg_ns(s[0].codec, s[0].W.cols), T);
+    const size_t smem = (size_t)T * (a8_stride(s[0].W.cols) + s[0].W.cols / 32 * sizeof(float2));
     const int sms = sm_count();
     int per_sm = 0;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
@@ -377,7 +408,8 @@ cudaError_t launch_gemv_a8_segs(const A8Seg *s, int n, const uint16_t *in, bool 
     }
     a.cta0[n] = grid;
     a.n = n;
-    return launch_pdl(k, dim3(grid), dim3(kWarps * 32), smem, pdl, st, a, in);
+    a.out_stride = out_stride;
+    return launch_pdl(k, dim3(grid), dim3(kWarps * 32), smem, pdl, st, a, in, xq, xd, (int)T);
 }
 
 bool gemv_a8_supported(int codec, const DevMat &W)
