@@ -44,14 +44,9 @@ Fail projections(nf_cuda_decoder *dec, uint32_t l, uint32_t T, uint32_t row)
         TRY(linear(L.stacked, dec->tab, a.xn, T, a.qkv, row, s), L.is_linear ? "ssm_in" : "attn_qkv", l);
         return Fail{nullptr, 0, cudaSuccess, nullptr};
     }
-    // at small T the input is quantised once for every matrix that takes it quantised (one cols: the hidden size)
+    // at small T the input is quantised once (by the segments' caller, or the first linear that takes
+    // it quantised) for every matrix that takes it so (one cols: the hidden size)
     bool quantised = false;
-    auto quantise = [&](const Linear &M) {
-        const bool q = linear_takes_quant(M, T);
-        const cudaError_t e = q && !quantised ? linear_quant(dec->tab, a.xn, T, M.m.cols, s) : cudaSuccess;
-        quantised |= q;
-        return e;
-    };
     int done = 0;
     if (L.in[0].a8 && (T == 1 || linear_takes_quant(L.in[0], T))) {
         A8Seg seg[kMaxA8Segs];
@@ -59,14 +54,15 @@ Fail projections(nf_cuda_decoder *dec, uint32_t l, uint32_t T, uint32_t row)
         for (int i = 0; i < n; i++) seg[i] = A8Seg{L.in[i].m, L.in[i].codec, a.qkv + L.in_cols[i]};
         while (n > 1 && !gemv_a8_segs_supported(seg, n, T)) n--;
         if (n > 1) {
-            if (T > 1) TRY(quantise(L.in[0]), names[0], l);
+            quantised = T > 1;
+            if (quantised) TRY(linear_quant(dec->tab, a.xn, T, L.in[0].m.cols, s), names[0], l);
             TRY(launch_gemv_a8_segs(seg, n, a.xn, T, dec->tab.xq, dec->tab.xd, row, true, s), names[0], l);
             done = n;
         }
     }
     for (int i = done; i < L.n_in; i++) {
-        TRY(quantise(L.in[i]), names[i], l);
-        TRY(linear(L.in[i], dec->tab, a.xn, T, a.qkv + L.in_cols[i], row, s, linear_takes_quant(L.in[i], T)), names[i], l);
+        TRY(linear(L.in[i], dec->tab, a.xn, T, a.qkv + L.in_cols[i], row, s, quantised), names[i], l);
+        quantised |= linear_takes_quant(L.in[i], T);
     }
     return Fail{nullptr, 0, cudaSuccess, nullptr};
 }
