@@ -19,7 +19,8 @@
 // staging passes), the decode route's early staging, and a matrix with more row blocks than one wave
 // of CTAs (the plain kernel's grid-stride loop) at T = 1 and 13. Guard columns past the rows must
 // stay untouched. Plain at T > 1 also runs with its input quantised beforehand (launch_mmq_quant,
-// padded, as the decoder's dense layers do): the same bits required.
+// padded, as the decoder's dense layers do): the same bits required. The segments kernel (q / k / v
+// of one input in one launch) at T = 1 .. 16 against one launch per matrix: the same bits.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -201,6 +202,77 @@ void run_case(const Case &c)
     cudaFree(dg);
 }
 
+// The segments kernel (q / k / v of one input in one launch) against one plain launch per matrix
+// at the same T (T = 1: both quantise in the kernel; T > 1: both take the rows quantised by
+// launch_mmq_quant): every output bit equal, in a shared output row of stride out_stride.
+void segs_case(const int (&codecs)[3], const uint32_t (&rows)[3], uint32_t cols, uint32_t T)
+{
+    const uint32_t stride = rows[0] + rows[1] + rows[2] + 5;
+    std::vector<uint8_t *> dws;
+    nf::A8Seg seg[3];
+    std::vector<uint16_t> xb((size_t)T * cols);
+    for (auto &v : xb) v = f2bf(nrand() * 0.5f);
+    float *dout = nullptr, *dref = nullptr;
+    uint16_t *dx = nullptr;
+    int8_t *dq = nullptr;
+    float2 *dd = nullptr;
+    int32_t *dg = nullptr;
+    const int32_t gh[4] = {1, 0, 0, (int32_t)T};
+    bool ok = cudaMalloc(&dout, (size_t)T * stride * 4) == cudaSuccess && cudaMalloc(&dref, (size_t)T * stride * 4) == cudaSuccess &&
+              cudaMalloc(&dx, xb.size() * 2) == cudaSuccess && cudaMalloc(&dq, (size_t)T * nf::a8_stride(cols)) == cudaSuccess &&
+              cudaMalloc(&dd, (size_t)T * (cols / 32) * sizeof(float2)) == cudaSuccess && cudaMalloc(&dg, sizeof gh) == cudaSuccess;
+    CHECK(ok);
+    if (!ok) return;
+    cudaMemcpy(dx, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(dg, gh, sizeof gh, cudaMemcpyHostToDevice);
+    cudaMemset(dout, 0xFF, (size_t)T * stride * 4);
+    cudaMemset(dref, 0xFF, (size_t)T * stride * 4);
+    uint32_t off = 0;
+    for (int i = 0; i < 3; i++) {
+        const nf_codec *cod = nf_codec_get((nf_codec_id)codecs[i]);
+        const size_t rb = nf_codec_row_bytes(cod, cols);
+        std::vector<uint8_t> payload(rows[i] * rb);
+        std::vector<float> w(cols);
+        for (uint32_t r = 0; r < rows[i]; r++) {
+            for (auto &v : w) v = nrand() * 0.03f;
+            cod->quantize_row(w.data(), &payload[r * rb], cols);
+        }
+        nf_moe_matrix mm;
+        memset(&mm, 0, sizeof mm);
+        mm.codec = codecs[i], mm.data = payload.data(), mm.experts = 1, mm.rows = rows[i], mm.cols = cols, mm.divisors = 1;
+        nf_error err;
+        size_t bytes = 0;
+        uint8_t *dw = nullptr;
+        const bool up = nf::devmat_bytes(&mm, "w", &bytes, &err) == NF_OK && cudaMalloc(&dw, bytes) == cudaSuccess &&
+                        nf::devmat_upload(&mm, dw, &seg[i].W, "w", &err) == NF_OK;
+        CHECK_MSG(up, "upload: %s", err.msg);
+        dws.push_back(dw);
+        seg[i].codec = codecs[i];
+        seg[i].out = dout + off;
+        off += rows[i];
+    }
+    cudaError_t e = T > 1 ? nf::launch_mmq_quant(dx, true, T, cols, dq, dd, 0, true, false) : cudaSuccess;
+    const nf::Groups g{dg, dg + 1, dg + 2, dg + 3, nullptr, 1, 1};
+    const nf::GemvLaunch opt{nf::NextMat{nullptr, 0}, false, false, true, true, T > 1 ? dq : nullptr, T > 1 ? dd : nullptr};
+    for (int i = 0; i < 3 && e == cudaSuccess; i++)
+        e = nf::launch_gemv_a8(codecs[i], false, seg[i].W, dx, cols, g, dref + (seg[i].out - dout), stride, T, opt, 0);
+    const bool sup = nf::gemv_a8_segs_supported(seg, 3, T);
+    CHECK_MSG(sup, "segments %d/%d/%d cols %u T %u not supported", codecs[0], codecs[1], codecs[2], cols, T);
+    if (e == cudaSuccess) e = nf::launch_gemv_a8_segs(seg, 3, dx, T, dq, dd, stride, false, 0);
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    CHECK_MSG(e == cudaSuccess, "segments: %s", cudaGetErrorString(e));
+    std::vector<float> got((size_t)T * stride), ref(got.size());
+    cudaMemcpy(got.data(), dout, got.size() * 4, cudaMemcpyDeviceToHost);
+    cudaMemcpy(ref.data(), dref, ref.size() * 4, cudaMemcpyDeviceToHost);
+    const bool same = memcmp(got.data(), ref.data(), got.size() * 4) == 0; // guard columns stay NaN in both
+    printf("  segments %s/%s/%s rows %u/%u/%u cols %u T %2u against one launch each: %s\n",
+           nf_codec_get((nf_codec_id)codecs[0])->name, nf_codec_get((nf_codec_id)codecs[1])->name,
+           nf_codec_get((nf_codec_id)codecs[2])->name, rows[0], rows[1], rows[2], cols, T, same ? "same bits" : "DIFFERENT");
+    CHECK_MSG(same, "segments cols %u T %u differ from one launch per matrix", cols, T);
+    for (uint8_t *dw : dws) cudaFree(dw);
+    cudaFree(dout), cudaFree(dref), cudaFree(dx), cudaFree(dq), cudaFree(dd), cudaFree(dg);
+}
+
 } // namespace
 
 int main(void)
@@ -222,5 +294,9 @@ int main(void)
         run_case({codec, false, 40001, 256, 1});    // more row blocks than a wave: the grid-stride loop
         run_case({codec, false, 40001, 256, 13});
     }
+    for (uint32_t T : {1u, 3u, 8u, 13u, 16u}) // the decoder's q / k / v (2048 columns: one span in flight)
+        segs_case({NF_CODEC_Q4_K, NF_CODEC_Q4_K, NF_CODEC_Q6_K}, {300, 64, 64}, 2048, T);
+    segs_case({NF_CODEC_Q4_K, NF_CODEC_Q5_K, NF_CODEC_Q6_K}, {129, 64, 33}, 4096, 1); // two spans in flight
+    segs_case({NF_CODEC_Q8_0, NF_CODEC_Q4_K, NF_CODEC_Q6_K}, {40, 17, 64}, 512, 3);
     return nf_test_report();
 }

@@ -294,9 +294,9 @@ size_t layout_buffers(nf_cuda_decoder *dec, uint8_t *base, size_t moe_ws)
     o[n++] = take(&ar, tab_bytes(MS));        // tabS
     o[n++] = take(&ar, MS * H * 2);           // xl
     // the dense layers' quantised input (ops.cuh kDenseMmqMax): rows of the widest input, unpadded
-    // for the mmq path, padded (a quarter more) for the GEMV's at most 16 rows
+    // for the mmq path, padded (a quarter more) for the GEMV's at most kGemvMaxT rows
     const size_t MC = H > att ? (H > D ? H : D) : (att > D ? att : D);
-    const size_t MR = C < kDenseMmqMax ? (C > 16 ? C : 16) : kDenseMmqMax;
+    const size_t MR = C < kDenseMmqMax ? (C > kGemvMaxT ? C : kGemvMaxT) : kDenseMmqMax;
     o[n++] = take(&ar, MR * (MC + MC / 4));   // xq
     o[n++] = take(&ar, MR * (MC / 32) * 8);   // xd
     if (!base) return ar.peak;

@@ -29,9 +29,9 @@ struct Fail {
     } while (0)
 
 // The token mixer's input products into a.qkv's rows (Layer::in_cols, row stride `row`): one GEMV when
-// they are one stacked matrix (a shared codec); at T = 1 with int8 activations, the first up to
+// they are one stacked matrix (a shared codec); at T <= 16 with int8 activations, the first up to
 // kMaxA8Segs in one launch of segments when their codecs differ (the same bits as one launch each, kernel
-// boundaries fewer); the rest one launch each, at small T over one quantisation of the input.
+// boundaries fewer); the rest one launch each, at 1 < T <= 16 all over one quantisation of the input.
 Fail projections(nf_cuda_decoder *dec, uint32_t l, uint32_t T, uint32_t row)
 {
     static const char *const attn_names[kMaxIn] = {"attn_q", "attn_k", "attn_v", "attn_gate"};
@@ -44,24 +44,25 @@ Fail projections(nf_cuda_decoder *dec, uint32_t l, uint32_t T, uint32_t row)
         TRY(linear(L.stacked, dec->tab, a.xn, T, a.qkv, row, s), L.is_linear ? "ssm_in" : "attn_qkv", l);
         return Fail{nullptr, 0, cudaSuccess, nullptr};
     }
+    // at small T the input is quantised once (by the segments' caller, or the first linear that takes
+    // it quantised) for every matrix that takes it so (one cols: the hidden size)
+    bool quantised = false;
     int done = 0;
-    if (T == 1 && L.in[0].a8) {
+    if (L.in[0].a8 && (T == 1 || linear_takes_quant(L.in[0], T))) {
         A8Seg seg[kMaxA8Segs];
         int n = L.n_in < kMaxA8Segs ? L.n_in : kMaxA8Segs;
         for (int i = 0; i < n; i++) seg[i] = A8Seg{L.in[i].m, L.in[i].codec, a.qkv + L.in_cols[i]};
-        while (n > 1 && !gemv_a8_segs_supported(seg, n)) n--;
+        while (n > 1 && !gemv_a8_segs_supported(seg, n, T)) n--;
         if (n > 1) {
-            TRY(launch_gemv_a8_segs(seg, n, a.xn, true, s), names[0], l);
+            quantised = T > 1;
+            if (quantised) TRY(linear_quant(dec->tab, a.xn, T, L.in[0].m.cols, s), names[0], l);
+            TRY(launch_gemv_a8_segs(seg, n, a.xn, T, dec->tab.xq, dec->tab.xd, row, true, s), names[0], l);
             done = n;
         }
     }
-    // at small T the input is quantised once for every matrix that takes it quantised (one cols: the hidden size)
-    bool quantised = false;
     for (int i = done; i < L.n_in; i++) {
-        const bool q = linear_takes_quant(L.in[i], T);
-        if (q && !quantised) TRY(linear_quant(dec->tab, a.xn, T, L.in[i].m.cols, s), names[i], l);
-        quantised |= q;
-        TRY(linear(L.in[i], dec->tab, a.xn, T, a.qkv + L.in_cols[i], row, s, q), names[i], l);
+        TRY(linear(L.in[i], dec->tab, a.xn, T, a.qkv + L.in_cols[i], row, s, quantised), names[i], l);
+        quantised |= linear_takes_quant(L.in[i], T);
     }
     return Fail{nullptr, 0, cudaSuccess, nullptr};
 }

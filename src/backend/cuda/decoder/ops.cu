@@ -134,10 +134,6 @@ __global__ void swiglu_kernel(const float *g, const float *u, size_t n, uint16_t
         out[i] = f2bf(silu(g[i]) * u[i]);
 }
 
-// Tokens at or below which the dense layers use the CUDA-core GEMV (each weight row read once for
-// all tokens); above, the tensor-core GEMM when the shape takes it.
-constexpr uint32_t kGemvMaxT = 16;
-
 } // namespace
 
 void prep_tables(const DenseTables &t, uint32_t T, cudaStream_t s) { prep_kernel<<<1, 256, 0, s>>>(t, T); }

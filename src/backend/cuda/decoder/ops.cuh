@@ -57,6 +57,10 @@ struct DenseTables {
     float2 *xd;                                 // [kDenseMmqMax][max cols / 32] its (d, d sum q) pairs
 };
 
+// Tokens at or below which the dense layers use the CUDA-core GEMV (each weight row read once for
+// all tokens); above, the tensor-core GEMM when the shape takes it.
+constexpr uint32_t kGemvMaxT = 16;
+
 // Tokens up to which dense k-quant / q8_0 products above the GEMV's range take the grouped int8
 // tensor-core GEMM (mmq.cu, one group of T positions); above, the bf16 prefill GEMM.
 constexpr uint32_t kDenseMmqMax = 1024;

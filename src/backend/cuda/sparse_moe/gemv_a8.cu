@@ -18,6 +18,7 @@
 // rows, with every load of both rows issued before any use.
 #include "internal.cuh"
 #include "rowdot.cuh"
+#include "ptx.cuh"
 #include "quant_a8.cuh"
 #include "spans_a8.cuh"
 
@@ -30,63 +31,44 @@ constexpr int kWarps = 8; // output row pairs per CTA
 // Quantises nt bf16 input rows (positions pos0.. through g) into xq (nt rows of cols int8, padded:
 // quant_a8.cuh) and xd[t][cols / 32]. A thread takes 8 elements, four lanes a block; every lane of a
 // warp runs the same iterations (the shuffles need them), cols % 32 == 0 keeps a block's lanes
-// together. A thread's U vectors are loaded before any is quantised (down_a8.cu's stage_act says
-// why: at T = 8 and 4096 columns a CTA would otherwise wait on 16 L2 round trips in a row); U = 1
-// for one token, whose kernels the extra registers made spill (the segments kernel, ptxas).
-constexpr uint32_t kStageU = 4;
-template <uint32_t U>
+// together.
 __device__ void stage_q8(const uint16_t *in, uint32_t in_stride, const Groups &g, int pos0, int nt, uint32_t cols,
                          int8_t *xq, float2 *xd)
 {
     const uint32_t vecs = cols / 8, total = (uint32_t)nt * vecs;
-    for (uint32_t base = 0; base < total; base += U * blockDim.x) {
-        uint4 raw[U];
-#pragma unroll
-        for (uint32_t u = 0; u < U; u++) {
-            const uint32_t v = base + u * blockDim.x + threadIdx.x;
-            raw[u] = make_uint4(0, 0, 0, 0);
-            if (v < total) {
-                const int row = input_row(g, pos0 + (int)(v / vecs));
-                raw[u] = *reinterpret_cast<const uint4 *>(in + (size_t)row * in_stride + (v % vecs) * 8);
-            }
+    for (uint32_t base = 0; base < total; base += blockDim.x) {
+        const uint32_t v = base + threadIdx.x;
+        const bool ok = v < total;
+        float f[8];
+        uint4 raw = make_uint4(0, 0, 0, 0);
+        if (ok) {
+            const int t = (int)(v / vecs), pos = pos0 + t;
+            const int row = input_row(g, pos);
+            raw = *reinterpret_cast<const uint4 *>(in + (size_t)row * in_stride + (v % vecs) * 8);
         }
+        const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
-        for (uint32_t u = 0; u < U; u++) {
-            const uint32_t v = base + u * blockDim.x + threadIdx.x;
-            const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
-            float f[8];
-#pragma unroll
-            for (int i = 0; i < 4; i++) f[2 * i] = __uint_as_float(w[i] << 16), f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-            quant8_store(f, v < total, v, cols, xq, xd);
-        }
+        for (int i = 0; i < 4; i++) f[2 * i] = __uint_as_float(w[i] << 16), f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+        quant8_store(f, ok, v, cols, xq, xd);
     }
 }
 
-// The nt rows already quantised by launch_mmq_quant (padded: the staged layout) copied into xq/xd:
-// 16-byte pieces, kStageU a thread loaded before any is stored.
+// The nt rows already quantised by launch_mmq_quant (padded: the staged layout) copied into xq/xd in
+// 16-byte asynchronous copies (cp.async: every copy of the thread in flight at once, none held in
+// registers: a register-staged copy raised the T = 2 .. 16 kernels' spills, ptxas). The caller's
+// __syncthreads() publishes them to the CTA.
 __device__ void copy_q8(const int8_t *pq, const float2 *pd, const Groups &g, int pos0, int nt, uint32_t cols,
                         int8_t *xq, float2 *xd)
 {
-    const uint32_t qv = a8_stride(cols) / 16, dv = cols / 64, per = qv + dv, total = (uint32_t)nt * per;
-    for (uint32_t base = 0; base < total; base += kStageU * blockDim.x) {
-        uint4 w[kStageU];
-#pragma unroll
-        for (uint32_t u = 0; u < kStageU; u++) {
-            const uint32_t v = base + u * blockDim.x + threadIdx.x, t = v / per, i = v % per;
-            w[u] = make_uint4(0, 0, 0, 0);
-            if (v >= total) continue;
-            const size_t row = (size_t)input_row(g, pos0 + (int)t);
-            w[u] = i < qv ? reinterpret_cast<const uint4 *>(pq + row * a8_stride(cols))[i]
-                          : reinterpret_cast<const uint4 *>(pd + row * (cols / 32))[i - qv];
-        }
-#pragma unroll
-        for (uint32_t u = 0; u < kStageU; u++) {
-            const uint32_t v = base + u * blockDim.x + threadIdx.x, t = v / per, i = v % per;
-            if (v >= total) continue;
-            if (i < qv) reinterpret_cast<uint4 *>(xq + (size_t)t * a8_stride(cols))[i] = w[u];
-            else reinterpret_cast<uint4 *>(xd + (size_t)t * (cols / 32))[i - qv] = w[u];
-        }
+    const uint32_t qv = a8_stride(cols) / 16, per = qv + cols / 64, total = (uint32_t)nt * per;
+    for (uint32_t v = threadIdx.x; v < total; v += blockDim.x) {
+        const uint32_t t = v / per, i = v % per;
+        const size_t row = (size_t)input_row(g, pos0 + (int)t);
+        if (i < qv) cp_async16(smem_u32(xq + (size_t)t * a8_stride(cols) + 16 * i), pq + row * a8_stride(cols) + 16 * i, 16);
+        else cp_async16(smem_u32(xd + (size_t)t * (cols / 32) + 2 * (i - qv)), pd + row * (cols / 32) + 2 * (i - qv), 16);
     }
+    cp_async_commit();
+    cp_async_wait_all();
 }
 
 // The span policies (what a lane takes of a row at a time) are in spans_a8.cuh.
@@ -111,7 +93,7 @@ __global__ void __launch_bounds__(kWarps * 32, MAXT == 1 && NS == 1 ? 3 : 2)
     float2 *xd = reinterpret_cast<float2 *>(smem + (size_t)tchunk * a8_stride(cols)); // [tchunk][cols / 32]
     if (EARLY) {
         const Groups g0{nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1};
-        stage_q8<1>(in, in_stride, g0, 0, 1, cols, xq, xd);
+        stage_q8(in, in_stride, g0, 0, 1, cols, xq, xd);
     }
     const int gi = blockIdx.y;
     const uint32_t out_rows = GLU ? W.rows / 2 : W.rows;
@@ -151,7 +133,7 @@ __global__ void __launch_bounds__(kWarps * 32, MAXT == 1 && NS == 1 ? 3 : 2)
         if (!EARLY) {
             __syncthreads(); // the previous chunk's readers are done with xq
             if (MAXT > 1 && pq) copy_q8(pq, pd, g, start + c0, nt, cols, xq, xd);
-            else stage_q8<MAXT == 1 ? 1 : kStageU>(in, in_stride, g, start + c0, nt, cols, xq, xd);
+            else stage_q8(in, in_stride, g, start + c0, nt, cols, xq, xd);
         }
         __syncthreads();
         for (uint32_t blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
@@ -255,16 +237,19 @@ cudaError_t launch_glu(bool glu, const DevMat &W, const uint16_t *in, uint32_t i
                : launch_sp<SP, false>(W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
 }
 
-// ---- several matrices of one input in one launch (the decoder's q, k and v at T = 1) ---------------
+// ---- several matrices of one input in one launch (the decoder's q, k and v at small T) -----------
 // When their codecs differ they cannot be one stacked matrix; three launches would cost two more
-// kernel boundaries and two more quantisations of the same row. Here the CTAs are dealt out to the
-// segments (cta0), each walks its own segment's row blocks exactly as gemv_a8_kernel<SP, 1, false,
-// false, NS> does for that matrix alone: the same spans per lane, sums and reduction, so the same bits.
+// kernel boundaries (and at T = 1 two more quantisations of the same row). Here the CTAs are dealt
+// out to the segments (cta0), each walks its own segment's row blocks exactly as gemv_a8_kernel<SP,
+// MAXT, false, false, NS> does for that matrix alone: the same spans per lane, sums and reduction, so
+// the same bits. One token is quantised by each CTA; T > 1 tokens come quantised (launch_mmq_quant,
+// padded) and are copied.
 
 struct SegsArg {
     A8Seg s[kMaxA8Segs];
     uint32_t cta0[kMaxA8Segs + 1]; // first CTA of each segment; cta0[n] = the grid
     int n;
+    uint32_t out_stride; // floats between a segment's output rows of consecutive tokens
 };
 
 // A warp's rows of block blk (rows 2p, 2p + 1 of pair p), false past the end.
@@ -289,9 +274,10 @@ __device__ __forceinline__ void prefetch_pair(const DevMat &W, uint32_t blk, boo
     }
 }
 
-// One segment's row blocks blk0, blk0 + stride, ... against the staged token.
-template <class SP, int NS>
-__device__ void seg_rows(const A8Seg &S, uint32_t blk0, uint32_t stride, const int8_t *xq, const float2 *xd)
+// One segment's row blocks blk0, blk0 + stride, ... against the T staged tokens, MAXT at a time.
+template <class SP, int NS, int MAXT>
+__device__ void seg_rows(const A8Seg &S, uint32_t blk0, uint32_t stride, const int8_t *xq, const float2 *xd, int T,
+                         uint32_t out_stride)
 {
     const DevMat &W = S.W;
     const uint32_t cols = W.cols, blocks = ((W.rows + 1) / 2 + kWarps - 1) / kWarps;
@@ -301,29 +287,40 @@ __device__ void seg_rows(const A8Seg &S, uint32_t blk0, uint32_t stride, const i
         bool has_b;
         if (!pair_rows(W.rows, blk, ra, rb, has_b)) break;
         if (blk + stride < blocks) prefetch_pair(W, blk + stride, false);
-        float a[1] = {}, b[1] = {};
-        for (int s0 = lane; s0 < spans; s0 += 32 * NS) {
-            typename SP::Raw wa[NS], wb[NS];
+        for (int t0 = 0; t0 < T; t0 += MAXT) {
+            const int n = min(MAXT, T - t0);
+            float a[MAXT] = {}, b[MAXT] = {};
+            const int8_t *xt = xq + (size_t)t0 * a8_stride(cols);
+            const float2 *dt = xd + (size_t)t0 * (cols / 32);
+            for (int s0 = lane; s0 < spans; s0 += 32 * NS) {
+                typename SP::Raw wa[NS], wb[NS];
 #pragma unroll
-            for (int j = 0; j < NS; j++)
-                if (s0 + 32 * j < spans) wa[j] = SP::load(W, 0, ra, s0 + 32 * j), wb[j] = SP::load(W, 0, rb, s0 + 32 * j);
+                for (int j = 0; j < NS; j++)
+                    if (s0 + 32 * j < spans) wa[j] = SP::load(W, 0, ra, s0 + 32 * j), wb[j] = SP::load(W, 0, rb, s0 + 32 * j);
 #pragma unroll
-            for (int j = 0; j < NS; j++)
-                if (s0 + 32 * j < spans) {
-                    SP::template dot<1>(wa[j], s0 + 32 * j, xq, xd, cols, 1, a);
-                    SP::template dot<1>(wb[j], s0 + 32 * j, xq, xd, cols, 1, b);
+                for (int j = 0; j < NS; j++)
+                    if (s0 + 32 * j < spans) {
+                        SP::template dot<MAXT>(wa[j], s0 + 32 * j, xt, dt, cols, n, a);
+                        SP::template dot<MAXT>(wb[j], s0 + 32 * j, xt, dt, cols, n, b);
+                    }
+            }
+#pragma unroll
+            for (int t = 0; t < MAXT; t++) {
+                if (t >= n) break;
+                const float va = warp_sum(a[t]), vb = warp_sum(b[t]);
+                float *o = S.out + (size_t)(t0 + t) * out_stride;
+                if (lane == 0) {
+                    o[ra] = va;
+                    if (has_b) o[rb] = vb;
                 }
-        }
-        const float va = warp_sum(a[0]), vb = warp_sum(b[0]);
-        if (lane == 0) {
-            S.out[ra] = va;
-            if (has_b) S.out[rb] = vb;
+            }
         }
     }
 }
 
-template <int NS>
-__global__ void __launch_bounds__(kWarps * 32, NS == 1 ? 3 : 2) gemv_a8_segs_kernel(SegsArg sg, const uint16_t *in)
+template <int NS, int MAXT>
+__global__ void __launch_bounds__(kWarps * 32, NS == 1 && MAXT == 1 ? 3 : 2)
+    gemv_a8_segs_kernel(SegsArg sg, const uint16_t *in, const int8_t *pq, const float2 *pd, int T)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     // this CTA's segment, picked with constant indices (no local copy of the parameter array)
@@ -333,33 +330,49 @@ __global__ void __launch_bounds__(kWarps * 32, NS == 1 ? 3 : 2) gemv_a8_segs_ker
     for (int j = 1; j < kMaxA8Segs; j++)
         if (j < sg.n && blockIdx.x >= sg.cta0[j]) S = sg.s[j], first = sg.cta0[j], end = sg.cta0[j + 1];
     const uint32_t cols = S.W.cols, ctas = end - first, blk0 = blockIdx.x - first;
-    int8_t *xq = reinterpret_cast<int8_t *>(smem);                 // one padded row (quant_a8.cuh)
-    float2 *xd = reinterpret_cast<float2 *>(smem + a8_stride(cols)); // [cols / 32]
+    int8_t *xq = reinterpret_cast<int8_t *>(smem);                             // T padded rows (quant_a8.cuh)
+    float2 *xd = reinterpret_cast<float2 *>(smem + (size_t)T * a8_stride(cols)); // [T][cols / 32]
     prefetch_pair(S.W, blk0, true); // weights: ready before the predecessor ends
     cudaGridDependencySynchronize();
     cudaTriggerProgrammaticLaunchCompletion();
     const Groups g0{nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1};
-    stage_q8<1>(in, cols, g0, 0, 1, cols, xq, xd);
+    if (MAXT == 1) T = 1; // a constant for the compiler: the one-token kernel keeps its registers
+    if (MAXT == 1) stage_q8(in, cols, g0, 0, 1, cols, xq, xd);
+    else copy_q8(pq, pd, g0, 0, T, cols, xq, xd);
     __syncthreads();
     switch (S.codec) { // the segment's codec: uniform over the CTA
-    case 3: seg_rows<SpanQ8, NS>(S, blk0, ctas, xq, xd); break;
-    case 4: seg_rows<SpanQ4K, NS>(S, blk0, ctas, xq, xd); break;
-    case 5: seg_rows<SpanQ5K, NS>(S, blk0, ctas, xq, xd); break;
-    case 6: seg_rows<SpanQ6K, NS>(S, blk0, ctas, xq, xd); break;
-    case 13: seg_rows<SpanQ3K, NS>(S, blk0, ctas, xq, xd); break;
-    case 14: seg_rows<SpanIQ4XS, NS>(S, blk0, ctas, xq, xd); break;
-    default: seg_rows<SpanIQ4NL, NS>(S, blk0, ctas, xq, xd); break;
+    case 3: seg_rows<SpanQ8, NS, MAXT>(S, blk0, ctas, xq, xd, T, sg.out_stride); break;
+    case 4: seg_rows<SpanQ4K, NS, MAXT>(S, blk0, ctas, xq, xd, T, sg.out_stride); break;
+    case 5: seg_rows<SpanQ5K, NS, MAXT>(S, blk0, ctas, xq, xd, T, sg.out_stride); break;
+    case 6: seg_rows<SpanQ6K, NS, MAXT>(S, blk0, ctas, xq, xd, T, sg.out_stride); break;
+    case 13: seg_rows<SpanQ3K, NS, MAXT>(S, blk0, ctas, xq, xd, T, sg.out_stride); break;
+    case 14: seg_rows<SpanIQ4XS, NS, MAXT>(S, blk0, ctas, xq, xd, T, sg.out_stride); break;
+    default: seg_rows<SpanIQ4NL, NS, MAXT>(S, blk0, ctas, xq, xd, T, sg.out_stride); break;
     }
 }
 
 // Lanes' spans in flight for one codec at these columns: gemv_a8_kernel's choice (launch_sp).
 int seg_ns(int codec, uint32_t cols) { return cols / (codec == 3 ? 32u : 64u) <= 32 ? 1 : 2; }
 
+using SegsKernel = void (*)(SegsArg, const uint16_t *, const int8_t *, const float2 *, int);
+
+// The kernel for T tokens (launch_sp's token tiers); two spans in flight only at one token: with more,
+// the seven codecs' paths in one kernel spill hundreds of bytes (ptxas), so those layers keep one launch
+// a matrix.
+SegsKernel segs_kernel(int ns, uint32_t T)
+{
+    if (ns == 2) return gemv_a8_segs_kernel<2, 1>;
+    return T <= 1 ? gemv_a8_segs_kernel<1, 1> : T <= 4 ? gemv_a8_segs_kernel<1, 4> : gemv_a8_segs_kernel<1, 8>;
+}
+
 } // namespace
 
-bool gemv_a8_segs_supported(const A8Seg *s, int n)
+bool gemv_a8_segs_supported(const A8Seg *s, int n, uint32_t T)
 {
-    if (n < 1 || n > kMaxA8Segs) return false;
+    if (n < 1 || n > kMaxA8Segs || T < 1 || T > kMaxSegsTokens) return false;
+    if (T > 1 && (s[0].W.cols % 64 || seg_ns(s[0].codec, s[0].W.cols) != 1)) return false; // segs_kernel says why
+    // all T tokens staged at once, within the plain kernel's shared-memory budget (no chunk loop here)
+    if ((size_t)T * (a8_stride(s[0].W.cols) + s[0].W.cols / 32 * sizeof(float2)) > 96 * 1024) return false;
     for (int i = 0; i < n; i++)
         if (!gemv_a8_supported(s[i].codec, s[i].W) || s[i].W.cols != s[0].W.cols ||
             !s[i].W.rows || seg_ns(s[i].codec, s[i].W.cols) != seg_ns(s[0].codec, s[0].W.cols))
@@ -367,12 +380,12 @@ bool gemv_a8_segs_supported(const A8Seg *s, int n)
     return true;
 }
 
-cudaError_t launch_gemv_a8_segs(const A8Seg *s, int n, const uint16_t *in, bool pdl, cudaStream_t st)
+cudaError_t launch_gemv_a8_segs(const A8Seg *s, int n, const uint16_t *in, uint32_t T, const int8_t *xq,
+                                const float2 *xd, uint32_t out_stride, bool pdl, cudaStream_t st)
 {
-    if (!gemv_a8_segs_supported(s, n)) return cudaErrorInvalidValue;
-    void (*k)(SegsArg, const uint16_t *) =
-        seg_ns(s[0].codec, s[0].W.cols) == 1 ? gemv_a8_segs_kernel<1> : gemv_a8_segs_kernel<2>;
-    const size_t smem = (size_t)a8_stride(s[0].W.cols) + s[0].W.cols / 32 * sizeof(float2); // one token
+    if (!gemv_a8_segs_supported(s, n, T) || (T > 1 && (!xq || !xd))) return cudaErrorInvalidValue;
+    const SegsKernel k = segs_kernel(seg_ns(s[0].codec, s[0].W.cols), T);
+    const size_t smem = (size_t)T * (a8_stride(s[0].W.cols) + s[0].W.cols / 32 * sizeof(float2));
     const int sms = sm_count();
     int per_sm = 0;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
@@ -395,7 +408,8 @@ cudaError_t launch_gemv_a8_segs(const A8Seg *s, int n, const uint16_t *in, bool 
     }
     a.cta0[n] = grid;
     a.n = n;
-    return launch_pdl(k, dim3(grid), dim3(kWarps * 32), smem, pdl, st, a, in);
+    a.out_stride = out_stride;
+    return launch_pdl(k, dim3(grid), dim3(kWarps * 32), smem, pdl, st, a, in, xq, xd, (int)T);
 }
 
 bool gemv_a8_supported(int codec, const DevMat &W)

@@ -318,18 +318,23 @@ cudaError_t launch_gemv_a8(int codec, bool glu, const DevMat &W, const uint16_t 
                            const Groups &g, float *out, uint32_t out_stride, uint32_t max_tokens,
                            const GemvLaunch &opt, cudaStream_t s);
 
-// gemv_a8.cu: up to kMaxA8Segs plain matrices of one bf16 input row in one launch, one token:
-// out_i[r] = W_i row r . x (f32) for each segment i, int8 activations as launch_gemv_a8 (the same
-// bits as one launch_gemv_a8 per matrix). Each its own codec (gemv_a8_supported), one expert, the
-// same columns, and the same lane spans in flight (true of the k-quants among themselves).
+// gemv_a8.cu: up to kMaxA8Segs plain matrices of one bf16 input in one launch, T tokens:
+// out_i[t][r] (rows of token t out_stride floats apart) = W_i row r . x_t (f32) for each segment i,
+// int8 activations as launch_gemv_a8 (the same bits as one launch_gemv_a8 per matrix). Each its own
+// codec (gemv_a8_supported), one expert, the same columns, and the same lane spans in flight (true
+// of the k-quants among themselves). T = 1: in is the row, quantised by each CTA; 1 < T <=
+// kMaxSegsTokens: xq / xd hold the T rows quantised by launch_mmq_quant (padded), cols % 64 == 0, one
+// span of a row in flight per lane (k-quant rows up to 2048 wide, q8_0 up to 1024).
 constexpr int kMaxA8Segs = 3;
+constexpr uint32_t kMaxSegsTokens = 16;
 struct A8Seg {
     DevMat W;
     int codec;
     float *out;
 };
-bool gemv_a8_segs_supported(const A8Seg *s, int n);
-cudaError_t launch_gemv_a8_segs(const A8Seg *s, int n, const uint16_t *in, bool pdl, cudaStream_t st);
+bool gemv_a8_segs_supported(const A8Seg *s, int n, uint32_t T);
+cudaError_t launch_gemv_a8_segs(const A8Seg *s, int n, const uint16_t *in, uint32_t T, const int8_t *xq,
+                                const float2 *xd, uint32_t out_stride, bool pdl, cudaStream_t st);
 
 // gemv_mma.cu: the tensor-core GEMV (GLU or plain) for nvfp4 (codec 11) and bf16 (codec 2) weights,
 // bf16 or f32 inputs (bf16 MMA on exact operands: nvfp4 as e2m1 * e4m3, bf16 as it is); same
