@@ -44,6 +44,15 @@ void nf_cpu_attn_block_avx2(const nf_cpu_kv *kv, const uint32_t *pages, const fl
 void nf_cpu_attn_scores16_avx512(const nf_cpu_kv *kv, const uint32_t *pages, const float *qt, uint32_t hd,
                                  size_t kv_row, size_t koff, uint32_t np, float scale, float *sct);
 
+/* softmax and SwiGLU: the scalar forms and the AVX-512 forms (ops_avx512.c; only after AVX-512F is
+ * known), which give the same bits; nf_cpu_softmax / nf_cpu_swiglu pick one. nf_cpu_exp_avx512:
+ * y[i] = nf_cpu_expf(x[i]). */
+void nf_cpu_softmax_scalar(float *x, size_t n);
+void nf_cpu_swiglu_scalar(float *out, const float *g, const float *u, size_t n);
+void nf_cpu_softmax_avx512(float *x, size_t n);
+void nf_cpu_swiglu_avx512(float *out, const float *g, const float *u, size_t n);
+void nf_cpu_exp_avx512(const float *x, float *y, size_t n);
+
 /* k or v element idx of the cache as f32 (bf16 widens exactly). */
 static inline float nf_cpu_kv_at(const nf_cpu_kv *kv, const void *base, size_t idx)
 {
