@@ -63,6 +63,9 @@ typedef struct cpu_state {
     float *inv_freq;         /* [head_dim / 2] */
     float attn_factor;
     uint32_t rope_seq;       /* the seq_len inv_freq was computed for (dynamic scaling) */
+    float *rope_cs;          /* [chunk][rope_dim]: each token's nf_cpu_rope_table, filled by the forward's first
+                                attention layer (rope_gen != rope_tab_gen) for all its layers */
+    uint64_t rope_gen, rope_tab_gen; /* bumped when positions or frequencies change / the table's */
     int32_t *trace;          /* [layers][chunk][top_k] with trace_routing, else NULL */
     nf_cpu_ep_sim *ep;       /* ep_sim_ranks > 1: the MoE blocks' simulated ranks (one set for all layers) */
     size_t trace_T;          /* tokens of the last forward */
@@ -195,6 +198,7 @@ static void cpu_destroy(void *state)
     free(s->kv_mem);
     free(s->trace);
     free(s->pos);
+    free(s->rope_cs);
     free(s->iota);
     free(s->lseg);
     free(s->aseq);
@@ -226,6 +230,7 @@ static nf_status alloc_buffers(cpu_state *s, const nf_engine_opts *o, nf_error *
     s->u = malloc(C * D * sizeof(float));
     s->inv_freq = malloc(c->head_dim / 2 * sizeof(float));
     s->pos = malloc(C * sizeof(uint32_t));
+    s->rope_cs = malloc(C * (c->rope_dim ? c->rope_dim : 1) * sizeof(float));
     s->iota = malloc((C + 1) * sizeof(uint32_t));
     s->lseg = malloc(((size_t)o->max_seqs + 1) * sizeof(uint32_t));
     s->aseq = malloc(o->max_seqs * sizeof(nf_cpu_attn_seq));
@@ -234,7 +239,7 @@ static nf_status alloc_buffers(cpu_state *s, const nf_engine_opts *o, nf_error *
     const size_t n_attn = c->layers - c->n_linear;
     s->kv_mem = calloc(n_attn ? n_attn * 2 : 1, per ? per : 1);
     if (!s->x || !s->xn || !s->tmp || !s->q || !s->att || !s->k || !s->v || !s->g || !s->u || !s->inv_freq ||
-        !s->pos || !s->iota || !s->lseg || !s->aseq || !s->kv_mem)
+        !s->pos || !s->rope_cs || !s->iota || !s->lseg || !s->aseq || !s->kv_mem)
         return nf_error_set(err, NF_ERR_NOMEM, "cpu backend: out of memory for a KV pool of %u pages of %u tokens "
                             "(%zu MiB) and %zu-token buffers", o->kv_pages, o->page_tokens,
                             n_attn * 2 * per >> 20, C);
@@ -383,9 +388,12 @@ static void qk_rows(cpu_state *s, const cpu_layer *L, size_t T)
             for (uint32_t h = 0; h < c->heads; h++) nf_cpu_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, c->rms_eps);
             for (uint32_t h = 0; h < c->kv_heads; h++) nf_cpu_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, c->rms_eps);
         }
-        nf_cpu_rope_part(q, c->heads, c->head_dim, c->rope_dim, s->pos[t], s->inv_freq, s->attn_factor);
-        nf_cpu_rope_part(k, c->kv_heads, c->head_dim, c->rope_dim, s->pos[t], s->inv_freq, s->attn_factor);
+        if (s->rope_tab_gen != s->rope_gen) nf_cpu_rope_table(c->rope_dim, s->pos[t], s->inv_freq, s->attn_factor,
+                                                              s->rope_cs + t * c->rope_dim);
+        nf_cpu_rope_apply(q, c->heads, c->head_dim, c->rope_dim, s->rope_cs + t * c->rope_dim);
+        nf_cpu_rope_apply(k, c->kv_heads, c->head_dim, c->rope_dim, s->rope_cs + t * c->rope_dim);
     }
+    s->rope_tab_gen = s->rope_gen;
 }
 
 static void attention_block(cpu_state *s, cpu_layer *L, const nf_batch *b)
@@ -492,6 +500,7 @@ static void positions(cpu_state *s, const nf_batch *b)
         s->aseq[i] = (nf_cpu_attn_seq){b->pages + (size_t)i * b->page_stride, b->pos0[i], t0, n};
         for (uint32_t t = 0; t < n; t++) s->pos[t0 + t] = b->pos0[i] + t;
     }
+    s->rope_gen++; /* the rope table follows the new positions */
 }
 
 /* positions(), the state slots, the dynamic rope update (one sequence). */
@@ -508,6 +517,7 @@ static nf_status prepare(cpu_state *s, const nf_batch *b, nf_error *err)
     if (end > s->rope_seq) { /* HF's dynamic update */
         s->rope_seq = end;
         nf_rope_inv_freq(&s->rope, s->rope_seq, s->inv_freq, &s->attn_factor);
+        s->rope_gen++;
     }
     return NF_OK;
 }

@@ -163,6 +163,11 @@ void nf_cpu_rope(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t pos, co
  * apply_rotary_pos_emb on q[..., :rotary_dim]); the rest pass unchanged. head_dim is the stride. */
 void nf_cpu_rope_part(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t rot_dim, uint32_t pos,
                       const float *inv_freq, float attn_factor);
+/* nf_cpu_rope_part in two steps, the same bits: the position's table cs[rot_dim] (cos of the rot_dim / 2
+ * frequencies, then sin, times attn_factor) once, then the rotation of any number of rows with it (a
+ * forward computes each token's table once for all its layers). */
+void nf_cpu_rope_table(uint32_t rot_dim, uint32_t pos, const float *inv_freq, float attn_factor, float *cs);
+void nf_cpu_rope_apply(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t rot_dim, const float *cs);
 
 /* ---- attention ----------------------------------------------------------------------------- */
 

@@ -174,20 +174,42 @@ void nf_cpu_rope(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t pos, co
     nf_cpu_rope_part(v, n_heads, head_dim, head_dim, pos, inv_freq, attn_factor);
 }
 
+/* cos and sin of frequency i at pos, times the attention scaling (one definition for both forms below). */
+static inline void rope_angle(uint32_t pos, float inv_freq, float attn_factor, float *c, float *s)
+{
+    float ang = (float)pos * inv_freq;
+    *c = (float)cos((double)ang) * attn_factor, *s = (float)sin((double)ang) * attn_factor;
+}
+
+static inline void rope_rotate(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t half, uint32_t i, float c, float s)
+{
+    for (uint32_t h = 0; h < n_heads; h++) {
+        float *x = v + (size_t)h * head_dim;
+        float x0 = x[i], x1 = x[i + half];
+        x[i] = x0 * c - x1 * s;
+        x[i + half] = x1 * c + x0 * s;
+    }
+}
+
 void nf_cpu_rope_part(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t rot_dim, uint32_t pos,
                       const float *inv_freq, float attn_factor)
 {
     const uint32_t half = rot_dim / 2;
     for (uint32_t i = 0; i < half; i++) {
-        float ang = (float)pos * inv_freq[i];
-        float c = (float)cos((double)ang) * attn_factor, s = (float)sin((double)ang) * attn_factor;
-        for (uint32_t h = 0; h < n_heads; h++) {
-            float *x = v + (size_t)h * head_dim;
-            float x0 = x[i], x1 = x[i + half];
-            x[i] = x0 * c - x1 * s;
-            x[i + half] = x1 * c + x0 * s;
-        }
+        float c, s;
+        rope_angle(pos, inv_freq[i], attn_factor, &c, &s);
+        rope_rotate(v, n_heads, head_dim, half, i, c, s);
     }
+}
+
+void nf_cpu_rope_table(uint32_t rot_dim, uint32_t pos, const float *inv_freq, float attn_factor, float *cs)
+{
+    for (uint32_t i = 0; i < rot_dim / 2; i++) rope_angle(pos, inv_freq[i], attn_factor, cs + i, cs + rot_dim / 2 + i);
+}
+
+void nf_cpu_rope_apply(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t rot_dim, const float *cs)
+{
+    for (uint32_t i = 0; i < rot_dim / 2; i++) rope_rotate(v, n_heads, head_dim, rot_dim / 2, i, cs[i], cs[rot_dim / 2 + i]);
 }
 
 /* ---- attention --------------------------------------------------------------------------------- */
