@@ -308,8 +308,10 @@ static int prepare_a8(nf_cpu *c, const nf_cpu_gemm_job *jobs, size_t n_jobs, a8_
             src[n_src++] = (a8_src){jb->x, jb->ldx, jb->n, jb->w.cols, NULL, NULL};
             bytes += jb->n * nf_a8_row_bytes(jb->w.cols);
         }
-        /* the AMX tile reads the rows regrouped: once per source, when a job of it takes the tile */
-        if (a8[j].tile && nf_a8_tile_wants_xt(c->isa) && jb->n > NF_CPU_STEP_MAX && !src[s].xt) {
+        /* the AMX tile reads the rows regrouped: once per source, when a segment of one of its jobs takes the
+         * tile (an expert's group of a few tokens of a long prompt does: segments are cut by sequence, not by
+         * the group's size; the AMX tile itself runs the AVX-512 one on a segment too short for it) */
+        if (a8[j].tile && nf_a8_tile_wants_xt(c->isa) && !kernel_only(c, jb, &a8[j]) && !src[s].xt) {
             src[s].xt = (uint8_t *)1; /* marked; placed below */
             bytes += nf_a8_xt_bytes(jb->w.cols, jb->n);
         }
