@@ -386,27 +386,67 @@ static nf_cpu_gemm_job job_of(const nf_batch *b, nf_cpu_weight w, const float *x
     return (nf_cpu_gemm_job){w, x, ldx, y, ldy, b->n_tokens, b->seq_start, b->n_seqs, NULL};
 }
 
-/* Bias, per-head norm (qwen3) and rope of every token's q and k, at the token's own position. */
-static void qk_rows(cpu_state *s, const cpu_layer *L, size_t T)
+/* Bias, per-head norm (qwen3) and rope of token t's q and k, at the token's own position. */
+static void qk_row(cpu_state *s, const cpu_layer *L, size_t t)
 {
     const nf_model_config *c = &s->m->cfg;
     const size_t hd = c->head_dim;
-    for (size_t t = 0; t < T; t++) {
-        float *q = s->q + t * s->q_dim, *k = s->k + t * s->kv_dim, *v = s->v + t * s->kv_dim;
-        if (L->q_bias) {
-            add_rows(q, L->q_bias, s->q_dim);
-            add_rows(k, L->k_bias, s->kv_dim);
-            add_rows(v, L->v_bias, s->kv_dim);
-        }
-        if (L->q_norm) {
-            for (uint32_t h = 0; h < c->heads; h++) nf_cpu_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, c->rms_eps);
-            for (uint32_t h = 0; h < c->kv_heads; h++) nf_cpu_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, c->rms_eps);
-        }
-        if (s->rope_tab_gen != s->rope_gen) nf_cpu_rope_table(c->rope_dim, s->pos[t], s->inv_freq, s->attn_factor,
-                                                              s->rope_cs + t * c->rope_dim);
-        nf_cpu_rope_apply(q, c->heads, c->head_dim, c->rope_dim, s->rope_cs + t * c->rope_dim);
-        nf_cpu_rope_apply(k, c->kv_heads, c->head_dim, c->rope_dim, s->rope_cs + t * c->rope_dim);
+    float *q = s->q + t * s->q_dim, *k = s->k + t * s->kv_dim, *v = s->v + t * s->kv_dim;
+    if (L->q_bias) {
+        add_rows(q, L->q_bias, s->q_dim);
+        add_rows(k, L->k_bias, s->kv_dim);
+        add_rows(v, L->v_bias, s->kv_dim);
     }
+    if (L->q_norm) {
+        for (uint32_t h = 0; h < c->heads; h++) nf_cpu_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, c->rms_eps);
+        for (uint32_t h = 0; h < c->kv_heads; h++) nf_cpu_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, c->rms_eps);
+    }
+    if (s->rope_tab_gen != s->rope_gen) nf_cpu_rope_table(c->rope_dim, s->pos[t], s->inv_freq, s->attn_factor,
+                                                          s->rope_cs + t * c->rope_dim);
+    nf_cpu_rope_apply(q, c->heads, c->head_dim, c->rope_dim, s->rope_cs + t * c->rope_dim);
+    nf_cpu_rope_apply(k, c->kv_heads, c->head_dim, c->rope_dim, s->rope_cs + t * c->rope_dim);
+}
+
+/* Per-token row work of a prompt over the pool (each token's row computed alone: the same bits as
+ * one thread): the norms before the products and qk_row. */
+enum { ROWS_PAR_MIN = 16 }; /* fewer tokens (decoding) stay on the calling thread */
+
+typedef struct rows_ctx {
+    cpu_state *s;
+    const cpu_layer *L;
+    float *y;
+    const float *x, *w; /* rmsnorm rows, or x NULL: qk_row */
+    size_t n;
+    float eps;
+} rows_ctx;
+
+static void rows_fn(void *ctx, size_t begin, size_t end, int worker)
+{
+    (void)worker;
+    const rows_ctx *r = ctx;
+    for (size_t t = begin; t < end; t++) {
+        if (r->x) nf_cpu_rmsnorm(r->y + t * r->n, r->x + t * r->n, r->w, r->n, r->eps);
+        else qk_row(r->s, r->L, t);
+    }
+}
+
+static void run_rows(cpu_state *s, rows_ctx *r, size_t T)
+{
+    if (T >= ROWS_PAR_MIN) nf_parallel_for(nf_cpu_pool(s->cpu), T, 4, rows_fn, r);
+    else rows_fn(r, 0, T, 0);
+}
+
+/* y[t] = rmsnorm(x[t]) * w for the T rows of n. */
+static void norm_rows(cpu_state *s, float *y, const float *x, const float *w, size_t n, size_t T)
+{
+    rows_ctx r = {s, NULL, y, x, w, n, s->m->cfg.rms_eps};
+    run_rows(s, &r, T);
+}
+
+static void qk_rows(cpu_state *s, const cpu_layer *L, size_t T)
+{
+    rows_ctx r = {s, L, NULL, NULL, NULL, 0, 0};
+    run_rows(s, &r, T);
     s->rope_tab_gen = s->rope_gen;
 }
 
@@ -414,7 +454,7 @@ static void attention_block(cpu_state *s, cpu_layer *L, const nf_batch *b)
 {
     const nf_model_config *c = &s->m->cfg;
     const size_t T = b->n_tokens, H = c->hidden;
-    for (size_t t = 0; t < T; t++) nf_cpu_rmsnorm(s->xn + t * H, s->x + t * H, L->attn_norm, H, c->rms_eps);
+    norm_rows(s, s->xn, s->x, L->attn_norm, H, T);
     nf_cpu_gemm_job jobs[4] = {job_of(b, L->q, s->xn, H, s->q, s->q_dim), job_of(b, L->k, s->xn, H, s->k, s->kv_dim),
                                job_of(b, L->v, s->xn, H, s->v, s->kv_dim), job_of(b, L->gate_w, s->xn, H, s->gate, s->q_dim)};
     nf_cpu_gemm_batch(s->cpu, jobs, L->gate_w.rows ? 4 : 3);
@@ -438,7 +478,7 @@ static void gdn_block(cpu_state *s, cpu_layer *L, const nf_batch *b)
 {
     const nf_model_config *c = &s->m->cfg;
     const size_t T = b->n_tokens, H = c->hidden, conv = nf_model_conv_dim(c), Vd = (size_t)c->ssm_v_heads * c->ssm_v_dim;
-    for (size_t t = 0; t < T; t++) nf_cpu_rmsnorm(s->xn + t * H, s->x + t * H, L->attn_norm, H, c->rms_eps);
+    norm_rows(s, s->xn, s->x, L->attn_norm, H, T);
     nf_cpu_gemm_job jobs[3] = {job_of(b, L->ssm_qkv, s->xn, H, s->qkv, conv), job_of(b, L->ssm_z, s->xn, H, s->z, Vd),
                                job_of(b, L->ssm_ba, s->xn, H, s->ba, 2 * c->ssm_v_heads)};
     nf_cpu_gemm_batch(s->cpu, jobs, 3);
@@ -455,7 +495,7 @@ static void mlp_block(cpu_state *s, cpu_layer *L, const nf_batch *b, int32_t *tr
 {
     const nf_model_config *c = &s->m->cfg;
     const size_t T = b->n_tokens, H = c->hidden, D = c->dense_inter;
-    for (size_t t = 0; t < T; t++) nf_cpu_rmsnorm(s->xn + t * H, s->x + t * H, L->ffn_norm, H, c->rms_eps);
+    norm_rows(s, s->xn, s->x, L->ffn_norm, H, T);
     if (L->is_moe) {
         if (s->ep && L != &s->mtp) /* ids are the router's and T <= chunk: it cannot fail */
             (void)nf_cpu_moe_forward_ep(s->cpu, &L->moe, s->ep, s->xn, T, b->seq_start, b->n_seqs, s->tmp, trace, NULL);
