@@ -323,7 +323,7 @@ int nf_cmd_bench_batch(int argc, char **argv)
         {"--warmup", 0, NF_OPT_INT, &a.warmup, "N", "untimed runs before the timed ones (default 1)", 0, 100},
         {"--device", 0, NF_OPT_STRING, &a.device, "DEV", "cpu, cuda or auto (default: cuda when a GPU is visible)", 0, 0},
         {"--threads", 't', NF_OPT_INT, &a.threads, "N", "CPU worker threads (default: all CPUs)", 0, 4096},
-        {"--chunk", 0, NF_OPT_INT, &a.chunk, "N", "tokens per forward (default: the engine's, cpu 128, cuda 2048, or N if larger)", 0, 1 << 20},
+        {"--chunk", 0, NF_OPT_INT, &a.chunk, "N", "tokens per forward (default: the engine's, cpu 256, cuda 2048, or N if larger)", 0, 1 << 20},
         {"--page-tokens", 0, NF_OPT_INT, &a.page_tokens, "N", "positions per KV page (default: the engine's)", 0, 1 << 16},
         {"--kv-pages", 0, NF_OPT_INT, &a.kv_pages, "N", "KV pool size in pages (default: N full-length sequences'; fewer makes the scheduler preempt)", 0, 1 << 24},
         {"--admission", 0, NF_OPT_STRING, &a.admission, "P", "preempt (default: admit on the prompt's pages, preempt the newest when the pool runs dry) or reserve (prompt + -n pages at admission)", 0, 0},

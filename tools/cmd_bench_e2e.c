@@ -162,7 +162,7 @@ int nf_cmd_bench_e2e(int argc, char **argv)
         {"--warmup", 0, NF_OPT_INT, &warmup, "N", "untimed runs before the timed ones (default 1)", 0, 1000},
         {"--device", 0, NF_OPT_STRING, &device, "DEV", "cpu, cuda or auto (default: cuda when a GPU is visible)", 0, 0},
         {"--threads", 't', NF_OPT_INT, &threads, "N", "CPU worker threads (default: all CPUs)", 0, 4096},
-        {"--chunk", 0, NF_OPT_INT, &chunk, "N", "prefill chunk in tokens (default: the engine's: cpu 128, cuda 2048)", 0, 1 << 20},
+        {"--chunk", 0, NF_OPT_INT, &chunk, "N", "prefill chunk in tokens (default: the engine's: cpu 256, cuda 2048)", 0, 1 << 20},
         {"--kv-bf16", 0, NF_OPT_FLAG, &kv_bf16, NULL, "keep the KV cache in bf16 (default f32)", 0, 0},
         {"--no-graphs", 0, NF_OPT_FLAG, &no_graphs, NULL, "CUDA: decode steps as plain launches, not a replayed graph (for profilers; slower)", 0, 0},
         {"--seed", 's', NF_OPT_INT, &seed, "S", "seed of the prompt's pseudo-random ids (default 0)", 0, 9.0e15},

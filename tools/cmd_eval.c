@@ -76,7 +76,7 @@ int nf_cmd_eval(int argc, char **argv)
         {"--logits-out", 'o', NF_OPT_STRING, &out_path, "L.npy", "write float32 [T][vocab] logits here", 0, 0},
         {"--threads", 't', NF_OPT_INT, &threads, "N", "worker threads (default: all CPUs)", 0, 1024},
         {"--ctx", 'c', NF_OPT_INT, &ctx, "N", "context length (default: the number of tokens)", 0, 1 << 24},
-        {"--chunk", 0, NF_OPT_INT, &chunk, "N", "prefill chunk in tokens (default 128)", 0, 1 << 20},
+        {"--chunk", 0, NF_OPT_INT, &chunk, "N", "prefill chunk in tokens (default: the engine's, cpu 256, cuda 2048)", 0, 1 << 20},
         {"--kv-bf16", 0, NF_OPT_FLAG, &kv_bf16, NULL, "keep the KV cache in bf16 (default f32)", 0, 0},
         {"--reference", 0, NF_OPT_FLAG, &reference, NULL, "dequantize + double dot for every product (slow)", 0, 0},
         {"--device", 0, NF_OPT_STRING, &device, "DEV", "cpu (default: the reference), cuda or auto", 0, 0},

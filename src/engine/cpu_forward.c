@@ -39,7 +39,9 @@ typedef struct cpu_layer {
     nf_cpu_weight q, k, v, o;
     nf_cpu_weight gate, up, down;               /* dense layers */
     nf_cpu_moe moe;                             /* MoE layers */
-    nf_cpu_moe_ws *moe_ws;
+    nf_cpu_moe_ws *moe_ws;                      /* shared by the MoE layers of one geometry (a layer's ws is
+                                                   scratch of its own forward call only) */
+    int moe_ws_owner;                           /* this layer created moe_ws (and frees it) */
     int is_moe;
     nf_cpu_kv kv;                               /* attention layers */
     nf_cpu_weight gate_w;                       /* gated attention: [q_dim][H] */
@@ -63,6 +65,9 @@ typedef struct cpu_state {
     float *inv_freq;         /* [head_dim / 2] */
     float attn_factor;
     uint32_t rope_seq;       /* the seq_len inv_freq was computed for (dynamic scaling) */
+    float *rope_cs;          /* [chunk][rope_dim]: each token's nf_cpu_rope_table, filled by the forward's first
+                                attention layer (rope_gen != rope_tab_gen) for all its layers */
+    uint64_t rope_gen, rope_tab_gen; /* bumped when positions or frequencies change / the table's */
     int32_t *trace;          /* [layers][chunk][top_k] with trace_routing, else NULL */
     nf_cpu_ep_sim *ep;       /* ep_sim_ranks > 1: the MoE blocks' simulated ranks (one set for all layers) */
     size_t trace_T;          /* tokens of the last forward */
@@ -158,6 +163,17 @@ static nf_status bind_layer(cpu_state *s, const nf_model_layer *ly, cpu_layer *c
         (st = bind_weight(s, ly->ffn_down_shexp, &mo->shared_down, err)) ||
         (st = bind_weight(s, ly->ffn_gate_inp_shexp, &mo->shared_gate, err)))
         return st;
+    /* an earlier MoE layer of the same geometry lends its workspace: 48 layers of Qwen3-30B-A3B kept 48
+     * (45 MB each at 128 tokens) */
+    for (uint32_t l = 0; s->layers && l < s->m->cfg.layers && &s->layers[l] != cl; l++) {
+        const cpu_layer *o = &s->layers[l];
+        if (o->moe_ws && o->moe_ws_owner && o->moe.hidden == mo->hidden && o->moe.experts == mo->experts &&
+            o->moe.top_k == mo->top_k && o->moe.inter == mo->inter && o->moe.shared_inter == mo->shared_inter) {
+            cl->moe_ws = o->moe_ws;
+            return NF_OK;
+        }
+    }
+    cl->moe_ws_owner = 1;
     return nf_cpu_moe_ws_create(mo, s->chunk, &cl->moe_ws, err);
 }
 
@@ -175,8 +191,9 @@ static void cpu_destroy(void *state)
     if (!s) return;
     nf_cpu_ep_sim_free(s->ep);
     if (s->layers)
-        for (uint32_t l = 0; l < s->m->cfg.layers; l++) nf_cpu_moe_ws_free(s->layers[l].moe_ws);
-    nf_cpu_moe_ws_free(s->mtp.moe_ws);
+        for (uint32_t l = 0; l < s->m->cfg.layers; l++)
+            if (s->layers[l].moe_ws_owner) nf_cpu_moe_ws_free(s->layers[l].moe_ws);
+    if (s->mtp.moe_ws_owner) nf_cpu_moe_ws_free(s->mtp.moe_ws);
     free(s->hid);
     free(s->cat);
     free(s->mtp_kv_mem);
@@ -195,6 +212,7 @@ static void cpu_destroy(void *state)
     free(s->kv_mem);
     free(s->trace);
     free(s->pos);
+    free(s->rope_cs);
     free(s->iota);
     free(s->lseg);
     free(s->aseq);
@@ -226,6 +244,7 @@ static nf_status alloc_buffers(cpu_state *s, const nf_engine_opts *o, nf_error *
     s->u = malloc(C * D * sizeof(float));
     s->inv_freq = malloc(c->head_dim / 2 * sizeof(float));
     s->pos = malloc(C * sizeof(uint32_t));
+    s->rope_cs = malloc(C * (c->rope_dim ? c->rope_dim : 1) * sizeof(float));
     s->iota = malloc((C + 1) * sizeof(uint32_t));
     s->lseg = malloc(((size_t)o->max_seqs + 1) * sizeof(uint32_t));
     s->aseq = malloc(o->max_seqs * sizeof(nf_cpu_attn_seq));
@@ -234,7 +253,7 @@ static nf_status alloc_buffers(cpu_state *s, const nf_engine_opts *o, nf_error *
     const size_t n_attn = c->layers - c->n_linear;
     s->kv_mem = calloc(n_attn ? n_attn * 2 : 1, per ? per : 1);
     if (!s->x || !s->xn || !s->tmp || !s->q || !s->att || !s->k || !s->v || !s->g || !s->u || !s->inv_freq ||
-        !s->pos || !s->iota || !s->lseg || !s->aseq || !s->kv_mem)
+        !s->pos || !s->rope_cs || !s->iota || !s->lseg || !s->aseq || !s->kv_mem)
         return nf_error_set(err, NF_ERR_NOMEM, "cpu backend: out of memory for a KV pool of %u pages of %u tokens "
                             "(%zu MiB) and %zu-token buffers", o->kv_pages, o->page_tokens,
                             n_attn * 2 * per >> 20, C);
@@ -367,32 +386,75 @@ static nf_cpu_gemm_job job_of(const nf_batch *b, nf_cpu_weight w, const float *x
     return (nf_cpu_gemm_job){w, x, ldx, y, ldy, b->n_tokens, b->seq_start, b->n_seqs, NULL};
 }
 
-/* Bias, per-head norm (qwen3) and rope of every token's q and k, at the token's own position. */
-static void qk_rows(cpu_state *s, const cpu_layer *L, size_t T)
+/* Bias, per-head norm (qwen3) and rope of token t's q and k, at the token's own position. */
+static void qk_row(cpu_state *s, const cpu_layer *L, size_t t)
 {
     const nf_model_config *c = &s->m->cfg;
     const size_t hd = c->head_dim;
-    for (size_t t = 0; t < T; t++) {
-        float *q = s->q + t * s->q_dim, *k = s->k + t * s->kv_dim, *v = s->v + t * s->kv_dim;
-        if (L->q_bias) {
-            add_rows(q, L->q_bias, s->q_dim);
-            add_rows(k, L->k_bias, s->kv_dim);
-            add_rows(v, L->v_bias, s->kv_dim);
-        }
-        if (L->q_norm) {
-            for (uint32_t h = 0; h < c->heads; h++) nf_cpu_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, c->rms_eps);
-            for (uint32_t h = 0; h < c->kv_heads; h++) nf_cpu_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, c->rms_eps);
-        }
-        nf_cpu_rope_part(q, c->heads, c->head_dim, c->rope_dim, s->pos[t], s->inv_freq, s->attn_factor);
-        nf_cpu_rope_part(k, c->kv_heads, c->head_dim, c->rope_dim, s->pos[t], s->inv_freq, s->attn_factor);
+    float *q = s->q + t * s->q_dim, *k = s->k + t * s->kv_dim, *v = s->v + t * s->kv_dim;
+    if (L->q_bias) {
+        add_rows(q, L->q_bias, s->q_dim);
+        add_rows(k, L->k_bias, s->kv_dim);
+        add_rows(v, L->v_bias, s->kv_dim);
     }
+    if (L->q_norm) {
+        for (uint32_t h = 0; h < c->heads; h++) nf_cpu_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, c->rms_eps);
+        for (uint32_t h = 0; h < c->kv_heads; h++) nf_cpu_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, c->rms_eps);
+    }
+    if (s->rope_tab_gen != s->rope_gen) nf_cpu_rope_table(c->rope_dim, s->pos[t], s->inv_freq, s->attn_factor,
+                                                          s->rope_cs + t * c->rope_dim);
+    nf_cpu_rope_apply(q, c->heads, c->head_dim, c->rope_dim, s->rope_cs + t * c->rope_dim);
+    nf_cpu_rope_apply(k, c->kv_heads, c->head_dim, c->rope_dim, s->rope_cs + t * c->rope_dim);
+}
+
+/* Per-token row work of a prompt over the pool (each token's row computed alone: the same bits as
+ * one thread): the norms before the products and qk_row. */
+enum { ROWS_PAR_MIN = 16 }; /* fewer tokens (decoding) stay on the calling thread */
+
+typedef struct rows_ctx {
+    cpu_state *s;
+    const cpu_layer *L;
+    float *y;
+    const float *x, *w; /* rmsnorm rows, or x NULL: qk_row */
+    size_t n;
+    float eps;
+} rows_ctx;
+
+static void rows_fn(void *ctx, size_t begin, size_t end, int worker)
+{
+    (void)worker;
+    const rows_ctx *r = ctx;
+    for (size_t t = begin; t < end; t++) {
+        if (r->x) nf_cpu_rmsnorm(r->y + t * r->n, r->x + t * r->n, r->w, r->n, r->eps);
+        else qk_row(r->s, r->L, t);
+    }
+}
+
+static void run_rows(cpu_state *s, rows_ctx *r, size_t T)
+{
+    if (T >= ROWS_PAR_MIN) nf_parallel_for(nf_cpu_pool(s->cpu), T, 4, rows_fn, r);
+    else rows_fn(r, 0, T, 0);
+}
+
+/* y[t] = rmsnorm(x[t]) * w for the T rows of n. */
+static void norm_rows(cpu_state *s, float *y, const float *x, const float *w, size_t n, size_t T)
+{
+    rows_ctx r = {s, NULL, y, x, w, n, s->m->cfg.rms_eps};
+    run_rows(s, &r, T);
+}
+
+static void qk_rows(cpu_state *s, const cpu_layer *L, size_t T)
+{
+    rows_ctx r = {s, L, NULL, NULL, NULL, 0, 0};
+    run_rows(s, &r, T);
+    s->rope_tab_gen = s->rope_gen;
 }
 
 static void attention_block(cpu_state *s, cpu_layer *L, const nf_batch *b)
 {
     const nf_model_config *c = &s->m->cfg;
     const size_t T = b->n_tokens, H = c->hidden;
-    for (size_t t = 0; t < T; t++) nf_cpu_rmsnorm(s->xn + t * H, s->x + t * H, L->attn_norm, H, c->rms_eps);
+    norm_rows(s, s->xn, s->x, L->attn_norm, H, T);
     nf_cpu_gemm_job jobs[4] = {job_of(b, L->q, s->xn, H, s->q, s->q_dim), job_of(b, L->k, s->xn, H, s->k, s->kv_dim),
                                job_of(b, L->v, s->xn, H, s->v, s->kv_dim), job_of(b, L->gate_w, s->xn, H, s->gate, s->q_dim)};
     nf_cpu_gemm_batch(s->cpu, jobs, L->gate_w.rows ? 4 : 3);
@@ -416,7 +478,7 @@ static void gdn_block(cpu_state *s, cpu_layer *L, const nf_batch *b)
 {
     const nf_model_config *c = &s->m->cfg;
     const size_t T = b->n_tokens, H = c->hidden, conv = nf_model_conv_dim(c), Vd = (size_t)c->ssm_v_heads * c->ssm_v_dim;
-    for (size_t t = 0; t < T; t++) nf_cpu_rmsnorm(s->xn + t * H, s->x + t * H, L->attn_norm, H, c->rms_eps);
+    norm_rows(s, s->xn, s->x, L->attn_norm, H, T);
     nf_cpu_gemm_job jobs[3] = {job_of(b, L->ssm_qkv, s->xn, H, s->qkv, conv), job_of(b, L->ssm_z, s->xn, H, s->z, Vd),
                                job_of(b, L->ssm_ba, s->xn, H, s->ba, 2 * c->ssm_v_heads)};
     nf_cpu_gemm_batch(s->cpu, jobs, 3);
@@ -433,7 +495,7 @@ static void mlp_block(cpu_state *s, cpu_layer *L, const nf_batch *b, int32_t *tr
 {
     const nf_model_config *c = &s->m->cfg;
     const size_t T = b->n_tokens, H = c->hidden, D = c->dense_inter;
-    for (size_t t = 0; t < T; t++) nf_cpu_rmsnorm(s->xn + t * H, s->x + t * H, L->ffn_norm, H, c->rms_eps);
+    norm_rows(s, s->xn, s->x, L->ffn_norm, H, T);
     if (L->is_moe) {
         if (s->ep && L != &s->mtp) /* ids are the router's and T <= chunk: it cannot fail */
             (void)nf_cpu_moe_forward_ep(s->cpu, &L->moe, s->ep, s->xn, T, b->seq_start, b->n_seqs, s->tmp, trace, NULL);
@@ -492,6 +554,7 @@ static void positions(cpu_state *s, const nf_batch *b)
         s->aseq[i] = (nf_cpu_attn_seq){b->pages + (size_t)i * b->page_stride, b->pos0[i], t0, n};
         for (uint32_t t = 0; t < n; t++) s->pos[t0 + t] = b->pos0[i] + t;
     }
+    s->rope_gen++; /* the rope table follows the new positions */
 }
 
 /* positions(), the state slots, the dynamic rope update (one sequence). */
@@ -508,6 +571,7 @@ static nf_status prepare(cpu_state *s, const nf_batch *b, nf_error *err)
     if (end > s->rope_seq) { /* HF's dynamic update */
         s->rope_seq = end;
         nf_rope_inv_freq(&s->rope, s->rope_seq, s->inv_freq, &s->attn_factor);
+        s->rope_gen++;
     }
     return NF_OK;
 }

@@ -26,7 +26,9 @@ static nf_status fill_pool_opts(nf_engine_opts *o, int cuda, nf_error *err)
         return nf_error_set(err, NF_ERR_INVALID_ARG, "a pool of %u KV pages of %u tokens cannot hold one sequence "
                             "of the %u-token context (%llu pages)", o->kv_pages, o->page_tokens, o->ctx,
                             (unsigned long long)per_seq);
-    if (!o->chunk) o->chunk = cuda ? 2048 : 128; /* a GPU GEMM wants long chunks */
+    /* a GPU GEMM wants long chunks; on the CPU a MoE prompt of 256 tokens in one forward reads each expert's
+     * weights once and gives its tile about 16 tokens (llama.cpp takes 512 a pass) */
+    if (!o->chunk) o->chunk = cuda ? 2048 : 256;
     const uint64_t most = (uint64_t)o->ctx * o->max_seqs;
     if (o->chunk > most) o->chunk = (uint32_t)most;
     return NF_OK;

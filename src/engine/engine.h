@@ -35,7 +35,7 @@ typedef struct nf_engine_opts {
     const char *device; /* "cpu", "cuda" or "auto" (cuda when a GPU is visible, cpu for hybrids); NULL: cpu */
     int threads;        /* <= 0: all CPUs */
     uint32_t ctx;       /* the longest sequence in tokens (0: min(model.max_ctx, 4096)) */
-    uint32_t chunk;     /* the most tokens of one forward, all sequences together (0: 128 on the CPU, 2048
+    uint32_t chunk;     /* the most tokens of one forward, all sequences together (0: 256 on the CPU, 2048
                          * on CUDA; at most max_seqs * ctx) */
     uint32_t page_tokens; /* positions per KV page (0: NF_KV_PAGE_TOKENS) */
     uint32_t kv_pages;  /* pages in the KV pool (0: max_seqs * ceil(ctx / page_tokens)); at least one

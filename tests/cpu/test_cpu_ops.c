@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/cpu_internal.h"
 #include "common/enc_weights.h"
 #include "nf_test.h"
 
@@ -240,6 +241,75 @@ static void test_small_ops(void)
     nf_cpu_softmax(s, 4);
     double z = 1 + exp(1) + exp(-1);
     CHECK(fabs(s[0] - 1 / z) < 1e-6 && fabs(s[1] - exp(1) / z) < 1e-6 && s[3] == 0);
+}
+
+/* nf_cpu_expf (vexp.h) against exp in double: within 2.0e-7 relative for normal results, plus 2^-149
+ * absolute below 2^-126; +inf past 88.7228, 0 past -103.98, NaN kept. The AVX-512 forms of exp, softmax
+ * and SwiGLU must give the scalar forms' bits (every ISA rounds alike). */
+static void test_exp(void)
+{
+    enum { N = 1 << 20 };
+    float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
+    static const float special[] = {0.0f, -0.0f, 1.0f, -1.0f, 88.72283f, 88.7229f, 88.5f, 89.0f, 100.0f, -87.33f,
+                                    -87.34f, -100.0f, -103.97f, -103.98f, -104.0f, -150.0f, 1e-30f, -1e-30f,
+                                    0x1p-149f, 0.34657359f, -0.34657359f, 0.5f * 0.6931472f, 1e30f, -1e30f};
+    const size_t ns = sizeof special / sizeof special[0];
+    for (size_t i = 0; i < N; i++) x[i] = i < ns ? special[i] : frand() * 100.0f - 5.0f * (float)(i % 3 == 0);
+    x[ns] = INFINITY, x[ns + 1] = -INFINITY, x[ns + 2] = NAN;
+    int bad = 0, bad_sp = 0;
+    double worst = 0;
+    for (size_t i = 0; i < N; i++) {
+        y[i] = nf_cpu_expf(x[i]);
+        const double ref = exp((double)x[i]);
+        int ok;
+        if (isnan(x[i])) ok = isnan(y[i]);
+        else if (ref > 3.4028234663852886e38) ok = isinf(y[i]) && y[i] > 0;
+        else if (ref >= 0x1p-126) {
+            const double rel = fabs(y[i] - ref) / ref;
+            worst = rel > worst ? rel : worst;
+            ok = rel <= 2.0e-7;
+        } else ok = fabs(y[i] - ref) <= 2.0e-7 * ref + 0x1p-149;
+        if (!ok && bad++ < 5) fprintf(stderr, "exp(%.9g) = %.9g, exp in double %.9g\n", x[i], y[i], ref);
+    }
+    CHECK_MSG(bad == 0, "nf_cpu_expf outside its bound on %d of %d values (worst normal rel %.3g)", bad, N, worst);
+    CHECK(nf_cpu_expf(0.0f) == 1.0f && nf_cpu_expf(-0.0f) == 1.0f && nf_cpu_expf(-110.0f) == 0.0f && isinf(nf_cpu_expf(89.0f)));
+    printf("nf_cpu_expf: worst relative error %.3g over %d values (bound 2.0e-7)\n", worst, N);
+    if (nf_isa_detect() >= NF_ISA_AVX512VNNI) {
+        float *yv = malloc(N * sizeof(float));
+        nf_cpu_exp_avx512(x, yv, N);
+        for (size_t i = 0; i < N; i++) bad_sp += memcmp(&y[i], &yv[i], 4) != 0 && !(isnan(y[i]) && isnan(yv[i]));
+        CHECK_MSG(bad_sp == 0, "AVX-512 exp differs from the scalar form on %d of %d values", bad_sp, N);
+        /* softmax and SwiGLU, every length 1 .. 70 (partial 16-lane blocks) and one long row */
+        float a[400], b[400], c[400], g[400], u[400], o1[400], o2[400];
+        int sm_bad = 0, sw_bad = 0, acc_bad = 0;
+        double sm_worst = 0;
+        for (size_t n = 1; n <= 400; n = n < 70 ? n + 1 : n + 330) { /* 1 .. 70, then 400 */
+            for (size_t i = 0; i < n; i++) a[i] = frand() * 30.0f, g[i] = frand() * 12.0f, u[i] = frand();
+            if (n > 5) a[3] = -1e30f, g[2] = -100.0f, g[4] = 95.0f;
+            memcpy(b, a, n * sizeof(float));
+            memcpy(c, a, n * sizeof(float));
+            nf_cpu_softmax_scalar(a, n);
+            nf_cpu_softmax_avx512(b, n);
+            sm_bad += memcmp(a, b, n * sizeof(float)) != 0;
+            double mx = c[0], z = 0;
+            for (size_t i = 1; i < n; i++) mx = c[i] > mx ? c[i] : mx;
+            for (size_t i = 0; i < n; i++) z += exp((double)c[i] - mx);
+            for (size_t i = 0; i < n; i++) { /* the exp's 2.0e-7 and the f32 subtraction, sum and scaling */
+                const double ref = exp((double)c[i] - mx) / z, err = fabs(a[i] - ref);
+                if (ref >= 1e-30) sm_worst = err / ref > sm_worst ? err / ref : sm_worst;
+                acc_bad += ref >= 1e-30 ? err > 5e-7 * ref + 1.2e-7 * ref * fabs((double)c[i] - mx) : err > 1e-37;
+            }
+            nf_cpu_swiglu_scalar(o1, g, u, n);
+            nf_cpu_swiglu_avx512(o2, g, u, n);
+            sw_bad += memcmp(o1, o2, n * sizeof(float)) != 0;
+        }
+        CHECK_MSG(acc_bad == 0, "softmax off exp in double on %d entries (worst rel %.3g)", acc_bad, sm_worst);
+        CHECK_MSG(sm_bad == 0, "AVX-512 softmax differs from the scalar form at %d lengths", sm_bad);
+        CHECK_MSG(sw_bad == 0, "AVX-512 SwiGLU differs from the scalar form at %d lengths", sw_bad);
+        free(yv);
+    }
+    free(x);
+    free(y);
 }
 
 static void test_rope(void)
@@ -480,6 +550,7 @@ int main(void)
     test_gemm_ragged(c1, c3);
     test_gemm_segments(c1, c3);
     test_small_ops();
+    test_exp();
     test_rope();
     test_attention(c3, 0);
     test_attention(c3, 1);

@@ -120,19 +120,35 @@ void nf_cpu_attn_block_avx2(const nf_cpu_kv *kv, const uint32_t *pages, const fl
 {
     const uint32_t hd = kv->head_dim;
     const size_t kv_row = (size_t)kv->kv_heads * hd, koff = (size_t)kh * hd;
+    const int v512 = lanes == 16 && hd % 16 == 0; /* AVX-512 (the caller's lanes say it is known) */
     if (nq == 1) {
         scores1(kv, pages, q, hd, kv_row, koff, n0, scale, sc);
         nf_cpu_softmax(sc, n0);
-        weighted_v(kv, pages, sc, n0, hd, kv_row, koff, out);
+        if (v512) nf_cpu_weighted_v_avx512(kv, pages, sc, n0, NULL, 0, kv_row, koff, out, NULL);
+        else weighted_v(kv, pages, sc, n0, hd, kv_row, koff, out);
         return;
     }
     float qt[NF_CPU_ATTN_MAX_HD * 16]; /* [hd][lanes]: query lane j = token j, unused lanes zero */
     for (uint32_t i = 0; i < hd; i++)
         for (uint32_t j = 0; j < (uint32_t)lanes; j++) qt[(size_t)i * lanes + j] = j < nq ? q[j * q_row + i] : 0.0f;
     const uint32_t np = n0 + nq - 1; /* positions the last query sees */
-    float *w = sc, *sct = sc + np;     /* w [np]: one query's weights; sct [np][lanes]: all scores */
+    float *w = sc, *w1 = sc + np, *sct = sc + 2 * np; /* w, w1 [np]: two queries' weights; sct [np][lanes] */
     if (lanes == 16) nf_cpu_attn_scores16_avx512(kv, pages, qt, hd, kv_row, koff, np, scale, sct);
     else scores8(kv, pages, qt, hd, kv_row, koff, np, scale, sct);
+    if (v512) { /* queries two at a time, each v row read once for both */
+        for (uint32_t j = 0; j < nq; j += 2) {
+            const uint32_t n = n0 + j, two = j + 1 < nq;
+            for (uint32_t p = 0; p < n; p++) w[p] = sct[(size_t)p * lanes + j];
+            nf_cpu_softmax(w, n);
+            if (two) {
+                for (uint32_t p = 0; p <= n; p++) w1[p] = sct[(size_t)p * lanes + j + 1];
+                nf_cpu_softmax(w1, n + 1);
+            }
+            nf_cpu_weighted_v_avx512(kv, pages, w, n, two ? w1 : NULL, n + 1, kv_row, koff, out + j * q_row,
+                                     two ? out + (j + 1) * q_row : NULL);
+        }
+        return;
+    }
     for (uint32_t j = 0; j < nq; j++) {
         const uint32_t n = n0 + j;
         for (uint32_t p = 0; p < n; p++) w[p] = sct[(size_t)p * lanes + j];

@@ -118,12 +118,16 @@ void nf_cpu_gemm(nf_cpu *c, const nf_cpu_weight *w, const float *x, size_t ldx, 
 
 /* HF RMSNorm: y = w * (x / sqrt(mean(x^2) + eps)); y may alias x. Sum of squares in double. */
 void nf_cpu_rmsnorm(float *y, const float *x, const float *w, size_t n, float eps);
-/* out[i] = silu(g[i]) * u[i], silu(g) = g / (1 + exp(-g)); out may alias g or u. */
+/* The backend's exp (softmax, SwiGLU): within 2.0e-7 relative of e^x for normal results (vexp.h
+ * argues the bound), +inf above 88.7228, 0 below -103.98, NaN kept; the same bits on every ISA. */
+float nf_cpu_expf(float x);
+/* out[i] = silu(g[i]) * u[i], silu(g) = g / (1 + exp(-g)) with nf_cpu_expf; out may alias g or u. */
 void nf_cpu_swiglu(float *out, const float *g, const float *u, size_t n);
 /* nf_cpu_swiglu over the pool in chunks when n is large (a prompt's dense MLP: 256 x 1536 expf on one
  * thread were 5 % of SmolLM2's prefill while the other waited); the same bits. */
 void nf_cpu_swiglu_par(nf_cpu *c, float *out, const float *g, const float *u, size_t n);
-/* In-place softmax over x[n] (max subtracted; f32 exp, double sum). */
+/* In-place softmax over x[n] (max subtracted; nf_cpu_expf, the sum in double over 16 lanes added in a
+ * fixed order: ops.c). */
 void nf_cpu_softmax(float *x, size_t n);
 
 /* ---- RoPE ---------------------------------------------------------------------------------- */
@@ -159,6 +163,11 @@ void nf_cpu_rope(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t pos, co
  * apply_rotary_pos_emb on q[..., :rotary_dim]); the rest pass unchanged. head_dim is the stride. */
 void nf_cpu_rope_part(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t rot_dim, uint32_t pos,
                       const float *inv_freq, float attn_factor);
+/* nf_cpu_rope_part in two steps, the same bits: the position's table cs[rot_dim] (cos of the rot_dim / 2
+ * frequencies, then sin, times attn_factor) once, then the rotation of any number of rows with it (a
+ * forward computes each token's table once for all its layers). */
+void nf_cpu_rope_table(uint32_t rot_dim, uint32_t pos, const float *inv_freq, float attn_factor, float *cs);
+void nf_cpu_rope_apply(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t rot_dim, const float *cs);
 
 /* ---- attention ----------------------------------------------------------------------------- */
 

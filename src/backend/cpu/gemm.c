@@ -234,16 +234,6 @@ static void batch_fn(void *ctx, size_t begin, size_t end, int worker)
     }
 }
 
-/* Whether every job runs only the int8 kernel (decoding). Such a batch is claimed guided (long
- * claims first, each a long kernel call whose prefetch streams ahead; short ones last, so the
- * threads end together); one with a tile job a block (16 rows) at a time, a block being long work. */
-static int batch_kernel_only(const nf_cpu *c, const nf_cpu_gemm_job *jobs, const a8_job *a8, size_t n_jobs)
-{
-    for (size_t j = 0; j < n_jobs; j++)
-        if (jobs[j].n && !kernel_only(c, &jobs[j], a8 ? &a8[j] : NULL)) return 0;
-    return 1;
-}
-
 /* ---- int8 activations: each distinct input of the batch quantised once ------------------------- */
 
 typedef struct a8_src {
@@ -308,8 +298,10 @@ static int prepare_a8(nf_cpu *c, const nf_cpu_gemm_job *jobs, size_t n_jobs, a8_
             src[n_src++] = (a8_src){jb->x, jb->ldx, jb->n, jb->w.cols, NULL, NULL};
             bytes += jb->n * nf_a8_row_bytes(jb->w.cols);
         }
-        /* the AMX tile reads the rows regrouped: once per source, when a job of it takes the tile */
-        if (a8[j].tile && nf_a8_tile_wants_xt(c->isa) && jb->n > NF_CPU_STEP_MAX && !src[s].xt) {
+        /* the AMX tile reads the rows regrouped: once per source, when a segment of one of its jobs takes the
+         * tile (an expert's group of a few tokens of a long prompt does: segments are cut by sequence, not by
+         * the group's size; the AMX tile itself runs the AVX-512 one on a segment too short for it) */
+        if (a8[j].tile && nf_a8_tile_wants_xt(c->isa) && !kernel_only(c, jb, &a8[j]) && !src[s].xt) {
             src[s].xt = (uint8_t *)1; /* marked; placed below */
             bytes += nf_a8_xt_bytes(jb->w.cols, jb->n);
         }
@@ -379,8 +371,12 @@ void nf_cpu_gemm_batch(nf_cpu *c, const nf_cpu_gemm_job *jobs, size_t n_jobs)
     for (size_t j = 0; j < n_jobs; j++)
         first[j + 1] = first[j] + (jobs[j].n ? (jobs[j].w.rows + NF_CPU_RB - 1) / NF_CPU_RB : 0);
     batch_ctx b = {c, jobs, a8, n_jobs, first};
-    if (first[n_jobs] && batch_kernel_only(c, jobs, a8, n_jobs)) nf_parallel_for_guided(c->pool, first[n_jobs], 1, batch_fn, &b);
-    else if (first[n_jobs]) nf_parallel_for(c->pool, first[n_jobs], 1, batch_fn, &b);
+    /* Guided claims (long runs of consecutive blocks first, short ones last so the threads end together):
+     * a kernel-only (decoding) run is one long kernel call whose prefetch streams ahead, and a tile's
+     * prefetch of the next 16-row block during its first token pass lands in the cache of the thread
+     * that runs that block (with claims of one block the other thread usually took it; MoE prefill
+     * from DRAM, perf/cpu_2026-12-07.md) */
+    if (first[n_jobs]) nf_parallel_for_guided(c->pool, first[n_jobs], 1, batch_fn, &b);
     if (first != stack) free(first);
     if (a8 && a8 != a8_stack) free(a8);
 }

@@ -6,6 +6,7 @@
 
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/cpu_internal.h"
+#include "backend/cpu/vexp.h"
 
 #define NF_PI 3.14159265358979323846
 
@@ -18,10 +19,23 @@ void nf_cpu_rmsnorm(float *y, const float *x, const float *w, size_t n, float ep
     for (size_t i = 0; i < n; i++) y[i] = w[i] * (x[i] * inv);
 }
 
+/* ---- exp, SwiGLU and softmax: vexp.h's exp, the same bits in the scalar and AVX-512 forms -------- */
+
+float nf_cpu_expf(float x) { return nf_cpu_expf_def(x); }
+
+/* AVX-512 where the integer kernels' ISA has it (decided once per process; the bits do not depend on it). */
+static int vec512(void) { return nf_isa_selected() >= NF_ISA_AVX512VNNI; }
+
 /* act_fn(gate_proj(x)) * up_proj(x) with act_fn = SiLU. */
+void nf_cpu_swiglu_scalar(float *out, const float *g, const float *u, size_t n)
+{
+    for (size_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + nf_cpu_expf_def(-g[i])) * u[i];
+}
+
 void nf_cpu_swiglu(float *out, const float *g, const float *u, size_t n)
 {
-    for (size_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    if (vec512()) nf_cpu_swiglu_avx512(out, g, u, n);
+    else nf_cpu_swiglu_scalar(out, g, u, n);
 }
 
 typedef struct swiglu_ctx {
@@ -48,18 +62,29 @@ void nf_cpu_swiglu_par(nf_cpu *c, float *out, const float *g, const float *u, si
     nf_cpu_swiglu(out + items * SWIGLU_CHUNK, g + items * SWIGLU_CHUNK, u + items * SWIGLU_CHUNK, n - items * SWIGLU_CHUNK);
 }
 
-void nf_cpu_softmax(float *x, size_t n)
+/* The sum of the exponentials in double over 16 lanes (lane l: elements l, l + 16, ... in order), the
+ * lanes added in a fixed tree: the AVX-512 form's order, so both give the same bits. */
+void nf_cpu_softmax_scalar(float *x, size_t n)
 {
     if (!n) return;
     float mx = x[0];
     for (size_t i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
-    double sum = 0;
+    double acc[16] = {0};
     for (size_t i = 0; i < n; i++) {
-        x[i] = expf(x[i] - mx);
-        sum += x[i];
+        x[i] = nf_cpu_expf_def(x[i] - mx);
+        acc[i % 16] += x[i];
     }
+    double s[8];
+    for (int j = 0; j < 8; j++) s[j] = acc[j] + acc[j + 8];
+    const double sum = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
     float inv = (float)(1.0 / sum);
     for (size_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+void nf_cpu_softmax(float *x, size_t n)
+{
+    if (vec512()) nf_cpu_softmax_avx512(x, n);
+    else nf_cpu_softmax_scalar(x, n);
 }
 
 /* ---- RoPE (transformers' modeling_rope_utils) -------------------------------------------------- */
@@ -149,20 +174,42 @@ void nf_cpu_rope(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t pos, co
     nf_cpu_rope_part(v, n_heads, head_dim, head_dim, pos, inv_freq, attn_factor);
 }
 
+/* cos and sin of frequency i at pos, times the attention scaling (one definition for both forms below). */
+static inline void rope_angle(uint32_t pos, float inv_freq, float attn_factor, float *c, float *s)
+{
+    float ang = (float)pos * inv_freq;
+    *c = (float)cos((double)ang) * attn_factor, *s = (float)sin((double)ang) * attn_factor;
+}
+
+static inline void rope_rotate(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t half, uint32_t i, float c, float s)
+{
+    for (uint32_t h = 0; h < n_heads; h++) {
+        float *x = v + (size_t)h * head_dim;
+        float x0 = x[i], x1 = x[i + half];
+        x[i] = x0 * c - x1 * s;
+        x[i + half] = x1 * c + x0 * s;
+    }
+}
+
 void nf_cpu_rope_part(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t rot_dim, uint32_t pos,
                       const float *inv_freq, float attn_factor)
 {
     const uint32_t half = rot_dim / 2;
     for (uint32_t i = 0; i < half; i++) {
-        float ang = (float)pos * inv_freq[i];
-        float c = (float)cos((double)ang) * attn_factor, s = (float)sin((double)ang) * attn_factor;
-        for (uint32_t h = 0; h < n_heads; h++) {
-            float *x = v + (size_t)h * head_dim;
-            float x0 = x[i], x1 = x[i + half];
-            x[i] = x0 * c - x1 * s;
-            x[i + half] = x1 * c + x0 * s;
-        }
+        float c, s;
+        rope_angle(pos, inv_freq[i], attn_factor, &c, &s);
+        rope_rotate(v, n_heads, head_dim, half, i, c, s);
     }
+}
+
+void nf_cpu_rope_table(uint32_t rot_dim, uint32_t pos, const float *inv_freq, float attn_factor, float *cs)
+{
+    for (uint32_t i = 0; i < rot_dim / 2; i++) rope_angle(pos, inv_freq[i], attn_factor, cs + i, cs + rot_dim / 2 + i);
+}
+
+void nf_cpu_rope_apply(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t rot_dim, const float *cs)
+{
+    for (uint32_t i = 0; i < rot_dim / 2; i++) rope_rotate(v, n_heads, head_dim, rot_dim / 2, i, cs[i], cs[rot_dim / 2 + i]);
 }
 
 /* ---- attention --------------------------------------------------------------------------------- */
