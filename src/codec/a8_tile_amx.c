@@ -147,7 +147,7 @@ static inline __attribute__((always_inline)) void panel_tokens(const int Q6, con
 
 /* Below these token counts a segment runs the AVX-512 VNNI tile (the same bits): it works per token where
  * AMX computes and combines 16 token lanes, and its panel is transposed once. Measured per 16 rows x
- * 2048 columns, L2-resident, 1 thread (docs/perf/cpu_2026-12-07.md): q4_k / q5_k / q8_0 AMX ahead from
+ * 2048 columns, L2-resident, 1 thread (docs/perf/cpu_2026-12-06d.md): q4_k / q5_k / q8_0 AMX ahead from
  * 5 tokens (at 8: 6.4 - 7.7 us against 8.4 - 10.0), q6_k (two K = 16 products per block) only from 10. */
 #define AMX_MIN_TOK(Q6) ((Q6) ? 10 : 5)
 

@@ -375,7 +375,7 @@ void nf_cpu_gemm_batch(nf_cpu *c, const nf_cpu_gemm_job *jobs, size_t n_jobs)
      * a kernel-only (decoding) run is one long kernel call whose prefetch streams ahead, and a tile's
      * prefetch of the next 16-row block during its first token pass lands in the cache of the thread
      * that runs that block (with claims of one block the other thread usually took it; MoE prefill
-     * from DRAM, perf/cpu_2026-12-07.md) */
+     * from DRAM, perf/cpu_2026-12-06d.md) */
     if (first[n_jobs]) nf_parallel_for_guided(c->pool, first[n_jobs], 1, batch_fn, &b);
     if (first != stack) free(first);
     if (a8 && a8 != a8_stack) free(a8);
