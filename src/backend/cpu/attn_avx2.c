@@ -115,6 +115,13 @@ static void scores1(const nf_cpu_kv *kv, const uint32_t *pages, const float *q, 
     }
 }
 
+/* Query j's weights: its n scores (column j of sct [np][lanes]) into w, softmaxed. */
+static void query_weights(const float *sct, int lanes, uint32_t j, uint32_t n, float *w)
+{
+    for (uint32_t p = 0; p < n; p++) w[p] = sct[(size_t)p * lanes + j];
+    nf_cpu_softmax(w, n);
+}
+
 void nf_cpu_attn_block_avx2(const nf_cpu_kv *kv, const uint32_t *pages, const float *q, size_t q_row, uint32_t kh,
                             uint32_t n0, uint32_t nq, float scale, float *sc, float *out, int lanes)
 {
@@ -138,12 +145,8 @@ void nf_cpu_attn_block_avx2(const nf_cpu_kv *kv, const uint32_t *pages, const fl
     if (v512) { /* queries two at a time, each v row read once for both */
         for (uint32_t j = 0; j < nq; j += 2) {
             const uint32_t n = n0 + j, two = j + 1 < nq;
-            for (uint32_t p = 0; p < n; p++) w[p] = sct[(size_t)p * lanes + j];
-            nf_cpu_softmax(w, n);
-            if (two) {
-                for (uint32_t p = 0; p <= n; p++) w1[p] = sct[(size_t)p * lanes + j + 1];
-                nf_cpu_softmax(w1, n + 1);
-            }
+            query_weights(sct, lanes, j, n, w);
+            if (two) query_weights(sct, lanes, j + 1, n + 1, w1);
             nf_cpu_weighted_v_avx512(kv, pages, w, n, two ? w1 : NULL, n + 1, kv_row, koff, out + j * q_row,
                                      two ? out + (j + 1) * q_row : NULL);
         }
@@ -151,8 +154,7 @@ void nf_cpu_attn_block_avx2(const nf_cpu_kv *kv, const uint32_t *pages, const fl
     }
     for (uint32_t j = 0; j < nq; j++) {
         const uint32_t n = n0 + j;
-        for (uint32_t p = 0; p < n; p++) w[p] = sct[(size_t)p * lanes + j];
-        nf_cpu_softmax(w, n);
+        query_weights(sct, lanes, j, n, w);
         weighted_v(kv, pages, w, n, hd, kv_row, koff, out + j * q_row);
     }
 }
