@@ -65,9 +65,8 @@ typedef struct cpu_state {
     float *inv_freq;         /* [head_dim / 2] */
     float attn_factor;
     uint32_t rope_seq;       /* the seq_len inv_freq was computed for (dynamic scaling) */
-    float *rope_cs;          /* [chunk][rope_dim]: each token's nf_cpu_rope_table, filled by the forward's first
-                                attention layer (rope_gen != rope_tab_gen) for all its layers */
-    uint64_t rope_gen, rope_tab_gen; /* bumped when positions or frequencies change / the table's */
+    float *rope_cs;          /* [chunk][rope_dim]: each token's nf_cpu_rope_table, filled with the positions
+                                (positions()) and applied by every attention layer */
     int32_t *trace;          /* [layers][chunk][top_k] with trace_routing, else NULL */
     nf_cpu_ep_sim *ep;       /* ep_sim_ranks > 1: the MoE blocks' simulated ranks (one set for all layers) */
     size_t trace_T;          /* tokens of the last forward */
@@ -401,8 +400,6 @@ static void qk_row(cpu_state *s, const cpu_layer *L, size_t t)
         for (uint32_t h = 0; h < c->heads; h++) nf_cpu_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, c->rms_eps);
         for (uint32_t h = 0; h < c->kv_heads; h++) nf_cpu_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, c->rms_eps);
     }
-    if (s->rope_tab_gen != s->rope_gen) nf_cpu_rope_table(c->rope_dim, s->pos[t], s->inv_freq, s->attn_factor,
-                                                          s->rope_cs + t * c->rope_dim);
     nf_cpu_rope_apply(q, c->heads, c->head_dim, c->rope_dim, s->rope_cs + t * c->rope_dim);
     nf_cpu_rope_apply(k, c->kv_heads, c->head_dim, c->rope_dim, s->rope_cs + t * c->rope_dim);
 }
@@ -447,7 +444,6 @@ static void qk_rows(cpu_state *s, const cpu_layer *L, size_t T)
 {
     rows_ctx r = {s, L, NULL, NULL, NULL, 0, 0};
     run_rows(s, &r, T);
-    s->rope_tab_gen = s->rope_gen;
 }
 
 static void attention_block(cpu_state *s, cpu_layer *L, const nf_batch *b)
@@ -546,18 +542,21 @@ static nf_status prepare_slots(cpu_state *s, const nf_batch *b, nf_error *err)
     return NF_OK;
 }
 
-/* Each token's position and each sequence's attention view. */
+/* Each token's position, its rope table (once for every layer) and each sequence's attention view. */
 static void positions(cpu_state *s, const nf_batch *b)
 {
+    const uint32_t rd = s->m->cfg.rope_dim;
     for (uint32_t i = 0; i < b->n_seqs; i++) {
         const uint32_t t0 = b->seq_start[i], n = nf_batch_tokens_of(b, i);
         s->aseq[i] = (nf_cpu_attn_seq){b->pages + (size_t)i * b->page_stride, b->pos0[i], t0, n};
-        for (uint32_t t = 0; t < n; t++) s->pos[t0 + t] = b->pos0[i] + t;
+        for (uint32_t t = 0; t < n; t++) {
+            s->pos[t0 + t] = b->pos0[i] + t;
+            nf_cpu_rope_table(rd, s->pos[t0 + t], s->inv_freq, s->attn_factor, s->rope_cs + (size_t)(t0 + t) * rd);
+        }
     }
-    s->rope_gen++; /* the rope table follows the new positions */
 }
 
-/* positions(), the state slots, the dynamic rope update (one sequence). */
+/* The state slots, the dynamic rope update (one sequence), positions(). */
 static nf_status prepare(cpu_state *s, const nf_batch *b, nf_error *err)
 {
     if (s->rope.kind == NF_ROPE_DYNAMIC && b->n_seqs > 1)
@@ -565,14 +564,12 @@ static nf_status prepare(cpu_state *s, const nf_batch *b, nf_error *err)
                             "sequence's length, so this model runs one sequence per forward (got %u)", b->n_seqs);
     nf_status st = prepare_slots(s, b, err); /* the last refusal: it may reset slots */
     if (st) return st;
-    positions(s, b);
-    if (s->rope.kind != NF_ROPE_DYNAMIC) return NF_OK;
-    const uint32_t end = b->pos0[0] + b->n_tokens;
-    if (end > s->rope_seq) { /* HF's dynamic update */
-        s->rope_seq = end;
+    /* HF's dynamic update, before positions() builds the rope tables from the frequencies */
+    if (s->rope.kind == NF_ROPE_DYNAMIC && b->pos0[0] + b->n_tokens > s->rope_seq) {
+        s->rope_seq = b->pos0[0] + b->n_tokens;
         nf_rope_inv_freq(&s->rope, s->rope_seq, s->inv_freq, &s->attn_factor);
-        s->rope_gen++;
     }
+    positions(s, b);
     return NF_OK;
 }
 
