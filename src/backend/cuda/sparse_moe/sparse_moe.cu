@@ -666,6 +666,20 @@ static cudaError_t mmq_slice(const nf_sparse_moe *m, const uint16_t *x, uint32_t
     return cudaGetLastError();
 }
 
+// Whether gate/up prefetches the routed experts' down bytes into L2 (NextMat): at one token it is
+// latency-bound with DRAM to spare, and 8 experts' down (~10 MB at qwen3-30b-a3b q6_k) stay in L2 for
+// the down launch. With more tokens the active experts' down outgrows the L2 (T = 8: ~52 experts,
+// ~65 MB against an H100's 50 MB): the prefetched lines are evicted before down reads them, and
+// gate/up's DRAM time carries them (ncu, H100, T = 8: gate/up read ~150 MB for ~92 MB of its own
+// weights). So only while they fit half the L2. NF_X_DOWN_PREFETCH=0/1 forces it (an experiment's
+// switch, to be removed once measured).
+static bool prefetch_down(uint32_t groups, uint64_t expert_bytes)
+{
+    static const char *force = getenv("NF_X_DOWN_PREFETCH");
+    if (force && *force) return *force == '1';
+    return groups * expert_bytes <= (uint64_t)device_attr<cudaDevAttrL2CacheSize>() / 2;
+}
+
 // One slice of T <= max_tokens tokens.
 static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint32_t T, uint16_t *out, uint8_t *ws,
                                  cudaStream_t s)
@@ -696,7 +710,8 @@ static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint
     // launch), prefetches the routed experts' down bytes into L2 for the fused down kernel and
     // may quantise the activations to int8 (gate/up codecs with int8 spans: gemv_a8.cu)
     const DevMat &dn = m->m[M_DOWN];
-    const GemvLaunch gl{small ? NextMat{dn.data, (uint64_t)dn.rows * dn.row_stride} : NextMat{nullptr, 0}, small,
+    const bool pf = small && prefetch_down(max_groups, (uint64_t)dn.rows * dn.row_stride);
+    const GemvLaunch gl{pf ? NextMat{dn.data, (uint64_t)dn.rows * dn.row_stride} : NextMat{nullptr, 0}, small,
                         T == 1, small && b.gate_up.allow_a8};
     cudaError_t e = launch_gemv_ex(m->codec[M_GATE_UP], true, m->m[M_GATE_UP], x, true, H, g, act, I, T, gl, s);
     float *ys = nullptr;
