@@ -82,15 +82,21 @@ __device__ void copy_q8(const int8_t *pq, const float2 *pd, const Groups &g, int
 // its next block's rows into L2 so DRAM stays busy while it reduces and stores.
 // grid: x = CTAs over row blocks, y = group slots. EARLY: one token whose input row is x[0] (the
 // decode route), quantised before the grid-dependency wait (gemv.cu says why).
+// aq (GLU, MAXT > 1; GemvLaunch::aq): CTA c walks the consecutive blocks 4c .. 4c + 3, whose 32
+// outputs of a token are one quantisation block: they gather in shared memory (ys) and leave as
+// int8 (aq, ad) instead of f32, so the small-token down copies its input instead of each of its
+// CTAs quantising all T k rows of it again (ncu, H100, T = 8: a third of down_a8's instructions).
 template <class SP, int MAXT, bool GLU, bool EARLY, int NS>
 __global__ void __launch_bounds__(kWarps * 32, MAXT == 1 && NS == 1 ? 3 : 2)
     gemv_a8_kernel(DevMat W, const uint16_t *in, uint32_t in_stride, Groups g, float *out, uint32_t out_stride,
-                   int tchunk, NextMat nx, bool ready, const int8_t *pq, const float2 *pd)
+                   int tchunk, NextMat nx, bool ready, const int8_t *pq, const float2 *pd, int8_t *aq, float2 *ad)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     const uint32_t cols = W.cols;
     int8_t *xq = reinterpret_cast<int8_t *>(smem);                                  // tchunk padded rows
     float2 *xd = reinterpret_cast<float2 *>(smem + (size_t)tchunk * a8_stride(cols)); // [tchunk][cols / 32]
+    float *ys = reinterpret_cast<float *>(xd + (size_t)tchunk * (cols / 32));        // aq: [tchunk][32]
+    const bool q8out = GLU && MAXT > 1 && aq;
     if (EARLY) {
         const Groups g0{nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1};
         stage_q8(in, in_stride, g0, 0, 1, cols, xq, xd);
@@ -118,13 +124,15 @@ __global__ void __launch_bounds__(kWarps * 32, MAXT == 1 && NS == 1 ? 3 : 2)
     };
     // The first rows travel to L1 while the activations are quantised, or, when the group tables
     // are ready, while the predecessor still runs.
-    if (ready && gi < *g.n) prefetch(g.expert[gi], blockIdx.x, true);
+    const uint32_t b0 = q8out ? 4 * blockIdx.x : blockIdx.x, bstep = q8out ? 1 : gridDim.x;
+    const uint32_t bend = q8out ? min(blocks, b0 + 4) : blocks;
+    if (ready && gi < *g.n) prefetch(g.expert[gi], b0, true);
     cudaGridDependencySynchronize();
     cudaTriggerProgrammaticLaunchCompletion();
     const GroupEntry ge = group_entry(g, gi); // one round trip
     if (gi >= ge.live) return;
     const int expert = ge.expert, start = ge.start, count = ge.count;
-    if (!ready) prefetch(expert, blockIdx.x, true);
+    if (!ready) prefetch(expert, b0, true);
     prefetch_expert(nx, (uint32_t)expert);
     const int spans = (int)(cols / SP::kSpanElems);
 
@@ -136,11 +144,11 @@ __global__ void __launch_bounds__(kWarps * 32, MAXT == 1 && NS == 1 ? 3 : 2)
             else stage_q8(in, in_stride, g, start + c0, nt, cols, xq, xd);
         }
         __syncthreads();
-        for (uint32_t blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
+        for (uint32_t blk = b0; blk < bend; blk += bstep) {
             uint32_t ra, rb;
             bool has_b;
             if (!rows_of(blk, ra, rb, has_b)) break;
-            prefetch(expert, blk + gridDim.x, false);
+            prefetch(expert, blk + bstep, false); // q8out: past bend, the next CTA's first rows
             for (int t0 = 0; t0 < nt; t0 += MAXT) {
                 const int n = min(MAXT, nt - t0);
                 float a[MAXT] = {}, b[MAXT] = {};
@@ -165,13 +173,26 @@ __global__ void __launch_bounds__(kWarps * 32, MAXT == 1 && NS == 1 ? 3 : 2)
                     const float va = warp_sum(a[t]), vb = warp_sum(b[t]);
                     float *o = out + (size_t)(start + c0 + t0 + t) * out_stride;
                     if (lane == 0) {
-                        if (GLU) o[ra] = silu(va) * vb;
+                        if (q8out) ys[(t0 + t) * 32 + (blk - b0) * kWarps + warp] = silu(va) * vb;
+                        else if (GLU) o[ra] = silu(va) * vb;
                         else {
                             o[ra] = va;
                             if (has_b) o[rb] = vb;
                         }
                     }
                 }
+            }
+        }
+        if (q8out) { // the chunk's tokens: warp w quantises tokens w, w + kWarps, ... (a lane an output)
+            __syncthreads();
+            const uint32_t I = out_rows;
+            for (int t = warp; t < nt; t += kWarps) {
+                int q, sum;
+                float d;
+                quant8_lane(ys[t * 32 + lane], q, d, sum);
+                const size_t p = (size_t)(start + c0 + t);
+                aq[p * a8_stride(I) + a8_at(32 * blockIdx.x + lane)] = (int8_t)q;
+                if (lane == 0) ad[p * (I / 32) + blockIdx.x] = make_float2(d, d * (float)sum);
             }
         }
     }
@@ -188,10 +209,12 @@ cudaError_t launch_t(const DevMat &W, const uint16_t *in, uint32_t in_stride, co
     if (tchunk < 1) return cudaErrorInvalidValue;
     if (tchunk > 64) tchunk = 64;
     if (tchunk > (int)max_tokens) tchunk = (int)max_tokens;
-    const size_t smem = (size_t)tchunk * per_token;
+    const bool q8out = GLU && max_tokens > 1 && opt.aq;
+    if (q8out && (!opt.ad || out_rows % 32)) return cudaErrorInvalidValue;
+    const size_t smem = (size_t)tchunk * (per_token + (q8out ? 32 * sizeof(float) : 0));
     const bool early = opt.rows_are_x0 && max_tokens == 1;
     void (*k)(DevMat, const uint16_t *, uint32_t, Groups, float *, uint32_t, int, NextMat, bool, const int8_t *,
-              const float2 *) =
+              const float2 *, int8_t *, float2 *) =
         early ? gemv_a8_kernel<SP, MAXT, GLU, true, NS> : gemv_a8_kernel<SP, MAXT, GLU, false, NS>;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     // GLU at T = 1 keeps a CTA per block: the decode gate/up quantises x before its grid-dependency
@@ -201,7 +224,7 @@ cudaError_t launch_t(const DevMat &W, const uint16_t *in, uint32_t in_stride, co
     // time at T = 4 .. 16 and 0.94 - 1.00x at T = 2 (four k-quant / q8_0 profiles; docs/sparse_moe.md,
     // "CUDA-core routes").
     // Plain (the dense layers, one group): at most one wave of CTAs, each walking several row blocks.
-    uint32_t grid = GLU && max_tokens > 1 ? (blocks + 3) / 4 : blocks;
+    uint32_t grid = GLU && max_tokens > 1 ? (blocks + 3) / 4 : blocks; // q8out: blocks % 4 == 0
     if constexpr (!GLU) {
         const int sms = sm_count();
         int per_sm = 0;
@@ -212,7 +235,8 @@ cudaError_t launch_t(const DevMat &W, const uint16_t *in, uint32_t in_stride, co
     }
     if (e != cudaSuccess) return e;
     return launch_pdl(k, dim3(grid, g.max_groups), dim3(kWarps * 32), smem, opt.pdl, s, W, in, in_stride, g, out,
-                      out_stride, tchunk, opt.next, opt.groups_ready, GLU ? nullptr : opt.xq, GLU ? nullptr : opt.xd);
+                      out_stride, tchunk, opt.next, opt.groups_ready, GLU ? nullptr : opt.xq, GLU ? nullptr : opt.xd,
+                      q8out ? opt.aq : nullptr, q8out ? opt.ad : nullptr);
 }
 
 template <class SP, bool GLU>
