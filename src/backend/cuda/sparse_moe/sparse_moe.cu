@@ -722,7 +722,8 @@ static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint
     // hands it the intermediate already quantised.
     const bool gu_a8 = b.gate_up.allow_a8 && gemv_a8_supported(m->codec[M_GATE_UP], m->m[M_GATE_UP]);
     const bool dn_a8 = small && gu_a8 && b.down.allow_a8 && down_a8_supported(m->codec[M_DOWN], dn, T, k);
-    const bool q8act = dn_a8 && T > 1 && I % 64 == 0;
+    static const char *x_q8act = getenv("NF_X_Q8ACT"); // "0": the f32 hand-over (an A/B switch, to be removed)
+    const bool q8act = dn_a8 && T > 1 && I % 64 == 0 && !(x_q8act && *x_q8act == '0');
     int8_t *aq = q8act ? (int8_t *)(ws + m->o_sq8) : nullptr;
     float2 *ad = q8act ? (float2 *)(ws + m->o_sd8) : nullptr;
     const GemvLaunch gl{pf ? NextMat{dn.data, (uint64_t)dn.rows * dn.row_stride} : NextMat{nullptr, 0}, small,
