@@ -73,6 +73,27 @@ __device__ void copy_q8(const int8_t *pq, const float2 *pd, const Groups &g, int
     cp_async_wait_all();
 }
 
+// A lane's spans s_begin, s_begin + step, ... of rows ra and rb of `expert`, NS of each row (32 apart)
+// loaded before any is used, dotted with n tokens' staged activations (xt, dt) into a[] and b[].
+template <class SP, int MAXT, int NS>
+__device__ __forceinline__ void pair_spans(const DevMat &W, uint32_t expert, uint32_t ra, uint32_t rb, int s_begin,
+                                           int step, int spans, const int8_t *xt, const float2 *dt, uint32_t cols, int n,
+                                           float (&a)[MAXT], float (&b)[MAXT])
+{
+    for (int s0 = s_begin; s0 < spans; s0 += step) {
+        typename SP::Raw wa[NS], wb[NS];
+#pragma unroll
+        for (int j = 0; j < NS; j++)
+            if (s0 + 32 * j < spans) wa[j] = SP::load(W, expert, ra, s0 + 32 * j), wb[j] = SP::load(W, expert, rb, s0 + 32 * j);
+#pragma unroll
+        for (int j = 0; j < NS; j++)
+            if (s0 + 32 * j < spans) {
+                SP::template dot<MAXT>(wa[j], s0 + 32 * j, xt, dt, cols, n, a);
+                SP::template dot<MAXT>(wb[j], s0 + 32 * j, xt, dt, cols, n, b);
+            }
+    }
+}
+
 // The KS warps of row pair `pair` (warps pair * KS ..) meet: named barrier 1 + pair, KS * 32 threads.
 __device__ __forceinline__ void pair_sync(int pair, int ks)
 {
@@ -169,19 +190,8 @@ __global__ void __launch_bounds__(kWarps * 32, MAXT == 1 && NS == 1 ? 3 : 2)
                 float a[MAXT] = {}, b[MAXT] = {};
                 const int8_t *xt = xq + (size_t)t0 * a8_stride(cols);
                 const float2 *dt = xd + (size_t)t0 * (cols / 32);
-                for (int s0 = lane + 32 * NS * part; s0 < spans; s0 += 32 * NS * KS) {
-                    typename SP::Raw wa[NS], wb[NS];
-#pragma unroll
-                    for (int j = 0; j < NS; j++)
-                        if (s0 + 32 * j < spans)
-                            wa[j] = SP::load(W, expert, ra, s0 + 32 * j), wb[j] = SP::load(W, expert, rb, s0 + 32 * j);
-#pragma unroll
-                    for (int j = 0; j < NS; j++)
-                        if (s0 + 32 * j < spans) {
-                            SP::template dot<MAXT>(wa[j], s0 + 32 * j, xt, dt, cols, n, a);
-                            SP::template dot<MAXT>(wb[j], s0 + 32 * j, xt, dt, cols, n, b);
-                        }
-                }
+                pair_spans<SP, MAXT, NS>(W, (uint32_t)expert, ra, rb, lane + 32 * NS * part, 32 * NS * KS, spans, xt, dt,
+                                         cols, n, a, b);
                 if constexpr (KS > 1) { // part 0 adds the other parts' sums, in part order
                     float2 *rp = red + (size_t)(warp / KS) * KS * MAXT;
 #pragma unroll
@@ -357,18 +367,7 @@ __device__ void seg_rows(const A8Seg &S, uint32_t blk0, uint32_t stride, const i
             float a[MAXT] = {}, b[MAXT] = {};
             const int8_t *xt = xq + (size_t)t0 * a8_stride(cols);
             const float2 *dt = xd + (size_t)t0 * (cols / 32);
-            for (int s0 = lane; s0 < spans; s0 += 32 * NS) {
-                typename SP::Raw wa[NS], wb[NS];
-#pragma unroll
-                for (int j = 0; j < NS; j++)
-                    if (s0 + 32 * j < spans) wa[j] = SP::load(W, 0, ra, s0 + 32 * j), wb[j] = SP::load(W, 0, rb, s0 + 32 * j);
-#pragma unroll
-                for (int j = 0; j < NS; j++)
-                    if (s0 + 32 * j < spans) {
-                        SP::template dot<MAXT>(wa[j], s0 + 32 * j, xt, dt, cols, n, a);
-                        SP::template dot<MAXT>(wb[j], s0 + 32 * j, xt, dt, cols, n, b);
-                    }
-            }
+            pair_spans<SP, MAXT, NS>(W, 0, ra, rb, lane, 32 * NS, spans, xt, dt, cols, n, a, b);
 #pragma unroll
             for (int t = 0; t < MAXT; t++) {
                 if (t >= n) break;
