@@ -237,7 +237,7 @@ int main(void)
     check_case(256, 16, 2, 70, 30); // the hybrids' gated attention: 16 q heads on 2 of 256, CUDA-core tiles
     const uint32_t split_counts[] = {1, 2, 9, 32};
     for (uint32_t sp : split_counts)
-        for (uint32_t pos0 : {0u, 31u, 32u, 127u, 255u, 256u, 600u}) check_case(128, 32, 4, 1, pos0, sp);
+        for (uint32_t pos0 : {0u, 31u, 32u, 127u, 128u, 255u, 256u, 600u}) check_case(128, 32, 4, 1, pos0, sp);
     check_case(128, 32, 4, 1, 4000, 16);
     check_case(128, 32, 4, 1, 8000, 32); // 8001 keys: all 32 splits in use
     check_case(128, 32, 4, 3, 50, 3);

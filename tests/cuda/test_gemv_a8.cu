@@ -52,6 +52,7 @@ struct Case {
     uint32_t T;
     bool early = false; // T = 1: the input row is row 0, quantised before the grid-dependency wait
     bool pre = false;   // plain: again with the input quantised by launch_mmq_quant (padded), the same bits
+    bool q8 = false;    // GLU, T > 1: again with the outputs quantised in the kernel (GemvLaunch::aq)
 };
 
 // The plain product again with the input rows quantised once by launch_mmq_quant into the staged
@@ -74,6 +75,50 @@ bool same_bits_prequantised(const Case &c, const nf::DevMat &W, const uint16_t *
     cudaFree(dq);
     cudaFree(dd);
     return e == cudaSuccess && memcmp(pre.data(), got.data(), got.size() * 4) == 0;
+}
+
+// GLU with the outputs quantised by the kernel (GemvLaunch::aq, ad: what the small-token down copies):
+// every int8 value and (d, d sum q) pair must be the quantisation of the f32 outputs got (the W·A8
+// quantiser written out on the host: nf_test_quantize_a8's rule, bit for bit).
+bool same_bits_q8out(const Case &c, const nf::DevMat &W, const uint16_t *dx, const nf::Groups &g, uint32_t stride,
+                     const std::vector<float> &got)
+{
+    const uint32_t I = c.rows / 2, qs = nf::a8_stride(I);
+    int8_t *dq = nullptr;
+    float2 *dd = nullptr;
+    bool ok = cudaMalloc(&dq, (size_t)c.T * qs) == cudaSuccess &&
+              cudaMalloc(&dd, (size_t)c.T * (I / 32) * sizeof(float2)) == cudaSuccess;
+    std::vector<int8_t> q((size_t)c.T * qs);
+    std::vector<float2> d((size_t)c.T * (I / 32));
+    if (ok) ok = cudaMemset(dq, 0, q.size()) == cudaSuccess;
+    const nf::GemvLaunch opt{nf::NextMat{nullptr, 0}, false, false, true, true, nullptr, nullptr, dq, dd};
+    cudaError_t e = ok ? nf::launch_gemv_a8(c.codec, true, W, dx, c.cols, g, nullptr, stride, c.T, opt, 0)
+                       : cudaErrorMemoryAllocation;
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    if (e == cudaSuccess) cudaMemcpy(q.data(), dq, q.size(), cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess) cudaMemcpy(d.data(), dd, d.size() * sizeof(float2), cudaMemcpyDeviceToHost);
+    cudaFree(dq);
+    cudaFree(dd);
+    size_t bad = 0;
+    for (uint32_t t = 0; e == cudaSuccess && t < c.T; t++)
+        for (uint32_t b = 0; b < I / 32; b++) {
+            const float *x = &got[(size_t)t * stride + 32 * b];
+            float am = 0.f;
+            for (int i = 0; i < 32; i++) am = fmaxf(am, fabsf(x[i]));
+            const float dv = am / 127.0f;
+            int sum = 0;
+            for (uint32_t i = 0; i < 32; i++) {
+                const int qi = am > 0.f ? (int)rintf(x[i] / dv) : 0;
+                sum += qi;
+                bad += q[(size_t)t * qs + nf::a8_at(32 * b + i)] != (int8_t)qi;
+            }
+            const float2 w = d[(size_t)t * (I / 32) + b];
+            bad += memcmp(&w.x, &dv, 4) != 0;
+            const float ds = dv * (float)sum;
+            bad += memcmp(&w.y, &ds, 4) != 0;
+        }
+    if (e != cudaSuccess) printf("  q8 out: %s\n", cudaGetErrorString(e));
+    return e == cudaSuccess && bad == 0;
 }
 
 double silu(double g) { return g / (1.0 + exp(-g)); }
@@ -190,6 +235,13 @@ void run_case(const Case &c)
     CHECK_MSG(bad == 0, "%s %s rows %u cols %u T %u: %zu outputs outside the allowance (worst %.2f x)", cod->name,
               c.glu ? "glu" : "plain", c.rows, c.cols, c.T, bad, worst);
     CHECK_MSG(guard_bad == 0, "%s: %zu guard columns written", cod->name, guard_bad);
+    if (c.q8) {
+        const bool same = same_bits_q8out(c, W, dx, g, stride, got);
+        printf("  %-5s glu   rows %5u cols %5u T %2u, outputs quantised in the kernel: %s\n", cod->name, c.rows, c.cols,
+               c.T, same ? "same bits" : "DIFFERENT");
+        CHECK_MSG(same, "%s glu cols %u T %u: the kernel's int8 outputs are not the f32 outputs quantised", cod->name,
+                  c.cols, c.T);
+    }
     if (c.pre) {
         const bool same = same_bits_prequantised(c, W, dx, g, dout, stride, got);
         printf("  %-5s plain rows %5u cols %5u T %2u, input quantised beforehand: %s\n", cod->name, c.rows, c.cols,
@@ -288,6 +340,9 @@ int main(void)
         run_case({codec, false, 37, 4096, 1});      // long rows: two spans per lane in flight (NS = 2)
         run_case({codec, true, 2 * 300, 4096, 1});  // the same for GLU
         run_case({codec, true, 2 * 300, 4096, 13});
+        for (uint32_t T : {2u, 8u, 13u}) // the small-token gate/up before an int8 down: outputs quantised
+            run_case({codec, true, 2 * 320, 512, T, false, false, true});
+        run_case({codec, true, 2 * 768, 2048, 16, false, false, true}); // qwen3-30b-a3b's expert shape
         run_case({codec, true, 2 * 300, 512, 1, true}); // the decode route's early staging
         run_case({codec, false, 37, 16384, 13, false, true}); // 4 tokens staged per pass: the chunk loop
         run_case({codec, false, 300, 4096, 16, false, true});  // the dense layers' largest small T

@@ -24,9 +24,10 @@ constexpr int kWarps = 4;
 constexpr int kMaxHd = 256;
 // Keys a split keeps at least: the grid's split count is set for the full context (attention_splits),
 // and a shorter context runs on ceil(keys / kSplitKeys) of them, the others exiting at once, down to
-// one, which writes the output itself: below that a split's keys take less time than the merge's
-// ticket, partial stores and reloads.
-constexpr int kSplitKeys = 256;
+// one, which writes the output itself. 128 = one 32-key block for each of a CTA's warps: with fewer
+// a split's keys take less time than the merge's ticket, partial stores and reloads. (256 left the
+// N = 8 decode step's grouped attention at 3 splits of 4 warps over ~600 keys: 96 CTAs.)
+constexpr int kSplitKeys = 128;
 
 __device__ __forceinline__ float warp_max(float v)
 {
@@ -249,42 +250,55 @@ __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a, Batch b)
 // attn_kernel's, in the same order (scores, online update, V accumulation, warp combine, merge), so
 // with the same split count the output is the same bits. Not fused with rope (q must be rotated and
 // the new keys stored: qkv_rope_store first). hd <= 128 (NP <= 2).
-template <int NP, int G>
-__device__ void key_block_g(const AttnArgs &a, const Batch &b, int seq, const float (*qs)[128], uint32_t kvh, int k0,
-                            int k1, float scale, float (&m)[G], float (&l)[G], float (&acc)[G][2 * NP])
+//
+// A warp's 32-key block reaches shared memory through cp.async, K and V rows together, all of the
+// block in flight at once: one memory round trip a block. Loaded into registers (the first form),
+// the block cost a round trip for K and then one for each group of V rows that fit the registers
+// beside the G accumulators (four at G = 8), after a page-table round trip: ncu put the N = 8 decode
+// step's attention at 38 us a layer for 9 MB of K/V (~250 GB/s; docs/perf/batch.md).
+
+// A warp's staging: K then V rows of its block, [32][hd + 8] bf16 each (the 16-byte pad puts the
+// rows a quarter-warp reads, a row a lane, on distinct 16-byte bank groups).
+__host__ __device__ constexpr uint32_t kv_row_elems(uint32_t hd) { return hd + 8; }
+__host__ __device__ constexpr size_t gqa_stage_bytes(uint32_t hd) { return 2 * 32 * (size_t)kv_row_elems(hd) * 2; }
+
+// Copies the K and V rows of keys k0 .. k0 + nk - 1 into the warp's staging (rows past nk zero-filled);
+// slot is this lane's key's pool slot (lane < nk). Lanes take 16-byte chunks in row order, so each
+// copy instruction covers whole rows (two of 256 bytes at hd = 128).
+__device__ void stage_kv(const AttnArgs &a, uint32_t kvh, uint32_t slot, int nk, uint16_t *st)
 {
-    const int lane = threadIdx.x % 32, key = k0 + lane;
-    const uint32_t kvd = a.kv_heads * a.hd, chunks = a.hd / 8;
-    const bool live = key < k1;
-    const uint32_t slot = kv_slot(b, seq, live ? key : k0);
-    const uint4 *kr = reinterpret_cast<const uint4 *>(a.kc + (size_t)slot * kvd + kvh * a.hd);
-    uint4 kv[8 * NP];
-#pragma unroll
-    for (uint32_t c = 0; c < 8 * NP; c++)
-        if (c < chunks) kv[c] = kr[c];
+    const int lane = threadIdx.x % 32;
+    const uint32_t chunks = a.hd / 8, kvd = a.kv_heads * a.hd, re = kv_row_elems(a.hd);
+    for (uint32_t i = lane; i < 32 * chunks; i += 32) {
+        const uint32_t r = i / chunks, c = i % chunks;
+        const uint32_t rs = __shfl_sync(0xffffffffu, slot, (int)r < nk ? r : 0);
+        const size_t off = (size_t)rs * kvd + kvh * a.hd + 8 * c;
+        const int bytes = (int)r < nk ? 16 : 0;
+        cp_async16(smem_u32(st + r * re + 8 * c), a.kc + off, bytes);
+        cp_async16(smem_u32(st + (32 + r) * re + 8 * c), a.vc + off, bytes);
+    }
+    cp_async_commit();
+}
+
+// Scores of the staged keys k0 + lane (< k1) against the G heads' q (smem f32), then the state
+// update with their values.
+template <int NP, int G>
+__device__ void key_block_g(const AttnArgs &a, const uint16_t *st, const float (*qs)[128], int k0, int k1, float scale,
+                            float (&m)[G], float (&l)[G], float (&acc)[G][2 * NP])
+{
+    const int lane = threadIdx.x % 32;
+    const uint32_t chunks = a.hd / 8, re = kv_row_elems(a.hd);
+    const bool live = k0 + lane < k1;
     const int nk = min(32, k1 - k0);
-    const uint32_t *vbase = reinterpret_cast<const uint32_t *>(a.vc + kvh * a.hd);
-    constexpr int GV = G >= 8 ? 8 : 16; // V rows in groups of keys: registers for the G accumulators
-    uint32_t vv[GV][NP];
-    auto load_v = [&](int g0) {
-#pragma unroll
-        for (int j = 0; j < GV; j++) {
-            const uint32_t vs = __shfl_sync(0xffffffffu, slot, g0 + j < nk ? g0 + j : 0);
-#pragma unroll
-            for (int i = 0; i < NP; i++) {
-                const uint32_t pr = lane + 32 * i;
-                if (2 * pr < a.hd) vv[j][i] = vbase[(size_t)vs * (kvd / 2) + pr];
-            }
-        }
-    };
-    load_v(0);
+    const uint4 *kr = reinterpret_cast<const uint4 *>(st + lane * re);
     float d[G];
 #pragma unroll
     for (int g = 0; g < G; g++) d[g] = 0;
 #pragma unroll
     for (uint32_t c = 0; c < 8 * NP; c++) {
         if (c >= chunks) break;
-        const uint32_t w[4] = {kv[c].x, kv[c].y, kv[c].z, kv[c].w};
+        const uint4 kc = kr[c];
+        const uint32_t w[4] = {kc.x, kc.y, kc.z, kc.w};
 #pragma unroll
         for (int g = 0; g < G; g++)
 #pragma unroll
@@ -306,36 +320,37 @@ __device__ void key_block_g(const AttnArgs &a, const Batch &b, int seq, const fl
 #pragma unroll
         for (int i = 0; i < 2 * NP; i++) acc[g][i] *= corr;
     }
+    const uint32_t *vr = reinterpret_cast<const uint32_t *>(st + 32 * re);
+#pragma unroll 4
+    for (int j = 0; j < 32; j++) {
+        float pj[G];
 #pragma unroll
-    for (int g0 = 0; g0 < 32; g0 += GV) {
-        if (g0) load_v(g0);
+        for (int g = 0; g < G; g++) pj[g] = __shfl_sync(0xffffffffu, p[g], j);
+        if (j >= nk) break;
 #pragma unroll
-        for (int j = 0; j < GV; j++) {
-            float pj[G];
+        for (int i = 0; i < NP; i++) {
+            const uint32_t pr = lane + 32 * i;
+            if (2 * pr < a.hd) {
+                const uint32_t w = vr[j * (re / 2) + pr];
+                const float v0 = __uint_as_float(w << 16), v1 = __uint_as_float(w & 0xFFFF0000u);
 #pragma unroll
-            for (int g = 0; g < G; g++) pj[g] = __shfl_sync(0xffffffffu, p[g], g0 + j);
-            if (g0 + j >= nk) continue;
-#pragma unroll
-            for (int i = 0; i < NP; i++) {
-                const uint32_t pr = lane + 32 * i;
-                if (2 * pr < a.hd) {
-                    const float v0 = __uint_as_float(vv[j][i] << 16), v1 = __uint_as_float(vv[j][i] & 0xFFFF0000u);
-#pragma unroll
-                    for (int g = 0; g < G; g++) {
-                        acc[g][2 * i] = fmaf(pj[g], v0, acc[g][2 * i]);
-                        acc[g][2 * i + 1] = fmaf(pj[g], v1, acc[g][2 * i + 1]);
-                    }
+                for (int g = 0; g < G; g++) {
+                    acc[g][2 * i] = fmaf(pj[g], v0, acc[g][2 * i]);
+                    acc[g][2 * i + 1] = fmaf(pj[g], v1, acc[g][2 * i + 1]);
                 }
             }
         }
     }
 }
 
+// Dynamic shared memory: kWarps stagings (gqa_stage_bytes), reused after the key loop for the warps'
+// accumulators wacc[kWarps][G][hd] (f32; 16 KB at G = 8, hd = 128: inside the first staging).
 template <int NP, int G>
 __global__ void __launch_bounds__(kWarps * 32) attn_gqa_kernel(AttnArgs a, Batch b)
 {
+    extern __shared__ __align__(16) uint8_t dsm[];
     __shared__ float qs[G][128];
-    __shared__ float wm[kWarps][G], wl[kWarps][G], wacc[kWarps][G][128];
+    __shared__ float wm[kWarps][G], wl[kWarps][G];
     const uint32_t di = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z, hd = a.hd;
     const uint32_t t = (uint32_t)b.dtok[di];
     const int seq = b.seq[t];
@@ -345,7 +360,20 @@ __global__ void __launch_bounds__(kWarps * 32) attn_gqa_kernel(AttnArgs a, Batch
     if ((int)split >= used) return;
     const int per = (n_keys + used - 1) / used;
     const int kb = (int)split * per, ke = min(n_keys, kb + per);
+    uint16_t *st = reinterpret_cast<uint16_t *>(dsm + warp * gqa_stage_bytes(hd));
+    // the page table is written before the forward: the first block's slots and an L2 prefetch of
+    // its rows go out while the predecessor (which stores the new keys) still runs
+    int k0 = kb + 32 * warp;
+    uint32_t slot = k0 + lane < ke ? kv_slot(b, seq, k0 + lane) : 0;
+    if (k0 + lane < ke) {
+        const size_t row = (size_t)slot * a.kv_heads * hd + kvh * hd;
+        for (uint32_t o = 0; o < hd * 2; o += 128) {
+            prefetch_line(reinterpret_cast<const uint8_t *>(a.kc + row) + o, false);
+            prefetch_line(reinterpret_cast<const uint8_t *>(a.vc + row) + o, false);
+        }
+    }
     pdl_wait();
+    if (k0 < ke) stage_kv(a, kvh, slot, min(32, ke - k0), st);
     for (uint32_t i = threadIdx.x; i < G * hd; i += blockDim.x)
         qs[i / hd][i % hd] = a.q[(size_t)t * a.q_stride + (kvh * G + i / hd) * hd + i % hd];
     __syncthreads();
@@ -357,14 +385,27 @@ __global__ void __launch_bounds__(kWarps * 32) attn_gqa_kernel(AttnArgs a, Batch
         for (int i = 0; i < 2 * NP; i++) acc[g][i] = 0.0f;
     }
     const float scale = 1.0f / sqrtf((float)hd);
-    for (int k0 = kb + 32 * warp; k0 < ke; k0 += 32 * kWarps) key_block_g<NP, G>(a, b, seq, qs, kvh, k0, ke, scale, m, l, acc);
+    for (; k0 < ke; k0 += 32 * kWarps) {
+        const int k1 = k0 + 32 * kWarps; // the warp's next block: its slots load during this one's math
+        slot = k1 + lane < ke ? kv_slot(b, seq, k1 + lane) : 0;
+        cp_async_wait_all();
+        __syncwarp();
+        key_block_g<NP, G>(a, st, qs, k0, ke, scale, m, l, acc);
+        if (k1 < ke) {
+            __syncwarp(); // every lane is done with the staging before the next block lands in it
+            stage_kv(a, kvh, slot, min(32, ke - k1), st);
+        }
+    }
+    __syncthreads(); // every warp is done with its staging: wacc takes the first one's place
+    float *wacc = reinterpret_cast<float *>(dsm); // [kWarps][G][hd]
 #pragma unroll
     for (int g = 0; g < G; g++) {
         if (lane == 0) wm[warp][g] = m[g], wl[warp][g] = l[g];
+        float *wa = wacc + ((size_t)warp * G + g) * hd;
 #pragma unroll
         for (int i = 0; i < NP; i++) {
             const uint32_t pr = lane + 32 * i;
-            if (2 * pr < hd) wacc[warp][g][2 * pr] = acc[g][2 * i], wacc[warp][g][2 * pr + 1] = acc[g][2 * i + 1];
+            if (2 * pr < hd) wa[2 * pr] = acc[g][2 * i], wa[2 * pr + 1] = acc[g][2 * i + 1];
         }
     }
     __syncthreads();
@@ -374,20 +415,13 @@ __global__ void __launch_bounds__(kWarps * 32) attn_gqa_kernel(AttnArgs a, Batch
         for (int w = 0; w < kWarps; w++) M = fmaxf(M, wm[w][g]);
         float L = 0, f[kWarps];
         for (int w = 0; w < kWarps; w++) f[w] = M == -INFINITY ? 0.0f : expf(wm[w][g] - M), L += wl[w][g] * f[w];
-        if (used == 1) {
-            for (uint32_t dd = threadIdx.x; dd < hd; dd += blockDim.x) {
-                float v = 0;
-                for (int w = 0; w < kWarps; w++) v += wacc[w][g][dd] * f[w];
-                a.out[((size_t)t * a.heads + h) * hd + dd] = f2bf(v / L);
-            }
-            continue;
-        }
-        float *pp = a.part + (((size_t)di * a.heads + h) * a.splits + split) * (hd + 2);
-        if (threadIdx.x == 0) pp[0] = M, pp[1] = L;
+        float *out = used == 1 ? nullptr : a.part + (((size_t)di * a.heads + h) * a.splits + split) * (hd + 2);
+        if (out && threadIdx.x == 0) out[0] = M, out[1] = L;
         for (uint32_t dd = threadIdx.x; dd < hd; dd += blockDim.x) {
             float v = 0;
-            for (int w = 0; w < kWarps; w++) v += wacc[w][g][dd] * f[w];
-            pp[2 + dd] = v;
+            for (int w = 0; w < kWarps; w++) v += wacc[((size_t)w * G + g) * hd + dd] * f[w];
+            if (out) out[2 + dd] = v;
+            else a.out[((size_t)t * a.heads + h) * hd + dd] = f2bf(v / L);
         }
     }
     if (used == 1) return;
@@ -731,7 +765,10 @@ cudaError_t attention(const AttnArgs &a, const Batch &b, uint32_t n_dec, uint32_
             {attn_gqa_kernel<1, 1>, attn_gqa_kernel<1, 2>, attn_gqa_kernel<1, 4>, attn_gqa_kernel<1, 8>},
             {attn_gqa_kernel<2, 1>, attn_gqa_kernel<2, 2>, attn_gqa_kernel<2, 4>, attn_gqa_kernel<2, 8>}};
         const int gi = G == 1 ? 0 : G == 2 ? 1 : G == 4 ? 2 : 3;
-        return launch_pdl(kg[np - 1][gi], dim3(n_dec, a.kv_heads, a.splits), dim3(kWarps * 32), 0, true, s, a, b);
+        const size_t smem = kWarps * gqa_stage_bytes(a.hd);
+        e = cudaFuncSetAttribute(kg[np - 1][gi], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+        return launch_pdl(kg[np - 1][gi], dim3(n_dec, a.kv_heads, a.splits), dim3(kWarps * 32), smem, true, s, a, b);
     }
     void (*const k[2][4])(AttnArgs, Batch) = {
         {attn_kernel<1, false>, attn_kernel<2, false>, attn_kernel<3, false>, attn_kernel<4, false>},

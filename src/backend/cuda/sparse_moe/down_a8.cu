@@ -16,6 +16,7 @@
 // wait (each releases its successor only after that wait), so the weight rows of the first items are
 // loaded before the wait; the intermediate (and ys) are read after it.
 #include "internal.cuh"
+#include "ptx.cuh"
 #include "quant_a8.cuh"
 #include "rowdot.cuh"
 #include "spans_a8.cuh"
@@ -73,9 +74,29 @@ __device__ void stage_act(const float *act, uint32_t P, uint32_t I, const Routin
     }
 }
 
+// The P rows gate/up already quantised (aq, ad: the staged layout) copied into xq/xd, 16 bytes a
+// thread at a time with cp.async (nothing through registers), and the positions' weights and tokens.
+__device__ void copy_act(const int8_t *aq, const float2 *ad, uint32_t P, uint32_t I, const Routing &r, uint32_t k,
+                         int8_t *xq, float2 *xd, float *pw, int *pt)
+{
+    const uint32_t qv = P * a8_stride(I) / 16, dv = P * (I / 32) / 2; // I % 64 == 0: whole 16-byte pairs
+    for (uint32_t v = threadIdx.x; v < qv + dv; v += blockDim.x) {
+        if (v < qv) cp_async16(smem_u32(xq + 16 * v), aq + 16 * (size_t)v, 16);
+        else cp_async16(smem_u32(xd + 2 * (v - qv)), ad + 2 * (size_t)(v - qv), 16);
+    }
+    cp_async_commit();
+    for (uint32_t p = threadIdx.x; p < P; p += blockDim.x) {
+        const int entry = r.pos_entry[p];
+        pw[p] = r.topk_w[entry];
+        pt[p] = entry / (int)k;
+    }
+    cp_async_wait_all();
+}
+
 template <class SP, int MAXT>
 __global__ void __launch_bounds__(kWarps * 32, 2)
-    down_a8_kernel(DevMat W, const float *act, Routing r, uint32_t T, uint32_t k, const float *ys, uint16_t *out)
+    down_a8_kernel(DevMat W, const float *act, const int8_t *aq, const float2 *ad, Routing r, uint32_t T, uint32_t k,
+                   const float *ys, uint16_t *out)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     const uint32_t I = W.cols, H = W.rows, P = T * k;
@@ -101,7 +122,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     };
     load(lane); // weights and routing only: before the wait on gate/up
     cudaGridDependencySynchronize();
-    stage_act(act, P, I, r, k, xq, xd, pw, pt);
+    if (aq) copy_act(aq, ad, P, I, r, k, xq, xd, pw, pt);
+    else stage_act(act, P, I, r, k, xq, xd, pw, pt);
     __syncthreads();
 
     float acc[MAXT] = {};
@@ -134,22 +156,24 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 }
 
 template <class SP, int MAXT>
-cudaError_t launch_t(const DevMat &W, const float *act, const Routing &r, uint32_t T, uint32_t k, const float *ys,
-                     uint16_t *out, bool pdl, cudaStream_t s)
+cudaError_t launch_t(const DevMat &W, const float *act, const int8_t *aq, const float2 *ad, const Routing &r, uint32_t T,
+                     uint32_t k, const float *ys, uint16_t *out, bool pdl, cudaStream_t s)
 {
     const size_t smem = DownSmem(T * k, W.cols).bytes;
     auto kern = down_a8_kernel<SP, MAXT>;
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
-    return launch_pdl(kern, dim3((W.rows + kWarps - 1) / kWarps), dim3(kWarps * 32), smem, pdl, s, W, act, r, T, k,
-                      ys, out);
+    return launch_pdl(kern, dim3((W.rows + kWarps - 1) / kWarps), dim3(kWarps * 32), smem, pdl, s, W, act, aq, ad, r,
+                      T, k, ys, out);
 }
 
 template <class SP>
-cudaError_t launch_sp(const DevMat &W, const float *act, const Routing &r, uint32_t T, uint32_t k, const float *ys,
-                      uint16_t *out, bool pdl, cudaStream_t s)
+cudaError_t launch_sp(const DevMat &W, const float *act, const int8_t *aq, const float2 *ad, const Routing &r,
+                      uint32_t T, uint32_t k, const float *ys, uint16_t *out, bool pdl, cudaStream_t s)
 {
-    return with_maxt(T, [&](auto m) { return launch_t<SP, decltype(m)::value>(W, act, r, T, k, ys, out, pdl, s); });
+    return with_maxt(T, [&](auto m) {
+        return launch_t<SP, decltype(m)::value>(W, act, aq, ad, r, T, k, ys, out, pdl, s);
+    });
 }
 
 // The largest shared-memory stage a CTA takes (two CTAs per SM stay resident below ~110 KiB); the
@@ -165,17 +189,19 @@ bool down_a8_supported(int codec, const DevMat &W, uint32_t T, uint32_t k)
     return T >= 1 && T <= 16 && smem <= kSmemMax && smem <= smem_optin_limit() && gemv_a8_supported(codec, W);
 }
 
-cudaError_t launch_down_a8(int codec, const DevMat &W, const float *act, const Routing &r, uint32_t T, uint32_t k,
-                           const float *ys, uint16_t *out, bool pdl, cudaStream_t s)
+cudaError_t launch_down_a8(int codec, const DevMat &W, const float *act, const int8_t *aq, const float2 *ad,
+                           const Routing &r, uint32_t T, uint32_t k, const float *ys, uint16_t *out, bool pdl,
+                           cudaStream_t s)
 {
+    if (aq && (!ad || W.cols % 64)) return cudaErrorInvalidValue;
     switch (codec) {
-    case 3: return launch_sp<SpanQ8>(W, act, r, T, k, ys, out, pdl, s);
-    case 4: return launch_sp<SpanQ4K>(W, act, r, T, k, ys, out, pdl, s);
-    case 5: return launch_sp<SpanQ5K>(W, act, r, T, k, ys, out, pdl, s);
-    case 6: return launch_sp<SpanQ6K>(W, act, r, T, k, ys, out, pdl, s);
-    case 13: return launch_sp<SpanQ3K>(W, act, r, T, k, ys, out, pdl, s);
-    case 14: return launch_sp<SpanIQ4XS>(W, act, r, T, k, ys, out, pdl, s);
-    case 15: return launch_sp<SpanIQ4NL>(W, act, r, T, k, ys, out, pdl, s);
+    case 3: return launch_sp<SpanQ8>(W, act, aq, ad, r, T, k, ys, out, pdl, s);
+    case 4: return launch_sp<SpanQ4K>(W, act, aq, ad, r, T, k, ys, out, pdl, s);
+    case 5: return launch_sp<SpanQ5K>(W, act, aq, ad, r, T, k, ys, out, pdl, s);
+    case 6: return launch_sp<SpanQ6K>(W, act, aq, ad, r, T, k, ys, out, pdl, s);
+    case 13: return launch_sp<SpanQ3K>(W, act, aq, ad, r, T, k, ys, out, pdl, s);
+    case 14: return launch_sp<SpanIQ4XS>(W, act, aq, ad, r, T, k, ys, out, pdl, s);
+    case 15: return launch_sp<SpanIQ4NL>(W, act, aq, ad, r, T, k, ys, out, pdl, s);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -16,6 +16,8 @@
 // bytes, so dp4a sees q - 32), q8_0 is the same without the min term. A lane takes a span of 64
 // (k-quants) or 32 (q8_0) elements of a row at a time (the span policies below), for each of its two
 // rows, with every load of both rows issued before any use.
+#include <stdlib.h>
+
 #include "internal.cuh"
 #include "rowdot.cuh"
 #include "ptx.cuh"
@@ -71,6 +73,33 @@ __device__ void copy_q8(const int8_t *pq, const float2 *pd, const Groups &g, int
     cp_async_wait_all();
 }
 
+// A lane's spans s_begin, s_begin + step, ... of rows ra and rb of `expert`, NS of each row (32 apart)
+// loaded before any is used, dotted with n tokens' staged activations (xt, dt) into a[] and b[].
+template <class SP, int MAXT, int NS>
+__device__ __forceinline__ void pair_spans(const DevMat &W, uint32_t expert, uint32_t ra, uint32_t rb, int s_begin,
+                                           int step, int spans, const int8_t *xt, const float2 *dt, uint32_t cols, int n,
+                                           float (&a)[MAXT], float (&b)[MAXT])
+{
+    for (int s0 = s_begin; s0 < spans; s0 += step) {
+        typename SP::Raw wa[NS], wb[NS];
+#pragma unroll
+        for (int j = 0; j < NS; j++)
+            if (s0 + 32 * j < spans) wa[j] = SP::load(W, expert, ra, s0 + 32 * j), wb[j] = SP::load(W, expert, rb, s0 + 32 * j);
+#pragma unroll
+        for (int j = 0; j < NS; j++)
+            if (s0 + 32 * j < spans) {
+                SP::template dot<MAXT>(wa[j], s0 + 32 * j, xt, dt, cols, n, a);
+                SP::template dot<MAXT>(wb[j], s0 + 32 * j, xt, dt, cols, n, b);
+            }
+    }
+}
+
+// The KS warps of row pair `pair` (warps pair * KS ..) meet: named barrier 1 + pair, KS * 32 threads.
+__device__ __forceinline__ void pair_sync(int pair, int ks)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"r"(1 + pair), "r"(ks * 32) : "memory");
+}
+
 // The span policies (what a lane takes of a row at a time) are in spans_a8.cuh.
 //
 // A warp owns a pair of rows: GLU, gate row p and up row p + out_rows (output p = silu(gate) * up);
@@ -82,25 +111,38 @@ __device__ void copy_q8(const int8_t *pq, const float2 *pd, const Groups &g, int
 // its next block's rows into L2 so DRAM stays busy while it reduces and stores.
 // grid: x = CTAs over row blocks, y = group slots. EARLY: one token whose input row is x[0] (the
 // decode route), quantised before the grid-dependency wait (gemv.cu says why).
-template <class SP, int MAXT, bool GLU, bool EARLY, int NS>
+// aq (GLU, MAXT > 1; GemvLaunch::aq): CTA c walks the consecutive blocks 4c .. 4c + 3, whose 32
+// outputs of a token are one quantisation block: they gather in shared memory (ys) and leave as
+// int8 (aq, ad) instead of f32, so the small-token down copies its input instead of each of its
+// CTAs quantising all T k rows of it again (ncu, H100, T = 8: a third of down_a8's instructions).
+// KS (plain, T > 1, rows of more than 32 spans): KS warps share a row pair, warp part q taking the
+// spans q * 32 NS .., a step of 32 NS KS, and part 0 adding the others' sums in part order (a named
+// barrier per pair). At T = 8 the dense o_proj (4096 columns) ran one warp per pair, 8 warps an SM,
+// each with all T tokens' dots of its two rows in a row: latency-bound at 12 % occupancy and 320
+// GB/s (ncu, H100; docs/perf/moe_small_ncu_h100_2026-12-06.txt).
+template <class SP, int MAXT, bool GLU, bool EARLY, int NS, int KS = 1>
 __global__ void __launch_bounds__(kWarps * 32, MAXT == 1 && NS == 1 ? 3 : 2)
     gemv_a8_kernel(DevMat W, const uint16_t *in, uint32_t in_stride, Groups g, float *out, uint32_t out_stride,
-                   int tchunk, NextMat nx, bool ready, const int8_t *pq, const float2 *pd)
+                   int tchunk, NextMat nx, bool ready, const int8_t *pq, const float2 *pd, int8_t *aq, float2 *ad)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     const uint32_t cols = W.cols;
     int8_t *xq = reinterpret_cast<int8_t *>(smem);                                  // tchunk padded rows
     float2 *xd = reinterpret_cast<float2 *>(smem + (size_t)tchunk * a8_stride(cols)); // [tchunk][cols / 32]
+    float *ys = reinterpret_cast<float *>(xd + (size_t)tchunk * (cols / 32));        // aq: [tchunk][32]
+    const bool q8out = GLU && MAXT > 1 && aq;
     if (EARLY) {
         const Groups g0{nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1};
         stage_q8(in, in_stride, g0, 0, 1, cols, xq, xd);
     }
     const int gi = blockIdx.y;
     const uint32_t out_rows = GLU ? W.rows / 2 : W.rows;
-    const uint32_t pairs = GLU ? out_rows : (out_rows + 1) / 2, blocks = (pairs + kWarps - 1) / kWarps;
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    constexpr int PW = kWarps / KS; // row pairs a block
+    const uint32_t pairs = GLU ? out_rows : (out_rows + 1) / 2, blocks = (pairs + PW - 1) / PW;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, part = warp % KS;
+    float2 *red = reinterpret_cast<float2 *>(ys); // KS > 1: [PW][KS][MAXT] partial sums (gate or a, up or b)
     auto rows_of = [&](uint32_t blk, uint32_t &ra, uint32_t &rb, bool &has_b) {
-        const uint32_t p = blk * kWarps + warp;
+        const uint32_t p = blk * PW + warp / KS;
         ra = GLU ? p : 2 * p;
         has_b = GLU || ra + 1 < out_rows;
         rb = GLU ? p + out_rows : has_b ? ra + 1 : ra;
@@ -109,7 +151,7 @@ __global__ void __launch_bounds__(kWarps * 32, MAXT == 1 && NS == 1 ? 3 : 2)
     auto prefetch = [&](int expert, uint32_t blk, bool l1) { // the warp's two rows of block blk, 128 bytes a lane
         uint32_t ra, rb;
         bool hb;
-        if (blk >= blocks || !rows_of(blk, ra, rb, hb)) return;
+        if (part || blk >= blocks || !rows_of(blk, ra, rb, hb)) return;
         for (uint32_t off = lane * 128; off < W.row_stride; off += 32 * 128) {
             const uint8_t *pa = row_ptr(W, expert, ra) + off, *pb = row_ptr(W, expert, rb) + off;
             prefetch_line(pa, l1);
@@ -118,13 +160,15 @@ __global__ void __launch_bounds__(kWarps * 32, MAXT == 1 && NS == 1 ? 3 : 2)
     };
     // The first rows travel to L1 while the activations are quantised, or, when the group tables
     // are ready, while the predecessor still runs.
-    if (ready && gi < *g.n) prefetch(g.expert[gi], blockIdx.x, true);
+    const uint32_t b0 = q8out ? 4 * blockIdx.x : blockIdx.x, bstep = q8out ? 1 : gridDim.x;
+    const uint32_t bend = q8out ? min(blocks, b0 + 4) : blocks;
+    if (ready && gi < *g.n) prefetch(g.expert[gi], b0, true);
     cudaGridDependencySynchronize();
     cudaTriggerProgrammaticLaunchCompletion();
     const GroupEntry ge = group_entry(g, gi); // one round trip
     if (gi >= ge.live) return;
     const int expert = ge.expert, start = ge.start, count = ge.count;
-    if (!ready) prefetch(expert, blockIdx.x, true);
+    if (!ready) prefetch(expert, b0, true);
     prefetch_expert(nx, (uint32_t)expert);
     const int spans = (int)(cols / SP::kSpanElems);
 
@@ -136,36 +180,44 @@ __global__ void __launch_bounds__(kWarps * 32, MAXT == 1 && NS == 1 ? 3 : 2)
             else stage_q8(in, in_stride, g, start + c0, nt, cols, xq, xd);
         }
         __syncthreads();
-        for (uint32_t blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
+        for (uint32_t blk = b0; blk < bend; blk += bstep) {
             uint32_t ra, rb;
             bool has_b;
             if (!rows_of(blk, ra, rb, has_b)) break;
-            prefetch(expert, blk + gridDim.x, false);
+            prefetch(expert, blk + bstep, false); // q8out: past bend, the next CTA's first rows
             for (int t0 = 0; t0 < nt; t0 += MAXT) {
                 const int n = min(MAXT, nt - t0);
                 float a[MAXT] = {}, b[MAXT] = {};
                 const int8_t *xt = xq + (size_t)t0 * a8_stride(cols);
                 const float2 *dt = xd + (size_t)t0 * (cols / 32);
-                for (int s0 = lane; s0 < spans; s0 += 32 * NS) {
-                    typename SP::Raw wa[NS], wb[NS];
+                pair_spans<SP, MAXT, NS>(W, (uint32_t)expert, ra, rb, lane + 32 * NS * part, 32 * NS * KS, spans, xt, dt,
+                                         cols, n, a, b);
+                if constexpr (KS > 1) { // part 0 adds the other parts' sums, in part order
+                    float2 *rp = red + (size_t)(warp / KS) * KS * MAXT;
 #pragma unroll
-                    for (int j = 0; j < NS; j++)
-                        if (s0 + 32 * j < spans)
-                            wa[j] = SP::load(W, expert, ra, s0 + 32 * j), wb[j] = SP::load(W, expert, rb, s0 + 32 * j);
+                    for (int t = 0; t < MAXT; t++) {
+                        if (t >= n) break;
+                        const float va = warp_sum(a[t]), vb = warp_sum(b[t]);
+                        if (lane == 0) rp[part * MAXT + t] = make_float2(va, vb);
+                    }
+                    pair_sync(warp / KS, KS);
 #pragma unroll
-                    for (int j = 0; j < NS; j++)
-                        if (s0 + 32 * j < spans) {
-                            SP::template dot<MAXT>(wa[j], s0 + 32 * j, xt, dt, cols, n, a);
-                            SP::template dot<MAXT>(wb[j], s0 + 32 * j, xt, dt, cols, n, b);
-                        }
+                    for (int t = 0; t < MAXT; t++) {
+                        float va = rp[t].x, vb = rp[t].y;
+                        for (int q = 1; q < KS; q++) va += rp[q * MAXT + t].x, vb += rp[q * MAXT + t].y;
+                        a[t] = va, b[t] = vb; // the sums: part 0's lane 0 stores them below
+                    }
+                    pair_sync(warp / KS, KS); // rp is free for the next block
+                    if (part) continue;
                 }
 #pragma unroll
                 for (int t = 0; t < MAXT; t++) {
                     if (t >= n) break;
-                    const float va = warp_sum(a[t]), vb = warp_sum(b[t]);
+                    const float va = KS > 1 ? a[t] : warp_sum(a[t]), vb = KS > 1 ? b[t] : warp_sum(b[t]);
                     float *o = out + (size_t)(start + c0 + t0 + t) * out_stride;
                     if (lane == 0) {
-                        if (GLU) o[ra] = silu(va) * vb;
+                        if (q8out) ys[(t0 + t) * 32 + (blk - b0) * kWarps + warp] = silu(va) * vb;
+                        else if (GLU) o[ra] = silu(va) * vb;
                         else {
                             o[ra] = va;
                             if (has_b) o[rb] = vb;
@@ -174,25 +226,40 @@ __global__ void __launch_bounds__(kWarps * 32, MAXT == 1 && NS == 1 ? 3 : 2)
                 }
             }
         }
+        if (q8out) { // the chunk's tokens: warp w quantises tokens w, w + kWarps, ... (a lane an output)
+            __syncthreads();
+            const uint32_t I = out_rows;
+            for (int t = warp; t < nt; t += kWarps) {
+                int q, sum;
+                float d;
+                quant8_lane(ys[t * 32 + lane], q, d, sum);
+                const size_t p = (size_t)(start + c0 + t);
+                aq[p * a8_stride(I) + a8_at(32 * blockIdx.x + lane)] = (int8_t)q;
+                if (lane == 0) ad[p * (I / 32) + blockIdx.x] = make_float2(d, d * (float)sum);
+            }
+        }
     }
 }
 
-template <class SP, int MAXT, bool GLU, int NS>
+template <class SP, int MAXT, bool GLU, int NS, int KS = 1>
 cudaError_t launch_t(const DevMat &W, const uint16_t *in, uint32_t in_stride, const Groups &g, float *out,
                      uint32_t out_stride, uint32_t max_tokens, const GemvLaunch &opt, cudaStream_t s)
 {
     const uint32_t out_rows = GLU ? W.rows / 2 : W.rows, pairs = GLU ? out_rows : (out_rows + 1) / 2;
-    const uint32_t blocks = (pairs + kWarps - 1) / kWarps;
+    const uint32_t blocks = (pairs + kWarps / KS - 1) / (kWarps / KS);
     const size_t per_token = (size_t)a8_stride(W.cols) + W.cols / 32 * sizeof(float2);
     int tchunk = (int)((96 * 1024) / per_token);
     if (tchunk < 1) return cudaErrorInvalidValue;
     if (tchunk > 64) tchunk = 64;
     if (tchunk > (int)max_tokens) tchunk = (int)max_tokens;
-    const size_t smem = (size_t)tchunk * per_token;
+    const bool q8out = GLU && max_tokens > 1 && opt.aq;
+    if (q8out && (!opt.ad || out_rows % 32)) return cudaErrorInvalidValue;
+    const size_t smem = (size_t)tchunk * (per_token + (q8out ? 32 * sizeof(float) : 0)) +
+                        (KS > 1 ? kWarps * MAXT * sizeof(float2) : 0);
     const bool early = opt.rows_are_x0 && max_tokens == 1;
     void (*k)(DevMat, const uint16_t *, uint32_t, Groups, float *, uint32_t, int, NextMat, bool, const int8_t *,
-              const float2 *) =
-        early ? gemv_a8_kernel<SP, MAXT, GLU, true, NS> : gemv_a8_kernel<SP, MAXT, GLU, false, NS>;
+              const float2 *, int8_t *, float2 *) =
+        early ? gemv_a8_kernel<SP, MAXT, GLU, true, NS, KS> : gemv_a8_kernel<SP, MAXT, GLU, false, NS, KS>;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     // GLU at T = 1 keeps a CTA per block: the decode gate/up quantises x before its grid-dependency
     // wait, so a CTA's chain is the weight loads, and walking two or four blocks a CTA measured the
@@ -201,7 +268,7 @@ cudaError_t launch_t(const DevMat &W, const uint16_t *in, uint32_t in_stride, co
     // time at T = 4 .. 16 and 0.94 - 1.00x at T = 2 (four k-quant / q8_0 profiles; docs/sparse_moe.md,
     // "CUDA-core routes").
     // Plain (the dense layers, one group): at most one wave of CTAs, each walking several row blocks.
-    uint32_t grid = GLU && max_tokens > 1 ? (blocks + 3) / 4 : blocks;
+    uint32_t grid = GLU && max_tokens > 1 ? (blocks + 3) / 4 : blocks; // q8out: blocks % 4 == 0
     if constexpr (!GLU) {
         const int sms = sm_count();
         int per_sm = 0;
@@ -212,7 +279,8 @@ cudaError_t launch_t(const DevMat &W, const uint16_t *in, uint32_t in_stride, co
     }
     if (e != cudaSuccess) return e;
     return launch_pdl(k, dim3(grid, g.max_groups), dim3(kWarps * 32), smem, opt.pdl, s, W, in, in_stride, g, out,
-                      out_stride, tchunk, opt.next, opt.groups_ready, GLU ? nullptr : opt.xq, GLU ? nullptr : opt.xd);
+                      out_stride, tchunk, opt.next, opt.groups_ready, GLU ? nullptr : opt.xq, GLU ? nullptr : opt.xd,
+                      q8out ? opt.aq : nullptr, q8out ? opt.ad : nullptr);
 }
 
 template <class SP, bool GLU>
@@ -225,6 +293,13 @@ cudaError_t launch_sp(const DevMat &W, const uint16_t *in, uint32_t in_stride, c
         return launch_t<SP, 8, GLU, 1>(W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
     }
     if (max_tokens <= 1) return launch_t<SP, 1, GLU, 2>(W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
+    if constexpr (!GLU) { // two warps a row pair (the kernel's KS); NF_X_DENSE_KS=0: one (an A/B switch, to go)
+        static const char *x = getenv("NF_X_DENSE_KS");
+        if (!(x && *x == '0')) {
+            if (max_tokens <= 4) return launch_t<SP, 4, GLU, 1, 2>(W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
+            return launch_t<SP, 8, GLU, 1, 2>(W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
+        }
+    }
     if (max_tokens <= 4) return launch_t<SP, 4, GLU, 2>(W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
     return launch_t<SP, 8, GLU, 2>(W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
 }
@@ -292,18 +367,7 @@ __device__ void seg_rows(const A8Seg &S, uint32_t blk0, uint32_t stride, const i
             float a[MAXT] = {}, b[MAXT] = {};
             const int8_t *xt = xq + (size_t)t0 * a8_stride(cols);
             const float2 *dt = xd + (size_t)t0 * (cols / 32);
-            for (int s0 = lane; s0 < spans; s0 += 32 * NS) {
-                typename SP::Raw wa[NS], wb[NS];
-#pragma unroll
-                for (int j = 0; j < NS; j++)
-                    if (s0 + 32 * j < spans) wa[j] = SP::load(W, 0, ra, s0 + 32 * j), wb[j] = SP::load(W, 0, rb, s0 + 32 * j);
-#pragma unroll
-                for (int j = 0; j < NS; j++)
-                    if (s0 + 32 * j < spans) {
-                        SP::template dot<MAXT>(wa[j], s0 + 32 * j, xt, dt, cols, n, a);
-                        SP::template dot<MAXT>(wb[j], s0 + 32 * j, xt, dt, cols, n, b);
-                    }
-            }
+            pair_spans<SP, MAXT, NS>(W, 0, ra, rb, lane, 32 * NS, spans, xt, dt, cols, n, a, b);
 #pragma unroll
             for (int t = 0; t < MAXT; t++) {
                 if (t >= n) break;

@@ -230,8 +230,10 @@ cudaError_t launch_down_combine(int codec, const DevMat &W, const float *act, co
 // allows A8) for q4_k, q5_k, q6_k and q8_0 banks; supported: the codec, the shape and T * k
 // positions whose quantised intermediate fits one CTA's shared memory.
 bool down_a8_supported(int codec, const DevMat &W, uint32_t T, uint32_t k);
-cudaError_t launch_down_a8(int codec, const DevMat &W, const float *act, const Routing &r, uint32_t T, uint32_t k,
-                           const float *ys, uint16_t *out, bool pdl, cudaStream_t s);
+// aq / ad: the intermediate already quantised by gate/up (GemvLaunch::aq, ad; act unused), else null.
+cudaError_t launch_down_a8(int codec, const DevMat &W, const float *act, const int8_t *aq, const float2 *ad,
+                           const Routing &r, uint32_t T, uint32_t k, const float *ys, uint16_t *out, bool pdl,
+                           cudaStream_t s);
 
 // down_mma.cu: the same on tensor cores for nvfp4 (codec 11) and bf16 (codec 2) down banks (exact
 // operands, the f32 intermediate split into bf16 hi and lo columns; gemv_mma.cu's numerics).
@@ -306,6 +308,12 @@ struct GemvLaunch {
     // CTAs copy them instead of each quantising them again (null: quantised in the kernel)
     const int8_t *xq;
     const float2 *xd;
+    // a8, GLU, 1 < T (the small-token route before down_a8): the SwiGLU outputs quantised per 32
+    // instead of stored in f32 (quant_a8.cuh's quantiser: the bits down_a8's own staging would give),
+    // position p's row at aq + p * a8_stride(rows / 2), its (d, d sum q) pairs at ad + p * (rows / 64);
+    // rows / 2 % 32 == 0. Null: f32 out.
+    int8_t *aq;
+    float2 *ad;
 };
 cudaError_t launch_gemv_ex(int codec, bool glu, const DevMat &W, const void *in, bool in_bf16, uint32_t in_stride,
                            const Groups &g, float *out, uint32_t out_stride, uint32_t max_tokens,

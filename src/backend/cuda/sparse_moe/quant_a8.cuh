@@ -39,6 +39,21 @@ __device__ __forceinline__ void quant8_words(const float (&f)[8], uint32_t (&pac
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
 }
 
+// One element a lane, a warp = one 32-element block (every lane calls it together): quant8_words'
+// quantiser on the same values (the block's max is order-free, the division the same), so the same
+// q, d and sum q.
+__device__ __forceinline__ void quant8_lane(float f, int &q, float &d, int &sum)
+{
+    float am = fabsf(f);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+    d = am / 127.0f;
+    q = am > 0.f ? __float2int_rn(f / d) : 0;
+    sum = q;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+}
+
 // A thread's 8 consecutive elements f: vector v of the rows' cols / 8 vectors each (row t = v / (cols
 // / 8), elements e = 8 (v % (cols / 8)) .. e + 7); four consecutive lanes hold one block, so every
 // lane of the warp must call this together (the shuffles), including lanes with nothing to store

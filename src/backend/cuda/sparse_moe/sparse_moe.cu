@@ -7,6 +7,7 @@
 #include "a4.cuh"
 #include "bf16x3.cuh"
 #include "internal.cuh"
+#include "quant_a8.cuh"
 
 extern "C" {
 #include "base/arena.h"
@@ -105,6 +106,7 @@ struct nf_sparse_moe {
     size_t o_xq, o_aq, o_saq;        // W4A4 prefill: nvfp4 planes of x, act, shared act (A4Plane)
     size_t o_deq;                    // dequant route: bf16 bank [E][rows][cols] of gate/up, then of down
     size_t o_mxq, o_mxd, o_maq, o_mad; // mmq route: x and act quantised (int8 planes and their (d, s))
+    size_t o_sq8, o_sd8;               // small-token route: act quantised by gate/up for down_a8 (padded rows)
     uint32_t max_tiles;              // tile-table capacity: ceil(T*k / kPrefillTileMinM) + E
     size_t ws_bytes;
 };
@@ -301,6 +303,9 @@ static void layout_workspace(nf_sparse_moe *m, size_t T)
     m->o_mxd = Tm ? take(&a, Tm * (H / 32) * 8) : 0;
     m->o_maq = Tm ? take(&a, Tm * k * I) : 0;
     m->o_mad = Tm ? take(&a, Tm * k * (I / 32) * 8) : 0;
+    const size_t Ts = T < kSmallRouteMax ? T : kSmallRouteMax;
+    m->o_sq8 = take(&a, Ts * k * a8_stride(I));
+    m->o_sd8 = take(&a, Ts * k * (I / 32) * 8);
     nf_arena_reset(&a, routes);
     m->o_acth = m->a4 ? 0 : take(&a, T * k * I * 2);
     m->o_actsh = m->has_shared && !m->a4 ? take(&a, T * S * 2) : 0;
@@ -666,6 +671,20 @@ static cudaError_t mmq_slice(const nf_sparse_moe *m, const uint16_t *x, uint32_t
     return cudaGetLastError();
 }
 
+// Whether gate/up prefetches the routed experts' down bytes into L2 (NextMat): at one token it is
+// latency-bound with DRAM to spare, and 8 experts' down (~10 MB at qwen3-30b-a3b q6_k) stay in L2 for
+// the down launch. With more tokens the active experts' down outgrows the L2 (T = 8: ~52 experts,
+// ~65 MB against an H100's 50 MB): the prefetched lines are evicted before down reads them, and
+// gate/up's DRAM time carries them (ncu, H100, T = 8: gate/up read ~150 MB for ~92 MB of its own
+// weights). So only while they fit half the L2. NF_X_DOWN_PREFETCH=0/1 forces it (an experiment's
+// switch, to be removed once measured).
+static bool prefetch_down(uint32_t groups, uint64_t expert_bytes)
+{
+    static const char *force = getenv("NF_X_DOWN_PREFETCH");
+    if (force && *force) return *force == '1';
+    return groups * expert_bytes <= (uint64_t)device_attr<cudaDevAttrL2CacheSize>() / 2;
+}
+
 // One slice of T <= max_tokens tokens.
 static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint32_t T, uint16_t *out, uint8_t *ws,
                                  cudaStream_t s)
@@ -696,8 +715,19 @@ static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint
     // launch), prefetches the routed experts' down bytes into L2 for the fused down kernel and
     // may quantise the activations to int8 (gate/up codecs with int8 spans: gemv_a8.cu)
     const DevMat &dn = m->m[M_DOWN];
-    const GemvLaunch gl{small ? NextMat{dn.data, (uint64_t)dn.rows * dn.row_stride} : NextMat{nullptr, 0}, small,
-                        T == 1, small && b.gate_up.allow_a8};
+    const bool pf = small && prefetch_down(max_groups, (uint64_t)dn.rows * dn.row_stride);
+    // the down quantises its input to int8 only where gate/up took int8 activations too (the W·A8
+    // pair test_sparse_moe's reference models: every codec with int8 spans, spans_a8.cuh); behind a
+    // gate/up without them (q2_k) it stays f32 whatever its own codec. From two tokens on gate/up
+    // hands it the intermediate already quantised.
+    const bool gu_a8 = b.gate_up.allow_a8 && gemv_a8_supported(m->codec[M_GATE_UP], m->m[M_GATE_UP]);
+    const bool dn_a8 = small && gu_a8 && b.down.allow_a8 && down_a8_supported(m->codec[M_DOWN], dn, T, k);
+    static const char *x_q8act = getenv("NF_X_Q8ACT"); // "0": the f32 hand-over (an A/B switch, to be removed)
+    const bool q8act = dn_a8 && T > 1 && I % 64 == 0 && !(x_q8act && *x_q8act == '0');
+    int8_t *aq = q8act ? (int8_t *)(ws + m->o_sq8) : nullptr;
+    float2 *ad = q8act ? (float2 *)(ws + m->o_sd8) : nullptr;
+    const GemvLaunch gl{pf ? NextMat{dn.data, (uint64_t)dn.rows * dn.row_stride} : NextMat{nullptr, 0}, small,
+                        T == 1, small && b.gate_up.allow_a8, false, nullptr, nullptr, aq, ad};
     cudaError_t e = launch_gemv_ex(m->codec[M_GATE_UP], true, m->m[M_GATE_UP], x, true, H, g, act, I, T, gl, s);
     float *ys = nullptr;
     if (e == cudaSuccess && m->has_shared) {
@@ -708,12 +738,7 @@ static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint
         if (e == cudaSuccess) e = launch_gemv(m->codec[M_SDOWN], false, m->m[M_SDOWN], acts, false, S, sg, ys, H, T, s);
     }
     if (e != cudaSuccess) return e;
-    // the down quantises its input to int8 only where gate/up took int8 activations too (the W·A8
-    // pair test_sparse_moe's reference models: every codec with int8 spans, spans_a8.cuh); behind a
-    // gate/up without them (q2_k) it stays f32 whatever its own codec
-    const bool gu_a8 = b.gate_up.allow_a8 && gemv_a8_supported(m->codec[M_GATE_UP], m->m[M_GATE_UP]);
-    if (small && gu_a8 && b.down.allow_a8 && down_a8_supported(m->codec[M_DOWN], dn, T, k))
-        return launch_down_a8(m->codec[M_DOWN], dn, act, r, T, k, ys, out, true, s);
+    if (dn_a8) return launch_down_a8(m->codec[M_DOWN], dn, act, aq, ad, r, T, k, ys, out, true, s);
     if (small && down_mma_supported(m->codec[M_DOWN], dn, T, k)) // nvfp4 and bf16 on tensor cores
         return launch_down_mma(m->codec[M_DOWN], dn, act, r, T, k, ys, out, true, s);
     if (small) return launch_down_combine(m->codec[M_DOWN], dn, act, r, T, k, max_groups, ys, out, true, s);
