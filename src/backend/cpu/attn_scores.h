@@ -23,6 +23,20 @@
     {                                                                                                       \
         const V vs = NF_ATTN_OP(pfx, _set1_ps)(scale);                                                      \
         uint32_t p = 0;                                                                                     \
+        for (; p + 8 <= np && !kv->bf16; p += 8) { /* f32: row pointers, no branch per element */     \
+            V acc[8];                                                                                       \
+            const float *kp[8];                                                                             \
+            for (int u = 0; u < 8; u++)                                                                     \
+                acc[u] = NF_ATTN_OP(pfx, _setzero_ps)(),                                                    \
+                kp[u] = (const float *)kv->k + nf_cpu_kv_row(kv, pages, p + (uint32_t)u) * kv_row + koff;  \
+            for (uint32_t i = 0; i < hd; i++) {                                                             \
+                const V qv = NF_ATTN_OP(pfx, _loadu_ps)(qt + (size_t)i * (L));                              \
+                for (int u = 0; u < 8; u++)                                                                 \
+                    acc[u] = NF_ATTN_OP(pfx, _fmadd_ps)(qv, NF_ATTN_OP(pfx, _set1_ps)(kp[u][i]), acc[u]);   \
+            }                                                                                               \
+            for (int u = 0; u < 8; u++)                                                                     \
+                NF_ATTN_OP(pfx, _storeu_ps)(sct + (size_t)(p + u) * (L), NF_ATTN_OP(pfx, _mul_ps)(acc[u], vs)); \
+        }                                                                                                   \
         for (; p + 8 <= np; p += 8) {                                                                       \
             V acc[8];                                                                                       \
             size_t base[8];                                                                                 \
