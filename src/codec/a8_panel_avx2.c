@@ -33,26 +33,38 @@ void nf_a8_transpose16_avx2(const uint8_t *src, size_t stride, uint8_t *dst)
         }
 }
 
-/* ---- per-codec unpack of one row: levels lv[n] (u8), block scales sd[k * 16] and mins sm[k * 16] ---- */
+/* ---- per-codec unpack of one row: levels lv[n] (u8) and the row's scales, row-major in rs ----
+ * The panel wants the scales "lane = row" (sd[16 k + r]); written from one row they are 16 floats
+ * apart, one scalar store each, which was half of a q6_k panel fill (perf annotate of the fill alone,
+ * docs/perf/cpu_2026-12-07b.md). So each row writes its scales contiguously (vector stores) and the
+ * panel turns every 16 of them over the 16 rows with one 16 x 16 dword transpose (scales_lane_row). */
 
-/* q8_0's level: w + o (o = 128: unsigned, for vpdpbusd / TDPBSUD; o = 0: w itself, for vpsignb). */
-static void unpack_q8_0(int o, const uint8_t *b, size_t n, uint8_t *lv, float *sd, float *sm)
+/* q8_0's level: w + o (o = 128: unsigned, for vpdpbusd / TDPBSUD; o = 0: w itself, for vpsignb).
+ * rs[k]: the block's d. */
+static void unpack_q8_0(int o, const uint8_t *b, size_t n, uint8_t *lv, float *rs)
 {
     const __m256i flip = _mm256_set1_epi8((char)o);
     for (size_t k = 0; k < n / 32; k++, b += NF_Q8_0_BYTES) {
         _mm256_storeu_si256((__m256i *)(lv + 32 * k), _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(b + 2)), flip));
-        sd[16 * k] = nf_f16_at(b), sm[16 * k] = 0;
+        rs[k] = nf_f16_at(b);
     }
 }
 
-static void unpack_k45(int q5, const uint8_t *b, size_t n, uint8_t *lv, float *sd, float *sm)
+/* 8 bytes of u -> 8 floats f * u (u exact in f32; one rounding, as f * u in scalar code). */
+static inline __m256 scaled8(const uint8_t *u, float f)
+{
+    return _mm256_mul_ps(_mm256_set1_ps(f), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)u))));
+}
+
+/* rs[16 ib + j]: sub-block j's d * sc_j (j < 8), rs[16 ib + 8 + j]: its dmin * m_j. */
+static void unpack_k45(int q5, const uint8_t *b, size_t n, uint8_t *lv, float *rs)
 {
     const size_t bb = q5 ? NF_Q5_K_BYTES : NF_Q4_K_BYTES;
     for (size_t ib = 0; ib < n / NF_QK_K; ib++, b += bb) {
         uint8_t s[16];
         nf_k4_unpack_scales(b + 4, s);
-        const float d = nf_f16_at(b), dmin = nf_f16_at(b + 2);
-        for (int j = 0; j < 8; j++) sd[16 * (8 * ib + j)] = d * s[j], sm[16 * (8 * ib + j)] = dmin * s[8 + j];
+        _mm256_storeu_ps(rs + 16 * ib, scaled8(s, nf_f16_at(b)));
+        _mm256_storeu_ps(rs + 16 * ib + 8, scaled8(s + 8, nf_f16_at(b + 2)));
         const uint8_t *qs = b + (q5 ? 48 : 16);
         __m256i hb = q5 ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
         for (int p = 0; p < 4; p++) {
@@ -64,16 +76,16 @@ static void unpack_k45(int q5, const uint8_t *b, size_t n, uint8_t *lv, float *s
     }
 }
 
-/* q6_k: the level u (o = 0) or u - 32 (o = 32, signed); sd: the sub-block's scale sc (an integer, per
- * 16), sm: the super-block's d (per 32-element block). */
-static void unpack_q6_k(int o, const uint8_t *b, size_t n, uint8_t *lv, float *sd, float *sm)
+/* q6_k: the level u (o = 0) or u - 32 (o = 32, signed); rs[16 ib + k]: sub-block k's scale sc (an
+ * integer), rd[ib]: the super-block's d. */
+static void unpack_q6_k(int o, const uint8_t *b, size_t n, uint8_t *lv, float *rs, float *rd)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), off = _mm256_set1_epi8((char)o);
     for (size_t ib = 0; ib < n / NF_QK_K; ib++, b += NF_Q6_K_BYTES) {
-        const float d = nf_f16_at(b + 208);
-        const int8_t *sc = (const int8_t *)(b + 192);
-        for (int k = 0; k < 16; k++) sd[16 * (16 * ib + k)] = sc[k];
-        for (int k = 0; k < 8; k++) sm[16 * (8 * ib + k)] = d;
+        rd[ib] = nf_f16_at(b + 208);
+        for (int h = 0; h < 2; h++) /* 16 int8 scales, 8 at a time */
+            _mm256_storeu_ps(rs + 16 * ib + 8 * h,
+                             _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b + 192 + 8 * h)))));
         for (int h = 0; h < 2; h++) {
             const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
             const __m256i a = _mm256_loadu_si256((const __m256i *)ql), c = _mm256_loadu_si256((const __m256i *)(ql + 32));
@@ -87,17 +99,57 @@ static void unpack_q6_k(int o, const uint8_t *b, size_t n, uint8_t *lv, float *s
     }
 }
 
-static void unpack(nf_codec_id id, int q8_offset, int q6_signed, const uint8_t *b, size_t n, uint8_t *lv, float *sd,
-                   float *sm)
+static void unpack(nf_codec_id id, int q8_offset, int q6_signed, const uint8_t *b, size_t n, uint8_t *lv, float *rs,
+                   float *rd)
 {
-    if (id == NF_CODEC_Q8_0) unpack_q8_0(q8_offset, b, n, lv, sd, sm);
-    else if (id == NF_CODEC_Q6_K) unpack_q6_k(q6_signed ? 32 : 0, b, n, lv, sd, sm);
-    else unpack_k45(id == NF_CODEC_Q5_K, b, n, lv, sd, sm);
+    if (id == NF_CODEC_Q8_0) unpack_q8_0(q8_offset, b, n, lv, rs);
+    else if (id == NF_CODEC_Q6_K) unpack_q6_k(q6_signed ? 32 : 0, b, n, lv, rs, rd);
+    else unpack_k45(id == NF_CODEC_Q5_K, b, n, lv, rs);
+}
+
+/* Columns 0 .. m - 1 of the 16 rows of rs (ls floats apart) "lane = row": dst[16 c + r] = rs[r ls + c],
+ * 16 columns per transpose, the last m % 16 one by one. */
+static void scales_lane_row(const float *rs, size_t ls, size_t m, float *dst)
+{
+    size_t c = 0;
+    for (; c + 16 <= m; c += 16) nf_a8_transpose16_avx2((const uint8_t *)(rs + c), 4 * ls, (uint8_t *)(dst + 16 * c));
+    for (; c < m; c++)
+        for (size_t r = 0; r < 16; r++) dst[16 * c + r] = rs[r * ls + c];
+}
+
+/* The row-major scales (16 rows of rs, ls floats apart; q6_k's d in rd, nsb apart) into the panel's
+ * sd / sm (a8_simd.h). */
+static void panel_scales(nf_codec_id id, const float *rs, size_t ls, const float *rd, size_t n, float *sd, float *sm)
+{
+    const size_t nsb = n / NF_QK_K;
+    if (id == NF_CODEC_Q8_0) {
+        scales_lane_row(rs, ls, n / 32, sd);
+        memset(sm, 0, 16 * (n / 32) * sizeof(float));
+    } else if (id == NF_CODEC_Q6_K) {
+        scales_lane_row(rs, ls, n / 16, sd);
+        for (size_t ib = 0; ib < nsb; ib++) { /* d of each row, the same for the super-block's 8 blocks */
+            __m256 d[2];
+            for (int h = 0; h < 2; h++)
+                d[h] = _mm256_setr_ps(rd[(8 * h) * nsb + ib], rd[(8 * h + 1) * nsb + ib], rd[(8 * h + 2) * nsb + ib],
+                                      rd[(8 * h + 3) * nsb + ib], rd[(8 * h + 4) * nsb + ib], rd[(8 * h + 5) * nsb + ib],
+                                      rd[(8 * h + 6) * nsb + ib], rd[(8 * h + 7) * nsb + ib]);
+            for (size_t k = 8 * ib; k < 8 * ib + 8; k++)
+                _mm256_storeu_ps(sm + 16 * k, d[0]), _mm256_storeu_ps(sm + 16 * k + 8, d[1]);
+        }
+    } else { /* per super-block: 8 scales then 8 mins per row -> sd's and sm's 8 blocks */
+        float t[256];
+        for (size_t ib = 0; ib < nsb; ib++) {
+            nf_a8_transpose16_avx2((const uint8_t *)(rs + 16 * ib), 4 * ls, (uint8_t *)t);
+            memcpy(sd + 128 * ib, t, 128 * sizeof(float));
+            memcpy(sm + 128 * ib, t + 128, 128 * sizeof(float));
+        }
+    }
 }
 
 /* ---- the panel ---------------------------------------------------------------------------------------- */
 
-size_t nf_a8_tile_scratch(size_t n) { return 40 * n + 256; }
+/* 40 n for the panel, then the row-major scales (at most 16 x (n / 16 + n / 256) floats) */
+size_t nf_a8_tile_scratch(size_t n) { return 48 * n + 256; }
 
 int nf_a8_panel_fill(nf_codec_id id, int q8_offset, nf_a8_transpose_fn transpose, const uint8_t *w, size_t rb,
                      size_t rows, size_t n, void *scratch, nf_a8_panel *p)
@@ -110,13 +162,18 @@ int nf_a8_panel_fill(nf_codec_id id, int q8_offset, nf_a8_transpose_fn transpose
      * L1 sets (n is a multiple of 64; the rows then run into lv's space, unused) */
     const size_t ld = transpose ? n : n + 64;
     float *sd = (float *)(lv + 16 * n), *sm = sd + 16 * nk;
+    /* the rows' scales, row-major: ls per row (q4_k / q5_k: 8 scales and 8 mins per super-block) */
+    const size_t ls = id == NF_CODEC_Q8_0 ? n / 32 : n / 16, nsb = n / NF_QK_K;
+    float *rs = sm + 16 * nk, *rd = rs + 16 * ls;
     for (size_t r = 0; r < 16; r++) {
-        if (r < rows) unpack(id, q8_offset, !transpose, w + r * rb, n, rowbuf + r * ld, sd + r, sm + r);
+        if (r < rows) unpack(id, q8_offset, !transpose, w + r * rb, n, rowbuf + r * ld, rs + r * ls, rd + r * nsb);
         else {
             memset(rowbuf + r * ld, 0, n);
-            for (size_t k = 0; k < nk; k++) sd[16 * k + r] = sm[16 * k + r] = 0;
+            memset(rs + r * ls, 0, ls * sizeof(float));
+            if (id == NF_CODEC_Q6_K) memset(rd + r * nsb, 0, nsb * sizeof(float));
         }
     }
+    panel_scales(id, rs, ls, rd, n, sd, sm);
     if (transpose) {
         for (size_t c = 0; c < n / 64; c++) transpose(rowbuf + 64 * c, n, lv + 1024 * c);
         p->lv = lv, p->spare = rowbuf;
@@ -128,4 +185,3 @@ int nf_a8_panel_fill(nf_codec_id id, int q8_offset, nf_a8_transpose_fn transpose
     p->min = G == 32 && id != NF_CODEC_Q8_0;
     return 0;
 }
-

@@ -287,7 +287,7 @@ static int prepare_a8(nf_cpu *c, const nf_cpu_gemm_job *jobs, size_t n_jobs, a8_
     for (size_t j = 0; j < n_jobs; j++) {
         const nf_cpu_gemm_job *jb = &jobs[j];
         a8[j].fn = jb->w.nv || !jb->n || jb->w.cols % NF_A8_BLOCK ? NULL : nf_codec_a8_kernel(jb->w.codec, c->isa);
-        /* the tile's scratch is the worker's f32 block buffer: 64 max_cols >= 40 cols + 256 bytes */
+        /* the tile's scratch is the worker's f32 block buffer: 64 max_cols >= 48 cols + 256 bytes */
         a8[j].tile = a8[j].fn && jb->w.cols % 64 == 0 && jb->w.cols >= 16 && !c->no_tile
                          ? nf_codec_a8_tile(jb->w.codec, c->isa) : NULL;
         if (!a8[j].fn) continue;
