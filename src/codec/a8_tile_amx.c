@@ -88,57 +88,55 @@ static inline __attribute__((always_inline)) void combine16(const int32_t *c0, c
         _tile_dpbssd(c1, 5, 7);                                                                             \
     } while (0)
 
-/* Activation blocks per phase: a phase issues all its blocks' products and stores their C tiles,
- * then combines them (q6_k: 2 x 8 KB of C, q8_0 / q4_k / q5_k: 8 KB, in L1). Interleaving each block's
- * combine with the next blocks' tile instructions, as before, cost more than the two apart: the tile
- * stores and the combine's loads of them slowed each other (per 16 rows x 2048 x 16 tokens, 1 thread,
- * docs/perf/cpu_2026-12-07b.md: q6_k 15 % and q4_k / q5_k ~15 % faster per token group at 8; 16 lost on
- * q6_k, whose C then leaves L1). */
+/* q6_k's activation blocks per phase: a phase issues all its blocks' products (two K = 16 each) and
+ * stores their C tiles (16 KB, in L1), then combines them. Interleaving each block's combine with the
+ * next blocks' tile instructions cost more than running the two apart: the tile stores and the
+ * combine's loads of them slowed each other (per 16 rows x 2048 x 12 - 32 tokens, 1 thread: token
+ * groups 3 - 15 % faster at 8; 16 lost, its C then leaving L1; docs/perf/cpu_2026-12-07b.md). The
+ * codecs of one product per block keep the interleaved loop: phases cost SmolLM2's q8_0 prefill ~10 %. */
 enum { PHASE = 8 };
 
-/* Blocks b0 .. b0 + L - 1 (L even) into cb: C of block b0 + j at cb[j] (q6_k: its two sub-blocks at
- * cb[2 j], cb[2 j + 1]). The two C tiles (q6_k: pairs) alternate, one block's products issued before
- * the other's store. */
-static inline __attribute__((always_inline)) void phase_products(const int Q6, const int Q8, const nf_a8_panel *p,
-                                                                 const uint8_t *xq, size_t ldb, size_t b0, size_t L,
-                                                                 int32_t (*cb)[256], const uint8_t *pf, size_t pf_bytes,
-                                                                 size_t nb)
+/* q6_k's blocks b0 .. b0 + PHASE - 1 of a 16-token group: their products into cb (block b0 + j's
+ * sub-blocks at cb[2 j], cb[2 j + 1]; the two C pairs alternate, one block's products issued before
+ * the other's stores), then their combines. pf: the next row block's bytes to prefetch, two blocks'
+ * share at a time (in bursts of a phase's share pp256 lost ~5 %), or NULL. */
+static inline __attribute__((always_inline)) void phase16(const nf_a8_panel *p, const uint8_t *xq, size_t ldb,
+                                                          size_t b0, const float *d, size_t T,
+                                                          int32_t (*cb)[256], __m512 *acc, const uint8_t *pf,
+                                                          size_t pf_bytes, size_t nb)
 {
-    if (Q6) {
-        PRODUCT16(0, 1, b0);
-        for (size_t j = 0; j < L; j += 2) {
-            if (pf) nf_a8_prefetch_part(pf, pf_bytes, b0 + j, 2, nb);
-            PRODUCT16(2, 3, b0 + j + 1);
-            _tile_stored(0, cb[2 * j], 64);
-            _tile_stored(1, cb[2 * j + 1], 64);
-            if (j + 2 < L) PRODUCT16(0, 1, b0 + j + 2);
-            _tile_stored(2, cb[2 * j + 2], 64);
-            _tile_stored(3, cb[2 * j + 3], 64);
-        }
-    } else {
-        PRODUCT32(0, 2, 4, b0);
-        for (size_t j = 0; j < L; j += 2) {
-            if (pf) nf_a8_prefetch_part(pf, pf_bytes, b0 + j, 2, nb);
-            PRODUCT32(1, 3, 5, b0 + j + 1);
-            _tile_stored(0, cb[j], 64);
-            if (j + 2 < L) PRODUCT32(0, 2, 4, b0 + j + 2);
-            _tile_stored(1, cb[j + 1], 64);
-        }
+    PRODUCT16(0, 1, b0);
+    for (size_t j = 0; j < PHASE; j += 2) {
+        if (pf) nf_a8_prefetch_part(pf, pf_bytes, b0 + j, 2, nb);
+        PRODUCT16(2, 3, b0 + j + 1);
+        _tile_stored(0, cb[2 * j], 64);
+        _tile_stored(1, cb[2 * j + 1], 64);
+        if (j + 2 < PHASE) PRODUCT16(0, 1, b0 + j + 2);
+        _tile_stored(2, cb[2 * j + 2], 64);
+        _tile_stored(3, cb[2 * j + 3], 64);
     }
+    for (size_t j = 0; j < PHASE; j++) combine16(cb[2 * j], cb[2 * j + 1], p, b0 + j, d + (b0 + j) * T, acc);
 }
 
-/* Blocks b0 .. b0 + L - 1 of a 16-token group: their products, then their combines. */
-static inline __attribute__((always_inline)) void phase(const int Q6, const int Q8, const int MIN, const nf_a8_panel *p,
-                                                        const uint8_t *xq, size_t ldb, size_t b0, size_t L,
-                                                        const float *d, const float *ds, size_t T, int32_t (*cb)[256],
-                                                        __m512 *acc, const uint8_t *pf, size_t pf_bytes, size_t nb)
+/* q8_0, q4_k, q5_k: all nb blocks, products two blocks ahead in two C tiles; each block's C stored one
+ * step before it is combined, so that the vector loads of a stored tile do not wait on its store. */
+static inline __attribute__((always_inline)) void blocks32(const int Q8, const int MIN, const nf_a8_panel *p,
+                                                           const uint8_t *xq, size_t ldb, size_t nb, const float *d,
+                                                           const float *ds, size_t T, int32_t (*cb)[256], __m512 *acc,
+                                                           const uint8_t *pf, size_t pf_bytes)
 {
-    phase_products(Q6, Q8, p, xq, ldb, b0, L, cb, pf, pf_bytes, nb);
-    for (size_t j = 0; j < L; j++) {
-        const size_t b = b0 + j;
-        if (Q6) combine16(cb[2 * j], cb[2 * j + 1], p, b, d + b * T, acc);
-        else combine32(MIN, cb[j], p, b, d + b * T, ds + b * T, acc);
+    PRODUCT32(0, 2, 4, 0);
+    PRODUCT32(1, 3, 5, 1);
+    for (size_t b = 0; b < nb; b += 2) {
+        if (pf) nf_a8_prefetch_part(pf, pf_bytes, b, 2, nb);
+        _tile_stored(0, cb[0], 64);
+        if (b + 2 < nb) PRODUCT32(0, 2, 4, b + 2);
+        if (b) combine32(MIN, cb[1], p, b - 1, d + (b - 1) * T, ds + (b - 1) * T, acc);
+        _tile_stored(1, cb[1], 64);
+        if (b + 3 < nb) PRODUCT32(1, 3, 5, b + 3);
+        combine32(MIN, cb[0], p, b, d + b * T, ds + b * T, acc);
     }
+    combine32(MIN, cb[1], p, nb - 1, d + (nb - 1) * T, ds + (nb - 1) * T, acc);
 }
 
 /* One panel x every token, 16 tokens at a time (a last group of fewer runs as 16: its extra lanes
@@ -156,15 +154,13 @@ static inline __attribute__((always_inline)) void panel_tokens(const int Q6, con
         const size_t nt = ntok - g < 16 ? ntok - g : 16, t = xt->t0 + g;
         const uint8_t *xq = xt->base + 4 * t;
         const float *d = dplane + t, *ds = dsplane + t;
+        const uint8_t *pf = g == 0 ? next : NULL; /* the first group prefetches the next row block */
         __m512 acc[16];
         for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
-        /* the first group prefetches the next row block, two blocks' share at a time (in bursts of a
-         * phase's share, pp256 lost ~5 %) */
-        const uint8_t *pf = g == 0 ? next : NULL;
-        for (size_t b0 = 0; b0 < nb; b0 += PHASE) {
-            if (nb - b0 >= PHASE) phase(Q6, Q8, MIN, p, xq, ldb, b0, PHASE, d, ds, T, cb, acc, pf, next_bytes, nb);
-            else phase(Q6, Q8, MIN, p, xq, ldb, b0, nb - b0, d, ds, T, cb, acc, pf, next_bytes, nb); /* a constant L above */
-        }
+        if (Q6) /* n a multiple of 256 (the super-block): whole phases */
+            for (size_t b0 = 0; b0 < nb; b0 += PHASE) phase16(p, xq, ldb, b0, d, T, cb, acc, pf, next_bytes, nb);
+        else
+            blocks32(Q8, MIN, p, xq, ldb, nb, d, ds, T, cb, acc, pf, next_bytes);
         /* (acc copied out first: its address taken, GCC would keep the accumulators in memory) */
         float ac[256] __attribute__((aligned(64))), tr[256] __attribute__((aligned(64)));
         for (int r = 0; r < 16; r++) _mm512_store_ps(ac + 16 * r, acc[r]);

@@ -313,8 +313,6 @@ int main(void)
                     }
             /* whole and partial groups of 16 tokens (the AMX tile's) */
             for (size_t nt = 16; nt <= 40; nt += 12) check_kernel(c, (nf_isa)isa, 512, 17, nt, (int)nt % 5, 1, &worst, &worst_q);
-            /* q8_0: 18 blocks, so the AMX tile's last phase of 8 blocks is short (2) */
-            if (c->block_elems == 32) check_kernel(c, (nf_isa)isa, 576, 17, 20, 3, 2, &worst, &worst_q);
             if (c->block_elems == 32) { /* q8_0: an odd number of blocks (the AVX-512 pair loop's tail), alone
                                          * and after whole 16-block steps */
                 const size_t nbs[] = {1, 3, 5, 7, 17, 35, 51};
