@@ -293,12 +293,9 @@ cudaError_t launch_sp(const DevMat &W, const uint16_t *in, uint32_t in_stride, c
         return launch_t<SP, 8, GLU, 1>(W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
     }
     if (max_tokens <= 1) return launch_t<SP, 1, GLU, 2>(W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
-    if constexpr (!GLU) { // two warps a row pair (the kernel's KS); NF_X_DENSE_KS=0: one (an A/B switch, to go)
-        static const char *x = getenv("NF_X_DENSE_KS");
-        if (!(x && *x == '0')) {
-            if (max_tokens <= 4) return launch_t<SP, 4, GLU, 1, 2>(W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
-            return launch_t<SP, 8, GLU, 1, 2>(W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
-        }
+    if constexpr (!GLU) { // two warps a row pair (the kernel's KS): ~2 % on the N = 8 .. 16 step (docs/perf/batch.md)
+        if (max_tokens <= 4) return launch_t<SP, 4, GLU, 1, 2>(W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
+        return launch_t<SP, 8, GLU, 1, 2>(W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
     }
     if (max_tokens <= 4) return launch_t<SP, 4, GLU, 2>(W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
     return launch_t<SP, 8, GLU, 2>(W, in, in_stride, g, out, out_stride, max_tokens, opt, s);

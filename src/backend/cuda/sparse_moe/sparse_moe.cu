@@ -676,12 +676,9 @@ static cudaError_t mmq_slice(const nf_sparse_moe *m, const uint16_t *x, uint32_t
 // the down launch. With more tokens the active experts' down outgrows the L2 (T = 8: ~52 experts,
 // ~65 MB against an H100's 50 MB): the prefetched lines are evicted before down reads them, and
 // gate/up's DRAM time carries them (ncu, H100, T = 8: gate/up read ~150 MB for ~92 MB of its own
-// weights). So only while they fit half the L2. NF_X_DOWN_PREFETCH=0/1 forces it (an experiment's
-// switch, to be removed once measured).
+// weights). So only while they fit half the L2.
 static bool prefetch_down(uint32_t groups, uint64_t expert_bytes)
 {
-    static const char *force = getenv("NF_X_DOWN_PREFETCH");
-    if (force && *force) return *force == '1';
     return groups * expert_bytes <= (uint64_t)device_attr<cudaDevAttrL2CacheSize>() / 2;
 }
 
@@ -722,8 +719,7 @@ static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint
     // hands it the intermediate already quantised.
     const bool gu_a8 = b.gate_up.allow_a8 && gemv_a8_supported(m->codec[M_GATE_UP], m->m[M_GATE_UP]);
     const bool dn_a8 = small && gu_a8 && b.down.allow_a8 && down_a8_supported(m->codec[M_DOWN], dn, T, k);
-    static const char *x_q8act = getenv("NF_X_Q8ACT"); // "0": the f32 hand-over (an A/B switch, to be removed)
-    const bool q8act = dn_a8 && T > 1 && I % 64 == 0 && !(x_q8act && *x_q8act == '0');
+    const bool q8act = dn_a8 && T > 1 && I % 64 == 0;
     int8_t *aq = q8act ? (int8_t *)(ws + m->o_sq8) : nullptr;
     float2 *ad = q8act ? (float2 *)(ws + m->o_sd8) : nullptr;
     const GemvLaunch gl{pf ? NextMat{dn.data, (uint64_t)dn.rows * dn.row_stride} : NextMat{nullptr, 0}, small,
