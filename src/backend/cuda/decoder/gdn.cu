@@ -186,24 +186,26 @@ __global__ void __launch_bounds__(32) gdn_rec_kernel(GdnArgs g, Batch b, uint32_
 // another) is N rows a chunk, T rows a sequence either way; and 66 KB of shared memory at dk = 128
 // fits sm_120's 99 KB a CTA (N = 64 would not) and three CTAs an H100 SM.
 constexpr int kChunk = 32, kChunkCols = 32, kChunkThreads = 256;
-constexpr int kQkStride = kChunk + 4, kAStride = kChunk + 1; // float4-aligned rows; odd rows: no bank conflicts
+// Row strides: Qt / Kt rows float4-aligned; R's rows float2-aligned and 4 banks apart (the
+// substitution's 8 lanes of a column read 8 rows at once); A's odd (its rows are read across).
+constexpr int kQkStride = kChunk + 4, kRStride = kChunkCols + 4, kAStride = kChunk + 1;
 static_assert(kChunk == 32 && kChunkCols == kChunk, "a lane a token in the gate scan; one 2x2 tiling for A and S");
 static_assert(kChunkCols == 4 * (kChunkThreads / 32), "the substitution: 4 columns a warp, 8 lanes a column");
 
 // The shared memory of a chunk CTA, in floats: Qt, Kt [DK][kQkStride] (q, k of the chunk transposed:
-// row a holds dim a of every token), St [DK][kChunkCols] (the CTA's columns of S), R [N][kChunkCols]
+// row a holds dim a of every token), St [DK][kChunkCols] (the CTA's columns of S), R [N][kRStride]
 // (v, then r, then d), Akk, Aqk [N][kAStride] (a_im; (q_i . k_m) exp(G_i - G_m)), then G, beta,
 // exp(G_i), exp(G_N - G_i) [N] each.
 template <int DK>
 struct ChunkSmem {
     static constexpr int qt = 0, kt = DK * kQkStride, st = 2 * DK * kQkStride, r = st + DK * kChunkCols;
-    static constexpr int akk = r + kChunk * kChunkCols, aqk = akk + kChunk * kAStride, gates = aqk + kChunk * kAStride;
+    static constexpr int akk = r + kChunk * kRStride, aqk = akk + kChunk * kAStride, gates = aqk + kChunk * kAStride;
     static constexpr int floats = gates + 4 * kChunk;
 };
 
 // Phase 1: the chunk's tokens t0 .. t0 + L - 1 into shared memory (rows L .. N - 1 zero, with g = 0 and
 // beta = 0: their d is zero and G stays G_{L-1}, so a ragged last chunk needs no other case). q and k
-// l2-normalised as the per-token kernel does them, a warp a (token, q or k).
+// l2-normalised as the per-token kernel does them, each warp 8 (token, q or k) rows.
 template <int DK>
 __device__ __forceinline__ void chunk_load(const GdnArgs &g, float *sm, int t0, int L, uint32_t h, uint32_t kh,
                                            uint32_t j0, uint32_t C, float A, float dtb)
@@ -212,26 +214,33 @@ __device__ __forceinline__ void chunk_load(const GdnArgs &g, float *sm, int t0, 
     constexpr int E = (DK + 31) / 32;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const uint32_t Kd = g.k_heads * DK, Vd = g.v_heads * g.dv;
-    for (int p = warp; p < 2 * kChunk; p += kChunkThreads / 32) {
-        const int i = p / 2, isk = p % 2;
-        const float *src = g.row + (size_t)(t0 + i) * g.stride + (isk ? Kd : 0) + kh * DK;
-        float x[E], ss = 0;
+    // every load of the warp's rows issued before the first sum waits on one
+    constexpr int P = 2 * kChunk / (kChunkThreads / 32); // (token, q or k) rows a warp
+    float x[P][E];
 #pragma unroll
-        for (int m = 0; m < E; m++) {
-            const int e = lane + 32 * m;
-            x[m] = i < L && e < DK ? src[e] : 0.0f;
-            ss += x[m] * x[m];
-        }
+    for (int u = 0; u < P; u++) {
+        const int p = warp + u * (kChunkThreads / 32), i = p / 2;
+        const float *src = g.row + (size_t)(t0 + i) * g.stride + (p % 2 ? Kd : 0) + kh * DK;
+#pragma unroll
+        for (int m = 0; m < E; m++) x[u][m] = i < L && lane + 32 * m < DK ? src[lane + 32 * m] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kChunk * kChunkCols / kChunkThreads; u++) {
+        const int e = tid + u * kChunkThreads, i = e / kChunkCols, c = e % kChunkCols;
+        const uint32_t j = j0 + c;
+        sm[M::r + i * kRStride + c] = i < L && j < g.dv ? g.row[(size_t)(t0 + i) * g.stride + 2 * Kd + h * g.dv + j] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < P; u++) {
+        const int p = warp + u * (kChunkThreads / 32), i = p / 2, isk = p % 2;
+        float ss = 0;
+#pragma unroll
+        for (int m = 0; m < E; m++) ss += x[u][m] * x[u][m];
         const float inv = 1.0f / sqrtf(warp_sum(ss) + 1e-6f), sc = isk ? inv : inv / sqrtf((float)DK);
         float *dst = sm + (isk ? M::kt : M::qt);
 #pragma unroll
         for (int m = 0; m < E; m++)
-            if (lane + 32 * m < DK) dst[(lane + 32 * m) * kQkStride + i] = x[m] * sc;
-    }
-    for (int e = tid; e < kChunk * kChunkCols; e += kChunkThreads) {
-        const int i = e / kChunkCols, c = e % kChunkCols;
-        const uint32_t j = j0 + c;
-        sm[M::r + e] = i < L && j < g.dv ? g.row[(size_t)(t0 + i) * g.stride + 2 * Kd + h * g.dv + j] : 0.0f;
+            if (lane + 32 * m < DK) dst[(lane + 32 * m) * kQkStride + i] = x[u][m] * sc;
     }
     if (warp == 0) { // lane i: token i's gate, then the inclusive scan of g (G_i)
         float gg = 0, beta = 0;
@@ -283,7 +292,7 @@ __device__ __forceinline__ void chunk_products(float *sm, float (&o)[2][2])
             const float d = c <= i ? expf(Gi - gt[c]) : 0.0f; // the decay from token c to token i
             sm[M::akk + i * kAStride + c] = c < i ? -bi * kk[di][dc] * d : 0.0f;
             sm[M::aqk + i * kAStride + c] = qk[di][dc] * d;
-            R[i * kChunkCols + c] = bi * (R[i * kChunkCols + c] - eGi * ks[di][dc]);
+            R[i * kRStride + c] = bi * (R[i * kRStride + c] - eGi * ks[di][dc]);
             o[di][dc] *= eGi;
         }
 }
@@ -294,11 +303,11 @@ __device__ __forceinline__ void chunk_solve(float *R, const float *Akk)
     const int lane = threadIdx.x % 32, col = 4 * (threadIdx.x / 32) + lane / 8, p = lane % 8;
     for (int i = 1; i < kChunk; i++) {
         float acc = 0;
-        for (int m = p; m < i; m += 8) acc += Akk[i * kAStride + m] * R[m * kChunkCols + col];
+        for (int m = p; m < i; m += 8) acc += Akk[i * kAStride + m] * R[m * kRStride + col];
         acc += __shfl_xor_sync(0xffffffffu, acc, 1);
         acc += __shfl_xor_sync(0xffffffffu, acc, 2);
         acc += __shfl_xor_sync(0xffffffffu, acc, 4);
-        if (p == 0) R[i * kChunkCols + col] += acc;
+        if (p == 0) R[i * kRStride + col] += acc;
         __syncwarp();
     }
 }
@@ -315,7 +324,7 @@ __device__ __forceinline__ void chunk_finish(const GdnArgs &g, float *sm, const 
     const float *R = sm + M::r, *Aqk = sm + M::aqk, *Kt = sm + M::kt, *gt = sm + M::gates;
     float y[2][2] = {{o[0][0], o[0][1]}, {o[1][0], o[1][1]}};
     for (int m = 0; m <= i0 + 1; m++) { // Aqk is zero above the diagonal
-        const float2 d = *(const float2 *)(R + m * kChunkCols + c0);
+        const float2 d = *(const float2 *)(R + m * kRStride + c0);
         const float a0 = Aqk[i0 * kAStride + m], a1 = Aqk[(i0 + 1) * kAStride + m];
         y[0][0] += a0 * d.x, y[0][1] += a0 * d.y, y[1][0] += a1 * d.x, y[1][1] += a1 * d.y;
     }
@@ -337,7 +346,7 @@ __device__ __forceinline__ void chunk_finish(const GdnArgs &g, float *sm, const 
     for (int m = 0; m < kChunk; m += 4) {
         float d[4];
 #pragma unroll
-        for (int u = 0; u < 4; u++) d[u] = R[(m + u) * kChunkCols + c] * gt[3 * kChunk + m + u];
+        for (int u = 0; u < 4; u++) d[u] = R[(m + u) * kRStride + c] * gt[3 * kChunk + m + u];
 #pragma unroll
         for (int r = 0; r < RS; r++) {
             const float4 k = *(const float4 *)(Kt + (a0 + 8 * r) * kQkStride + m);
