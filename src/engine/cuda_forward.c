@@ -148,16 +148,9 @@ static nf_status cuda_routing(void *state, int32_t *ids, nf_error *err)
     return nf_cuda_decoder_routing(((cuda_state *)state)->dec, ids, err);
 }
 
-static size_t cuda_slot_floats(void *state) { return nf_cuda_decoder_slot_floats(((cuda_state *)state)->dec); }
-
-static nf_status cuda_slot_save(void *state, uint32_t slot, float *buf, uint32_t *pos, nf_error *err)
+static nf_status cuda_slot_copy(void *state, uint32_t dst, uint32_t src, nf_error *err)
 {
-    return nf_cuda_decoder_slot_save(((cuda_state *)state)->dec, slot, buf, pos, err);
-}
-
-static nf_status cuda_slot_load(void *state, uint32_t slot, const float *buf, uint32_t pos, nf_error *err)
-{
-    return nf_cuda_decoder_slot_load(((cuda_state *)state)->dec, slot, buf, pos, err);
+    return nf_cuda_decoder_slot_copy(((cuda_state *)state)->dec, dst, src, err);
 }
 
 static void cuda_describe(void *state, nf_backend_info *info)
@@ -172,5 +165,4 @@ const nf_backend_ops nf_cuda_backend = {.name = "cuda", .create = cuda_create, .
                                         .penalize = cuda_penalize,
                                         .copy_page = cuda_copy_page,
                                         .describe = cuda_describe, .routing = cuda_routing,
-                                        .slot_floats = cuda_slot_floats, .slot_save = cuda_slot_save,
-                                        .slot_load = cuda_slot_load, .logit_rows = 1};
+                                        .slot_copy = cuda_slot_copy, .logit_rows = 1};

@@ -82,8 +82,7 @@ nf_status nf_sched_create_engine(nf_engine *e, const nf_sched_opts *o, nf_sched 
 {
     const nf_backend_ops *ops = e->ops;
     const nf_sched_backend be = {e->state, ops->forward, ops->logits, ops->topk, ops->copy_page, ops->penalize,
-                                 ops->logit_rows, ops->slot_floats, ops->slot_save, ops->slot_load, ops->hidden,
-                                 ops->mtp};
+                                 ops->logit_rows, ops->slot_copy, ops->hidden, ops->mtp};
     nf_sched_opts so = o ? *o : (nf_sched_opts){0};
     so.vocab = e->model->cfg.vocab;
     so.ctx = e->opts.ctx;
@@ -124,7 +123,6 @@ static void seq_free(nf_sched *s, seq *q)
     free(q->toks);
     free(q->pages);
     nf_sampler_free(q->sampler);
-    free(q->snap);
     if (q->has_text) nf_stop_stream_free(&q->ss);
     free(q);
 }

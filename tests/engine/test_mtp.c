@@ -32,7 +32,8 @@
  *     tokens sampled so far, as the block's argmax is), 10000 seeded trials against the joint
  *     distribution from plain forwards: chi-square over the cells expected >= 5 times (the rest pooled),
  *     at most 26 degrees of freedom < 75 (p < 1e-5 for a correct rule); drafts accepted and rejected
- *     both occur. The recurrent state is restored between trials with the same slot_save / slot_load. */
+ *     both occur. The recurrent state is restored between trials by slot_copy from slot 1 (max_seqs 2: the
+ *     session's slot 0 and its spare 2 are speculation's). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdlib.h>
@@ -336,10 +337,10 @@ static void generation(nf_engine *e, const int32_t *prompt, const char *what)
 
 enum { TK = 3, TRIALS = 10000 };
 
-/* Back to the state after the prompt (P tokens): the slot saved then, n_past P. */
-static void restore(nf_engine *e, const float *snap, uint32_t P)
+/* Back to the state after the prompt (P tokens): slot 1, where it was kept then; n_past P. */
+static void restore(nf_engine *e, uint32_t P)
 {
-    CHECK(e->ops->slot_load(e->state, 0, snap, P, NULL) == NF_OK);
+    CHECK(e->ops->slot_copy(e->state, 0, 1, NULL) == NF_OK);
     e->n_past = P;
 }
 
@@ -355,24 +356,23 @@ static void sampled(nf_engine *e, const int32_t *prompt, uint32_t P)
     const uint32_t V = e->model->cfg.vocab;
     const double temp = 1.5;
     nf_error err;
-    float *snap = malloc(e->ops->slot_floats(e->state) * sizeof(float)), *pl = malloc(V * sizeof(float));
+    float *pl = malloc(V * sizeof(float));
     float *rows = malloc(3 * V * sizeof(float));
-    uint32_t pos;
     nf_engine_reset(e);
     CHECK(nf_engine_prefill(e, prompt, P, NULL, &err) == NF_OK);
-    CHECK(e->ops->slot_save(e->state, 0, snap, &pos, &err) == NF_OK && pos == P);
+    CHECK(e->ops->slot_copy(e->state, 1, 0, &err) == NF_OK);
     memcpy(pl, e->logits, V * sizeof(float));
     /* the joint distribution: i1, p1 after the prompt; i2[a], p2[a] after i1[a]; i3[a][b], p3[a][b] after both */
     int32_t i1[TK], i2[TK][TK], i3[TK][TK][TK];
     double p1[TK], p2[TK][TK], p3[TK][TK][TK];
     top_probs(pl, V, temp, TK, i1, p1);
     for (int a = 0; a < TK; a++) {
-        restore(e, snap, P);
+        restore(e, P);
         CHECK(nf_engine_decode(e, i1[a], &err) == NF_OK);
         top_probs(e->logits, V, temp, TK, i2[a], p2[a]);
         for (int b = 0; b < TK; b++) {
             const int32_t two[2] = {i1[a], i2[a][b]};
-            restore(e, snap, P);
+            restore(e, P);
             CHECK(nf_engine_prefill(e, two, 2, NULL, &err) == NF_OK);
             top_probs(e->logits, V, temp, TK, i3[a][b], p3[a][b]);
         }
@@ -390,7 +390,7 @@ static void sampled(nf_engine *e, const int32_t *prompt, uint32_t P)
             nf_sampler_free(s);
             break;
         }
-        restore(e, snap, P);
+        restore(e, P);
         int32_t out[3];
         size_t n_out;
         const int32_t t1 = nf_sampler_sample(s, pl, seq, P);
@@ -428,7 +428,7 @@ static void sampled(nf_engine *e, const int32_t *prompt, uint32_t P)
     CHECK_MSG(chi2 < 75, "sampling with MTP verification: chi-square %.1f over %d degrees of freedom", chi2, df);
     CHECK_MSG(accepted > TRIALS / 10 && accepted < drafted - TRIALS / 10, "%ld of %ld drafts accepted: both branches "
               "must be exercised", accepted, drafted);
-    free(snap), free(pl), free(rows);
+    free(pl), free(rows);
 }
 
 static void speculation(const char *tmp, const char *name, const char *recipe)
@@ -451,7 +451,7 @@ static void speculation(const char *tmp, const char *name, const char *recipe)
      * token (backend/cpu/cpu.h NF_CPU_STEP_MAX), so they give decoding's bits; before that the f32 tile
      * of the bf16 products (ssm_ba, the fixture's down projections) rounded otherwise and an int8 step
      * downstream tipped a near tie after ~24 tokens */
-    nf_engine_opts o = {.threads = 2, .ctx = CTX, .chunk = 16};
+    nf_engine_opts o = {.threads = 2, .ctx = CTX, .chunk = 16, .max_seqs = 2}; /* slot 1: sampled()'s copy */
     if (!nf_engine_create(m, &o, &e, &err)) {
         machinery(e, prompt, 40, what);
         generation(e, prompt, what);

@@ -136,13 +136,11 @@ nf_status nf_cuda_decoder_copy_page(nf_cuda_decoder *dec, uint32_t dst, uint32_t
 /* With trace_routing: the last forward's expert ids [layers][T][top_k] (-1 on dense layers). */
 nf_status nf_cuda_decoder_routing(nf_cuda_decoder *dec, int32_t *ids, nf_error *err);
 
-/* Hybrids: the floats of one sequence's recurrent state slot (every GDN layer's conv window and S
- * matrices; 0 without GDN layers), and a slot copied to / from the host with the positions it has
- * absorbed (speculation's rollback, as the CPU backend's slot_save / slot_load), ordered on the
- * decoder's stream and waited for. */
-size_t nf_cuda_decoder_slot_floats(const nf_cuda_decoder *dec);
-nf_status nf_cuda_decoder_slot_save(nf_cuda_decoder *dec, uint32_t slot, float *buf, uint32_t *pos, nf_error *err);
-nf_status nf_cuda_decoder_slot_load(nf_cuda_decoder *dec, uint32_t slot, const float *buf, uint32_t pos, nf_error *err);
+/* Hybrids: state slot src's recurrent state and the positions it has absorbed copied to slot dst on the
+ * device, ordered on the decoder's stream (speculation's rollback; engine.h slot_copy). Slots below
+ * max_seqs are the forward's; max_seqs .. 2 max_seqs - 1 are spares no batch names, allocated at the
+ * first copy that touches one. */
+nf_status nf_cuda_decoder_slot_copy(nf_cuda_decoder *dec, uint32_t dst, uint32_t src, nf_error *err);
 
 /* Device bytes held: weights (dense + every MoE bank) and the KV page pool. */
 size_t nf_cuda_decoder_weight_bytes(const nf_cuda_decoder *dec);

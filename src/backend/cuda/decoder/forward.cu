@@ -521,34 +521,33 @@ extern "C" nf_status nf_cuda_decoder_routing(nf_cuda_decoder *dec, int32_t *ids,
     return NF_OK;
 }
 
-extern "C" size_t nf_cuda_decoder_slot_floats(const nf_cuda_decoder *dec) { return dec->slots ? dec->slot_floats : 0; }
-
-// One slot to or from the host (pageable memory: the copy is waited for before returning).
-static nf_status slot_copy(nf_cuda_decoder *dec, uint32_t slot, void *dst, const void *src, cudaMemcpyKind kind,
-                           nf_error *err)
+// Slot i's floats on the device: the forward's, or a spare (i >= max_seqs), allocated at first use.
+static nf_status slot_at(nf_cuda_decoder *dec, uint32_t i, float **out, nf_error *err)
 {
+    const size_t n = dec->d.max_seqs, sf = dec->slot_floats;
     if (!dec->slots) return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: this model has no state slots");
-    if (slot >= dec->d.max_seqs)
-        return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: state slot %u is not below max_seqs %u", slot,
-                            dec->d.max_seqs);
-    if (cudaMemcpyAsync(dst, src, dec->slot_floats * sizeof(float), kind, dec->stream) != cudaSuccess ||
-        cudaStreamSynchronize(dec->stream) != cudaSuccess)
-        return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: state slot %u copy: %s", slot,
-                            cudaGetErrorString(cudaGetLastError()));
+    if (i >= 2 * n)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: state slot %u is not below 2 max_seqs = %zu", i,
+                            2 * n);
+    if (i >= n && !dec->spares && cudaMalloc(&dec->spares, n * sf * sizeof(float)) != cudaSuccess) {
+        cudaGetLastError();
+        dec->spares = nullptr;
+        return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: cannot allocate %zu MiB for %zu spare state slots",
+                            n * sf * sizeof(float) >> 20, n);
+    }
+    *out = i < n ? dec->slots + i * sf : dec->spares + (i - n) * sf;
     return NF_OK;
 }
 
-extern "C" nf_status nf_cuda_decoder_slot_save(nf_cuda_decoder *dec, uint32_t slot, float *buf, uint32_t *pos, nf_error *err)
+extern "C" nf_status nf_cuda_decoder_slot_copy(nf_cuda_decoder *dec, uint32_t dst, uint32_t src, nf_error *err)
 {
-    nf_status st = slot_copy(dec, slot, buf, dec->slots + (size_t)slot * dec->slot_floats, cudaMemcpyDeviceToHost, err);
-    if (!st) *pos = dec->slot_pos[slot];
-    return st;
-}
-
-extern "C" nf_status nf_cuda_decoder_slot_load(nf_cuda_decoder *dec, uint32_t slot, const float *buf, uint32_t pos,
-                                               nf_error *err)
-{
-    nf_status st = slot_copy(dec, slot, dec->slots + (size_t)slot * dec->slot_floats, buf, cudaMemcpyHostToDevice, err);
-    if (!st) dec->slot_pos[slot] = pos;
-    return st;
+    float *d = nullptr, *f = nullptr;
+    nf_status st = slot_at(dec, dst, &d, err);
+    if (st || (st = slot_at(dec, src, &f, err))) return st;
+    // ordered on the stream before the next forward, which is all a rollback needs: nothing waits here
+    if (d != f && cudaMemcpyAsync(d, f, dec->slot_floats * sizeof(float), cudaMemcpyDeviceToDevice, dec->stream) != cudaSuccess)
+        return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: state slot %u to %u: %s", src, dst,
+                            cudaGetErrorString(cudaGetLastError()));
+    dec->slot_pos[dst] = dec->slot_pos[src];
+    return NF_OK;
 }

@@ -103,6 +103,7 @@ struct nf_cuda_decoder {
     size_t weight_bytes, moe_bytes, buffer_bytes, kv_bytes;
     uint32_t attn_layers;           // layers with KV pools (all but the GDN layers)
     float *slots;                   // device [max_seqs][slot_floats]: GDN layers' states (hybrids), else NULL
+    float *spares;                  // device [max_seqs][slot_floats]: slot_copy's slots max_seqs.., at first use
     size_t slot_floats;
-    uint32_t *slot_pos;             // host [max_seqs]: the positions each slot has absorbed
+    uint32_t *slot_pos;             // host [2 max_seqs]: the positions each slot (and spare) has absorbed
 };
