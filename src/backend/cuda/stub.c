@@ -114,3 +114,14 @@ nf_status nf_cuda_decoder_slot_copy(nf_cuda_decoder *dec, uint32_t dst, uint32_t
     (void)dec, (void)dst, (void)src;
     return no_cuda(err);
 }
+nf_status nf_cuda_decoder_hidden(nf_cuda_decoder *dec, float *out, nf_error *err)
+{
+    (void)dec, (void)out;
+    return no_cuda(err);
+}
+nf_status nf_cuda_decoder_mtp(nf_cuda_decoder *dec, const nf_batch *b, const float *hidden, float *logits,
+                              float *hidden_out, nf_error *err)
+{
+    (void)dec, (void)b, (void)hidden, (void)logits, (void)hidden_out;
+    return no_cuda(err);
+}
