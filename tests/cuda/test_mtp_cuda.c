@@ -59,6 +59,7 @@
 #include "common/cuda_fixture.h"
 #include "common/engine_fixture.h"
 #include "common/letters_tokenizer.h"
+#include "common/mtp_generate.h"
 
 enum { CTX = 256, CHUNK = 256, GEN = 48, CHAIN = 2, MAX_FLIPS = 2 };
 
@@ -217,8 +218,6 @@ static size_t same_or_tie(nf_engine *e, const char *what, const int32_t *got, si
     return i - P;
 }
 
-static void emit(void *ctx, const char *t, size_t len) { (void)ctx, (void)t, (void)len; }
-
 /* nf_generate greedy with mtp:1..3 against without: two turns, then a run an end id stops. */
 static void check_generate(nf_engine *e, const int32_t *prompt, const char *name, double tie)
 {
@@ -229,21 +228,7 @@ static void check_generate(nf_engine *e, const int32_t *prompt, const char *name
     for (int eos_case = 0; eos_case < 2; eos_case++)
         for (uint32_t K = 0; K <= NF_SPEC_MTP_MAX_K; K++) {
             nf_tok_ids *r = K ? &got : &ref[eos_case];
-            r->n = 0;
-            nf_engine_reset(e);
-            nf_sampler_params sp = {.temp = 0, .top_p = 1, .repeat_penalty = 1, .repeat_last_n = 64};
-            nf_sampler *s;
-            nf_error err;
-            if (nf_sampler_create(&sp, e->model->cfg.vocab, &s, NULL)) break;
-            nf_gen_params gp = {.max_new = GEN / 2, .spec_k = K, .spec_mtp = 1, .eos = &eos, .n_eos = eos_case};
-            nf_gen_stats st;
-            for (int turn = 0; turn < 2; turn++) {
-                const int rc = nf_generate(e, tok, s, prompt + turn * 40, turn ? 7 : 40, &gp, emit, NULL, r, &st, &err);
-                CHECK_MSG(rc == NF_OK, "%s mtp:%u: %s", name, K, err.msg);
-                accepted += st.accepted, drafted += st.drafted;
-            }
-            CHECK(e->n_past == r->n);
-            nf_sampler_free(s);
+            fx_mtp_generate(e, tok, prompt, GEN / 2, K, &eos, (size_t)eos_case, r, &drafted, &accepted, name);
             if (K) {
                 char what[96];
                 snprintf(what, sizeof what, "%s nf_generate mtp:%u%s", name, K, eos_case ? " (end id)" : "");

@@ -43,6 +43,7 @@
 #include "nf_test.h"
 #include "common/engine_fixture.h"
 #include "common/letters_tokenizer.h"
+#include "common/mtp_generate.h"
 #include "common/spec_stats.h"
 #include "engine/generate.h"
 #include "engine/spec.h"
@@ -195,8 +196,6 @@ static void refusals(const char *tmp)
 
 enum { CTX = 256, GEN = 48 };
 
-static void emit(void *ctx, const char *t, size_t len) { (void)ctx, (void)t, (void)len; }
-
 /* Greedy without speculation: prompt then G tokens (base[G]) by plain decodes. */
 static void plain_greedy(nf_engine *e, const int32_t *prompt, size_t P, size_t G, int32_t *base)
 {
@@ -306,26 +305,13 @@ static void generation(nf_engine *e, const int32_t *prompt, const char *what)
     for (int eos_case = 0; eos_case < 2; eos_case++) {
         for (uint32_t K = 0; K <= NF_SPEC_MTP_MAX_K; K++) {
             nf_tok_ids *r = K ? &got : &ref[eos_case];
-            r->n = 0;
-            nf_engine_reset(e);
-            nf_sampler_params sp = {.temp = 0, .top_p = 1, .repeat_penalty = 1, .repeat_last_n = 64};
-            nf_sampler *s;
-            nf_error err;
-            if (nf_sampler_create(&sp, e->model->cfg.vocab, &s, NULL)) return;
-            nf_gen_params gp = {.max_new = GEN / 2, .spec_k = K, .spec_mtp = 1, .eos = &eos, .n_eos = eos_case};
-            nf_gen_stats st[2];
-            for (int turn = 0; turn < 2; turn++) {
-                CHECK_MSG(nf_generate(e, tok, s, prompt + turn * 40, turn ? 7 : 40, &gp, emit, NULL, r, &st[turn],
-                                      &err) == NF_OK, "%s: %s", what, err.msg);
-                accepted += st[turn].accepted, drafted += st[turn].drafted;
-            }
-            CHECK(e->n_past == r->n);
-            if (!K && eos_case) CHECK(st[0].end == NF_GEN_EOS);
+            const nf_gen_end end = fx_mtp_generate(e, tok, prompt, GEN / 2, K, &eos, (size_t)eos_case, r, &drafted,
+                                                   &accepted, what);
+            if (!K && eos_case) CHECK(end == NF_GEN_EOS);
             if (K)
                 CHECK_MSG(got.n == ref[eos_case].n && !memcmp(got.ids, ref[eos_case].ids, got.n * sizeof *got.ids),
                           "%s mtp:%u%s: %zu/%zu tokens, differ", what, K, eos_case ? " (eos)" : "", got.n,
                           ref[eos_case].n);
-            nf_sampler_free(s);
             if (!eos_case && !K) eos = ref[0].ids[40 + 10]; /* the 11th generated token ends the next case */
         }
     }
