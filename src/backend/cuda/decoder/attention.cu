@@ -10,7 +10,6 @@
 // attn_mma.cuh); other head dims on the CUDA cores, one CTA per tile of 16 tokens and a q head
 // (attn_prefill_kernel).
 #include <math.h>
-#include <stdlib.h>
 
 #include "attn_mma.cuh"
 #include "ops.cuh"
@@ -29,12 +28,6 @@ constexpr int kMaxHd = 256;
 // a split's keys take less time than the merge's ticket, partial stores and reloads. (256 left the
 // N = 8 decode step's grouped attention at 3 splits of 4 warps over ~600 keys: 96 CTAs.)
 constexpr int kSplitKeys = 128;
-// NF_X_SPLIT_KEYS: an A/B switch for kSplitKeys (to be removed once measured)
-int split_keys()
-{
-    static const int v = getenv("NF_X_SPLIT_KEYS") ? atoi(getenv("NF_X_SPLIT_KEYS")) : kSplitKeys;
-    return v > 0 ? v : kSplitKeys;
-}
 
 __device__ __forceinline__ float warp_max(float v)
 {
@@ -176,7 +169,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_kernel(AttnArgs a, Batch b)
     // the tables are written before the forward's first kernel; the cache rows of the warp's first
     // block start on their way into L2 while the predecessor (which writes only the new positions) runs
     const int n_keys = b.pos[t] + 1;
-    const int used = min((int)a.splits, (n_keys + a.split_keys - 1) / a.split_keys);
+    const int used = min((int)a.splits, (n_keys + kSplitKeys - 1) / kSplitKeys);
     if ((int)split >= used) return; // reads and writes nothing: a no-op for the grid-dependency chain
     const int per = (n_keys + used - 1) / used;
     const int kb = (int)split * per, ke = min(n_keys, kb + per);
@@ -363,7 +356,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_gqa_kernel(AttnArgs a, Batch
     const int seq = b.seq[t];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int n_keys = b.pos[t] + 1;
-    const int used = min((int)a.splits, (n_keys + a.split_keys - 1) / a.split_keys);
+    const int used = min((int)a.splits, (n_keys + kSplitKeys - 1) / kSplitKeys);
     if ((int)split >= used) return;
     const int per = (n_keys + used - 1) / used;
     const int kb = (int)split * per, ke = min(n_keys, kb + per);
@@ -733,7 +726,7 @@ uint32_t attention_splits(uint32_t T, uint32_t ctx, uint32_t heads)
 {
     // Enough CTAs to cover the GPU twice at decode sizes; each split keeps >= kSplitKeys keys at full
     // context (and at any shorter one, attn_kernel).
-    const uint32_t want = (264 + T * heads - 1) / (T * heads), most = (ctx + split_keys() - 1) / split_keys();
+    const uint32_t want = (264 + T * heads - 1) / (T * heads), most = (ctx + kSplitKeys - 1) / kSplitKeys;
     uint32_t s = want < most ? want : most;
     if (s > 32) s = 32;
     return s ? s : 1;
@@ -747,10 +740,8 @@ bool attention_gqa_ok(uint32_t hd, uint32_t heads, uint32_t kv_heads)
 
 uint32_t attention_tile_rows(uint32_t hd, uint32_t q_stride) { return mma_shape(hd, q_stride) ? fa::kRows : kTileQ; }
 
-cudaError_t attention(const AttnArgs &a0, const Batch &b, uint32_t n_dec, uint32_t n_tiles, cudaStream_t s)
+cudaError_t attention(const AttnArgs &a, const Batch &b, uint32_t n_dec, uint32_t n_tiles, cudaStream_t s)
 {
-    AttnArgs a = a0;
-    a.split_keys = split_keys();
     if (!a.hd || a.hd % 8 || a.hd > kMaxHd || !a.kv_heads || a.heads % a.kv_heads || !a.splits || a.splits > 32 ||
         (a.splits > 1 && (!a.part || !a.ticket)) ||
         (a.rope && (n_tiles || a.qk.hd != a.hd || a.qk.heads != a.heads || a.qk.kv_heads != a.kv_heads)))

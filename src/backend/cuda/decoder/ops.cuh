@@ -143,7 +143,6 @@ struct AttnArgs {
     // The split tokens through the grouped kernel (one CTA per (token, kv head, split); not with
     // rope; attention_gqa_ok shapes): the same bits as the per-head kernel at the same split count.
     bool gqa = false;
-    int split_keys = 0; // set by attention()
 };
 cudaError_t attention(const AttnArgs &a, const Batch &b, uint32_t n_dec, uint32_t n_tiles, cudaStream_t s);
 uint32_t attention_splits(uint32_t T, uint32_t ctx, uint32_t heads);
