@@ -126,7 +126,7 @@ void rope_table(const float *src, uint32_t ctx, uint32_t half, float2 *tab, cuda
 // n_tiles), consecutive tokens of one sequence (at most attention_tile_rows), one CTA per (tile, head):
 // prefill chunks. splits > 1 divides the keys (split-K) and merges through `part`
 // ([n_dec][heads][splits][hd + 2] f32); a token whose context is short uses fewer of them (at least
-// 256 keys a split, attention.cu), so the count, fixed in a captured graph, is a maximum.
+// 128 keys a split, attention.cu kSplitKeys), so the count, fixed in a captured graph, is a maximum.
 struct AttnArgs {
     const float *q; // [T][q_stride], heads * hd used
     uint32_t q_stride;
