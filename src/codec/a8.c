@@ -126,7 +126,9 @@ static void quantize_scalar(const float *x, uint8_t *dst, size_t n)
 
 void nf_a8_quantize_row(const float *x, uint8_t *dst, size_t n, nf_isa isa)
 {
-    if (isa >= NF_ISA_AVX2 && nf_isa_detect() >= NF_ISA_AVX2) nf_a8_quantize_row_avx2(x, dst, n);
+    const nf_isa has = nf_isa_detect();
+    if (isa >= NF_ISA_AVX512VNNI && has >= NF_ISA_AVX512VNNI) nf_a8_quantize_row_avx512(x, dst, n);
+    else if (isa >= NF_ISA_AVX2 && has >= NF_ISA_AVX2) nf_a8_quantize_row_avx2(x, dst, n);
     else quantize_scalar(x, dst, n);
     memset(dst + n + n / 4 + n / 8, 0, nf_a8_row_bytes(n) - (n + n / 4 + n / 8));
 }

@@ -433,3 +433,55 @@ NF_A8_GEMM_DECL(nf_q4_k_a8_avx512) { k45_gemm(0, w, row_bytes, rows, xa, ldxa, n
 NF_A8_GEMM_DECL(nf_q5_k_a8_avx512) { k45_gemm(1, w, row_bytes, rows, xa, ldxa, ntok, y, ldy, n); }
 NF_A8_GEMM_DECL(nf_q6_k_a8_avx512) { q6_k_gemm(w, row_bytes, rows, xa, ldxa, ntok, y, ldy, n); }
 
+
+/* ---- the activation quantiser (bit-identical to the scalar one in a8.c) -------------------------- */
+
+/* Blocks b0 .. b0 + nb - 1 (nb <= 16) of a row of n. The blocks' maxima are gathered first so that
+ * the two divisions of every block (d = amax / 127, id = 1 / d) are two vector divisions for all 16:
+ * the AVX2 quantiser's two scalar divisions per block, in one dependent chain with its horizontal
+ * max, were most of its 6 % of SmolLM2's prefill (perf/cpu_2026-12-06d.md). vdivps rounds as divss,
+ * and every other step is the AVX2 form's (max_ps(r, -127) turns a NaN into -127 as fmaxf does). */
+static void quantize16(const float *x, uint8_t *dst, size_t n, size_t b0, unsigned nb)
+{
+    const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f), nan = _mm512_set1_ps(__builtin_nanf(""));
+    float amax[16] = {0}; /* lanes past nb stay 0: d = id = 0, never stored */
+    __mmask16 bad = 0;
+    x += NF_A8_BLOCK * b0;
+    for (unsigned b = 0; b < nb; b++) {
+        const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
+        amax[b] = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        /* a NaN or inf input makes the scale NaN (max_ps drops NaNs; x - x does not) */
+        const __m512 f = _mm512_add_ps(_mm512_sub_ps(v0, v0), _mm512_sub_ps(v1, v1));
+        if (_mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q)) bad |= (__mmask16)(1u << b);
+    }
+    __m512 d = _mm512_div_ps(_mm512_loadu_ps(amax), _mm512_set1_ps(127.0f));
+    d = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(d, _mm512_set1_ps(0x1p-126f), _CMP_GE_OQ), d); /* subnormal: 0 */
+    __m512 id = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_OQ), _mm512_set1_ps(1.0f), d);
+    d = _mm512_mask_mov_ps(d, bad, nan), id = _mm512_mask_mov_ps(id, bad, nan);
+    float idv[16];
+    int32_t sum[16] = {0};
+    int16_t bs[32];
+    _mm512_storeu_ps(idv, id);
+    int8_t *q = (int8_t *)dst + NF_A8_BLOCK * b0;
+    for (unsigned b = 0; b < nb; b++) {
+        const __m512 vid = _mm512_set1_ps(idv[b]);
+        for (int h = 0; h < 2; h++) {
+            const __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(x + 32 * b + 16 * h), vid),
+                                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            const __m512i iq = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(r, lo), hi));
+            _mm_storeu_si128((__m128i *)(q + 32 * b + 16 * h), _mm512_cvtepi32_epi8(iq));
+            bs[2 * b + h] = (int16_t)_mm512_reduce_add_epi32(iq);
+        }
+        sum[b] = bs[2 * b] + bs[2 * b + 1];
+    }
+    const __mmask16 m = (__mmask16)((1u << nb) - 1);
+    _mm512_mask_storeu_ps(dst + n + 4 * b0, m, d);
+    memcpy(dst + n + n / 8 + 4 * b0, bs, 4 * (size_t)nb);
+    _mm512_mask_storeu_ps(dst + n + n / 4 + 4 * b0, m, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_loadu_si512(sum))));
+}
+
+void nf_a8_quantize_row_avx512(const float *x, uint8_t *dst, size_t n)
+{
+    const size_t nb = n / NF_A8_BLOCK;
+    for (size_t b0 = 0; b0 < nb; b0 += 16) quantize16(x, dst, n, b0, nb - b0 < 16 ? (unsigned)(nb - b0) : 16);
+}

@@ -23,6 +23,7 @@ NF_A8_GEMM_DECL(nf_q5_k_a8_avx512);
 NF_A8_GEMM_DECL(nf_q6_k_a8_avx512);
 
 void nf_a8_quantize_row_avx2(const float *x, uint8_t *dst, size_t n);
+void nf_a8_quantize_row_avx512(const float *x, uint8_t *dst, size_t n);
 
 #include "codec/a8.h"
 /* The decode kernels' software prefetch distance, in bytes ahead of each row's current block (2 threads,

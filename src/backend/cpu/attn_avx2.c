@@ -4,8 +4,8 @@
  * The scalar kernel (ops.c) computes each score as a sequential f32 sum over the head dimension,
  * a chain of head_dim dependent adds per score. Here the 8 lanes are 8 queries: q is transposed
  * to qt[i][lane], each key element is broadcast, and lane j runs exactly the scalar's sequence
- * s = s + q_j[i] * k[i] for i = 0 .. head_dim - 1 (separate mul and add, no FMA: the build's
- * -std=c11 keeps the scalar code uncontracted). Eight positions are in flight to hide the add
+ * s = fma(q_j[i], k[i], s) for i = 0 .. head_dim - 1 (the scalar calls fmaf: one rounding per
+ * term, so one instruction per lane and term). Eight positions are in flight to hide the FMA
  * latency. The weighted V sum runs 8 elements of the head dimension per vector, each element
  * summed over positions in order as the scalar does. The results are bit-identical to the
  * scalar kernel's for any token block or thread split. */
@@ -39,7 +39,7 @@ static void weighted_v(const nf_cpu_kv *kv, const uint32_t *pages, const float *
         for (uint32_t p = 0; p < n; p++) {
             const size_t base = nf_cpu_kv_row(kv, pages, p) * kv_row + koff + i;
             const __m256 wb = _mm256_set1_ps(w[p]);
-            for (int k = 0; k < 8; k++) a[k] = _mm256_add_ps(a[k], _mm256_mul_ps(wb, kv_at8(kv, kv->v, base + 8 * (size_t)k)));
+            for (int k = 0; k < 8; k++) a[k] = _mm256_fmadd_ps(wb, kv_at8(kv, kv->v, base + 8 * (size_t)k), a[k]);
         }
         for (int k = 0; k < 8; k++) _mm256_storeu_ps(o + i + 8 * k, a[k]);
     }
@@ -48,10 +48,10 @@ static void weighted_v(const nf_cpu_kv *kv, const uint32_t *pages, const float *
         for (uint32_t p = 0; p < n; p++) {
             const size_t base = nf_cpu_kv_row(kv, pages, p) * kv_row + koff + i;
             const __m256 wb = _mm256_set1_ps(w[p]);
-            a0 = _mm256_add_ps(a0, _mm256_mul_ps(wb, kv_at8(kv, kv->v, base)));
-            a1 = _mm256_add_ps(a1, _mm256_mul_ps(wb, kv_at8(kv, kv->v, base + 8)));
-            a2 = _mm256_add_ps(a2, _mm256_mul_ps(wb, kv_at8(kv, kv->v, base + 16)));
-            a3 = _mm256_add_ps(a3, _mm256_mul_ps(wb, kv_at8(kv, kv->v, base + 24)));
+            a0 = _mm256_fmadd_ps(wb, kv_at8(kv, kv->v, base), a0);
+            a1 = _mm256_fmadd_ps(wb, kv_at8(kv, kv->v, base + 8), a1);
+            a2 = _mm256_fmadd_ps(wb, kv_at8(kv, kv->v, base + 16), a2);
+            a3 = _mm256_fmadd_ps(wb, kv_at8(kv, kv->v, base + 24), a3);
         }
         _mm256_storeu_ps(o + i, a0);
         _mm256_storeu_ps(o + i + 8, a1);
@@ -61,8 +61,7 @@ static void weighted_v(const nf_cpu_kv *kv, const uint32_t *pages, const float *
     for (; i < hd; i += 8) {
         __m256 a = _mm256_setzero_ps();
         for (uint32_t p = 0; p < n; p++)
-            a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_set1_ps(w[p]),
-                                               kv_at8(kv, kv->v, nf_cpu_kv_row(kv, pages, p) * kv_row + koff + i)));
+            a = _mm256_fmadd_ps(_mm256_set1_ps(w[p]), kv_at8(kv, kv->v, nf_cpu_kv_row(kv, pages, p) * kv_row + koff + i), a);
         _mm256_storeu_ps(o + i, a);
     }
 }
@@ -90,7 +89,7 @@ static inline void transpose8(const __m256 *r, __m256 *t)
 
 /* One query (decoding): sc[p] = scale * sum_i q[i] k[p][i] for p < np with lane u = position p + u:
  * eight key rows are loaded and transposed 8 x 8 per 8 elements of the head, so each lane runs
- * the scalar's sequence s = s + q[i] * k[i] (same bits) on its own position. The 8-query form
+ * the scalar's sequence s = fma(q[i], k[i], s) (same bits) on its own position. The 8-query form
  * above would leave 7 of its 8 lanes empty and transpose q for nothing. Positions past np read a
  * zero row and are not stored. */
 static void scores1(const nf_cpu_kv *kv, const uint32_t *pages, const float *q, uint32_t hd, size_t kv_row,
@@ -107,7 +106,7 @@ static void scores1(const nf_cpu_kv *kv, const uint32_t *pages, const float *q, 
             __m256 r[8], t[8];
             for (uint32_t u = 0; u < 8; u++) r[u] = u < m ? kv_at8(kv, kv->k, base[u] + i0) : _mm256_loadu_ps(zero + i0);
             transpose8(r, t);
-            for (int j = 0; j < 8; j++) acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(q[i0 + j]), t[j]));
+            for (int j = 0; j < 8; j++) acc = _mm256_fmadd_ps(_mm256_set1_ps(q[i0 + j]), t[j], acc);
         }
         float o[8];
         _mm256_storeu_ps(o, _mm256_mul_ps(acc, vs));
@@ -131,7 +130,11 @@ void nf_cpu_attn_block_avx2(const nf_cpu_kv *kv, const uint32_t *pages, const fl
     if (nq == 1) {
         scores1(kv, pages, q, hd, kv_row, koff, n0, scale, sc);
         nf_cpu_softmax(sc, n0);
-        if (v512) nf_cpu_weighted_v_avx512(kv, pages, sc, n0, NULL, 0, kv_row, koff, out, NULL);
+        if (v512) {
+            const float *w1[1] = {sc};
+            float *o1[1] = {out};
+            nf_cpu_weighted_v_avx512(kv, pages, w1, &n0, 1, kv_row, koff, o1);
+        }
         else weighted_v(kv, pages, sc, n0, hd, kv_row, koff, out);
         return;
     }
@@ -139,16 +142,21 @@ void nf_cpu_attn_block_avx2(const nf_cpu_kv *kv, const uint32_t *pages, const fl
     for (uint32_t i = 0; i < hd; i++)
         for (uint32_t j = 0; j < (uint32_t)lanes; j++) qt[(size_t)i * lanes + j] = j < nq ? q[j * q_row + i] : 0.0f;
     const uint32_t np = n0 + nq - 1; /* positions the last query sees */
-    float *w = sc, *w1 = sc + np, *sct = sc + 2 * np; /* w, w1 [np]: two queries' weights; sct [np][lanes] */
+    float *w = sc, *sct = sc + 4 * np; /* w [4][np]: four queries' weights; sct [np][lanes] */
     if (lanes == 16) nf_cpu_attn_scores16_avx512(kv, pages, qt, hd, kv_row, koff, np, scale, sct);
     else scores8(kv, pages, qt, hd, kv_row, koff, np, scale, sct);
-    if (v512) { /* queries two at a time, each v row read once for both */
-        for (uint32_t j = 0; j < nq; j += 2) {
-            const uint32_t n = n0 + j, two = j + 1 < nq;
-            query_weights(sct, lanes, j, n, w);
-            if (two) query_weights(sct, lanes, j + 1, n + 1, w1);
-            nf_cpu_weighted_v_avx512(kv, pages, w, n, two ? w1 : NULL, n + 1, kv_row, koff, out + j * q_row,
-                                     two ? out + (j + 1) * q_row : NULL);
+    if (v512) { /* queries four at a time, each v row read once for those that see it */
+        for (uint32_t j = 0; j < nq; j += 4) {
+            const int m = nq - j < 4 ? (int)(nq - j) : 4;
+            const float *wq[4];
+            uint32_t nn[4];
+            float *oq[4];
+            for (int u = 0; u < m; u++) {
+                nn[u] = n0 + j + (uint32_t)u;
+                query_weights(sct, lanes, j + (uint32_t)u, nn[u], w + (size_t)u * np);
+                wq[u] = w + (size_t)u * np, oq[u] = out + (j + (uint32_t)u) * q_row;
+            }
+            nf_cpu_weighted_v_avx512(kv, pages, wq, nn, m, kv_row, koff, oq);
         }
         return;
     }

@@ -29,8 +29,8 @@ void nf_cpu_tile_scalar(const float *blk, size_t nb, size_t cols, const float *x
 void nf_cpu_tile_avx2(const float *blk, size_t nb, size_t cols, const float *x, size_t ldx, size_t n, float *y,
                       size_t ldy);
 
-/* Attention scratch per thread in units of max_ctx: two queries' weights + 16 queries' scores. */
-#define NF_CPU_ATTN_SC 18
+/* Attention scratch per thread in units of max_ctx: four queries' weights + 16 queries' scores. */
+#define NF_CPU_ATTN_SC 20
 /* The AVX2 attention takes head_dim % 8 == 0 and head_dim <= this (its transposed q is on the stack). */
 #define NF_CPU_ATTN_MAX_HD 512
 /* Causal attention of nq <= lanes (8, or 16 with AVX-512) consecutive query tokens of one sequence
@@ -40,7 +40,7 @@ void nf_cpu_tile_avx2(const float *blk, size_t nb, size_t cols, const float *x, 
 void nf_cpu_attn_block_avx2(const nf_cpu_kv *kv, const uint32_t *pages, const float *q, size_t q_row, uint32_t kh,
                             uint32_t n0, uint32_t nq, float scale, float *sc, float *out, int lanes);
 /* The 16-query scores of nf_cpu_attn_block_avx2 (lanes 16; only after AVX-512F is known):
- * sct[p][j] = scale * sum_i qt[i][j] k[p][i] for p < np, each lane the scalar's f32 sequence. */
+ * sct[p][j] = scale * sum_i qt[i][j] k[p][i] for p < np, each lane the scalar's FMA sequence. */
 void nf_cpu_attn_scores16_avx512(const nf_cpu_kv *kv, const uint32_t *pages, const float *qt, uint32_t hd,
                                  size_t kv_row, size_t koff, uint32_t np, float scale, float *sct);
 
@@ -53,12 +53,12 @@ void nf_cpu_softmax_avx512(float *x, size_t n);
 void nf_cpu_swiglu_avx512(float *out, const float *g, const float *u, size_t n);
 void nf_cpu_exp_avx512(const float *x, float *y, size_t n);
 
-/* The weighted V sums of one query (w1 NULL) or two (only after AVX-512F is known; head_dim % 16 == 0):
- * o0[i] = sum_{p < n0} w0[p] v[p][i], o1[i] = sum_{p < n1} w1[p] v[p][i] (n1 >= n0), each a chain
- * o = o + w v over the positions in order, the scalar's sequence (ops.c attn_one), 16 elements of the
- * head per vector and each v row loaded once for both queries. */
-void nf_cpu_weighted_v_avx512(const nf_cpu_kv *kv, const uint32_t *pages, const float *w0, uint32_t n0, const float *w1,
-                              uint32_t n1, size_t kv_row, size_t koff, float *o0, float *o1);
+/* The weighted V sums of nq queries, 1 <= nq <= 4 (only after AVX-512F is known; head_dim % 16 == 0):
+ * o[q][i] = sum_{p < n[q]} w[q][p] v[p][i] (n ascending), each a chain o = fma(w, v, o) over the
+ * positions in order, the scalar's sequence (ops.c attn_one), 16 elements of the head per vector and
+ * each v row loaded once for the queries that see it. */
+void nf_cpu_weighted_v_avx512(const nf_cpu_kv *kv, const uint32_t *pages, const float *const *w, const uint32_t *n,
+                              int nq, size_t kv_row, size_t koff, float *const *o);
 
 /* k or v element idx of the cache as f32 (bf16 widens exactly). */
 static inline float nf_cpu_kv_at(const nf_cpu_kv *kv, const void *base, size_t idx)

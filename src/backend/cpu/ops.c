@@ -262,7 +262,9 @@ typedef struct attn_ctx {
 } attn_ctx;
 
 /* Token t (a batch row) of sequence sq, head h: softmax(q . K^T * scale) V over its positions
- * 0 .. pos0 + (t - t0). */
+ * 0 .. pos0 + (t - t0). Each score and each output element is a chain of fused multiply-adds in
+ * order (fmaf: one rounding per term), the sequence the SIMD forms run lane by lane with one FMA
+ * instruction where a mul and an add would be two (attn_avx2.c, attn_avx512.c). */
 static void attn_one(const attn_ctx *a, const nf_cpu_attn_seq *sq, size_t t, uint32_t h, float *sc)
 {
     const nf_cpu_kv *kv = a->kv;
@@ -273,7 +275,7 @@ static void attn_one(const attn_ctx *a, const nf_cpu_attn_seq *sq, size_t t, uin
     for (uint32_t p = 0; p < n; p++) {
         size_t base = nf_cpu_kv_row(kv, sq->pages, p) * kv_row + (size_t)kh * hd;
         float s = 0;
-        for (uint32_t i = 0; i < hd; i++) s += q[i] * kv_get(kv, kv->k, base + i);
+        for (uint32_t i = 0; i < hd; i++) s = fmaf(q[i], kv_get(kv, kv->k, base + i), s);
         sc[p] = s * a->scale;
     }
     nf_cpu_softmax(sc, n);
@@ -282,7 +284,7 @@ static void attn_one(const attn_ctx *a, const nf_cpu_attn_seq *sq, size_t t, uin
     for (uint32_t p = 0; p < n; p++) {
         size_t base = nf_cpu_kv_row(kv, sq->pages, p) * kv_row + (size_t)kh * hd;
         const float w = sc[p];
-        for (uint32_t i = 0; i < hd; i++) o[i] += w * kv_get(kv, kv->v, base + i);
+        for (uint32_t i = 0; i < hd; i++) o[i] = fmaf(w, kv_get(kv, kv->v, base + i), o[i]);
     }
 }
 
