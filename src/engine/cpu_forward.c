@@ -410,23 +410,28 @@ static void qk_row(cpu_state *s, const cpu_layer *L, size_t t)
  * one thread): the norms before the products and qk_row. */
 enum { ROWS_PAR_MIN = 16 }; /* fewer tokens (decoding) stay on the calling thread */
 
-typedef struct rows_ctx {
+typedef struct rows_ctx rows_ctx;
+struct rows_ctx {
+    void (*row)(const rows_ctx *r, size_t t); /* token t's row work */
     cpu_state *s;
-    const cpu_layer *L;
-    float *y;
-    const float *x, *w; /* rmsnorm rows, or x NULL: qk_row */
+    const cpu_layer *L;  /* qk rows */
+    float *y;            /* norm rows: y[t] = rmsnorm(x[t]) * w, rows of n */
+    const float *x, *w;
     size_t n;
     float eps;
-} rows_ctx;
+};
+
+static void norm_row(const rows_ctx *r, size_t t)
+{
+    nf_cpu_rmsnorm(r->y + t * r->n, r->x + t * r->n, r->w, r->n, r->eps);
+}
+static void qk_row_of(const rows_ctx *r, size_t t) { qk_row(r->s, r->L, t); }
 
 static void rows_fn(void *ctx, size_t begin, size_t end, int worker)
 {
     (void)worker;
     const rows_ctx *r = ctx;
-    for (size_t t = begin; t < end; t++) {
-        if (r->x) nf_cpu_rmsnorm(r->y + t * r->n, r->x + t * r->n, r->w, r->n, r->eps);
-        else qk_row(r->s, r->L, t);
-    }
+    for (size_t t = begin; t < end; t++) r->row(r, t);
 }
 
 static void run_rows(cpu_state *s, rows_ctx *r, size_t T)
@@ -438,13 +443,13 @@ static void run_rows(cpu_state *s, rows_ctx *r, size_t T)
 /* y[t] = rmsnorm(x[t]) * w for the T rows of n. */
 static void norm_rows(cpu_state *s, float *y, const float *x, const float *w, size_t n, size_t T)
 {
-    rows_ctx r = {s, NULL, y, x, w, n, s->m->cfg.rms_eps};
+    rows_ctx r = {norm_row, s, NULL, y, x, w, n, s->m->cfg.rms_eps};
     run_rows(s, &r, T);
 }
 
 static void qk_rows(cpu_state *s, const cpu_layer *L, size_t T)
 {
-    rows_ctx r = {s, L, NULL, NULL, NULL, 0, 0};
+    rows_ctx r = {qk_row_of, s, L, NULL, NULL, NULL, 0, 0};
     run_rows(s, &r, T);
 }
 

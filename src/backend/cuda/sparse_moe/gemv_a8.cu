@@ -16,8 +16,6 @@
 // bytes, so dp4a sees q - 32), q8_0 is the same without the min term. A lane takes a span of 64
 // (k-quants) or 32 (q8_0) elements of a row at a time (the span policies below), for each of its two
 // rows, with every load of both rows issued before any use.
-#include <stdlib.h>
-
 #include "internal.cuh"
 #include "rowdot.cuh"
 #include "ptx.cuh"
