@@ -173,11 +173,12 @@ static nf_status add(plan *p, const nf_synth_geometry *g, const char *recipe, co
 
 #define STD 0.02f /* transformers' initializer_range for every Qwen MoE config */
 
+/* A tensor of the block whose names start with pre ("blk.3." or the MTP block's "mtp.blk.0.") */
 #define A(suffix, kind, std, n, a, b, c) \
-    (snprintf(nm, sizeof nm, "blk.%u.%s", l, suffix), add(p, g, recipe, nm, kind, std, n, a, b, c, err))
+    (snprintf(nm, sizeof nm, "%s%s", pre, suffix), add(p, g, recipe, nm, kind, std, n, a, b, c, err))
 
-/* Layer l's attention (gated for the hybrids) and its two norms. */
-static nf_status plan_attention(const nf_synth_geometry *g, const char *recipe, uint32_t l, plan *p, nf_error *err)
+/* A block's attention (gated for the hybrids) and its two norms. */
+static nf_status plan_attention(const nf_synth_geometry *g, const char *recipe, const char *pre, plan *p, nf_error *err)
 {
     const uint64_t H = g->hidden, Q = (uint64_t)g->heads * g->head_dim, KV = (uint64_t)g->kv_heads * g->head_dim;
     char nm[48];
@@ -199,7 +200,7 @@ static nf_status plan_attention(const nf_synth_geometry *g, const char *recipe, 
 
 /* Layer l's Gated DeltaNet mixer and its two norms: dt_bias 1 (transformers' init), A_log ~ 0
  * (a decay of exp(-softplus(a + 1)) per token), the conv kernel N(0, 0.2^2). */
-static nf_status plan_gdn(const nf_synth_geometry *g, const char *recipe, uint32_t l, plan *p, nf_error *err)
+static nf_status plan_gdn(const nf_synth_geometry *g, const char *recipe, const char *pre, plan *p, nf_error *err)
 {
     const uint64_t H = g->hidden, Hv = g->ssm_v_heads, Vd = Hv * g->ssm_v_dim,
                    conv = 2ull * g->ssm_k_heads * g->ssm_k_dim + Vd;
@@ -214,8 +215,8 @@ static nf_status plan_gdn(const nf_synth_geometry *g, const char *recipe, uint32
     return A("ffn_norm", K_ONES, 0, 1, H, 0, 0);
 }
 
-/* Layer l's MoE block. */
-static nf_status plan_moe(const nf_synth_geometry *g, const char *recipe, uint32_t l, plan *p, nf_error *err)
+/* A block's MoE. */
+static nf_status plan_moe(const nf_synth_geometry *g, const char *recipe, const char *pre, plan *p, nf_error *err)
 {
     const uint64_t H = g->hidden, E = g->experts, I = g->moe_inter, S = g->shared_inter;
     const float router_std = 2.0f / sqrtf((float)H);
@@ -230,6 +231,21 @@ static nf_status plan_moe(const nf_synth_geometry *g, const char *recipe, uint32
         return st;
     return NF_OK;
 }
+
+/* The hybrids' MTP block (docs/hybrid.md "MTP"), as the published Qwen3.5 and Qwen3-Next checkpoints
+ * carry one: mtp.fc over [normed embedding | normed hidden], its three norms, and one gated-attention
+ * + MoE layer, so `--spec mtp:K` runs on the whole synthetic models. */
+static nf_status plan_mtp(const nf_synth_geometry *g, const char *recipe, plan *p, nf_error *err)
+{
+    const uint64_t H = g->hidden;
+    const char *pre = "mtp.";
+    char nm[48];
+    nf_status st;
+    if ((st = A("fc", K_NORMAL, STD, 2, H, 2 * H, 0)) || (st = A("norm_embd", K_ONES, 0, 1, H, 0, 0)) ||
+        (st = A("norm_hidden", K_ONES, 0, 1, H, 0, 0)) || (st = A("output_norm", K_ONES, 0, 1, H, 0, 0)))
+        return st;
+    return (st = plan_attention(g, recipe, "mtp.blk.0.", p, err)) ? st : plan_moe(g, recipe, "mtp.blk.0.", p, err);
+}
 #undef A
 
 /* Every tensor of docs/model_schema.md for geometry g, in the order they are written. */
@@ -239,11 +255,13 @@ static nf_status build_plan(const nf_synth_geometry *g, const char *recipe, plan
     nf_status st = add(p, g, recipe, "token_embd", K_NORMAL, STD, 2, g->vocab, H, 0, err);
     if (!st) st = add(p, g, recipe, "output_norm", K_ONES, 0, 1, H, 0, 0, err);
     if (!st && !g->tie) st = add(p, g, recipe, "output", K_NORMAL, STD, 2, g->vocab, H, 0, err);
+    char pre[24];
     for (uint32_t l = 0; !st && l < g->layers; l++) {
-        st = is_linear(g, l) ? plan_gdn(g, recipe, l, p, err) : plan_attention(g, recipe, l, p, err);
-        if (!st) st = plan_moe(g, recipe, l, p, err);
+        snprintf(pre, sizeof pre, "blk.%u.", l);
+        st = is_linear(g, l) ? plan_gdn(g, recipe, pre, p, err) : plan_attention(g, recipe, pre, p, err);
+        if (!st) st = plan_moe(g, recipe, pre, p, err);
     }
-    return st;
+    return st || !g->attn_every ? st : plan_mtp(g, recipe, p, err);
 }
 
 /* ---- writing ----------------------------------------------------------------------------------- */

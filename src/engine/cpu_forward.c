@@ -23,8 +23,8 @@
  * pos0 = 0 starts from a zeroed slot, one at pos0 > 0 must continue the slot's last position exactly
  * (a recurrent state cannot rewind). KV pages exist for the attention layers only. A hybrid with an MTP
  * block (docs/hybrid.md "MTP") also keeps every token's final-normed hidden state (`hidden`), runs the
- * block (`mtp`, cpu_mtp) on a KV pool of its own, and copies state slots out and back (`slot_save` /
- * `slot_load`) for speculation's rollback. */
+ * block (`mtp`, cpu_mtp) on a KV pool of its own, and copies state slots to spare slots and back
+ * (`slot_copy`) for speculation's rollback. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,8 +80,9 @@ typedef struct cpu_state {
     float *gate;             /* [chunk][q_dim] attention gate */
     float *qkv, *z, *ba, *go; /* [chunk][conv_dim], [chunk][Vd], [chunk][2 Hv], [chunk][Vd] */
     float *slots;            /* [max_seqs][slot_floats]: each linear layer's state at its state_off */
+    float *spares;           /* [max_seqs][slot_floats]: slots max_seqs .. 2 max_seqs - 1 (slot_copy), at first use */
     size_t slot_floats;
-    uint32_t *slot_pos;      /* [max_seqs]: positions the slot's state has absorbed */
+    uint32_t *slot_pos;      /* [2 max_seqs]: positions the slot's state has absorbed */
     nf_cpu_gdn_seq *gseq;    /* [max_seqs] */
     float *gdn_ws;           /* [threads][nf_cpu_gdn_ws_floats]: the chunked form's scratch (gdn_chunk) */
     /* the MTP block (docs/hybrid.md "MTP"), when the model has one */
@@ -221,6 +222,7 @@ static void cpu_destroy(void *state)
     free(s->ba);
     free(s->go);
     free(s->slots);
+    free(s->spares);
     free(s->slot_pos);
     free(s->gseq);
     free(s->gdn_ws);
@@ -308,7 +310,7 @@ static nf_status alloc_hybrid(cpu_state *s, const nf_engine_opts *o, nf_error *e
     s->go = malloc(C * Vd * sizeof(float));
     s->ba = malloc(C * 2 * c->ssm_v_heads * sizeof(float));
     s->slots = calloc((size_t)o->max_seqs * s->slot_floats, sizeof(float));
-    s->slot_pos = calloc(o->max_seqs, sizeof(uint32_t));
+    s->slot_pos = calloc(2 * (size_t)o->max_seqs, sizeof(uint32_t));
     s->gseq = malloc(o->max_seqs * sizeof *s->gseq);
     for (uint32_t l = 0; l < c->layers; l++) /* every linear layer has the same shape: size from any */
         if (s->layers[l].is_linear && o->gdn_chunk && !s->gdn_ws &&
@@ -649,34 +651,29 @@ static nf_status cpu_mtp(void *state, const nf_batch *b, const float *hidden, fl
     return NF_OK;
 }
 
-static size_t cpu_slot_floats(void *state) { return ((cpu_state *)state)->slots ? ((cpu_state *)state)->slot_floats : 0; }
-
-static nf_status slot_ok(const cpu_state *s, uint32_t slot, nf_error *err)
+/* Slot i's floats: one of the forward's slots, or (i >= max_seqs) a spare, allocated at its first use. */
+static nf_status slot_at(cpu_state *s, uint32_t i, float **out, nf_error *err)
 {
+    const size_t sf = s->slot_floats, n = s->o.max_seqs;
     if (!s->slots) return nf_error_set(err, NF_ERR_INVALID_ARG, "cpu backend: this model has no state slots");
-    if (slot >= s->o.max_seqs)
-        return nf_error_set(err, NF_ERR_INVALID_ARG, "cpu backend: state slot %u is not below max_seqs %u", slot,
-                            s->o.max_seqs);
+    if (i >= 2 * n)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "cpu backend: state slot %u is not below 2 max_seqs = %zu", i,
+                            2 * n);
+    if (i >= n && !s->spares && !(s->spares = calloc(n * sf, sizeof(float))))
+        return nf_error_set(err, NF_ERR_NOMEM, "cpu backend: out of memory for %zu spare state slots of %zu MiB", n,
+                            sf * sizeof(float) >> 20);
+    *out = i < n ? s->slots + i * sf : s->spares + (i - n) * sf;
     return NF_OK;
 }
 
-static nf_status cpu_slot_save(void *state, uint32_t slot, float *buf, uint32_t *pos, nf_error *err)
+static nf_status cpu_slot_copy(void *state, uint32_t dst, uint32_t src, nf_error *err)
 {
     cpu_state *s = state;
-    nf_status st = slot_ok(s, slot, err);
-    if (st) return st;
-    memcpy(buf, s->slots + (size_t)slot * s->slot_floats, s->slot_floats * sizeof(float));
-    *pos = s->slot_pos[slot];
-    return NF_OK;
-}
-
-static nf_status cpu_slot_load(void *state, uint32_t slot, const float *buf, uint32_t pos, nf_error *err)
-{
-    cpu_state *s = state;
-    nf_status st = slot_ok(s, slot, err);
-    if (st) return st;
-    memcpy(s->slots + (size_t)slot * s->slot_floats, buf, s->slot_floats * sizeof(float));
-    s->slot_pos[slot] = pos;
+    float *d = NULL, *f = NULL;
+    nf_status st = slot_at(s, dst, &d, err);
+    if (st || (st = slot_at(s, src, &f, err))) return st;
+    if (d != f) memcpy(d, f, s->slot_floats * sizeof(float));
+    s->slot_pos[dst] = s->slot_pos[src];
     return NF_OK;
 }
 
@@ -702,6 +699,5 @@ static nf_status cpu_copy_page(void *state, uint32_t dst, uint32_t src, nf_error
 
 const nf_backend_ops nf_cpu_backend = {.name = "cpu", .create = cpu_create, .destroy = cpu_destroy,
                                        .forward = cpu_forward, .copy_page = cpu_copy_page, .routing = cpu_routing,
-                                       .hidden = cpu_hidden, .mtp = cpu_mtp, .slot_floats = cpu_slot_floats,
-                                       .slot_save = cpu_slot_save, .slot_load = cpu_slot_load, .logit_rows = 1,
+                                       .hidden = cpu_hidden, .mtp = cpu_mtp, .slot_copy = cpu_slot_copy, .logit_rows = 1,
                                        .prefill_min = NF_CPU_STEP_MAX + 1};

@@ -21,10 +21,12 @@ typedef struct cuda_state {
 
 static const float *f32_of(const nf_tensor *t) { return t ? (const float *)(const void *)t->data : NULL; }
 
+/* Layer l of the model, or (l == layers) its MTP block's layer. */
 static nf_status describe_layer(const nf_model *m, uint32_t l, int allow_a8, nf_cuda_layer_desc *d, nf_moe_bank *bank,
                                 nf_error *err)
 {
-    const nf_model_layer *ly = &m->layers[l];
+    const int mtp = l == m->cfg.layers;
+    const nf_model_layer *ly = mtp ? m->mtp : &m->layers[l];
     *d = (nf_cuda_layer_desc){
         .attn_norm = f32_of(ly->attn_norm), .ffn_norm = f32_of(ly->ffn_norm), .q_bias = f32_of(ly->attn_q_bias),
         .k_bias = f32_of(ly->attn_k_bias), .v_bias = f32_of(ly->attn_v_bias), .q_norm = f32_of(ly->attn_q_norm),
@@ -38,7 +40,7 @@ static nf_status describe_layer(const nf_model *m, uint32_t l, int allow_a8, nf_
         .ssm_norm = f32_of(ly->ssm_norm)};
     if (!ly->is_moe) return NF_OK;
     d->moe = bank;
-    nf_status st = nf_moe_bank_of_layer(m, l, bank, err);
+    nf_status st = mtp ? nf_moe_bank_of_mtp(m, bank, err) : nf_moe_bank_of_layer(m, l, bank, err);
     bank->gate_up.allow_a8 = bank->down.allow_a8 = allow_a8;
     return st;
 }
@@ -68,12 +70,14 @@ static nf_status cuda_create(const nf_model *m, const nf_engine_opts *o, void **
         return nf_error_set(err, NF_ERR_UNSUPPORTED, "device 'cuda': no GPU is visible (%s)", why);
     const nf_model_config *c = &m->cfg;
     cuda_state *s = calloc(1, sizeof *s);
-    nf_cuda_layer_desc *ld = calloc(c->layers, sizeof *ld);
-    nf_moe_bank *banks = calloc(c->layers, sizeof *banks);
+    /* the model's layers, then the MTP block's when it has one */
+    const uint32_t n_layers = c->layers + (m->mtp != NULL);
+    nf_cuda_layer_desc *ld = calloc(n_layers, sizeof *ld);
+    nf_moe_bank *banks = calloc(n_layers, sizeof *banks);
     if (s) s->inv_freq = malloc(c->rope_dim / 2 * sizeof(float) + 1);
     nf_status st = NF_OK;
     if (!s || !ld || !banks || !s->inv_freq) st = nf_error_set(err, NF_ERR_NOMEM, "cuda backend: out of memory");
-    for (uint32_t l = 0; !st && l < c->layers; l++) st = describe_layer(m, l, !o->no_a8, &ld[l], &banks[l], err);
+    for (uint32_t l = 0; !st && l < n_layers; l++) st = describe_layer(m, l, !o->no_a8, &ld[l], &banks[l], err);
     if (!st) {
         nf_cuda_decoder_desc d = {.hidden = c->hidden, .layers = c->layers, .heads = c->heads,
                                   .kv_heads = c->kv_heads, .head_dim = c->head_dim, .vocab = c->vocab,
@@ -83,7 +87,10 @@ static nf_status cuda_create(const nf_model *m, const nf_engine_opts *o, void **
                                   .head = nf_moe_matrix_of(m->output), .out_norm = f32_of(m->output_norm),
                                   .layer = ld, .ctx = o->ctx, .chunk = o->chunk, .page_tokens = o->page_tokens,
                                   .kv_pages = o->kv_pages, .max_seqs = o->max_seqs, .no_graphs = o->no_graphs,
-                                  .trace_routing = o->trace_routing, .allow_a8 = !o->no_a8};
+                                  .trace_routing = o->trace_routing, .allow_a8 = !o->no_a8,
+                                  .mtp = {m->mtp ? &ld[c->layers] : NULL, nf_moe_matrix_of(m->mtp_fc),
+                                          f32_of(m->mtp_norm_embd), f32_of(m->mtp_norm_hidden),
+                                          f32_of(m->mtp_output_norm)}};
         s->m = m;
         s->o = *o;
         st = nf_cuda_decoder_create(&d, &s->dec, err);
@@ -148,16 +155,27 @@ static nf_status cuda_routing(void *state, int32_t *ids, nf_error *err)
     return nf_cuda_decoder_routing(((cuda_state *)state)->dec, ids, err);
 }
 
-static size_t cuda_slot_floats(void *state) { return nf_cuda_decoder_slot_floats(((cuda_state *)state)->dec); }
-
-static nf_status cuda_slot_save(void *state, uint32_t slot, float *buf, uint32_t *pos, nf_error *err)
+static nf_status cuda_slot_copy(void *state, uint32_t dst, uint32_t src, nf_error *err)
 {
-    return nf_cuda_decoder_slot_save(((cuda_state *)state)->dec, slot, buf, pos, err);
+    return nf_cuda_decoder_slot_copy(((cuda_state *)state)->dec, dst, src, err);
 }
 
-static nf_status cuda_slot_load(void *state, uint32_t slot, const float *buf, uint32_t pos, nf_error *err)
+static nf_status cuda_hidden(void *state, float *out, nf_error *err)
 {
-    return nf_cuda_decoder_slot_load(((cuda_state *)state)->dec, slot, buf, pos, err);
+    return nf_cuda_decoder_hidden(((cuda_state *)state)->dec, out, err);
+}
+
+/* The MTP block (engine.h; the decoder's nf_cuda_decoder_mtp). Its positions are the main model's, so
+ * the rotation table serves both; a dynamic rope's table follows the forward's length and is refused
+ * (as on the CPU). */
+static nf_status cuda_mtp(void *state, const nf_batch *b, const float *hidden, float *logits, float *hidden_out,
+                          nf_error *err)
+{
+    cuda_state *s = state;
+    if (!s->m->mtp) return nf_error_set(err, NF_ERR_UNSUPPORTED, "cuda backend: this model has no MTP block");
+    if (s->rope.kind == NF_ROPE_DYNAMIC) return nf_error_set(err, NF_ERR_UNSUPPORTED, "cuda backend: MTP with dynamic rope");
+    nf_status st = nf_batch_check(b, &s->o, s->m->cfg.vocab, err);
+    return st ? st : nf_cuda_decoder_mtp(s->dec, b, hidden, logits, hidden_out, err);
 }
 
 static void cuda_describe(void *state, nf_backend_info *info)
@@ -172,5 +190,5 @@ const nf_backend_ops nf_cuda_backend = {.name = "cuda", .create = cuda_create, .
                                         .penalize = cuda_penalize,
                                         .copy_page = cuda_copy_page,
                                         .describe = cuda_describe, .routing = cuda_routing,
-                                        .slot_floats = cuda_slot_floats, .slot_save = cuda_slot_save,
-                                        .slot_load = cuda_slot_load, .logit_rows = 1};
+                                        .hidden = cuda_hidden, .mtp = cuda_mtp, .slot_copy = cuda_slot_copy,
+                                        .logit_rows = 1};

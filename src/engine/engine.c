@@ -80,7 +80,6 @@ void nf_engine_free(nf_engine *e)
     free(e->pages);
     free(e->logits);
     free(e->mtp_hidden);
-    free(e->spec_snap);
     free(e);
 }
 

@@ -32,7 +32,7 @@
 #define NF_KV_PAGE_TOKENS 64
 
 typedef struct nf_engine_opts {
-    const char *device; /* "cpu", "cuda" or "auto" (cuda when a GPU is visible, cpu for hybrids); NULL: cpu */
+    const char *device; /* "cpu", "cuda" or "auto" (cuda when a GPU is visible); NULL: cpu */
     int threads;        /* <= 0: all CPUs */
     uint32_t ctx;       /* the longest sequence in tokens (0: min(model.max_ctx, 4096)) */
     uint32_t chunk;     /* the most tokens of one forward, all sequences together (0: 256 on the CPU, 2048
@@ -95,11 +95,12 @@ typedef struct nf_backend_ops {
     nf_status (*hidden)(void *state, float *out, nf_error *err);
     nf_status (*mtp)(void *state, const nf_batch *b, const float *hidden, float *logits, float *hidden_out,
                      nf_error *err);
-    /* Optional (hybrids): a state slot's size in floats, and a copy of it (its recurrent state and the
-     * position it holds) out of or back into the slot: the rollback of speculation (engine/spec.h). */
-    size_t (*slot_floats)(void *state);
-    nf_status (*slot_save)(void *state, uint32_t slot, float *buf, uint32_t *pos, nf_error *err);
-    nf_status (*slot_load)(void *state, uint32_t slot, const float *buf, uint32_t pos, nf_error *err);
+    /* Optional (hybrids): copies state slot src's recurrent state and the position it holds to slot dst,
+     * both below 2 max_seqs: slots max_seqs .. 2 max_seqs - 1 are spares that no batch names, allocated at
+     * their first use. Speculation's rollback (engine/spec.h, sched_spec.c) copies slot i to its spare
+     * i + max_seqs before a verification and back after a rejection, on the backend's own memory (a GPU's
+     * slot never crosses PCIe). */
+    nf_status (*slot_copy)(void *state, uint32_t dst, uint32_t src, nf_error *err);
     /* 1: forward honours nf_batch.logit_rows (several positions' logits of one sequence in a batch of
      * many: speculation in the scheduler, sched_spec.c); the scheduler refuses speculation otherwise. */
     int logit_rows;
@@ -125,8 +126,8 @@ typedef struct nf_engine {
     int logits_penalized; /* nf_engine_next penalised the last forward's logits on the device */
     float *mtp_hidden;   /* [H] or NULL: MTP speculation (spec.h) left position mtp_hidden_pos - 1's hidden state */
     uint32_t mtp_hidden_pos;
-    float *spec_snap;    /* [slot floats] or NULL: a hybrid's slot 0 before the last ngram verification (spec.h) */
-    uint32_t spec_snap_pos; /* the positions it holds; UINT32_MAX: none */
+    uint32_t spec_snap_pos; /* a hybrid's slot 0 copied to its spare before the last ngram verification (spec.h):
+                             * the positions the copy holds; UINT32_MAX: none */
 } nf_engine;
 
 nf_status nf_engine_create(const nf_model *m, const nf_engine_opts *o, nf_engine **out, nf_error *err);

@@ -24,15 +24,10 @@ nf_moe_matrix nf_moe_matrix_of(const nf_tensor *t)
     return m;
 }
 
-nf_status nf_moe_bank_of_layer(const nf_model *m, uint32_t layer, nf_moe_bank *bank, nf_error *err)
+/* The bank of layer L (an MoE layer of m). */
+static void bank_of(const nf_model *m, const nf_model_layer *L, nf_moe_bank *bank)
 {
-    memset(bank, 0, sizeof *bank);
     const nf_model_config *c = &m->cfg;
-    if (layer >= c->layers)
-        return nf_error_set(err, NF_ERR_INVALID_ARG, "layer %u: the model has %u layers", layer, c->layers);
-    const nf_model_layer *L = &m->layers[layer];
-    if (!L->is_moe)
-        return nf_error_set(err, NF_ERR_INVALID_ARG, "layer %u is a dense MLP layer, not a sparse-MoE block", layer);
     bank->hidden = c->hidden;
     bank->experts = c->experts;
     bank->top_k = c->top_k;
@@ -45,5 +40,26 @@ nf_status nf_moe_bank_of_layer(const nf_model *m, uint32_t layer, nf_moe_bank *b
     bank->shared_gate_up = nf_moe_matrix_of(L->ffn_gate_up_shexp);
     bank->shared_down = nf_moe_matrix_of(L->ffn_down_shexp);
     bank->shared_gate = nf_moe_matrix_of(L->ffn_gate_inp_shexp);
+}
+
+nf_status nf_moe_bank_of_layer(const nf_model *m, uint32_t layer, nf_moe_bank *bank, nf_error *err)
+{
+    memset(bank, 0, sizeof *bank);
+    const nf_model_config *c = &m->cfg;
+    if (layer >= c->layers)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "layer %u: the model has %u layers", layer, c->layers);
+    if (!m->layers[layer].is_moe)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "layer %u is a dense MLP layer, not a sparse-MoE block", layer);
+    bank_of(m, &m->layers[layer], bank);
+    return NF_OK;
+}
+
+nf_status nf_moe_bank_of_mtp(const nf_model *m, nf_moe_bank *bank, nf_error *err)
+{
+    memset(bank, 0, sizeof *bank);
+    if (!m->mtp || !m->mtp->is_moe)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "%s", m->mtp ? "the MTP block has a dense MLP, not a sparse-MoE "
+                            "block" : "the model has no MTP block");
+    bank_of(m, m->mtp, bank);
     return NF_OK;
 }

@@ -15,5 +15,7 @@ nf_moe_matrix nf_moe_matrix_of(const nf_tensor *t);
 
 /* Fills *bank for MoE layer `layer`. Fails naming the layer when it is out of range or dense. */
 nf_status nf_moe_bank_of_layer(const nf_model *m, uint32_t layer, nf_moe_bank *bank, nf_error *err);
+/* The same for the MTP block's layer (nf_model.mtp); fails when there is none or it is dense. */
+nf_status nf_moe_bank_of_mtp(const nf_model *m, nf_moe_bank *bank, nf_error *err);
 
 #endif

@@ -82,8 +82,7 @@ nf_status nf_sched_create_engine(nf_engine *e, const nf_sched_opts *o, nf_sched 
 {
     const nf_backend_ops *ops = e->ops;
     const nf_sched_backend be = {e->state, ops->forward, ops->logits, ops->topk, ops->copy_page, ops->penalize,
-                                 ops->logit_rows, ops->slot_floats, ops->slot_save, ops->slot_load, ops->hidden,
-                                 ops->mtp};
+                                 ops->logit_rows, ops->slot_copy, ops->hidden, ops->mtp};
     nf_sched_opts so = o ? *o : (nf_sched_opts){0};
     so.vocab = e->model->cfg.vocab;
     so.ctx = e->opts.ctx;
@@ -124,7 +123,6 @@ static void seq_free(nf_sched *s, seq *q)
     free(q->toks);
     free(q->pages);
     nf_sampler_free(q->sampler);
-    free(q->snap);
     if (q->has_text) nf_stop_stream_free(&q->ss);
     free(q);
 }
@@ -532,6 +530,15 @@ void nf_sched_logprobs(seq *q, const float *l, uint32_t vocab, int32_t id)
     q->lp = (float)(l[id] - lse);
 }
 
+/* Whether a sequence of the batch drafts with the MTP block: only then are the forward's hidden states
+ * fetched and the block run (a GPU's copy of them would cost every step of a server not asking for it). */
+static int batch_mtp(const nf_sched *s, const plan *b)
+{
+    for (uint32_t i = 0; s->o.mtp_hidden && i < b->S; i++)
+        if (s->batch[i]->spec_mtp && s->batch[i]->spec_k) return 1;
+    return 0;
+}
+
 /* Step 3 after the forward: positions advance, pages are published, finished prompts sample (or
  * verify their drafts). lg: the host logits, sequence i's rows from row0[i] with drafts, else row i. */
 static nf_status after_forward(nf_sched *s, const plan *b, uint32_t k, const float *lg, int rows,
@@ -566,7 +573,7 @@ static nf_status after_forward(nf_sched *s, const plan *b, uint32_t k, const flo
         nf_status rc = nf_sched_accept_token(s, q, id, info, err);
         if (rc) return rc;
     }
-    return s->o.mtp_hidden ? nf_sched_spec_mtp(s, b, err) : NF_OK;
+    return batch_mtp(s, b) ? nf_sched_spec_mtp(s, b, err) : NF_OK;
 }
 
 static uint32_t pages_used(const nf_sched *s)
@@ -601,7 +608,7 @@ nf_status nf_sched_step(nf_sched *s, nf_sched_step_info *info, nf_error *err)
     rc = lg ? nf_sched_spec_save(s, &b, err) : nf_error_set(err, NF_ERR_NOMEM, "sched: out of memory for logits");
     if (!rc) rc = s->be.forward(s->be.state, &nb, nb.logit_rows || !s->be.topk ? lg : NULL, err);
     if (!rc && !nb.logit_rows) rc = fetch(s, &b, &k, err);
-    if (!rc && s->o.mtp_hidden) rc = s->be.hidden(s->be.state, s->hid, err);
+    if (!rc && batch_mtp(s, &b)) rc = s->be.hidden(s->be.state, s->hid, err);
     info->forward_ns = nf_time_ns() - f0;
     if (rc) {
         for (uint32_t i = 0; i < b.S; i++) s->batch[i]->take = s->batch[i]->n_draft = 0;

@@ -112,11 +112,9 @@ typedef struct nf_sched_backend {
                           const uint32_t *counts, nf_error *err);
     /* speculation (engine.h says each): logit_rows 1 when forward takes nf_batch.logit_rows (needed for
      * any spec_k; a batch with drafts then gets host logits, [rows][vocab], also on a device backend);
-     * the state slot copies (hybrids); hidden and mtp (spec_mtp) */
+     * the state slot copy (hybrids: slot i's spare is i + max_seqs); hidden and mtp (spec_mtp) */
     int logit_rows;
-    size_t (*slot_floats)(void *state);
-    nf_status (*slot_save)(void *state, uint32_t slot, float *buf, uint32_t *pos, nf_error *err);
-    nf_status (*slot_load)(void *state, uint32_t slot, const float *buf, uint32_t pos, nf_error *err);
+    nf_status (*slot_copy)(void *state, uint32_t dst, uint32_t src, nf_error *err);
     nf_status (*hidden)(void *state, float *out, nf_error *err);
     nf_status (*mtp)(void *state, const nf_batch *b, const float *hidden, float *logits, float *hidden_out,
                      nf_error *err);

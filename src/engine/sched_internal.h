@@ -51,7 +51,6 @@ typedef struct seq {
     size_t mtp_at;      /* the block's drafts mtp_draft[n_mtp] follow toks[0, mtp_at) */
     uint32_t n_mtp;
     int32_t mtp_draft[NF_SPEC_MTP_MAX_K];
-    float *snap;        /* [slot_floats]: its state slot before this step's verification (hybrids) */
 } seq;
 
 struct nf_sched {

@@ -19,9 +19,9 @@ nf_status nf_sched_check_spec(const nf_sched *s, const nf_seq_params *p, nf_erro
     if (!s->be.logit_rows)
         return nf_error_set(err, NF_ERR_UNSUPPORTED, "sched: speculation needs a backend whose forward returns several "
                             "positions' logits of one sequence (nf_batch.logit_rows); this one does not yet");
-    if (s->o.state_slots && !(s->be.slot_floats && s->be.slot_save && s->be.slot_load))
+    if (s->o.state_slots && !s->be.slot_copy)
         return nf_error_set(err, NF_ERR_UNSUPPORTED, "sched: speculation on a model with recurrent state needs the "
-                            "backend's slot_save / slot_load (the rollback of rejected drafts)");
+                            "backend's slot_copy (the rollback of rejected drafts)");
     if (p->spec_mtp && !s->o.mtp_hidden)
         return nf_error_set(err, NF_ERR_UNSUPPORTED, "sched: mtp speculation: the model has no MTP block, or the backend "
                             "does not run it (docs/hybrid.md); use ngram:K");
@@ -66,21 +66,15 @@ float *nf_sched_spec_logits(nf_sched *s, size_t rows)
     return l;
 }
 
+/* Each drafting sequence's slot to its spare (slot + max_seqs: engine.h slot_copy), with the positions it
+ * holds; a sequence at position 0 starts its slot afresh anyway. */
 nf_status nf_sched_spec_save(nf_sched *s, const plan *b, nf_error *err)
 {
     if (!s->o.state_slots) return NF_OK;
     for (uint32_t i = 0; i < b->S; i++) {
-        seq *q = s->batch[i];
-        if (!q->n_draft) continue;
-        const size_t sf = s->be.slot_floats(s->be.state); /* drafts were checked to come with the slot copies */
-        if (!q->snap && !(q->snap = malloc(sf * sizeof *q->snap)))
-            return nf_error_set(err, NF_ERR_NOMEM, "sched: out of memory for a state copy of %zu floats", sf);
-        uint32_t pos;
-        nf_status rc = s->be.slot_save(s->be.state, q->slot, q->snap, &pos, err);
+        const seq *q = s->batch[i];
+        nf_status rc = q->n_draft ? s->be.slot_copy(s->be.state, q->slot + s->o.max_seqs, q->slot, err) : NF_OK;
         if (rc) return rc;
-        if (q->n_cached && pos != q->n_cached) /* at 0 the forward starts the slot afresh anyway */
-            return nf_error_set(err, NF_ERR_INTERNAL, "sched: sequence %llu's state slot %u holds %u positions, it has %zu",
-                                (unsigned long long)q->id, q->slot, pos, q->n_cached);
     }
     return NF_OK;
 }
@@ -118,7 +112,7 @@ nf_status nf_sched_spec_accept(nf_sched *s, seq *q, const float *rows, nf_sched_
     q->kept += a;
     q->n_cached = q->n - 1; /* the kept tokens' keys and values are right; the new token is uncached */
     if (a < d && s->o.state_slots) { /* the state absorbed the rejected drafts: back, and the kept tokens again */
-        nf_status rc = s->be.slot_load(s->be.state, q->slot, q->snap, q->c0, err);
+        nf_status rc = s->be.slot_copy(s->be.state, q->slot, q->slot + s->o.max_seqs, err);
         if (rc) return rc;
         q->n_cached = q->c0;
         q->redo = (uint32_t)(q->n - 1 - q->c0);

@@ -23,14 +23,14 @@ nf_status nf_spec_check(const nf_engine *e, nf_spec_mode mode, uint32_t k, nf_er
         if (!e->model->mtp)
             return nf_error_set(err, NF_ERR_UNSUPPORTED, "--spec mtp: this model has no MTP block (the checkpoint's "
                                 "mtp.* weights; docs/hybrid.md); use --spec ngram:K or none");
-        if (!e->ops->mtp || !e->ops->hidden || (e->model->cfg.n_linear && !e->ops->slot_save))
+        if (!e->ops->mtp || !e->ops->hidden || (e->model->cfg.n_linear && !e->ops->slot_copy))
             return nf_error_set(err, NF_ERR_UNSUPPORTED, "--spec mtp: the %s backend does not run the MTP block", e->ops->name);
         return NF_OK;
     }
     if (k < 1 || k > NF_SPEC_MAX_K)
         return nf_error_set(err, NF_ERR_INVALID_ARG, "speculation: %u drafts per step, the range is 1 .. %d", k,
                             NF_SPEC_MAX_K);
-    if (e->model->cfg.n_linear && !(e->ops->slot_floats && e->ops->slot_save && e->ops->slot_load))
+    if (e->model->cfg.n_linear && !e->ops->slot_copy)
         return nf_error_set(err, NF_ERR_UNSUPPORTED, "speculation: this model has Gated DeltaNet (linear attention) "
                             "layers, whose recurrent state the %s backend cannot copy out and back (the rollback of "
                             "rejected drafts); run without --spec", e->ops->name);
@@ -81,18 +81,17 @@ static size_t accept(nf_sampler *s, const int32_t *tokens, size_t n, size_t n_dr
     return acc;
 }
 
-/* A hybrid's slot 0 (the session's) copied out before a verification, so that rejected drafts can be
- * undone (nf_spec_truncate); attention-only models need none. */
+/* The spare of the session's state slot 0 (engine.h slot_copy). */
+static uint32_t spare0(const nf_engine *e) { return e->opts.max_seqs; }
+
+/* A hybrid's slot 0 (the session's, holding n_past positions) copied to its spare before a verification,
+ * so that rejected drafts can be undone (nf_spec_truncate); attention-only models need none. */
 static nf_status snap_save(nf_engine *e, nf_error *err)
 {
     e->spec_snap_pos = UINT32_MAX;
     if (!e->model->cfg.n_linear) return NF_OK;
-    if (!e->spec_snap && !(e->spec_snap = malloc(e->ops->slot_floats(e->state) * sizeof(float))))
-        return nf_error_set(err, NF_ERR_NOMEM, "speculation: out of memory for a copy of the recurrent state");
-    nf_status st = e->ops->slot_save(e->state, 0, e->spec_snap, &e->spec_snap_pos, err);
-    if (!st && e->spec_snap_pos != e->n_past)
-        st = nf_error_set(err, NF_ERR_INTERNAL, "speculation: state slot 0 holds %u positions, the session %u",
-                          e->spec_snap_pos, e->n_past);
+    nf_status st = e->ops->slot_copy(e->state, spare0(e), 0, err);
+    if (!st) e->spec_snap_pos = e->n_past;
     return st;
 }
 
@@ -118,11 +117,11 @@ nf_status nf_spec_truncate(nf_engine *e, const int32_t *toks, uint32_t toks_pos,
 {
     const uint32_t sp = e->spec_snap_pos;
     if (n >= e->n_past) return NF_OK;
-    if (!e->model->cfg.n_linear || !e->spec_snap || sp == UINT32_MAX || n < sp || toks_pos > sp) {
+    if (!e->model->cfg.n_linear || sp == UINT32_MAX || n < sp || toks_pos > sp) {
         nf_engine_truncate(e, n); /* attention only: n_past moves back; else nothing saved that far back */
         return NF_OK;
     }
-    nf_status st = e->ops->slot_load(e->state, 0, e->spec_snap, sp, err);
+    nf_status st = e->ops->slot_copy(e->state, 0, spare0(e), err);
     if (st) return st;
     e->n_past = sp;
     e->mtp_hidden_pos = 0;
@@ -158,8 +157,8 @@ nf_status nf_spec_mtp_init(nf_spec_mtp *m, nf_engine *e, uint32_t k, nf_error *e
     m->snap_pos = UINT32_MAX;
     nf_status st = nf_spec_check(e, NF_SPEC_MODE_MTP, k, err);
     if (st) return st;
-    const size_t sf = e->ops->slot_floats ? e->ops->slot_floats(e->state) : 0;
-    if ((sf && !(m->snap = malloc(sf * sizeof(float)))) || !(m->lg = malloc(m->V * sizeof(float))) ||
+    m->snap = e->model->cfg.n_linear > 0;
+    if (!(m->lg = malloc(m->V * sizeof(float))) ||
         !(m->ho = malloc(2 * m->H * sizeof(float))))
         return nf_error_set(err, NF_ERR_NOMEM, "speculation: out of memory");
     st = mtp_reserve(m, 2 * ((size_t)k + 1), err);
@@ -176,7 +175,7 @@ nf_status nf_spec_mtp_init(nf_spec_mtp *m, nf_engine *e, uint32_t k, nf_error *e
 
 void nf_spec_mtp_free(nf_spec_mtp *m)
 {
-    free(m->ph), free(m->ptok), free(m->lg), free(m->ho), free(m->snap);
+    free(m->ph), free(m->ptok), free(m->lg), free(m->ho);
     memset(m, 0, sizeof *m);
 }
 
@@ -249,11 +248,10 @@ nf_status nf_spec_mtp_verify(nf_spec_mtp *m, nf_sampler *s, const int32_t *token
     const size_t V = m->V, first = n - n_draft - 1;
     const uint32_t past = e->n_past;
     m->snap_pos = UINT32_MAX;
-    if (m->snap) {
-        if ((st = e->ops->slot_save(e->state, 0, m->snap, &m->snap_pos, err))) return st;
-        if (m->snap_pos != past) /* the session's slot 0 holds its positions (engine.h) */
-            return nf_error_set(err, NF_ERR_INTERNAL, "speculation: state slot 0 holds %u positions, the session %u",
-                                m->snap_pos, past);
+    if (m->snap) { /* the session's slot 0 (past positions) to its spare, which ngram's copy no longer holds */
+        e->spec_snap_pos = UINT32_MAX;
+        if ((st = e->ops->slot_copy(e->state, spare0(e), 0, err))) return st;
+        m->snap_pos = past;
     }
     st = nf_engine_prefill_hidden(e, tokens + first, n_draft + 1, rows, m->ph, err);
     if (st) return st;
@@ -282,7 +280,7 @@ nf_status nf_spec_mtp_truncate(nf_spec_mtp *m, const int32_t *toks, uint32_t tok
         return NF_OK;
     }
     /* the state before the last verification, then the kept tokens again (their hidden states pending) */
-    nf_status st = e->ops->slot_load(e->state, 0, m->snap, m->snap_pos, err);
+    nf_status st = e->ops->slot_copy(e->state, 0, spare0(e), err);
     if (st) return st;
     e->n_past = m->snap_pos;
     m->pos0 = m->snap_pos;

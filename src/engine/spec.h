@@ -62,8 +62,8 @@ size_t nf_spec_draft(const int32_t *seq, size_t n, size_t k, int32_t *draft);
  * one forward (rows: room for [n_draft + 1][vocab] logits); out[0..*n_out) receives the accepted drafts
  * and then the token that follows them (not fed; out needs n_draft + 1 entries). Afterwards the engine
  * holds the tokens up to the last accepted draft and e->logits are that position's. A hybrid's state
- * slot is copied out before the forward (e->spec_snap) and, after a rejection, restored and the kept
- * tokens run again (nf_spec_truncate). */
+ * slot is copied to its spare before the forward (backend slot_copy) and, after a rejection, restored
+ * and the kept tokens run again (nf_spec_truncate). */
 nf_status nf_spec_verify(nf_engine *e, nf_sampler *s, const int32_t *tokens, size_t n, size_t n_draft, float *rows,
                          int32_t *out, size_t *n_out, nf_error *err);
 /* Forgets the session's tokens from position n on: nf_engine_truncate, except for a hybrid whose state
@@ -81,8 +81,8 @@ typedef struct nf_spec_mtp {
     size_t n_ph, cap;
     uint32_t pos0;
     float *lg, *ho;  /* [V], [2][H]: the MTP block's last logits and hidden states (chained alternately) */
-    float *snap;     /* [slot floats]: the recurrent state before the last verification (hybrids) */
-    uint32_t snap_pos; /* its position; UINT32_MAX: none */
+    int snap;        /* hybrids: slot 0 goes to its spare (engine.h slot_copy) before each verification */
+    uint32_t snap_pos; /* the positions the spare holds; UINT32_MAX: none */
 } nf_spec_mtp;
 
 nf_status nf_spec_mtp_init(nf_spec_mtp *m, nf_engine *e, uint32_t k, nf_error *err);

@@ -126,6 +126,21 @@ static inline void hyb_slot_contract(const nf_model *m, const char *device)
     CHECK(e->ops->forward(e->state, &b, l, &err) == NF_OK);
     CHECK(ref->ops->forward(ref->state, &b, lr, &err) == NF_OK);
     CHECK_MSG(memcmp(l, lr, (size_t)2 * V * sizeof(float)) == 0, "%s: a refused batch changed a state slot", device);
+    /* slot_copy (speculation's rollback): slots below 2 max_seqs; both slots to their spares, a step, both
+     * back: the same step again gives the same bits; the copy carries the position */
+    CHECK(e->ops->slot_copy(e->state, 4, 0, &err) == NF_ERR_INVALID_ARG);
+    CHECK_CONTAINS(err.msg, "not below 2 max_seqs");
+    CHECK(e->ops->slot_copy(e->state, 0, 4, &err) == NF_ERR_INVALID_ARG);
+    CHECK(e->ops->slot_copy(e->state, 2, 0, &err) == NF_OK && e->ops->slot_copy(e->state, 3, 1, &err) == NF_OK);
+    p0[0] = p0[1] = 8;
+    CHECK(e->ops->forward(e->state, &b, l, &err) == NF_OK);
+    CHECK(e->ops->slot_copy(e->state, 0, 2, &err) == NF_OK && e->ops->slot_copy(e->state, 1, 3, &err) == NF_OK);
+    CHECK(e->ops->forward(e->state, &b, lr, &err) == NF_OK);
+    CHECK_MSG(memcmp(l, lr, (size_t)2 * V * sizeof(float)) == 0, "%s: a step after restored slots differs", device);
+    CHECK(e->ops->slot_copy(e->state, 1, 3, &err) == NF_OK);
+    p0[0] = p0[1] = 12;
+    CHECK(e->ops->forward(e->state, &b, l, &err) == NF_ERR_INVALID_ARG);
+    CHECK_CONTAINS(err.msg, "its state slot 1 holds 8 positions");
     /* the session: truncation keeps nothing of a hybrid */
     CHECK(nf_engine_prefill(e, toks, 6, NULL, &err) == NF_OK);
     nf_engine_truncate(e, 3);

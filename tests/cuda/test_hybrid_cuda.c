@@ -15,8 +15,9 @@
  *     slots 2, 0, 1, the last two steps decode-only), and the same plan with no_graphs bit-identical;
  *   - the slot contract's refusals (hybrid_slots.h);
  *   - synth's tiny-hybrid in the q4q6 and nvfp4 recipes against the CPU engine (check_synth);
- *   - a state slot copied out and back (nf_cuda_decoder_slot_save / slot_load, MTP's rollback on the
- *     CPU): re-running the tokens after a restore gives the logits of the first run, to the bit.
+ *   - a state slot copied to its spare and back on the device (backend slot_copy, speculation's
+ *     rollback): re-running the tokens after a restore gives the logits of the first run, to the bit;
+ *     the copy carries the slot's position (a forward past it is refused).
  *
  * Bounds (relative L2 of a logits row). The CPU engine is within 1.1e-5 of transformers here
  * (test_oracle_tiny), so both comparisons have the GPU's own roundings as their budget. The GPU rounds
@@ -467,22 +468,22 @@ static void check_batched(const nf_model *m, const char *name)
     free(lb), free(la), free(ls), free(la2);
 }
 
-/* Slot 0 saved after a prefill, 5 tokens decoded, restored, the same 5 decoded again: the same bits. */
+/* Slot 0 copied to its spare (slot max_seqs) after a prefill, 5 tokens decoded, copied back, the same 5
+ * decoded again: the same bits (the device copy is speculation's rollback). The spares' bounds refused. */
 static void check_slot_copy(const nf_model *m, const char *name)
 {
     const size_t V = m->cfg.vocab;
     nf_engine *e = hyb_engine(m, "cuda", 1, 0, 0);
-    const size_t sf = e && e->ops->slot_floats ? e->ops->slot_floats(e->state) : 0;
-    float *buf = malloc(sf * sizeof(float) + 1), *l1 = malloc(5 * V * 4), *l2 = malloc(5 * V * 4);
+    float *l1 = malloc(5 * V * 4), *l2 = malloc(5 * V * 4);
     int32_t toks[24];
     for (int j = 0; j < 24; j++) toks[j] = hyb_token_of(2, (uint32_t)j, (uint32_t)V);
     nf_error err;
-    uint32_t pos = 0;
-    int ok = e && sf && buf && nf_engine_prefill(e, toks, 19, NULL, &err) == NF_OK &&
-             e->ops->slot_save(e->state, 0, buf, &pos, &err) == NF_OK;
-    CHECK_MSG(ok && pos == 19, "%s: slot save after 19 tokens (position %u): %s", name, pos, ok ? "" : err.msg);
+    memset(&err, 0, sizeof err);
+    int ok = e && e->ops->slot_copy && nf_engine_prefill(e, toks, 19, NULL, &err) == NF_OK &&
+             e->ops->slot_copy(e->state, 1, 0, &err) == NF_OK;
+    CHECK_MSG(ok, "%s: slot copy to the spare after 19 tokens: %s", name, err.msg);
     for (int pass = 0; ok && pass < 2; pass++) {
-        if (pass) ok = e->ops->slot_load(e->state, 0, buf, pos, &err) == NF_OK && (e->n_past = pos, 1);
+        if (pass) ok = e->ops->slot_copy(e->state, 0, 1, &err) == NF_OK && (e->n_past = 19, 1);
         for (int j = 0; ok && j < 5; j++) {
             ok = nf_engine_decode(e, toks[19 + j], &err) == NF_OK;
             if (ok) memcpy((pass ? l2 : l1) + j * V, e->logits, V * 4);
@@ -490,9 +491,21 @@ static void check_slot_copy(const nf_model *m, const char *name)
     }
     CHECK_MSG(ok, "%s: slot copy run: %s", name, err.msg);
     const int same = ok && !memcmp(l1, l2, 5 * V * 4);
-    printf("%s: slot of %zu floats saved and restored: the same logits after it %s\n", name, sf, same ? "yes" : "NO");
+    printf("%s: slot 0 copied to its spare and back on the device: the same logits after it %s\n", name,
+           same ? "yes" : "NO");
     CHECK_MSG(same, "%s: decoding after a restored slot differs from the first run", name);
-    free(buf), free(l1), free(l2);
+    /* slots 0 .. 2 max_seqs - 1 only; a restored position the forward checks (position 24 now, the copy 19) */
+    CHECK(e && e->ops->slot_copy(e->state, 2, 0, NULL) == NF_ERR_INVALID_ARG);
+    CHECK(e && e->ops->slot_copy(e->state, 0, 2, NULL) == NF_ERR_INVALID_ARG);
+    if (ok && e->ops->slot_copy(e->state, 0, 1, &err) == NF_OK) {
+        const int32_t t = toks[0];
+        const uint32_t ss[2] = {0, 1}, p0 = 24, slot = 0;
+        const nf_batch b = {.n_tokens = 1, .n_seqs = 1, .tokens = &t, .seq_start = ss, .pos0 = &p0, .pages = e->pages,
+                            .page_stride = nf_engine_pages_per_seq(&e->opts), .state_slot = &slot};
+        CHECK_MSG(e->ops->forward(e->state, &b, l1, NULL) == NF_ERR_INVALID_ARG,
+                  "%s: a forward at 24 accepted a slot restored to 19 positions", name);
+    }
+    free(l1), free(l2);
     nf_engine_free(e);
 }
 

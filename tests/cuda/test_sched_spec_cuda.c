@@ -18,9 +18,11 @@
  *     drafter whose drafts are right and wrong by design so that every acceptance count 0 .. 4 occurs,
  *     one without speculation) through one scheduler with speculation and through one without: the
  *     same tokens, drafts accepted and rejected, the pool full at the end. On hybrids the rejected
- *     drafts roll the state slot back (slot_save / slot_load through the host).
- *   - mtp:K where the model has an MTP block: run like ngram when the CUDA backend runs the block,
- *     else refused with the reason by nf_sched_check_spec (reported).
+ *     drafts roll the state slot back (slot_copy to its spare and back, on the device).
+ *   - mtp:K (K 3, 1, 2, 3) where the model has an MTP block: run like ngram (the CUDA backend runs the
+ *     block: batched over the sequences' newly final positions, then chained; random weights reject
+ *     almost every draft, so the rollback runs at almost every verification); a backend that does not
+ *     run the block would be refused with the reason by nf_sched_check_spec (reported).
  *
  * Fixtures: synth's tiny qwen3_moe (bf16; q4q6 with int8 activations), the tiny transformers
  * checkpoints qwen3_moe (bf16) and the hybrids qwen3_next and qwen3_5_moe_text (bf16; both carry an

@@ -32,7 +32,8 @@
  *     tokens sampled so far, as the block's argmax is), 10000 seeded trials against the joint
  *     distribution from plain forwards: chi-square over the cells expected >= 5 times (the rest pooled),
  *     at most 26 degrees of freedom < 75 (p < 1e-5 for a correct rule); drafts accepted and rejected
- *     both occur. The recurrent state is restored between trials with the same slot_save / slot_load. */
+ *     both occur. The recurrent state is restored between trials by slot_copy from slot 1 (max_seqs 2: the
+ *     session's slot 0 and its spare 2 are speculation's). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdlib.h>
@@ -42,6 +43,7 @@
 #include "nf_test.h"
 #include "common/engine_fixture.h"
 #include "common/letters_tokenizer.h"
+#include "common/mtp_generate.h"
 #include "common/spec_stats.h"
 #include "engine/generate.h"
 #include "engine/spec.h"
@@ -194,8 +196,6 @@ static void refusals(const char *tmp)
 
 enum { CTX = 256, GEN = 48 };
 
-static void emit(void *ctx, const char *t, size_t len) { (void)ctx, (void)t, (void)len; }
-
 /* Greedy without speculation: prompt then G tokens (base[G]) by plain decodes. */
 static void plain_greedy(nf_engine *e, const int32_t *prompt, size_t P, size_t G, int32_t *base)
 {
@@ -305,26 +305,13 @@ static void generation(nf_engine *e, const int32_t *prompt, const char *what)
     for (int eos_case = 0; eos_case < 2; eos_case++) {
         for (uint32_t K = 0; K <= NF_SPEC_MTP_MAX_K; K++) {
             nf_tok_ids *r = K ? &got : &ref[eos_case];
-            r->n = 0;
-            nf_engine_reset(e);
-            nf_sampler_params sp = {.temp = 0, .top_p = 1, .repeat_penalty = 1, .repeat_last_n = 64};
-            nf_sampler *s;
-            nf_error err;
-            if (nf_sampler_create(&sp, e->model->cfg.vocab, &s, NULL)) return;
-            nf_gen_params gp = {.max_new = GEN / 2, .spec_k = K, .spec_mtp = 1, .eos = &eos, .n_eos = eos_case};
-            nf_gen_stats st[2];
-            for (int turn = 0; turn < 2; turn++) {
-                CHECK_MSG(nf_generate(e, tok, s, prompt + turn * 40, turn ? 7 : 40, &gp, emit, NULL, r, &st[turn],
-                                      &err) == NF_OK, "%s: %s", what, err.msg);
-                accepted += st[turn].accepted, drafted += st[turn].drafted;
-            }
-            CHECK(e->n_past == r->n);
-            if (!K && eos_case) CHECK(st[0].end == NF_GEN_EOS);
+            const nf_gen_end end = fx_mtp_generate(e, tok, prompt, GEN / 2, K, &eos, (size_t)eos_case, r, &drafted,
+                                                   &accepted, what);
+            if (!K && eos_case) CHECK(end == NF_GEN_EOS);
             if (K)
                 CHECK_MSG(got.n == ref[eos_case].n && !memcmp(got.ids, ref[eos_case].ids, got.n * sizeof *got.ids),
                           "%s mtp:%u%s: %zu/%zu tokens, differ", what, K, eos_case ? " (eos)" : "", got.n,
                           ref[eos_case].n);
-            nf_sampler_free(s);
             if (!eos_case && !K) eos = ref[0].ids[40 + 10]; /* the 11th generated token ends the next case */
         }
     }
@@ -336,10 +323,10 @@ static void generation(nf_engine *e, const int32_t *prompt, const char *what)
 
 enum { TK = 3, TRIALS = 10000 };
 
-/* Back to the state after the prompt (P tokens): the slot saved then, n_past P. */
-static void restore(nf_engine *e, const float *snap, uint32_t P)
+/* Back to the state after the prompt (P tokens): slot 1, where it was kept then; n_past P. */
+static void restore(nf_engine *e, uint32_t P)
 {
-    CHECK(e->ops->slot_load(e->state, 0, snap, P, NULL) == NF_OK);
+    CHECK(e->ops->slot_copy(e->state, 0, 1, NULL) == NF_OK);
     e->n_past = P;
 }
 
@@ -355,24 +342,23 @@ static void sampled(nf_engine *e, const int32_t *prompt, uint32_t P)
     const uint32_t V = e->model->cfg.vocab;
     const double temp = 1.5;
     nf_error err;
-    float *snap = malloc(e->ops->slot_floats(e->state) * sizeof(float)), *pl = malloc(V * sizeof(float));
+    float *pl = malloc(V * sizeof(float));
     float *rows = malloc(3 * V * sizeof(float));
-    uint32_t pos;
     nf_engine_reset(e);
     CHECK(nf_engine_prefill(e, prompt, P, NULL, &err) == NF_OK);
-    CHECK(e->ops->slot_save(e->state, 0, snap, &pos, &err) == NF_OK && pos == P);
+    CHECK(e->ops->slot_copy(e->state, 1, 0, &err) == NF_OK);
     memcpy(pl, e->logits, V * sizeof(float));
     /* the joint distribution: i1, p1 after the prompt; i2[a], p2[a] after i1[a]; i3[a][b], p3[a][b] after both */
     int32_t i1[TK], i2[TK][TK], i3[TK][TK][TK];
     double p1[TK], p2[TK][TK], p3[TK][TK][TK];
     top_probs(pl, V, temp, TK, i1, p1);
     for (int a = 0; a < TK; a++) {
-        restore(e, snap, P);
+        restore(e, P);
         CHECK(nf_engine_decode(e, i1[a], &err) == NF_OK);
         top_probs(e->logits, V, temp, TK, i2[a], p2[a]);
         for (int b = 0; b < TK; b++) {
             const int32_t two[2] = {i1[a], i2[a][b]};
-            restore(e, snap, P);
+            restore(e, P);
             CHECK(nf_engine_prefill(e, two, 2, NULL, &err) == NF_OK);
             top_probs(e->logits, V, temp, TK, i3[a][b], p3[a][b]);
         }
@@ -390,7 +376,7 @@ static void sampled(nf_engine *e, const int32_t *prompt, uint32_t P)
             nf_sampler_free(s);
             break;
         }
-        restore(e, snap, P);
+        restore(e, P);
         int32_t out[3];
         size_t n_out;
         const int32_t t1 = nf_sampler_sample(s, pl, seq, P);
@@ -428,7 +414,7 @@ static void sampled(nf_engine *e, const int32_t *prompt, uint32_t P)
     CHECK_MSG(chi2 < 75, "sampling with MTP verification: chi-square %.1f over %d degrees of freedom", chi2, df);
     CHECK_MSG(accepted > TRIALS / 10 && accepted < drafted - TRIALS / 10, "%ld of %ld drafts accepted: both branches "
               "must be exercised", accepted, drafted);
-    free(snap), free(pl), free(rows);
+    free(pl), free(rows);
 }
 
 static void speculation(const char *tmp, const char *name, const char *recipe)
@@ -451,7 +437,7 @@ static void speculation(const char *tmp, const char *name, const char *recipe)
      * token (backend/cpu/cpu.h NF_CPU_STEP_MAX), so they give decoding's bits; before that the f32 tile
      * of the bf16 products (ssm_ba, the fixture's down projections) rounded otherwise and an int8 step
      * downstream tipped a near tie after ~24 tokens */
-    nf_engine_opts o = {.threads = 2, .ctx = CTX, .chunk = 16};
+    nf_engine_opts o = {.threads = 2, .ctx = CTX, .chunk = 16, .max_seqs = 2}; /* slot 1: sampled()'s copy */
     if (!nf_engine_create(m, &o, &e, &err)) {
         machinery(e, prompt, 40, what);
         generation(e, prompt, what);

@@ -107,10 +107,19 @@ static size_t expected(const nf_synth_geometry *g, want *w)
     W("token_embd", 2, g->vocab, H, 0);
     W("output_norm", 1, H, 0, 0);
     if (!g->tie) W("output", 2, g->vocab, H, 0);
-    char nm[48];
-#define B(sfx, nd, a, b, c) (snprintf(nm, sizeof nm, "blk.%u.%s", l, sfx), W(nm, nd, a, b, c))
+    char nm[48], pre[24];
+#define B(sfx, nd, a, b, c) (snprintf(nm, sizeof nm, "%s%s", pre, sfx), W(nm, nd, a, b, c))
     const uint64_t Vd = (uint64_t)g->ssm_v_heads * g->ssm_v_dim, conv = 2ull * g->ssm_k_heads * g->ssm_k_dim + Vd;
-    for (uint32_t l = 0; l < g->layers; l++) {
+    if (g->attn_every) { /* the hybrids' MTP block: mtp.fc, three norms, and (l == layers below) one layer */
+        W("mtp.fc", 2, H, 2 * H, 0);
+        W("mtp.norm_embd", 1, H, 0, 0);
+        W("mtp.norm_hidden", 1, H, 0, 0);
+        W("mtp.output_norm", 1, H, 0, 0);
+    }
+    for (uint32_t l = 0; l < g->layers + (g->attn_every != 0); l++) {
+        const int mtp = l == g->layers; /* a gated-attention + MoE layer named mtp.blk.0.* */
+        if (mtp) snprintf(pre, sizeof pre, "mtp.blk.0.");
+        else snprintf(pre, sizeof pre, "blk.%u.", l);
         B("attn_norm", 1, H, 0, 0);
         B("ffn_norm", 1, H, 0, 0);
         B("ffn_gate_inp", 2, g->experts, H, 0);
@@ -121,7 +130,7 @@ static size_t expected(const nf_synth_geometry *g, want *w)
             B("ffn_down_shexp", 2, H, g->shared_inter, 0);
             B("ffn_gate_inp_shexp", 1, H, 0, 0);
         }
-        if (g->attn_every && (l + 1) % g->attn_every) { /* Gated DeltaNet (docs/hybrid.md) */
+        if (!mtp && g->attn_every && (l + 1) % g->attn_every) { /* Gated DeltaNet (docs/hybrid.md) */
             B("ssm_qkv", 2, conv, H, 0);
             B("ssm_z", 2, Vd, H, 0);
             B("ssm_ba", 2, 2 * (uint64_t)g->ssm_v_heads, H, 0);
@@ -278,7 +287,7 @@ static void test_geometry(const char *geom)
 {
     const nf_synth_geometry *g = nf_synth_geometry_find(geom);
     CHECK(g != NULL);
-    want *w = calloc(128, sizeof *w); /* tiny-hybrid has 66 */
+    want *w = calloc(128, sizeof *w); /* tiny-hybrid has 66 + 19 (its MTP block) */
     const size_t nw = expected(g, w);
     for (int r = 0; r < NREC; r++) {
         const char *path = tmp("m.nf");

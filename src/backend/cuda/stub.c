@@ -109,14 +109,19 @@ nf_status nf_cuda_decoder_routing(nf_cuda_decoder *dec, int32_t *ids, nf_error *
 }
 size_t nf_cuda_decoder_weight_bytes(const nf_cuda_decoder *dec) { (void)dec; return 0; }
 size_t nf_cuda_decoder_kv_bytes(const nf_cuda_decoder *dec) { (void)dec; return 0; }
-size_t nf_cuda_decoder_slot_floats(const nf_cuda_decoder *dec) { (void)dec; return 0; }
-nf_status nf_cuda_decoder_slot_save(nf_cuda_decoder *dec, uint32_t slot, float *buf, uint32_t *pos, nf_error *err)
+nf_status nf_cuda_decoder_slot_copy(nf_cuda_decoder *dec, uint32_t dst, uint32_t src, nf_error *err)
 {
-    (void)dec, (void)slot, (void)buf, (void)pos;
+    (void)dec, (void)dst, (void)src;
     return no_cuda(err);
 }
-nf_status nf_cuda_decoder_slot_load(nf_cuda_decoder *dec, uint32_t slot, const float *buf, uint32_t pos, nf_error *err)
+nf_status nf_cuda_decoder_hidden(nf_cuda_decoder *dec, float *out, nf_error *err)
 {
-    (void)dec, (void)slot, (void)buf, (void)pos;
+    (void)dec, (void)out;
+    return no_cuda(err);
+}
+nf_status nf_cuda_decoder_mtp(nf_cuda_decoder *dec, const nf_batch *b, const float *hidden, float *logits,
+                              float *hidden_out, nf_error *err)
+{
+    (void)dec, (void)b, (void)hidden, (void)logits, (void)hidden_out;
     return no_cuda(err);
 }

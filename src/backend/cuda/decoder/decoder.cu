@@ -180,9 +180,14 @@ nf_status walk(Uploader &u, const nf_cuda_decoder_desc *d, nf_cuda_decoder *dec)
         return st;
     if ((st = u.vec(d->out_norm, d->hidden, &dec->out_norm))) return st;
     dec->slot_floats = 0;
-    for (uint32_t l = 0; l < d->layers; l++)
+    for (uint32_t l = 0; l < dec->n_layers; l++) // with the MTP block's layer (d->layer has it last)
         if ((st = walk_layer(u, d, l, &dec->L[l], &dec->slot_floats))) return st;
-    return NF_OK;
+    const nf_cuda_mtp_desc &m = d->mtp;
+    if (!m.layer) return NF_OK; // no MTP block: the rest of the desc is not read
+    if ((st = u.matrix(&m.fc, "mtp.fc", UINT32_MAX, &dec->mtp_fc))) return st;
+    if ((st = u.vec(m.norm_embd, d->hidden, &dec->mtp_norm_embd)) || (st = u.vec(m.norm_hidden, d->hidden, &dec->mtp_norm_hidden)))
+        return st;
+    return u.vec(m.out_norm, d->hidden, &dec->mtp_out_norm);
 }
 
 nf_status check_desc(const nf_cuda_decoder_desc *d, nf_error *err)
@@ -215,6 +220,11 @@ nf_status check_desc(const nf_cuda_decoder_desc *d, nf_error *err)
     if (d->max_seqs > d->chunk)
         return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: max_seqs %u above the chunk %u (a sequence takes at "
                             "least one token of a forward)", d->max_seqs, d->chunk);
+    const nf_cuda_mtp_desc &m = d->mtp;
+    if (m.layer && (m.layer->is_linear || m.fc.codec < 0 || m.fc.rows != d->hidden || m.fc.cols != 2 * d->hidden ||
+                    !m.norm_embd || !m.norm_hidden || !m.out_norm))
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: the MTP block needs an attention layer, mtp.fc of "
+                            "[%u][%u] (got [%u][%u]) and its three norms", d->hidden, 2 * d->hidden, m.fc.rows, m.fc.cols);
     return NF_OK;
 }
 
@@ -266,7 +276,7 @@ size_t layout_buffers(nf_cuda_decoder *dec, uint8_t *base, size_t moe_ws)
     const size_t Vd = (size_t)d->gdn.v_heads * d->gdn.v_dim, att = qd > Vd ? qd : Vd;
     nf_arena ar;
     nf_arena_sizing(&ar);
-    size_t o[24];
+    size_t o[26];
     int n = 0;
     o[n++] = take(&ar, C * H * 4);     // x
     o[n++] = take(&ar, C * H * 4);     // delta
@@ -293,12 +303,16 @@ size_t layout_buffers(nf_cuda_decoder *dec, uint8_t *base, size_t moe_ws)
     o[n++] = take(&ar, tickets * 4);
     o[n++] = take(&ar, tab_bytes(MS));        // tabS
     o[n++] = take(&ar, MS * H * 2);           // xl
-    // the dense layers' quantised input (ops.cuh kDenseMmqMax): rows of the widest input, unpadded
-    // for the mmq path, padded (a quarter more) for the GEMV's at most kGemvMaxT rows
-    const size_t MC = H > att ? (H > D ? H : D) : (att > D ? att : D);
+    // the dense layers' quantised input (ops.cuh kDenseMmqMax): rows of the widest input (mtp.fc's 2H
+    // with an MTP block), unpadded for the mmq path, padded (a quarter more) for the GEMV's at most
+    // kGemvMaxT rows
+    const bool mtp = dec->mtp_fc.codec >= 0;
+    const size_t MC0 = H > att ? (H > D ? H : D) : (att > D ? att : D), MC = mtp && 2 * H > MC0 ? 2 * H : MC0;
     const size_t MR = C < kDenseMmqMax ? (C > kGemvMaxT ? C : kGemvMaxT) : kDenseMmqMax;
     o[n++] = take(&ar, MR * (MC + MC / 4));   // xq
     o[n++] = take(&ar, MR * (MC / 32) * 8);   // xd
+    o[n++] = take(&ar, mtp ? C * H * 4 : 0);     // hf
+    o[n++] = take(&ar, mtp ? C * 2 * H * 2 : 0); // cat
     if (!base) return ar.peak;
     Acts &a = dec->a;
     float **f[] = {&a.x, &a.delta, &a.qkv, &a.g, &a.u, &a.logits, &a.part};
@@ -323,13 +337,15 @@ size_t layout_buffers(nf_cuda_decoder *dec, uint8_t *base, size_t moe_ws)
     dec->trace = d->trace_routing ? (int32_t *)(base + o[16]) : nullptr;
     dec->rope_tab = (float2 *)(base + o[17]);
     dec->ticket = (unsigned *)(base + o[18]);
+    a.hf = mtp ? (float *)(base + o[23]) : nullptr;
+    a.cat = mtp ? (uint16_t *)(base + o[24]) : nullptr;
     return ar.peak;
 }
 
 nf_status bind_moe(nf_cuda_decoder *dec, size_t *ws, nf_error *err)
 {
     *ws = 0;
-    for (uint32_t l = 0; l < dec->d.layers; l++) {
+    for (uint32_t l = 0; l < dec->n_layers; l++) {
         const nf_moe_bank *b = dec->d.layer[l].moe;
         if (!b) continue;
         size_t w = 0;
@@ -364,10 +380,10 @@ nf_status create_memory(nf_cuda_decoder *dec, const nf_cuda_decoder_desc *d, nf_
     // of 2 * attention layers rows of one page each); GDN layers have none
     const size_t kvd = (size_t)d->kv_heads * d->head_dim, per = (size_t)d->kv_pages * d->page_tokens * kvd * 2;
     dec->attn_layers = 0;
-    for (uint32_t l = 0; l < d->layers; l++) dec->attn_layers += !dec->L[l].is_linear;
+    for (uint32_t l = 0; l < dec->n_layers; l++) dec->attn_layers += !dec->L[l].is_linear;
     dec->kv_bytes = (size_t)(dec->attn_layers ? dec->attn_layers : 1) * 2 * per;
     if (cudaMalloc(&dec->kv, dec->kv_bytes) != cudaSuccess) return cuda_fail(err, "the KV page pool", dec->kv_bytes);
-    for (uint32_t l = 0, a = 0; l < d->layers; l++) {
+    for (uint32_t l = 0, a = 0; l < dec->n_layers; l++) {
         if (dec->L[l].is_linear) continue;
         dec->L[l].kc = (uint16_t *)(dec->kv + 2 * a * per);
         dec->L[l].vc = (uint16_t *)(dec->kv + (2 * a + 1) * per);
@@ -377,7 +393,7 @@ nf_status create_memory(nf_cuda_decoder *dec, const nf_cuda_decoder_desc *d, nf_
     // sequence at position 0 reads zeros, not its slot), so they need no clearing
     const size_t slot_bytes = dec->slot_floats * d->max_seqs * sizeof(float);
     if (slot_bytes && cudaMalloc(&dec->slots, slot_bytes) != cudaSuccess) return cuda_fail(err, "the state slots", slot_bytes);
-    if (slot_bytes && !(dec->slot_pos = (uint32_t *)calloc(d->max_seqs, sizeof *dec->slot_pos)))
+    if (slot_bytes && !(dec->slot_pos = (uint32_t *)calloc(2 * (size_t)d->max_seqs, sizeof *dec->slot_pos)))
         return nf_error_set(err, NF_ERR_NOMEM, "cuda decoder: out of host memory");
     dec->buffer_bytes = layout_buffers(dec, nullptr, ws);
     if (cudaMalloc(&dec->buffers, dec->buffer_bytes) != cudaSuccess) return cuda_fail(err, "the chunk buffers", dec->buffer_bytes);
@@ -393,10 +409,10 @@ nf_status create_memory(nf_cuda_decoder *dec, const nf_cuda_decoder_desc *d, nf_
     return NF_OK;
 }
 
-uint32_t dense_inter_of(const nf_cuda_decoder_desc *d)
+uint32_t dense_inter_of(const nf_cuda_decoder_desc *d, uint32_t n_layers)
 {
     uint32_t D = 0;
-    for (uint32_t l = 0; l < d->layers; l++)
+    for (uint32_t l = 0; l < n_layers; l++)
         if (!d->layer[l].moe && d->layer[l].gate.rows > D) D = d->layer[l].gate.rows;
     return D;
 }
@@ -412,23 +428,34 @@ extern "C" nf_status nf_cuda_decoder_create(const nf_cuda_decoder_desc *d, nf_cu
     if (!fill_defaults(&dd))
         return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: a KV pool of %u pages of %u positions is too large",
                             dd.kv_pages, dd.page_tokens);
-    d = &dd;
-    nf_cuda_decoder *dec = (nf_cuda_decoder *)calloc(1, sizeof *dec);
-    if (!dec || !(dec->L = (Layer *)calloc(d->layers, sizeof(Layer)))) {
+    // the MTP block's layer as layer `layers` of one array: the walks below then take it with the rest
+    const uint32_t n_layers = d->layers + (d->mtp.layer != nullptr);
+    nf_cuda_layer_desc *all = (nf_cuda_layer_desc *)malloc(n_layers * sizeof *all);
+    nf_cuda_decoder *dec = all ? (nf_cuda_decoder *)calloc(1, sizeof *dec) : nullptr;
+    if (!dec || !(dec->L = (Layer *)calloc(n_layers, sizeof(Layer)))) {
         free(dec);
+        free(all);
         return nf_error_set(err, NF_ERR_NOMEM, "cuda decoder: out of host memory");
     }
+    memcpy(all, d->layer, d->layers * sizeof *all);
+    if (d->mtp.layer) all[d->layers] = *d->mtp.layer;
+    dd.layer = all;
+    d = &dd;
     dec->d = *d;
-    dec->dense_inter = dense_inter_of(d);
+    dec->n_layers = n_layers;
+    dec->mtp_fc.codec = -1; // until walk uploads it
+    dec->dense_inter = dense_inter_of(d, n_layers);
     dec->stride = (d->ctx + d->page_tokens - 1) / d->page_tokens;
     bool gated = false;
-    for (uint32_t l = 0; l < d->layers; l++) gated = gated || d->layer[l].attn_gate.codec >= 0;
+    for (uint32_t l = 0; l < n_layers; l++) gated = gated || d->layer[l].attn_gate.codec >= 0;
     const uint32_t qd = d->heads * d->head_dim, kvd = d->kv_heads * d->head_dim, Vd = d->gdn.v_heads * d->gdn.v_dim;
     dec->a.row_att = qd + 2 * kvd + (gated ? qd : 0);
     dec->a.row_gdn = 2 * d->gdn.k_heads * d->gdn.k_dim + Vd + Vd + 2 * d->gdn.v_heads;
     while ((1u << dec->pt_shift) < d->page_tokens) dec->pt_shift++;
     st = create_memory(dec, d, err);
     dec->d.layer = nullptr; // host pointers are not kept past create
+    dec->d.mtp = nf_cuda_mtp_desc{};
+    free(all);
     if (!st && (cudaStreamCreateWithFlags(&dec->stream, cudaStreamNonBlocking) != cudaSuccess ||
                 cudaEventCreateWithFlags(&dec->step_copied, cudaEventDisableTiming) != cudaSuccess ||
                 cudaMallocHost(&dec->h_step, step_layout(d->chunk, d->max_seqs, dec->stride).total * 4) != cudaSuccess ||
@@ -460,12 +487,13 @@ extern "C" void nf_cuda_decoder_free(nf_cuda_decoder *dec)
         if (dec->graphs[i]) cudaGraphExecDestroy(dec->graphs[i]);
     free(dec->graphs);
     free(dec->h_last);
-    for (uint32_t l = 0; dec->L && l < dec->d.layers; l++) nf_sparse_moe_free(dec->L[l].moe);
+    for (uint32_t l = 0; dec->L && l < dec->n_layers; l++) nf_sparse_moe_free(dec->L[l].moe);
     cudaFree(dec->weights);
     cudaFree(dec->kv);
     cudaFree(dec->buffers);
     cudaFree(dec->pen);
     cudaFree(dec->slots);
+    cudaFree(dec->spares);
     free(dec->slot_pos);
     if (dec->h_step) cudaFreeHost(dec->h_step);
     if (dec->h_ids) cudaFreeHost(dec->h_ids);

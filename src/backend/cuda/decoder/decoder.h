@@ -70,6 +70,15 @@ typedef struct nf_cuda_gdn_shape {
     uint32_t k_heads, v_heads, k_dim, v_dim, conv_k;
 } nf_cuda_gdn_shape;
 
+/* The MTP block of a hybrid (docs/hybrid.md "MTP"; layer NULL without one, the rest then unread): x = fc
+ * [rmsnorm_e(embed(t)) | rmsnorm_h(h)], then `layer` (an attention layer with its MLP) over its own KV
+ * pages, then out_norm; the LM head is the model's. */
+typedef struct nf_cuda_mtp_desc {
+    const nf_cuda_layer_desc *layer;
+    nf_moe_matrix fc;                             /* [H][2H] */
+    const float *norm_embd, *norm_hidden, *out_norm; /* [H] */
+} nf_cuda_mtp_desc;
+
 typedef struct nf_cuda_decoder_desc {
     uint32_t hidden, layers, heads, kv_heads, head_dim, vocab;
     uint32_t rope_dim;               /* rotated dims at the start of a head (0: head_dim; fewer: partial rotary) */
@@ -79,6 +88,7 @@ typedef struct nf_cuda_decoder_desc {
     nf_moe_matrix head;              /* [vocab][H]; the same data as embd when tied (uploaded once) */
     const float *out_norm;           /* [H] */
     const nf_cuda_layer_desc *layer; /* [layers] */
+    nf_cuda_mtp_desc mtp;            /* optional */
     uint32_t ctx;                    /* the longest sequence in tokens (the rope table's length) */
     uint32_t chunk;                  /* the most tokens one forward takes, all sequences together */
     uint32_t page_tokens;            /* positions per KV page, a power of two (0: NF_CUDA_PAGE_TOKENS) */
@@ -136,13 +146,24 @@ nf_status nf_cuda_decoder_copy_page(nf_cuda_decoder *dec, uint32_t dst, uint32_t
 /* With trace_routing: the last forward's expert ids [layers][T][top_k] (-1 on dense layers). */
 nf_status nf_cuda_decoder_routing(nf_cuda_decoder *dec, int32_t *ids, nf_error *err);
 
-/* Hybrids: the floats of one sequence's recurrent state slot (every GDN layer's conv window and S
- * matrices; 0 without GDN layers), and a slot copied to / from the host with the positions it has
- * absorbed (speculation's rollback, as the CPU backend's slot_save / slot_load), ordered on the
- * decoder's stream and waited for. */
-size_t nf_cuda_decoder_slot_floats(const nf_cuda_decoder *dec);
-nf_status nf_cuda_decoder_slot_save(nf_cuda_decoder *dec, uint32_t slot, float *buf, uint32_t *pos, nf_error *err);
-nf_status nf_cuda_decoder_slot_load(nf_cuda_decoder *dec, uint32_t slot, const float *buf, uint32_t pos, nf_error *err);
+/* Hybrids: state slot src's recurrent state and the positions it has absorbed copied to slot dst on the
+ * device, ordered on the decoder's stream (speculation's rollback; engine.h slot_copy). Slots below
+ * max_seqs are the forward's; max_seqs .. 2 max_seqs - 1 are spares no batch names, allocated at the
+ * first copy that touches one. */
+nf_status nf_cuda_decoder_slot_copy(nf_cuda_decoder *dec, uint32_t dst, uint32_t src, nf_error *err);
+
+/* With an MTP block: the last forward's final-normed hidden states, out[T][H] f32 (rmsnorm(x) * out_norm
+ * of the f32 residual stream, the rows the LM head reads before their bf16 rounding). Refused once the
+ * MTP block has run since (it reuses the buffers). */
+nf_status nf_cuda_decoder_hidden(nf_cuda_decoder *dec, float *out, nf_error *err);
+
+/* The MTP block over b (engine.h's `mtp` contract): token t of b at position pos0 + t of its sequence
+ * reads hidden[t] ([T][H] host f32) and writes its keys and values to the block's own pages; logits
+ * [T][vocab] and hidden_out [T][H] (may be NULL) when b->all_logits, else each sequence's last row
+ * ([S][...]); synchronous. No state slots, no graph, no logit_rows. It overwrites the device logits:
+ * topk / logits / penalize then refuse until the next forward. */
+nf_status nf_cuda_decoder_mtp(nf_cuda_decoder *dec, const nf_batch *b, const float *hidden, float *logits,
+                              float *hidden_out, nf_error *err);
 
 /* Device bytes held: weights (dense + every MoE bank) and the KV page pool. */
 size_t nf_cuda_decoder_weight_bytes(const nf_cuda_decoder *dec);

@@ -149,7 +149,7 @@ Fail mlp_block(nf_cuda_decoder *dec, uint32_t l, uint32_t T, bool *delta_bf16)
         if (nf_sparse_moe_forward(L.moe, a.xn, T, a.moe_out, a.moe_ws, s, &dec->moe_err))
             return Fail{"sparse-MoE", l, cudaErrorUnknown, dec->moe_err.msg};
         *delta_bf16 = true;
-        if (dec->trace) { // the workspace is shared by the layers: keep this layer's choice
+        if (dec->trace && l < dec->d.layers) { // the workspace is shared by the layers: keep this layer's choice
             const int32_t *ids;
             const float *w;
             nf_sparse_moe_routing(L.moe, a.moe_ws, &ids, &w);
@@ -158,12 +158,63 @@ Fail mlp_block(nf_cuda_decoder *dec, uint32_t l, uint32_t T, bool *delta_bf16)
         }
         return Fail{nullptr, 0, cudaSuccess, nullptr};
     }
-    if (dec->trace) TRY(cudaMemsetAsync(dec->trace + (size_t)l * T * dec->top_k, 0xff, (size_t)T * dec->top_k * 4, s), "routing trace", l);
+    if (dec->trace && l < dec->d.layers) TRY(cudaMemsetAsync(dec->trace + (size_t)l * T * dec->top_k, 0xff, (size_t)T * dec->top_k * 4, s), "routing trace", l);
     TRY(linear(L.gate, dec->tab, a.xn, T, a.g, dec->dense_inter, s), "ffn_gate", l);
     TRY(linear(L.up, dec->tab, a.xn, T, a.u, dec->dense_inter, s), "ffn_up", l);
     swiglu(a.g, a.u, (size_t)T * dec->dense_inter, a.act, s);
     TRY(linear(L.down, dec->tab, a.act, T, a.delta, dec->d.hidden, s), "ffn_down", l);
     *delta_bf16 = false;
+    return Fail{nullptr, 0, cudaSuccess, nullptr};
+}
+
+// Layer l over the T tokens in a.x: its norm (adding the previous layer's delta unless first), token
+// mixer, norm, MLP; its delta is left in a.delta or (MoE: *delta_bf16) a.moe_out.
+Fail layer_step(nf_cuda_decoder *dec, uint32_t l, const Shape &sh, const Batch &bt, bool first, bool *delta_bf16)
+{
+    const nf_cuda_decoder_desc &d = dec->d;
+    Acts &a = dec->a;
+    const float *df = !first && !*delta_bf16 ? a.delta : nullptr;
+    const uint16_t *db = !first && *delta_bf16 ? a.moe_out : nullptr;
+    add_rmsnorm(a.x, df, db, dec->L[l].attn_norm, sh.T, d.hidden, d.rms_eps, a.xn, dec->stream);
+    Fail f = dec->L[l].is_linear ? gdn_block(dec, l, sh, bt) : attention_block(dec, l, sh, bt);
+    if (f.op) return f;
+    add_rmsnorm(a.x, a.delta, nullptr, dec->L[l].ffn_norm, sh.T, d.hidden, d.rms_eps, a.xn, dec->stream);
+    return mlp_block(dec, l, sh.T, delta_bf16);
+}
+
+// The last layer's delta added, then the final norm w: bf16 rows into a.xn (the LM head's input) and,
+// with xf, the same rows in f32.
+void final_norm(nf_cuda_decoder *dec, const float *w, uint32_t T, bool delta_bf16, float *xf)
+{
+    Acts &a = dec->a;
+    add_rmsnorm(a.x, delta_bf16 ? nullptr : a.delta, delta_bf16 ? a.moe_out : nullptr, w, T, dec->d.hidden,
+                dec->d.rms_eps, a.xn, dec->stream, 0, xf);
+}
+
+// The LM head over a.xn: every token; a decode-only step's tokens are its sequences' last ones; the R
+// rows of logit_rows gathered into moe_out (read by the final norm, free now; tab re-counted for R rows:
+// the layers' products are done); one sequence's last row is xn's last; else the S last rows gathered
+// first.
+Fail head(nf_cuda_decoder *dec, const Shape &sh, const Batch &bt)
+{
+    const nf_cuda_decoder_desc &d = dec->d;
+    Acts &a = dec->a;
+    cudaStream_t s = dec->stream;
+    const uint32_t T = sh.T;
+    if (sh.all || sh.decode_only) {
+        TRY(linear(dec->head, dec->tab, a.xn, T, a.logits, d.vocab, s), "output", UINT32_MAX);
+    } else if (sh.R) {
+        prep_tables(dec->tab, sh.R, s);
+        gather_rows(a.xn, dec->step + step_layout(T, sh.S, dec->stride).rows, sh.R, d.hidden, a.moe_out, s);
+        TRY(linear(dec->head, dec->tab, a.moe_out, sh.R, a.logits, d.vocab, s), "output", UINT32_MAX);
+    } else if (sh.S == 1) {
+        TRY(linear(dec->head, dec->tab1, a.xn + (size_t)(T - 1) * d.hidden, 1, a.logits, d.vocab, s), "output",
+            UINT32_MAX);
+    } else {
+        prep_tables(dec->tabS, sh.S, s);
+        gather_rows(a.xn, bt.last, sh.S, d.hidden, a.xl, s);
+        TRY(linear(dec->head, dec->tabS, a.xl, sh.S, a.logits, d.vocab, s), "output", UINT32_MAX);
+    }
     return Fail{nullptr, 0, cudaSuccess, nullptr};
 }
 
@@ -173,42 +224,39 @@ Fail run(nf_cuda_decoder *dec, const Shape &sh)
 {
     const nf_cuda_decoder_desc &d = dec->d;
     Acts &a = dec->a;
+    const Batch bt = batch_view(dec, sh.T, sh.S);
+    prep_tables(dec->tab, sh.T, dec->stream);
+    TRY(embed(dec->embd, bt, sh.T, d.hidden, a.x, dec->stream), "token_embd", UINT32_MAX);
+    bool delta_bf16 = false;
+    for (uint32_t l = 0; l < d.layers; l++) { // not the MTP block's layer (L[layers])
+        Fail f = layer_step(dec, l, sh, bt, l == 0, &delta_bf16);
+        if (f.op) return f;
+    }
+    final_norm(dec, dec->out_norm, sh.T, delta_bf16, nullptr);
+    return head(dec, sh, bt);
+}
+
+// The MTP block (decoder.h) over the batch tables in dec->step and the hidden rows in a.hf: mtp.fc over
+// [rmsnorm_e(embed) | rmsnorm_h(hidden)] (two norms into the halves of one bf16 row of 2H), its layer
+// L[layers] from x = that product as a model's first layer from the embedding, its output norm (bf16 for
+// the head, f32 into a.hf for hidden_out), the model's LM head.
+Fail run_mtp(nf_cuda_decoder *dec, const Shape &sh)
+{
+    const nf_cuda_decoder_desc &d = dec->d;
+    Acts &a = dec->a;
     cudaStream_t s = dec->stream;
-    const size_t H = d.hidden;
-    const uint32_t T = sh.T;
+    const uint32_t T = sh.T, H = d.hidden, l = d.layers;
     const Batch bt = batch_view(dec, T, sh.S);
     prep_tables(dec->tab, T, s);
-    TRY(embed(dec->embd, bt, T, d.hidden, a.x, s), "token_embd", UINT32_MAX);
+    TRY(embed(dec->embd, bt, T, H, a.x, s), "token_embd", l);
+    add_rmsnorm(a.x, nullptr, nullptr, dec->mtp_norm_embd, T, H, d.rms_eps, a.cat, s, 2 * H);
+    add_rmsnorm(a.hf, nullptr, nullptr, dec->mtp_norm_hidden, T, H, d.rms_eps, a.cat + H, s, 2 * H);
+    TRY(linear(dec->mtp_fc, dec->tab, a.cat, T, a.x, H, s), "mtp.fc", l);
     bool delta_bf16 = false;
-    for (uint32_t l = 0; l < d.layers; l++) {
-        const float *df = l && !delta_bf16 ? a.delta : nullptr;
-        const uint16_t *db = l && delta_bf16 ? a.moe_out : nullptr;
-        add_rmsnorm(a.x, df, db, dec->L[l].attn_norm, T, d.hidden, d.rms_eps, a.xn, s);
-        Fail f = dec->L[l].is_linear ? gdn_block(dec, l, sh, bt) : attention_block(dec, l, sh, bt);
-        if (f.op) return f;
-        add_rmsnorm(a.x, a.delta, nullptr, dec->L[l].ffn_norm, T, d.hidden, d.rms_eps, a.xn, s);
-        if ((f = mlp_block(dec, l, T, &delta_bf16)).op) return f;
-    }
-    add_rmsnorm(a.x, delta_bf16 ? nullptr : a.delta, delta_bf16 ? a.moe_out : nullptr, dec->out_norm, T, d.hidden,
-                d.rms_eps, a.xn, s);
-    // the LM head: every token; a decode-only step's tokens are its sequences' last ones; the R rows of
-    // logit_rows gathered into moe_out (read by the norm above, free now; tab re-counted for R rows:
-    // the layers' products are done); one sequence's last row is xn's last; else the S last rows
-    // gathered first
-    if (sh.all || sh.decode_only) {
-        TRY(linear(dec->head, dec->tab, a.xn, T, a.logits, d.vocab, s), "output", UINT32_MAX);
-    } else if (sh.R) {
-        prep_tables(dec->tab, sh.R, s);
-        gather_rows(a.xn, dec->step + step_layout(T, sh.S, dec->stride).rows, sh.R, d.hidden, a.moe_out, s);
-        TRY(linear(dec->head, dec->tab, a.moe_out, sh.R, a.logits, d.vocab, s), "output", UINT32_MAX);
-    } else if (sh.S == 1) {
-        TRY(linear(dec->head, dec->tab1, a.xn + (T - 1) * H, 1, a.logits, d.vocab, s), "output", UINT32_MAX);
-    } else {
-        prep_tables(dec->tabS, sh.S, s);
-        gather_rows(a.xn, bt.last, sh.S, d.hidden, a.xl, s);
-        TRY(linear(dec->head, dec->tabS, a.xl, sh.S, a.logits, d.vocab, s), "output", UINT32_MAX);
-    }
-    return Fail{nullptr, 0, cudaSuccess, nullptr};
+    Fail f = layer_step(dec, l, sh, bt, true, &delta_bf16);
+    if (f.op) return f;
+    final_norm(dec, dec->mtp_out_norm, T, delta_bf16, a.hf);
+    return head(dec, sh, bt);
 }
 
 nf_status fail(nf_error *err, const Fail &f, uint32_t T)
@@ -249,7 +297,8 @@ nf_status decode_graph(nf_cuda_decoder *dec, const Shape &sh, nf_error *err)
 }
 
 // A batch the forward can run: counts, seq_start, positions and the page ids it touches.
-nf_status check_batch(const nf_cuda_decoder *dec, const nf_batch *b, nf_error *err)
+// slots: the batch runs the model's GDN layers (the MTP block's has none, and takes no slots)
+nf_status check_batch(const nf_cuda_decoder *dec, const nf_batch *b, bool slots, nf_error *err)
 {
     const nf_cuda_decoder_desc &d = dec->d;
     const uint32_t T = b->n_tokens, S = b->n_seqs;
@@ -276,7 +325,7 @@ nf_status check_batch(const nf_cuda_decoder *dec, const nf_batch *b, nf_error *e
                 return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: sequence %u page %u is %u (pool of %u)", i, p,
                                     b->pages[(size_t)i * b->page_stride + p], d.kv_pages);
     }
-    nf_status st = dec->slots ? nf_batch_check_slots(b, d.max_seqs, dec->slot_pos, "cuda decoder", err) : NF_OK;
+    nf_status st = dec->slots && slots ? nf_batch_check_slots(b, d.max_seqs, dec->slot_pos, "cuda decoder", err) : NF_OK;
     if (st) return st;
     for (uint32_t t = 0; t < T; t++)
         if (b->tokens[t] < 0 || (uint32_t)b->tokens[t] >= d.vocab)
@@ -344,6 +393,22 @@ Shape stage_batch(nf_cuda_decoder *dec, const nf_batch *b)
     return sh;
 }
 
+// The batch tables staged and uploaded (the previous step's copy must have read h_step before it is
+// rewritten): the whole layout up to the last sequence's page row (the tables a captured graph reads),
+// and the logits rows' tokens when there are any.
+nf_status upload_batch(nf_cuda_decoder *dec, const nf_batch *b, Shape *sh, nf_error *err)
+{
+    if (cudaEventSynchronize(dec->step_copied) != cudaSuccess)
+        return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: %s", cudaGetErrorString(cudaGetLastError()));
+    *sh = stage_batch(dec, b);
+    const StepLayout sl = step_layout(sh->T, sh->S, dec->stride);
+    const size_t bytes = (sl.rows + sh->R) * 4;
+    if (cudaMemcpyAsync(dec->step, dec->h_step, bytes, cudaMemcpyHostToDevice, dec->stream) != cudaSuccess ||
+        cudaEventRecord(dec->step_copied, dec->stream) != cudaSuccess)
+        return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: step upload failed");
+    return NF_OK;
+}
+
 } // namespace
 
 extern "C" nf_status nf_cuda_decoder_set_rope(nf_cuda_decoder *dec, const float *inv_freq, float attn_factor,
@@ -365,20 +430,11 @@ extern "C" nf_status nf_cuda_decoder_set_rope(nf_cuda_decoder *dec, const float 
 extern "C" nf_status nf_cuda_decoder_forward_batch(nf_cuda_decoder *dec, const nf_batch *b, float *logits, nf_error *err)
 {
     const nf_cuda_decoder_desc &d = dec->d;
-    dec->has_logits = 0; // until this forward has finished: a failed one leaves none to sample
-    nf_status st = check_batch(dec, b, err);
+    dec->has_logits = dec->has_x = 0; // until this forward has finished: a failed one leaves none to sample
+    nf_status st = check_batch(dec, b, true, err);
     if (st) return st;
-    // the previous step's copy must have read h_step before it is rewritten
-    if (cudaEventSynchronize(dec->step_copied) != cudaSuccess)
-        return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: %s", cudaGetErrorString(cudaGetLastError()));
-    const Shape sh = stage_batch(dec, b);
-    // the whole layout up to the last sequence's page row (the tables a captured graph reads), and the
-    // logits rows' tokens when there are any
-    const StepLayout sl = step_layout(sh.T, sh.S, dec->stride);
-    const size_t bytes = (sl.rows + sh.R) * 4;
-    if (cudaMemcpyAsync(dec->step, dec->h_step, bytes, cudaMemcpyHostToDevice, dec->stream) != cudaSuccess ||
-        cudaEventRecord(dec->step_copied, dec->stream) != cudaSuccess)
-        return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: step upload failed");
+    Shape sh;
+    if ((st = upload_batch(dec, b, &sh, err))) return st;
     // NF_PROFILE_FORWARD=k: the profiler API's range around forward k (0-based) of the process, so
     // `ncu --profile-from-start off` (or nsys --capture-range=cudaProfilerApi) sees one step's kernels
     // after a long prefill (docs/gpu_engine.md, "Profiling one step")
@@ -396,7 +452,7 @@ extern "C" nf_status nf_cuda_decoder_forward_batch(nf_cuda_decoder *dec, const n
     if (st) return st;
     for (uint32_t i = 0; dec->slots && i < sh.S; i++)
         dec->slot_pos[b->state_slot[i]] = b->pos0[i] + (b->seq_start[i + 1] - b->seq_start[i]);
-    dec->has_logits = 1;
+    dec->has_logits = dec->has_x = 1;
     dec->last_rows = sh.all || sh.R;
     dec->last_T = sh.T;
     dec->last_S = sh.S;
@@ -521,34 +577,98 @@ extern "C" nf_status nf_cuda_decoder_routing(nf_cuda_decoder *dec, int32_t *ids,
     return NF_OK;
 }
 
-extern "C" size_t nf_cuda_decoder_slot_floats(const nf_cuda_decoder *dec) { return dec->slots ? dec->slot_floats : 0; }
-
-// One slot to or from the host (pageable memory: the copy is waited for before returning).
-static nf_status slot_copy(nf_cuda_decoder *dec, uint32_t slot, void *dst, const void *src, cudaMemcpyKind kind,
-                           nf_error *err)
+// Slot i's floats on the device: the forward's, or a spare (i >= max_seqs), allocated at first use.
+static nf_status slot_at(nf_cuda_decoder *dec, uint32_t i, float **out, nf_error *err)
 {
+    const size_t n = dec->d.max_seqs, sf = dec->slot_floats;
     if (!dec->slots) return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: this model has no state slots");
-    if (slot >= dec->d.max_seqs)
-        return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: state slot %u is not below max_seqs %u", slot,
-                            dec->d.max_seqs);
-    if (cudaMemcpyAsync(dst, src, dec->slot_floats * sizeof(float), kind, dec->stream) != cudaSuccess ||
-        cudaStreamSynchronize(dec->stream) != cudaSuccess)
-        return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: state slot %u copy: %s", slot,
-                            cudaGetErrorString(cudaGetLastError()));
+    if (i >= 2 * n)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: state slot %u is not below 2 max_seqs = %zu", i,
+                            2 * n);
+    if (i >= n && !dec->spares && cudaMalloc(&dec->spares, n * sf * sizeof(float)) != cudaSuccess) {
+        cudaGetLastError();
+        dec->spares = nullptr;
+        return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: cannot allocate %zu MiB for %zu spare state slots",
+                            n * sf * sizeof(float) >> 20, n);
+    }
+    *out = i < n ? dec->slots + i * sf : dec->spares + (i - n) * sf;
     return NF_OK;
 }
 
-extern "C" nf_status nf_cuda_decoder_slot_save(nf_cuda_decoder *dec, uint32_t slot, float *buf, uint32_t *pos, nf_error *err)
+extern "C" nf_status nf_cuda_decoder_slot_copy(nf_cuda_decoder *dec, uint32_t dst, uint32_t src, nf_error *err)
 {
-    nf_status st = slot_copy(dec, slot, buf, dec->slots + (size_t)slot * dec->slot_floats, cudaMemcpyDeviceToHost, err);
-    if (!st) *pos = dec->slot_pos[slot];
-    return st;
+    float *d = nullptr, *f = nullptr;
+    nf_status st = slot_at(dec, dst, &d, err);
+    if (st || (st = slot_at(dec, src, &f, err))) return st;
+    // ordered on the stream before the next forward, which is all a rollback needs: nothing waits here
+    if (d != f && cudaMemcpyAsync(d, f, dec->slot_floats * sizeof(float), cudaMemcpyDeviceToDevice, dec->stream) != cudaSuccess)
+        return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: state slot %u to %u: %s", src, dst,
+                            cudaGetErrorString(cudaGetLastError()));
+    dec->slot_pos[dst] = dec->slot_pos[src];
+    return NF_OK;
 }
 
-extern "C" nf_status nf_cuda_decoder_slot_load(nf_cuda_decoder *dec, uint32_t slot, const float *buf, uint32_t pos,
-                                               nf_error *err)
+extern "C" nf_status nf_cuda_decoder_hidden(nf_cuda_decoder *dec, float *out, nf_error *err)
 {
-    nf_status st = slot_copy(dec, slot, dec->slots + (size_t)slot * dec->slot_floats, buf, cudaMemcpyHostToDevice, err);
-    if (!st) dec->slot_pos[slot] = pos;
-    return st;
+    const nf_cuda_decoder_desc &d = dec->d;
+    if (!dec->a.hf)
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "cuda decoder: hidden states are kept for models with an MTP "
+                            "block only");
+    if (!dec->has_x)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: no forward's hidden states (none ran, or the MTP "
+                            "block ran since)");
+    add_rmsnorm(dec->a.x, nullptr, nullptr, dec->out_norm, dec->last_T, d.hidden, d.rms_eps, nullptr, dec->stream, 0,
+                dec->a.hf);
+    if (cudaMemcpyAsync(out, dec->a.hf, (size_t)dec->last_T * d.hidden * sizeof(float), cudaMemcpyDeviceToHost,
+                        dec->stream) != cudaSuccess ||
+        cudaStreamSynchronize(dec->stream) != cudaSuccess)
+        return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: hidden states: %s", cudaGetErrorString(cudaGetLastError()));
+    return NF_OK;
+}
+
+// The MTP block's outputs to the host: logits rows 0 .. n - 1 (as a forward's), hidden_out every token's
+// row of a.hf (all) or each sequence's last.
+static cudaError_t mtp_results(nf_cuda_decoder *dec, const Shape &sh, float *logits, float *hidden_out)
+{
+    const bool all = sh.all;
+    const size_t H = dec->d.hidden, n = all ? sh.T : sh.S;
+    cudaError_t e = cudaMemcpyAsync(logits, dec->a.logits, n * dec->d.vocab * sizeof(float), cudaMemcpyDeviceToHost,
+                                    dec->stream);
+    if (hidden_out && all && e == cudaSuccess)
+        e = cudaMemcpyAsync(hidden_out, dec->a.hf, n * H * sizeof(float), cudaMemcpyDeviceToHost, dec->stream);
+    for (size_t i = 0; hidden_out && !all && i < n && e == cudaSuccess; i++)
+        e = cudaMemcpyAsync(hidden_out + i * H, dec->a.hf + (size_t)dec->h_last[i] * H, H * sizeof(float),
+                            cudaMemcpyDeviceToHost, dec->stream);
+    return e == cudaSuccess ? cudaStreamSynchronize(dec->stream) : e;
+}
+
+extern "C" nf_status nf_cuda_decoder_mtp(nf_cuda_decoder *dec, const nf_batch *b, const float *hidden, float *logits,
+                                         float *hidden_out, nf_error *err)
+{
+    const nf_cuda_decoder_desc &d = dec->d;
+    if (dec->mtp_fc.codec < 0) return nf_error_set(err, NF_ERR_UNSUPPORTED, "cuda decoder: this model has no MTP block");
+    if (!hidden || !logits || b->logit_rows)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: the MTP block needs hidden states and a logits "
+                            "buffer, and takes all_logits or each sequence's last row (no logit_rows)");
+    nf_status st = check_batch(dec, b, false, err);
+    if (st) return st;
+    // the block's buffers are the forward's: its logits and residual stream are gone from here on
+    dec->has_logits = dec->has_x = 0;
+    Shape sh;
+    if ((st = upload_batch(dec, b, &sh, err))) return st;
+    // from pageable memory: the copy has read `hidden` when it returns
+    if (cudaMemcpyAsync(dec->a.hf, hidden, (size_t)sh.T * d.hidden * sizeof(float), cudaMemcpyHostToDevice,
+                        dec->stream) != cudaSuccess)
+        return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: MTP hidden upload: %s", cudaGetErrorString(cudaGetLastError()));
+    const Fail f = run_mtp(dec, sh);
+    if (f.op) {
+        st = fail(err, f, sh.T);
+        nf_error_prefix(err, "MTP block");
+        return st;
+    }
+    const cudaError_t e = mtp_results(dec, sh, logits, hidden_out);
+    if (e != cudaSuccess)
+        return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: MTP block over %u tokens of %u sequences: %s", sh.T, sh.S,
+                            cudaGetErrorString(e));
+    return NF_OK;
 }

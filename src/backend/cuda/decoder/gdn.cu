@@ -98,8 +98,10 @@ __device__ __forceinline__ void tok_load(const GdnArgs &g, int t, uint32_t kh, u
 // l2-normalised (the sums over the 4 row lanes), the decay and beta, then the step; o_j replaces v_j
 // in the row (read by this column's lanes only, before). The column's S is loaded before the
 // grid-dependency wait: the previous forward wrote it, long done.
+// A sequence of chunk_from tokens or more is the chunked kernel's: its warps here only wait (every CTA
+// of a launch waits, so the next kernel's wait still covers this one's predecessor).
 template <int DK>
-__global__ void __launch_bounds__(32) gdn_rec_kernel(GdnArgs g, Batch b, uint32_t C)
+__global__ void __launch_bounds__(32) gdn_rec_kernel(GdnArgs g, Batch b, uint32_t C, uint32_t chunk_from)
 {
     constexpr int R = DK / (int)kLanesPerCol;
     const uint32_t lane = threadIdx.x, c = lane / kLanesPerCol, r = lane % kLanesPerCol;
@@ -107,6 +109,10 @@ __global__ void __launch_bounds__(32) gdn_rec_kernel(GdnArgs g, Batch b, uint32_
     const uint32_t Hv = g.v_heads, kh = h / (Hv / g.k_heads), Kd = g.k_heads * DK;
     const bool col = j < dv;
     const SeqSpan sp = seq_span(b, i);
+    if ((uint32_t)(sp.t1 - sp.t0) >= chunk_from) {
+        pdl_wait();
+        return;
+    }
     float *S = g.state + (size_t)b.slot[i] * g.slot_floats + (size_t)(g.K - 1) * C + (size_t)h * DK * dv;
     float s[R];
 #pragma unroll
@@ -147,6 +153,249 @@ __global__ void __launch_bounds__(32) gdn_rec_kernel(GdnArgs g, Batch b, uint32_
         for (int m = 0; m < R; m++) S[(size_t)(r + 4 * m) * dv + j] = s[m];
 }
 
+// ---- The chunked form (prefill pieces of chunk_from tokens or more) ----
+//
+// Within a chunk of N tokens the per-token steps are a linear recurrence whose solution is closed
+// (the WY / UT form; src/backend/cpu/gdn.c chunk_step writes the same algebra): with G_i the
+// cumulative log decay of the chunk's tokens 0 .. i, S the state before the chunk,
+//   r_i  = beta_i (v_i - exp(G_i) S^T k_i)                  (v_i's part not predicted by S)
+//   d_i  = r_i + sum_{m < i} a_im d_m,  a_im = -beta_i (k_i . k_m) exp(G_i - G_m)
+//   o_i  = exp(G_i) S^T q_i + sum_{m <= i} (q_i . k_m) exp(G_i - G_m) d_m
+//   S'   = exp(G_N) S + sum_m exp(G_N - G_m) k_m d_m^T
+// d_i is the per-token step's delta (beta (v - S_i^T k)): the forward substitution solves
+// (I - a) d = r, i.e. d = T r with the UT transform T = (I - a)^-1, without forming T or W = T
+// beta exp(G) k (which the CPU forms): W S = T (beta exp(G) K S) costs the same as r's K S here.
+// Every exponent is a G_i - G_m with m <= i or a G_i itself: <= 0, nothing overflows.
+//
+// One CTA per (kChunkCols columns of S, v head, sequence): the columns of S stay independent, so the
+// CTA keeps its columns of S in shared memory through every chunk of the sequence, read once and
+// written once as the per-token kernel does. The k . k and q . k products of the chunk do not depend on
+// the columns and are recomputed by each of the dv / kChunkCols CTAs of a head (a quarter of a CTA's
+// arithmetic at dk = dv = 128): that buys dv / kChunkCols times the CTAs of one per head (Qwen3.5 at
+// S = 1: 128 CTAs for 132 SMs instead of 32) with no exchange between them.
+//
+// f32 on CUDA cores, not tensor cores: the state and the references are f32, and the serial per-token
+// chain, not arithmetic, is what the chunked form removes. A chunk's products are ~0.7 M FMAs a CTA
+// (dk = 128); 512 tokens of one sequence, 16 chunks x 128 CTAs, are ~1.4 G FMAs, ~0.1 ms even at a
+// fifth of an H100's f32 rate, against the per-token kernel's 512 dependent steps. tf32 would round
+// k, q, S to 10 bits, beyond the f32 state's bounds (test_gdn_cuda); bf16x3 would triple the
+// tensor-core work for what f32 cores already do inside the chunk's latency.
+//
+// N = 32, not transformers' 64: the within-chunk products cost O(N) per token and the state products
+// O(1), so the smaller chunk is less arithmetic; the serial part (the substitution, one row after
+// another) is N rows a chunk, T rows a sequence either way; and 66 KB of shared memory at dk = 128
+// fits sm_120's 99 KB a CTA (N = 64 would not) and three CTAs an H100 SM.
+constexpr int kChunk = 32, kChunkCols = 32, kChunkThreads = 256;
+// Row strides: Qt / Kt rows float4-aligned; R's rows float2-aligned and 4 banks apart (the
+// substitution's 8 lanes of a column read 8 rows at once); A's odd (its rows are read across).
+constexpr int kQkStride = kChunk + 4, kRStride = kChunkCols + 4, kAStride = kChunk + 1;
+static_assert(kChunk == 32 && kChunkCols == kChunk, "a lane a token in the gate scan; one 2x2 tiling for A and S");
+static_assert(kChunkCols == 4 * (kChunkThreads / 32), "the substitution: 4 columns a warp, 8 lanes a column");
+
+// The shared memory of a chunk CTA, in floats: Qt, Kt [DK][kQkStride] (q, k of the chunk transposed:
+// row a holds dim a of every token), St [DK][kChunkCols] (the CTA's columns of S), R [N][kRStride]
+// (v, then r, then d), Akk, Aqk [N][kAStride] (a_im; (q_i . k_m) exp(G_i - G_m)), then G, beta,
+// exp(G_i), exp(G_N - G_i) [N] each.
+template <int DK>
+struct ChunkSmem {
+    static constexpr int qt = 0, kt = DK * kQkStride, st = 2 * DK * kQkStride, r = st + DK * kChunkCols;
+    static constexpr int akk = r + kChunk * kRStride, aqk = akk + kChunk * kAStride, gates = aqk + kChunk * kAStride;
+    static constexpr int floats = gates + 4 * kChunk;
+};
+
+// Phase 1: the chunk's tokens t0 .. t0 + L - 1 into shared memory (rows L .. N - 1 zero, with g = 0 and
+// beta = 0: their d is zero and G stays G_{L-1}, so a ragged last chunk needs no other case). q and k
+// l2-normalised as the per-token kernel does them, each warp 8 (token, q or k) rows.
+template <int DK>
+__device__ __forceinline__ void chunk_load(const GdnArgs &g, float *sm, int t0, int L, uint32_t h, uint32_t kh,
+                                           uint32_t j0, uint32_t C, float A, float dtb)
+{
+    using M = ChunkSmem<DK>;
+    constexpr int E = (DK + 31) / 32;
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const uint32_t Kd = g.k_heads * DK, Vd = g.v_heads * g.dv;
+    // every load of the warp's rows issued before the first sum waits on one
+    constexpr int P = 2 * kChunk / (kChunkThreads / 32); // (token, q or k) rows a warp
+    float x[P][E];
+#pragma unroll
+    for (int u = 0; u < P; u++) {
+        const int p = warp + u * (kChunkThreads / 32), i = p / 2;
+        const float *src = g.row + (size_t)(t0 + i) * g.stride + (p % 2 ? Kd : 0) + kh * DK;
+#pragma unroll
+        for (int m = 0; m < E; m++) x[u][m] = i < L && lane + 32 * m < DK ? src[lane + 32 * m] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kChunk * kChunkCols / kChunkThreads; u++) {
+        const int e = tid + u * kChunkThreads, i = e / kChunkCols, c = e % kChunkCols;
+        const uint32_t j = j0 + c;
+        sm[M::r + i * kRStride + c] = i < L && j < g.dv ? g.row[(size_t)(t0 + i) * g.stride + 2 * Kd + h * g.dv + j] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < P; u++) {
+        const int p = warp + u * (kChunkThreads / 32), i = p / 2, isk = p % 2;
+        float ss = 0;
+#pragma unroll
+        for (int m = 0; m < E; m++) ss += x[u][m] * x[u][m];
+        const float inv = 1.0f / sqrtf(warp_sum(ss) + 1e-6f), sc = isk ? inv : inv / sqrtf((float)DK);
+        float *dst = sm + (isk ? M::kt : M::qt);
+#pragma unroll
+        for (int m = 0; m < E; m++)
+            if (lane + 32 * m < DK) dst[(lane + 32 * m) * kQkStride + i] = x[u][m] * sc;
+    }
+    if (warp == 0) { // lane i: token i's gate, then the inclusive scan of g (G_i)
+        float gg = 0, beta = 0;
+        if (lane < L) {
+            const float *row = g.row + (size_t)(t0 + lane) * g.stride + C + Vd;
+            gg = A * softplus(row[g.v_heads + h] + dtb), beta = 1.0f / (1.0f + expf(-row[h]));
+        }
+        for (int o = 1; o < 32; o *= 2) {
+            const float y = __shfl_up_sync(0xffffffffu, gg, o);
+            if (lane >= o) gg += y;
+        }
+        const float GN = __shfl_sync(0xffffffffu, gg, 31);
+        float *gt = sm + M::gates;
+        gt[lane] = gg, gt[kChunk + lane] = beta, gt[2 * kChunk + lane] = expf(gg), gt[3 * kChunk + lane] = expf(GN - gg);
+    }
+}
+
+// Phase 2: thread (ti, tc) of 16 x 16 owns tokens i0 = 2 ti, i0 + 1 and columns c0 = 2 tc, c0 + 1: of
+// A the entries (i, c) -- the token pair (i, m = c) -- and of the state products the entries (i,
+// column c). One pass over the dk dims: k_i . k_m, q_i . k_m, k_i . S_c, q_i . S_c. Then a and the
+// q.k weights into shared memory, r over v in R, and o's state part exp(G_i) S^T q_i returned.
+template <int DK>
+__device__ __forceinline__ void chunk_products(float *sm, float (&o)[2][2])
+{
+    using M = ChunkSmem<DK>;
+    const int tid = threadIdx.x, i0 = 2 * (tid / 16), c0 = 2 * (tid % 16);
+    const float *Qt = sm + M::qt, *Kt = sm + M::kt, *St = sm + M::st, *gt = sm + M::gates;
+    float kk[2][2] = {}, qk[2][2] = {}, ks[2][2] = {};
+#pragma unroll 4
+    for (int a = 0; a < DK; a++) {
+        const float2 qi = *(const float2 *)(Qt + a * kQkStride + i0), ki = *(const float2 *)(Kt + a * kQkStride + i0);
+        const float2 km = *(const float2 *)(Kt + a * kQkStride + c0), s = *(const float2 *)(St + a * kChunkCols + c0);
+        const float qv[2] = {qi.x, qi.y}, kv[2] = {ki.x, ki.y}, mv[2] = {km.x, km.y}, sv[2] = {s.x, s.y};
+#pragma unroll
+        for (int di = 0; di < 2; di++)
+#pragma unroll
+            for (int dc = 0; dc < 2; dc++) {
+                kk[di][dc] += kv[di] * mv[dc], qk[di][dc] += qv[di] * mv[dc];
+                ks[di][dc] += kv[di] * sv[dc], o[di][dc] += qv[di] * sv[dc];
+            }
+    }
+    float *R = sm + M::r;
+#pragma unroll
+    for (int di = 0; di < 2; di++)
+#pragma unroll
+        for (int dc = 0; dc < 2; dc++) {
+            const int i = i0 + di, c = c0 + dc;
+            const float Gi = gt[i], bi = gt[kChunk + i], eGi = gt[2 * kChunk + i];
+            const float d = c <= i ? expf(Gi - gt[c]) : 0.0f; // the decay from token c to token i
+            sm[M::akk + i * kAStride + c] = c < i ? -bi * kk[di][dc] * d : 0.0f;
+            sm[M::aqk + i * kAStride + c] = qk[di][dc] * d;
+            R[i * kRStride + c] = bi * (R[i * kRStride + c] - eGi * ks[di][dc]);
+            o[di][dc] *= eGi;
+        }
+}
+
+// Phase 3: d = (I - a)^-1 r in place over R, token after token; 8 lanes a column share each row's sum.
+__device__ __forceinline__ void chunk_solve(float *R, const float *Akk)
+{
+    const int lane = threadIdx.x % 32, col = 4 * (threadIdx.x / 32) + lane / 8, p = lane % 8;
+    for (int i = 1; i < kChunk; i++) {
+        float acc = 0;
+        for (int m = p; m < i; m += 8) acc += Akk[i * kAStride + m] * R[m * kRStride + col];
+        acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+        acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+        acc += __shfl_xor_sync(0xffffffffu, acc, 4);
+        if (p == 0) R[i * kRStride + col] += acc;
+        __syncwarp();
+    }
+}
+
+// Phase 4: the outputs (o += sum_{m <= i} Aqk_im d_m, the same 2 x 2 tiles as phase 2) into v's place
+// in the row, and the CTA's columns of S carried over the chunk: thread (row group, column c) owns
+// column c of rows a = tid / 32 + 8 r.
+template <int DK>
+__device__ __forceinline__ void chunk_finish(const GdnArgs &g, float *sm, const float (&o)[2][2], int t0, int L,
+                                             uint32_t h, uint32_t j0)
+{
+    using M = ChunkSmem<DK>;
+    const int tid = threadIdx.x, i0 = 2 * (tid / 16), c0 = 2 * (tid % 16);
+    const float *R = sm + M::r, *Aqk = sm + M::aqk, *Kt = sm + M::kt, *gt = sm + M::gates;
+    float y[2][2] = {{o[0][0], o[0][1]}, {o[1][0], o[1][1]}};
+    for (int m = 0; m <= i0 + 1; m++) { // Aqk is zero above the diagonal
+        const float2 d = *(const float2 *)(R + m * kRStride + c0);
+        const float a0 = Aqk[i0 * kAStride + m], a1 = Aqk[(i0 + 1) * kAStride + m];
+        y[0][0] += a0 * d.x, y[0][1] += a0 * d.y, y[1][0] += a1 * d.x, y[1][1] += a1 * d.y;
+    }
+    const uint32_t Kd = g.k_heads * DK;
+#pragma unroll
+    for (int di = 0; di < 2; di++)
+#pragma unroll
+        for (int dc = 0; dc < 2; dc++) {
+            const int i = i0 + di;
+            const uint32_t j = j0 + c0 + dc;
+            if (i < L && j < g.dv) g.row[(size_t)(t0 + i) * g.stride + 2 * Kd + h * g.dv + j] = y[di][dc];
+        }
+    constexpr int RS = DK * kChunkCols / kChunkThreads;
+    const int c = tid % kChunkCols, a0 = tid / kChunkCols;
+    float *St = sm + M::st, s[RS];
+    const float eN = gt[2 * kChunk + kChunk - 1]; // exp(G_N): padded rows add g = 0
+#pragma unroll
+    for (int r = 0; r < RS; r++) s[r] = St[(a0 + 8 * r) * kChunkCols + c] * eN;
+    for (int m = 0; m < kChunk; m += 4) {
+        float d[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) d[u] = R[(m + u) * kRStride + c] * gt[3 * kChunk + m + u];
+#pragma unroll
+        for (int r = 0; r < RS; r++) {
+            const float4 k = *(const float4 *)(Kt + (a0 + 8 * r) * kQkStride + m);
+            s[r] += k.x * d[0], s[r] += k.y * d[1], s[r] += k.z * d[2], s[r] += k.w * d[3];
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < RS; r++) St[(a0 + 8 * r) * kChunkCols + c] = s[r];
+}
+
+template <int DK>
+__global__ void __launch_bounds__(kChunkThreads) gdn_chunk_kernel(GdnArgs g, Batch b, uint32_t C, uint32_t chunk_from)
+{
+    static_assert(DK * kChunkCols % kChunkThreads == 0 && kChunkThreads / kChunkCols == 8, "phase 4's row groups");
+    using M = ChunkSmem<DK>;
+    extern __shared__ float4 chunk_smem[];
+    float *sm = (float *)chunk_smem;
+    const uint32_t h = blockIdx.y, i = blockIdx.z, j0 = blockIdx.x * kChunkCols, dv = g.dv;
+    const uint32_t kh = h / (g.v_heads / g.k_heads);
+    const SeqSpan sp = seq_span(b, i);
+    if ((uint32_t)(sp.t1 - sp.t0) < chunk_from) { // the per-token kernel's
+        pdl_wait();
+        return;
+    }
+    float *S = g.state + (size_t)b.slot[i] * g.slot_floats + (size_t)(g.K - 1) * C + (size_t)h * DK * dv;
+    for (int e = threadIdx.x; e < DK * kChunkCols; e += kChunkThreads) {
+        const uint32_t a = e / kChunkCols, j = j0 + e % kChunkCols;
+        sm[M::st + e] = sp.fresh || j >= dv ? 0.0f : S[(size_t)a * dv + j];
+    }
+    const float A = -expf(g.a_log[h]), dtb = g.dt_bias[h];
+    pdl_wait();
+    for (int t0 = sp.t0; t0 < sp.t1; t0 += kChunk) {
+        const int L = min(kChunk, sp.t1 - t0);
+        chunk_load<DK>(g, sm, t0, L, h, kh, j0, C, A, dtb);
+        __syncthreads();
+        float o[2][2] = {};
+        chunk_products<DK>(sm, o);
+        __syncthreads();
+        chunk_solve(sm + M::r, sm + M::akk);
+        __syncthreads();
+        chunk_finish<DK>(g, sm, o, t0, L, h, j0);
+        __syncthreads();
+    }
+    for (int e = threadIdx.x; e < DK * kChunkCols; e += kChunkThreads) {
+        const uint32_t a = e / kChunkCols, j = j0 + e % kChunkCols;
+        if (j < dv) S[(size_t)a * dv + j] = sm[M::st + e];
+    }
+}
+
 // One warp per (token, v head): out = bf16(o * rsqrt(mean(o^2) + eps) * w * silu(z)) (RMSNormGated).
 constexpr int kNormDvPer = 8; // dv <= 256
 __global__ void __launch_bounds__(32) gdn_norm_kernel(GdnArgs g, uint32_t C)
@@ -181,10 +430,33 @@ __global__ void attn_gate_kernel(uint16_t *att, const float *gate, uint32_t stri
 }
 
 template <int DK>
-cudaError_t launch_rec(const GdnArgs &g, const Batch &b, uint32_t S, uint32_t C, cudaStream_t s)
+cudaError_t launch_rec(const GdnArgs &g, const Batch &b, uint32_t S, uint32_t C, uint32_t chunk_from, cudaStream_t s)
 {
     const dim3 grid((g.dv + kColsPerWarp - 1) / kColsPerWarp, g.v_heads, S);
-    return launch_pdl(gdn_rec_kernel<DK>, grid, dim3(32), 0, true, s, g, b, C);
+    return launch_pdl(gdn_rec_kernel<DK>, grid, dim3(32), 0, true, s, g, b, C, chunk_from);
+}
+
+template <int DK>
+cudaError_t launch_chunked(const GdnArgs &g, const Batch &b, uint32_t S, uint32_t C, uint32_t chunk_from, cudaStream_t s)
+{
+    const size_t smem = ChunkSmem<DK>::floats * sizeof(float);
+    cudaError_t e = cudaFuncSetAttribute(gdn_chunk_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    const dim3 grid((g.dv + kChunkCols - 1) / kChunkCols, g.v_heads, S);
+    if (e == cudaSuccess) e = launch_pdl(gdn_chunk_kernel<DK>, grid, dim3(kChunkThreads), smem, true, s, g, b, C, chunk_from);
+    return e;
+}
+
+template <int DK>
+cudaError_t launch_mixers(const GdnArgs &g, const Batch &b, uint32_t T, uint32_t S, uint32_t C, uint32_t chunk_from,
+                          cudaStream_t s)
+{
+    // the host knows T and S, not each sequence's length: a sequence can be short unless it is the only
+    // one and T reaches chunk_from, and long only if the others' one token each leave it chunk_from
+    // (decode steps, whatever their S, and their graphs launch the per-token kernel alone, as before)
+    const bool any_long = (uint64_t)T + 1 >= (uint64_t)chunk_from + S, any_short = S > 1 || T < chunk_from;
+    cudaError_t e = any_short ? launch_rec<DK>(g, b, S, C, chunk_from, s) : cudaSuccess;
+    if (e == cudaSuccess && any_long) e = launch_chunked<DK>(g, b, S, C, chunk_from, s);
+    return e;
 }
 
 } // namespace
@@ -196,14 +468,20 @@ bool gdn_supported(uint32_t dk, uint32_t dv, uint32_t K)
 
 cudaError_t gdn_forward(const GdnArgs &g, const Batch &b, uint32_t T, uint32_t S, cudaStream_t s)
 {
+    return gdn_forward_split(g, b, T, S, kGdnChunkFrom, s);
+}
+
+cudaError_t gdn_forward_split(const GdnArgs &g, const Batch &b, uint32_t T, uint32_t S, uint32_t chunk_from,
+                              cudaStream_t s)
+{
     if (!gdn_supported(g.dk, g.dv, g.K) || !g.k_heads || g.v_heads % g.k_heads) return cudaErrorInvalidValue;
-    const uint32_t C = 2 * g.k_heads * g.dk + g.v_heads * g.dv;
+    const uint32_t C = 2 * g.k_heads * g.dk + g.v_heads * g.dv, from = chunk_from ? chunk_from : 1;
     cudaError_t e =
         launch_pdl(gdn_conv_kernel, dim3((C + kConvThreads - 1) / kConvThreads, S), dim3(kConvThreads), 0, true, s, g, b, C);
-    if (e == cudaSuccess) e = g.dk == 16 ? launch_rec<16>(g, b, S, C, s)
-                            : g.dk == 32 ? launch_rec<32>(g, b, S, C, s)
-                            : g.dk == 64 ? launch_rec<64>(g, b, S, C, s)
-                                         : launch_rec<128>(g, b, S, C, s);
+    if (e == cudaSuccess) e = g.dk == 16 ? launch_mixers<16>(g, b, T, S, C, from, s)
+                            : g.dk == 32 ? launch_mixers<32>(g, b, T, S, C, from, s)
+                            : g.dk == 64 ? launch_mixers<64>(g, b, T, S, C, from, s)
+                                         : launch_mixers<128>(g, b, T, S, C, from, s);
     if (e == cudaSuccess) e = launch_pdl(gdn_norm_kernel, dim3(T, g.v_heads), dim3(32), 0, true, s, g, C);
     return e;
 }

@@ -7,11 +7,13 @@
 //   S <- exp(g) S ; S <- S + k (beta (v - S^T k))^T ; o = S^T q           per v head, S [dk][dv] f32
 //   out = bf16(rmsnorm(o) * w * silu(z))                                   the out_proj's input
 //
-// The recurrence is the per-token step for prefill chunks too (the definition; the chunked form on
-// tensor cores is not done). The columns of S are independent (each column j needs only v_j and the
-// whole k and q), so a warp owns 8 columns of one (sequence, head), 4 lanes a column, each lane
-// dk / 4 of its rows in registers: S is read once and written once per forward, whatever the
-// sequence's token count, and a decode step spreads Hv * dv / 8 warps a sequence over the GPU.
+// The columns of S are independent (each column j needs only v_j and the whole k and q). A sequence
+// with fewer than kGdnChunkFrom tokens in the batch (decode, speculative verification, short pieces)
+// takes the per-token steps: a warp owns 8 columns of one (sequence, head), 4 lanes a column, each
+// lane dk / 4 of its rows in registers, and a decode step spreads Hv * dv / 8 warps a sequence over
+// the GPU. A longer one takes the chunked form (chunks of 32 tokens, gdn.cu): a CTA owns 32 columns of
+// one (sequence, head) in shared memory and carries them from chunk to chunk. Either way S is read
+// once and written once per forward, whatever the sequence's token count.
 #pragma once
 #include "ops.cuh"
 
@@ -39,8 +41,23 @@ inline size_t gdn_state_floats(uint32_t k_heads, uint32_t v_heads, uint32_t dk, 
     return (size_t)(K - 1) * (2 * k_heads * dk + v_heads * dv) + (size_t)v_heads * dk * dv;
 }
 
+// The fewest tokens of a sequence in one forward that take the chunked form. Below it the per-token
+// steps, because (1) a speculative verification of up to NF_SPEC_MAX_K + 1 = 9 tokens must give the
+// bits decoding them one at a time gives (the chunked form sums in another order), as on the CPU
+// (NF_CPU_STEP_MAX); (2) a chunk costs about the same whatever its token count (its phases and
+// barriers, one 32-row substitution, ~0.7 M FMAs a CTA at dk = 128), estimated at 5 - 10 us, while a
+// per-token step is a dependent chain of loads, three shuffle reductions, exps and two 8-deep FMA
+// chains, ~0.3 - 0.5 us: the two meet near one full chunk, 16 - 32 tokens; 32 keeps a piece below a
+// full chunk on the kernel that wastes nothing on padding. To be measured: test_gdn_cuda --bench
+// prints both kernels per token count.
+constexpr uint32_t kGdnChunkFrom = 32;
+
 // The layer over the batch: S sequences (b.last, b.pos, b.slot), T tokens.
 cudaError_t gdn_forward(const GdnArgs &g, const Batch &b, uint32_t T, uint32_t S, cudaStream_t s);
+// The same with the threshold given: a sequence of chunk_from tokens or more takes the chunked form
+// (1: every sequence; UINT32_MAX: none). For the tests and the microbenchmark.
+cudaError_t gdn_forward_split(const GdnArgs &g, const Batch &b, uint32_t T, uint32_t S, uint32_t chunk_from,
+                              cudaStream_t s);
 
 // Gated attention: att[t][i] = bf16(att[t][i] * sigmoid(gate[t * stride + i])), i < width.
 cudaError_t attn_gate(uint16_t *att, const float *gate, uint32_t stride, uint32_t T, uint32_t width, cudaStream_t s);

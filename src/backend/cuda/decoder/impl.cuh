@@ -34,11 +34,13 @@ struct Layer {
 // (the attention output, or the GDN's gated norm output); g, u [C][D] f32, act [C][D] bf16; logits
 // [C][vocab] f32; part: attention split partials; xl [max_seqs][H] bf16: the sequences' last rows
 // for the LM head. moe_out is free once the final norm has read it: the LM head's input rows of a
-// forward with nf_batch.logit_rows are gathered there (up to T of them).
+// forward with nf_batch.logit_rows are gathered there (up to T of them). With an MTP block: hf [C][H]
+// f32 (the hidden rows: the block's input, its output, the `hidden` op's output), cat [C][2H] bf16
+// (mtp.fc's input); else NULL.
 struct Acts {
-    float *x, *delta, *qkv, *g, *u, *logits, *part;
+    float *x, *delta, *qkv, *g, *u, *logits, *part, *hf;
     uint32_t row_att, row_gdn; // qkv's row stride for attention layers ([q | k | v | gate]) and for GDN layers
-    uint16_t *xn, *moe_out, *att, *act, *xl;
+    uint16_t *xn, *moe_out, *att, *act, *xl, *cat;
     void *moe_ws; // the sparse-MoE workspace (one for all layers: they run one after another)
 };
 
@@ -69,7 +71,13 @@ inline StepLayout step_layout(uint32_t T, uint32_t S, uint32_t stride)
 struct nf_cuda_decoder {
     nf_cuda_decoder_desc d; // shapes (host pointers are not kept)
     uint32_t dense_inter;   // D (0 without dense MLP layers)
-    nf::dec::Layer *L;      // [layers]
+    // [n_layers]: the model's layers, then the MTP block's (L[layers], when there is one): one more
+    // attention layer with its own KV pool, so the per-layer code (upload, attention, MoE, copy_page)
+    // serves it unchanged and only run() stops before it
+    nf::dec::Layer *L;
+    uint32_t n_layers;
+    nf::dec::Linear mtp_fc;                               // the MTP block's, codec -1 without one
+    const float *mtp_norm_embd, *mtp_norm_hidden, *mtp_out_norm; // device [H]
     nf::dec::Linear embd, head;
     const float *out_norm;  // device [H]
     float *rope;            // device: inv_freq [hd / 2], attn_factor (set_rope's input)
@@ -92,6 +100,7 @@ struct nf_cuda_decoder {
                                     // keys: forward.cu kGqaMinKeys), captured on first use
     int32_t *h_last;                // host [max_seqs]: each sequence's last-token row of a.logits (last_rows)
     int has_logits;                 // a forward has run
+    int has_x;                      // a.x holds the last forward's final residual stream (`hidden`)
     int last_rows;                  // it kept more rows than one per sequence (all_logits, logit_rows): the
                                     // sequences' last-token rows are h_last's, not 0 .. S - 1
     int32_t *trace;                 // device [layers][T][top_k] with trace_routing, else NULL
@@ -103,6 +112,7 @@ struct nf_cuda_decoder {
     size_t weight_bytes, moe_bytes, buffer_bytes, kv_bytes;
     uint32_t attn_layers;           // layers with KV pools (all but the GDN layers)
     float *slots;                   // device [max_seqs][slot_floats]: GDN layers' states (hybrids), else NULL
+    float *spares;                  // device [max_seqs][slot_floats]: slot_copy's slots max_seqs.., at first use
     size_t slot_floats;
-    uint32_t *slot_pos;             // host [max_seqs]: the positions each slot has absorbed
+    uint32_t *slot_pos;             // host [2 max_seqs]: the positions each slot (and spare) has absorbed
 };

@@ -57,7 +57,8 @@ __device__ __forceinline__ float block_sum(float v, float *red)
 __global__ void __launch_bounds__(kNormThreads) add_rmsnorm_kernel(float *__restrict__ x, const float *__restrict__ df,
                                                                    const uint16_t *__restrict__ db,
                                                                    const float *__restrict__ w, uint32_t H, float eps,
-                                                                   uint16_t *__restrict__ xn)
+                                                                   uint16_t *__restrict__ xn, uint32_t xn_stride,
+                                                                   float *__restrict__ xf)
 {
     float wr[kNormPer]; // the weights do not depend on the predecessor: loaded before the wait
 #pragma unroll
@@ -83,10 +84,13 @@ __global__ void __launch_bounds__(kNormThreads) add_rmsnorm_kernel(float *__rest
         ss += v[j] * v[j];
     }
     const float inv = 1.0f / sqrtf(block_sum(ss, red) / (float)H + eps);
+    uint16_t *xr_n = xn ? xn + (size_t)blockIdx.x * xn_stride : nullptr;
 #pragma unroll
     for (int j = 0; j < kNormPer; j++) {
         const uint32_t i = threadIdx.x + j * kNormThreads;
-        if (i < H) xn[base + i] = f2bf(v[j] * inv * wr[j]);
+        const float y = v[j] * inv * wr[j];
+        if (i < H && xr_n) xr_n[i] = f2bf(y);
+        if (i < H && xf) xf[base + i] = y;
     }
 }
 
@@ -191,9 +195,10 @@ cudaError_t embed(const Linear &E, const Batch &b, uint32_t T, uint32_t H, float
 }
 
 void add_rmsnorm(float *x, const float *delta_f32, const uint16_t *delta_bf16, const float *w, uint32_t T,
-                 uint32_t H, float eps, uint16_t *xn, cudaStream_t s)
+                 uint32_t H, float eps, uint16_t *xn, cudaStream_t s, uint32_t xn_stride, float *xf)
 {
-    launch_pdl(add_rmsnorm_kernel, dim3(T), dim3(kNormThreads), 0, true, s, x, delta_f32, delta_bf16, w, H, eps, xn);
+    launch_pdl(add_rmsnorm_kernel, dim3(T), dim3(kNormThreads), 0, true, s, x, delta_f32, delta_bf16, w, H, eps, xn,
+               xn_stride ? xn_stride : H, xf);
 }
 
 void qkv_rope_store(const QkvArgs &a, const Batch &b, uint32_t T, cudaStream_t s)

@@ -91,12 +91,13 @@ cudaError_t embed(const Linear &E, const Batch &b, uint32_t T, uint32_t H, float
 // out[i] = in[rows[i]] for i < n (bf16 rows of H): each sequence's last token for the LM head.
 void gather_rows(const uint16_t *in, const int32_t *rows, uint32_t n, uint32_t H, uint16_t *out, cudaStream_t s);
 
-// x += delta (f32 or bf16, NULL: none); xn = bf16(x * rsqrt(mean(x^2) + eps) * w), per token;
+// x += delta (f32 or bf16, NULL: none); xn = bf16(x * rsqrt(mean(x^2) + eps) * w), per token, rows
+// xn_stride apart (0: H; xn NULL: none); xf (optional) the same normed rows in f32, H apart;
 // H <= kNormMaxH (create refuses larger).
 constexpr int kNormThreads = 512, kNormPer = 16;
 constexpr uint32_t kNormMaxH = kNormThreads * kNormPer;
 void add_rmsnorm(float *x, const float *delta_f32, const uint16_t *delta_bf16, const float *w, uint32_t T,
-                 uint32_t H, float eps, uint16_t *xn, cudaStream_t s);
+                 uint32_t H, float eps, uint16_t *xn, cudaStream_t s, uint32_t xn_stride = 0, float *xf = nullptr);
 
 // The attention input: qkv [T][stride] f32 as the projections wrote it (q: heads*hd, then k, then v:
 // kv*hd each). Adds the biases, normalises q and k per head (qk norm), rotates them (neox rope),
