@@ -128,13 +128,10 @@ static void panel_scales(nf_codec_id id, const float *rs, size_t ls, const float
     } else if (id == NF_CODEC_Q6_K) {
         scales_lane_row(rs, ls, n / 16, sd);
         for (size_t ib = 0; ib < nsb; ib++) { /* d of each row, the same for the super-block's 8 blocks */
-            __m256 d[2];
-            for (int h = 0; h < 2; h++)
-                d[h] = _mm256_setr_ps(rd[(8 * h) * nsb + ib], rd[(8 * h + 1) * nsb + ib], rd[(8 * h + 2) * nsb + ib],
-                                      rd[(8 * h + 3) * nsb + ib], rd[(8 * h + 4) * nsb + ib], rd[(8 * h + 5) * nsb + ib],
-                                      rd[(8 * h + 6) * nsb + ib], rd[(8 * h + 7) * nsb + ib]);
-            for (size_t k = 8 * ib; k < 8 * ib + 8; k++)
-                _mm256_storeu_ps(sm + 16 * k, d[0]), _mm256_storeu_ps(sm + 16 * k + 8, d[1]);
+            float dr[16];
+            for (size_t r = 0; r < 16; r++) dr[r] = rd[r * nsb + ib];
+            const __m256 d0 = _mm256_loadu_ps(dr), d1 = _mm256_loadu_ps(dr + 8);
+            for (size_t k = 8 * ib; k < 8 * ib + 8; k++) _mm256_storeu_ps(sm + 16 * k, d0), _mm256_storeu_ps(sm + 16 * k + 8, d1);
         }
     } else { /* per super-block: 8 scales then 8 mins per row -> sd's and sm's 8 blocks */
         float t[256];

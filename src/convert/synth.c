@@ -198,7 +198,7 @@ static nf_status plan_attention(const nf_synth_geometry *g, const char *recipe, 
     return A("ffn_norm", K_ONES, 0, 1, H, 0, 0);
 }
 
-/* Layer l's Gated DeltaNet mixer and its two norms: dt_bias 1 (transformers' init), A_log ~ 0
+/* A block's Gated DeltaNet mixer and its two norms: dt_bias 1 (transformers' init), A_log ~ 0
  * (a decay of exp(-softplus(a + 1)) per token), the conv kernel N(0, 0.2^2). */
 static nf_status plan_gdn(const nf_synth_geometry *g, const char *recipe, const char *pre, plan *p, nf_error *err)
 {
