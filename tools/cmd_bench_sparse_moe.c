@@ -23,7 +23,7 @@ enum { MAX_T = 4096, MAX_PROFILES = 16, MAX_DISTS = 4 };
 typedef struct opts {
     const char *codec, *geometry, *sweep, *tokens, *dist, *execution, *cache, *format, *out, *route, *model;
     long H, E, k, I, S, flush_mib, warmup, repeat, seed, chunk, layer, tile_height;
-    int null_arm, peer;
+    int null_arm, peer, shared_f32;
 } opts;
 
 typedef struct row {
@@ -91,9 +91,10 @@ static nf_moe_matrix synth(int codec, uint32_t experts, uint32_t rows, uint32_t 
     return m;
 }
 
-/* Builds and binds a synthetic bank for profile p. keep[6] receives the host payloads. */
+/* Builds and binds a synthetic bank for profile p. keep[6] receives the host payloads. shared_a8: the
+ * shared expert's matrices allow int8 activations (as the engine binds them). */
 static nf_status bind_synthetic(const nf_moe_geometry *g, const nf_moe_profile *p, uint32_t chunk, uint64_t seed,
-                                nf_sparse_moe **m, size_t *ws, void **keep, nf_error *err)
+                                int shared_a8, nf_sparse_moe **m, size_t *ws, void **keep, nf_error *err)
 {
     nf_moe_bank b;
     memset(&b, 0, sizeof b);
@@ -109,6 +110,7 @@ static nf_status bind_synthetic(const nf_moe_geometry *g, const nf_moe_profile *
         b.shared_gate_up = synth(p->sgu, 1, 2 * g->S, g->H, 2, seed + 4, &keep[3]);
         b.shared_down = synth(p->sdn, 1, g->H, g->S, 1, seed + 5, &keep[4]);
         b.shared_gate = synth(NF_CODEC_BF16, 1, 1, g->H, 1, seed + 6, &keep[5]);
+        b.shared_gate_up.allow_a8 = b.shared_down.allow_a8 = shared_a8;
     }
     for (int i = 0; i < 6; i++)
         if ((i < 3 || b.shared_inter) && !keep[i]) return nf_error_set(err, NF_ERR_NOMEM, "bench: cannot build synthetic weights");
@@ -145,6 +147,7 @@ int nf_cmd_bench_sparse_moe(int argc, char **argv)
         {"--repeat", 0, NF_OPT_INT, &o.repeat, "N", "timed runs (default 20)", 1, 100000},
         {"--null-arm", 0, NF_OPT_FLAG, &o.null_arm, NULL, "measure every row twice and report |delta|", 0, 0},
         {"--peer", 0, NF_OPT_FLAG, &o.peer, NULL, "also time per-expert cuBLAS bf16 GEMMs (the naive way)", 0, 0},
+        {"--shared-f32", 0, NF_OPT_FLAG, &o.shared_f32, NULL, "the shared expert keeps f32 activations (its allow_a8 off; the engine allows int8)", 0, 0},
         {"--chunk", 0, NF_OPT_INT, &o.chunk, "N", "the operator's bound chunk (default 4096)", 1, 65536},
         {"--route", 0, NF_OPT_STRING, &o.route, "R", "auto (the profile's thresholds), no-mmq (them without the mmq route), small (decode/small-token up to 16), prefill or mmq (up to 1024)", 0, 0},
         {"--tile-height", 0, NF_OPT_INT, &o.tile_height, "N", "prefill tile height 32, 64 or 128 (default 0: chosen per T)", 0, 128},
@@ -196,6 +199,7 @@ int nf_cmd_bench_sparse_moe(int argc, char **argv)
             return nf_cli_fail("%s: %s", o.model, err.msg);
         }
         real.gate_up.allow_a8 = real.down.allow_a8 = 1; /* as the engine binds it */
+        real.shared_gate_up.allow_a8 = real.shared_down.allow_a8 = !o.shared_f32;
         g = (nf_moe_geometry){o.model, real.hidden, real.experts, real.top_k, real.inter, real.shared_inter};
         profiles[0] = (nf_moe_profile){.gu = real.gate_up.codec, .dn = real.down.codec,
                                        .sgu = real.shared_gate_up.codec, .sdn = real.shared_down.codec};
@@ -298,7 +302,7 @@ int nf_cmd_bench_sparse_moe(int argc, char **argv)
         nf_sparse_moe *m = NULL;
         size_t ws_bytes = 0;
         nf_status bst = model ? nf_sparse_moe_bind(&real, chunk, &m, &ws_bytes, &err)
-                              : bind_synthetic(&g, &profiles[pi], chunk, (uint64_t)o.seed, &m, &ws_bytes, keep, &err);
+                              : bind_synthetic(&g, &profiles[pi], chunk, (uint64_t)o.seed, !o.shared_f32, &m, &ws_bytes, keep, &err);
         if (bst != NF_OK) {
             fprintf(stderr, "ninfer: error: %s: %s\n", profiles[pi].name, err.msg);
             rc = 1;

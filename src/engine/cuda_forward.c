@@ -42,6 +42,7 @@ static nf_status describe_layer(const nf_model *m, uint32_t l, int allow_a8, nf_
     d->moe = bank;
     nf_status st = mtp ? nf_moe_bank_of_mtp(m, bank, err) : nf_moe_bank_of_layer(m, l, bank, err);
     bank->gate_up.allow_a8 = bank->down.allow_a8 = allow_a8;
+    bank->shared_gate_up.allow_a8 = bank->shared_down.allow_a8 = allow_a8;
     return st;
 }
 

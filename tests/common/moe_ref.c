@@ -537,14 +537,42 @@ void nf_moe_ref_a8_block(const double *a, const double *da, double *v, double *d
     }
 }
 
+/* One expert on int8 activations: its SwiGLU intermediate a[n] over xq (x quantised) along the
+ * device's gate/up chain (gu [2n][H], goff its offsets or NULL, codec, seq as swiglu's), da[n] its
+ * interval, each block's reachable quantisations enumerated (v[n] the reference's values, dev[n] the
+ * largest departure), then its down (dn [H][n], doff [H][n / 32] or NULL) over v: y[H], the
+ * quantisation's reach f[H] = sum_r |W_hr| dev_r, and t[H] the down dot's |terms| (the group terms
+ * and their growth where the device's values depart) for the caller's gamma. */
+static void a8_expert(const float *gu, const float *goff, const float *dn, const float *doff, uint32_t H, uint32_t n,
+                      int codec, int seq, const double *xq, double *a, double *da, double *v, double *dev, double *y,
+                      double *f, double *t, uint32_t *n_near)
+{
+    const uint32_t nb = n / 32;
+    swiglu(gu, goff, H, n, xq, codec, seq, a, da);
+    for (uint32_t b = 0; b < nb; b++) nf_moe_ref_a8_block(a + 32 * b, da + 32 * b, v + 32 * b, dev + 32 * b, n_near);
+    for (uint32_t h = 0; h < H; h++) {
+        const float *w = dn + (size_t)h * n, *o = doff ? doff + (size_t)h * nb : NULL;
+        double fh = 0, th = 0;
+        for (uint32_t r = 0; r < n; r++) {
+            const double wr = fabs((double)w[r]) + (o ? 2.0 * fabs((double)o[r / 32]) : 0.0);
+            fh += fabs((double)w[r]) * dev[r];
+            th += wr * dev[r]; /* the terms' growth where the device's values depart */
+        }
+        y[h] = ddot(w, v, n);
+        f[h] = fh;
+        t[h] = a8_terms(w, o, v, n) + th;
+    }
+}
+
 void nf_moe_ref_token_a8(const nf_moe_ref *m, const nf_moe_ref_a8 *a8, const float *x, const int32_t *ids,
                          const double *weights, double *out, double *bound, uint32_t *n_near)
 {
     const uint32_t H = m->H, I = m->I, S = m->S, E = m->E, k = m->k, n = I > S ? I : S;
     const double u = ldexp(1.0, -24);
-    double *xq = malloc(sizeof(double) * (2 * (size_t)H + 4 * (size_t)n + 4 * (size_t)H + 2 * (size_t)E));
+    double *xq = malloc(sizeof(double) * (2 * (size_t)H + 4 * (size_t)n + 7 * (size_t)H + 2 * (size_t)E));
     double *xd = xq + H, *a = xd + H, *da = a + n, *v = da + n, *dev = v + n;
     double *qdep = dev + n, *sum = qdep + H, *rt = sum + H, *sh = rt + H, *l = sh + H, *al = l + E;
+    double *y = al + E, *f = y + H, *t = f + H;
     for (uint32_t h = 0; h < H; h++) out[h] = qdep[h] = sum[h] = rt[h] = sh[h] = 0, xd[h] = x[h];
     quantize_exact(x, H, xq);
 
@@ -566,9 +594,11 @@ void nf_moe_ref_token_a8(const nf_moe_ref *m, const nf_moe_ref_a8 *a8, const flo
     for (uint32_t j = 0; j < k; j++) amax_top = fmax(amax_top, al[ids[j]]);
 
     /* the down's chain: down_a8.cu's (above), or mmq.cu's: a term's scale product (1), the fold's
-     * fmas after it (at most I / 16: two a 32-group with offsets, one a 16-group for q6_k), y stored
-     * f32, the combine's k fmas in j order and the shared expert's (1), with 2 to spare */
-    const double gd = nf_moe_ref_gamma(a8->route ? 1 + I / 16 + k + 3 : 12 + k * cdiv(I, 1024));
+     * fmas after it (at most I / 16: two a 32-group with offsets, one a 16-group for q6_k; the shared
+     * expert's on int8 activations: S / 16), y stored f32, the combine's k fmas in j order and the
+     * shared expert's (1), with 2 to spare */
+    const uint32_t nf = a8->shared_a8 && S > I ? S : I;
+    const double gd = nf_moe_ref_gamma(a8->route ? 1 + nf / 16 + k + 3 : 12 + k * cdiv(I, 1024));
     const uint32_t ib = I / 32, hb = H / 32;
     for (uint32_t j = 0; j < k; j++) {
         const size_t e = (size_t)ids[j];
@@ -577,44 +607,46 @@ void nf_moe_ref_token_a8(const nf_moe_ref *m, const nf_moe_ref_a8 *a8, const flo
         const float *gu = m->gate_up + e * 2 * I * H, *dn = m->down + e * H * I;
         const float *goff = a8->gate_up_off ? a8->gate_up_off + e * 2 * I * hb : NULL;
         const float *doff = a8->down_off ? a8->down_off + e * H * ib : NULL;
-        swiglu(gu, goff, H, I, xq, a8->gate_up_codec, a8->route != 0, a, da);
-        for (uint32_t b = 0; b < ib; b++) nf_moe_ref_a8_block(a + 32 * b, da + 32 * b, v + 32 * b, dev + 32 * b, n_near);
+        a8_expert(gu, goff, dn, doff, H, I, a8->gate_up_codec, a8->route != 0, xq, a, da, v, dev, y, f, t, n_near);
         for (uint32_t h = 0; h < H; h++) {
-            const float *w = dn + (size_t)h * I, *o = doff ? doff + (size_t)h * ib : NULL;
-            double f = 0, t = 0;
-            for (uint32_t r = 0; r < I; r++) {
-                const double wr = fabs((double)w[r]) + (o ? 2.0 * fabs((double)o[r / 32]) : 0.0);
-                f += fabs((double)w[r]) * dev[r];
-                t += wr * dev[r]; /* the terms' growth where the device's values depart */
-            }
-            const double y = ddot(w, v, I);
-            out[h] += p * y;
-            qdep[h] += ap * f;
-            sum[h] += ap * (a8_terms(w, o, v, I) + t);
-            rt[h] += eps * ap * fabs(y);
+            out[h] += p * y[h];
+            qdep[h] += ap * f[h];
+            sum[h] += ap * t[h];
+            rt[h] += eps * ap * fabs(y[h]);
         }
     }
     if (S) {
-        /* the shared expert in fp32 (gemv.cu): its intermediate's error propagates through |down|,
-         * and its sigmoid gate's (|sigma'| = sg (1 - sg); expf, an addition and a division: 6u) */
+        /* the shared expert in fp32 (gemv.cu; or, shared_a8, as a routed expert): its intermediate's
+         * error propagates through |down|, and its sigmoid gate's (|sigma'| = sg (1 - sg); expf, an
+         * addition and a division: 6u) */
         /* (the tensor-core router's shared gate, route 2, is an fp32 fma chain in its own order:
          * H + 5 roundings bound any order) */
         const double s = dot(m->sgate, x, H),
                      ds = nf_moe_ref_gamma(a8->route == 2 ? H + 5 : cdiv(H, 32) + 5) * adot(m->sgate, x, H);
         const double sg = 1.0 / (1.0 + exp(-s)), dsg = sg * (1.0 - sg) * ds + 6 * u * sg;
-        const double gs = nf_moe_ref_gamma(chain_f32(S));
-        swiglu(m->sgate_up, NULL, H, S, xd, -1, 0, a, da);
-        for (uint32_t h = 0; h < H; h++) {
-            const float *w = m->sdown + (size_t)h * S;
-            double d = 0, t = 0;
-            for (uint32_t r = 0; r < S; r++) {
-                d += fabs((double)w[r]) * da[r];
-                t += fabs((double)w[r]) * (fabs(a[r]) + da[r]);
+        if (a8->shared_a8) { /* the mmq route's shared expert: int8 activations as a routed expert's */
+            a8_expert(m->sgate_up, a8->sgate_up_off, m->sdown, a8->sdown_off, H, S, a8->sgate_up_codec, 1, xq, a, da, v,
+                      dev, y, f, t, n_near);
+            for (uint32_t h = 0; h < H; h++) {
+                out[h] += sg * y[h];
+                sh[h] = sg * f[h] + dsg * fabs(y[h]);
+                sum[h] += sg * t[h];
             }
-            const double y = ddot(w, a, S);
-            out[h] += sg * y;
-            sh[h] = sg * (d + gs * t) + dsg * fabs(y);
-            sum[h] += sg * fabs(y); /* the down's last fma adds sg ys */
+        } else {
+            const double gs = nf_moe_ref_gamma(chain_f32(S));
+            swiglu(m->sgate_up, NULL, H, S, xd, -1, 0, a, da);
+            for (uint32_t h = 0; h < H; h++) {
+                const float *w = m->sdown + (size_t)h * S;
+                double dd = 0, tt = 0;
+                for (uint32_t r = 0; r < S; r++) {
+                    dd += fabs((double)w[r]) * da[r];
+                    tt += fabs((double)w[r]) * (fabs(a[r]) + da[r]);
+                }
+                const double ys = ddot(w, a, S);
+                out[h] += sg * ys;
+                sh[h] = sg * (dd + gs * tt) + dsg * fabs(ys);
+                sum[h] += sg * fabs(ys); /* the down's last fma adds sg ys */
+            }
         }
     }
     for (uint32_t h = 0; h < H; h++) bound[h] = qdep[h] + gd * sum[h] + rt[h] + sh[h];

@@ -95,6 +95,13 @@ typedef struct nf_moe_ref_a8 {
      *    f32, the combine), its router the CUDA-core one (T < 512: the same bits as the decode's);
      * 2: the mmq route with the tensor-core router (router_mma.cu, T >= 512). */
     int route;
+    /* route 1, 2 with shared_a8: the shared expert runs the mmq kernels too (its matrices allow int8
+     * activations), x quantised as the routed experts' and its intermediate like theirs; else it
+     * takes x in fp32 (gemv.cu). Its gate/up codec and, q4_k / q5_k, the offsets as above. */
+    int shared_a8;
+    int sgate_up_codec;
+    const float *sgate_up_off; /* [2S][H/32] */
+    const float *sdown_off;    /* [H][S/32] */
 } nf_moe_ref_a8;
 
 /* gamma_n = n u / (1 - n u), u = 2^-24: |computed - exact| <= gamma_n sum |terms| for a sum whose
@@ -123,15 +130,16 @@ void nf_moe_ref_a8_inter(const nf_moe_ref *m, const nf_moe_ref_a8 *a8, const flo
  * n_near (may be NULL) += how many elements can quantise to another integer. */
 void nf_moe_ref_a8_block(const double *a, const double *da, double *v, double *dev, uint32_t *n_near);
 
-/* The W·A8 forward of one token (routed gate/up and down quantise as above; router and shared expert
- * take x) in double, and bound[H]: how far a device doing it in fp32 may be from out before its
+/* The W·A8 forward of one token (routed gate/up and down quantise as above, the shared expert's too
+ * with shared_a8; router and (else) shared expert take x) in double, and bound[H]: how far a device doing it in fp32 may be from out before its
  * output's bf16 rounding (moe_ref.c, "W·A8", argues each part):
  *   quantisation: sum_j p_j sum_r |W_hr| dev_jr (nf_moe_ref_a8_block over each expert's
  *            intermediate, whose interval is the fp32 error of its int8 gate/up dots along the
  *            device's chain, through silu and the product): near ties a whole step, d's range;
  *   down:    gamma_nd (sum_j p_j terms of its row's int8 dot + sg |ys_h|), nd down_a8.cu's longest chain;
  *   router:  sum_j eps_j p_j |y_jh|, eps_j the relative error of the fp32 softmax weight;
- *   shared:  sg |dys_h| + |dsg| |ys_h| through the f32 gate/up, SwiGLU and down (gemv.cu).
+ *   shared:  sg |dys_h| + |dsg| |ys_h| through the f32 gate/up, SwiGLU and down (gemv.cu), or
+ *            (shared_a8) its quantisation's reach and down chain as a routed expert's, weight sg.
  * a8 (not NULL) gives the routed gate/up's codec and the offsets. n_near (may be NULL) += the
  * routed intermediates that can quantise a step away. */
 void nf_moe_ref_token_a8(const nf_moe_ref *m, const nf_moe_ref_a8 *a8, const float *x, const int32_t *ids,

@@ -20,7 +20,8 @@
 //    The same for the mmq route (mmq.cu, moe_ref.h's route 1): gate/up and down rows as mmq.cuh's
 //    policies take them (the staged slices, the groups' int8 words, scales and folds in element
 //    order), the intermediate quantised per position, y in f32 and combine.cu's fmas in j order,
-//    the shared expert's fma last.
+//    the shared expert's fma last; the shared expert runs the same int8 rows (its one expert) where
+//    its codecs are mmq's (moe_ref.h's shared_a8).
 // 3. Strength: planted errors on the emulated device fail the same allowance: a one-step flip of
 //    an intermediate outside the enumerated set (the most visible one of each token), an
 //    intermediate quantised with its neighbour block's scale, the largest and smallest routing
@@ -213,6 +214,7 @@ struct Bank {
     uint32_t H = 256, I = 256, S = 256, E = 0, K = 0;
     Mat router, gu, dn, sgu, sdn, sg;
     bool shared = false;
+    bool shared_a8 = false; // the mmq route runs the shared expert on int8 activations (mmq codecs)
     int norm = 1;
 };
 
@@ -230,7 +232,9 @@ struct Emu {
 };
 
 // One token through the decode route (T = 1) as the kernels compute it, or (mmq) through the mmq
-// route's kernels (the router and the shared expert are the same there below T = 512).
+// route's kernels (the router is the same there below T = 512; the shared expert runs the mmq
+// kernels too where its codecs allow: shared_a8).
+std::vector<float> shared_mmq_ys(const Bank &b, const std::vector<int8_t> &xp, const std::vector<float2> &xd);
 Emu emulate(const Bank &b, const float *x, Plant plant, bool mmq)
 {
     const uint32_t H = b.H, I = b.I, S = b.S, E = b.E, K = b.K;
@@ -273,7 +277,8 @@ Emu emulate(const Bank &b, const float *x, Plant plant, bool mmq)
     if (b.norm)
         for (float &p : u.w) p = p / psum;
     if (plant == SWAPPED) std::swap(u.w[0], u.w[K - 1]); // the largest and the smallest weight exchanged
-    // the shared gate (lanes take elements lane, lane + 32, ...) and the shared expert in f32
+    // the shared gate (lanes take elements lane, lane + 32, ...) and the shared expert in f32 (the
+    // mmq route's int8 one below, once x is quantised)
     std::vector<float> ys(H, 0.0f);
     float sg = 0;
     if (b.shared) {
@@ -293,6 +298,7 @@ Emu emulate(const Bank &b, const float *x, Plant plant, bool mmq)
     quantize_dev(x, H, xq, xd);
     u.act.assign(K, std::vector<float>(I));
     const std::vector<int8_t> xp = plain(xq, H);
+    if (mmq && b.shared_a8) ys = shared_mmq_ys(b, xp, xd);
     for (uint32_t j = 0; j < K; j++)
         for (uint32_t r = 0; r < I; r++) {
             const float g = mmq ? mmq_rowdot(b.gu.codec, b.gu.W, u.ids[j], r, xp.data(), xd.data())
@@ -345,6 +351,25 @@ Emu emulate(const Bank &b, const float *x, Plant plant, bool mmq)
     return u;
 }
 
+// The mmq route's shared expert: gate/up rows r, S + r of its one expert over x's int8 plane, SwiGLU,
+// the intermediate quantised per 32 (the epilogue's quantiser), the down rows over it: ys in f32.
+std::vector<float> shared_mmq_ys(const Bank &b, const std::vector<int8_t> &xp, const std::vector<float2> &xd)
+{
+    const uint32_t H = b.H, S = b.S;
+    std::vector<float> as(S), ys(H);
+    for (uint32_t r = 0; r < S; r++) {
+        const float g = mmq_rowdot(b.sgu.codec, b.sgu.W, 0, r, xp.data(), xd.data());
+        const float v = mmq_rowdot(b.sgu.codec, b.sgu.W, 0, r + S, xp.data(), xd.data());
+        as[r] = g / (1.0f + expf(-g)) * v;
+    }
+    std::vector<int8_t> aq;
+    std::vector<float2> ad;
+    quantize_dev(as.data(), S, aq, ad);
+    const std::vector<int8_t> ap = plain(aq, S);
+    for (uint32_t h = 0; h < H; h++) ys[h] = mmq_rowdot(b.sdn.codec, b.sdn.W, 0, h, ap.data(), ad.data());
+    return ys;
+}
+
 Bank make_bank(const Profile &p)
 {
     Bank b;
@@ -357,6 +382,8 @@ Bank make_bank(const Profile &p)
         b.sgu = make_mat(p.sgu, 1, 2 * b.S, b.H, sdx);
         b.sdn = make_mat(p.sdn, 1, b.H, b.S, 1.0f / sqrtf((float)b.S));
         b.sg = make_mat(NF_CODEC_BF16, 1, 1, b.H, sdx);
+        auto mmq_codec = [](int c) { return c == NF_CODEC_Q4_K || c == NF_CODEC_Q5_K || c == NF_CODEC_Q6_K || c == NF_CODEC_Q8_0; };
+        b.shared_a8 = mmq_codec(p.sgu) && mmq_codec(p.sdn);
     }
     return b;
 }
@@ -388,8 +415,17 @@ void test_profile(const Profile &p, bool mmq)
     nf_moe_ref m = {H, b.E, K, I, b.shared ? b.S : 0, b.norm, b.router.deq.data(), b.gu.deq.data(), b.dn.deq.data(),
                     b.shared ? b.sgu.deq.data() : nullptr, b.shared ? b.sdn.deq.data() : nullptr,
                     b.shared ? b.sg.deq.data() : nullptr};
-    const nf_moe_ref_a8 a8 = {p.gu, b.gu.off.empty() ? nullptr : b.gu.off.data(),
-                              b.dn.off.empty() ? nullptr : b.dn.off.data(), mmq ? 1 : 0};
+    const bool sh8 = mmq && b.shared_a8; // the reference's shared expert on int8 activations too
+    CHECK_MSG(!sh8 || (b.sgu.inexact == 0 && b.sdn.inexact == 0), "%s: %zu + %zu shared k-quant weights whose CPU "
+              "value is inexact", p.name, b.sgu.inexact, b.sdn.inexact);
+    const nf_moe_ref_a8 a8 = {p.gu,
+                              b.gu.off.empty() ? nullptr : b.gu.off.data(),
+                              b.dn.off.empty() ? nullptr : b.dn.off.data(),
+                              mmq ? 1 : 0,
+                              sh8,
+                              sh8 ? p.sgu : 0,
+                              sh8 && !b.sgu.off.empty() ? b.sgu.off.data() : nullptr,
+                              sh8 && !b.sdn.off.empty() ? b.sdn.off.data() : nullptr};
     std::vector<float> x(H);
     std::vector<double> out(H), bound(H), a(I), da(I), v(32), dev(32), w(K);
     std::vector<int32_t> ids(K);

@@ -78,8 +78,11 @@
 //    logits are the decode router's bits), and from 512 (route = 2) the tensor-core router's chain
 //    bounded per k16 MMA step by 40u (|accumulator| + 3.03 sum |w x|) (its additions are not IEEE:
 //    17 addends aligned and truncated, each losing at most 2u of the step's largest, then one
-//    rounding) and its shared gate by gamma_{H+5}; the shared expert runs the f32 GEMVs of the
-//    small routes (the same model). So
+//    rounding) and its shared gate by gamma_{H+5}; the shared expert, whose matrices allow int8
+//    activations as the engine binds them, runs the mmq kernels too where its codecs are mmq's
+//    (shared_mmq): the reference quantises x and its intermediate as a routed expert's
+//    (nf_moe_ref_a8.shared_a8; values mout, since the small routes keep it in f32), with S / 16 in
+//    the down chain's n where S > I; else the f32 GEMVs of the small routes (the same model). So
 //        |gpu - ref| <= 1.01 Q_h + 2^-8 |ref|,  rel-L2 <= (1.01 ||Q|| + 2^-8 ||ref||) / ||ref||
 //    as for the small routes, with no max|ref| term.
 #include <cuda_runtime.h>
@@ -235,6 +238,8 @@ struct Bank {
         b.shared_gate_up = sgu.desc();
         b.shared_down = sdn.desc();
         b.shared_gate = sg.desc();
+        // the engine's policy: the mmq route runs the shared expert on int8 activations too
+        b.shared_gate_up.allow_a8 = b.shared_down.allow_a8 = 1;
         if (p.a4) { // both forms of the divisor fields: a scalar, one word, one per expert
             b.gate_up.allow_a4 = b.down.allow_a4 = b.shared_gate_up.allow_a4 = b.shared_down.allow_a4 = 1;
             b.gate_up.input_divisors = &ga;
@@ -330,9 +335,22 @@ struct Ref {
     std::vector<uint32_t> qnear;      // [TMAX]: its intermediates that can quantise a step away
     // the mmq route's bounds on qout (the same values, its own chains: moe_ref.h's route 1, and 2
     // where the slice's router is the tensor-core one), tokens 0 .. mmq_tokens - 1
-    std::vector<double> mbound, rbound;
+    // its values mout: qout's but for the shared expert, which this route runs on int8 activations
+    // where its codecs allow (shared_mmq)
+    std::vector<double> mout, mbound, rbound;
     std::vector<uint32_t> mnear, rnear;
 };
+
+// Whether the mmq route runs the shared expert's gate/up and down on the mmq kernels (sparse_moe.cu,
+// sh_mmq): codecs the kernel takes, in its shapes (128-row blocks: 64 gate/up row pairs; K a
+// multiple of the codec's slice). The test's geometries fit the kernel's shared memory.
+bool shared_mmq(const Profile &p)
+{
+    auto mmq_codec = [](int c) { return c == NF_CODEC_Q4_K || c == NF_CODEC_Q5_K || c == NF_CODEC_Q6_K || c == NF_CODEC_Q8_0; };
+    auto slice = [](int c) { return c == NF_CODEC_Q8_0 ? 128u : 256u; };
+    return p.sgu >= 0 && mmq_codec(p.sgu) && mmq_codec(p.sdn) && S % 64 == 0 && H % slice(p.sgu) == 0 && H % 128 == 0 &&
+           S % slice(p.sdn) == 0;
+}
 
 
 // mmq_tokens: the largest T of the case list on the mmq route (0: none); rmma: one of them reaches the
@@ -368,14 +386,24 @@ Ref reference(const Bank &b, const Profile &p, const std::vector<float> &xf, uin
         r.qout.assign((size_t)TMAX * H, 0.0);
         r.qbound.assign((size_t)TMAX * H, 0.0);
         r.qnear.assign(TMAX, 0);
-        if (mmq_tokens) r.mbound.assign((size_t)TMAX * H, 0.0), r.mnear.assign(TMAX, 0);
+        if (mmq_tokens) r.mout.assign((size_t)TMAX * H, 0.0), r.mbound.assign((size_t)TMAX * H, 0.0), r.mnear.assign(TMAX, 0);
         if (mmq_tokens && rmma) r.rbound.assign((size_t)TMAX * H, 0.0), r.rnear.assign(TMAX, 0);
     }
     const nf_moe_ref_a8 q8 = {p.gu, b.gu.off.empty() ? nullptr : b.gu.off.data(),
-                              b.dn.off.empty() ? nullptr : b.dn.off.data(), 0};
+                              b.dn.off.empty() ? nullptr : b.dn.off.data(), 0, 0, 0, nullptr, nullptr};
     nf_moe_ref_a8 q8m = q8, q8r = q8; // the mmq route's chains: CUDA-core router, tensor-core router
     q8m.route = 1;
     q8r.route = 2;
+    if (a8 && shared_mmq(p)) {
+        CHECK_MSG(b.sgu.inexact == 0 && b.sdn.inexact == 0, "%s: %zu shared gate/up and %zu shared down weights are not "
+                  "d_s q - m_s", p.name, b.sgu.inexact, b.sdn.inexact);
+        for (nf_moe_ref_a8 *q : {&q8m, &q8r}) {
+            q->shared_a8 = 1;
+            q->sgate_up_codec = p.sgu;
+            q->sgate_up_off = b.sgu.off.empty() ? nullptr : b.sgu.off.data();
+            q->sdown_off = b.sdn.off.empty() ? nullptr : b.sdn.off.data();
+        }
+    }
     const nf_moe_ref_a4 a4 = {b.ga, b.gd.data(), b.gsd};
     const double eps = ldexp(1.0, -8);
     // Tokens are independent: the reference runs over the CPU's threads (the device machine's host
@@ -396,8 +424,7 @@ Ref reference(const Bank &b, const Profile &p, const std::vector<float> &xf, uin
         // the mmq route's tokens (the same values; the bounds of its chains)
         if (a8 && t < mmq_tokens) {
             std::vector<double> o(H);
-            nf_moe_ref_token_a8(&m, &q8m, xt, id, w.data(), o.data(), &r.mbound[(size_t)t * H], &r.mnear[t]);
-            memcpy(&r.qout[(size_t)t * H], o.data(), H * sizeof(double));
+            nf_moe_ref_token_a8(&m, &q8m, xt, id, w.data(), &r.mout[(size_t)t * H], &r.mbound[(size_t)t * H], &r.mnear[t]);
             if (rmma) nf_moe_ref_token_a8(&m, &q8r, xt, id, w.data(), o.data(), &r.rbound[(size_t)t * H], &r.rnear[t]);
         }
     };
@@ -494,7 +521,8 @@ void check_case(const Profile &p, nf_sparse_moe *m, void *ws, const uint16_t *dx
         CHECK_MSG(!mq || (rq ? !ref.rbound.empty() : !ref.mbound.empty()), "%s T=%u: no mmq reference", p.name, T);
         if (mq && (rq ? ref.rbound.empty() : ref.mbound.empty())) return;
         const double g = bf2f(a.out[i]);
-        const double r = prefill ? (p.a4 ? ref.aout[i] : ref.pout[i]) : q8 ? ref.qout[i] : ref.out[i], d = fabs(g - r);
+        const double r = prefill ? (p.a4 ? ref.aout[i] : ref.pout[i]) : mq ? ref.mout[i] : q8 ? ref.qout[i] : ref.out[i],
+                     d = fabs(g - r);
         const double b = prefill ? (p.a4 ? ref.abound[i] : 1.01 * ref.pbound[i])
                          : q8    ? 1.01 * (rq ? ref.rbound[i] : mq ? ref.mbound[i] : ref.qbound[i])
                                  : 0.0;

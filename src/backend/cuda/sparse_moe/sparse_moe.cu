@@ -90,6 +90,9 @@ struct nf_sparse_moe {
                                // while this is set) up to mmq_max tokens take the mmq route (mmq.cu);
                                // 0 where the bank cannot (mmq_ok) or a benchmark turned it off
     int mmq_ok;                // the routed bank can take the mmq route (codecs, shapes, A8 allowed)
+    int sh_mmq;                // on the mmq route the shared expert runs the mmq kernels too (its gate/up
+                               // and down allow int8 activations, codecs and shapes the kernel takes);
+                               // else its f32 CUDA-core GEMVs
     int *counter;              // device [2 + E], 0 between forwards: the small router's grid-wide count, then
                                // the prefill work list's ticket and per-expert counts (Routing::wl_state)
     int a4;                    // nvfp4-w4a4: the prefill route runs W4A4 (a4.cuh)
@@ -301,8 +304,10 @@ static void layout_workspace(nf_sparse_moe *m, size_t T)
     // the mmq route: x and act quantised per 32 (int8 planes, (d, d sum q) pairs)
     m->o_mxq = Tm ? take(&a, Tm * H) : 0;
     m->o_mxd = Tm ? take(&a, Tm * (H / 32) * 8) : 0;
-    m->o_maq = Tm ? take(&a, Tm * k * I) : 0;
-    m->o_mad = Tm ? take(&a, Tm * k * (I / 32) * 8) : 0;
+    // the routed intermediate [slot][I], then (sh_mmq) the shared one [pos][S] in the same plane
+    const size_t ai = m->sh_mmq && S > k * I ? S : k * I;
+    m->o_maq = Tm ? take(&a, Tm * ai) : 0;
+    m->o_mad = Tm ? take(&a, Tm * (ai / 32) * 8) : 0;
     const size_t Ts = T < kSmallRouteMax ? T : kSmallRouteMax;
     m->o_sq8 = take(&a, Ts * k * a8_stride(I));
     m->o_sd8 = take(&a, Ts * k * (I / 32) * 8);
@@ -461,6 +466,9 @@ extern "C" nf_status nf_sparse_moe_bind(const nf_moe_bank *b, uint32_t max_token
                 mmq_supported(m->codec[M_GATE_UP], m->m[M_GATE_UP], true) &&
                 mmq_supported(m->codec[M_DOWN], m->m[M_DOWN], false) && H % 32 == 0 && I % 32 == 0;
     m->mmq_max = m->mmq_ok ? mmq_route_max(m->codec[M_GATE_UP]) : 0;
+    m->sh_mmq = m->mmq_ok && has_shared && b->shared_gate_up.allow_a8 && b->shared_down.allow_a8 &&
+                mmq_supported(m->codec[M_SGU], m->m[M_SGU], true) &&
+                mmq_supported(m->codec[M_SDOWN], m->m[M_SDOWN], false) && S % 32 == 0;
     layout_workspace(m, max_tokens);
     // the uploads and the counters' memset ran on the legacy stream (a pageable cudaMemcpy may return
     // before its DMA lands); a caller's non-blocking stream would not wait for them
@@ -642,8 +650,9 @@ static cudaError_t prefill_slice(const nf_sparse_moe *m, const uint16_t *x, uint
 
 // The mmq route's slice (mmq.cu): x quantised once per 32 elements, the routed gate/up on int8 tensor
 // cores with SwiGLU and the intermediate's quantisation in its epilogue, the routed down (y f32), the
-// shared expert as on the small-token route (f32 CUDA-core GEMVs: the W·A8 reference's model of it),
-// then the combine.
+// shared expert the same way over all T positions (sh_mmq: its one group's tiles; the routed down has
+// consumed the intermediate plane, so the shared one reuses it; ys f32) or, where its matrices do not
+// allow int8 activations, as on the small-token route (f32 CUDA-core GEMVs), then the combine.
 static cudaError_t mmq_slice(const nf_sparse_moe *m, const uint16_t *x, uint32_t T, uint16_t *out, uint8_t *ws,
                              const Routing &r, Groups g, cudaStream_t s)
 {
@@ -660,15 +669,33 @@ static cudaError_t mmq_slice(const nf_sparse_moe *m, const uint16_t *x, uint32_t
     if (e == cudaSuccess) e = launch_mmq(m->codec[M_DOWN], false, m->m[M_DOWN], aq, ad, g, tl, y, H, nullptr, nullptr, s);
     float *ys = nullptr;
     if (e == cudaSuccess && m->has_shared) {
-        float *acts = (float *)(ws + m->o_acts);
         ys = (float *)(ws + m->o_ys);
         const Groups sg = shared_groups(r);
-        e = launch_gemv(m->codec[M_SGU], true, m->m[M_SGU], x, true, H, sg, acts, S, T, s);
-        if (e == cudaSuccess) e = launch_gemv(m->codec[M_SDOWN], false, m->m[M_SDOWN], acts, false, S, sg, ys, H, T, s);
+        if (m->sh_mmq) {
+            const TileList sl = shared_tiles(r, T);
+            e = launch_mmq(m->codec[M_SGU], true, m->m[M_SGU], xq, xd, sg, sl, nullptr, 0, aq, ad, s);
+            if (e == cudaSuccess)
+                e = launch_mmq(m->codec[M_SDOWN], false, m->m[M_SDOWN], aq, ad, sg, sl, ys, H, nullptr, nullptr, s);
+        } else {
+            float *acts = (float *)(ws + m->o_acts);
+            e = launch_gemv(m->codec[M_SGU], true, m->m[M_SGU], x, true, H, sg, acts, S, T, s);
+            if (e == cudaSuccess) e = launch_gemv(m->codec[M_SDOWN], false, m->m[M_SDOWN], acts, false, S, sg, ys, H, T, s);
+        }
     }
     if (e != cudaSuccess) return e;
     launch_combine(r, y, false, ys, T, H, k, out, s);
     return cudaGetLastError();
+}
+
+// The shared expert's mmq tile height: 64 positions where that still gives gate/up a CTA an SM (its
+// 2S / 128 row blocks times the tiles), else 32, whose twice as many CTAs fill the SMs at the
+// route's small-T end (S = 512, T = 512: 64 CTAs of 64 positions against 132 SMs). Every output is
+// its row's fold over K whichever tile holds its position, so the height changes no bit.
+static int shared_mmq_tile(const nf_sparse_moe *m, uint32_t T)
+{
+    if (m->tile_m == 32 || m->tile_m == 64) return m->tile_m;
+    const uint64_t ctas64 = (uint64_t)(2 * m->bank.shared_inter / 128) * ((T + 63) / 64);
+    return ctas64 >= (uint64_t)sm_count() ? 64 : 32;
 }
 
 // Whether gate/up prefetches the routed experts' down bytes into L2 (NextMat): at one token it is
@@ -699,7 +726,7 @@ static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint
     // the mmq kernel's position tiles: 32 or 64 (a tile's dead n-tiles of 8 cost no MMAs, so the
     // taller tile only pays where the groups fill it: from 24 positions an expert on average)
     if (mmq) r.tile_m = m->tile_m == 32 || m->tile_m == 64 ? m->tile_m : (double)T * k / E > 24 ? 64 : 32;
-    r.sh_tile_m = m->tile_m ? m->tile_m : prefill_tile_height(T, wg_sgu);
+    r.sh_tile_m = mmq && m->sh_mmq ? shared_mmq_tile(m, T) : m->tile_m ? m->tile_m : prefill_tile_height(T, wg_sgu);
     launch_routing(m->m[M_ROUTER], m->codec[M_ROUTER], m->rplanes, m->has_shared ? &m->m[M_SGATE] : nullptr,
                    m->codec[M_SGATE], x, T, H, E, k, b.norm_topk, r, m->forced_ids, m->counter, small, s);
     float *act = (float *)(ws + m->o_act), *y = (float *)(ws + m->o_y);

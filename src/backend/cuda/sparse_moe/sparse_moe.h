@@ -36,9 +36,10 @@ typedef struct nf_moe_matrix {
     uint32_t rows, cols;   /* per expert */
     uint32_t divisors;     /* nvfp4: separately quantized sources stacked in this plane (else 1) */
     int allow_a4;          /* policy: this matrix's input may be quantized to four bits */
-    int allow_a8;          /* policy: at decode / small-token sizes this matrix's input may be
-                            * quantized to int8 per 32 elements (k-quant and q8_0 weights; the routed
-                            * gate/up's x, the routed down's SwiGLU intermediate) */
+    int allow_a8;          /* policy: this matrix's input may be quantized to int8 per 32 elements
+                            * (k-quant and q8_0 weights): the routed gate/up's x and the routed down's
+                            * SwiGLU intermediate on the decode, small-token and mmq routes; the
+                            * shared expert's on the mmq route (both its matrices must allow it) */
     /* nvfp4 W4A4: the activation divisor(s) of this input (compressed-tensors' input_global_scale).
      * n_input_divisors = 0: input_divisor is the one divisor (0 = none); 1: input_divisors[0];
      * = experts: input_divisors[e] is expert e's (a down bank: each expert's intermediate is its own
