@@ -231,10 +231,28 @@ struct Emu {
     std::vector<int> order; // group g's entry j
 };
 
+// The mmq route's shared expert: gate/up rows r, S + r of its one expert over x's int8 plane, SwiGLU,
+// the intermediate quantised per 32 (the epilogue's quantiser), the down rows over it: ys in f32.
+std::vector<float> shared_mmq_ys(const Bank &b, const std::vector<int8_t> &xp, const std::vector<float2> &xd)
+{
+    const uint32_t H = b.H, S = b.S;
+    std::vector<float> as(S), ys(H);
+    for (uint32_t r = 0; r < S; r++) {
+        const float g = mmq_rowdot(b.sgu.codec, b.sgu.W, 0, r, xp.data(), xd.data());
+        const float v = mmq_rowdot(b.sgu.codec, b.sgu.W, 0, r + S, xp.data(), xd.data());
+        as[r] = g / (1.0f + expf(-g)) * v;
+    }
+    std::vector<int8_t> aq;
+    std::vector<float2> ad;
+    quantize_dev(as.data(), S, aq, ad);
+    const std::vector<int8_t> ap = plain(aq, S);
+    for (uint32_t h = 0; h < H; h++) ys[h] = mmq_rowdot(b.sdn.codec, b.sdn.W, 0, h, ap.data(), ad.data());
+    return ys;
+}
+
 // One token through the decode route (T = 1) as the kernels compute it, or (mmq) through the mmq
 // route's kernels (the router is the same there below T = 512; the shared expert runs the mmq
 // kernels too where its codecs allow: shared_a8).
-std::vector<float> shared_mmq_ys(const Bank &b, const std::vector<int8_t> &xp, const std::vector<float2> &xd);
 Emu emulate(const Bank &b, const float *x, Plant plant, bool mmq)
 {
     const uint32_t H = b.H, I = b.I, S = b.S, E = b.E, K = b.K;
@@ -285,6 +303,8 @@ Emu emulate(const Bank &b, const float *x, Plant plant, bool mmq)
         float lane[32] = {};
         for (uint32_t h = 0; h < H; h++) lane[h % 32] = fmaf(b.sg.deq[h], x[h], lane[h % 32]);
         sg = 1.0f / (1.0f + expf(-butterfly(lane)));
+    }
+    if (b.shared && !(mmq && b.shared_a8)) {
         std::vector<float> as(S);
         for (uint32_t r = 0; r < S; r++) {
             const float g = f32_rowdot(&b.sgu.deq[(size_t)r * H], x, H), v = f32_rowdot(&b.sgu.deq[(size_t)(S + r) * H], x, H);
@@ -351,25 +371,6 @@ Emu emulate(const Bank &b, const float *x, Plant plant, bool mmq)
     return u;
 }
 
-// The mmq route's shared expert: gate/up rows r, S + r of its one expert over x's int8 plane, SwiGLU,
-// the intermediate quantised per 32 (the epilogue's quantiser), the down rows over it: ys in f32.
-std::vector<float> shared_mmq_ys(const Bank &b, const std::vector<int8_t> &xp, const std::vector<float2> &xd)
-{
-    const uint32_t H = b.H, S = b.S;
-    std::vector<float> as(S), ys(H);
-    for (uint32_t r = 0; r < S; r++) {
-        const float g = mmq_rowdot(b.sgu.codec, b.sgu.W, 0, r, xp.data(), xd.data());
-        const float v = mmq_rowdot(b.sgu.codec, b.sgu.W, 0, r + S, xp.data(), xd.data());
-        as[r] = g / (1.0f + expf(-g)) * v;
-    }
-    std::vector<int8_t> aq;
-    std::vector<float2> ad;
-    quantize_dev(as.data(), S, aq, ad);
-    const std::vector<int8_t> ap = plain(aq, S);
-    for (uint32_t h = 0; h < H; h++) ys[h] = mmq_rowdot(b.sdn.codec, b.sdn.W, 0, h, ap.data(), ad.data());
-    return ys;
-}
-
 Bank make_bank(const Profile &p)
 {
     Bank b;
@@ -382,8 +383,7 @@ Bank make_bank(const Profile &p)
         b.sgu = make_mat(p.sgu, 1, 2 * b.S, b.H, sdx);
         b.sdn = make_mat(p.sdn, 1, b.H, b.S, 1.0f / sqrtf((float)b.S));
         b.sg = make_mat(NF_CODEC_BF16, 1, 1, b.H, sdx);
-        auto mmq_codec = [](int c) { return c == NF_CODEC_Q4_K || c == NF_CODEC_Q5_K || c == NF_CODEC_Q6_K || c == NF_CODEC_Q8_0; };
-        b.shared_a8 = mmq_codec(p.sgu) && mmq_codec(p.sdn);
+        b.shared_a8 = nf::mmq_codec(p.sgu) && nf::mmq_codec(p.sdn);
     }
     return b;
 }

@@ -93,6 +93,7 @@
 #include <vector>
 
 #include "backend/cuda/sparse_moe/a4.cuh" // the W4A4 chunk encoder, checked against the CPU's
+#include "backend/cuda/sparse_moe/mmq.cuh"  // mmq_codec: the codecs the mmq route takes
 
 extern "C" {
 #include "backend/cuda/sparse_moe/sparse_moe.h"
@@ -346,9 +347,8 @@ struct Ref {
 // multiple of the codec's slice). The test's geometries fit the kernel's shared memory.
 bool shared_mmq(const Profile &p)
 {
-    auto mmq_codec = [](int c) { return c == NF_CODEC_Q4_K || c == NF_CODEC_Q5_K || c == NF_CODEC_Q6_K || c == NF_CODEC_Q8_0; };
     auto slice = [](int c) { return c == NF_CODEC_Q8_0 ? 128u : 256u; };
-    return p.sgu >= 0 && mmq_codec(p.sgu) && mmq_codec(p.sdn) && S % 64 == 0 && H % slice(p.sgu) == 0 && H % 128 == 0 &&
+    return p.sgu >= 0 && nf::mmq_codec(p.sgu) && nf::mmq_codec(p.sdn) && S % 64 == 0 && H % slice(p.sgu) == 0 && H % 128 == 0 &&
            S % slice(p.sdn) == 0;
 }
 
@@ -423,9 +423,11 @@ Ref reference(const Bank &b, const Profile &p, const std::vector<float> &xf, uin
             nf_moe_ref_token_a8(&m, &q8, xt, id, w.data(), &r.qout[(size_t)t * H], &r.qbound[(size_t)t * H], &r.qnear[t]);
         // the mmq route's tokens (the same values; the bounds of its chains)
         if (a8 && t < mmq_tokens) {
-            std::vector<double> o(H);
             nf_moe_ref_token_a8(&m, &q8m, xt, id, w.data(), &r.mout[(size_t)t * H], &r.mbound[(size_t)t * H], &r.mnear[t]);
-            if (rmma) nf_moe_ref_token_a8(&m, &q8r, xt, id, w.data(), o.data(), &r.rbound[(size_t)t * H], &r.rnear[t]);
+            if (rmma) { // only its bound: the values are mout's
+                std::vector<double> o(H);
+                nf_moe_ref_token_a8(&m, &q8r, xt, id, w.data(), o.data(), &r.rbound[(size_t)t * H], &r.rnear[t]);
+            }
         }
     };
     auto range = [](void *ctx, size_t begin, size_t end, int) {

@@ -351,7 +351,7 @@ size_t mmq_smem(int codec, const DevMat &W, int height)
 
 bool mmq_supported_within(int codec, const DevMat &W, bool glu, size_t smem_limit)
 {
-    if (codec != 3 && codec != 4 && codec != 5 && codec != 6) return false;
+    if (!mmq_codec(codec)) return false;
     const uint32_t slice = codec == 3 ? 128 : 256;
     if (W.cols == 0 || W.cols % slice || W.rows == 0) return false;
     if (glu ? (W.rows / 2) % (kBM / 2) || W.rows % 2 : W.rows % kBM) return false;

@@ -25,6 +25,8 @@
 #include "dev_codecs.cuh"
 
 namespace nf {
+// The codecs the mmq kernels take (nf_codec_id): q8_0 (3), q4_k (4), q5_k (5), q6_k (6).
+NF_HD constexpr bool mmq_codec(int codec) { return codec >= 3 && codec <= 6; }
 
 // A little-endian word of the 4 bytes at p (4-byte aligned).
 NF_HD uint32_t mmq_ld32(const uint8_t *p) { return *reinterpret_cast<const uint32_t *>(p); }

@@ -468,7 +468,7 @@ extern "C" nf_status nf_sparse_moe_bind(const nf_moe_bank *b, uint32_t max_token
     m->mmq_max = m->mmq_ok ? mmq_route_max(m->codec[M_GATE_UP]) : 0;
     m->sh_mmq = m->mmq_ok && has_shared && b->shared_gate_up.allow_a8 && b->shared_down.allow_a8 &&
                 mmq_supported(m->codec[M_SGU], m->m[M_SGU], true) &&
-                mmq_supported(m->codec[M_SDOWN], m->m[M_SDOWN], false) && S % 32 == 0;
+                mmq_supported(m->codec[M_SDOWN], m->m[M_SDOWN], false);
     layout_workspace(m, max_tokens);
     // the uploads and the counters' memset ran on the legacy stream (a pageable cudaMemcpy may return
     // before its DMA lands); a caller's non-blocking stream would not wait for them
