@@ -16,7 +16,10 @@ __global__ void prep_kernel(DenseTables t, uint32_t T)
         *t.n_tiles = (int32_t)tiles, *t.n_tiles64 = (int32_t)tiles64;
     }
     for (uint32_t i = threadIdx.x; i < tiles; i += blockDim.x) t.tile_m0[i] = (int32_t)(i * kPrefillTileM);
-    for (uint32_t i = threadIdx.x; i < tiles64; i += blockDim.x) t.tile_group[i] = 0, t.tile_m0_64[i] = (int32_t)(i * 64);
+    for (uint32_t i = threadIdx.x; i < tiles64; i += blockDim.x) {
+        t.tile_group[i] = 0, t.tile_m0_64[i] = (int32_t)(i * 64);
+        t.count64[i] = (int32_t)(T - 64 * i < 64 ? T - 64 * i : 64);
+    }
 }
 
 // One CTA per token: each thread decodes pieces of the embedding row.
@@ -173,6 +176,15 @@ cudaError_t linear(const Linear &L, const DenseTables &t, const uint16_t *in, ui
         const TileList tl{t.n_tiles, t.tile_group, t.tile_m0, (T + kPrefillTileM - 1) / kPrefillTileM, kPrefillTileM};
         return launch_prefill_gemm(L.codec, false, L.m, in, L.m.cols, g, tl, out, out_stride, false, s);
     }
+    // Above kGemvMaxT (shapes neither GEMM takes: rows not a multiple of 128, e.g. a GDN layer's
+    // 64-row ssm_ba) a matrix of few rows takes the positions in groups of 64, one grid row each: a
+    // CTA owns 16 weight rows and loops over its group's positions, so one group of T left a 64-row
+    // matrix 4 CTAs at any T (ncu, H100, pp512 of a hybrid: ssm_ba 240 us a layer). A large matrix
+    // keeps one group (each group reads the whole matrix; kSplitMaxRows of bf16 rows of 4096 stay in
+    // L2). Each output is the same dot whichever CTA computes it.
+    constexpr uint32_t kSplitMaxRows = 1024;
+    if (T > kGemvMaxT && L.m.rows <= kSplitMaxRows)
+        g = Groups{t.n_tiles64, t.tile_group, t.tile_m0_64, t.count64, nullptr, 1, (T + 63) / 64};
     const bool pre = linear_takes_quant(L, T);
     if (pre && !quantised) {
         const cudaError_t e = linear_quant(t, in, T, L.m.cols, s);
@@ -183,7 +195,7 @@ cudaError_t linear(const Linear &L, const DenseTables &t, const uint16_t *in, ui
     // launch: the weights' first rows are fetched while the predecessor (the norm) still runs.
     const GemvLaunch opt{NextMat{nullptr, 0}, true, false, L.a8 && T <= kGemvMaxT, true,
                          pre ? t.xq : nullptr, pre ? t.xd : nullptr};
-    return launch_gemv_ex(L.codec, false, L.m, in, true, L.m.cols, g, out, out_stride, T, opt, s);
+    return launch_gemv_ex(L.codec, false, L.m, in, true, L.m.cols, g, out, out_stride, g.max_groups > 1 ? 64 : T, opt, s);
 }
 
 cudaError_t embed(const Linear &E, const Batch &b, uint32_t T, uint32_t H, float *x, cudaStream_t s)

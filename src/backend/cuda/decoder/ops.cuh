@@ -53,6 +53,9 @@ struct DenseTables {
     int32_t *n_tiles, *tile_group, *tile_m0;    // [1], [max_tiles64] (all 0), [max_tiles]: tiles of kPrefillTileM
     uint32_t max_tiles;
     int32_t *n_tiles64, *tile_m0_64;            // [1], [max_tiles64]: the mmq path's tiles of 64 positions
+    int32_t *count64;                           // [max_tiles64]: their counts, min(64, T - 64 i): with
+                                                // tile_group (expert 0) and tile_m0_64 the GEMV's groups
+                                                // of 64 positions above kGemvMaxT
     int8_t *xq;                                 // [kDenseMmqMax][max cols] the mmq path's int8 input
     float2 *xd;                                 // [kDenseMmqMax][max cols / 32] its (d, d sum q) pairs
 };
