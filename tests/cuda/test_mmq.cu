@@ -14,7 +14,8 @@
 // Over q4_k, q5_k, q6_k and q8_0, tiles of 32 and 64 positions, two groups of an out-of-order pair of
 // experts with counts that leave 1 .. 7 positions in an n-tile, fill it, or spill to a second tile,
 // input rows through a position map (gate/up), dead tile slots past the live count (they must exit),
-// and guard rows past the positions that must stay untouched.
+// and guard rows past the positions that must stay untouched; and down rows of 20 480 (q6_k, q4_k),
+// whose scale fields do not fit shared memory and are read from global memory.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -216,9 +217,10 @@ void check(int codec, bool glu, int height, uint32_t cols, const Case &cs)
         memcpy(&u, &y[i], 4);
         guard += glu ? (uint8_t)aq[i] != 0x5A : u != 0xFFFFFFFFu;
     }
-    printf("  %-5s %-7s height %2d cols %4u groups %3u + %3u: %zu differ, %zu one step across a tie, %zu guards "
-           "touched\n",
-           cc->name, glu ? "gate/up" : "down", height, cols, cs.c0, cs.c1, bad, near, guard);
+    printf("  %-5s %-7s height %2d cols %5u groups %3u + %3u (scale fields %s): %zu differ, %zu one step across a "
+           "tie, %zu guards touched\n",
+           cc->name, glu ? "gate/up" : "down", height, cols, cs.c0, cs.c1,
+           nf::mmq_meta_staged(codec, W, height) ? "staged" : "from global memory", bad, near, guard);
     CHECK_MSG(bad == 0, "%s %s height %d: %zu outputs differ from the host emulation", cc->name, glu ? "gate/up" : "down",
               height, bad);
     CHECK_MSG(guard == 0, "%s: %zu guard outputs written", cc->name, guard);
@@ -235,6 +237,19 @@ void check_codec(int codec, uint32_t cols)
             for (const Case &c : cases) check<C>(codec, glu, h, cols, c);
 }
 
+// A down row too long for its scale fields to be staged (qwen2-57b-a14b's shared down: K = 20 480):
+// the form that reads them from global memory, held to the same host emulation bit for bit.
+template <class C>
+void check_long(int codec, uint32_t cols)
+{
+    nf::DevMat probe{};
+    probe.cols = cols, probe.rows = 256, probe.nb = cols / 256;
+    CHECK_MSG(!nf::mmq_meta_staged(codec, probe, 64), "%u-wide rows still stage their scale fields: not the long form",
+              cols);
+    for (int h : {32, 64})
+        for (const Case &c : {Case{9, 64}, Case{70, 8}}) check<C>(codec, false, h, cols, c);
+}
+
 } // namespace
 
 int main(void)
@@ -245,5 +260,7 @@ int main(void)
     check_codec<nf::MmqQ5K>(NF_CODEC_Q5_K, 512);
     check_codec<nf::MmqQ6K>(NF_CODEC_Q6_K, 768);
     check_codec<nf::MmqQ8>(NF_CODEC_Q8_0, 384);
+    check_long<nf::MmqQ6K>(NF_CODEC_Q6_K, 20480);
+    check_long<nf::MmqQ4K>(NF_CODEC_Q4_K, 20480);
     return nf_test_report();
 }

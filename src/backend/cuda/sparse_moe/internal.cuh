@@ -392,7 +392,10 @@ cudaError_t launch_prefill_wg(int codec, bool glu, const DevMat &W, const uint16
 // a CTA (glu: 64 row pairs), the shared memory of a 64-position tile within smem_limit.
 bool mmq_supported(int codec, const DevMat &W, bool glu);
 bool mmq_supported_within(int codec, const DevMat &W, bool glu, size_t smem_limit);
-size_t mmq_smem(int codec, const DevMat &W, int height); // shared memory of one CTA (0: not a codec it takes)
+// shared memory of one CTA (0: not a codec it takes), with the rows' scale fields staged or (staged
+// false: plain form only) read from global memory; whether they are staged at this height
+size_t mmq_smem(int codec, const DevMat &W, int height, bool staged = true);
+bool mmq_meta_staged(int codec, const DevMat &W, int height);
 cudaError_t launch_mmq(int codec, bool glu, const DevMat &W, const int8_t *xq, const float2 *xd, const Groups &g,
                        const TileList &tl, float *out, uint32_t out_stride, int8_t *aq, float2 *ad, cudaStream_t s);
 // rows x cols (bf16 when in_bf16, else f32; rows contiguous) quantised per 32 elements as the W·A8

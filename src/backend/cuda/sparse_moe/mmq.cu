@@ -20,7 +20,8 @@
 //
 // Pipeline per K slice kt: wait for slice kt's copies and a barrier (every warp is past slice kt - 1,
 // so its buffer and the scale table are free), issue slice kt + STAGES - 1's copies, decode slice
-// kt's scales into a table [128 rows][groups] from the rows' scale fields (staged once per CTA), a
+// kt's scales into a table [128 rows][groups] from the rows' scale fields (staged once per CTA, or read
+// from global memory where they do not fit: GMETA, below), a
 // barrier, then the MMAs. Positions of a live n-tile past the tile's count load zeros.
 //
 // Epilogues: gate/up quantises its SwiGLU intermediate per position and 32 elements in the CTA (a
@@ -86,7 +87,11 @@ __host__ __device__ inline uint32_t meta_stride(uint32_t bytes)
     return b % 32 ? b : b + 16;
 }
 
-template <class C, bool GLU, int BN>
+// GMETA: the rows' scale fields are read from global memory (L1 / L2) when the slice's scale table is
+// built, instead of staged whole in shared memory: a row of K = 20 480 (qwen2-57b-a14b's shared down,
+// q6_k: 80 blocks of 18 bytes) would stage 128 x 1456 bytes, past what a CTA may take with its
+// pipeline. Only the plain (down) form: a gate/up row that long would need a hidden size past 14 000.
+template <class C, bool GLU, int BN, bool GMETA = false>
 __global__ void __launch_bounds__(kThreads, BN == 64 ? 1 : 2)
     mmq_kernel(DevMat W, const int8_t *xq, const float2 *xd, Groups g, TileList tl, float *out, uint32_t out_stride,
                int8_t *aq, float2 *ad)
@@ -112,7 +117,7 @@ __global__ void __launch_bounds__(kThreads, BN == 64 ? 1 : 2)
         return blockIdx.x * kBM + r;
     };
     // scale fields of every row, once (the first commit group)
-    for (uint32_t c = tid; c < kBM * (meta_b / 16); c += kThreads) {
+    for (uint32_t c = tid; !GMETA && c < kBM * (meta_b / 16); c += kThreads) {
         const uint32_t r = c / (meta_b / 16), o = 16 * (c % (meta_b / 16));
         cp_async16(smem_u32(meta + r * meta_s + o), row_ptr(W, expert, grow((int)r)) + C::meta_off(W) + o, 16);
     }
@@ -184,7 +189,7 @@ __global__ void __launch_bounds__(kThreads, BN == 64 ? 1 : 2)
         for (int i = tid; i < kBM * S::NG; i += kThreads) {
             const int r = i / S::NG, j = i % S::NG;
             float ds, ms;
-            C::scale(meta + r * meta_s, W.nb, kt, j, ds, ms);
+            C::scale(GMETA ? row_ptr(W, expert, grow(r)) + C::meta_off(W) : meta + r * meta_s, W.nb, kt, j, ds, ms);
             if (C::MINS) reinterpret_cast<float2 *>(tab)[r * L::TS + j] = make_float2(ds, ms);
             else reinterpret_cast<float *>(tab)[r * L::TS + j] = ds;
         }
@@ -337,16 +342,21 @@ cudaError_t with_mmq_codec(int codec, F &&f)
 
 } // namespace
 
-size_t mmq_smem(int codec, const DevMat &W, int height)
+size_t mmq_smem(int codec, const DevMat &W, int height, bool staged)
 {
     size_t bytes = 0;
     with_mmq_codec(codec, [&](auto c) {
         using C = decltype(c);
-        const uint32_t meta = meta_stride(C::meta_bytes(W));
+        const uint32_t meta = staged ? meta_stride(C::meta_bytes(W)) : 0;
         bytes = height == 64 ? Layout<C, 64>::smem(meta) : Layout<C, 32>::smem(meta);
         return cudaSuccess;
     });
     return bytes;
+}
+
+bool mmq_meta_staged(int codec, const DevMat &W, int height)
+{
+    return mmq_smem(codec, W, height, true) <= smem_optin_limit();
 }
 
 bool mmq_supported_within(int codec, const DevMat &W, bool glu, size_t smem_limit)
@@ -355,7 +365,8 @@ bool mmq_supported_within(int codec, const DevMat &W, bool glu, size_t smem_limi
     const uint32_t slice = codec == 3 ? 128 : 256;
     if (W.cols == 0 || W.cols % slice || W.rows == 0) return false;
     if (glu ? (W.rows / 2) % (kBM / 2) || W.rows % 2 : W.rows % kBM) return false;
-    return mmq_smem(codec, W, 64) <= smem_limit;
+    const bool staged = glu || mmq_smem(codec, W, 64, true) <= smem_limit; // else the plain form reads them
+    return mmq_smem(codec, W, 64, staged) <= smem_limit;
 }
 
 bool mmq_supported(int codec, const DevMat &W, bool glu)
@@ -377,7 +388,9 @@ cudaError_t launch_mmq(int codec, bool glu, const DevMat &W, const int8_t *xq, c
             k<<<grid, kThreads, smem, s>>>(W, xq, xd, g, tl, out, out_stride, aq, ad);
             return cudaGetLastError();
         };
-        const size_t smem = mmq_smem(codec, W, tl.height);
+        const bool staged = glu || mmq_meta_staged(codec, W, tl.height);
+        const size_t smem = mmq_smem(codec, W, tl.height, staged);
+        if (!staged) return tl.height == 64 ? go(mmq_kernel<C, false, 64, true>, smem) : go(mmq_kernel<C, false, 32, true>, smem);
         if (tl.height == 64) return glu ? go(mmq_kernel<C, true, 64>, smem) : go(mmq_kernel<C, false, 64>, smem);
         return glu ? go(mmq_kernel<C, true, 32>, smem) : go(mmq_kernel<C, false, 32>, smem);
     });
