@@ -840,6 +840,46 @@ void test_import(const std::vector<uint32_t> &Ts)
 
 } // namespace
 
+// A shared expert of at least half a token's routed work (S >= k I / 2, as qwen2_moe's) moves the mmq
+// route's frontier down (sparse_moe.cu mmq_small_max_big_shared: q4_k gate/up from T = 3, q8_0 from
+// T = 2, against their 12 and 8 otherwise): k = 2, I = 256, S = 512, the k-quant and q8_0 shared
+// profiles on both sides of it, each side's route asserted. Run last, from a seed of its own (the
+// earlier cases keep their data).
+void test_big_shared()
+{
+    H = 256, I = 256, E = 16, K = 2, S = 512;
+    const std::vector<uint32_t> Ts = {1, 2, 3, 4, 5, 8};
+    TMAX = 8;
+    rng = 0xBB67AE8584CAA73Bull;
+    printf("geometry H %u, E %u, k %u, I %u, shared I %u (a shared expert of half the routed work)\n", H, E, K, I, S);
+    const Profile shared[] = {
+        {"q4_k+q6_k/q4_k+q6_k", NF_CODEC_Q4_K, NF_CODEC_Q6_K, NF_CODEC_Q4_K, NF_CODEC_Q6_K, 1},
+        {"q8_0+q8_0/q8_0+q8_0", NF_CODEC_Q8_0, NF_CODEC_Q8_0, NF_CODEC_Q8_0, NF_CODEC_Q8_0, 0},
+    };
+    std::vector<float> xf;
+    uint16_t *dx = make_inputs(xf);
+    for (const Profile &p : shared) {
+        if (!selected(p)) continue;
+        Bank b = make_bank(p);
+        nf_moe_bank desc = b.desc(p);
+        nf_sparse_moe *m = nullptr;
+        size_t ws = 0;
+        nf_error err;
+        CHECK_MSG(nf_sparse_moe_bind(&desc, CHUNK, &m, &ws, &err) == NF_OK, "%s: bind: %s", p.name, err.msg);
+        if (m) {
+            const uint32_t first = p.gu == NF_CODEC_Q8_0 ? 2 : 3; // the first T on the mmq route
+            const nf_moe_route below = first == 2 ? NF_MOE_ROUTE_DECODE : NF_MOE_ROUTE_SMALL;
+            CHECK_MSG(nf_sparse_moe_route(m, first - 1) == below && nf_sparse_moe_route(m, first) == NF_MOE_ROUTE_MMQ,
+                      "%s with a shared expert of half the routed work: T = %u takes %s, T = %u %s (want %s, mmq)", p.name,
+                      first - 1, nf_moe_route_name(nf_sparse_moe_route(m, first - 1)), first,
+                      nf_moe_route_name(nf_sparse_moe_route(m, first)), nf_moe_route_name(below));
+            nf_sparse_moe_free(m);
+        }
+        test_profile(p, Ts, xf, dx);
+    }
+    cudaFree(dx);
+}
+
 int main(void)
 {
     if (!nf_test_gpu_visible("test_sparse_moe")) return NF_TEST_SKIP;
@@ -899,6 +939,7 @@ int main(void)
     std::vector<uint32_t> Ti = Ts;
     if (!getenv("NF_TEST_TOKENS")) Ti.insert(Ti.begin() + 3, {4u, 5u});
     test_import(Ti);
+    test_big_shared();
     nf_pool_destroy(pool);
     return nf_test_report();
 }

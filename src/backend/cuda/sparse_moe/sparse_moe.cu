@@ -65,6 +65,19 @@ static uint32_t mmq_small_max(int gate_up_codec)
     default: return 9;             // q5_k+q6_k, T = 9: 156.0 vs 156.6; 10: 156.6 vs 166.3
     }
 }
+// The small-token route runs the shared expert on f32 CUDA-core GEMVs (8 positions a pass). Where it
+// is at least half a token's routed work (S >= k I / 2: qwen2_moe's, e.g. qwen2-57b-a14b's 20480
+// against 8 x 2560) and the mmq route runs it on the int8 kernels (sh_mmq), that route wins almost
+// at once: H100, qwen2-57b-a14b, --route small | mmq in one call, us:
+//   q4_k+q6_k/q4_k+q6_k  T = 2 535 / 547, 3 746 / 573, 4 1019 / 614, 8 2535 / 694, 16 4965 / 878
+//   q8_0+q8_0/q8_0+q8_0  T = 2 895 / 522, 3 1170 / 541, 4 1775 / 606, 8 3491 / 716, 16 6664 / 900
+// (q5_k gate/up not swept: q4_k's.) Qwen3.5's 512 against 8 x 512 keeps the codec's frontier (T = 8:
+// 125 vs 131 us; 12: 191 vs 149).
+static uint32_t mmq_small_max_big_shared(int gate_up_codec)
+{
+    return gate_up_codec == NF_CODEC_Q8_0 ? 1 : 2;
+}
+
 static uint32_t mmq_route_max(int gate_up_codec)
 {
     switch (gate_up_codec) {
@@ -495,7 +508,10 @@ extern "C" nf_moe_route nf_sparse_moe_route(const nf_sparse_moe *m, uint32_t tok
 {
     if (tokens <= m->decode_max) return NF_MOE_ROUTE_DECODE;
     // where the mmq route runs, it takes over from the small-token route at its own frontier
-    const uint32_t mmq_small = m->mmq_max ? mmq_small_max(m->codec[M_GATE_UP]) : UINT32_MAX;
+    uint32_t mmq_small = m->mmq_max ? mmq_small_max(m->codec[M_GATE_UP]) : UINT32_MAX;
+    const nf_moe_bank &b = m->bank;
+    if (m->mmq_max && m->sh_mmq && 2 * b.shared_inter >= b.top_k * b.inter)
+        mmq_small = mmq_small_max_big_shared(m->codec[M_GATE_UP]);
     const uint32_t small_max = m->small_max < mmq_small ? m->small_max : mmq_small;
     if (tokens <= small_max) return NF_MOE_ROUTE_SMALL;
     if (tokens <= m->mmq_max) return NF_MOE_ROUTE_MMQ;
