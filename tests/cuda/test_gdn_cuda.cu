@@ -50,6 +50,7 @@
 #include "backend/cuda/decoder/gdn.cuh"
 
 extern "C" {
+#include "base/fnv.h"
 #include "common/cuda_test_util.h"
 #include "common/gdn_ref.h"
 }
@@ -255,6 +256,8 @@ void run_case(const Case &k, uint32_t chunk_from, const char *how)
          upload(d.slots, k.slots0.data(), k.slots0.size() * 4);
     double worst_out = 0, worst_S = 0;
     size_t bad = 0;
+    uint64_t witness = NF_FNV1A64_INIT; // of every output and state bit: a kernel change that keeps the
+                                        // arithmetic (layout, stores) must keep it
     for (size_t f = 0; ok && f < k.fwd.size(); f++) {
         const uint32_t T = tokens(k.fwd[f]), S = (uint32_t)k.fwd[f].size();
         ok = upload(d.row, k.rows[f].data(), k.rows[f].size() * 4) && upload(d.tab, k.tabs[f].data(), k.tabs[f].size() * 4) &&
@@ -267,10 +270,12 @@ void run_case(const Case &k, uint32_t chunk_from, const char *how)
         ok = ok && cudaMemcpy(out.data(), d.out, out.size() * 2, cudaMemcpyDeviceToHost) == cudaSuccess &&
              cudaMemcpy(got.data(), d.slots, got.size() * 4, cudaMemcpyDeviceToHost) == cudaSuccess;
         if (ok) bad += compare(k, f, out, got, worst_out, worst_S);
+        witness = nf_fnv1a64_update(nf_fnv1a64_update(witness, out.data(), out.size() * 2), got.data(), got.size() * 4);
     }
     CHECK_MSG(ok, "gdn dk %u dv %u %s: device run failed: %s", g.dk, g.dv, how, cudaGetErrorString(cudaGetLastError()));
     printf("gdn Hk %2u Hv %2u dk %3u dv %3u %-9s %zu forwards: output worst %.2f of its allowance, S worst rel-L2 %.2e, "
-           "%zu mismatches\n", g.hk, g.hv, g.dk, g.dv, how, k.fwd.size(), worst_out, worst_S, bad);
+           "%zu mismatches, witness %016llx\n", g.hk, g.hv, g.dk, g.dv, how, k.fwd.size(), worst_out, worst_S, bad,
+           (unsigned long long)witness);
     CHECK_MSG(bad == 0, "gdn dk %u dv %u %s: %zu mismatches", g.dk, g.dv, how, bad);
 }
 
