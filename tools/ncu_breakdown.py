@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Per-kernel table of one decode step from an ncu CSV (docs/gpu_engine.md, "One decode step").
+"""Per-kernel table of one decode step from an ncu CSV (docs/perf/gpu_engine_history.md, "One decode step").
 
 usage: ncu --metrics gpu__time_duration.sum --csv ninfer bench e2e -m m.nf -p 0 -n STEPS -r 1 --warmup 0 > ncu.csv
        tools/ncu_breakdown.py ncu.csv STEPS
