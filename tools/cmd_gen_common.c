@@ -34,8 +34,9 @@ int nf_gen_cli_opts(nf_gen_cli *g, nf_opt *o)
     o[n++] = (nf_opt){"--kv-bf16", 0, NF_OPT_FLAG, &g->kv_bf16, NULL, "CPU: keep the KV cache in bf16 (default f32; cuda is always bf16)", 0, 0};
     o[n++] = (nf_opt){"--device", 0, NF_OPT_STRING, &g->device, "DEV", "cpu, cuda or auto (default: cuda when a GPU is visible)", 0, 0};
     o[n++] = (nf_opt){"--spec", 0, NF_OPT_STRING, &g->spec, "ngram:K|mtp:K", "speculative decoding: up to K drafts a step "
-                      "by prompt lookup (ngram, K 1..8; not for hybrids) or by the model's MTP block (mtp, K 1..3; "
-                      "hybrids with mtp.* weights), verified in one forward (same greedy text)", 0, 0};
+                      "by prompt lookup (ngram, K 1..8) or by the model's MTP block (mtp, K 1..3; hybrids with "
+                      "mtp.* weights), verified in one forward (greedy: the same text; on CUDA up to the first "
+                      "near tie)", 0, 0};
     return n;
 }
 
