@@ -109,3 +109,21 @@ void nf_ep_exchange_sim(uint32_t ranks, const uint32_t *counts, size_t row_bytes
         }
     }
 }
+
+size_t nf_ep_exchange_plan(uint32_t ranks, const uint32_t *counts, int back, nf_ep_op *ops)
+{
+    size_t n = 0;
+    for (uint32_t a = 0; a < ranks; a++) {
+        size_t sd = 0, rd = 0; /* a's first send row to b, its first receive row from b */
+        for (uint32_t b = 0; b < ranks; b++) {
+            const size_t ab = counts[(size_t)a * ranks + b], ba = counts[(size_t)b * ranks + a];
+            /* forward: a's rows for b leave from sd, b's rows for a land at rd; back: the results of
+             * b's rows leave from rd, the results of a's own rows land at sd */
+            const size_t out = back ? ba : ab, out_at = back ? rd : sd, in = back ? ab : ba, in_at = back ? sd : rd;
+            if (out) ops[n++] = (nf_ep_op){a, b, 0, out_at, out};
+            if (in) ops[n++] = (nf_ep_op){a, b, 1, in_at, in};
+            sd += ab, rd += ba;
+        }
+    }
+    return n;
+}

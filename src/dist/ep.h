@@ -75,4 +75,17 @@ size_t nf_ep_recv_counts(const uint32_t *counts, uint32_t ranks, uint32_t d, uin
 void nf_ep_exchange_sim(uint32_t ranks, const uint32_t *counts, size_t row_bytes, const void *const *send,
                         void *const *recv, int back);
 
+/* One call of a grouped exchange as one thread issues it to G communicators (the CUDA backend's
+ * NCCL exchange): rank `rank` sends `rows` rows starting at row `at` of its send buffer to `peer`, or
+ * (recv) receives them from `peer` into its receive buffer at row `at`. */
+typedef struct nf_ep_op {
+    uint32_t rank, peer;
+    int recv;
+    size_t at, rows;
+} nf_ep_op;
+/* The calls of the exchange nf_ep_exchange_sim performs (back as there), rank after rank, for each
+ * peer its send then its receive, calls of zero rows left out: ops needs 2 ranks^2 entries; returns
+ * how many it wrote. Every send meets exactly one receive of the same rows (rank and peer swapped). */
+size_t nf_ep_exchange_plan(uint32_t ranks, const uint32_t *counts, int back, nf_ep_op *ops);
+
 #endif

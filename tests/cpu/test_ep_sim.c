@@ -111,6 +111,47 @@ static void test_exchange(void)
     CHECK(memcmp(home, sbuf, sizeof home) == 0);
 }
 
+/* The plan of the grouped calls (the NCCL exchange issues exactly these) against the simulation: every
+ * send meets one receive of the same rows from its peer, and carrying the rows out call by call gives
+ * the simulation's buffers, forward and back, over G = 1 .. 6 with zero counts among the others. */
+static void test_plan(void)
+{
+    enum { MAXG = 6, MAXR = 128 };
+    static uint32_t sbuf[MAXG][MAXR], want[MAXG][MAXR], got[MAXG][MAXR];
+    nf_ep_op ops[2 * MAXG * MAXG];
+    for (uint32_t G = 1; G <= MAXG; G++)
+        for (int back = 0; back < 2; back++) {
+            uint32_t counts[MAXG * MAXG];
+            for (uint32_t i = 0; i < G * G; i++) counts[i] = (uint32_t)((i * 7 + G * 3 + back) % 6); /* zeros too */
+            const void *send[MAXG];
+            void *recv[MAXG];
+            for (uint32_t r = 0; r < G; r++) {
+                for (uint32_t i = 0; i < MAXR; i++) sbuf[r][i] = 100000 * r + i, want[r][i] = got[r][i] = 0xFFFFFFFFu;
+                send[r] = sbuf[r], recv[r] = want[r];
+            }
+            nf_ep_exchange_sim(G, counts, sizeof(uint32_t), send, recv, back);
+            const size_t n = nf_ep_exchange_plan(G, counts, back, ops);
+            CHECK(n <= 2 * (size_t)G * G);
+            size_t sends = 0, recvs = 0;
+            for (size_t i = 0; i < n; i++) {
+                CHECK(ops[i].rows > 0);
+                if (ops[i].recv) {
+                    recvs++;
+                    continue;
+                }
+                sends++;
+                size_t match = 0, at = 0;
+                for (size_t j = 0; j < n; j++)
+                    if (ops[j].recv && ops[j].rank == ops[i].peer && ops[j].peer == ops[i].rank) match++, at = j;
+                CHECK_MSG(match == 1 && ops[at].rows == ops[i].rows, "G %u back %d: rank %u's send to %u meets %zu receives",
+                          G, back, ops[i].rank, ops[i].peer, match);
+                if (match == 1) memcpy(&got[ops[at].rank][ops[at].at], &sbuf[ops[i].rank][ops[i].at], ops[i].rows * 4);
+            }
+            CHECK(sends == recvs);
+            CHECK_MSG(memcmp(got, want, sizeof got) == 0, "G %u back %d: the plan's calls differ from the simulation", G, back);
+        }
+}
+
 /* The block over G simulated ranks against the one-rank forward, bit for bit. */
 static void test_block(nf_cpu *c, nf_codec_id codec, int shared)
 {
@@ -161,6 +202,7 @@ int main(void)
     test_layout();
     test_send();
     test_exchange();
+    test_plan();
     nf_cpu *c;
     CHECK(nf_cpu_create(2, 1024, 64, &c, NULL) == NF_OK);
     test_block(c, NF_CODEC_Q4_K, 1);

@@ -5,8 +5,7 @@
 #include <string.h>
 
 #include "base/error.h"
-
-enum { kMaxRanks = 64 };
+#include "dist/ep.h"
 
 #if NF_HAVE_NCCL
 #include <dlfcn.h>
@@ -29,7 +28,7 @@ struct nf_nccl {
     nf_nccl_api api;
     uint32_t ranks;
     int version;
-    ncclComm_t comm[kMaxRanks]; /* rank r's communicator, on its device */
+    ncclComm_t comm[NF_EP_MAX_RANKS]; /* rank r's communicator, on its device */
 };
 
 static nf_status resolve(nf_nccl *c, const char *path, nf_error *err)
@@ -52,8 +51,8 @@ static nf_status resolve(nf_nccl *c, const char *path, nf_error *err)
 nf_status nf_nccl_open(uint32_t ranks, const int *devices, nf_nccl **out, nf_error *err)
 {
     *out = NULL;
-    if (ranks == 0 || ranks > kMaxRanks)
-        return nf_error_set(err, NF_ERR_INVALID_ARG, "nccl: %u ranks (1 .. %d)", ranks, kMaxRanks);
+    if (ranks == 0 || ranks > NF_EP_MAX_RANKS)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "nccl: %u ranks (1 .. %d)", ranks, NF_EP_MAX_RANKS);
     for (uint32_t i = 0; i < ranks; i++)
         for (uint32_t j = i + 1; j < ranks; j++)
             if (devices[i] == devices[j])
@@ -96,55 +95,36 @@ void nf_nccl_close(nf_nccl *c)
 
 int nf_nccl_version(const nf_nccl *c) { return c ? c->version : 0; }
 
-/* sd[a][b]: rank a's first send row to rank b (prefix sums of counts[a][.]); rd[a][b]: rank a's first
- * receive row from rank b (prefix sums of counts[.][a]): nf_ep_exchange_sim's displacements. */
-static void displacements(const uint32_t *counts, uint32_t G, size_t *sd, size_t *rd)
-{
-    for (uint32_t a = 0; a < G; a++) {
-        size_t s = 0, r = 0;
-        for (uint32_t b = 0; b < G; b++) {
-            sd[a * G + b] = s, rd[a * G + b] = r;
-            s += counts[a * G + b], r += counts[b * G + a];
-        }
-    }
-}
-
 nf_status nf_nccl_exchange(nf_nccl *c, const uint32_t *counts, size_t row_bytes, const void *const *send,
                            void *const *recv, int back, void *const *streams, nf_error *err)
 {
+    /* the calls nf_ep_exchange_plan lists (tested against the simulation on the CPU), in one group */
     const uint32_t G = c->ranks;
-    size_t *sd = malloc(2 * (size_t)G * G * sizeof *sd);
-    if (!sd) return nf_error_set(err, NF_ERR_NOMEM, "nccl exchange: out of memory");
-    size_t *rd = sd + (size_t)G * G;
-    displacements(counts, G, sd, rd);
-    /* rank a's operations with rank b: forward, a sends its rows for b and receives b's rows for it;
-     * back, a returns the results of b's rows and receives the results of its own rows from b */
+    nf_ep_op *ops = malloc(2 * (size_t)G * G * sizeof *ops);
+    if (!ops) return nf_error_set(err, NF_ERR_NOMEM, "nccl exchange: out of memory");
+    const size_t n = nf_ep_exchange_plan(G, counts, back, ops);
     ncclResult_t r = c->api.group_start();
-    uint32_t fa = 0, fb = 0;
-    const char *what = "ncclGroupStart";
-    for (uint32_t a = 0; a < G && r == ncclSuccess; a++)
-        for (uint32_t b = 0; b < G && r == ncclSuccess; b++) {
-            const size_t ab = (size_t)a * G + b, ba = (size_t)b * G + a;
-            const size_t n_out = back ? counts[ba] : counts[ab], at_out = back ? rd[ab] : sd[ab];
-            const size_t n_in = back ? counts[ab] : counts[ba], at_in = back ? sd[ab] : rd[ab];
-            cudaStream_t s = streams ? (cudaStream_t)streams[a] : NULL;
-            fa = a, fb = b;
-            if (n_out) {
-                what = "send to";
-                r = c->api.send((const char *)send[a] + at_out * row_bytes, n_out * row_bytes, ncclInt8, (int)b, c->comm[a], s);
-            }
-            if (n_in && r == ncclSuccess) {
-                what = "receive from";
-                r = c->api.recv((char *)recv[a] + at_in * row_bytes, n_in * row_bytes, ncclInt8, (int)b, c->comm[a], s);
-            }
-        }
+    if (r != ncclSuccess) {
+        free(ops);
+        return nf_error_set(err, NF_ERR_CUDA, "nccl exchange: ncclGroupStart: %s", c->api.error_string(r));
+    }
+    size_t i = 0;
+    for (; i < n && r == ncclSuccess; i++) {
+        const nf_ep_op *o = &ops[i];
+        cudaStream_t s = streams ? (cudaStream_t)streams[o->rank] : NULL;
+        const size_t at = o->at * row_bytes, bytes = o->rows * row_bytes;
+        r = o->recv ? c->api.recv((char *)recv[o->rank] + at, bytes, ncclInt8, (int)o->peer, c->comm[o->rank], s)
+                    : c->api.send((const char *)send[o->rank] + at, bytes, ncclInt8, (int)o->peer, c->comm[o->rank], s);
+    }
     const ncclResult_t e = c->api.group_end(); /* closes the group whatever failed inside it */
-    free(sd);
+    nf_status st = NF_OK;
     if (r != ncclSuccess)
-        return nf_error_set(err, NF_ERR_CUDA, "nccl exchange: rank %u %s rank %u: %s", fa, what, fb, c->api.error_string(r));
-    if (e != ncclSuccess)
-        return nf_error_set(err, NF_ERR_CUDA, "nccl exchange over %u ranks: ncclGroupEnd: %s", G, c->api.error_string(e));
-    return NF_OK;
+        st = nf_error_set(err, NF_ERR_CUDA, "nccl exchange: rank %u %s rank %u: %s", ops[i - 1].rank,
+                          ops[i - 1].recv ? "receive from" : "send to", ops[i - 1].peer, c->api.error_string(r));
+    else if (e != ncclSuccess)
+        st = nf_error_set(err, NF_ERR_CUDA, "nccl exchange over %u ranks: ncclGroupEnd: %s", G, c->api.error_string(e));
+    free(ops);
+    return st;
 }
 
 #else /* built without nccl.h */
