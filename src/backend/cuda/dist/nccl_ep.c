@@ -29,6 +29,7 @@ struct nf_nccl {
     uint32_t ranks;
     int version;
     ncclComm_t comm[NF_EP_MAX_RANKS]; /* rank r's communicator, on its device */
+    nf_ep_op *ops;                    /* [2 ranks^2]: an exchange's calls, planned anew each exchange */
 };
 
 static nf_status resolve(nf_nccl *c, const char *path, nf_error *err)
@@ -64,11 +65,13 @@ nf_status nf_nccl_open(uint32_t ranks, const int *devices, nf_nccl **out, nf_err
         return nf_error_set(err, NF_ERR_UNSUPPORTED, "nccl: cannot load %s (%s); NF_NCCL_LIB names the library", path,
                             dlerror());
     nf_nccl *c = calloc(1, sizeof *c);
-    if (!c) {
+    nf_ep_op *ops = malloc(2 * (size_t)ranks * ranks * sizeof *ops);
+    if (!c || !ops) {
+        free(c), free(ops);
         dlclose(lib);
         return nf_error_set(err, NF_ERR_NOMEM, "nccl: out of memory");
     }
-    c->lib = lib, c->ranks = ranks;
+    c->lib = lib, c->ranks = ranks, c->ops = ops;
     nf_status st = resolve(c, path, err);
     ncclResult_t r = ncclSuccess;
     if (!st && (r = c->api.get_version(&c->version)) == ncclSuccess)
@@ -90,6 +93,7 @@ void nf_nccl_close(nf_nccl *c)
     for (uint32_t r = 0; r < c->ranks; r++)
         if (c->comm[r]) c->api.comm_destroy(c->comm[r]);
     dlclose(c->lib);
+    free(c->ops);
     free(c);
 }
 
@@ -100,14 +104,11 @@ nf_status nf_nccl_exchange(nf_nccl *c, const uint32_t *counts, size_t row_bytes,
 {
     /* the calls nf_ep_exchange_plan lists (tested against the simulation on the CPU), in one group */
     const uint32_t G = c->ranks;
-    nf_ep_op *ops = malloc(2 * (size_t)G * G * sizeof *ops);
-    if (!ops) return nf_error_set(err, NF_ERR_NOMEM, "nccl exchange: out of memory");
-    const size_t n = nf_ep_exchange_plan(G, counts, back, ops);
+    const nf_ep_op *ops = c->ops;
+    const size_t n = nf_ep_exchange_plan(G, counts, back, c->ops);
     ncclResult_t r = c->api.group_start();
-    if (r != ncclSuccess) {
-        free(ops);
+    if (r != ncclSuccess)
         return nf_error_set(err, NF_ERR_CUDA, "nccl exchange: ncclGroupStart: %s", c->api.error_string(r));
-    }
     size_t i = 0;
     for (; i < n && r == ncclSuccess; i++) {
         const nf_ep_op *o = &ops[i];
@@ -117,14 +118,12 @@ nf_status nf_nccl_exchange(nf_nccl *c, const uint32_t *counts, size_t row_bytes,
                     : c->api.send((const char *)send[o->rank] + at, bytes, ncclInt8, (int)o->peer, c->comm[o->rank], s);
     }
     const ncclResult_t e = c->api.group_end(); /* closes the group whatever failed inside it */
-    nf_status st = NF_OK;
     if (r != ncclSuccess)
-        st = nf_error_set(err, NF_ERR_CUDA, "nccl exchange: rank %u %s rank %u: %s", ops[i - 1].rank,
-                          ops[i - 1].recv ? "receive from" : "send to", ops[i - 1].peer, c->api.error_string(r));
-    else if (e != ncclSuccess)
-        st = nf_error_set(err, NF_ERR_CUDA, "nccl exchange over %u ranks: ncclGroupEnd: %s", G, c->api.error_string(e));
-    free(ops);
-    return st;
+        return nf_error_set(err, NF_ERR_CUDA, "nccl exchange: rank %u %s rank %u: %s", ops[i - 1].rank,
+                            ops[i - 1].recv ? "receive from" : "send to", ops[i - 1].peer, c->api.error_string(r));
+    if (e != ncclSuccess)
+        return nf_error_set(err, NF_ERR_CUDA, "nccl exchange over %u ranks: ncclGroupEnd: %s", G, c->api.error_string(e));
+    return NF_OK;
 }
 
 #else /* built without nccl.h */

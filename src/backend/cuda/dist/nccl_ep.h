@@ -25,7 +25,8 @@ int nf_nccl_version(const nf_nccl *c);
  * recv_displ_d[s] (displ_s: prefix sums of counts[s][.]; recv_displ_d: of counts[.][d]); back = 1:
  * transposed, rank d's rows [recv_displ_d[s], + counts[s][d]) of send[d] land in recv[s] at
  * displ_s[d] (results returning). send[r], recv[r]: device buffers on rank r's device; streams[r]:
- * its cudaStream_t (NULL: the default stream). Enqueued; the caller synchronises the streams. */
+ * its cudaStream_t (NULL: the default stream). Enqueued; the caller synchronises the streams. One
+ * exchange at a time on a communicator set (its plan lives in c: planned again each call, no allocation). */
 nf_status nf_nccl_exchange(nf_nccl *c, const uint32_t *counts, size_t row_bytes, const void *const *send,
                            void *const *recv, int back, void *const *streams, nf_error *err);
 
