@@ -101,7 +101,8 @@ typedef struct nf_plan {
     nf_st_set *st;            /* HF source */
     nf_gguf *gguf;            /* GGUF source */
     int requantize;
-    char blk[24];             /* the HF plan's current layer name prefix: "blk.N." or, for the MTP block, "mtp.blk.0." */
+    char blk[24];             /* the plan's current layer name prefix: "blk.N." or, for the MTP block, "mtp.blk.0." */
+    uint32_t gguf_mtp_layers; /* GGUF hybrids: <arch>.nextn_predict_layers (0 or 1; counted in block_count) */
     int hash_bytes;           /* provenance.source_hash over the source files' bytes (a full extra read)
                                * instead of their names, sizes and mtimes; the caller sets it after
                                * nf_plan_build (ninfer convert --hash-bytes) */

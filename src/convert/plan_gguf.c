@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "convert/plan_internal.h"
 
 /* Tensor names are built into fixed buffers far longer than any GGUF name; an over-long name would
@@ -162,13 +163,15 @@ static nf_status gguf_config(nf_plan *p, nf_error *err)
     if (!s) s = gguf_u32(p, a, "block_count", &c->n_layers, 1, err);
     if (!s && nf_hf_arch_hybrid(c->arch)) {
         /* conversion/qwen.py (_QwenMtpMixin) counts the MTP layers in block_count and writes their
-         * number as nextn_predict_layers; they follow the trunk's and are not converted */
-        uint32_t mtp = 0;
-        s = gguf_u32(p, a, "nextn_predict_layers", &mtp, 0, err);
-        if (!s && mtp >= c->n_layers)
+         * number as nextn_predict_layers; they follow the trunk's (gguf_mtp reads the first) */
+        s = gguf_u32(p, a, "nextn_predict_layers", &p->gguf_mtp_layers, 0, err);
+        if (!s && p->gguf_mtp_layers >= c->n_layers)
             return nf_error_set(err, NF_ERR_FORMAT, "%s: '%s.nextn_predict_layers' %u leaves no layers of block_count %u",
-                                p->source, a, mtp, c->n_layers);
-        c->n_layers -= mtp;
+                                p->source, a, p->gguf_mtp_layers, c->n_layers);
+        if (!s && p->gguf_mtp_layers > 1) /* as the HF plan refuses mtp.layers.1 */
+            return nf_error_set(err, NF_ERR_UNSUPPORTED, "%s: '%s.nextn_predict_layers' is %u; ninfer reads one MTP layer "
+                                "(the hybrids' checkpoints carry one)", p->source, a, p->gguf_mtp_layers);
+        c->n_layers -= p->gguf_mtp_layers;
     }
     if (!s) s = gguf_u32(p, a, "attention.head_count", &c->n_heads, 1, err);
     c->n_kv_heads = c->n_heads;
@@ -330,9 +333,18 @@ static nf_status gguf_exp_bank(nf_plan *p, int i, const char *gu_name, const cha
     return s ? s : nf_plan_decide(p, t, E ? NF_ROLE_EXP_GATE_UP : NF_ROLE_SHEXP_GATE_UP, i, err);
 }
 
-#define N(fmt) (snprintf(n1, sizeof n1, "blk.%d." fmt, i), n1)
-#define G(fmt) (snprintf(g1, sizeof g1, "blk.%d." fmt, i), g1)
-#define G2(fmt) (snprintf(g2, sizeof g2, "blk.%d." fmt, i), g2)
+/* The GGUF block that layer i is read from: i itself, or for the MTP block (i = NF_RECIPE_LAYER_MTP, the
+ * recipe's layer number for its codecs) the first block after the trunk's, where llama.cpp's converter
+ * put `mtp.layers.0` (conversion/qwen.py, _QwenMtpMixin.filter_tensors). */
+static int gguf_block(const nf_plan *p, int i)
+{
+    return i == NF_RECIPE_LAYER_MTP ? (int)p->cfg.n_layers : i;
+}
+
+/* N: the artifact's name in the current block (p->blk: "blk.N." or "mtp.blk.0."); G, G2: the GGUF's */
+#define N(fmt) (snprintf(n1, sizeof n1, "%s" fmt, p->blk), n1)
+#define G(fmt) (snprintf(g1, sizeof g1, "blk.%d." fmt, gguf_block(p, i)), g1)
+#define G2(fmt) (snprintf(g2, sizeof g2, "blk.%d." fmt, gguf_block(p, i)), g2)
 
 /* A hybrid's gated attention. attn_q.weight is transformers' q_proj as it is (llama.cpp's graph,
  * src/models/qwen3next.cpp build_layer_attn, views each head's 2 * head_dim rows as [query | gate]):
@@ -447,18 +459,20 @@ static nf_status gguf_gdn(nf_plan *p, int i, nf_error *err)
  * output_norm) are carried as they are: llama.cpp's converter already stored 1 + w, computed in f32
  * from the checkpoint's values (Qwen3NextModel.modify_tensors `data_torch + 1` after prepare_tensors'
  * cast of bf16 to f32), which is what the artifact holds (docs/model_schema.md). */
-static nf_status gguf_ffn(nf_plan *p, int i, nf_error *err);
+static nf_status gguf_ffn(nf_plan *p, int i, int moe, nf_error *err);
 
 static nf_status gguf_layer(nf_plan *p, int i, nf_error *err)
 {
     const nf_hf_config *c = &p->cfg;
     uint64_t H = c->hidden_size, q = (uint64_t)c->n_heads * c->head_dim, kv = (uint64_t)c->n_kv_heads * c->head_dim;
     char n1[64], g1[96];
+    const int moe = nf_hf_config_layer_is_moe(c, (uint32_t)i);
+    snprintf(p->blk, sizeof p->blk, "blk.%d.", i);
     nf_status s = gguf_simple(p, N("attn_norm"), NF_ROLE_VECTOR, i, G("attn_norm.weight"), 1, H, err);
     if (!s && nf_hf_arch_hybrid(c->arch)) {
         s = c->linear_layers[i] ? gguf_gdn(p, i, err) : gguf_gated_attn(p, i, err);
         if (!s) s = gguf_simple(p, N("ffn_norm"), NF_ROLE_VECTOR, i, G("post_attention_norm.weight"), 1, H, err);
-        return s ? s : gguf_ffn(p, i, err);
+        return s ? s : gguf_ffn(p, i, moe, err);
     }
     if (!s) s = gguf_simple(p, N("attn_q"), NF_ROLE_ATTN_Q, i, G("attn_q.weight"), q, H, err);
     if (!s) s = gguf_simple(p, N("attn_k"), NF_ROLE_ATTN_K, i, G("attn_k.weight"), kv, H, err);
@@ -478,17 +492,17 @@ static nf_status gguf_layer(nf_plan *p, int i, nf_error *err)
         if (!s) s = gguf_simple(p, N("attn_k_norm"), NF_ROLE_VECTOR, i, G("attn_k_norm.weight"), 1, c->head_dim, err);
     }
     if (!s) s = gguf_simple(p, N("ffn_norm"), NF_ROLE_VECTOR, i, G("ffn_norm.weight"), 1, H, err);
-    return s ? s : gguf_ffn(p, i, err);
+    return s ? s : gguf_ffn(p, i, moe, err);
 }
 
-/* The layer's MLP: dense, or router + routed experts (+ the shared expert: qwen2moe, the hybrids). */
-static nf_status gguf_ffn(nf_plan *p, int i, nf_error *err)
+/* The layer's MLP: dense, or (moe) router + routed experts (+ the shared expert: qwen2moe, the hybrids). */
+static nf_status gguf_ffn(nf_plan *p, int i, int moe, nf_error *err)
 {
     const nf_hf_config *c = &p->cfg;
     uint64_t H = c->hidden_size, E = c->n_experts, I = c->moe_intermediate_size, S = c->shared_intermediate_size;
     char n1[64], g1[96], g2[96];
     nf_status s;
-    if (!nf_hf_config_layer_is_moe(c, (uint32_t)i)) {
+    if (!moe) {
         uint64_t D = c->intermediate_size;
         s = gguf_simple(p, N("ffn_gate"), NF_ROLE_FFN_GATE_UP, i, G("ffn_gate.weight"), D, H, err);
         if (!s) s = gguf_simple(p, N("ffn_up"), NF_ROLE_FFN_GATE_UP, i, G("ffn_up.weight"), D, H, err);
@@ -520,6 +534,51 @@ static nf_status gguf_ffn(nf_plan *p, int i, nf_error *err)
     }
     return s;
 }
+/* The hybrids' MTP block (docs/hybrid.md "MTP"; the HF plan's hf_mtp writes the same tensors from
+ * `mtp.*`). llama.cpp's converter (conversion/qwen.py, _QwenMtpMixin.filter_tensors) renamed
+ * `mtp.layers.0.*` to the layer after the trunk's, L = block_count - nextn_predict_layers, which the
+ * tensor map then names as any layer (attn_norm, attn_q [query | gate per head], attn_k/v/output,
+ * attn_q/k_norm, post_attention_norm, the MoE block and shared expert), and `mtp.fc`,
+ * `mtp.pre_fc_norm_embedding`, `mtp.pre_fc_norm_hidden`, `mtp.norm` to `blk.L.nextn.eh_proj`, `.enorm`,
+ * `.hnorm`, `.shared_head_norm`. Every norm name there ends in "norm.weight", so Qwen3NextModel.
+ * modify_tensors stored 1 + w for all of them (what the artifact holds); eh_proj [H][2H] is fc as it is
+ * ([normed embedding | normed hidden] columns, the order of llama.cpp's graph's concat and of vLLM's);
+ * the layer is full attention, so qwen35moe's v-head tiling (linear_attn.* only) never touched it.
+ * A GGUF written with --no-mtp has neither nextn_predict_layers nor these tensors and converts as before;
+ * one that announces the layer without `blk.L.nextn.eh_proj` converts without the block, with a warning. llama.cpp's graph takes output_norm where shared_head_norm is absent
+ * (src/models/qwen35moe.cpp graph_mtp), and so does this; a block with its own embedding or head
+ * (`nextn.embed_tokens`, `nextn.shared_head_head`, optional in llama.cpp's loader, never written for
+ * these models) is refused: ninfer's block uses the main model's. */
+static nf_status gguf_mtp(nf_plan *p, nf_error *err)
+{
+    const nf_hf_config *c = &p->cfg;
+    const uint64_t H = c->hidden_size;
+    const int i = NF_RECIPE_LAYER_MTP;
+    char n1[64], g1[96];
+    if (!nf_hf_arch_hybrid(c->arch) || !p->gguf_mtp_layers) return NF_OK;
+    if (!nf_gguf_find_tensor(p->gguf, G("nextn.eh_proj.weight"))) { /* announced but stripped: the trunk still reads */
+        NF_WARN("convert: %s: nextn_predict_layers is %u but tensor '%s' is missing: converted without the MTP block "
+                "(--spec mtp will be refused)", p->source, p->gguf_mtp_layers, g1);
+        p->n_warnings++;
+        return NF_OK;
+    }
+    if (nf_gguf_find_tensor(p->gguf, G("nextn.embed_tokens.weight")) ||
+        nf_gguf_find_tensor(p->gguf, G("nextn.shared_head_head.weight")))
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "%s: tensor '%s': an MTP layer with its own embedding or LM head is "
+                            "not supported (ninfer's MTP block uses the main model's)", p->source, g1);
+    snprintf(p->blk, sizeof p->blk, "mtp.blk.0.");
+    nf_status s = gguf_simple(p, "mtp.fc", NF_ROLE_SSM_IN, i, G("nextn.eh_proj.weight"), H, 2 * H, err);
+    if (!s) s = gguf_simple(p, "mtp.norm_embd", NF_ROLE_VECTOR, i, G("nextn.enorm.weight"), 1, H, err);
+    if (!s) s = gguf_simple(p, "mtp.norm_hidden", NF_ROLE_VECTOR, i, G("nextn.hnorm.weight"), 1, H, err);
+    if (!s) s = gguf_simple(p, "mtp.output_norm", NF_ROLE_VECTOR, i,
+                            nf_gguf_find_tensor(p->gguf, G("nextn.shared_head_norm.weight")) ? g1 : "output_norm.weight",
+                            1, H, err);
+    if (!s) s = gguf_simple(p, N("attn_norm"), NF_ROLE_VECTOR, i, G("attn_norm.weight"), 1, H, err);
+    if (!s) s = gguf_gated_attn(p, i, err);
+    if (!s) s = gguf_simple(p, N("ffn_norm"), NF_ROLE_VECTOR, i, G("post_attention_norm.weight"), 1, H, err);
+    if (!s) s = gguf_ffn(p, i, c->n_experts && nf_gguf_find_tensor(p->gguf, G("ffn_gate_inp.weight")), err);
+    return s;
+}
 #undef N
 #undef G
 #undef G2
@@ -540,5 +599,6 @@ nf_status nf_plan_gguf(nf_plan *p, nf_error *err)
     for (uint32_t i = 0; i < c->n_layers && !s; i++) s = gguf_layer(p, (int)i, err);
     if (!s) s = gguf_simple(p, "output_norm", NF_ROLE_VECTOR, 0, "output_norm.weight", 1, H, err);
     if (!s && !c->tie_word_embeddings) s = gguf_simple(p, "output", NF_ROLE_OUTPUT, 0, "output.weight", V, H, err);
+    if (!s) s = gguf_mtp(p, err);
     return s;
 }
