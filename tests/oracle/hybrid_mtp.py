@@ -4,6 +4,12 @@ writes a torch reference of the MTP step (docs/hybrid.md, "MTP"). CI never runs 
 calls it last, and it can run alone on the committed folders (the main weights are not touched):
 
     /tmp/venv/bin/python tests/oracle/hybrid_mtp.py
+    /tmp/venv/bin/python tests/oracle/hybrid_mtp.py qwen3_next_moe   # that folder alone, weights only
+
+qwen3_next_moe (the HF side of tests/fixtures/gguf/qwen3next*.gguf) gets mtp.* weights and config's
+num_nextn_predict_layers only, no ref_mtp_*.npy (tests/engine/test_gguf_hybrid compares the MTP block of
+the llama.cpp GGUF made from it, qwen3next_mtp.gguf, with this folder's, whose block arithmetic
+test_mtp checks on the other two folders).
 
 transformers builds no MTP module (Qwen3NextForCausalLM and Qwen3_5MoeForCausalLM ignore `^mtp.*` on
 load), so the reference is written here, following vLLM's Qwen3NextMultiTokenPredictor (read, not
@@ -82,7 +88,7 @@ def run_mtp(model, mtp, hidden, tokens):
     return h[0], model.lm_head(h)[0]
 
 
-def add_mtp(folder, cls, layer_cls, norm_cls, seed, fused, mm_folder=None):
+def add_mtp(folder, cls, layer_cls, norm_cls, seed, fused, mm_folder=None, refs=True):
     model = cls.from_pretrained(folder, torch_dtype=torch.float32, attn_implementation="eager").eval()
     cfg = model.config
     torch.manual_seed(seed)
@@ -123,6 +129,9 @@ def add_mtp(folder, cls, layer_cls, norm_cls, seed, fused, mm_folder=None):
         with open(os.path.join(f, "config.json"), "w") as fh:
             json.dump(c, fh, indent=2, sort_keys=True)
             fh.write("\n")
+    if not refs:
+        print(f"{os.path.basename(folder)}: {len(sd)} mtp tensors (no reference files)")
+        return
     np.save(os.path.join(folder, "ref_mtp_logits.npy"), first.astype(np.float32))
     np.save(os.path.join(folder, "ref_mtp_chain.npy"), np.stack(chain).astype(np.float32))
     np.save(os.path.join(folder, "ref_mtp_chain_tokens.npy"), np.array(chain_tok, dtype=np.int32))
@@ -132,6 +141,12 @@ def add_mtp(folder, cls, layer_cls, norm_cls, seed, fused, mm_folder=None):
 
 def main():
     out = tm.OUT
+    next_cls = (transformers.Qwen3NextForCausalLM,
+                transformers.models.qwen3_next.modeling_qwen3_next.Qwen3NextDecoderLayer,
+                transformers.models.qwen3_next.modeling_qwen3_next.Qwen3NextRMSNorm)
+    if sys.argv[1:] == ["qwen3_next_moe"]:
+        add_mtp(os.path.join(out, "qwen3_next_moe"), *next_cls, 8200, fused=False, refs=False)
+        return
     add_mtp(os.path.join(out, "qwen3_next"), transformers.Qwen3NextForCausalLM,
             transformers.models.qwen3_next.modeling_qwen3_next.Qwen3NextDecoderLayer,
             transformers.models.qwen3_next.modeling_qwen3_next.Qwen3NextRMSNorm, 8100, fused=False)
