@@ -44,6 +44,8 @@
 #include "format/artifact.h"
 #include "nf_test.h"
 #include "common/engine_fixture.h"
+#include "common/letters_tokenizer.h"
+#include "common/mtp_generate.h"
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation" /* paths are short */
@@ -102,17 +104,23 @@ static int check_tensors(const nf_artifact *a, const nf_artifact *b, const char 
     nf_gguf *g = NULL;
     nf_error e;
     CHECK(nf_gguf_open(gguf_path, 0, &g, &e) == NF_OK);
-    /* the HF folders carry an MTP block (tests/oracle/hybrid_mtp.py) that the GGUFs were written without
-     * (--no-mtp) and that the GGUF import skips anyway: the main model's tensors are compared */
-    size_t n_main = 0;
-    for (size_t i = 0; i < nf_artifact_n_tensors(b); i++) n_main += strncmp(nf_artifact_tensor(b, i)->desc.name, "mtp.", 4) != 0;
-    CHECK_MSG(nf_artifact_n_tensors(a) == n_main, "%s: %zu tensors from the GGUF, %zu (besides mtp.*) from HF", what,
-              nf_artifact_n_tensors(a), n_main);
+    /* the HF folders carry an MTP block (tests/oracle/hybrid_mtp.py); the GGUFs written with --no-mtp have
+     * none, and then the main model's tensors are compared; the *_mtp.gguf ones have it, and then every
+     * tensor is, mtp.* included */
+    const int mtp = nf_artifact_find_tensor(a, "mtp.fc") != NULL;
+    size_t n_main = 0, n_mtp = 0;
+    for (size_t i = 0; i < nf_artifact_n_tensors(b); i++) {
+        const int m = strncmp(nf_artifact_tensor(b, i)->desc.name, "mtp.", 4) == 0;
+        n_main += !m || mtp;
+        n_mtp += m && mtp;
+    }
+    CHECK_MSG(nf_artifact_n_tensors(a) == n_main, "%s: %zu tensors from the GGUF, %zu (%s) from HF", what,
+              nf_artifact_n_tensors(a), n_main, mtp ? "with mtp.*" : "besides mtp.*");
     int n_alog = 0;
-    size_t identical = 0, bad_decay = 0;
+    size_t identical = 0, bad_decay = 0, identical_mtp = 0;
     double worst_ulps = 0;
     for (size_t i = 0; i < nf_artifact_n_tensors(b); i++) {
-        if (strncmp(nf_artifact_tensor(b, i)->desc.name, "mtp.", 4) == 0) continue;
+        if (!mtp && strncmp(nf_artifact_tensor(b, i)->desc.name, "mtp.", 4) == 0) continue;
         const nf_tensor *y = nf_artifact_tensor(b, i), *x = nf_artifact_find_tensor(a, y->desc.name);
         if (!x) {
             CHECK_MSG(0, "%s: tensor '%s' missing from the GGUF's artifact", what, y->desc.name);
@@ -155,18 +163,20 @@ static int check_tensors(const nf_artifact *a, const nf_artifact *b, const char 
         int same = x->layout.payload_bytes == y->layout.payload_bytes &&
                    memcmp(x->data, y->data, y->layout.payload_bytes) == 0;
         identical += same;
+        identical_mtp += same && strncmp(y->desc.name, "mtp.", 4) == 0;
         CHECK_MSG(same, "%s: '%s' payload differs from the HF folder's", what, y->desc.name);
     }
-    printf("%s: %zu/%zu tensors byte-identical to the reference import; ssm_a_log within %.1f ulp of HF's; %zu decays "
-           "-expf(a_log) differ from the GGUF's ssm_a or from HF's\n",
-           what, identical, n_main, worst_ulps, bad_decay);
+    printf("%s: %zu/%zu tensors byte-identical to the reference import (mtp.*: %zu/%zu); ssm_a_log within %.1f ulp of "
+           "HF's; %zu decays -expf(a_log) differ from the GGUF's ssm_a or from HF's\n",
+           what, identical, n_main, identical_mtp, n_mtp, worst_ulps, bad_decay);
+    CHECK_MSG(!mtp || n_mtp >= 16, "%s: only %zu mtp.* tensors", what, n_mtp);
     nf_gguf_close(g);
     return n_alog;
 }
 
 /* Writes a copy of src to path with `find` (a tensor name, or a metadata key) patched: its last byte
  * replaced by `rename`, or (rename '+') the tensor's first f32 value set to 0.5, or (rename 0) the
- * tensor's ne[0] halved. 1 on success. */
+ * tensor's ne[0] halved, or (rename '2') the u32 value of the metadata key set to 2. 1 on success. */
 static int write_patched(const char *src, const char *find, char rename, const char *path)
 {
     FILE *f = fopen(src, "rb");
@@ -197,6 +207,11 @@ static int write_patched(const char *src, const char *find, char rename, const c
         CHECK_MSG(d != NULL, "data of '%s' not found in %s", find, src);
         if (d) memcpy(d, &(float){0.5f}, 4);
         nf_gguf_close(g);
+    } else if (rename == '2') { /* a u32 key: u32 type (4), then the value */
+        uint32_t type, two = 2;
+        memcpy(&type, hit + L, 4);
+        CHECK_MSG(type == 4, "'%s' is of GGUF type %u, not u32", find, type);
+        memcpy(hit + L + 4, &two, 4);
     } else if (rename) hit[L - 1] = (unsigned char)rename;
     else {
         uint64_t ne0;
@@ -212,8 +227,10 @@ static int write_patched(const char *src, const char *find, char rename, const c
     return ok;
 }
 
-/* Plans a patched copy of src (write_patched); the plan must fail naming `want` (and `want2`). */
-static void expect_patched_refusal(const char *src, const char *find, char rename, const char *want, const char *want2)
+/* Plans a patched copy of src (write_patched); the plan must fail with status `want_s` naming `want` (and
+ * `want2`). */
+static void expect_patched_status(const char *src, const char *find, char rename, nf_status want_s, const char *want,
+                                  const char *want2)
 {
     char path[300];
     snprintf(path, sizeof path, "%s/patched.gguf", dir);
@@ -222,10 +239,45 @@ static void expect_patched_refusal(const char *src, const char *find, char renam
     nf_plan p;
     nf_error e;
     nf_status s = nf_plan_build(path, &o, &p, &e);
-    CHECK_MSG(s == NF_ERR_FORMAT && strstr(e.msg, want) && (!want2 || strstr(e.msg, want2)),
+    CHECK_MSG(s == want_s && strstr(e.msg, want) && (!want2 || strstr(e.msg, want2)),
               "patched %s: status %d, message '%s' (want '%s')", find, (int)s, s ? e.msg : "", want);
     if (s) printf("refused as expected: %s\n", e.msg);
     nf_plan_free(&p); /* also after a failed build (plan.h) */
+    remove(path);
+}
+
+static void expect_patched_refusal(const char *src, const char *find, char rename, const char *want, const char *want2)
+{
+    expect_patched_status(src, find, rename, NF_ERR_FORMAT, want, want2);
+}
+
+/* qwen35moe_mtp.gguf with one MTP tensor renamed away: without `nextn.eh_proj` the block is absent
+ * (converted without it, warned); without `nextn.shared_head_norm`, mtp.output_norm is the model's
+ * output_norm (llama.cpp's graph_mtp falls back so). */
+static void check_mtp_patched(void)
+{
+    char path[300], out[300];
+    const char *finds[2] = {"blk.4.nextn.eh_proj.weight", "blk.4.nextn.shared_head_norm.weight"};
+    snprintf(path, sizeof path, "%s/mtp_patched.gguf", dir);
+    snprintf(out, sizeof out, "%s/mtp_patched.nf", dir);
+    for (int k = 0; k < 2; k++) {
+        if (!write_patched(FIXG "qwen35moe_mtp.gguf", finds[k], 'X', path) || !fx_convert(path, "source", out)) continue;
+        nf_artifact *a = NULL;
+        nf_error e;
+        CHECK(nf_artifact_open(out, &a, &e) == NF_OK);
+        if (!a) continue;
+        size_t n_mtp = 0;
+        for (size_t i = 0; i < nf_artifact_n_tensors(a); i++) n_mtp += !strncmp(nf_artifact_tensor(a, i)->desc.name, "mtp.", 4);
+        const nf_tensor *on = nf_artifact_find_tensor(a, "mtp.output_norm"), *o = nf_artifact_find_tensor(a, "output_norm");
+        if (k == 0) CHECK_MSG(n_mtp == 0, "%s renamed: %zu mtp.* tensors, want none", finds[k], n_mtp);
+        else
+            CHECK_MSG(on && o && n_mtp >= 16 && on->layout.payload_bytes == o->layout.payload_bytes &&
+                      !memcmp(on->data, o->data, o->layout.payload_bytes),
+                      "%s renamed: mtp.output_norm is not output_norm", finds[k]);
+        printf("%s renamed: %zu mtp.* tensors%s\n", finds[k], n_mtp, k ? ", mtp.output_norm = output_norm" : "");
+        nf_artifact_close(a);
+        remove(out);
+    }
     remove(path);
 }
 
@@ -249,6 +301,84 @@ static void check_interval_fallback(void)
     }
     remove(path);
     remove(out);
+}
+
+/* The MTP block of the artifact at path over the P-token prompt ids: fed every position's final-normed
+ * hidden state h_p and the token after it (ids[p + 1], then `next`), its draft logits rows[P][V]
+ * (nf_engine_mtp with all rows, as test_mtp runs it against torch). 1 when it ran. */
+static int mtp_rows(const char *path, const int32_t *ids, int32_t next, float *rows)
+{
+    nf_model *m;
+    nf_engine *e;
+    nf_error err;
+    if (nf_model_load(path, &m, &err)) {
+        CHECK_MSG(0, "%s", err.msg);
+        return 0;
+    }
+    CHECK_MSG(m->mtp != NULL, "%s: no MTP block bound", path);
+    nf_engine_opts o = {.threads = 2, .ctx = 64, .chunk = 4};
+    float *hid = malloc(P * m->cfg.hidden * sizeof(float));
+    int32_t tok[P];
+    memcpy(tok, ids + 1, (P - 1) * sizeof *tok);
+    tok[P - 1] = next;
+    int ok = hid && m->mtp && nf_engine_create(m, &o, &e, &err) == NF_OK;
+    if (ok) {
+        ok = nf_engine_prefill_hidden(e, ids, P, NULL, hid, &err) == NF_OK &&
+             nf_engine_mtp(e, tok, hid, P, 0, 1, rows, NULL, &err) == NF_OK;
+        CHECK_MSG(ok, "%s: %s", path, err.msg);
+        nf_engine_free(e);
+    }
+    free(hid);
+    nf_model_free(m);
+    return ok;
+}
+
+/* A GGUF with the MTP layer against its HF folder, beyond check_tensors' bytes: the block's draft logits
+ * over the prompt bit-identical, and `--spec mtp:K` on the GGUF's artifact: greedy nf_generate with
+ * mtp:1..3 gives the tokens without speculation (two turns, test_mtp's case), which equal the HF
+ * artifact's. */
+static void check_mtp(const char *a_path, const char *b_path, const int32_t *ids, int32_t next, const char *what)
+{
+    static float rows[2][P * V];
+    if (!mtp_rows(a_path, ids, next, rows[0]) || !mtp_rows(b_path, ids, next, rows[1])) return;
+    const int same = memcmp(rows[0], rows[1], sizeof rows[0]) == 0;
+    printf("%s: MTP draft logits over the prompt GGUF vs HF: %s (rel-L2 %.2e)\n", what,
+           same ? "bit-identical" : "DIFFER", fx_worst_rows(rows[0], rows[1], P, V));
+    CHECK_MSG(same, "%s: the MTP block's logits differ from the HF folder's", what);
+    int32_t prompt[47];
+    for (int i = 0; i < 47; i++) prompt[i] = (int32_t)((i * 37 + 11) % V);
+    nf_tok_ids ref[2] = {{0}}, got = {0};
+    size_t drafted = 0, accepted = 0;
+    for (int k = 0; k < 2; k++) {
+        nf_model *m;
+        nf_engine *e;
+        nf_error err;
+        const char *path = k ? b_path : a_path;
+        nf_engine_opts o = {.threads = 2, .ctx = 128, .chunk = 16};
+        if (nf_model_load(path, &m, &err)) {
+            CHECK_MSG(0, "%s", err.msg);
+            continue;
+        }
+        nf_tokenizer *tok = names_tokenizer(V);
+        if (tok && !nf_engine_create(m, &o, &e, &err)) {
+            for (uint32_t K = 0; K <= (k ? 0 : NF_SPEC_MTP_MAX_K); K++) {
+                fx_mtp_generate(e, tok, prompt, 24, K, NULL, 0, K ? &got : &ref[k], &drafted, &accepted, what);
+                if (K)
+                    CHECK_MSG(got.n == ref[0].n && !memcmp(got.ids, ref[0].ids, got.n * sizeof *got.ids),
+                              "%s: mtp:%u: %zu/%zu tokens, differ from greedy without speculation", what, K, got.n,
+                              ref[0].n);
+            }
+            nf_engine_free(e);
+        }
+        nf_tok_free(tok);
+        nf_model_free(m);
+    }
+    CHECK_MSG(ref[0].n > 47 && ref[0].n == ref[1].n && !memcmp(ref[0].ids, ref[1].ids, ref[0].n * sizeof *ref[0].ids),
+              "%s: greedy tokens differ between the GGUF's and the HF folder's artifacts", what);
+    printf("%s: greedy nf_generate with mtp:1..3 == without == HF's (%zu tokens fed, two turns): %zu of %zu drafts "
+           "accepted\n", what, ref[0].n, accepted, drafted);
+    CHECK(drafted > 0);
+    nf_tok_ids_free(&ref[0]), nf_tok_ids_free(&ref[1]), nf_tok_ids_free(&got);
 }
 
 static void check_arch(const char *gguf, const char *hf, const char *arch, const char *recipe)
@@ -290,6 +420,7 @@ static void check_arch(const char *gguf, const char *hf, const char *arch, const
     for (int i = 0; i < V; i++) mean += pre[0][(P - 1) * V + i] / V;
     for (int i = 0; i < V; i++) sd += pow(pre[0][(P - 1) * V + i] - mean, 2) / V;
     CHECK_MSG(sqrt(sd) > 1e-2, "%s: last position's logits are flat (sd %.3g)", what, sqrt(sd));
+    if (strstr(gguf, "_mtp")) check_mtp(a_path, b_path, ids, greedy[0][0], what);
     remove(a_path);
     remove(b_path);
 }
@@ -419,6 +550,11 @@ int main(void)
         check_arch("qwen3next", "qwen3_next_moe", "qwen3_next", recipe);
         check_arch("qwen35moe", "qwen3_5_moe_text", "qwen3_5_moe", recipe);
     }
+    for (int r = 0; r < 2; r++) { /* the GGUFs with the MTP layer */
+        const char *recipe = r ? "q8q8" : "bf16";
+        check_arch("qwen3next_mtp", "qwen3_next_moe", "qwen3_next", recipe);
+        check_arch("qwen35moe_mtp", "qwen3_5_moe_text", "qwen3_5_moe", recipe);
+    }
     check_arch("qwen35moe_fused", "qwen3_5_moe_text", "qwen3_5_moe", "bf16");
     check_q8_0();
     check_legacy();
@@ -430,6 +566,13 @@ int main(void)
     expect_patched_refusal(FIXG "qwen35moe.gguf", "blk.3.attn_q.weight", 0, "tensor 'blk.3.attn_q.weight' has 128 rows of 32",
                            NULL);
     expect_patched_refusal(FIXG "qwen3next.gguf", "blk.2.ssm_a", '+', "tensor 'blk.2.ssm_a' element 0 is 0.5", "negative");
+    check_mtp_patched();
+    expect_patched_status(FIXG "qwen35moe_mtp.gguf", "qwen35moe.nextn_predict_layers", '2', NF_ERR_UNSUPPORTED,
+                          "'qwen35moe.nextn_predict_layers' is 2", "one MTP layer");
+    expect_patched_refusal(FIXG "qwen3next_mtp.gguf", "blk.4.nextn.hnorm.weight", 'X',
+                           "tensor 'blk.4.nextn.hnorm.weight' is missing", "mtp.norm_hidden");
+    expect_patched_refusal(FIXG "qwen35moe_mtp.gguf", "blk.4.ffn_down_shexp.weight", 0,
+                           "tensor 'blk.4.ffn_down_shexp.weight' has", NULL);
     rmdir(dir);
     return nf_test_report();
 }
