@@ -30,7 +30,17 @@
  *   - without attention.recurrent_layers (key renamed), full_attention_interval gives the layer kinds;
  *   - refusals on byte-patched copies of the GGUF: a missing tensor (blk.0.ssm_a renamed), a wrong
  *     shape (blk.0.ssm_out.weight's or blk.3.attn_q.weight's row length halved), an ssm_a value that
- *     is not negative (no A_log has it): each names the tensor. */
+ *     is not negative (no A_log has it): each names the tensor.
+ * The MTP layer: qwen3next_mtp.gguf and qwen35moe_mtp.gguf, the same converter without --no-mtp, from
+ * qwen3_next_moe and qwen3_5_moe_text with their mtp.* weights (tests/oracle/hybrid_mtp.py), which it
+ * writes as blk.4.* and blk.4.nextn.* (plan_gguf.c gguf_mtp). Under both recipes as above, with every
+ * mtp.* tensor in the comparison (byte-identical); then the MTP block's draft logits over the prompt
+ * (nf_engine_mtp fed the main model's hidden states) bit-identical to the HF artifact's, and greedy
+ * nf_generate with mtp:1..3 on the GGUF's artifact equal to it without speculation and to the HF
+ * artifact's tokens (two turns, test_mtp's case). Patched copies: nextn_predict_layers 2 refused; a
+ * missing nextn.hnorm, a halved blk.4.ffn_down_shexp named; without nextn.eh_proj no MTP block (a
+ * warning); without nextn.shared_head_norm, mtp.output_norm is output_norm (llama.cpp's fallback). The
+ * GGUFs written with --no-mtp still give no mtp.* tensor. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>

@@ -17,7 +17,8 @@ one ragged):
                     has no dense MLP layers, so its converter cannot take qwen3_next), bf16 like the
                     rest, and an "architectures" entry (its converter detects the model by it); the
                     HF side of tests/fixtures/gguf/qwen3next.gguf. Built alone by
-                    `hybrid_models.py qwen3_next_moe` (the others are unchanged).
+                    `hybrid_models.py qwen3_next_moe` (the others are unchanged); its mtp.* weights
+                    (for qwen3next_mtp.gguf) by `hybrid_mtp.py qwen3_next_moe` after that.
   qwen3_5_moe_text  Qwen3_5MoeForCausalLM (model_type qwen3_5_moe_text), 4 layers: full attention
                     at layer 3 only (interval 4, the published ratio); the split in_proj_qkv /
                     in_proj_z / in_proj_b / in_proj_a dialect; 4 experts top-2 + shared expert;
