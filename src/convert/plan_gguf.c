@@ -129,7 +129,7 @@ static nf_status gguf_hybrid(nf_plan *p, const char *a, nf_hf_config *c, nf_erro
         const nf_gguf_kv *arr;
         if ((s = nf_gguf_get_array(p->gguf, key, NF_GGUF_INT64, &arr, err)) != NF_OK)
             return nf_error_prefix(err, "%s", p->source);
-        if (arr->n < c->n_layers) /* n_layers + the MTP layers' entries (not converted) */
+        if (arr->n < c->n_layers) /* n_layers + the MTP layer's entry (false: full attention, gguf_mtp) */
             return nf_error_set(err, NF_ERR_FORMAT, "%s: '%s' has %llu entries for %u layers", p->source, key,
                                     (unsigned long long)arr->n, c->n_layers);
         for (uint32_t i = 0; i < c->n_layers; i++) c->linear_layers[i] = nf_gguf_arr_int(arr, i) != 0;
@@ -534,6 +534,7 @@ static nf_status gguf_ffn(nf_plan *p, int i, int moe, nf_error *err)
     }
     return s;
 }
+
 /* The hybrids' MTP block (docs/hybrid.md "MTP"; the HF plan's hf_mtp writes the same tensors from
  * `mtp.*`). llama.cpp's converter (conversion/qwen.py, _QwenMtpMixin.filter_tensors) renamed
  * `mtp.layers.0.*` to the layer after the trunk's, L = block_count - nextn_predict_layers, which the
@@ -544,9 +545,10 @@ static nf_status gguf_ffn(nf_plan *p, int i, int moe, nf_error *err)
  * modify_tensors stored 1 + w for all of them (what the artifact holds); eh_proj [H][2H] is fc as it is
  * ([normed embedding | normed hidden] columns, the order of llama.cpp's graph's concat and of vLLM's);
  * the layer is full attention, so qwen35moe's v-head tiling (linear_attn.* only) never touched it.
- * A GGUF written with --no-mtp has neither nextn_predict_layers nor these tensors and converts as before;
- * one that announces the layer without `blk.L.nextn.eh_proj` converts without the block, with a warning. llama.cpp's graph takes output_norm where shared_head_norm is absent
- * (src/models/qwen35moe.cpp graph_mtp), and so does this; a block with its own embedding or head
+ * A GGUF written with --no-mtp has neither nextn_predict_layers nor these tensors and converts as
+ * before; one that announces the layer without `blk.L.nextn.eh_proj` converts without the block, with a
+ * warning. llama.cpp's graph takes output_norm where shared_head_norm is absent (src/models/qwen35moe.cpp
+ * graph_mtp), and so does this; a block with its own embedding or head
  * (`nextn.embed_tokens`, `nextn.shared_head_head`, optional in llama.cpp's loader, never written for
  * these models) is refused: ninfer's block uses the main model's. */
 static nf_status gguf_mtp(nf_plan *p, nf_error *err)
