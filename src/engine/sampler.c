@@ -14,6 +14,7 @@ struct nf_sampler {
     nf_sampler_params p;
     uint32_t vocab;
     uint64_t rng;
+    uint64_t rng_draft; /* nf_sampler_draft's own stream: drafting never moves rng */
     float *work;    /* [vocab] penalised logits */
     int32_t *cand;  /* [vocab] candidate ids, best first */
     float *prob;    /* [vocab] candidate probabilities */
@@ -78,6 +79,7 @@ nf_status nf_sampler_create(const nf_sampler_params *p, uint32_t vocab, nf_sampl
         return nf_error_set(err, NF_ERR_NOMEM, "sampler: out of memory");
     }
     s->rng = p->seed;
+    s->rng_draft = p->seed ^ 0x6d74702064726166ULL; /* another stream of the same seed */
     *out = s;
     return NF_OK;
 }
@@ -304,6 +306,45 @@ int nf_sampler_verify(nf_sampler *s, const float *logits, const int32_t *hist, s
     return 0;
 }
 
+/* On a rejection against q: a draw from the residual max(0, p - q) over the kept candidates (p is 0
+ * elsewhere), normalised; when rounding leaves it empty (p <= q everywhere, so p = q up to rounding
+ * and a rejection had probability ~0) a draw from p. */
+static int32_t draw_residual(nf_sampler *s, size_t n, const float *q)
+{
+    double rest = 0;
+    for (size_t i = 0; i < n; i++) rest += s->prob[i] > q[s->cand[i]] ? s->prob[i] - q[s->cand[i]] : 0;
+    if (!(rest > 0)) return draw(s, n);
+    const double u = uniform01(&s->rng) * rest;
+    double cum = 0;
+    size_t last = 0; /* the fallback when rounding leaves u above the sum: the last id with a residual */
+    for (size_t i = 0; i < n; i++) {
+        const double r = s->prob[i] > q[s->cand[i]] ? s->prob[i] - q[s->cand[i]] : 0;
+        if (!(r > 0)) continue;
+        last = i;
+        cum += r;
+        if (u < cum) return s->cand[i];
+    }
+    return s->cand[last];
+}
+
+int nf_sampler_verify_q(nf_sampler *s, const float *logits, const int32_t *hist, size_t n_hist, int32_t draft,
+                        const float *q, int32_t *id)
+{
+    const int usable = q && draft >= 0 && (uint32_t)draft < s->vocab && q[draft] > 0 && q[draft] <= 1;
+    if (!usable || !(s->p.temp > 0)) return nf_sampler_verify(s, logits, hist, n_hist, draft, id);
+    penalise(s, logits, hist, n_hist);
+    const size_t n = candidates(s);
+    double pd = 0; /* p(draft): 0 when it is not kept */
+    for (size_t i = 0; i < n; i++)
+        if (s->cand[i] == draft) pd = s->prob[i];
+    if (uniform01(&s->rng) * q[draft] < pd) { /* u < p / q: probability min(1, p / q) */
+        *id = draft;
+        return 1;
+    }
+    *id = draw_residual(s, n, q);
+    return 0;
+}
+
 /* The penalty changes no logit: off, or no history in its window. */
 static int penalty_idle(const nf_sampler *s, size_t n_hist)
 {
@@ -333,16 +374,38 @@ int32_t nf_sampler_sample_top(nf_sampler *s, const int32_t *ids, const float *va
     return draw(s, keep_candidates(s, k));
 }
 
-void nf_sampler_probs(nf_sampler *s, const float *logits, const int32_t *hist, size_t n_hist, float *probs)
+/* probs[vocab] = the distribution the sampler draws from (0 outside the kept set), the candidates
+ * left in cand / prob; returns how many (0 when greedy: probs is the argmax's point mass). */
+static size_t probs_of(nf_sampler *s, const float *logits, const int32_t *hist, size_t n_hist, float *probs)
 {
     penalise(s, logits, hist, n_hist);
     memset(probs, 0, s->vocab * sizeof(float));
     if (!(s->p.temp > 0)) {
         probs[argmax(s)] = 1;
-        return;
+        return 0;
     }
-    size_t n = candidates(s);
+    const size_t n = candidates(s);
     for (size_t i = 0; i < n; i++) probs[s->cand[i]] = s->prob[i];
+    return n;
+}
+
+void nf_sampler_probs(nf_sampler *s, const float *logits, const int32_t *hist, size_t n_hist, float *probs)
+{
+    (void)probs_of(s, logits, hist, n_hist, probs);
+}
+
+int nf_sampler_greedy(const nf_sampler *s) { return !(s->p.temp > 0); }
+
+int32_t nf_sampler_draft(nf_sampler *s, const float *logits, const int32_t *hist, size_t n_hist, float *q)
+{
+    const size_t n = probs_of(s, logits, hist, n_hist, q);
+    if (!n) return argmax(s);
+    const uint64_t keep = s->rng; /* the draw below on the draft stream, the sampler's own untouched */
+    s->rng = s->rng_draft;
+    const int32_t id = draw(s, n);
+    s->rng_draft = s->rng;
+    s->rng = keep;
+    return id;
 }
 
 void nf_penalty_lists_clear(nf_penalty_lists *l) { l->n_seqs = 0; }

@@ -99,6 +99,29 @@ void nf_penalty_lists_free(nf_penalty_lists *l);
 int nf_sampler_verify(nf_sampler *s, const float *logits, const int32_t *history, size_t n_hist, int32_t draft,
                       int32_t *id);
 
+/* Speculative verification against a proposal distribution q[vocab] (a draft model's: the MTP block's,
+ * nf_sampler_draft), the standard speculative-sampling rule (Leviathan et al. 2023, Chen et al. 2023):
+ * the draft x was drawn from q; it is accepted with probability min(1, p(x) / q(x)), p the
+ * distribution nf_sampler_sample draws from for these logits; on rejection the token is drawn from the
+ * residual r = max(0, p - q), normalised. Exact: P(emit y) = q(y) min(1, p(y)/q(y)) + P(reject) r(y) /
+ * sum r, where q(y) min(1, p(y)/q(y)) = min(p, q)(y), P(reject) = 1 - sum min(p, q) = sum max(0, p - q)
+ * = sum r (p and q both sum to 1), so P(emit y) = min(p, q)(y) + max(0, p - q)(y) = p(y). It needs the
+ * draft drawn from q independently of this verification's generator (nf_sampler_draft's own stream).
+ * q NULL, a draft with q(draft) = 0 (it was not drawn from q) or greedy (temp <= 0): nf_sampler_verify,
+ * the point-mass rule (greedy: accepted when the draft is the argmax). Returns 1 when accepted (*id =
+ * draft), else 0 with *id the token to use instead. */
+int nf_sampler_verify_q(nf_sampler *s, const float *logits, const int32_t *history, size_t n_hist, int32_t draft,
+                        const float *q, int32_t *id);
+
+/* A draft from the distribution the sampler draws from for these (a draft model's) logits, written to
+ * q[vocab] (nf_sampler_probs) for nf_sampler_verify_q, and drawn with a generator of its own (seeded
+ * from the seed, apart from the one nf_sampler_sample and the verification use, which it leaves as it
+ * was). Greedy: the argmax of the penalised logits, q its point mass. */
+int32_t nf_sampler_draft(nf_sampler *s, const float *logits, const int32_t *history, size_t n_hist, float *q);
+
+/* 1 when the sampler is greedy (temp <= 0). */
+int nf_sampler_greedy(const nf_sampler *s);
+
 /* The probabilities the sampler draws from for these logits (0 outside the kept set); for tests. */
 void nf_sampler_probs(nf_sampler *s, const float *logits, const int32_t *history, size_t n_hist, float *probs);
 

@@ -6,6 +6,9 @@
  *   computed here from the definition (chi-square, 5 degrees of freedom < 30: p < 2e-5 for a
  *   correct rule, deterministic seeds), and the acceptance rate against p(draft) (binomial, 6 sd).
  *   A rule that accepts too often, or resamples without removing the draft, fails both.
+ * - Verification against a proposal distribution (nf_sampler_verify_q): hand-built q over the same 6
+ *   ids (q > p, q < p, q = 0 < p, and with top-k p = 0 < q), the draft drawn from q each trial, 200000
+ *   trials: the tokens against p (chi-square, < 30) and the acceptance rate against sum min(p, q).
  * - Sampling through nf_generate on the vocabulary-256 fixture (sampled_generation below): the joint
  *   distribution of three tokens, two of them verified, against plain forwards.
  * - Generation over every non-hybrid tiny fixture (bf16; one q8q8): greedy nf_generate with
@@ -100,6 +103,62 @@ static void verify_distribution(const float *l, int top_k, int32_t draft, uint64
     nf_sampler_free(s);
 }
 
+/* nf_sampler_verify_q against a hand-built proposal q: each trial draws the draft from q (its own
+ * generator here), verifies it against softmax(l / temp) over the top_k best (p, computed here); the
+ * tokens given against p (chi-square) and the acceptance rate against sum min(p, q) (binomial, 6 sd). */
+static void verify_q_distribution(const float *l, int top_k, const double *qd, uint64_t seed)
+{
+    const double temp = 0.7;
+    double ref[SV], z = 0, acc_p = 0;
+    float q[SV];
+    for (int i = 0; i < SV; i++) {
+        int better = 0;
+        for (int j = 0; j < SV; j++) better += l[j] > l[i];
+        ref[i] = top_k <= 0 || better < top_k ? exp(l[i] / temp) : 0;
+        z += ref[i];
+        q[i] = (float)qd[i];
+    }
+    for (int i = 0; i < SV; i++) acc_p += fmin(ref[i] / z, qd[i]);
+    nf_sampler_params p = {.temp = (float)temp, .top_k = top_k, .top_p = 1, .min_p = 0, .repeat_penalty = 1,
+                           .repeat_last_n = 64, .seed = seed};
+    nf_sampler *s;
+    if (nf_sampler_create(&p, SV, &s, NULL)) {
+        CHECK(0);
+        return;
+    }
+    uint64_t g = seed * 7919 + 1;
+    long cnt[SV] = {0}, acc = 0;
+    for (int n = 0; n < DRAWS; n++) {
+        g = g * 6364136223846793005ULL + 1442695040888963407ULL; /* the draft from q: an LCG's top bits */
+        double u = (double)(g >> 11) * 0x1.0p-53, cum = 0;
+        int32_t draft = SV - 1, id = -1;
+        for (int i = 0; i < SV; i++)
+            if (u < (cum += qd[i])) {
+                draft = i;
+                break;
+            }
+        const int a = nf_sampler_verify_q(s, l, NULL, 0, draft, q, &id);
+        CHECK_MSG(id >= 0 && id < SV && (!a || id == draft), "verify_q gave %d (accepted %d) for draft %d", id, a, draft);
+        if (id < 0 || id >= SV) break;
+        cnt[id]++;
+        acc += a;
+    }
+    double chi2 = 0;
+    int df = -1;
+    for (int i = 0; i < SV; i++) {
+        const double e = DRAWS * ref[i] / z;
+        if (e > 0) chi2 += (cnt[i] - e) * (cnt[i] - e) / e, df++;
+        else CHECK_MSG(cnt[i] == 0, "token %d is outside the kept set but was given %ld times", i, cnt[i]);
+    }
+    const double sd = sqrt(DRAWS * acc_p * (1 - acc_p));
+    CHECK_MSG(chi2 < 30, "verify_q, top_k %d: chi-square %.1f over %d degrees of freedom", top_k, chi2, df);
+    CHECK_MSG(fabs((double)acc - DRAWS * acc_p) <= 6 * sd + 1e-9, "verify_q: %ld accepted, expected %.0f +- %.0f", acc,
+              DRAWS * acc_p, sd);
+    printf("verify_q top_k %d: chi-square %.1f (%d degrees of freedom), %ld accepted of %.0f expected\n", top_k, chi2,
+           df, acc, DRAWS * acc_p);
+    nf_sampler_free(s);
+}
+
 static void verification(void)
 {
     const float l[SV] = {1.2f, 0.3f, 2.0f, -0.5f, 1.9f, 0.0f};
@@ -109,6 +168,14 @@ static void verification(void)
     verify_distribution(l, 3, 0, 14);  /* kept, with top-k */
     verify_distribution(l, 3, 1, 15);  /* outside the kept set: p = 0, never accepted */
     verify_distribution(l, 1, 2, 16);  /* a lone candidate: p = 1, always accepted */
+    /* against a proposal q (p here: 0.135 0.037 0.424 0.012 0.367 0.024 without top-k): q above p on some ids
+     * and below on others, q = 0 < p (id 3), and with top-k 3 p = 0 < q (ids 1, 5) */
+    const double q1[SV] = {0.40, 0.20, 0.10, 0.00, 0.20, 0.10};
+    verify_q_distribution(l, 0, q1, 21);
+    verify_q_distribution(l, 3, q1, 22);
+    const double q2[SV] = {0.05, 0.05, 0.05, 0.05, 0.75, 0.05}; /* mass on one id, p's second */
+    verify_q_distribution(l, 0, q2, 23);
+    verify_q_distribution(l, 1, q2, 24); /* p a point mass on id 2 */
     /* greedy: accepted exactly when the draft is the argmax */
     nf_sampler_params g = {.temp = 0, .top_k = 0, .top_p = 1, .repeat_penalty = 1, .repeat_last_n = 64};
     nf_sampler *s;
