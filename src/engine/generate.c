@@ -99,7 +99,7 @@ static nf_status advance(gen_loop *g, int32_t id, nf_error *err)
     const uint32_t past0 = e->n_past;
     seq->ids[seq->n++] = id;
     size_t nd = 0;
-    if (g->mtp) rc = nf_spec_mtp_draft(g->mtp, id, k, seq->ids + seq->n, &nd, err);
+    if (g->mtp) rc = nf_spec_mtp_draft_q(g->mtp, g->s, seq->ids, seq->n, k, &nd, err);
     else if (k) nd = nf_spec_draft(seq->ids, seq->n, k, seq->ids + seq->n);
     if (rc) {
         seq->n = n0;

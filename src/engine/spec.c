@@ -69,12 +69,14 @@ size_t nf_spec_draft(const int32_t *seq, size_t n, size_t k, int32_t *draft)
 /* The drafts tokens[n - n_draft .. n) checked against rows (row i: the logits after tokens[.. first + i]);
  * out: the accepted drafts and the token after them. Returns how many drafts were accepted. */
 static size_t accept(nf_sampler *s, const int32_t *tokens, size_t n, size_t n_draft, const float *rows, size_t V,
-                     int32_t *out)
+                     const float *q, int32_t *out)
 {
     const size_t first = n - n_draft - 1;
     size_t acc = 0;
     int32_t id;
-    while (acc < n_draft && nf_sampler_verify(s, rows + acc * V, tokens, first + 1 + acc, tokens[first + 1 + acc], &id))
+    /* q: the drafts' proposal rows [n_draft][V] (MTP under sampling), NULL: point masses */
+    while (acc < n_draft && nf_sampler_verify_q(s, rows + acc * V, tokens, first + 1 + acc, tokens[first + 1 + acc],
+                                                q ? q + acc * V : NULL, &id))
         out[acc++] = id;
     if (acc == n_draft) id = nf_sampler_sample(s, rows + acc * V, tokens, n);
     out[acc] = id;
@@ -106,7 +108,7 @@ nf_status nf_spec_verify(nf_engine *e, nf_sampler *s, const int32_t *tokens, siz
     const uint32_t past = e->n_past;
     st = nf_engine_prefill(e, tokens + first, n_draft + 1, rows, err);
     if (st) return st;
-    const size_t acc = accept(s, tokens, n, n_draft, rows, V, out);
+    const size_t acc = accept(s, tokens, n, n_draft, rows, V, NULL, out);
     *n_out = acc + 1;
     st = nf_spec_truncate(e, tokens + first, past, past + (uint32_t)acc + 1, err);
     memcpy(e->logits, rows + acc * V, V * sizeof(float));
@@ -158,8 +160,8 @@ nf_status nf_spec_mtp_init(nf_spec_mtp *m, nf_engine *e, uint32_t k, nf_error *e
     nf_status st = nf_spec_check(e, NF_SPEC_MODE_MTP, k, err);
     if (st) return st;
     m->snap = e->model->cfg.n_linear > 0;
-    if (!(m->lg = malloc(m->V * sizeof(float))) ||
-        !(m->ho = malloc(2 * m->H * sizeof(float))))
+    if (!(m->lg = malloc(m->V * sizeof(float))) || !(m->ho = malloc(2 * m->H * sizeof(float))) ||
+        !(m->q = malloc((size_t)k * m->V * sizeof(float))))
         return nf_error_set(err, NF_ERR_NOMEM, "speculation: out of memory");
     st = mtp_reserve(m, 2 * ((size_t)k + 1), err);
     if (st) return st;
@@ -175,7 +177,7 @@ nf_status nf_spec_mtp_init(nf_spec_mtp *m, nf_engine *e, uint32_t k, nf_error *e
 
 void nf_spec_mtp_free(nf_spec_mtp *m)
 {
-    free(m->ph), free(m->ptok), free(m->lg), free(m->ho);
+    free(m->ph), free(m->ptok), free(m->lg), free(m->ho), free(m->q);
     memset(m, 0, sizeof *m);
 }
 
@@ -211,30 +213,56 @@ nf_status nf_spec_mtp_prefill(nf_spec_mtp *m, const int32_t *tokens, size_t n, n
     return NF_OK;
 }
 
-nf_status nf_spec_mtp_draft(nf_spec_mtp *m, int32_t id, size_t k, int32_t *draft, size_t *n_draft, nf_error *err)
+/* Draft j from the block's logits in m->lg: greedy (s NULL) their argmax; under sampling a draw from
+ * the sampler's distribution for them, kept in q row j (hist[n_hist]: the sequence before the draft). */
+static int32_t mtp_pick(nf_spec_mtp *m, nf_sampler *s, const int32_t *hist, size_t n_hist, size_t j)
+{
+    if (!s) return (int32_t)nf_spec_argmax(m->lg, m->V);
+    return nf_sampler_draft(s, m->lg, hist, n_hist, m->q + j * m->V);
+}
+
+/* The drafts (see nf_spec_mtp_draft_q); s NULL: argmax drafts; hist[n_hist] ends with id and, with s,
+ * draft == hist + n_hist. */
+static nf_status mtp_draft(nf_spec_mtp *m, nf_sampler *s, const int32_t *hist, size_t n_hist, int32_t id, size_t k,
+                           int32_t *draft, size_t *n_draft, nf_error *err)
 {
     *n_draft = 0;
+    m->n_q = 0;
     mtp_sync(m);
     if (!m->n_ph || !k) return NF_OK;
+    if (k > m->k) k = m->k; /* the q rows are sized for m->k */
     nf_status st = mtp_reserve(m, m->n_ph + 1, err);
     if (st) return st;
     mtp_follow(m, id);
-    const size_t P = m->n_ph, H = m->H, V = m->V;
+    const size_t P = m->n_ph, H = m->H;
     st = nf_engine_mtp(m->e, m->ptok, m->ph, P, m->pos0, 0, m->lg, m->ho, err); /* the last row's logits */
     if (st) return st;
     /* the block's entries up to position pos0 + P - 1 are final: nothing is pending until the verification */
     const uint32_t last = m->pos0 + (uint32_t)P - 1;
-    draft[0] = (int32_t)nf_spec_argmax(m->lg, V);
+    draft[0] = mtp_pick(m, s, hist, n_hist, 0);
     for (size_t j = 1; j < k; j++) { /* chained: position last + j takes the previous output and draft */
         float *in = m->ho + (j - 1) % 2 * H, *out = m->ho + j % 2 * H;
         st = nf_engine_mtp(m->e, &draft[j - 1], in, 1, last + (uint32_t)j, 0, m->lg, out, err);
         if (st) return st;
-        draft[j] = (int32_t)nf_spec_argmax(m->lg, V);
+        draft[j] = mtp_pick(m, s, hist, n_hist + j, j);
     }
     m->n_ph = 0;
     m->pos0 = m->e->n_past;
+    m->n_q = s ? k : 0;
     *n_draft = k;
     return NF_OK;
+}
+
+nf_status nf_spec_mtp_draft(nf_spec_mtp *m, int32_t id, size_t k, int32_t *draft, size_t *n_draft, nf_error *err)
+{
+    return mtp_draft(m, NULL, NULL, 0, id, k, draft, n_draft, err);
+}
+
+nf_status nf_spec_mtp_draft_q(nf_spec_mtp *m, nf_sampler *s, int32_t *seq, size_t n, size_t k, size_t *n_draft,
+                              nf_error *err)
+{
+    if (!n) return nf_error_set(err, NF_ERR_INVALID_ARG, "speculation: drafting after an empty sequence");
+    return mtp_draft(m, s && !nf_sampler_greedy(s) ? s : NULL, seq, n, seq[n - 1], k, seq + n, n_draft, err);
 }
 
 nf_status nf_spec_mtp_verify(nf_spec_mtp *m, nf_sampler *s, const int32_t *tokens, size_t n, size_t n_draft,
@@ -255,7 +283,8 @@ nf_status nf_spec_mtp_verify(nf_spec_mtp *m, nf_sampler *s, const int32_t *token
     }
     st = nf_engine_prefill_hidden(e, tokens + first, n_draft + 1, rows, m->ph, err);
     if (st) return st;
-    const size_t acc = accept(s, tokens, n, n_draft, rows, V, out);
+    const size_t acc = accept(s, tokens, n, n_draft, rows, V, m->n_q >= n_draft ? m->q : NULL, out);
+    m->n_q = 0;
     *n_out = acc + 1;
     m->pos0 = past;
     m->n_ph = acc + 1; /* the verification's hidden states are the accepted positions' */

@@ -81,6 +81,8 @@ typedef struct nf_spec_mtp {
     size_t n_ph, cap;
     uint32_t pos0;
     float *lg, *ho;  /* [V], [2][H]: the MTP block's last logits and hidden states (chained alternately) */
+    float *q;        /* [k][V]: under sampling the last drafts' proposal distributions (nf_sampler_draft) */
+    size_t n_q;      /* how many drafts have their q row (0: argmax drafts, point masses) */
     int snap;        /* hybrids: slot 0 goes to its spare (engine.h slot_copy) before each verification */
     uint32_t snap_pos; /* the positions the spare holds; UINT32_MAX: none */
 } nf_spec_mtp;
@@ -92,8 +94,17 @@ nf_status nf_spec_mtp_prefill(nf_spec_mtp *m, const int32_t *tokens, size_t n, n
 /* Up to k drafts (draft[k]) for what follows id, the token that follows the last pending position:
  * runs the block over the pending positions, then chains. Returns how many in *n_draft. */
 nf_status nf_spec_mtp_draft(nf_spec_mtp *m, int32_t id, size_t k, int32_t *draft, size_t *n_draft, nf_error *err);
+/* The same for a sampler s over the sequence seq[0..n), which ends with id; the drafts go to seq[n ..
+ * n + k) (room needed). Greedy s: nf_spec_mtp_draft's argmax drafts. Under sampling each draft is drawn
+ * from the distribution s would sample from for the block's logits (its temperature, top-k, top-p,
+ * min-p and penalties, the history being seq with the drafts before it), its row kept (m->q) for
+ * nf_spec_mtp_verify's rule against a proposal (nf_sampler_verify_q). */
+nf_status nf_spec_mtp_draft_q(nf_spec_mtp *m, nf_sampler *s, int32_t *seq, size_t n, size_t k, size_t *n_draft,
+                              nf_error *err);
 /* nf_spec_verify's contract, with the recurrent state rolled back past rejected drafts and the accepted
- * positions' hidden states pending. */
+ * positions' hidden states pending. Drafts from nf_spec_mtp_draft_q under sampling (their q rows kept,
+ * tokens' drafts being those) are verified against q (nf_sampler_verify_q), others as point masses;
+ * the q rows are used once. */
 nf_status nf_spec_mtp_verify(nf_spec_mtp *m, nf_sampler *s, const int32_t *tokens, size_t n, size_t n_draft,
                              float *rows, int32_t *out, size_t *n_out, nf_error *err);
 /* One decode of id without drafts (its hidden state pending). */

@@ -33,7 +33,15 @@
  *     distribution from plain forwards: chi-square over the cells expected >= 5 times (the rest pooled),
  *     at most 26 degrees of freedom < 75 (p < 1e-5 for a correct rule); drafts accepted and rejected
  *     both occur. The recurrent state is restored between trials by slot_copy from slot 1 (max_seqs 2: the
- *     session's slot 0 and its spare 2 are speculation's). */
+ *     session's slot 0 and its spare 2 are speculation's);
+ *   - sampling with the block's own drafts (nf_spec_mtp_draft_q: drafts drawn from the block's sampler
+ *     distribution q, verified with min(1, p/q) and the residual max(0, p - q)) on qwen3_next: top-k off
+ *     (the random block's top few rarely meet the main model's), temperature 1.5, after the prompt and
+ *     its likeliest next token, 40000 trials of mtp:2 (one more step of one draft after a first
+ *     rejection); the second and third tokens' marginals against the exact ones from plain forwards
+ *     over the whole vocabulary, chi-square over the cells expected >= 5 times < 1.3 df + 35 (p about
+ *     1e-5); acceptances and rejections both occur. Drawing from p instead of the residual on
+ *     rejection gives chi-square 5072 / 938 over 255. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdlib.h>
@@ -417,6 +425,90 @@ static void sampled(nf_engine *e, const int32_t *prompt, uint32_t P)
     free(pl), free(rows);
 }
 
+/* softmax(l / temp) over all V logits, added to p[V] with weight w. */
+static void add_softmax(const float *l, uint32_t V, double temp, double w, double *p)
+{
+    double z = 0, mx = l[0];
+    for (uint32_t i = 1; i < V; i++) mx = l[i] > mx ? l[i] : mx;
+    for (uint32_t i = 0; i < V; i++) z += exp((l[i] - mx) / temp);
+    for (uint32_t i = 0; i < V; i++) p[i] += w * exp((l[i] - mx) / temp) / z;
+}
+
+enum { QTRIALS = 40000 };
+
+/* The block's own drafts under sampling (nf_spec_mtp_draft_q, verified against their q rows): over the
+ * whole vocabulary (top-k off, temperature 1.5), since the random block's top few rarely meet the main
+ * model's. After the prompt and t1 = its likeliest next token (fixed: the conditional distribution is
+ * what is checked), each trial drafts 2 and verifies (a second step of one draft when the first is
+ * rejected); the second and third tokens' marginals against the exact ones from plain forwards
+ * (p2 = the distribution after t1, p3 = sum over x2 of p2(x2) times the one after x2): chi-square over
+ * the cells expected >= 5 times. */
+static void sampled_q(nf_engine *e, const int32_t *prompt, uint32_t P)
+{
+    const uint32_t V = e->model->cfg.vocab;
+    const double temp = 1.5;
+    nf_error err;
+    double *p2 = calloc(V, sizeof *p2), *p3 = calloc(V, sizeof *p3);
+    float *rows = malloc(3 * V * sizeof(float));
+    long *c2 = calloc(V, sizeof *c2), *c3 = calloc(V, sizeof *c3);
+    nf_spec_mtp m;
+    /* the prompt through the MTP machinery: the block's keys for 0 .. P - 2, h_{P-1} kept in the engine */
+    nf_engine_reset(e);
+    CHECK(nf_spec_mtp_init(&m, e, 2, &err) == NF_OK && nf_spec_mtp_prefill(&m, prompt, P, &err) == NF_OK);
+    CHECK(nf_spec_mtp_finish(&m, &err) == NF_OK && e->mtp_hidden_pos == P);
+    nf_spec_mtp_free(&m);
+    CHECK(e->ops->slot_copy(e->state, 1, 0, &err) == NF_OK);
+    int32_t seq[CTX];
+    memcpy(seq, prompt, P * sizeof *seq);
+    seq[P] = (int32_t)nf_spec_argmax(e->logits, V);
+    restore(e, P);
+    CHECK(nf_engine_decode(e, seq[P], &err) == NF_OK);
+    add_softmax(e->logits, V, temp, 1, p2);
+    for (uint32_t x = 0; x < V; x++) {
+        const int32_t two[2] = {seq[P], (int32_t)x};
+        restore(e, P);
+        CHECK(nf_engine_prefill(e, two, 2, NULL, &err) == NF_OK);
+        add_softmax(e->logits, V, temp, p2[x], p3);
+    }
+    long accepted = 0, drafted = 0;
+    for (int t = 0; t < QTRIALS; t++) {
+        nf_sampler_params sp = {.temp = (float)temp, .top_p = 1, .repeat_penalty = 1, .seed = (uint64_t)t + 1};
+        nf_sampler *s;
+        if (nf_sampler_create(&sp, V, &s, NULL)) break;
+        restore(e, P);
+        e->mtp_hidden_pos = P; /* drafting starts from the kept h_{P-1} */
+        int32_t out[3];
+        size_t n_out, nd = 0;
+        int ok = nf_spec_mtp_init(&m, e, 2, &err) == NF_OK;
+        ok = ok && nf_spec_mtp_draft_q(&m, s, seq, P + 1, 2, &nd, &err) == NF_OK && nd == 2 && m.n_q == 2;
+        ok = ok && nf_spec_mtp_verify(&m, s, seq, P + 3, 2, rows, out, &n_out, &err) == NF_OK;
+        drafted += 2, accepted += ok ? (long)n_out - 1 : 0;
+        if (ok && n_out == 1) { /* the second draft never ran: one more step of one draft after x2 */
+            seq[P + 1] = out[0];
+            ok = nf_spec_mtp_draft_q(&m, s, seq, P + 2, 1, &nd, &err) == NF_OK && nd == 1;
+            ok = ok && nf_spec_mtp_verify(&m, s, seq, P + 3, 1, rows, out + 1, &n_out, &err) == NF_OK;
+            drafted += 1, accepted += ok ? (long)n_out - 1 : 0;
+        }
+        CHECK_MSG(ok, "trial %d: drafting or verification failed", t);
+        nf_spec_mtp_free(&m);
+        nf_sampler_free(s);
+        if (!ok) break;
+        c2[out[0]]++, c3[out[1]]++;
+    }
+    double *ex2 = malloc(V * sizeof *ex2), *ex3 = malloc(V * sizeof *ex3);
+    for (uint32_t x = 0; x < V; x++) ex2[x] = QTRIALS * p2[x], ex3[x] = QTRIALS * p3[x];
+    int df2, df3;
+    const double chi2 = pooled_chi2(c2, ex2, (int)V, &df2), chi3 = pooled_chi2(c3, ex3, (int)V, &df3);
+    printf("sampled MTP drafts against their q (full vocabulary): second token chi-square %.1f over %d degrees of "
+           "freedom, third %.1f over %d; %ld of %ld drafts accepted\n", chi2, df2, chi3, df3, accepted, drafted);
+    /* < 1.3 df + 35: p about 1e-5 for these df (200 .. 255; Wilson-Hilferty) under a correct rule */
+    CHECK_MSG(chi2 < 1.3 * df2 + 35 && chi3 < 1.3 * df3 + 35, "sampling with the block's drafts: chi-square %.1f / "
+              "%d, %.1f / %d", chi2, df2, chi3, df3);
+    CHECK_MSG(accepted > drafted / 10 && accepted < drafted - drafted / 10, "%ld of %ld drafts accepted: both "
+              "branches must be exercised", accepted, drafted);
+    free(p2), free(p3), free(rows), free(c2), free(c3), free(ex2), free(ex3);
+}
+
 static void speculation(const char *tmp, const char *name, const char *recipe)
 {
     char dir[1024], out[1200];
@@ -441,7 +533,7 @@ static void speculation(const char *tmp, const char *name, const char *recipe)
     if (!nf_engine_create(m, &o, &e, &err)) {
         machinery(e, prompt, 40, what);
         generation(e, prompt, what);
-        if (!strcmp(name, "qwen3_next") && !strcmp(recipe, "bf16")) sampled(e, prompt, 40);
+        if (!strcmp(name, "qwen3_next") && !strcmp(recipe, "bf16")) sampled(e, prompt, 40), sampled_q(e, prompt, 40);
         nf_engine_free(e);
     }
     nf_model_free(m);
