@@ -122,6 +122,7 @@ static void seq_free(nf_sched *s, seq *q)
     free(q->eos);
     free(q->toks);
     free(q->pages);
+    free(q->mtp_q);
     nf_sampler_free(q->sampler);
     if (q->has_text) nf_stop_stream_free(&q->ss);
     free(q);

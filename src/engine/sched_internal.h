@@ -51,6 +51,8 @@ typedef struct seq {
     size_t mtp_at;      /* the block's drafts mtp_draft[n_mtp] follow toks[0, mtp_at) */
     uint32_t n_mtp;
     int32_t mtp_draft[NF_SPEC_MTP_MAX_K];
+    float *mtp_q;       /* [NF_SPEC_MTP_MAX_K][vocab] under sampling: mtp_draft's proposal rows (nf_sampler_draft) */
+    const float *draft_q; /* draft's proposal rows (mtp_q), NULL: point masses (greedy, ngram, an outside drafter) */
 } seq;
 
 struct nf_sched {

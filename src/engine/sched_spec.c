@@ -1,7 +1,8 @@
 /* Speculative decoding in the scheduler (docs/sched.md "Speculation"): a decoding sequence's drafts
  * go into the step's one forward after its token, with the logits of every verification position
- * (nf_batch.logit_rows); acceptance per sequence by nf_sampler_verify (engine/spec.h: greedy gives
- * the same tokens, sampling the same distribution); rejected positions rolled back: n_cached stops at
+ * (nf_batch.logit_rows); acceptance per sequence by nf_sampler_verify_q (engine/spec.h: greedy gives
+ * the same tokens, sampling the same distribution; the MTP block's drafts under sampling are drawn
+ * from its sampler distribution and verified against it, the others are point masses); rejected positions rolled back: n_cached stops at
  * the kept tokens, the pages past them go back to the pool, and a hybrid's state slot is restored to
  * its copy from before the forward, the kept tokens then fed again at the sequence's next decode. */
 #include "engine/sched_internal.h"
@@ -44,6 +45,7 @@ static uint32_t draft_room(const nf_sched *s, const seq *q, uint32_t u)
 uint32_t nf_sched_spec_drafts(const nf_sched *s, seq *q, uint32_t u)
 {
     const uint32_t k = draft_room(s, q, u);
+    q->draft_q = NULL;
     if (!k) return 0;
     if (!q->spec_mtp && q->p.draft) {
         const uint32_t d = q->p.draft(q->p.draft_ctx, q->toks, q->n, k, q->draft);
@@ -53,6 +55,7 @@ uint32_t nf_sched_spec_drafts(const nf_sched *s, seq *q, uint32_t u)
     if (q->mtp_at != q->n) return 0; /* the block's drafts are for another point of the sequence */
     const uint32_t d = q->n_mtp < k ? q->n_mtp : k;
     memcpy(q->draft, q->mtp_draft, d * sizeof *q->draft);
+    q->draft_q = nf_sampler_greedy(q->sampler) ? NULL : q->mtp_q; /* drawn from these rows (mtp_pick) */
     return d;
 }
 
@@ -101,7 +104,8 @@ nf_status nf_sched_spec_accept(nf_sched *s, seq *q, const float *rows, nf_sched_
         size_t nh;
         const int32_t *h = nf_sched_pen_hist(q, &nh);
         int32_t id = -1;
-        ok = a < d && nf_sampler_verify(q->sampler, l, h, nh, q->draft[a], &id);
+        const float *qa = q->draft_q ? q->draft_q + (size_t)a * V : NULL;
+        ok = a < d && nf_sampler_verify_q(q->sampler, l, h, nh, q->draft[a], qa, &id);
         if (a == d) id = nf_sampler_sample(q->sampler, l, h, nh);
         if (q->p.logprobs) nf_sched_logprobs(q, l, V, id);
         nf_status rc = nf_sched_accept_token(s, q, id, info, err);
@@ -168,6 +172,24 @@ static nf_status mtp_catch_up(nf_sched *s, const plan *b, uint32_t *n_seqs, nf_e
     return S ? mtp_run(s, S, T, err) : NF_OK;
 }
 
+/* q's draft j from the block's logits l: greedy their argmax; under sampling a draw from the
+ * distribution q's sampler gives them (its history the sequence's, without the drafts before j: any
+ * q is exact as long as the draft is drawn from it), the row kept for nf_sampler_verify_q. */
+static nf_status mtp_pick(const nf_sched *s, seq *q, const float *l, uint32_t j, nf_error *err)
+{
+    const size_t V = s->o.vocab;
+    if (nf_sampler_greedy(q->sampler)) {
+        q->mtp_draft[j] = (int32_t)nf_spec_argmax(l, V);
+        return NF_OK;
+    }
+    if (!q->mtp_q && !(q->mtp_q = malloc(NF_SPEC_MTP_MAX_K * V * sizeof *q->mtp_q)))
+        return nf_error_set(err, NF_ERR_NOMEM, "sched: out of memory for the MTP drafts' distributions");
+    size_t nh;
+    const int32_t *h = nf_sched_pen_hist(q, &nh);
+    q->mtp_draft[j] = nf_sampler_draft(q->sampler, l, h, nh, q->mtp_q + j * V);
+    return NF_OK;
+}
+
 /* After the catch-up: draft 1 of each sequence that decodes next from its last row; then drafts 2 ..
  * chained (the block at the next position fed its own output and the draft just made), each link for
  * the sequences that still want one and have the page. */
@@ -178,7 +200,8 @@ static nf_status mtp_chain(nf_sched *s, uint32_t S, nf_error *err)
     for (uint32_t j = 0; j < S; j++) {
         seq *q = s->mtp_seqs[j];
         if (q->mtp_done + 1 != q->n) continue; /* mid-prompt: its next token is not sampled yet */
-        q->mtp_draft[0] = (int32_t)nf_spec_argmax(s->logits + j * V, V);
+        nf_status rc = mtp_pick(s, q, s->logits + j * V, 0, err);
+        if (rc) return rc;
         q->n_mtp = 1;
         q->mtp_at = q->n;
         memmove(s->hid_in + n * H, s->hid + j * H, H * sizeof *s->hid);
@@ -200,10 +223,12 @@ static nf_status mtp_chain(nf_sched *s, uint32_t S, nf_error *err)
         }
         nf_status rc = m ? mtp_run(s, m, m, err) : NF_OK;
         if (rc) return rc;
-        for (uint32_t j = 0; j < m; j++) {
+        for (uint32_t j = 0; j < m && !rc; j++) {
             seq *q = s->mtp_seqs[j];
-            q->mtp_draft[q->n_mtp++] = (int32_t)nf_spec_argmax(s->logits + j * V, V);
+            rc = mtp_pick(s, q, s->logits + j * V, q->n_mtp, err);
+            q->n_mtp += !rc;
         }
+        if (rc) return rc;
         memcpy(s->hid_in, s->hid, m * H * sizeof *s->hid);
         n = m;
     }
