@@ -15,11 +15,15 @@
  * pages and are overwritten later: the session's n_past moves back (nf_engine_truncate). A Gated
  * DeltaNet hybrid's recurrent state cannot move back that way, so ngram refuses hybrids.
  *
- * MTP (docs/hybrid.md "MTP"): the drafts are the argmax of the MTP block's logits, chained: the block
- * at position p takes the main model's final hidden state at p and the token at p + 1 and predicts the
+ * MTP (docs/hybrid.md "MTP"): the drafts come from the MTP block's logits, chained: the block at
+ * position p takes the main model's final hidden state at p and the token at p + 1 and predicts the
  * token at p + 2; the next draft feeds the block's own output and the draft just made, one position
- * on. A point-mass proposal again, so nf_sampler_verify's rule is the exact rejection rule here too
- * (greedy: the same tokens; sampling: the same distribution). Rollback of the recurrent state: the
+ * on. Greedy: the argmax, a point mass, verified by nf_sampler_verify (the same tokens as without).
+ * Under sampling (nf_spec_mtp_draft_q): each draft is drawn from q, the distribution the sampler gives
+ * the block's logits, its row kept, and verified by nf_sampler_verify_q: accepted with probability
+ * min(1, p/q), the first rejection drawing from max(0, p - q) normalised, the bonus token from p;
+ * exact (sampler.h: the tokens are distributed as without speculation) and it accepts more than the
+ * point mass would. Rollback of the recurrent state: the
  * slot is copied out before the verification forward; when a draft is rejected it is copied back and
  * the accepted tokens run again (one more forward of a + 1 tokens), which also gives their hidden
  * states. The MTP block's own keys and values: the block runs on every position once its next token
