@@ -48,15 +48,6 @@ struct DevBuf {
     ~DevBuf() { cudaFree(p); }
 };
 
-// The tables linear() reads, laid out as the decoder lays them (decoder.cu): 8 counters, then
-// tile_group [tiles64], tile_m0 [tiles], tile_m0_64 [tiles64], count64 [tiles64].
-nf::dec::DenseTables make_tables(int32_t *p, uint32_t rows)
-{
-    const uint32_t mt = (rows + nf::kPrefillTileM - 1) / nf::kPrefillTileM, m64 = (rows + 63) / 64;
-    return nf::dec::DenseTables{p, p + 1, p + 2, p + 3, p + 4, p + 8, p + 8 + m64, mt, p + 5, p + 8 + m64 + mt,
-                                p + 8 + 2 * m64 + mt, nullptr, nullptr};
-}
-
 // rows x cols weights in codec c, their values as the kernels should see them in deq.
 std::vector<uint8_t> make_weights(int codec, uint32_t rows, uint32_t cols, std::vector<float> &deq)
 {
@@ -140,9 +131,10 @@ void run_case(int codec, uint32_t rows, uint32_t cols)
             xb[k] = nf_test_f2bf(nrand() * ldexpf(1.0f, (int)(t % 7) - 3));
             x[k] = nf_test_bf2f(xb[k]);
         }
-    DevBuf dx(xb.size() * 2), dtab(4096), dout((size_t)(kMaxT + kGuardRows) * (rows + kGuardCols) * 4);
+    // the tables as the decoder lays them (ops.cuh)
+    DevBuf dx(xb.size() * 2), dtab(nf::dec::dense_tables_ints(kMaxT) * 4), dout((size_t)(kMaxT + kGuardRows) * (rows + kGuardCols) * 4);
     CHECK(cudaMemcpy(dx.p, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess);
-    const nf::dec::DenseTables tab = make_tables((int32_t *)dtab.p, kMaxT);
+    const nf::dec::DenseTables tab = nf::dec::dense_tables_at((int32_t *)dtab.p, kMaxT, nullptr, nullptr);
     const uint32_t stride = rows + kGuardCols;
     const char *name = nf_codec_get((nf_codec_id)codec)->name;
 

@@ -584,7 +584,10 @@ void check_case(const Profile &p, nf_sparse_moe *m, void *ws, const uint16_t *dx
     nf_sparse_moe_set_tile_height(m, 0);
 }
 
-void test_profile(const Profile &p, const std::vector<uint32_t> &Ts, const std::vector<float> &xf, const uint16_t *dx)
+// mmq_from (nonzero): the first T the route must put on mmq, T - 1 on the decode (T - 1 = 1) or
+// small-token route, asserted on the bound operator.
+void test_profile(const Profile &p, const std::vector<uint32_t> &Ts, const std::vector<float> &xf, const uint16_t *dx,
+                  uint32_t mmq_from = 0)
 {
     Bank b = make_bank(p);
     if (p.a4) calibrate_a4(b, p, xf);
@@ -599,6 +602,12 @@ void test_profile(const Profile &p, const std::vector<uint32_t> &Ts, const std::
            nf_sparse_moe_profile(m), nf_sparse_moe_weight_bytes(m), ws_bytes, CHUNK, nf_sparse_moe_workspace_bytes(m, 1));
     CHECK_MSG(strcmp(nf_sparse_moe_profile(m), p.name) == 0 || !strstr(p.name, "nvfp4"), "%s admitted as %s", p.name,
               nf_sparse_moe_profile(m));
+    if (mmq_from) {
+        const nf_moe_route below = mmq_from == 2 ? NF_MOE_ROUTE_DECODE : NF_MOE_ROUTE_SMALL;
+        const nf_moe_route r0 = nf_sparse_moe_route(m, mmq_from - 1), r1 = nf_sparse_moe_route(m, mmq_from);
+        CHECK_MSG(r0 == below && r1 == NF_MOE_ROUTE_MMQ, "%s: T = %u takes %s, T = %u %s (want %s, mmq)", p.name,
+                  mmq_from - 1, nf_moe_route_name(r0), mmq_from, nf_moe_route_name(r1), nf_moe_route_name(below));
+    }
     void *ws;
     CHECK(cudaMalloc(&ws, ws_bytes) == cudaSuccess);
     // the case list's T on the mmq route (the reference's extra bounds cover their tokens)
@@ -838,8 +847,6 @@ void test_import(const std::vector<uint32_t> &Ts)
     cudaFree(dx);
 }
 
-} // namespace
-
 // A shared expert of at least half a token's routed work (S >= k I / 2, as qwen2_moe's) moves the mmq
 // route's frontier down (sparse_moe.cu mmq_small_max_big_shared: q4_k gate/up from T = 3, q8_0 from
 // T = 2, against their 12 and 8 otherwise): k = 2, I = 256, S = 512, the k-quant and q8_0 shared
@@ -858,27 +865,12 @@ void test_big_shared()
     };
     std::vector<float> xf;
     uint16_t *dx = make_inputs(xf);
-    for (const Profile &p : shared) {
-        if (!selected(p)) continue;
-        Bank b = make_bank(p);
-        nf_moe_bank desc = b.desc(p);
-        nf_sparse_moe *m = nullptr;
-        size_t ws = 0;
-        nf_error err;
-        CHECK_MSG(nf_sparse_moe_bind(&desc, CHUNK, &m, &ws, &err) == NF_OK, "%s: bind: %s", p.name, err.msg);
-        if (m) {
-            const uint32_t first = p.gu == NF_CODEC_Q8_0 ? 2 : 3; // the first T on the mmq route
-            const nf_moe_route below = first == 2 ? NF_MOE_ROUTE_DECODE : NF_MOE_ROUTE_SMALL;
-            CHECK_MSG(nf_sparse_moe_route(m, first - 1) == below && nf_sparse_moe_route(m, first) == NF_MOE_ROUTE_MMQ,
-                      "%s with a shared expert of half the routed work: T = %u takes %s, T = %u %s (want %s, mmq)", p.name,
-                      first - 1, nf_moe_route_name(nf_sparse_moe_route(m, first - 1)), first,
-                      nf_moe_route_name(nf_sparse_moe_route(m, first)), nf_moe_route_name(below));
-            nf_sparse_moe_free(m);
-        }
-        test_profile(p, Ts, xf, dx);
-    }
+    for (const Profile &p : shared)
+        if (selected(p)) test_profile(p, Ts, xf, dx, p.gu == NF_CODEC_Q8_0 ? 2 : 3); // the first T on mmq
     cudaFree(dx);
 }
+
+} // namespace
 
 int main(void)
 {

@@ -292,8 +292,7 @@ size_t layout_buffers(nf_cuda_decoder *dec, uint8_t *base, size_t moe_ws)
     o[n++] = take(&ar, C * D * 2);     // act
     o[n++] = take(&ar, moe_ws);        // moe workspace
     const size_t MS = d->max_seqs;
-    // a table: 6 counters, tile_group [tiles64], tile_m0 [tiles], tile_m0_64 [tiles64], count64 [tiles64]
-    auto tab_bytes = [](size_t rows) { return (8 + (rows + kPrefillTileM - 1) / kPrefillTileM + 3 * ((rows + 63) / 64)) * 4; };
+    auto tab_bytes = [](size_t rows) { return dense_tables_ints(rows) * 4; };
     o[n++] = take(&ar, tab_bytes(C)); // tab
     o[n++] = take(&ar, tab_bytes(1)); // tab1
     o[n++] = take(&ar, step_layout(d->chunk, d->max_seqs, dec->stride).total * 4);
@@ -323,12 +322,8 @@ size_t layout_buffers(nf_cuda_decoder *dec, uint8_t *base, size_t moe_ws)
     DenseTables *tb[] = {&dec->tab, &dec->tab1, &dec->tabS};
     const size_t rows[] = {C, 1, MS};
     const int at[] = {12, 13, 19};
-    for (int i = 0; i < 3; i++) {
-        int32_t *p = (int32_t *)(base + o[at[i]]);
-        const uint32_t mt = (uint32_t)((rows[i] + kPrefillTileM - 1) / kPrefillTileM), m64 = (uint32_t)((rows[i] + 63) / 64);
-        *tb[i] = DenseTables{p, p + 1, p + 2, p + 3, p + 4, p + 8, p + 8 + m64, mt, p + 5, p + 8 + m64 + mt,
-                             p + 8 + 2 * m64 + mt, (int8_t *)(base + o[21]), (float2 *)(base + o[22])};
-    }
+    for (int i = 0; i < 3; i++)
+        *tb[i] = dense_tables_at((int32_t *)(base + o[at[i]]), rows[i], (int8_t *)(base + o[21]), (float2 *)(base + o[22]));
     dec->step = (int32_t *)(base + o[14]);
     float *t = (float *)(base + o[15]);
     const size_t sc = MS * topk_scratch_floats();

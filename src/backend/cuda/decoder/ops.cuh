@@ -60,6 +60,17 @@ struct DenseTables {
     float2 *xd;                                 // [kDenseMmqMax][max cols / 32] its (d, d sum q) pairs
 };
 
+// The tables for up to `rows` positions in one block of ints: 8 counters (n_groups, expert, start,
+// count, n_tiles, n_tiles64, 2 unused), tile_group [tiles64], tile_m0 [tiles], tile_m0_64 [tiles64],
+// count64 [tiles64]. dense_tables_ints sizes the block, dense_tables_at lays the tables over it.
+inline size_t dense_tables_ints(size_t rows) { return 8 + (rows + kPrefillTileM - 1) / kPrefillTileM + 3 * ((rows + 63) / 64); }
+inline DenseTables dense_tables_at(int32_t *p, size_t rows, int8_t *xq, float2 *xd)
+{
+    const uint32_t mt = (uint32_t)((rows + kPrefillTileM - 1) / kPrefillTileM), m64 = (uint32_t)((rows + 63) / 64);
+    return DenseTables{p, p + 1, p + 2, p + 3, p + 4, p + 8, p + 8 + m64, mt, p + 5, p + 8 + m64 + mt, p + 8 + 2 * m64 + mt,
+                       xq, xd};
+}
+
 // Tokens at or below which the dense layers use the CUDA-core GEMV (each weight row read once for
 // all tokens); above, the tensor-core GEMM when the shape takes it.
 constexpr uint32_t kGemvMaxT = 16;

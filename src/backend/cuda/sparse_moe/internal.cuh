@@ -393,7 +393,8 @@ cudaError_t launch_prefill_wg(int codec, bool glu, const DevMat &W, const uint16
 bool mmq_supported(int codec, const DevMat &W, bool glu);
 bool mmq_supported_within(int codec, const DevMat &W, bool glu, size_t smem_limit);
 // shared memory of one CTA (0: not a codec it takes), with the rows' scale fields staged or (staged
-// false: plain form only) read from global memory; whether they are staged at this height
+// false: plain form only) read from global memory; whether a plain (not GLU) matrix's are staged at
+// this height, as launch_mmq decides it
 size_t mmq_smem(int codec, const DevMat &W, int height, bool staged = true);
 bool mmq_meta_staged(int codec, const DevMat &W, int height);
 cudaError_t launch_mmq(int codec, bool glu, const DevMat &W, const int8_t *xq, const float2 *xd, const Groups &g,
@@ -407,6 +408,15 @@ cudaError_t launch_mmq_quant(const void *in, bool in_bf16, uint32_t rows, uint32
 // The most tokens a slice may take on the mmq route (the workspace's mmq planes are sized for
 // min(max_tokens, this)); nf_sparse_moe_set_mmq_max clamps to it.
 constexpr uint32_t kMmqMaxTokens = 1024;
+
+// ---- Route frontiers (routes.cu), by the bank's gate/up codec ----
+// The largest T the fused decode/small-token kernels take (launch_down_combine's widest
+// instantiation); thresholds never exceed it.
+constexpr uint32_t kSmallRouteMax = 16;
+uint32_t small_route_max(int gate_up_codec);          // the small-token / prefill frontier
+uint32_t mmq_small_max(int gate_up_codec);            // with the mmq route: small-token / mmq
+uint32_t mmq_small_max_big_shared(int gate_up_codec); // the same with a shared expert of S >= k I / 2
+uint32_t mmq_route_max(int gate_up_codec);            // mmq / prefill
 
 // A plain epilogue's two adjacent outputs at element i of out: f32, or bf16 when y16.
 __device__ __forceinline__ void store_plain2(void *out, size_t i, bool y16, float c0, float c1)

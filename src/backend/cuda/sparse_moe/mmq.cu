@@ -354,10 +354,14 @@ size_t mmq_smem(int codec, const DevMat &W, int height, bool staged)
     return bytes;
 }
 
-bool mmq_meta_staged(int codec, const DevMat &W, int height)
+// Whether the kernel stages the rows' scale fields in shared memory at this tile height: always for
+// gate/up (GLU rows are short), else where they fit the limit (the GMETA form reads them from global).
+static bool meta_staged(int codec, const DevMat &W, bool glu, int height, size_t smem_limit)
 {
-    return mmq_smem(codec, W, height, true) <= smem_optin_limit();
+    return glu || mmq_smem(codec, W, height, true) <= smem_limit;
 }
+
+bool mmq_meta_staged(int codec, const DevMat &W, int height) { return meta_staged(codec, W, false, height, smem_optin_limit()); }
 
 bool mmq_supported_within(int codec, const DevMat &W, bool glu, size_t smem_limit)
 {
@@ -365,8 +369,7 @@ bool mmq_supported_within(int codec, const DevMat &W, bool glu, size_t smem_limi
     const uint32_t slice = codec == 3 ? 128 : 256;
     if (W.cols == 0 || W.cols % slice || W.rows == 0) return false;
     if (glu ? (W.rows / 2) % (kBM / 2) || W.rows % 2 : W.rows % kBM) return false;
-    const bool staged = glu || mmq_smem(codec, W, 64, true) <= smem_limit; // else the plain form reads them
-    return mmq_smem(codec, W, 64, staged) <= smem_limit;
+    return mmq_smem(codec, W, 64, meta_staged(codec, W, glu, 64, smem_limit)) <= smem_limit;
 }
 
 bool mmq_supported(int codec, const DevMat &W, bool glu)
@@ -388,7 +391,7 @@ cudaError_t launch_mmq(int codec, bool glu, const DevMat &W, const int8_t *xq, c
             k<<<grid, kThreads, smem, s>>>(W, xq, xd, g, tl, out, out_stride, aq, ad);
             return cudaGetLastError();
         };
-        const bool staged = glu || mmq_meta_staged(codec, W, tl.height);
+        const bool staged = meta_staged(codec, W, glu, tl.height, smem_optin_limit());
         const size_t smem = mmq_smem(codec, W, tl.height, staged);
         if (!staged) return tl.height == 64 ? go(mmq_kernel<C, false, 64, true>, smem) : go(mmq_kernel<C, false, 32, true>, smem);
         if (tl.height == 64) return glu ? go(mmq_kernel<C, true, 64>, smem) : go(mmq_kernel<C, false, 64>, smem);
