@@ -59,6 +59,20 @@ static void drafting(void)
 
 enum { SV = 6, DRAWS = 200000 };
 
+/* Pearson's chi-square of DRAWS counts against ref / z (tokens of zero probability must have none;
+ * *df: the kept tokens less one). */
+static double chi_square(const long *cnt, const double *ref, double z, int *df)
+{
+    double chi2 = 0;
+    *df = -1;
+    for (int i = 0; i < SV; i++) {
+        const double e = DRAWS * ref[i] / z;
+        if (e > 0) chi2 += (cnt[i] - e) * (cnt[i] - e) / e, ++*df;
+        else CHECK_MSG(cnt[i] == 0, "token %d is outside the kept set but was given %ld times", i, cnt[i]);
+    }
+    return chi2;
+}
+
 /* The tokens verification gives for `draft` against softmax(l / temp) over the top_k best (computed
  * here), for a sampler of that temperature and top_k. */
 static void verify_distribution(const float *l, int top_k, int32_t draft, uint64_t seed)
@@ -87,13 +101,8 @@ static void verify_distribution(const float *l, int top_k, int32_t draft, uint64
         cnt[id]++;
         acc += a;
     }
-    double chi2 = 0;
-    int df = -1;
-    for (int i = 0; i < SV; i++) {
-        const double e = DRAWS * ref[i] / z;
-        if (e > 0) chi2 += (cnt[i] - e) * (cnt[i] - e) / e, df++;
-        else CHECK_MSG(cnt[i] == 0, "token %d is outside the kept set but was given %ld times", i, cnt[i]);
-    }
+    int df;
+    const double chi2 = chi_square(cnt, ref, z, &df);
     const double pd = ref[draft] / z, sd = sqrt(DRAWS * pd * (1 - pd));
     CHECK_MSG(chi2 < 30, "draft %d, top_k %d: chi-square %.1f over %d degrees of freedom", draft, top_k, chi2, df);
     CHECK_MSG(fabs((double)acc - DRAWS * pd) <= 6 * sd + 1e-9, "draft %d: %ld accepted, expected %.0f +- %.0f", draft,
@@ -143,13 +152,8 @@ static void verify_q_distribution(const float *l, int top_k, const double *qd, u
         cnt[id]++;
         acc += a;
     }
-    double chi2 = 0;
-    int df = -1;
-    for (int i = 0; i < SV; i++) {
-        const double e = DRAWS * ref[i] / z;
-        if (e > 0) chi2 += (cnt[i] - e) * (cnt[i] - e) / e, df++;
-        else CHECK_MSG(cnt[i] == 0, "token %d is outside the kept set but was given %ld times", i, cnt[i]);
-    }
+    int df;
+    const double chi2 = chi_square(cnt, ref, z, &df);
     const double sd = sqrt(DRAWS * acc_p * (1 - acc_p));
     CHECK_MSG(chi2 < 30, "verify_q, top_k %d: chi-square %.1f over %d degrees of freedom", top_k, chi2, df);
     CHECK_MSG(fabs((double)acc - DRAWS * acc_p) <= 6 * sd + 1e-9, "verify_q: %ld accepted, expected %.0f +- %.0f", acc,
