@@ -178,8 +178,10 @@ __global__ void __launch_bounds__(32) gdn_rec_kernel(GdnArgs g, Batch b, uint32_
 // chain, not arithmetic, is what the chunked form removes. A chunk's products are ~0.7 M FMAs a CTA
 // (dk = 128); 512 tokens of one sequence, 16 chunks x 128 CTAs, are ~1.4 G FMAs, ~0.1 ms even at a
 // fifth of an H100's f32 rate, against the per-token kernel's 512 dependent steps. tf32 would round
-// k, q, S to 10 bits, beyond the f32 state's bounds (test_gdn_cuda); bf16x3 would triple the
-// tensor-core work for what f32 cores already do inside the chunk's latency.
+// k, q, S to 10 bits, beyond the f32 state's bounds (test_gdn_cuda). Both f32-accurate tensor-core
+// forms were built and measured: bf16x3 1.18x slower, 3xTF32 1.015x at one 512-token sequence and
+// 0.91x with 8 (docs/perf/hybrid_h200_2026-12-07d.md): at one sequence a chunk's dependent chain,
+// not its products, sets the time.
 //
 // N = 32, not transformers' 64: the within-chunk products cost O(N) per token and the state products
 // O(1), so the smaller chunk is less arithmetic; the serial part (the substitution, one row after
