@@ -15,10 +15,12 @@
  * Fixtures: qwen3_moe (attention only; q4q6 with the default int8 activations, and bf16) with ngram;
  * the hybrids qwen3_next (bf16, and q8q8 with int8 activations) and qwen3_5_moe_text (bf16) with
  * ngram and mtp, so the Gated DeltaNet state is restored from its copy and the kept tokens fed again
- * after every rejection. */
+ * after every rejection. Under sampling: ngram drafts on qwen3_moe_256 (sampled_distribution) and the
+ * MTP block's own drafts on qwen3_next bf16 (sampled_mtp), chi-square against plain forwards. */
 #define _POSIX_C_SOURCE 200809L
 #include "nf_test.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -287,6 +289,119 @@ static void sampled_distribution(const char *path)
     nf_model_free(m);
 }
 
+/* softmax(l / temp) over all V logits, added to p[V] with weight w. */
+static void add_softmax(const float *l, uint32_t V, double temp, double w, double *p)
+{
+    double z = 0, mx = l[0];
+    for (uint32_t i = 1; i < V; i++) mx = l[i] > mx ? l[i] : mx;
+    for (uint32_t i = 0; i < V; i++) z += exp((l[i] - mx) / temp);
+    for (uint32_t i = 0; i < V; i++) p[i] += w * exp((l[i] - mx) / temp) / z;
+}
+
+enum { QTRIALS = 20000, QP = 4, QWAVE = 32 };
+
+/* The scheduler's sampling with the MTP block's own drafts (mtp:2: drafts drawn from the block's
+ * distribution q, verified with min(1, p/q) and the residual max(0, p - q), sched_spec.c mtp_pick and
+ * sampler.c nf_sampler_verify_q) on qwen3_next bf16: top-k off (the random block's top few rarely meet
+ * the main model's), temperature 1.5, QTRIALS seeded sequences of a QP-token prompt, up to QWAVE at a
+ * time and 4 more each step (verifications beside other sequences' prefills), 4 tokens each (the first
+ * sampled after the prefill, the second and third from the first verification of 2 drafts: accepted
+ * drafts, the residual after a rejection, or the next verification's). The second and third tokens'
+ * marginals over the whole vocabulary against the exact ones from plain forwards (p2 = sum over x1 of
+ * p1(x1) times the distribution after x1; p3 likewise over (x1, x2): V * V forwards): chi-square over
+ * the cells expected >= 5 times, each < 1.3 df + 35 (p about 1e-5 for a correct rule); acceptances and
+ * rejections both occur (about 47 % of the drafts accepted). Drawing from p instead of the residual on
+ * rejection gives chi-square 964 / 431 over 255; the point-mass rule (no q) stays exact, and accepts
+ * about 0.3 % of the drafts. */
+static void sampled_mtp(const nf_model *m)
+{
+    const uint32_t V = m->cfg.vocab;
+    const double temp = 1.5;
+    nf_engine_opts o = {.threads = 2, .ctx = 32, .chunk = 32, .page_tokens = 16, .max_seqs = 16};
+    nf_engine *e;
+    nf_sched *s = NULL;
+    nf_error err;
+    if (nf_engine_create(m, &o, &e, &err)) {
+        CHECK_MSG(0, "%s", err.msg);
+        return;
+    }
+    double *p1 = calloc(V, sizeof *p1), *p2 = calloc(V, sizeof *p2), *p2s = calloc((size_t)V * V, sizeof *p2s),
+           *p3 = calloc(V, sizeof *p3), *ex = malloc(V * sizeof *ex);
+    long *c2 = calloc(V, sizeof *c2), *c3 = calloc(V, sizeof *c3);
+    int32_t prompt[QP + 2];
+    uint64_t r = 77;
+    for (int j = 0; j < QP; j++) prompt[j] = (int32_t)(lcg(&r) % V);
+    /* the exact distributions from plain forwards of the single-sequence engine */
+    nf_engine_reset(e);
+    CHECK(nf_engine_prefill(e, prompt, QP, NULL, &err) == NF_OK);
+    add_softmax(e->logits, V, temp, 1, p1);
+    for (uint32_t x = 0; x < V; x++) {
+        prompt[QP] = (int32_t)x;
+        nf_engine_reset(e);
+        CHECK(nf_engine_prefill(e, prompt, QP + 1, NULL, &err) == NF_OK);
+        add_softmax(e->logits, V, temp, p1[x], p2);
+        add_softmax(e->logits, V, temp, 1, p2s + (size_t)x * V); /* the distribution after (t1 = x) */
+    }
+    for (uint32_t x = 0; x < V; x++) {
+        prompt[QP] = (int32_t)x;
+        for (uint32_t y = 0; y < V; y++) {
+            prompt[QP + 1] = (int32_t)y;
+            nf_engine_reset(e);
+            CHECK(nf_engine_prefill(e, prompt, QP + 2, NULL, &err) == NF_OK);
+            add_softmax(e->logits, V, temp, p1[x] * p2s[(size_t)x * V + y], p3);
+        }
+    }
+    nf_engine_reset(e);
+    long drafted = 0, accepted = 0, mixed = 0;
+    uint64_t out[QWAVE];
+    int n_out = 0, added = 0, done = 0;
+    if (nf_sched_create_engine(e, NULL, &s, &err)) CHECK_MSG(0, "%s", err.msg);
+    while (s && done < QTRIALS) {
+        for (int now = 0; now < 4 && n_out < QWAVE && added < QTRIALS; now++, added++) { /* staggered arrivals */
+            nf_sampler_params sp = {.temp = (float)temp, .top_p = 1, .repeat_penalty = 1, .seed = (uint64_t)added + 1};
+            nf_seq_params sq = {.sampling = sp, .max_new = 4, .spec_k = 2, .spec_mtp = 1};
+            CHECK(nf_sched_add(s, prompt, QP, &sq, &out[n_out++], &err) == NF_OK);
+        }
+        nf_sched_step_info info;
+        if (nf_sched_step(s, &info, &err)) {
+            CHECK_MSG(0, "%s", err.msg);
+            break;
+        }
+        drafted += info.n_drafted, accepted += info.n_accepted;
+        mixed += info.n_verified && info.n_verified < info.n_seqs;
+        for (int i = 0; i < n_out; i++) {
+            if (nf_sched_end(s, out[i]) == NF_SEQ_RUNNING) continue;
+            size_t np, n;
+            const int32_t *t = nf_sched_tokens(s, out[i], &np, &n);
+            CHECK_MSG(n == np + 4, "a trial generated %zu tokens", n - np);
+            if (n == np + 4) {
+                c2[t[np + 1]]++;
+                c3[t[np + 2]]++;
+            }
+            nf_sched_remove(s, out[i]);
+            out[i--] = out[--n_out];
+            done++;
+        }
+    }
+    int df2, df3;
+    for (uint32_t x = 0; x < V; x++) ex[x] = QTRIALS * p2[x];
+    const double chi2 = pooled_chi2(c2, ex, (int)V, &df2);
+    for (uint32_t x = 0; x < V; x++) ex[x] = QTRIALS * p3[x];
+    const double chi3 = pooled_chi2(c3, ex, (int)V, &df3);
+    printf("scheduler sampling with MTP drafts against their q (full vocabulary): second token chi-square %.1f over "
+           "%d degrees of freedom, third %.1f over %d; %ld of %ld drafts "
+           "accepted, %ld steps with verifications beside other sequences' tokens\n", chi2, df2, chi3, df3,
+           accepted, drafted, mixed);
+    CHECK_MSG(done == QTRIALS && chi2 < 1.3 * df2 + 35 && chi3 < 1.3 * df3 + 35, "scheduler sampling with the MTP "
+              "block's drafts: chi-square %.1f / %d, %.1f / %d (%d trials)", chi2, df2, chi3, df3, done);
+    CHECK_MSG(accepted > drafted / 10 && accepted < drafted - drafted / 10, "%ld of %ld drafts accepted: both "
+              "branches must be exercised", accepted, drafted);
+    CHECK(mixed > 0);
+    free(p1), free(p2), free(p2s), free(p3), free(ex), free(c2), free(c3);
+    nf_sched_free(s);
+    nf_engine_free(e);
+}
+
 int main(void)
 {
     char tmp[] = "/tmp/nf_sched_spec_XXXXXX";
@@ -316,6 +431,7 @@ int main(void)
         const int pools = strcmp(recipes[k], "q8q8") ? 2 : 1;
         fixture(m, 0, name, pools);
         if (m->mtp) fixture(m, 1, name, pools);
+        if (k == 2) sampled_mtp(m);
         nf_model_free(m);
         remove(out);
     }
