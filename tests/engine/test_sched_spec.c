@@ -215,7 +215,67 @@ static void fixture(const nf_model *m, int mtp, const char *name, int pools)
     same_as_alone(c, 0, &all, what);
 }
 
+/* Staggered arrivals through one scheduler: `trials` sequences of prompt[plen] with *sq (sequence i
+ * seeded i + 1), four added a step while fewer than `wave` are in it, so verifications share forwards
+ * with other sequences' prefills; each finished sequence's generated tokens go to seen(ctx, ...)
+ * before it is removed. Returns the scheduler's draft counts and the sequences finished. */
+typedef struct stagger_run {
+    long drafted, accepted, mixed; /* drafts, accepted drafts, steps with verifications beside others */
+    int done;
+} stagger_run;
+typedef void (*seen_fn)(void *ctx, const int32_t *gen, size_t n_gen);
+static stagger_run run_staggered(nf_engine *e, const int32_t *prompt, size_t plen, nf_seq_params sq, int trials,
+                                 int wave, seen_fn seen, void *ctx)
+{
+    stagger_run r = {0};
+    nf_sched *s = NULL;
+    nf_error err;
+    uint64_t *out = malloc((size_t)wave * sizeof *out);
+    int n_out = 0, added = 0;
+    if (nf_sched_create_engine(e, NULL, &s, &err)) CHECK_MSG(0, "%s", err.msg);
+    while (s && out && r.done < trials) {
+        for (int now = 0; now < 4 && n_out < wave && added < trials; now++, added++) {
+            sq.sampling.seed = (uint64_t)added + 1;
+            CHECK(nf_sched_add(s, prompt, plen, &sq, &out[n_out++], &err) == NF_OK);
+        }
+        nf_sched_step_info info;
+        if (nf_sched_step(s, &info, &err)) {
+            CHECK_MSG(0, "%s", err.msg);
+            break;
+        }
+        r.drafted += info.n_drafted, r.accepted += info.n_accepted;
+        r.mixed += info.n_verified && info.n_verified < info.n_seqs;
+        for (int i = 0; i < n_out; i++) {
+            if (nf_sched_end(s, out[i]) == NF_SEQ_RUNNING) continue;
+            size_t np, n;
+            const int32_t *t = nf_sched_tokens(s, out[i], &np, &n);
+            seen(ctx, t + np, n - np);
+            nf_sched_remove(s, out[i]);
+            out[i--] = out[--n_out];
+            r.done++;
+        }
+    }
+    free(out);
+    nf_sched_free(s);
+    return r;
+}
+
 enum { TRIALS = 10000, PMAX = 256 + 64, WAVE = 48 };
+
+/* sampled_distribution's tally: each trial's three tokens as a cell of the top-SPEC_TK joint (the
+ * extra cell: outside it). */
+typedef struct joint_seen {
+    int32_t (*ids)[SPEC_TK][SPEC_TK][3];
+    long *cnt;
+} joint_seen;
+static void joint_cell(void *ctx, const int32_t *gen, size_t n_gen)
+{
+    joint_seen *js = ctx;
+    CHECK_MSG(n_gen == 3, "a trial generated %zu tokens", n_gen);
+    const int cell = n_gen == 3 ? spec_cell(js->ids, gen) : SPEC_TK * SPEC_TK * SPEC_TK;
+    CHECK_MSG(cell < SPEC_TK * SPEC_TK * SPEC_TK, "tokens outside the top-%d cells", SPEC_TK);
+    js->cnt[cell]++;
+}
 
 /* The scheduler's sampling with speculation (temperature 1.5, top-k 3, ngram:3, seeds 1 .. TRIALS) on
  * the vocabulary-256 fixture: TRIALS sequences of the loop prompt (common/spec_joint.h), up to WAVE at a
@@ -228,7 +288,6 @@ static void sampled_distribution(const char *path)
 {
     nf_model *m;
     nf_engine *e;
-    nf_sched *s = NULL;
     nf_error err;
     if (nf_model_load(path, &m, &err)) return;
     nf_engine_opts o = {.threads = 2, .ctx = PMAX + 8, .chunk = 64, .page_tokens = 16, .max_seqs = 16};
@@ -242,37 +301,12 @@ static void sampled_distribution(const char *path)
     const uint32_t plen = spec_loop_prompt(e, prompt, PMAX);
     spec_joint_reference(e, prompt, plen, temp, ids, p);
     static long cnt[SPEC_TK * SPEC_TK * SPEC_TK + 1];
-    long drafted = 0, accepted = 0, mixed = 0;
-    uint64_t out[WAVE];
-    int n_out = 0, added = 0, done = 0;
-    if (nf_sched_create_engine(e, NULL, &s, &err)) CHECK_MSG(0, "%s", err.msg);
-    while (s && done < TRIALS) {
-        for (int now = 0; now < 4 && n_out < WAVE && added < TRIALS; now++, added++) { /* staggered arrivals */
-            nf_sampler_params sp = {.temp = (float)temp, .top_k = SPEC_TK, .top_p = 1, .repeat_penalty = 1,
-                                    .seed = (uint64_t)added + 1};
-            nf_seq_params sq = {.sampling = sp, .max_new = 3, .spec_k = 3};
-            CHECK(nf_sched_add(s, prompt, plen, &sq, &out[n_out++], &err) == NF_OK);
-        }
-        nf_sched_step_info info;
-        if (nf_sched_step(s, &info, &err)) {
-            CHECK_MSG(0, "%s", err.msg);
-            break;
-        }
-        drafted += info.n_drafted, accepted += info.n_accepted;
-        mixed += info.n_verified && info.n_verified < info.n_seqs;
-        for (int i = 0; i < n_out; i++) {
-            if (nf_sched_end(s, out[i]) == NF_SEQ_RUNNING) continue;
-            size_t np, n;
-            const int32_t *t = nf_sched_tokens(s, out[i], &np, &n);
-            CHECK_MSG(n == np + 3, "a trial generated %zu tokens", n - np);
-            const int cell = n == np + 3 ? spec_cell(ids, t + np) : SPEC_TK * SPEC_TK * SPEC_TK;
-            CHECK_MSG(cell < SPEC_TK * SPEC_TK * SPEC_TK, "tokens outside the top-%d cells", SPEC_TK);
-            cnt[cell]++;
-            nf_sched_remove(s, out[i]);
-            out[i--] = out[--n_out];
-            done++;
-        }
-    }
+    joint_seen js = {ids, cnt};
+    const nf_seq_params sq = {.sampling = {.temp = (float)temp, .top_k = SPEC_TK, .top_p = 1, .repeat_penalty = 1},
+                              .max_new = 3, .spec_k = 3};
+    const stagger_run run = run_staggered(e, prompt, plen, sq, TRIALS, WAVE, joint_cell, &js);
+    const long drafted = run.drafted, accepted = run.accepted, mixed = run.mixed;
+    const int done = run.done;
     double ex[SPEC_TK * SPEC_TK * SPEC_TK];
     for (int c = 0; c < SPEC_TK * SPEC_TK * SPEC_TK; c++) ex[c] = TRIALS * p[c / 9][c / 3 % 3][c % 3];
     int df;
@@ -284,7 +318,6 @@ static void sampled_distribution(const char *path)
     CHECK_MSG(accepted > TRIALS / 10 && accepted < drafted - TRIALS / 10, "%ld of %ld drafts accepted: both branches "
               "must be exercised", accepted, drafted);
     CHECK(mixed > 0);
-    nf_sched_free(s);
     nf_engine_free(e);
     nf_model_free(m);
 }
@@ -299,6 +332,14 @@ static void add_softmax(const float *l, uint32_t V, double temp, double w, doubl
 }
 
 enum { QTRIALS = 20000, QP = 4, QWAVE = 32 };
+
+/* sampled_mtp's tally: each trial's second and third generated tokens (c[0], c[1]). */
+static void second_third(void *ctx, const int32_t *gen, size_t n_gen)
+{
+    long **c = ctx;
+    CHECK_MSG(n_gen == 4, "a trial generated %zu tokens", n_gen);
+    if (n_gen == 4) c[0][gen[1]]++, c[1][gen[2]]++;
+}
 
 /* The scheduler's sampling with the MTP block's own drafts (mtp:2: drafts drawn from the block's
  * distribution q, verified with min(1, p/q) and the residual max(0, p - q), sched_spec.c mtp_pick and
@@ -319,7 +360,6 @@ static void sampled_mtp(const nf_model *m)
     const double temp = 1.5;
     nf_engine_opts o = {.threads = 2, .ctx = 32, .chunk = 32, .page_tokens = 16, .max_seqs = 16};
     nf_engine *e;
-    nf_sched *s = NULL;
     nf_error err;
     if (nf_engine_create(m, &o, &e, &err)) {
         CHECK_MSG(0, "%s", err.msg);
@@ -352,37 +392,12 @@ static void sampled_mtp(const nf_model *m)
         }
     }
     nf_engine_reset(e);
-    long drafted = 0, accepted = 0, mixed = 0;
-    uint64_t out[QWAVE];
-    int n_out = 0, added = 0, done = 0;
-    if (nf_sched_create_engine(e, NULL, &s, &err)) CHECK_MSG(0, "%s", err.msg);
-    while (s && done < QTRIALS) {
-        for (int now = 0; now < 4 && n_out < QWAVE && added < QTRIALS; now++, added++) { /* staggered arrivals */
-            nf_sampler_params sp = {.temp = (float)temp, .top_p = 1, .repeat_penalty = 1, .seed = (uint64_t)added + 1};
-            nf_seq_params sq = {.sampling = sp, .max_new = 4, .spec_k = 2, .spec_mtp = 1};
-            CHECK(nf_sched_add(s, prompt, QP, &sq, &out[n_out++], &err) == NF_OK);
-        }
-        nf_sched_step_info info;
-        if (nf_sched_step(s, &info, &err)) {
-            CHECK_MSG(0, "%s", err.msg);
-            break;
-        }
-        drafted += info.n_drafted, accepted += info.n_accepted;
-        mixed += info.n_verified && info.n_verified < info.n_seqs;
-        for (int i = 0; i < n_out; i++) {
-            if (nf_sched_end(s, out[i]) == NF_SEQ_RUNNING) continue;
-            size_t np, n;
-            const int32_t *t = nf_sched_tokens(s, out[i], &np, &n);
-            CHECK_MSG(n == np + 4, "a trial generated %zu tokens", n - np);
-            if (n == np + 4) {
-                c2[t[np + 1]]++;
-                c3[t[np + 2]]++;
-            }
-            nf_sched_remove(s, out[i]);
-            out[i--] = out[--n_out];
-            done++;
-        }
-    }
+    long *c[2] = {c2, c3};
+    const nf_seq_params sq = {.sampling = {.temp = (float)temp, .top_p = 1, .repeat_penalty = 1}, .max_new = 4,
+                              .spec_k = 2, .spec_mtp = 1};
+    const stagger_run run = run_staggered(e, prompt, QP, sq, QTRIALS, QWAVE, second_third, c);
+    const long drafted = run.drafted, accepted = run.accepted, mixed = run.mixed;
+    const int done = run.done;
     int df2, df3;
     for (uint32_t x = 0; x < V; x++) ex[x] = QTRIALS * p2[x];
     const double chi2 = pooled_chi2(c2, ex, (int)V, &df2);
@@ -398,7 +413,6 @@ static void sampled_mtp(const nf_model *m)
               "branches must be exercised", accepted, drafted);
     CHECK(mixed > 0);
     free(p1), free(p2), free(p2s), free(p3), free(ex), free(c2), free(c3);
-    nf_sched_free(s);
     nf_engine_free(e);
 }
 
