@@ -210,17 +210,19 @@ size_t compare(const Case &k, size_t f, const std::vector<uint16_t> &out, const 
 }
 
 // Device buffers of a case (or of the benchmark): rows, weights, slots, tables, output.
+// The chunked form's workspace starts as NaN: a read of what the forward did not write shows.
 struct Dev {
-    float *row = nullptr, *w = nullptr, *slots = nullptr;
+    float *row = nullptr, *w = nullptr, *slots = nullptr, *ws = nullptr;
     int32_t *tab = nullptr;
     uint16_t *out = nullptr;
-    bool alloc(size_t row_f, size_t w_f, size_t slot_f, size_t tab_n, size_t out_n)
+    bool alloc(size_t row_f, size_t w_f, size_t slot_f, size_t tab_n, size_t out_n, size_t ws_f)
     {
         return cudaMalloc(&row, row_f * 4) == cudaSuccess && cudaMalloc(&w, w_f * 4) == cudaSuccess &&
                cudaMalloc(&slots, slot_f * 4) == cudaSuccess && cudaMalloc(&tab, tab_n * 4) == cudaSuccess &&
-               cudaMalloc(&out, out_n * 2) == cudaSuccess;
+               cudaMalloc(&out, out_n * 2) == cudaSuccess && cudaMalloc(&ws, ws_f * 4) == cudaSuccess &&
+               cudaMemset(ws, 0xFF, ws_f * 4) == cudaSuccess;
     }
-    ~Dev() { cudaFree(row), cudaFree(w), cudaFree(slots), cudaFree(tab), cudaFree(out); }
+    ~Dev() { cudaFree(row), cudaFree(w), cudaFree(slots), cudaFree(tab), cudaFree(out), cudaFree(ws); }
 };
 
 bool upload(void *d, const void *h, size_t bytes) { return cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice) == cudaSuccess; }
@@ -230,7 +232,7 @@ nf::dec::GdnArgs args_of(const Shape &g, uint32_t C, uint32_t stride, size_t slo
 {
     const size_t cw = (size_t)C * nf::dec::kGdnConvK;
     return nf::dec::GdnArgs{d.row, stride, d.w, d.w + cw, d.w + cw + g.hv, d.w + cw + 2 * g.hv, d.slots, slot_floats,
-                            g.hk, g.hv, g.dk, g.dv, nf::dec::kGdnConvK, 1e-6f, d.out};
+                            g.hk, g.hv, g.dk, g.dv, nf::dec::kGdnConvK, 1e-6f, d.out, d.ws};
 }
 
 // The tables as Dev.tab holds them: last [S] | slot [S] | pos [T].
@@ -249,7 +251,7 @@ void run_case(const Case &k, uint32_t chunk_from, const char *how)
     for (const Forward &f : k.fwd) Tmax = tokens(f) > Tmax ? tokens(f) : Tmax, Smax = f.size() > Smax ? (uint32_t)f.size() : Smax;
     Dev d;
     bool ok = d.alloc((size_t)Tmax * k.stride, k.conv_w.size() + 2 * g.hv + g.dv, k.slots0.size(), 2 * Smax + Tmax,
-                      (size_t)(Tmax + 1) * k.Vd);
+                      (size_t)(Tmax + 1) * k.Vd, nf::dec::gdn_ws_floats(Tmax, g.hv, g.dk));
     ok = ok && upload(d.w, k.conv_w.data(), k.conv_w.size() * 4) && upload(d.w + k.conv_w.size(), k.dtb.data(), g.hv * 4) &&
          upload(d.w + k.conv_w.size() + g.hv, k.alog.data(), g.hv * 4) &&
          upload(d.w + k.conv_w.size() + 2 * g.hv, k.nw.data(), g.dv * 4) &&
@@ -309,7 +311,7 @@ double time_forward(const Shape &g, uint32_t n, uint32_t S, uint32_t chunk_from,
     Dev d;
     float *pristine = nullptr;
     cudaEvent_t e0 = nullptr, e1 = nullptr;
-    bool ok = d.alloc(row.size(), w.size(), slot_floats * S, tab.size(), (size_t)T * Vd) &&
+    bool ok = d.alloc(row.size(), w.size(), slot_floats * S, tab.size(), (size_t)T * Vd, nf::dec::gdn_ws_floats(T, g.hv, g.dk)) &&
               cudaMalloc(&pristine, row.size() * 4) == cudaSuccess && upload(pristine, row.data(), row.size() * 4) &&
               upload(d.w, w.data(), w.size() * 4) && upload(d.tab, tab.data(), tab.size() * 4) &&
               cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess;

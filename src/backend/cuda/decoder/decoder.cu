@@ -312,6 +312,7 @@ size_t layout_buffers(nf_cuda_decoder *dec, uint8_t *base, size_t moe_ws)
     o[n++] = take(&ar, MR * (MC / 32) * 8);   // xd
     o[n++] = take(&ar, mtp ? C * H * 4 : 0);     // hf
     o[n++] = take(&ar, mtp ? C * 2 * H * 2 : 0); // cat
+    o[n++] = take(&ar, gdn_ws_floats((uint32_t)C, d->gdn.v_heads, d->gdn.k_dim) * 4); // gdn_ws (0 without GDN layers)
     if (!base) return ar.peak;
     Acts &a = dec->a;
     float **f[] = {&a.x, &a.delta, &a.qkv, &a.g, &a.u, &a.logits, &a.part};
@@ -334,6 +335,7 @@ size_t layout_buffers(nf_cuda_decoder *dec, uint8_t *base, size_t moe_ws)
     dec->ticket = (unsigned *)(base + o[18]);
     a.hf = mtp ? (float *)(base + o[23]) : nullptr;
     a.cat = mtp ? (uint16_t *)(base + o[24]) : nullptr;
+    a.gdn_ws = (float *)(base + o[25]);
     return ar.peak;
 }
 

@@ -134,7 +134,7 @@ Fail gdn_block(nf_cuda_decoder *dec, uint32_t l, const Shape &sh, const Batch &b
     Fail f = projections(dec, l, sh.T, a.row_gdn);
     if (f.op) return f;
     const GdnArgs ga{a.qkv, a.row_gdn, L.conv_w, L.dt_bias, L.a_log, L.ssm_norm, dec->slots + L.state_off,
-                     dec->slot_floats, g.k_heads, g.v_heads, g.k_dim, g.v_dim, g.conv_k, dec->d.rms_eps, a.att};
+                     dec->slot_floats, g.k_heads, g.v_heads, g.k_dim, g.v_dim, g.conv_k, dec->d.rms_eps, a.att, a.gdn_ws};
     TRY(gdn_forward(ga, bt, sh.T, sh.S, dec->stream), "gated deltanet", l);
     TRY(linear(L.o, dec->tab, a.att, sh.T, a.delta, dec->d.hidden, dec->stream), "ssm_out", l);
     return Fail{nullptr, 0, cudaSuccess, nullptr};

@@ -158,63 +158,109 @@ __global__ void __launch_bounds__(32) gdn_rec_kernel(GdnArgs g, Batch b, uint32_
 // Within a chunk of N tokens the per-token steps are a linear recurrence whose solution is closed
 // (the WY / UT form; src/backend/cpu/gdn.c chunk_step writes the same algebra): with G_i the
 // cumulative log decay of the chunk's tokens 0 .. i, S the state before the chunk,
-//   r_i  = beta_i (v_i - exp(G_i) S^T k_i)                  (v_i's part not predicted by S)
-//   d_i  = r_i + sum_{m < i} a_im d_m,  a_im = -beta_i (k_i . k_m) exp(G_i - G_m)
+//   a_im = -beta_i (k_i . k_m) exp(G_i - G_m) (m < i),    T = (I - a)^-1 (unit lower triangular)
+//   W = T diag(beta exp(G)) K,   U = T diag(beta) V                     ([N][dk], [N][dv]: no S in them)
+//   d = U - W S                                          (the per-token steps' deltas beta (v - S_i^T k))
 //   o_i  = exp(G_i) S^T q_i + sum_{m <= i} (q_i . k_m) exp(G_i - G_m) d_m
 //   S'   = exp(G_N) S + sum_m exp(G_N - G_m) k_m d_m^T
-// d_i is the per-token step's delta (beta (v - S_i^T k)): the forward substitution solves
-// (I - a) d = r, i.e. d = T r with the UT transform T = (I - a)^-1, without forming T or W = T
-// beta exp(G) k (which the CPU forms): W S = T (beta exp(G) K S) costs the same as r's K S here.
 // Every exponent is a G_i - G_m with m <= i or a G_i itself: <= 0, nothing overflows.
 //
-// One CTA per (kChunkCols columns of S, v head, sequence): the columns of S stay independent, so the
-// CTA keeps its columns of S in shared memory through every chunk of the sequence, read once and
-// written once as the per-token kernel does. The k . k and q . k products of the chunk do not depend on
-// the columns and are recomputed by each of the dv / kChunkCols CTAs of a head (a quarter of a CTA's
-// arithmetic at dk = dv = 128): that buys dv / kChunkCols times the CTAs of one per head (Qwen3.5 at
-// S = 1: 128 CTAs for 132 SMs instead of 32) with no exchange between them.
+// Two launches. Only d, o and S' depend on S, so everything else runs for every chunk of every
+// sequence at once: the prep pass, one CTA per (chunk, v head), forms k . k and q . k, solves the
+// triangular system for W and U (a thread a column: T applied by forward substitution, the N rows in
+// registers), and leaves W and the q . k weights (Aqk) in the workspace and U in v's place. The state
+// pass, one CTA per (kChunkCols columns of S, v head, sequence), keeps its columns of S in shared
+// memory through the sequence's chunks (read once and written once, as the per-token kernel does) and
+// per chunk does only the S products (W S, Q S), d, the outputs and the state update: no serial
+// substitution between one chunk's state and the next. The state pass's CTAs of a head recompute q's
+// and k's norms (cheap), which buys dv / kChunkCols times the CTAs of one per head (Qwen3.5 at S = 1:
+// 128 CTAs for 132 SMs instead of 32) with no exchange between them.
 //
-// f32 on CUDA cores, not tensor cores: the state and the references are f32, and the serial per-token
-// chain, not arithmetic, is what the chunked form removes. A chunk's products are ~0.7 M FMAs a CTA
-// (dk = 128); 512 tokens of one sequence, 16 chunks x 128 CTAs, are ~1.4 G FMAs, ~0.1 ms even at a
-// fifth of an H100's f32 rate, against the per-token kernel's 512 dependent steps. tf32 would round
-// k, q, S to 10 bits, beyond the f32 state's bounds (test_gdn_cuda). Both f32-accurate tensor-core
-// forms were built and measured: bf16x3 1.18x slower, 3xTF32 1.015x at one 512-token sequence and
-// 0.91x with 8 (docs/perf/hybrid_h200_2026-12-07d.md): at one sequence a chunk's dependent chain,
-// not its products, sets the time.
+// f32 on CUDA cores: the state and the references are f32; both f32-accurate tensor-core forms of
+// the single-pass kernel were measured no faster (bf16x3 1.18x slower, 3xTF32 1.015x at one 512-token
+// sequence and 0.91x with 8: docs/perf/hybrid_h200_2026-12-07d.md), because a chunk's dependent chain,
+// not its products, set the time; this split is what shortens the chain.
 //
 // N = 32, not transformers' 64: the within-chunk products cost O(N) per token and the state products
-// O(1), so the smaller chunk is less arithmetic; the serial part (the substitution, one row after
-// another) is N rows a chunk, T rows a sequence either way; and 66 KB of shared memory at dk = 128
-// fits sm_120's 99 KB a CTA (N = 64 would not) and three CTAs an H100 SM.
-constexpr int kChunk = 32, kChunkCols = 32, kChunkThreads = 256;
-// Row strides: Qt / Kt rows float4-aligned; R's rows float2-aligned and 4 banks apart (the
-// substitution's 8 lanes of a column read 8 rows at once); A's odd (its rows are read across).
+// O(1), so the smaller chunk is less arithmetic, and the substitution keeps a column's N rows in
+// registers.
+constexpr int kChunk = (int)kGdnChunk, kChunkCols = 32, kChunkThreads = 256;
+// Row strides: Qt / Kt / Wt / Akk rows float4-aligned; R's rows float2-aligned and 4 banks apart;
+// Aqk's odd (its rows are read across).
 constexpr int kQkStride = kChunk + 4, kRStride = kChunkCols + 4, kAStride = kChunk + 1;
 static_assert(kChunk == 32 && kChunkCols == kChunk, "a lane a token in the gate scan; one 2x2 tiling for A and S");
-static_assert(kChunkCols == 4 * (kChunkThreads / 32), "the substitution: 4 columns a warp, 8 lanes a column");
+static_assert(kChunkThreads == 256, "8 warps: the row loaders' and the 16 x 16 tilings' split");
 
-// The shared memory of a chunk CTA, in floats: Qt, Kt [DK][kQkStride] (q, k of the chunk transposed:
-// row a holds dim a of every token), St [DK][kChunkCols] (the CTA's columns of S), R [N][kRStride]
-// (v, then r, then d), Akk, Aqk [N][kAStride] (a_im; (q_i . k_m) exp(G_i - G_m)), then G, beta,
-// exp(G_i), exp(G_N - G_i) [N] each.
+// The workspace's floats a token and v head: W's row, then Aqk's.
+template <int DK>
+__device__ __forceinline__ size_t ws_at(const GdnArgs &g, int t, uint32_t h)
+{
+    return ((size_t)t * g.v_heads + h) * (DK + kChunk);
+}
+
+// The prep pass's shared memory, in floats: Qt, Kt [DK][kQkStride] (q, k of the chunk transposed:
+// row a holds dim a of every token), Akk [N][kQkStride] (a_im), then G, beta, exp(G_i), exp(G_N - G_i)
+// [N] each. The state pass's: Qt, Kt, Wt [DK][kQkStride], St [DK][kChunkCols] (the CTA's columns of
+// S), R [N][kRStride] (U, then d), Aqk [N][kAStride], the gates.
+template <int DK>
+struct PrepSmem {
+    static constexpr int qt = 0, kt = DK * kQkStride, akk = 2 * DK * kQkStride, gates = akk + kChunk * kQkStride;
+    static constexpr int floats = gates + 4 * kChunk;
+};
 template <int DK>
 struct ChunkSmem {
-    static constexpr int qt = 0, kt = DK * kQkStride, st = 2 * DK * kQkStride, r = st + DK * kChunkCols;
-    static constexpr int akk = r + kChunk * kRStride, aqk = akk + kChunk * kAStride, gates = aqk + kChunk * kAStride;
+    static constexpr int qt = 0, kt = DK * kQkStride, wt = 2 * DK * kQkStride, st = 3 * DK * kQkStride;
+    static constexpr int r = st + DK * kChunkCols, aqk = r + kChunk * kRStride, gates = aqk + kChunk * kAStride;
     static constexpr int floats = gates + 4 * kChunk;
 };
 
-// Phase 1: the chunk's tokens t0 .. t0 + L - 1 into shared memory (rows L .. N - 1 zero, with g = 0 and
-// beta = 0: their d is zero and G stays G_{L-1}, so a ragged last chunk needs no other case). q and k
-// l2-normalised as the per-token kernel does them, each warp 8 (token, q or k) rows.
-template <int DK>
-__device__ __forceinline__ void chunk_load(const GdnArgs &g, float *sm, int t0, int L, uint32_t h, uint32_t kh,
-                                           uint32_t j0, uint32_t C, float A, float dtb)
+// Chunk `slot` of the batch (the sequences of chunk_from tokens or more, each cut into chunks of N
+// from its first token, numbered in sequence order): its first token and token count, or false past
+// the last. Every thread of the CTA takes part (a block-wide scan of the sequences' chunk counts).
+__device__ bool chunk_of(const Batch &b, uint32_t S, uint32_t from, uint32_t slot, int &t0, int &L)
 {
-    using M = ChunkSmem<DK>;
+    __shared__ uint32_t tot[kChunkThreads / 32];
+    __shared__ int at[2];
+    const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    if (threadIdx.x == 0) at[0] = -1, at[1] = 0;
+    uint32_t base = 0;
+    for (uint32_t s0 = 0; s0 < S; s0 += kChunkThreads) {
+        const uint32_t i = s0 + threadIdx.x;
+        uint32_t n = 0;
+        int f = 0, e = 0;
+        if (i < S) {
+            f = i ? b.last[i - 1] + 1 : 0, e = b.last[i] + 1;
+            n = (uint32_t)(e - f) >= from ? (uint32_t)(e - f + kChunk - 1) / kChunk : 0;
+        }
+        uint32_t x = n; // inclusive scan over the warp, then over the warps' totals
+        for (int o = 1; o < 32; o *= 2) {
+            const uint32_t y = __shfl_up_sync(0xffffffffu, x, o);
+            if (lane >= (uint32_t)o) x += y;
+        }
+        if (lane == 31) tot[warp] = x;
+        __syncthreads();
+        uint32_t pre = 0, all = 0;
+        for (uint32_t w = 0; w < kChunkThreads / 32; w++) pre += w < warp ? tot[w] : 0, all += tot[w];
+        const uint32_t end = base + pre + x;
+        if (slot < end && slot + n >= end) at[0] = f + (int)(slot + n - end) * kChunk, at[1] = e;
+        base += all;
+        __syncthreads();
+    }
+    __syncthreads();
+    t0 = at[0], L = min(kChunk, at[1] - at[0]);
+    return at[0] >= 0;
+}
+
+// The chunk's tokens t0 .. t0 + L - 1 of q and k (head kh) into Qt, Kt, l2-normalised as the per-token
+// kernel does them (rows L .. N - 1 zero), each warp 8 (token, q or k) rows; and, by warp 0, the gates
+// (g = 0 and beta = 0 past L: those rows' d is zero and G stays G_{L-1}, so a ragged last chunk needs
+// no other case).
+template <int DK>
+__device__ __forceinline__ void chunk_qk(const GdnArgs &g, float *Qt, float *Kt, float *gt, int t0, int L, uint32_t h,
+                                         uint32_t kh, uint32_t C, float A, float dtb)
+{
     constexpr int E = (DK + 31) / 32;
-    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const uint32_t Kd = g.k_heads * DK, Vd = g.v_heads * g.dv;
     // every load of the warp's rows issued before the first sum waits on one
     constexpr int P = 2 * kChunk / (kChunkThreads / 32); // (token, q or k) rows a warp
@@ -227,19 +273,13 @@ __device__ __forceinline__ void chunk_load(const GdnArgs &g, float *sm, int t0, 
         for (int m = 0; m < E; m++) x[u][m] = i < L && lane + 32 * m < DK ? src[lane + 32 * m] : 0.0f;
     }
 #pragma unroll
-    for (int u = 0; u < kChunk * kChunkCols / kChunkThreads; u++) {
-        const int e = tid + u * kChunkThreads, i = e / kChunkCols, c = e % kChunkCols;
-        const uint32_t j = j0 + c;
-        sm[M::r + i * kRStride + c] = i < L && j < g.dv ? g.row[(size_t)(t0 + i) * g.stride + 2 * Kd + h * g.dv + j] : 0.0f;
-    }
-#pragma unroll
     for (int u = 0; u < P; u++) {
         const int p = warp + u * (kChunkThreads / 32), i = p / 2, isk = p % 2;
         float ss = 0;
 #pragma unroll
         for (int m = 0; m < E; m++) ss += x[u][m] * x[u][m];
         const float inv = 1.0f / sqrtf(warp_sum(ss) + 1e-6f), sc = isk ? inv : inv / sqrtf((float)DK);
-        float *dst = sm + (isk ? M::kt : M::qt);
+        float *dst = isk ? Kt : Qt;
 #pragma unroll
         for (int m = 0; m < E; m++)
             if (lane + 32 * m < DK) dst[(lane + 32 * m) * kQkStride + i] = x[u][m] * sc;
@@ -255,34 +295,153 @@ __device__ __forceinline__ void chunk_load(const GdnArgs &g, float *sm, int t0, 
             if (lane >= o) gg += y;
         }
         const float GN = __shfl_sync(0xffffffffu, gg, 31);
-        float *gt = sm + M::gates;
         gt[lane] = gg, gt[kChunk + lane] = beta, gt[2 * kChunk + lane] = expf(gg), gt[3 * kChunk + lane] = expf(GN - gg);
     }
 }
 
-// Phase 2: thread (ti, tc) of 16 x 16 owns tokens i0 = 2 ti, i0 + 1 and columns c0 = 2 tc, c0 + 1: of
-// A the entries (i, c) -- the token pair (i, m = c) -- and of the state products the entries (i,
-// column c). One pass over the dk dims: k_i . k_m, q_i . k_m, k_i . S_c, q_i . S_c. Then a and the
-// q.k weights into shared memory, r over v in R, and o's state part exp(G_i) S^T q_i returned.
+// Prep, products: thread (ti, tc) of 16 x 16 owns the token pairs (i, m) with i in {2 ti, 2 ti + 1},
+// m in {2 tc, 2 tc + 1}: k_i . k_m and q_i . k_m over dk; a into Akk, (q_i . k_m) exp(G_i - G_m) (zero
+// above the diagonal) into the workspace's Aqk rows.
+template <int DK>
+__device__ __forceinline__ void prep_products(const GdnArgs &g, float *sm, int t0, int L, uint32_t h)
+{
+    using M = PrepSmem<DK>;
+    const int tid = threadIdx.x, i0 = 2 * (tid / 16), c0 = 2 * (tid % 16);
+    const float *Qt = sm + M::qt, *Kt = sm + M::kt, *gt = sm + M::gates;
+    float kk[2][2] = {}, qk[2][2] = {};
+#pragma unroll 4
+    for (int a = 0; a < DK; a++) {
+        const float2 qi = *(const float2 *)(Qt + a * kQkStride + i0), ki = *(const float2 *)(Kt + a * kQkStride + i0);
+        const float2 km = *(const float2 *)(Kt + a * kQkStride + c0);
+        const float qv[2] = {qi.x, qi.y}, kv[2] = {ki.x, ki.y}, mv[2] = {km.x, km.y};
+#pragma unroll
+        for (int di = 0; di < 2; di++)
+#pragma unroll
+            for (int dc = 0; dc < 2; dc++) kk[di][dc] += kv[di] * mv[dc], qk[di][dc] += qv[di] * mv[dc];
+    }
+#pragma unroll
+    for (int di = 0; di < 2; di++) {
+        const int i = i0 + di;
+        const float Gi = gt[i], bi = gt[kChunk + i];
+        float w[2];
+#pragma unroll
+        for (int dc = 0; dc < 2; dc++) {
+            const int c = c0 + dc;
+            const float d = c <= i ? expf(Gi - gt[c]) : 0.0f; // the decay from token c to token i
+            sm[M::akk + i * kQkStride + c] = c < i ? -bi * kk[di][dc] * d : 0.0f;
+            w[dc] = qk[di][dc] * d;
+        }
+        if (i < L) *(float2 *)(g.ws + ws_at<DK>(g, t0 + i, h) + DK + c0) = make_float2(w[0], w[1]);
+    }
+}
+
+// Prep, the triangular solve: a thread a column of X = [diag(beta exp(G)) K | diag(beta) V] (dk + dv
+// columns), its N rows in registers, x_i += sum_{m < i} a_im x_m row after row (T X by forward
+// substitution); W's columns into the workspace, U's over v in the row.
+template <int DK>
+__device__ __forceinline__ void prep_solve(const GdnArgs &g, const float *sm, int t0, int L, uint32_t h)
+{
+    using M = PrepSmem<DK>;
+    const float *Kt = sm + M::kt, *Akk = sm + M::akk, *gt = sm + M::gates;
+    const uint32_t Kd = g.k_heads * DK;
+    for (uint32_t col = threadIdx.x; col < DK + g.dv; col += kChunkThreads) {
+        const bool w = col < DK;
+        float *dst = w ? g.ws + ws_at<DK>(g, t0, h) + col : g.row + (size_t)t0 * g.stride + 2 * Kd + h * g.dv + (col - DK);
+        const size_t step = w ? (size_t)g.v_heads * (DK + kChunk) : g.stride;
+        float x[kChunk];
+#pragma unroll
+        for (int i = 0; i < kChunk; i++)
+            x[i] = w ? gt[kChunk + i] * gt[2 * kChunk + i] * Kt[col * kQkStride + i]
+                     : (i < L ? gt[kChunk + i] * dst[i * step] : 0.0f);
+#pragma unroll
+        for (int i = 1; i < kChunk; i++) {
+            const float *a = Akk + i * kQkStride;
+#pragma unroll
+            for (int m4 = 0; m4 < i; m4 += 4) {
+                const float4 q = *(const float4 *)(a + m4);
+                const float av[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+                    if (m4 + u < i) x[i] += av[u] * x[m4 + u];
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < kChunk; i++)
+            if (i < L) dst[i * step] = x[i];
+    }
+}
+
+template <int DK>
+__global__ void __launch_bounds__(kChunkThreads, 2) gdn_prep_kernel(GdnArgs g, Batch b, uint32_t C, uint32_t S, uint32_t chunk_from)
+{
+    using M = PrepSmem<DK>;
+    extern __shared__ float4 chunk_smem[];
+    float *sm = (float *)chunk_smem;
+    const uint32_t h = blockIdx.y, kh = h / (g.v_heads / g.k_heads);
+    int t0, L;
+    const bool mine = chunk_of(b, S, chunk_from, blockIdx.x, t0, L);
+    const float A = -expf(g.a_log[h]), dtb = g.dt_bias[h];
+    pdl_wait();
+    if (!mine) return;
+    chunk_qk<DK>(g, sm + M::qt, sm + M::kt, sm + M::gates, t0, L, h, kh, C, A, dtb);
+    __syncthreads();
+    prep_products<DK>(g, sm, t0, L, h);
+    __syncthreads();
+    prep_solve<DK>(g, sm, t0, L, h);
+}
+
+// State pass, loads besides q, k and the gates: U's columns j0 .. j0 + kChunkCols - 1 into R, W's rows
+// transposed into Wt (each warp N / 8 of them), Aqk's rows (zero past L).
+template <int DK>
+__device__ __forceinline__ void chunk_wu(const GdnArgs &g, float *sm, int t0, int L, uint32_t h, uint32_t j0)
+{
+    using M = ChunkSmem<DK>;
+    constexpr int E = (DK + 31) / 32, P = kChunk / (kChunkThreads / 32);
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    float x[P][E];
+#pragma unroll
+    for (int u = 0; u < P; u++) {
+        const int i = warp + u * (kChunkThreads / 32);
+        const float *src = g.ws + ws_at<DK>(g, t0 + i, h);
+#pragma unroll
+        for (int m = 0; m < E; m++) x[u][m] = i < L && lane + 32 * m < DK ? src[lane + 32 * m] : 0.0f;
+    }
+    const uint32_t Kd = g.k_heads * DK;
+#pragma unroll
+    for (int u = 0; u < kChunk * kChunkCols / kChunkThreads; u++) {
+        const int e = tid + u * kChunkThreads, i = e / kChunkCols, c = e % kChunkCols;
+        const uint32_t j = j0 + c;
+        sm[M::r + i * kRStride + c] = i < L && j < g.dv ? g.row[(size_t)(t0 + i) * g.stride + 2 * Kd + h * g.dv + j] : 0.0f;
+        sm[M::aqk + i * kAStride + c] = i < L ? g.ws[ws_at<DK>(g, t0 + i, h) + DK + c] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < P; u++) {
+        const int i = warp + u * (kChunkThreads / 32);
+#pragma unroll
+        for (int m = 0; m < E; m++)
+            if (lane + 32 * m < DK) sm[M::wt + (lane + 32 * m) * kQkStride + i] = x[u][m];
+    }
+}
+
+// State pass, products: thread (ti, tc) of 16 x 16 owns tokens i0 = 2 ti, i0 + 1 and columns c0 = 2 tc,
+// c0 + 1; one pass over the dk dims gives W_i . S_c and q_i . S_c: d = U - W S over R, and o's state
+// part exp(G_i) S^T q_i returned.
 template <int DK>
 __device__ __forceinline__ void chunk_products(float *sm, float (&o)[2][2])
 {
     using M = ChunkSmem<DK>;
     const int tid = threadIdx.x, i0 = 2 * (tid / 16), c0 = 2 * (tid % 16);
-    const float *Qt = sm + M::qt, *Kt = sm + M::kt, *St = sm + M::st, *gt = sm + M::gates;
-    float kk[2][2] = {}, qk[2][2] = {}, ks[2][2] = {};
+    const float *Qt = sm + M::qt, *Wt = sm + M::wt, *St = sm + M::st, *gt = sm + M::gates;
+    float ws[2][2] = {};
 #pragma unroll 4
     for (int a = 0; a < DK; a++) {
-        const float2 qi = *(const float2 *)(Qt + a * kQkStride + i0), ki = *(const float2 *)(Kt + a * kQkStride + i0);
-        const float2 km = *(const float2 *)(Kt + a * kQkStride + c0), s = *(const float2 *)(St + a * kChunkCols + c0);
-        const float qv[2] = {qi.x, qi.y}, kv[2] = {ki.x, ki.y}, mv[2] = {km.x, km.y}, sv[2] = {s.x, s.y};
+        const float2 qi = *(const float2 *)(Qt + a * kQkStride + i0), wi = *(const float2 *)(Wt + a * kQkStride + i0);
+        const float2 s = *(const float2 *)(St + a * kChunkCols + c0);
+        const float qv[2] = {qi.x, qi.y}, wv[2] = {wi.x, wi.y}, sv[2] = {s.x, s.y};
 #pragma unroll
         for (int di = 0; di < 2; di++)
 #pragma unroll
-            for (int dc = 0; dc < 2; dc++) {
-                kk[di][dc] += kv[di] * mv[dc], qk[di][dc] += qv[di] * mv[dc];
-                ks[di][dc] += kv[di] * sv[dc], o[di][dc] += qv[di] * sv[dc];
-            }
+            for (int dc = 0; dc < 2; dc++) ws[di][dc] += wv[di] * sv[dc], o[di][dc] += qv[di] * sv[dc];
     }
     float *R = sm + M::r;
 #pragma unroll
@@ -290,33 +449,14 @@ __device__ __forceinline__ void chunk_products(float *sm, float (&o)[2][2])
 #pragma unroll
         for (int dc = 0; dc < 2; dc++) {
             const int i = i0 + di, c = c0 + dc;
-            const float Gi = gt[i], bi = gt[kChunk + i], eGi = gt[2 * kChunk + i];
-            const float d = c <= i ? expf(Gi - gt[c]) : 0.0f; // the decay from token c to token i
-            sm[M::akk + i * kAStride + c] = c < i ? -bi * kk[di][dc] * d : 0.0f;
-            sm[M::aqk + i * kAStride + c] = qk[di][dc] * d;
-            R[i * kRStride + c] = bi * (R[i * kRStride + c] - eGi * ks[di][dc]);
-            o[di][dc] *= eGi;
+            R[i * kRStride + c] -= ws[di][dc];
+            o[di][dc] *= gt[2 * kChunk + i];
         }
 }
 
-// Phase 3: d = (I - a)^-1 r in place over R, token after token; 8 lanes a column share each row's sum.
-__device__ __forceinline__ void chunk_solve(float *R, const float *Akk)
-{
-    const int lane = threadIdx.x % 32, col = 4 * (threadIdx.x / 32) + lane / 8, p = lane % 8;
-    for (int i = 1; i < kChunk; i++) {
-        float acc = 0;
-        for (int m = p; m < i; m += 8) acc += Akk[i * kAStride + m] * R[m * kRStride + col];
-        acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-        acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-        acc += __shfl_xor_sync(0xffffffffu, acc, 4);
-        if (p == 0) R[i * kRStride + col] += acc;
-        __syncwarp();
-    }
-}
-
-// Phase 4: the outputs (o += sum_{m <= i} Aqk_im d_m, the same 2 x 2 tiles as phase 2) into v's place
-// in the row, and the CTA's columns of S carried over the chunk: thread (row group, column c) owns
-// column c of rows a = tid / 32 + 8 r.
+// State pass, the outputs (o += sum_{m <= i} Aqk_im d_m, the same 2 x 2 tiles as the products) into
+// v's place in the row, and the CTA's columns of S carried over the chunk: thread (row group, column
+// c) owns column c of rows a = tid / 32 + 8 r.
 template <int DK>
 __device__ __forceinline__ void chunk_finish(const GdnArgs &g, float *sm, const float (&o)[2][2], int t0, int L,
                                              uint32_t h, uint32_t j0)
@@ -362,7 +502,7 @@ __device__ __forceinline__ void chunk_finish(const GdnArgs &g, float *sm, const 
 template <int DK>
 __global__ void __launch_bounds__(kChunkThreads) gdn_chunk_kernel(GdnArgs g, Batch b, uint32_t C, uint32_t chunk_from)
 {
-    static_assert(DK * kChunkCols % kChunkThreads == 0 && kChunkThreads / kChunkCols == 8, "phase 4's row groups");
+    static_assert(DK * kChunkCols % kChunkThreads == 0 && kChunkThreads / kChunkCols == 8, "the finish's row groups");
     using M = ChunkSmem<DK>;
     extern __shared__ float4 chunk_smem[];
     float *sm = (float *)chunk_smem;
@@ -382,12 +522,11 @@ __global__ void __launch_bounds__(kChunkThreads) gdn_chunk_kernel(GdnArgs g, Bat
     pdl_wait();
     for (int t0 = sp.t0; t0 < sp.t1; t0 += kChunk) {
         const int L = min(kChunk, sp.t1 - t0);
-        chunk_load<DK>(g, sm, t0, L, h, kh, j0, C, A, dtb);
+        chunk_qk<DK>(g, sm + M::qt, sm + M::kt, sm + M::gates, t0, L, h, kh, C, A, dtb);
+        chunk_wu<DK>(g, sm, t0, L, h, j0);
         __syncthreads();
         float o[2][2] = {};
         chunk_products<DK>(sm, o);
-        __syncthreads();
-        chunk_solve(sm + M::r, sm + M::akk);
         __syncthreads();
         chunk_finish<DK>(g, sm, o, t0, L, h, j0);
         __syncthreads();
@@ -439,10 +578,18 @@ cudaError_t launch_rec(const GdnArgs &g, const Batch &b, uint32_t S, uint32_t C,
 }
 
 template <int DK>
-cudaError_t launch_chunked(const GdnArgs &g, const Batch &b, uint32_t S, uint32_t C, uint32_t chunk_from, cudaStream_t s)
+cudaError_t launch_chunked(const GdnArgs &g, const Batch &b, uint32_t T, uint32_t S, uint32_t C, uint32_t chunk_from,
+                           cudaStream_t s)
 {
-    const size_t smem = ChunkSmem<DK>::floats * sizeof(float);
-    cudaError_t e = cudaFuncSetAttribute(gdn_chunk_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    const size_t prep = PrepSmem<DK>::floats * sizeof(float), smem = ChunkSmem<DK>::floats * sizeof(float);
+    cudaError_t e = cudaFuncSetAttribute(gdn_prep_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)prep);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(gdn_chunk_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    // the chunks: at most T / N whole ones plus a partial one a long sequence, of which there are at
+    // most T / chunk_from
+    const uint32_t long_seqs = T / chunk_from < S ? T / chunk_from : S, slots = (T + kChunk - 1) / kChunk + long_seqs;
+    if (e == cudaSuccess)
+        e = launch_pdl(gdn_prep_kernel<DK>, dim3(slots, g.v_heads), dim3(kChunkThreads), prep, true, s, g, b, C, S, chunk_from);
     const dim3 grid((g.dv + kChunkCols - 1) / kChunkCols, g.v_heads, S);
     if (e == cudaSuccess) e = launch_pdl(gdn_chunk_kernel<DK>, grid, dim3(kChunkThreads), smem, true, s, g, b, C, chunk_from);
     return e;
@@ -457,7 +604,7 @@ cudaError_t launch_mixers(const GdnArgs &g, const Batch &b, uint32_t T, uint32_t
     // (decode steps, whatever their S, and their graphs launch the per-token kernel alone, as before)
     const bool any_long = (uint64_t)T + 1 >= (uint64_t)chunk_from + S, any_short = S > 1 || T < chunk_from;
     cudaError_t e = any_short ? launch_rec<DK>(g, b, S, C, chunk_from, s) : cudaSuccess;
-    if (e == cudaSuccess && any_long) e = launch_chunked<DK>(g, b, S, C, chunk_from, s);
+    if (e == cudaSuccess && any_long) e = launch_chunked<DK>(g, b, T, S, C, chunk_from, s);
     return e;
 }
 

@@ -11,7 +11,8 @@
 // with fewer than kGdnChunkFrom tokens in the batch (decode, speculative verification, short pieces)
 // takes the per-token steps: a warp owns 8 columns of one (sequence, head), 4 lanes a column, each
 // lane dk / 4 of its rows in registers, and a decode step spreads Hv * dv / 8 warps a sequence over
-// the GPU. A longer one takes the chunked form (chunks of 32 tokens, gdn.cu): a CTA owns 32 columns of
+// the GPU. A longer one takes the chunked form (chunks of 32 tokens, gdn.cu): a prep pass over every
+// chunk at once does what does not depend on S (the triangular solve), then a CTA owns 32 columns of
 // one (sequence, head) in shared memory and carries them from chunk to chunk. Either way S is read
 // once and written once per forward, whatever the sequence's token count.
 #pragma once
@@ -31,9 +32,13 @@ struct GdnArgs {
     uint32_t k_heads, v_heads, dk, dv, K;
     float eps;             // the output norm's
     uint16_t *out;         // [T][Vd] bf16
+    float *ws;             // [T][Hv][dk + kGdnChunk] f32: the chunked form's W and Aqk rows (gdn_ws_floats)
 };
 
 constexpr uint32_t kGdnConvK = 4;                       // the conv's taps (every published model)
+constexpr uint32_t kGdnChunk = 32;                      // the chunked form's tokens a chunk
+// Floats of the workspace (GdnArgs::ws) for up to T tokens a forward.
+inline size_t gdn_ws_floats(uint32_t T, uint32_t v_heads, uint32_t dk) { return (size_t)T * v_heads * (dk + kGdnChunk); }
 bool gdn_supported(uint32_t dk, uint32_t dv, uint32_t K); // the shapes gdn_forward takes
 // Floats of one layer's state in a slot.
 inline size_t gdn_state_floats(uint32_t k_heads, uint32_t v_heads, uint32_t dk, uint32_t dv, uint32_t K)

@@ -36,9 +36,9 @@ struct Layer {
 // for the LM head. moe_out is free once the final norm has read it: the LM head's input rows of a
 // forward with nf_batch.logit_rows are gathered there (up to T of them). With an MTP block: hf [C][H]
 // f32 (the hidden rows: the block's input, its output, the `hidden` op's output), cat [C][2H] bf16
-// (mtp.fc's input); else NULL.
+// (mtp.fc's input); else NULL. gdn_ws: the GDN chunked form's workspace (gdn.cuh gdn_ws_floats).
 struct Acts {
-    float *x, *delta, *qkv, *g, *u, *logits, *part, *hf;
+    float *x, *delta, *qkv, *g, *u, *logits, *part, *hf, *gdn_ws;
     uint32_t row_att, row_gdn; // qkv's row stride for attention layers ([q | k | v | gate]) and for GDN layers
     uint16_t *xn, *moe_out, *att, *act, *xl, *cat;
     void *moe_ws; // the sparse-MoE workspace (one for all layers: they run one after another)
