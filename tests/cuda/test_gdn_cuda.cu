@@ -19,14 +19,15 @@
 //   in the worst case, far less as a random walk; S is a decayed, contracting sum -- each step
 //   multiplies it by exp(g) (I - beta k k^T), of norm <= 1 for |k| = 1 and beta in (0, 1) -- so a
 //   step's roundings (~sqrt(dk) 2^-24 |S| as RMS, dk 2^-24 at worst) are carried, not amplified.
-// - chunked (chunks of N = 32): a chunk's S^T k_i and S^T q_i are the same dk-term dots; k_i . k_m and
-//   q_i . k_m are dk-term dots of unit (1 / sqrt(dk)) vectors, off by <= dk 2^-24 absolute; the
-//   substitution d_i = r_i + sum_{m<i} a_im d_m, the output's sum over m <= i and the state's sum over
-//   the chunk are <= N-term sums; |a_im| <= beta_i |k_i . k_m| <= 1 (random keys: ~1 / sqrt(dk)).
-//   The substitution is the chunk's per-token steps in another order, so a rounding in d_m reaches
-//   d_i through the same non-expanding maps: per chunk the error is <= (dk + 3 N) 2^-24 ~ 1.3e-5 of
-//   |S| + |v| at worst (dk = 128; random-walk RMS ~ sqrt(dk + 3N) 2^-24 ~ 1e-6), and chunks add, not
-//   multiply. The longest sequence here has 300 tokens (10 chunks): <= 1.3e-4 worst case, ~3e-6 RMS.
+// - chunked (chunks of N = 32): k_i . k_m and q_i . k_m are dk-term dots of unit (1 / sqrt(dk)) vectors,
+//   off by <= dk 2^-24 absolute; |a_im| <= beta_i |k_i . k_m| <= 1 (random keys: ~1 / sqrt(dk)). W and U
+//   (the prep pass's forward substitution, N-term sums) are the chunk's per-token steps run on the keys
+//   and on the values from a zero state: each step non-expanding and adding one input, so their rows
+//   stay within N max|k| and N max|v| (random inputs: ~|k|, |v|) and a rounding is carried, not
+//   amplified. d = U - W S adds W S's dk-term dots; o's state part is one more, its within-chunk sum
+//   and the state's sum over the chunk N-term sums. Per chunk the error is <= (dk + 4 N) N 2^-24 of
+//   |S| + |v| at the very worst (dk = 128: ~5e-4; random-walk RMS ~ sqrt(dk + 4N) 2^-24 ~ 1e-6), and
+//   chunks add, not multiply; the longest sequence here has 300 tokens (10 chunks): ~3e-6 RMS.
 // The per-token kernel over 300 steps: <= 300 x 7.6e-6 worst case, ~sqrt(300) x 7e-7 ~ 1.2e-5 RMS.
 // The normalised o has RMS 1, so 1e-4 times the element's own factor |w_j silu(z_j)| is added to the
 // output's allowance; S carries no bf16 rounding: rel-L2 <= 1e-4 per (slot, head), an RMS over dk dv
