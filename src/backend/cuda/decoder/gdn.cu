@@ -312,45 +312,56 @@ __device__ bool chunk_of(const Batch &b, uint32_t S, uint32_t from, uint32_t slo
     return at[0] >= 0;
 }
 
-// The chunk's tokens t0 .. t0 + L - 1 of q and k (head kh) into Qt, Kt, l2-normalised as the per-token
-// kernel does them (rows L .. N - 1 zero), each warp 8 (token, q or k) rows; and, by warp 0, the gates
-// (g = 0 and beta = 0 past L: those rows' d is zero and G stays G_{L-1}, so a ragged last chunk needs
-// no other case).
+// The chunk's tokens t0 .. t0 + L - 1 of q and k (head kh), fetched into registers (each warp 8 (token,
+// q or k) rows; warp 0's lane i token i's raw gate inputs), then staged: q and k l2-normalised as the
+// per-token kernel does them into Qt, Kt (rows L .. N - 1 zero), and the gates (g = 0 and beta = 0
+// past L: those rows' d is zero and G stays G_{L-1}, so a ragged last chunk needs no other case). Two
+// steps so that the state pass has the next chunk's loads in flight while it works on this one.
 template <int DK>
-__device__ __forceinline__ void chunk_qk(const GdnArgs &g, float *Qt, float *Kt, float *gt, int t0, int L, uint32_t h,
-                                         uint32_t kh, uint32_t C, float A, float dtb)
-{
-    constexpr int E = (DK + 31) / 32;
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const uint32_t Kd = g.k_heads * DK, Vd = g.v_heads * g.dv;
-    // every load of the warp's rows issued before the first sum waits on one
-    constexpr int P = 2 * kChunk / (kChunkThreads / 32); // (token, q or k) rows a warp
+struct QkIn {
+    static constexpr int E = (DK + 31) / 32, P = 2 * kChunk / (kChunkThreads / 32);
     float x[P][E];
+    float a, b;
+};
+template <int DK>
+__device__ __forceinline__ void qk_fetch(const GdnArgs &g, QkIn<DK> &in, int t0, int L, uint32_t h, uint32_t kh, uint32_t C)
+{
+    using I = QkIn<DK>;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const uint32_t Kd = g.k_heads * DK;
 #pragma unroll
-    for (int u = 0; u < P; u++) {
+    for (int u = 0; u < I::P; u++) {
         const int p = warp + u * (kChunkThreads / 32), i = p / 2;
         const float *src = g.row + (size_t)(t0 + i) * g.stride + (p % 2 ? Kd : 0) + kh * DK;
 #pragma unroll
-        for (int m = 0; m < E; m++) x[u][m] = i < L && lane + 32 * m < DK ? src[lane + 32 * m] : 0.0f;
+        for (int m = 0; m < I::E; m++) in.x[u][m] = i < L && lane + 32 * m < DK ? src[lane + 32 * m] : 0.0f;
     }
+    in.a = in.b = 0;
+    if (warp == 0 && lane < L) {
+        const float *row = g.row + (size_t)(t0 + lane) * g.stride + C + g.v_heads * g.dv;
+        in.a = row[g.v_heads + h], in.b = row[h];
+    }
+}
+template <int DK>
+__device__ __forceinline__ void qk_stage(const QkIn<DK> &in, float *Qt, float *Kt, float *gt, int L, float A, float dtb)
+{
+    using I = QkIn<DK>;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
-    for (int u = 0; u < P; u++) {
+    for (int u = 0; u < I::P; u++) {
         const int p = warp + u * (kChunkThreads / 32), i = p / 2, isk = p % 2;
         float ss = 0;
 #pragma unroll
-        for (int m = 0; m < E; m++) ss += x[u][m] * x[u][m];
+        for (int m = 0; m < I::E; m++) ss += in.x[u][m] * in.x[u][m];
         const float inv = 1.0f / sqrtf(warp_sum(ss) + 1e-6f), sc = isk ? inv : inv / sqrtf((float)DK);
         float *dst = isk ? Kt : Qt;
 #pragma unroll
-        for (int m = 0; m < E; m++)
-            if (lane + 32 * m < DK) dst[(lane + 32 * m) * kQkStride + i] = x[u][m] * sc;
+        for (int m = 0; m < I::E; m++)
+            if (lane + 32 * m < DK) dst[(lane + 32 * m) * kQkStride + i] = in.x[u][m] * sc;
     }
     if (warp == 0) { // lane i: token i's gate, then the inclusive scan of g (G_i)
         float gg = 0, beta = 0;
-        if (lane < L) {
-            const float *row = g.row + (size_t)(t0 + lane) * g.stride + C + Vd;
-            gg = A * softplus(row[g.v_heads + h] + dtb), beta = 1.0f / (1.0f + expf(-row[h]));
-        }
+        if (lane < L) gg = A * softplus(in.a + dtb), beta = 1.0f / (1.0f + expf(-in.b));
         for (int o = 1; o < 32; o *= 2) {
             const float y = __shfl_up_sync(0xffffffffu, gg, o);
             if (lane >= o) gg += y;
@@ -444,43 +455,61 @@ __global__ void __launch_bounds__(kChunkThreads, 2) gdn_prep_kernel(GdnArgs g, B
     const float A = -expf(g.a_log[h]), dtb = g.dt_bias[h];
     pdl_wait();
     if (!mine) return;
-    chunk_qk<DK>(g, sm + M::qt, sm + M::kt, sm + M::gates, t0, L, h, kh, C, A, dtb);
+    QkIn<DK> in;
+    qk_fetch<DK>(g, in, t0, L, h, kh, C);
+    qk_stage<DK>(in, sm + M::qt, sm + M::kt, sm + M::gates, L, A, dtb);
     __syncthreads();
     prep_products<DK>(g, sm, t0, L, h);
     __syncthreads();
     prep_solve<DK>(g, sm, t0, L, h);
 }
 
-// State pass, loads besides q, k and the gates: U's columns j0 .. j0 + kChunkCols - 1 into R, W's rows
-// transposed into Wt (each warp N / 8 of them), Aqk's rows (zero past L).
+// State pass, what it reads besides q, k and the gates: U's columns j0 .. j0 + kChunkCols - 1 (for R),
+// W's rows (each warp N / 8 of them, for Wt, transposed) and Aqk's rows (zero past L); fetched, then
+// staged, as q and k.
 template <int DK>
-__device__ __forceinline__ void chunk_wu(const GdnArgs &g, float *sm, int t0, int L, uint32_t h, uint32_t j0)
+struct WuIn {
+    static constexpr int E = (DK + 31) / 32, P = kChunk / (kChunkThreads / 32), U = kChunk * kChunkCols / kChunkThreads;
+    float w[P][E], u[U], aqk[U];
+};
+template <int DK>
+__device__ __forceinline__ void wu_fetch(const GdnArgs &g, WuIn<DK> &in, int t0, int L, uint32_t h, uint32_t j0)
 {
-    using M = ChunkSmem<DK>;
-    constexpr int E = (DK + 31) / 32, P = kChunk / (kChunkThreads / 32);
+    using I = WuIn<DK>;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    float x[P][E];
 #pragma unroll
-    for (int u = 0; u < P; u++) {
+    for (int u = 0; u < I::P; u++) {
         const int i = warp + u * (kChunkThreads / 32);
         const float *src = g.ws + ws_at<DK>(g, t0 + i, h);
 #pragma unroll
-        for (int m = 0; m < E; m++) x[u][m] = i < L && lane + 32 * m < DK ? src[lane + 32 * m] : 0.0f;
+        for (int m = 0; m < I::E; m++) in.w[u][m] = i < L && lane + 32 * m < DK ? src[lane + 32 * m] : 0.0f;
     }
     const uint32_t Kd = g.k_heads * DK;
 #pragma unroll
-    for (int u = 0; u < kChunk * kChunkCols / kChunkThreads; u++) {
+    for (int u = 0; u < I::U; u++) {
         const int e = tid + u * kChunkThreads, i = e / kChunkCols, c = e % kChunkCols;
         const uint32_t j = j0 + c;
-        sm[M::r + i * kRStride + c] = i < L && j < g.dv ? g.row[(size_t)(t0 + i) * g.stride + 2 * Kd + h * g.dv + j] : 0.0f;
-        sm[M::aqk + i * kAStride + c] = i < L ? g.ws[ws_at<DK>(g, t0 + i, h) + DK + c] : 0.0f;
+        in.u[u] = i < L && j < g.dv ? g.row[(size_t)(t0 + i) * g.stride + 2 * Kd + h * g.dv + j] : 0.0f;
+        in.aqk[u] = i < L ? g.ws[ws_at<DK>(g, t0 + i, h) + DK + c] : 0.0f;
+    }
+}
+template <int DK>
+__device__ __forceinline__ void wu_stage(const WuIn<DK> &in, float *sm)
+{
+    using I = WuIn<DK>;
+    using M = ChunkSmem<DK>;
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+#pragma unroll
+    for (int u = 0; u < I::U; u++) {
+        const int e = tid + u * kChunkThreads, i = e / kChunkCols, c = e % kChunkCols;
+        sm[M::r + i * kRStride + c] = in.u[u], sm[M::aqk + i * kAStride + c] = in.aqk[u];
     }
 #pragma unroll
-    for (int u = 0; u < P; u++) {
+    for (int u = 0; u < I::P; u++) {
         const int i = warp + u * (kChunkThreads / 32);
 #pragma unroll
-        for (int m = 0; m < E; m++)
-            if (lane + 32 * m < DK) sm[M::wt + (lane + 32 * m) * kQkStride + i] = x[u][m];
+        for (int m = 0; m < I::E; m++)
+            if (lane + 32 * m < DK) sm[M::wt + (lane + 32 * m) * kQkStride + i] = in.w[u][m];
     }
 }
 
@@ -581,11 +610,20 @@ __global__ void __launch_bounds__(kChunkThreads) gdn_chunk_kernel(GdnArgs g, Bat
     }
     const float A = -expf(g.a_log[h]), dtb = g.dt_bias[h];
     pdl_wait();
+    QkIn<DK> qk;
+    WuIn<DK> wu;
+    qk_fetch<DK>(g, qk, sp.t0, min(kChunk, sp.t1 - sp.t0), h, kh, C);
+    wu_fetch<DK>(g, wu, sp.t0, min(kChunk, sp.t1 - sp.t0), h, j0);
     for (int t0 = sp.t0; t0 < sp.t1; t0 += kChunk) {
         const int L = min(kChunk, sp.t1 - t0);
-        chunk_qk<DK>(g, sm + M::qt, sm + M::kt, sm + M::gates, t0, L, h, kh, C, A, dtb);
-        chunk_wu<DK>(g, sm, t0, L, h, j0);
+        qk_stage<DK>(qk, sm + M::qt, sm + M::kt, sm + M::gates, L, A, dtb);
+        wu_stage<DK>(wu, sm);
         __syncthreads();
+        if (t0 + kChunk < sp.t1) { // the next chunk's loads in flight through this one's products
+            const int Ln = min(kChunk, sp.t1 - t0 - kChunk);
+            qk_fetch<DK>(g, qk, t0 + kChunk, Ln, h, kh, C);
+            wu_fetch<DK>(g, wu, t0 + kChunk, Ln, h, j0);
+        }
         float o[2][2] = {};
         chunk_products<DK>(sm, o);
         __syncthreads();
