@@ -590,7 +590,7 @@ __device__ __forceinline__ void chunk_finish(const GdnArgs &g, float *sm, const 
 }
 
 template <int DK>
-__global__ void __launch_bounds__(kChunkThreads) gdn_chunk_kernel(GdnArgs g, Batch b, uint32_t C, uint32_t chunk_from)
+__global__ void __launch_bounds__(kChunkThreads, 2) gdn_chunk_kernel(GdnArgs g, Batch b, uint32_t C, uint32_t chunk_from)
 {
     static_assert(DK * kChunkCols % kChunkThreads == 0 && kChunkThreads / kChunkCols == 8, "the finish's row groups");
     using M = ChunkSmem<DK>;
