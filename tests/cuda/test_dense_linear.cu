@@ -1,19 +1,22 @@
 // The decoder's dense linear layer (decoder/ops.cu linear) above kGemvMaxT on shapes neither GEMM
-// takes (rows not a multiple of 128: a GDN layer's 64-row in_proj_ba, a 200-row matrix), where the
+// takes whole (rows not a multiple of 128: a GDN layer's 64-row in_proj_ba, a 200-row matrix), where the
 // positions run through the GEMV in groups of 64 (DenseTables tile_m0_64 / count64, written by
-// prep_tables), and past kSplitMaxRows (1040 rows), where they stay one group. Reached as the
-// decoder reaches it: prep_tables for T, then linear(), launched on a stream and again captured in a
-// graph (the same bits). Against a double reference over the weights' values (bf16 as they are;
-// q8_0 and q4_k as the CPU codec dequantizes them) and bf16 inputs.
+// prep_tables), and past kSplitMaxRows (1040 rows), where they stay one group; bf16 rows of at least
+// one 128-row tile (200, 1040) take the prefill GEMM on their whole tiles and the GEMV on the tail.
+// Reached as the decoder reaches it: prep_tables for T, then linear(), launched on a stream and again
+// captured in a graph (the same bits). Against a double reference over the weights' values (bf16 as
+// they are; q8_0 and q4_k as the CPU codec dequantizes them) and bf16 inputs.
 //
 // Bound. Every output is one row's dot with one position's input whichever CTA computes it: the
 // bf16 weights take the tensor-core GEMV (within 2^-17 sum |w x| at these widths: the argument in
-// test_gemv_mma.cu's header), q8_0 / q4_k the f32 CUDA-core GEMV (the weight decoded in f32 from
-// the same scales as the CPU's, one rounding of each product, f32 chains of at most cols / 32
+// test_gemv_mma.cu's header) or the bf16 GEMM (the same exact products, f32 accumulation over at most
+// 2048 terms: within the same order), q8_0 / q4_k the f32 CUDA-core GEMV (the weight decoded in f32
+// from the same scales as the CPU's, one rounding of each product, f32 chains of at most cols / 32
 // blocks: below 2^-17 sum |w x| at cols 2048). The test allows 2^-15 sum_i |w_i x_i|. A group that
 // starts at the wrong position, a count past T or a missing group leaves outputs unwritten (the
 // NaN fill), writes past T into the guard rows, or pairs a row with another position's input (off
-// by about sum |w x| / sqrt(cols), hundreds of times the allowance).
+// by about sum |w x| / sqrt(cols), hundreds of times the allowance); a tail written at the wrong rows
+// leaves rows unwritten or misplaced.
 //
 // Data: weights N(0, 1) per element times a per-row amplitude (1, 3, 1/2, 2 by row % 4); inputs
 // N(0, 1) rounded to bf16, a different amplitude per position (2^((t % 7) - 3)) so a position paired
