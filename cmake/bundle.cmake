@@ -1,7 +1,9 @@
 # Copies FILES into OUT/bin and writes OUT/CTestTestfile.cmake registering TESTS (cuda label,
-# skip code 77) with paths relative to OUT, so the folder can travel to another machine.
+# skip code 77; those in SERIAL run alone) with paths relative to OUT, so the folder can travel to
+# another machine.
 string(REPLACE "|" ";" FILES "${FILES}")
 string(REPLACE "|" ";" TESTS "${TESTS}")
+string(REPLACE "|" ";" SERIAL "${SERIAL}")
 file(REMOVE_RECURSE "${OUT}")
 file(MAKE_DIRECTORY "${OUT}/bin")
 foreach(f ${FILES})
@@ -36,7 +38,11 @@ string(APPEND body "  set(data \"NF_TEST_DATA=\${tree}/tests\")\n")
 string(APPEND body "endif()\n")
 foreach(t ${TESTS})
   string(APPEND body "add_test(${t} \"\${here}/bin/${t}\")\n")
-  string(APPEND body "set_tests_properties(${t} PROPERTIES LABELS cuda SKIP_RETURN_CODE 77 TIMEOUT 600 ENVIRONMENT \"\${data}\")\n")
+  set(serial FALSE)
+  if(t IN_LIST SERIAL)
+    set(serial TRUE)
+  endif()
+  string(APPEND body "set_tests_properties(${t} PROPERTIES LABELS cuda SKIP_RETURN_CODE 77 TIMEOUT 600 RUN_SERIAL ${serial} ENVIRONMENT \"\${data}\")\n")
 endforeach()
 file(WRITE "${OUT}/CTestTestfile.cmake" "${body}")
 # The same folder as one xz'd tar next to it (OUT.txz), with a 256 MiB dictionary: the binaries
