@@ -4,6 +4,7 @@
 string(REPLACE "|" ";" FILES "${FILES}")
 string(REPLACE "|" ";" TESTS "${TESTS}")
 string(REPLACE "|" ";" SERIAL "${SERIAL}")
+cmake_policy(SET CMP0057 NEW) # if(IN_LIST) in a -P script
 file(REMOVE_RECURSE "${OUT}")
 file(MAKE_DIRECTORY "${OUT}/bin")
 foreach(f ${FILES})
