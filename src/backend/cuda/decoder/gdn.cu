@@ -246,9 +246,9 @@ __global__ void __launch_bounds__(32) gdn_rec_kernel(GdnArgs g, Batch b, uint32_
 // O(1), so the smaller chunk is less arithmetic, and the substitution keeps a column's N rows in
 // registers.
 constexpr int kChunk = (int)kGdnChunk, kChunkCols = 32, kChunkThreads = 256;
-// Row strides: Qt / Kt / Wt / Akk rows float4-aligned; R's rows float2-aligned and 4 banks apart;
-// Aqk's odd (its rows are read across).
-constexpr int kQkStride = kChunk + 4, kRStride = kChunkCols + 4, kAStride = kChunk + 1;
+// Row strides: Qt / Kt / Akk / Aqk rows float4-aligned (Aqk's 4 banks apart); St's and R's 8 banks
+// apart (a B fragment's 4 k rows x 8 n columns meet 32 banks).
+constexpr int kQkStride = kChunk + 4, kSStride = kChunkCols + 8;
 static_assert(kChunk == 32 && kChunkCols == kChunk, "a lane a token in the gate scan; one 2x2 tiling for A and S");
 static_assert(kChunkThreads == 256, "8 warps: the row loaders' and the 16 x 16 tilings' split");
 
@@ -261,8 +261,9 @@ __device__ __forceinline__ size_t ws_at(const GdnArgs &g, int t, uint32_t h)
 
 // The prep pass's shared memory, in floats: Qt, Kt [DK][kQkStride] (q, k of the chunk transposed:
 // row a holds dim a of every token), Akk [N][kQkStride] (a_im), then G, beta, exp(G_i), exp(G_N - G_i)
-// [N] each. The state pass's: Qt, Kt, Wt [DK][kQkStride], St [DK][kChunkCols] (the CTA's columns of
-// S), R [N][kRStride] (U, then d), Aqk [N][kAStride], the gates.
+// [N] each. The state pass's (the tensor cores' operands; every fragment load below meets each bank
+// once, but K^T's twice): Qx, Wx, Kx [N][DK + 4] (a token a row), St [DK][kSStride] (the CTA's columns
+// of S), R [N][kSStride] (U, then d), Aqk [N][kQkStride], the gates.
 template <int DK>
 struct PrepSmem {
     static constexpr int qt = 0, kt = DK * kQkStride, akk = 2 * DK * kQkStride, gates = akk + kChunk * kQkStride;
@@ -270,8 +271,9 @@ struct PrepSmem {
 };
 template <int DK>
 struct ChunkSmem {
-    static constexpr int qt = 0, kt = DK * kQkStride, wt = 2 * DK * kQkStride, st = 3 * DK * kQkStride;
-    static constexpr int r = st + DK * kChunkCols, aqk = r + kChunk * kRStride, gates = aqk + kChunk * kAStride;
+    static constexpr int xs = DK + 4;                                     // Qx, Wx, Kx: a token a row
+    static constexpr int qx = 0, wx = kChunk * xs, kx = 2 * kChunk * xs, st = 3 * kChunk * xs;
+    static constexpr int r = st + DK * kSStride, aqk = r + kChunk * kSStride, gates = aqk + kChunk * kQkStride;
     static constexpr int floats = gates + 4 * kChunk;
 };
 
@@ -342,7 +344,9 @@ __device__ __forceinline__ void qk_fetch(const GdnArgs &g, QkIn<DK> &in, int t0,
         in.a = row[g.v_heads + h], in.b = row[h];
     }
 }
-template <int DK>
+// Dim a of token i at q[a * SA + i * SI] (the prep pass: transposed, SA = kQkStride, SI = 1; the state
+// pass: a token a row, SA = 1, SI = DK + 4).
+template <int DK, int SA, int SI>
 __device__ __forceinline__ void qk_stage(const QkIn<DK> &in, float *Qt, float *Kt, float *gt, int L, float A, float dtb)
 {
     using I = QkIn<DK>;
@@ -357,7 +361,7 @@ __device__ __forceinline__ void qk_stage(const QkIn<DK> &in, float *Qt, float *K
         float *dst = isk ? Kt : Qt;
 #pragma unroll
         for (int m = 0; m < I::E; m++)
-            if (lane + 32 * m < DK) dst[(lane + 32 * m) * kQkStride + i] = in.x[u][m] * sc;
+            if (lane + 32 * m < DK) dst[(lane + 32 * m) * SA + i * SI] = in.x[u][m] * sc;
     }
     if (warp == 0) { // lane i: token i's gate, then the inclusive scan of g (G_i)
         float gg = 0, beta = 0;
@@ -457,7 +461,7 @@ __global__ void __launch_bounds__(kChunkThreads, 2) gdn_prep_kernel(GdnArgs g, B
     if (!mine) return;
     QkIn<DK> in;
     qk_fetch<DK>(g, in, t0, L, h, kh, C);
-    qk_stage<DK>(in, sm + M::qt, sm + M::kt, sm + M::gates, L, A, dtb);
+    qk_stage<DK, kQkStride, 1>(in, sm + M::qt, sm + M::kt, sm + M::gates, L, A, dtb);
     __syncthreads();
     prep_products<DK>(g, sm, t0, L, h);
     __syncthreads();
@@ -465,8 +469,7 @@ __global__ void __launch_bounds__(kChunkThreads, 2) gdn_prep_kernel(GdnArgs g, B
 }
 
 // State pass, what it reads besides q, k and the gates: U's columns j0 .. j0 + kChunkCols - 1 (for R),
-// W's rows (each warp N / 8 of them, for Wt, transposed) and Aqk's rows (zero past L); fetched, then
-// staged, as q and k.
+// W's rows (each warp N / 8 of them) and Aqk's rows (zero past L); fetched, then staged, as q and k.
 template <int DK>
 struct WuIn {
     static constexpr int E = (DK + 31) / 32, P = kChunk / (kChunkThreads / 32), U = kChunk * kChunkCols / kChunkThreads;
@@ -502,97 +505,169 @@ __device__ __forceinline__ void wu_stage(const WuIn<DK> &in, float *sm)
 #pragma unroll
     for (int u = 0; u < I::U; u++) {
         const int e = tid + u * kChunkThreads, i = e / kChunkCols, c = e % kChunkCols;
-        sm[M::r + i * kRStride + c] = in.u[u], sm[M::aqk + i * kAStride + c] = in.aqk[u];
+        sm[M::r + i * kSStride + c] = in.u[u], sm[M::aqk + i * kQkStride + c] = in.aqk[u];
     }
 #pragma unroll
     for (int u = 0; u < I::P; u++) {
         const int i = warp + u * (kChunkThreads / 32);
 #pragma unroll
         for (int m = 0; m < I::E; m++)
-            if (lane + 32 * m < DK) sm[M::wt + (lane + 32 * m) * kQkStride + i] = in.w[u][m];
+            if (lane + 32 * m < DK) sm[M::wx + i * M::xs + lane + 32 * m] = in.w[u][m];
     }
 }
 
-// State pass, products: thread (ti, tc) of 16 x 16 owns tokens i0 = 2 ti, i0 + 1 and columns c0 = 2 tc,
-// c0 + 1; one pass over the dk dims gives W_i . S_c and q_i . S_c: d = U - W S over R, and o's state
-// part exp(G_i) S^T q_i returned.
+// ---- The state pass on tf32 tensor cores at f32's accuracy (3xTF32) ----
+// mma.m16n8k8 (fragments, g = lane / 4, t = lane % 4: A a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8,
+// t + 4); B b0 (k = t, n = g), b1 (t + 4, g); C c0 (g, 2t), c1 (g, 2t + 1), c2 (g + 8, 2t), c3 (g + 8,
+// 2t + 1)). Each f32 operand is split into two tf32 values, big (x rounded to 11 significant bits by an
+// integer add and mask: no cvt, a quarter-rate op on sm_90) and small (x - big, exact, cut to 11 bits),
+// |x - big - small| <= 2^-21 |x|; a product is big big + big small + small big, small small (<= 2^-22
+// |a b|) dropped, accumulated in f32: each term within ~3 2^-21 of |a b|, against f32 FMA's 2^-24 |a b|
+// rounding, so test_gdn_cuda's bounds hold as argued there. Used here only.
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2])
+{
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ __forceinline__ void tf32_split(float x, uint32_t &big, uint32_t &small)
+{
+    big = (__float_as_uint(x) + 0x1000u) & 0xFFFFE000u;
+    small = __float_as_uint(x - __uint_as_float(big)) & 0xFFFFE000u;
+}
+// d += A B, A's four and B's two fragment values given as f32.
+__device__ __forceinline__ void mma_3xtf32(float (&d)[4], const float (&a)[4], const float (&b)[2])
+{
+    uint32_t ab[4], as[4], bb[2], bs[2];
+#pragma unroll
+    for (int u = 0; u < 4; u++) tf32_split(a[u], ab[u], as[u]);
+#pragma unroll
+    for (int u = 0; u < 2; u++) tf32_split(b[u], bb[u], bs[u]);
+    mma_tf32(d, as, bb);
+    mma_tf32(d, ab, bs);
+    mma_tf32(d, ab, bb);
+}
+// A's fragment values of the 16 x 8 tile at (m0, k0) of a row-major matrix (row stride ld).
+__device__ __forceinline__ void frag_a(float (&a)[4], const float *X, int ld, int m0, int k0)
+{
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    const float *p = X + (m0 + g) * ld + k0 + t;
+    a[0] = p[0], a[1] = p[8 * ld], a[2] = p[4], a[3] = p[8 * ld + 4];
+}
+// B's fragment values of the 8 x 8 tile at (k0, n0) of a row-major k x n matrix (row stride ld).
+__device__ __forceinline__ void frag_b(float (&b)[2], const float *X, int ld, int k0, int n0)
+{
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    b[0] = X[(k0 + t) * ld + n0 + g], b[1] = X[(k0 + t + 4) * ld + n0 + g];
+}
+
+// The CTA's columns of S as C fragments in registers: DK / 16 x 4 tiles of 16 x 8, warp w owning tiles
+// w, w + 8, ... (tile q: rows 16 (q / 4) .., columns 8 (q % 4) ..).
 template <int DK>
-__device__ __forceinline__ void chunk_products(float *sm, float (&o)[2][2])
+struct SFrag {
+    static constexpr int tiles = DK / 16 * 4, per = (tiles + 7) / 8;
+};
+
+// Products: warp w owns the 16 x 8 tile (tokens 16 (w / 4) + .., columns 8 (w % 4) + ..) of W S and of
+// Q S (one pass over dk): d = U - W S over R, and o's state part exp(G_i) (S^T q_i) returned (C
+// fragment order).
+template <int DK>
+__device__ __forceinline__ void chunk_products(float *sm, float (&o)[4])
 {
     using M = ChunkSmem<DK>;
-    const int tid = threadIdx.x, i0 = 2 * (tid / 16), c0 = 2 * (tid % 16);
-    const float *Qt = sm + M::qt, *Wt = sm + M::wt, *St = sm + M::st, *gt = sm + M::gates;
-    float ws[2][2] = {};
+    const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    const int m0 = 16 * (warp / 4), n0 = 8 * (warp % 4);
+    float ws[4] = {};
 #pragma unroll 4
-    for (int a = 0; a < DK; a++) {
-        const float2 qi = *(const float2 *)(Qt + a * kQkStride + i0), wi = *(const float2 *)(Wt + a * kQkStride + i0);
-        const float2 s = *(const float2 *)(St + a * kChunkCols + c0);
-        const float qv[2] = {qi.x, qi.y}, wv[2] = {wi.x, wi.y}, sv[2] = {s.x, s.y};
-#pragma unroll
-        for (int di = 0; di < 2; di++)
-#pragma unroll
-            for (int dc = 0; dc < 2; dc++) ws[di][dc] += wv[di] * sv[dc], o[di][dc] += qv[di] * sv[dc];
+    for (int k0 = 0; k0 < DK; k0 += 8) {
+        float aw[4], aq[4], b[2];
+        frag_b(b, sm + M::st, kSStride, k0, n0);
+        frag_a(aw, sm + M::wx, M::xs, m0, k0);
+        frag_a(aq, sm + M::qx, M::xs, m0, k0);
+        mma_3xtf32(ws, aw, b);
+        mma_3xtf32(o, aq, b);
     }
     float *R = sm + M::r;
+    const float *gt = sm + M::gates;
 #pragma unroll
-    for (int di = 0; di < 2; di++)
-#pragma unroll
-        for (int dc = 0; dc < 2; dc++) {
-            const int i = i0 + di, c = c0 + dc;
-            R[i * kRStride + c] -= ws[di][dc];
-            o[di][dc] *= gt[2 * kChunk + i];
-        }
+    for (int u = 0; u < 4; u++) {
+        const int i = m0 + g + 8 * (u / 2), c = n0 + 2 * t + u % 2;
+        R[i * kSStride + c] -= ws[u];
+        o[u] *= gt[2 * kChunk + i];
+    }
 }
 
-// State pass, the outputs (o += sum_{m <= i} Aqk_im d_m, the same 2 x 2 tiles as the products) into
-// v's place in the row, and the CTA's columns of S carried over the chunk: thread (row group, column
-// c) owns column c of rows a = tid / 32 + 8 r.
+// The outputs (o += Aqk d over the tokens m <= i: the same tile a warp) into v's place in the row; then
+// the CTA's columns of S carried over the chunk in registers (SFrag): S = exp(G_N) S + K^T (d exp(G_N -
+// G_m)).
 template <int DK>
-__device__ __forceinline__ void chunk_finish(const GdnArgs &g, float *sm, const float (&o)[2][2], int t0, int L,
-                                             uint32_t h, uint32_t j0)
+__device__ __forceinline__ void chunk_finish(const GdnArgs &g, float *sm, float (&o)[4], float (&s)[SFrag<DK>::per][4],
+                                             int t0, int L, uint32_t h, uint32_t j0)
 {
     using M = ChunkSmem<DK>;
-    const int tid = threadIdx.x, i0 = 2 * (tid / 16), c0 = 2 * (tid % 16);
-    const float *R = sm + M::r, *Aqk = sm + M::aqk, *Kt = sm + M::kt, *gt = sm + M::gates;
-    float y[2][2] = {{o[0][0], o[0][1]}, {o[1][0], o[1][1]}};
-    for (int m = 0; m <= i0 + 1; m++) { // Aqk is zero above the diagonal
-        const float2 d = *(const float2 *)(R + m * kRStride + c0);
-        const float a0 = Aqk[i0 * kAStride + m], a1 = Aqk[(i0 + 1) * kAStride + m];
-        y[0][0] += a0 * d.x, y[0][1] += a0 * d.y, y[1][0] += a1 * d.x, y[1][1] += a1 * d.y;
+    const int warp = threadIdx.x / 32, gq = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    const int m0 = 16 * (warp / 4), n0 = 8 * (warp % 4);
+    const float *R = sm + M::r, *gt = sm + M::gates;
+    for (int k0 = 0; k0 < m0 + 16; k0 += 8) { // Aqk is zero above the diagonal
+        float a[4], b[2];
+        frag_a(a, sm + M::aqk, kQkStride, m0, k0);
+        frag_b(b, R, kSStride, k0, n0);
+        mma_3xtf32(o, a, b);
     }
     const uint32_t Kd = g.k_heads * DK;
 #pragma unroll
-    for (int di = 0; di < 2; di++)
-#pragma unroll
-        for (int dc = 0; dc < 2; dc++) {
-            const int i = i0 + di;
-            const uint32_t j = j0 + c0 + dc;
-            if (i < L && j < g.dv) g.row[(size_t)(t0 + i) * g.stride + 2 * Kd + h * g.dv + j] = y[di][dc];
-        }
-    constexpr int RS = DK * kChunkCols / kChunkThreads;
-    const int c = tid % kChunkCols, a0 = tid / kChunkCols;
-    float *St = sm + M::st, s[RS];
+    for (int u = 0; u < 4; u++) {
+        const int i = m0 + gq + 8 * (u / 2);
+        const uint32_t j = j0 + n0 + 2 * t + u % 2;
+        if (i < L && j < g.dv) g.row[(size_t)(t0 + i) * g.stride + 2 * Kd + h * g.dv + j] = o[u];
+    }
     const float eN = gt[2 * kChunk + kChunk - 1]; // exp(G_N): padded rows add g = 0
+    using F = SFrag<DK>;
 #pragma unroll
-    for (int r = 0; r < RS; r++) s[r] = St[(a0 + 8 * r) * kChunkCols + c] * eN;
-    for (int m = 0; m < kChunk; m += 4) {
-        float d[4];
+    for (int p = 0; p < F::per; p++)
 #pragma unroll
-        for (int u = 0; u < 4; u++) d[u] = R[(m + u) * kRStride + c] * gt[3 * kChunk + m + u];
+        for (int u = 0; u < 4; u++) s[p][u] *= eN;
+    const float *K = sm + M::kx; // A = K^T: A(a, m) = K[m][a]
 #pragma unroll
-        for (int r = 0; r < RS; r++) {
-            const float4 k = *(const float4 *)(Kt + (a0 + 8 * r) * kQkStride + m);
-            s[r] += k.x * d[0], s[r] += k.y * d[1], s[r] += k.z * d[2], s[r] += k.w * d[3];
+    for (int k0 = 0; k0 < kChunk; k0 += 8) {
+        const float e0 = gt[3 * kChunk + k0 + t], e1 = gt[3 * kChunk + k0 + t + 4];
+#pragma unroll
+        for (int p = 0; p < F::per; p++) {
+            const int q = warp + 8 * p, a0 = 16 * (q / 4), c0 = 8 * (q % 4);
+            if (q >= F::tiles) break;
+            float a[4], b[2];
+            a[0] = K[(k0 + t) * M::xs + a0 + gq], a[1] = K[(k0 + t) * M::xs + a0 + gq + 8];
+            a[2] = K[(k0 + t + 4) * M::xs + a0 + gq], a[3] = K[(k0 + t + 4) * M::xs + a0 + gq + 8];
+            frag_b(b, R, kSStride, k0, c0);
+            b[0] *= e0, b[1] *= e1;
+            mma_3xtf32(s[p], a, b);
         }
     }
+}
+
+// S's fragments to St for the next chunk's products, and back.
+template <int DK>
+__device__ __forceinline__ void s_move(float *St, float (&s)[SFrag<DK>::per][4], bool store)
+{
+    const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    using F = SFrag<DK>;
 #pragma unroll
-    for (int r = 0; r < RS; r++) St[(a0 + 8 * r) * kChunkCols + c] = s[r];
+    for (int p = 0; p < F::per; p++) {
+        const int q = warp + 8 * p;
+        if (q >= F::tiles) break;
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            float *e = St + (16 * (q / 4) + g + 8 * (u / 2)) * kSStride + 8 * (q % 4) + 2 * t + u % 2;
+            if (store) *e = s[p][u];
+            else s[p][u] = *e;
+        }
+    }
 }
 
 template <int DK>
 __global__ void __launch_bounds__(kChunkThreads, 2) gdn_chunk_kernel(GdnArgs g, Batch b, uint32_t C, uint32_t chunk_from)
 {
-    static_assert(DK * kChunkCols % kChunkThreads == 0 && kChunkThreads / kChunkCols == 8, "the finish's row groups");
     using M = ChunkSmem<DK>;
     extern __shared__ float4 chunk_smem[];
     float *sm = (float *)chunk_smem;
@@ -606,7 +681,7 @@ __global__ void __launch_bounds__(kChunkThreads, 2) gdn_chunk_kernel(GdnArgs g, 
     float *S = g.state + (size_t)b.slot[i] * g.slot_floats + (size_t)(g.K - 1) * C + (size_t)h * DK * dv;
     for (int e = threadIdx.x; e < DK * kChunkCols; e += kChunkThreads) {
         const uint32_t a = e / kChunkCols, j = j0 + e % kChunkCols;
-        sm[M::st + e] = sp.fresh || j >= dv ? 0.0f : S[(size_t)a * dv + j];
+        sm[M::st + a * kSStride + e % kChunkCols] = sp.fresh || j >= dv ? 0.0f : S[(size_t)a * dv + j];
     }
     const float A = -expf(g.a_log[h]), dtb = g.dt_bias[h];
     pdl_wait();
@@ -614,9 +689,12 @@ __global__ void __launch_bounds__(kChunkThreads, 2) gdn_chunk_kernel(GdnArgs g, 
     WuIn<DK> wu;
     qk_fetch<DK>(g, qk, sp.t0, min(kChunk, sp.t1 - sp.t0), h, kh, C);
     wu_fetch<DK>(g, wu, sp.t0, min(kChunk, sp.t1 - sp.t0), h, j0);
+    __syncthreads();
+    float s[SFrag<DK>::per][4];
+    s_move<DK>(sm + M::st, s, false);
     for (int t0 = sp.t0; t0 < sp.t1; t0 += kChunk) {
         const int L = min(kChunk, sp.t1 - t0);
-        qk_stage<DK>(qk, sm + M::qt, sm + M::kt, sm + M::gates, L, A, dtb);
+        qk_stage<DK, 1, M::xs>(qk, sm + M::qx, sm + M::kx, sm + M::gates, L, A, dtb);
         wu_stage<DK>(wu, sm);
         __syncthreads();
         if (t0 + kChunk < sp.t1) { // the next chunk's loads in flight through this one's products
@@ -624,15 +702,16 @@ __global__ void __launch_bounds__(kChunkThreads, 2) gdn_chunk_kernel(GdnArgs g, 
             qk_fetch<DK>(g, qk, t0 + kChunk, Ln, h, kh, C);
             wu_fetch<DK>(g, wu, t0 + kChunk, Ln, h, j0);
         }
-        float o[2][2] = {};
+        float o[4] = {};
         chunk_products<DK>(sm, o);
         __syncthreads();
-        chunk_finish<DK>(g, sm, o, t0, L, h, j0);
+        chunk_finish<DK>(g, sm, o, s, t0, L, h, j0);
+        s_move<DK>(sm + M::st, s, true);
         __syncthreads();
     }
     for (int e = threadIdx.x; e < DK * kChunkCols; e += kChunkThreads) {
         const uint32_t a = e / kChunkCols, j = j0 + e % kChunkCols;
-        if (j < dv) S[(size_t)a * dv + j] = sm[M::st + e];
+        if (j < dv) S[(size_t)a * dv + j] = sm[M::st + a * kSStride + e % kChunkCols];
     }
 }
 
