@@ -49,12 +49,12 @@ inline size_t gdn_state_floats(uint32_t k_heads, uint32_t v_heads, uint32_t dk, 
 // The fewest tokens of a sequence in one forward that take the chunked form. Below it the per-token
 // steps, because (1) a speculative verification of up to NF_SPEC_MAX_K + 1 = 9 tokens must give the
 // bits decoding them one at a time gives (the chunked form sums in another order), as on the CPU
-// (NF_CPU_STEP_MAX); (2) a chunk costs about the same whatever its token count (its phases and
-// barriers, one 32-row substitution, ~0.7 M FMAs a CTA at dk = 128), estimated at 5 - 10 us, while a
-// per-token step is a dependent chain of loads, three shuffle reductions, exps and two 8-deep FMA
-// chains, ~0.3 - 0.5 us: the two meet near one full chunk, 16 - 32 tokens; 32 keeps a piece below a
-// full chunk on the kernel that wastes nothing on padding. To be measured: test_gdn_cuda --bench
-// prints both kernels per token count.
+// (NF_CPU_STEP_MAX); (2) a chunked piece costs about the same whatever its token count up to a chunk
+// (four launches, a chunk's fixed chain), while a per-token step is a dependent chain of loads, three
+// shuffle reductions, exps and two 8-deep FMA chains: measured (test_gdn_cuda --bench, H100,
+// docs/perf/hybrid_h100_2026-12-07e.md) they meet at 24 - 32 tokens (one sequence of 24 tokens: the per-token form 37.9 us
+// against the chunked 36.9, of 32 tokens 57.8 against 37.6; eight sequences of 16: 108.8 against
+// 128.8); 32 keeps a piece below a full chunk on the kernel that wastes nothing on padding.
 constexpr uint32_t kGdnChunkFrom = 32;
 
 // The layer over the batch: S sequences (b.last, b.pos, b.slot), T tokens.
