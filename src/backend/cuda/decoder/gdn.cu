@@ -237,10 +237,13 @@ __global__ void __launch_bounds__(32) gdn_rec_kernel(GdnArgs g, Batch b, uint32_
 // and k's norms (cheap), which buys dv / kChunkCols times the CTAs of one per head (Qwen3.5 at S = 1:
 // 128 CTAs for 132 SMs instead of 32) with no exchange between them.
 //
-// f32 on CUDA cores: the state and the references are f32; both f32-accurate tensor-core forms of
-// the single-pass kernel were measured no faster (bf16x3 1.18x slower, 3xTF32 1.015x at one 512-token
-// sequence and 0.91x with 8: docs/perf/hybrid_h200_2026-12-07d.md), because a chunk's dependent chain,
-// not its products, set the time; this split is what shortens the chain.
+// The state pass's products on tf32 tensor cores at f32's accuracy (3xTF32, below): the state and the
+// references are f32, and tf32 alone would round k, q, S to 11 bits. In the earlier single-pass kernel
+// both f32-accurate tensor-core forms were measured no faster (bf16x3 1.18x slower, 3xTF32 1.015x at
+// one 512-token sequence: docs/perf/hybrid_h200_2026-12-07d.md): a chunk's dependent chain (the
+// substitution), not its products, set the time. With the chain split off, 3xTF32 took the state pass
+// from f32 CUDA cores' 305 to 257 us a 512-token layer (H100, docs/perf/hybrid_h100_2026-12-07e.md).
+// The prep pass stays f32 on CUDA cores (parallel over every chunk; its products are a fifth of it).
 //
 // N = 32, not transformers' 64: the within-chunk products cost O(N) per token and the state products
 // O(1), so the smaller chunk is less arithmetic, and the substitution keeps a column's N rows in
