@@ -13,7 +13,7 @@
 // lane dk / 4 of its rows in registers, and a decode step spreads Hv * dv / 8 warps a sequence over
 // the GPU. A longer one takes the chunked form (chunks of 32 tokens, gdn.cu): a prep pass over every
 // chunk at once does what does not depend on S (the triangular solve), then a CTA owns 32 columns of
-// one (sequence, head) in shared memory and carries them from chunk to chunk. Either way S is read
+// one (sequence, head) in registers and carries them from chunk to chunk. Either way S is read
 // once and written once per forward, whatever the sequence's token count.
 #pragma once
 #include "ops.cuh"
