@@ -73,25 +73,35 @@ static double chi_square(const long *cnt, const double *ref, double z, int *df)
     return chi2;
 }
 
-/* The tokens verification gives for `draft` against softmax(l / temp) over the top_k best (computed
- * here), for a sampler of that temperature and top_k. */
-static void verify_distribution(const float *l, int top_k, int32_t draft, uint64_t seed)
+/* The target of the verification tests: ref[i] / z = softmax(l / temp) over the top_k best (computed
+ * here, temp 0.7), and a sampler of that temperature and top_k (NULL, with a failed check, if it cannot
+ * be made). */
+static nf_sampler *target(const float *l, int top_k, uint64_t seed, double *ref, double *z)
 {
     const double temp = 0.7;
-    double ref[SV], z = 0;
+    *z = 0;
     for (int i = 0; i < SV; i++) {
         int better = 0;
         for (int j = 0; j < SV; j++) better += l[j] > l[i];
         ref[i] = top_k <= 0 || better < top_k ? exp(l[i] / temp) : 0;
-        z += ref[i];
+        *z += ref[i];
     }
     nf_sampler_params p = {.temp = (float)temp, .top_k = top_k, .top_p = 1, .min_p = 0, .repeat_penalty = 1,
                            .repeat_last_n = 64, .seed = seed};
     nf_sampler *s;
     if (nf_sampler_create(&p, SV, &s, NULL)) {
         CHECK(0);
-        return;
+        return NULL;
     }
+    return s;
+}
+
+/* The tokens verification gives for `draft` against the target (above). */
+static void verify_distribution(const float *l, int top_k, int32_t draft, uint64_t seed)
+{
+    double ref[SV], z;
+    nf_sampler *s = target(l, top_k, seed, ref, &z);
+    if (!s) return;
     long cnt[SV] = {0}, acc = 0;
     for (int n = 0; n < DRAWS; n++) {
         int32_t id = -1;
@@ -113,28 +123,15 @@ static void verify_distribution(const float *l, int top_k, int32_t draft, uint64
 }
 
 /* nf_sampler_verify_q against a hand-built proposal q: each trial draws the draft from q (its own
- * generator here), verifies it against softmax(l / temp) over the top_k best (p, computed here); the
+ * generator here), verifies it against the target p (above); the
  * tokens given against p (chi-square) and the acceptance rate against sum min(p, q) (binomial, 6 sd). */
 static void verify_q_distribution(const float *l, int top_k, const double *qd, uint64_t seed)
 {
-    const double temp = 0.7;
-    double ref[SV], z = 0, acc_p = 0;
+    double ref[SV], z, acc_p = 0;
     float q[SV];
-    for (int i = 0; i < SV; i++) {
-        int better = 0;
-        for (int j = 0; j < SV; j++) better += l[j] > l[i];
-        ref[i] = top_k <= 0 || better < top_k ? exp(l[i] / temp) : 0;
-        z += ref[i];
-        q[i] = (float)qd[i];
-    }
-    for (int i = 0; i < SV; i++) acc_p += fmin(ref[i] / z, qd[i]);
-    nf_sampler_params p = {.temp = (float)temp, .top_k = top_k, .top_p = 1, .min_p = 0, .repeat_penalty = 1,
-                           .repeat_last_n = 64, .seed = seed};
-    nf_sampler *s;
-    if (nf_sampler_create(&p, SV, &s, NULL)) {
-        CHECK(0);
-        return;
-    }
+    nf_sampler *s = target(l, top_k, seed, ref, &z);
+    if (!s) return;
+    for (int i = 0; i < SV; i++) q[i] = (float)qd[i], acc_p += fmin(ref[i] / z, qd[i]);
     uint64_t g = seed * 7919 + 1;
     long cnt[SV] = {0}, acc = 0;
     for (int n = 0; n < DRAWS; n++) {
