@@ -232,9 +232,8 @@ __global__ void __launch_bounds__(32) gdn_rec_kernel(GdnArgs g, Batch b, uint32_
 // registers), and leaves W and the q . k weights (Aqk) in the workspace and U in v's place. The state
 // pass, one CTA per (kChunkCols columns of S, v head, sequence), keeps its columns of S in registers
 // (with a copy in shared memory for the products) through the sequence's chunks (read once and written
-// once, as the per-token kernel does) and
-// per chunk does only the S products (W S, Q S), d, the outputs and the state update: no serial
-// substitution between one chunk's state and the next. The state pass's CTAs of a head recompute q's
+// once, as the per-token kernel does) and per chunk does only the S products (W S, Q S), d, the
+// outputs and the state update: no serial substitution between one chunk's state and the next. The state pass's CTAs of a head recompute q's
 // and k's norms (cheap), which buys dv / kChunkCols times the CTAs of one per head (Qwen3.5 at S = 1:
 // 128 CTAs for 132 SMs instead of 32) with no exchange between them.
 //

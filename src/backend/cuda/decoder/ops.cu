@@ -187,7 +187,7 @@ cudaError_t linear(const Linear &L, const DenseTables &t, const uint16_t *in, ui
         // (1.15 ms a layer at T = 512 on an H100: the nvfp4 hybrid's pp512 at 0.56x the q4q6 one's).
         // bf16 products are exact in both, so the outputs are the same dots (f32 sums in another order).
         Linear head = L, tail = L;
-        head.m.rows = L.m.rows / 128 * 128, tail.m.rows = L.m.rows - head.m.rows;
+        head.m.rows = L.m.rows / kPrefillTileN * kPrefillTileN, tail.m.rows = L.m.rows - head.m.rows;
         tail.m.data += (size_t)head.m.rows * L.m.row_stride;
         head.gemm = head.m.rows && prefill_supported(head.m, head.m);
         if (head.gemm) {
