@@ -255,6 +255,58 @@ constexpr int kQkStride = kChunk + 4, kSStride = kChunkCols + 8;
 static_assert(kChunk == 32 && kChunkCols == kChunk, "a lane a token in the gate scan; one 2x2 tiling for A and S");
 static_assert(kChunkThreads == 256, "8 warps: the row loaders' and the 16 x 16 tilings' split");
 
+// ---- tf32 tensor cores at f32's accuracy (3xTF32), for both passes' products ----
+// mma.m16n8k8 (fragments, g = lane / 4, t = lane % 4: A a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8,
+// t + 4); B b0 (k = t, n = g), b1 (t + 4, g); C c0 (g, 2t), c1 (g, 2t + 1), c2 (g + 8, 2t), c3 (g + 8,
+// 2t + 1)). Each f32 operand is split into two tf32 values, big (x rounded to 11 significant bits by an
+// integer add and mask: no cvt, a quarter-rate op on sm_90) and small (x - big, exact, cut to 11 bits),
+// |x - big - small| <= 2^-21 |x|; a product is big big + big small + small big, small small (<= 2^-22
+// |a b|) dropped, accumulated in f32: each term within ~3 2^-21 of |a b|, against f32 FMA's 2^-24 |a b|
+// rounding, so test_gdn_cuda's bounds hold as argued there. Used here only.
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2])
+{
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ __forceinline__ void tf32_split(float x, uint32_t &big, uint32_t &small)
+{
+    big = (__float_as_uint(x) + 0x1000u) & 0xFFFFE000u;
+    small = __float_as_uint(x - __uint_as_float(big)) & 0xFFFFE000u;
+}
+// d += A B, A's four and B's two fragment values given as f32.
+__device__ __forceinline__ void mma_3xtf32(float (&d)[4], const float (&a)[4], const float (&b)[2])
+{
+    uint32_t ab[4], as[4], bb[2], bs[2];
+#pragma unroll
+    for (int u = 0; u < 4; u++) tf32_split(a[u], ab[u], as[u]);
+#pragma unroll
+    for (int u = 0; u < 2; u++) tf32_split(b[u], bb[u], bs[u]);
+    mma_tf32(d, as, bb);
+    mma_tf32(d, ab, bs);
+    mma_tf32(d, ab, bb);
+}
+// A's fragment values of the 16 x 8 tile at (m0, k0) of a row-major matrix (row stride ld).
+__device__ __forceinline__ void frag_a(float (&a)[4], const float *X, int ld, int m0, int k0)
+{
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    const float *p = X + (m0 + g) * ld + k0 + t;
+    a[0] = p[0], a[1] = p[8 * ld], a[2] = p[4], a[3] = p[8 * ld + 4];
+}
+// B's fragment values of the 8 x 8 tile at (k0, n0) of X^T, X a row-major n x k matrix (row stride ld).
+__device__ __forceinline__ void frag_a_t(float (&b)[2], const float *X, int ld, int k0, int n0)
+{
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    b[0] = X[(n0 + g) * ld + k0 + t], b[1] = X[(n0 + g) * ld + k0 + t + 4];
+}
+// B's fragment values of the 8 x 8 tile at (k0, n0) of a row-major k x n matrix (row stride ld).
+__device__ __forceinline__ void frag_b(float (&b)[2], const float *X, int ld, int k0, int n0)
+{
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    b[0] = X[(k0 + t) * ld + n0 + g], b[1] = X[(k0 + t + 4) * ld + n0 + g];
+}
+
 // The workspace's floats a token and v head: W's row, then Aqk's.
 template <int DK>
 __device__ __forceinline__ size_t ws_at(const GdnArgs &g, int t, uint32_t h)
@@ -262,14 +314,15 @@ __device__ __forceinline__ size_t ws_at(const GdnArgs &g, int t, uint32_t h)
     return ((size_t)t * g.v_heads + h) * (DK + kChunk);
 }
 
-// The prep pass's shared memory, in floats: Qt, Kt [DK][kQkStride] (q, k of the chunk transposed:
-// row a holds dim a of every token), Akk [N][kQkStride] (a_im), then G, beta, exp(G_i), exp(G_N - G_i)
-// [N] each. The state pass's (the tensor cores' operands; every fragment load below meets each bank
-// once, but K^T's twice): Qx, Wx, Kx [N][DK + 4] (a token a row), St [DK][kSStride] (the CTA's columns
-// of S), R [N][kSStride] (U, then d), Aqk [N][kQkStride], the gates.
+// The prep pass's shared memory, in floats: Qx, Kx [N][DK + 4] (q, k of the chunk, a token a row),
+// Akk [N][kQkStride] (a_im), then G, beta, exp(G_i), exp(G_N - G_i) [N] each. The state pass's: Qx, Wx,
+// Kx [N][DK + 4], St [DK][kSStride] (the CTA's columns of S), R [N][kSStride] (U, then d), Aqk
+// [N][kQkStride], the gates. These are the tensor cores' operands: every fragment load below meets
+// each bank once, but the state update's K^T twice.
 template <int DK>
 struct PrepSmem {
-    static constexpr int qt = 0, kt = DK * kQkStride, akk = 2 * DK * kQkStride, gates = akk + kChunk * kQkStride;
+    static constexpr int xs = DK + 4; // Qx, Kx: a token a row
+    static constexpr int qx = 0, kx = kChunk * xs, akk = 2 * kChunk * xs, gates = akk + kChunk * kQkStride;
     static constexpr int floats = gates + 4 * kChunk;
 };
 template <int DK>
@@ -347,9 +400,8 @@ __device__ __forceinline__ void qk_fetch(const GdnArgs &g, QkIn<DK> &in, int t0,
         in.a = row[g.v_heads + h], in.b = row[h];
     }
 }
-// Dim a of token i at q[a * SA + i * SI] (the prep pass: transposed, SA = kQkStride, SI = 1; the state
-// pass: a token a row, SA = 1, SI = DK + 4).
-template <int DK, int SA, int SI>
+// A token a row (stride DK + 4), as both passes' tensor-core products read them.
+template <int DK>
 __device__ __forceinline__ void qk_stage(const QkIn<DK> &in, float *Qt, float *Kt, float *gt, int L, float A, float dtb)
 {
     using I = QkIn<DK>;
@@ -364,7 +416,7 @@ __device__ __forceinline__ void qk_stage(const QkIn<DK> &in, float *Qt, float *K
         float *dst = isk ? Kt : Qt;
 #pragma unroll
         for (int m = 0; m < I::E; m++)
-            if (lane + 32 * m < DK) dst[(lane + 32 * m) * SA + i * SI] = in.x[u][m] * sc;
+            if (lane + 32 * m < DK) dst[i * (DK + 4) + lane + 32 * m] = in.x[u][m] * sc;
     }
     if (warp == 0) { // lane i: token i's gate, then the inclusive scan of g (G_i)
         float gg = 0, beta = 0;
@@ -378,39 +430,37 @@ __device__ __forceinline__ void qk_stage(const QkIn<DK> &in, float *Qt, float *K
     }
 }
 
-// Prep, products: thread (ti, tc) of 16 x 16 owns the token pairs (i, m) with i in {2 ti, 2 ti + 1},
-// m in {2 tc, 2 tc + 1}: k_i . k_m and q_i . k_m over dk; a into Akk, (q_i . k_m) exp(G_i - G_m) (zero
-// above the diagonal) into the workspace's Aqk rows.
+// Prep, products: warp w owns the 16 x 8 tile (tokens i = 16 (w / 4) + .., m = 8 (w % 4) + ..) of
+// K K^T and of Q K^T (one pass over dk, 3xTF32): a into Akk, (q_i . k_m) exp(G_i - G_m) (zero above
+// the diagonal) into the workspace's Aqk rows.
 template <int DK>
 __device__ __forceinline__ void prep_products(const GdnArgs &g, float *sm, int t0, int L, uint32_t h)
 {
     using M = PrepSmem<DK>;
-    const int tid = threadIdx.x, i0 = 2 * (tid / 16), c0 = 2 * (tid % 16);
-    const float *Qt = sm + M::qt, *Kt = sm + M::kt, *gt = sm + M::gates;
-    float kk[2][2] = {}, qk[2][2] = {};
+    const int warp = threadIdx.x / 32, gq = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    const int m0 = 16 * (warp / 4), n0 = 8 * (warp % 4);
+    const float *gt = sm + M::gates;
+    float kk[4] = {}, qk[4] = {};
 #pragma unroll 4
-    for (int a = 0; a < DK; a++) {
-        const float2 qi = *(const float2 *)(Qt + a * kQkStride + i0), ki = *(const float2 *)(Kt + a * kQkStride + i0);
-        const float2 km = *(const float2 *)(Kt + a * kQkStride + c0);
-        const float qv[2] = {qi.x, qi.y}, kv[2] = {ki.x, ki.y}, mv[2] = {km.x, km.y};
-#pragma unroll
-        for (int di = 0; di < 2; di++)
-#pragma unroll
-            for (int dc = 0; dc < 2; dc++) kk[di][dc] += kv[di] * mv[dc], qk[di][dc] += qv[di] * mv[dc];
+    for (int k0 = 0; k0 < DK; k0 += 8) {
+        float ak[4], aq[4], b[2];
+        frag_a(ak, sm + M::kx, M::xs, m0, k0);
+        frag_a(aq, sm + M::qx, M::xs, m0, k0);
+        frag_a_t(b, sm + M::kx, M::xs, k0, n0); // B = K^T: B(a, m) = K[m][a]
+        mma_3xtf32(kk, ak, b);
+        mma_3xtf32(qk, aq, b);
     }
 #pragma unroll
-    for (int di = 0; di < 2; di++) {
-        const int i = i0 + di;
-        const float Gi = gt[i], bi = gt[kChunk + i];
-        float w[2];
+    for (int u = 0; u < 4; u++) {
+        const int i = m0 + gq + 8 * (u / 2), c = n0 + 2 * t + u % 2;
+        const float d = c <= i ? expf(gt[i] - gt[c]) : 0.0f; // the decay from token c to token i
+        sm[M::akk + i * kQkStride + c] = c < i ? -gt[kChunk + i] * kk[u] * d : 0.0f;
+        qk[u] *= d;
+    }
 #pragma unroll
-        for (int dc = 0; dc < 2; dc++) {
-            const int c = c0 + dc;
-            const float d = c <= i ? expf(Gi - gt[c]) : 0.0f; // the decay from token c to token i
-            sm[M::akk + i * kQkStride + c] = c < i ? -bi * kk[di][dc] * d : 0.0f;
-            w[dc] = qk[di][dc] * d;
-        }
-        if (i < L) *(float2 *)(g.ws + ws_at<DK>(g, t0 + i, h) + DK + c0) = make_float2(w[0], w[1]);
+    for (int u = 0; u < 4; u += 2) {
+        const int i = m0 + gq + 8 * (u / 2);
+        if (i < L) *(float2 *)(g.ws + ws_at<DK>(g, t0 + i, h) + DK + n0 + 2 * t) = make_float2(qk[u], qk[u + 1]);
     }
 }
 
@@ -421,7 +471,7 @@ template <int DK>
 __device__ __forceinline__ void prep_solve(const GdnArgs &g, const float *sm, int t0, int L, uint32_t h)
 {
     using M = PrepSmem<DK>;
-    const float *Kt = sm + M::kt, *Akk = sm + M::akk, *gt = sm + M::gates;
+    const float *Kx = sm + M::kx, *Akk = sm + M::akk, *gt = sm + M::gates;
     const uint32_t Kd = g.k_heads * DK;
     for (uint32_t col = threadIdx.x; col < DK + g.dv; col += kChunkThreads) {
         const bool w = col < DK;
@@ -430,7 +480,7 @@ __device__ __forceinline__ void prep_solve(const GdnArgs &g, const float *sm, in
         float x[kChunk];
 #pragma unroll
         for (int i = 0; i < kChunk; i++)
-            x[i] = w ? gt[kChunk + i] * gt[2 * kChunk + i] * Kt[col * kQkStride + i]
+            x[i] = w ? gt[kChunk + i] * gt[2 * kChunk + i] * Kx[i * M::xs + col]
                      : (i < L ? gt[kChunk + i] * dst[i * step] : 0.0f);
 #pragma unroll
         for (int i = 1; i < kChunk; i++) {
@@ -464,7 +514,7 @@ __global__ void __launch_bounds__(kChunkThreads, 2) gdn_prep_kernel(GdnArgs g, B
     if (!mine) return;
     QkIn<DK> in;
     qk_fetch<DK>(g, in, t0, L, h, kh, C);
-    qk_stage<DK, kQkStride, 1>(in, sm + M::qt, sm + M::kt, sm + M::gates, L, A, dtb);
+    qk_stage<DK>(in, sm + M::qx, sm + M::kx, sm + M::gates, L, A, dtb);
     __syncthreads();
     prep_products<DK>(g, sm, t0, L, h);
     __syncthreads();
@@ -517,52 +567,6 @@ __device__ __forceinline__ void wu_stage(const WuIn<DK> &in, float *sm)
         for (int m = 0; m < I::E; m++)
             if (lane + 32 * m < DK) sm[M::wx + i * M::xs + lane + 32 * m] = in.w[u][m];
     }
-}
-
-// ---- The state pass on tf32 tensor cores at f32's accuracy (3xTF32) ----
-// mma.m16n8k8 (fragments, g = lane / 4, t = lane % 4: A a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8,
-// t + 4); B b0 (k = t, n = g), b1 (t + 4, g); C c0 (g, 2t), c1 (g, 2t + 1), c2 (g + 8, 2t), c3 (g + 8,
-// 2t + 1)). Each f32 operand is split into two tf32 values, big (x rounded to 11 significant bits by an
-// integer add and mask: no cvt, a quarter-rate op on sm_90) and small (x - big, exact, cut to 11 bits),
-// |x - big - small| <= 2^-21 |x|; a product is big big + big small + small big, small small (<= 2^-22
-// |a b|) dropped, accumulated in f32: each term within ~3 2^-21 of |a b|, against f32 FMA's 2^-24 |a b|
-// rounding, so test_gdn_cuda's bounds hold as argued there. Used here only.
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2])
-{
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-__device__ __forceinline__ void tf32_split(float x, uint32_t &big, uint32_t &small)
-{
-    big = (__float_as_uint(x) + 0x1000u) & 0xFFFFE000u;
-    small = __float_as_uint(x - __uint_as_float(big)) & 0xFFFFE000u;
-}
-// d += A B, A's four and B's two fragment values given as f32.
-__device__ __forceinline__ void mma_3xtf32(float (&d)[4], const float (&a)[4], const float (&b)[2])
-{
-    uint32_t ab[4], as[4], bb[2], bs[2];
-#pragma unroll
-    for (int u = 0; u < 4; u++) tf32_split(a[u], ab[u], as[u]);
-#pragma unroll
-    for (int u = 0; u < 2; u++) tf32_split(b[u], bb[u], bs[u]);
-    mma_tf32(d, as, bb);
-    mma_tf32(d, ab, bs);
-    mma_tf32(d, ab, bb);
-}
-// A's fragment values of the 16 x 8 tile at (m0, k0) of a row-major matrix (row stride ld).
-__device__ __forceinline__ void frag_a(float (&a)[4], const float *X, int ld, int m0, int k0)
-{
-    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-    const float *p = X + (m0 + g) * ld + k0 + t;
-    a[0] = p[0], a[1] = p[8 * ld], a[2] = p[4], a[3] = p[8 * ld + 4];
-}
-// B's fragment values of the 8 x 8 tile at (k0, n0) of a row-major k x n matrix (row stride ld).
-__device__ __forceinline__ void frag_b(float (&b)[2], const float *X, int ld, int k0, int n0)
-{
-    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-    b[0] = X[(k0 + t) * ld + n0 + g], b[1] = X[(k0 + t + 4) * ld + n0 + g];
 }
 
 // The CTA's columns of S as C fragments in registers: DK / 16 x 4 tiles of 16 x 8, warp w owning tiles
@@ -697,7 +701,7 @@ __global__ void __launch_bounds__(kChunkThreads, 2) gdn_chunk_kernel(GdnArgs g, 
     s_move<DK>(sm + M::st, s, false);
     for (int t0 = sp.t0; t0 < sp.t1; t0 += kChunk) {
         const int L = min(kChunk, sp.t1 - t0);
-        qk_stage<DK, 1, M::xs>(qk, sm + M::qx, sm + M::kx, sm + M::gates, L, A, dtb);
+        qk_stage<DK>(qk, sm + M::qx, sm + M::kx, sm + M::gates, L, A, dtb);
         wu_stage<DK>(wu, sm);
         __syncthreads();
         if (t0 + kChunk < sp.t1) { // the next chunk's loads in flight through this one's products
