@@ -139,6 +139,7 @@ static int run_once(nf_engine *e, const batch_args *a, long N, int cache, int32_
     nf_error err;
     const nf_sched_opts so = {.no_prefix_cache = !cache, .reserve = a->reserve};
     if (nf_sched_create_engine(e, &so, &s, &err)) return nf_cli_fail("bench batch: %s", err.msg);
+    r->cache = nf_sched_prefix_cache(s); /* what the scheduler runs (off where the backend cannot have it) */
     const uint32_t vocab = e->model->cfg.vocab;
     seq_clock warm = {0}, *clk = calloc((size_t)N, sizeof *clk);
     run_acc acc = {.cap = (size_t)a->n_gen * 4 + 16};
@@ -179,7 +180,6 @@ static int measure(nf_engine *e, const batch_args *a, long N, int cache, int32_t
     row scratch = {0};
     memset(r, 0, sizeof *r);
     r->n_seqs = N;
-    r->cache = cache && !e->model->cfg.n_linear; /* a hybrid's scheduler runs without it (docs/hybrid.md) */
     r->kv_pages = e->opts.kv_pages;
     for (long w = 0; w < a->warmup; w++)
         if (run_once(e, a, N, cache, ids, &scratch)) return 1;

@@ -81,8 +81,9 @@ typedef struct cpu_state {
     float *qkv, *z, *ba, *go; /* [chunk][conv_dim], [chunk][Vd], [chunk][2 Hv], [chunk][Vd] */
     float *slots;            /* [max_seqs][slot_floats]: each linear layer's state at its state_off */
     float *spares;           /* [max_seqs][slot_floats]: slots max_seqs .. 2 max_seqs - 1 (slot_copy), at first use */
+    float *snaps;            /* [state_snaps][slot_floats]: slots 2 max_seqs .. (the prefix cache's), at first use */
     size_t slot_floats;
-    uint32_t *slot_pos;      /* [2 max_seqs]: positions the slot's state has absorbed */
+    uint32_t *slot_pos;      /* [2 max_seqs + state_snaps]: positions the slot's state has absorbed */
     nf_cpu_gdn_seq *gseq;    /* [max_seqs] */
     float *gdn_ws;           /* [threads][nf_cpu_gdn_ws_floats]: the chunked form's scratch (gdn_chunk) */
     /* the MTP block (docs/hybrid.md "MTP"), when the model has one */
@@ -223,6 +224,7 @@ static void cpu_destroy(void *state)
     free(s->go);
     free(s->slots);
     free(s->spares);
+    free(s->snaps);
     free(s->slot_pos);
     free(s->gseq);
     free(s->gdn_ws);
@@ -310,7 +312,7 @@ static nf_status alloc_hybrid(cpu_state *s, const nf_engine_opts *o, nf_error *e
     s->go = malloc(C * Vd * sizeof(float));
     s->ba = malloc(C * 2 * c->ssm_v_heads * sizeof(float));
     s->slots = calloc((size_t)o->max_seqs * s->slot_floats, sizeof(float));
-    s->slot_pos = calloc(2 * (size_t)o->max_seqs, sizeof(uint32_t));
+    s->slot_pos = calloc(2 * (size_t)o->max_seqs + o->state_snaps, sizeof(uint32_t));
     s->gseq = malloc(o->max_seqs * sizeof *s->gseq);
     for (uint32_t l = 0; l < c->layers; l++) /* every linear layer has the same shape: size from any */
         if (s->layers[l].is_linear && o->gdn_chunk && !s->gdn_ws &&
@@ -651,18 +653,21 @@ static nf_status cpu_mtp(void *state, const nf_batch *b, const float *hidden, fl
     return NF_OK;
 }
 
-/* Slot i's floats: one of the forward's slots, or (i >= max_seqs) a spare, allocated at its first use. */
+/* Slot i's floats: one of the forward's slots, a spare (max_seqs ..) or a snapshot (2 max_seqs ..); each
+ * group of spares allocated at the first use of one of them. */
 static nf_status slot_at(cpu_state *s, uint32_t i, float **out, nf_error *err)
 {
-    const size_t sf = s->slot_floats, n = s->o.max_seqs;
+    const size_t sf = s->slot_floats, n = s->o.max_seqs, ns = s->o.state_snaps;
     if (!s->slots) return nf_error_set(err, NF_ERR_INVALID_ARG, "cpu backend: this model has no state slots");
-    if (i >= 2 * n)
-        return nf_error_set(err, NF_ERR_INVALID_ARG, "cpu backend: state slot %u is not below 2 max_seqs = %zu", i,
-                            2 * n);
-    if (i >= n && !s->spares && !(s->spares = calloc(n * sf, sizeof(float))))
-        return nf_error_set(err, NF_ERR_NOMEM, "cpu backend: out of memory for %zu spare state slots of %zu MiB", n,
+    if (i >= 2 * n + ns)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "cpu backend: state slot %u is not below 2 max_seqs + "
+                            "state_snaps = %zu", i, 2 * n + ns);
+    float **group = i < n ? &s->slots : i < 2 * n ? &s->spares : &s->snaps;
+    const size_t first = i < n ? 0 : i < 2 * n ? n : 2 * n, count = i < 2 * n ? n : ns;
+    if (!*group && !(*group = calloc(count * sf, sizeof(float))))
+        return nf_error_set(err, NF_ERR_NOMEM, "cpu backend: out of memory for %zu spare state slots of %zu MiB", count,
                             sf * sizeof(float) >> 20);
-    *out = i < n ? s->slots + i * sf : s->spares + (i - n) * sf;
+    *out = *group + (i - first) * sf;
     return NF_OK;
 }
 

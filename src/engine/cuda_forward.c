@@ -87,7 +87,7 @@ static nf_status cuda_create(const nf_model *m, const nf_engine_opts *o, void **
                                   .rms_eps = c->rms_eps, .embd = nf_moe_matrix_of(m->token_embd),
                                   .head = nf_moe_matrix_of(m->output), .out_norm = f32_of(m->output_norm),
                                   .layer = ld, .ctx = o->ctx, .chunk = o->chunk, .page_tokens = o->page_tokens,
-                                  .kv_pages = o->kv_pages, .max_seqs = o->max_seqs, .no_graphs = o->no_graphs,
+                                  .kv_pages = o->kv_pages, .max_seqs = o->max_seqs, .state_snaps = o->state_snaps, .no_graphs = o->no_graphs,
                                   .trace_routing = o->trace_routing, .allow_a8 = !o->no_a8,
                                   .mtp = {m->mtp ? &ld[c->layers] : NULL, nf_moe_matrix_of(m->mtp_fc),
                                           f32_of(m->mtp_norm_embd), f32_of(m->mtp_norm_hidden),

@@ -15,6 +15,7 @@ uint32_t nf_engine_pages_per_seq(const nf_engine_opts *o) { return (o->ctx + o->
 static nf_status fill_pool_opts(nf_engine_opts *o, int cuda, nf_error *err)
 {
     if (!o->max_seqs) o->max_seqs = 1;
+    if (!o->state_snaps) o->state_snaps = o->max_seqs;
     if (!o->page_tokens) o->page_tokens = NF_KV_PAGE_TOKENS;
     const uint64_t per_seq = nf_engine_pages_per_seq(o), all = per_seq * o->max_seqs;
     if (!o->kv_pages) {

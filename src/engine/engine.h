@@ -51,6 +51,9 @@ typedef struct nf_engine_opts {
                          * chunks of this many tokens (<= 64; 0: the recurrent form, the reference) */
     uint32_t ep_sim_ranks; /* CPU: every MoE block through expert parallelism over this many simulated
                             * ranks (docs/dist.md; tests: the result must not change); 0 or 1: none */
+    uint32_t state_snaps; /* hybrids: state slots 2 max_seqs .. 2 max_seqs + state_snaps - 1 for the
+                           * scheduler's prefix cache (snapshots of the state after a cached page), allocated
+                           * at their first use (0: max_seqs) */
 } nf_engine_opts;
 
 /* What a backend holds on its device, for the bytes-per-token figures. */
@@ -96,10 +99,11 @@ typedef struct nf_backend_ops {
     nf_status (*mtp)(void *state, const nf_batch *b, const float *hidden, float *logits, float *hidden_out,
                      nf_error *err);
     /* Optional (hybrids): copies state slot src's recurrent state and the position it holds to slot dst,
-     * both below 2 max_seqs: slots max_seqs .. 2 max_seqs - 1 are spares that no batch names, allocated at
-     * their first use. Speculation's rollback (engine/spec.h, sched_spec.c) copies slot i to its spare
-     * i + max_seqs before a verification and back after a rejection, on the backend's own memory (a GPU's
-     * slot never crosses PCIe). */
+     * both below 2 max_seqs + state_snaps: slots from max_seqs on are spares that no batch names, each
+     * group allocated at its first use. Speculation's rollback (engine/spec.h, sched_spec.c) copies slot i
+     * to its spare i + max_seqs before a verification and back after a rejection; the prefix cache keeps
+     * its snapshots in 2 max_seqs + j (kvpool.h). On the backend's own memory (a GPU's slot never crosses
+     * PCIe). */
     nf_status (*slot_copy)(void *state, uint32_t dst, uint32_t src, nf_error *err);
     /* 1: forward honours nf_batch.logit_rows (several positions' logits of one sequence in a batch of
      * many: speculation in the scheduler, sched_spec.c); the scheduler refuses speculation otherwise. */

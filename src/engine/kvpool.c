@@ -24,6 +24,11 @@ struct nf_kvpool {
     uint32_t *bucket;     /* [nb] head of each hash chain */
     uint32_t *chain;      /* [n] next page in the same bucket */
     uint32_t nb;          /* power of two */
+    uint32_t n_snaps;
+    uint32_t *snap_of;    /* [n] the snapshot a cached page holds, or NF_KVPOOL_NONE */
+    uint32_t *snap_page;  /* [n_snaps] the page holding each snapshot, or NF_KVPOOL_NONE (free) */
+    uint64_t *snap_used;  /* [n_snaps] last use (clock): the smallest is taken first */
+    uint64_t clock;
     nf_kvpool_stats st;
 };
 
@@ -56,7 +61,11 @@ nf_status nf_kvpool_create(const nf_kvpool_opts *o, nf_kvpool **out, nf_error *e
     p->ids = malloc(n * p->pt * sizeof *p->ids);
     p->bucket = malloc(p->nb * sizeof *p->bucket);
     p->chain = malloc(n * sizeof *p->chain);
-    if (!p->refs || !p->cached || !p->free_list || !p->prev || !p->next || !p->key || !p->parent || !p->parent_gen ||
+    p->n_snaps = o->snaps;
+    p->snap_of = malloc(n * sizeof *p->snap_of);
+    p->snap_page = malloc((o->snaps + 1) * sizeof *p->snap_page);
+    p->snap_used = calloc(o->snaps + 1, sizeof *p->snap_used);
+    if (!p->snap_of || !p->snap_page || !p->snap_used || !p->refs || !p->cached || !p->free_list || !p->prev || !p->next || !p->key || !p->parent || !p->parent_gen ||
         !p->gen || !p->ids || !p->bucket || !p->chain) {
         nf_kvpool_free(p);
         return nf_error_set(err, NF_ERR_NOMEM, "kvpool: out of memory for %u pages", o->pages);
@@ -66,6 +75,8 @@ nf_status nf_kvpool_create(const nf_kvpool_opts *o, nf_kvpool **out, nf_error *e
     p->n_free = p->n;
     p->lru_head = p->lru_tail = NF_KVPOOL_NONE;
     for (uint32_t i = 0; i < p->nb; i++) p->bucket[i] = NF_KVPOOL_NONE;
+    for (uint32_t i = 0; i < p->n; i++) p->snap_of[i] = NF_KVPOOL_NONE;
+    for (uint32_t i = 0; i < p->n_snaps; i++) p->snap_page[i] = NF_KVPOOL_NONE;
     *out = p;
     return NF_OK;
 }
@@ -85,6 +96,9 @@ void nf_kvpool_free(nf_kvpool *p)
     free(p->ids);
     free(p->bucket);
     free(p->chain);
+    free(p->snap_of);
+    free(p->snap_page);
+    free(p->snap_used);
     free(p);
 }
 
@@ -117,10 +131,19 @@ static void lru_remove(nf_kvpool *p, uint32_t pg)
 
 static uint32_t *bucket_of(nf_kvpool *p, uint64_t key) { return &p->bucket[key & (p->nb - 1)]; }
 
-/* Takes a page out of the hash table; its generation moves on so children published under it no
- * longer verify against whatever the page holds next. */
+void nf_kvpool_snap_drop(nf_kvpool *p, uint32_t snap)
+{
+    if (snap >= p->n_snaps || p->snap_page[snap] == NF_KVPOOL_NONE) return;
+    p->snap_of[p->snap_page[snap]] = NF_KVPOOL_NONE;
+    p->snap_page[snap] = NF_KVPOOL_NONE;
+    p->snap_used[snap] = 0; /* free ones first */
+}
+
+/* Takes a page out of the hash table (and its snapshot with it); its generation moves on so children
+ * published under it no longer verify against whatever the page holds next. */
 static void uncache(nf_kvpool *p, uint32_t pg)
 {
+    if (p->snap_of[pg] != NF_KVPOOL_NONE) nf_kvpool_snap_drop(p, p->snap_of[pg]);
     uint32_t *at = bucket_of(p, p->key[pg]);
     while (*at != pg) at = &p->chain[*at];
     *at = p->chain[pg];
@@ -233,4 +256,43 @@ int nf_kvpool_publish(nf_kvpool *p, uint32_t *page, uint32_t parent, const int32
     p->cached[pg] = 1;
     p->st.published++;
     return 1;
+}
+
+uint32_t nf_kvpool_snap(const nf_kvpool *p, uint32_t page)
+{
+    return page < p->n && p->cached[page] ? p->snap_of[page] : NF_KVPOOL_NONE;
+}
+
+uint32_t nf_kvpool_snap_take(nf_kvpool *p, uint32_t page)
+{
+    if (!p->n_snaps || page >= p->n || !p->cached[page]) return NF_KVPOOL_NONE;
+    if (p->snap_of[page] != NF_KVPOOL_NONE) return p->snap_of[page];
+    uint32_t best = 0; /* a free one (used 0) or the least recently used */
+    for (uint32_t i = 1; i < p->n_snaps && p->snap_used[best]; i++)
+        if (p->snap_used[i] < p->snap_used[best]) best = i;
+    if (p->snap_page[best] != NF_KVPOOL_NONE) {
+        nf_kvpool_snap_drop(p, best);
+        p->st.snaps_evicted++;
+    }
+    p->snap_page[best] = page;
+    p->snap_of[page] = best;
+    p->snap_used[best] = ++p->clock;
+    p->st.snaps_taken++;
+    return best;
+}
+
+size_t nf_kvpool_match_state(nf_kvpool *p, const int32_t *ids, size_t n, uint32_t *pages, size_t max_pages,
+                             uint32_t *snap, size_t *matched)
+{
+    const uint64_t hits = p->st.hits_pages;
+    size_t k = nf_kvpool_match(p, ids, n, pages, max_pages);
+    *matched = k;
+    while (k && p->snap_of[pages[k - 1]] == NF_KVPOOL_NONE) nf_kvpool_release(p, pages[--k]);
+    p->st.hits_pages = hits + k;
+    *snap = k ? p->snap_of[pages[k - 1]] : NF_KVPOOL_NONE;
+    if (k) {
+        p->snap_used[*snap] = ++p->clock;
+        p->st.hits_snaps++;
+    }
+    return k;
 }

@@ -12,7 +12,13 @@
  * Prefix cache: a FULL page is cached under key = hash(parent page's key, its page_tokens ids), the
  * first page's parent key being NF_FNV1A64_INIT. A match walks a prompt page by page; each candidate
  * is verified by its tokens and by its parent being the page matched one step before (the parent's
- * page id and cache generation), so a hash collision can never splice in a foreign prefix. */
+ * page id and cache generation), so a hash collision can never splice in a foreign prefix.
+ *
+ * State snapshots (Gated DeltaNet hybrids, whose recurrent state is not in the pages): `snaps` slots,
+ * each the state after some cached page's last token, held by that page. A page holds at most one;
+ * it loses it when the page leaves the cache, or when a newer snapshot takes the least recently used
+ * one. The pool only keeps the books: the backend holds the states (slot 2 max_seqs + index,
+ * engine.h slot_copy). */
 #ifndef NF_ENGINE_KVPOOL_H
 #define NF_ENGINE_KVPOOL_H
 
@@ -30,11 +36,13 @@ typedef struct nf_kvpool_opts {
     uint32_t pages;         /* pages in the pool (>= 1) */
     uint32_t page_tokens;   /* positions per page (>= 1) */
     nf_kvpool_hash_fn hash; /* NULL: FNV-1a 64 over (parent key, ids); tests inject colliding ones */
+    uint32_t snaps;         /* state snapshots (hybrids); 0: none */
 } nf_kvpool_opts;
 
 /* Counters since create (for benchmarks and tests). */
 typedef struct nf_kvpool_stats {
     uint64_t allocs, evictions, copies, hits_pages, published;
+    uint64_t snaps_taken, snaps_evicted, hits_snaps; /* snapshots given to pages, taken from an older page, restored */
 } nf_kvpool_stats;
 
 typedef struct nf_kvpool nf_kvpool;
@@ -77,5 +85,20 @@ size_t nf_kvpool_match(nf_kvpool *p, const int32_t *ids, size_t n, uint32_t *pag
  * of a shared prefix. Returns 1 when *page is now cached, 0 when the chain cannot be extended (parent
  * not cached). */
 int nf_kvpool_publish(nf_kvpool *p, uint32_t *page, uint32_t parent, const int32_t *ids);
+
+/* nf_kvpool_match for a hybrid: the longest cached prefix of ids[n] in at most max_pages full pages,
+ * cut back to the deepest page that holds a snapshot (*snap receives its index, marked recently
+ * used; NF_KVPOOL_NONE and 0 pages when none does). *matched receives the uncut length in pages (where
+ * a snapshot would have served more). */
+size_t nf_kvpool_match_state(nf_kvpool *p, const int32_t *ids, size_t n, uint32_t *pages, size_t max_pages,
+                             uint32_t *snap, size_t *matched);
+/* The snapshot cached page `page` holds, NF_KVPOOL_NONE when none. */
+uint32_t nf_kvpool_snap(const nf_kvpool *p, uint32_t page);
+/* A snapshot for cached page `page` (the caller fills it with the state after its last token): a free
+ * one, else the least recently used one, taken from its page. NF_KVPOOL_NONE when the pool keeps none
+ * or the page is not cached; the page's own when it holds one already. */
+uint32_t nf_kvpool_snap_take(nf_kvpool *p, uint32_t page);
+/* Snapshot `snap` back to the free ones (its page no longer holds it). */
+void nf_kvpool_snap_drop(nf_kvpool *p, uint32_t snap);
 
 #endif

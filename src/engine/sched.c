@@ -15,6 +15,7 @@ const char *nf_seq_end_name(nf_seq_end e)
 }
 
 nf_kvpool *nf_sched_pool(nf_sched *s) { return s->pool; }
+int nf_sched_prefix_cache(const nf_sched *s) { return !s->o.no_prefix_cache; }
 
 static nf_status check_opts(const nf_sched_backend *be, const nf_sched_opts *o, nf_error *err)
 {
@@ -27,9 +28,11 @@ static nf_status check_opts(const nf_sched_backend *be, const nf_sched_opts *o, 
         return nf_error_set(err, NF_ERR_INVALID_ARG,
                             "sched: vocab %u, ctx %u, chunk %u, max_seqs %u, page_tokens %u, kv_pages %u (all must be > 0)",
                             o->vocab, o->ctx, o->chunk, o->max_seqs, o->page_tokens, o->kv_pages);
-    if (o->state_slots && !o->no_prefix_cache)
-        return nf_error_set(err, NF_ERR_INVALID_ARG, "sched: a backend with recurrent state slots needs no_prefix_cache "
-                            "(a cached prefix restores keys and values, not the state)");
+    const uint32_t align = o->piece_align ? o->piece_align : 1;
+    if (o->state_slots && !o->no_prefix_cache && (!be->slot_copy || !o->state_snaps || o->page_tokens % align))
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "sched: the prefix cache of a backend with recurrent state slots "
+                            "needs slot_copy, state_snaps > 0 (%u) and pages of a multiple of piece_align (%u, %u) "
+                            "(or no_prefix_cache)", o->state_snaps, o->page_tokens, align);
     return NF_OK;
 }
 
@@ -44,7 +47,8 @@ nf_status nf_sched_create(const nf_sched_backend *be, const nf_sched_opts *o, nf
     s->o = *o;
     s->page_stride = (o->ctx + o->page_tokens - 1) / o->page_tokens;
     s->next_id = 1;
-    nf_kvpool_opts po = {.pages = o->kv_pages, .page_tokens = o->page_tokens};
+    nf_kvpool_opts po = {.pages = o->kv_pages, .page_tokens = o->page_tokens,
+                         .snaps = o->state_slots && !o->no_prefix_cache ? o->state_snaps : 0};
     if ((rc = nf_kvpool_create(&po, &s->pool, err))) {
         free(s);
         return rc;
@@ -93,7 +97,9 @@ nf_status nf_sched_create_engine(nf_engine *e, const nf_sched_opts *o, nf_sched 
     so.state_slots = e->model->cfg.n_linear > 0;
     so.piece_min = ops->prefill_min;
     so.piece_align = so.state_slots && e->opts.gdn_chunk ? e->opts.gdn_chunk : 1;
-    if (so.state_slots) so.no_prefix_cache = 1; /* the recurrent state is not paged */
+    so.state_snaps = e->opts.state_snaps;
+    if (so.state_slots && (!ops->slot_copy || so.page_tokens % so.piece_align))
+        so.no_prefix_cache = 1; /* no snapshots, or a restored state would start a segment off its chunk grid */
     so.mtp_hidden = e->model->mtp && ops->mtp && ops->hidden ? e->model->cfg.hidden : 0;
     return nf_sched_create(&be, &so, out, err);
 }
@@ -110,6 +116,8 @@ void nf_sched_release_pages(nf_sched *s, seq *q)
     q->n_cached = 0;
     q->n_published = 0;
     q->redo = q->n_draft = q->n_mtp = 0; /* speculation starts over with the recompute */
+    q->snap_cut = 0;
+    q->snap_dec = NF_KVPOOL_NONE;
     q->mtp_done = 0;
 }
 
@@ -248,6 +256,7 @@ nf_status nf_sched_add(nf_sched *s, const int32_t *prompt, size_t n, const nf_se
     if (!q) return nf_error_set(err, NF_ERR_NOMEM, "sched: out of memory");
     q->n_pages = 0;
     q->slot = NO_SLOT;
+    q->snap_dec = NF_KVPOOL_NONE;
     if ((rc = seq_init(s, q, prompt, n, p, err))) {
         seq_free(s, q);
         return rc;
@@ -409,10 +418,12 @@ static void fill_batch(nf_sched *s, const plan *b, nf_batch *nb)
     for (uint32_t i = 1; i < b->S; i++) s->row0[i] = s->row0[i - 1] + s->rows[i - 1];
 }
 
-/* Full pages of the tokens just cached go into the prefix cache, parent first. */
+/* Full pages of the tokens just cached go into the prefix cache, parent first. A sequence drafting with
+ * the MTP block stays out of it: its pages hold the block's keys and values too, which a twin swapped in
+ * from another sequence would lack. */
 static void publish(nf_sched *s, seq *q)
 {
-    if (s->o.no_prefix_cache || q->n_published == UINT32_MAX) return;
+    if (s->o.no_prefix_cache || q->n_published == UINT32_MAX || nf_sched_mtp_seq(s, q)) return;
     const uint32_t pt = s->o.page_tokens, full = (uint32_t)(q->n_cached / pt);
     for (uint32_t j = q->n_published; j < full; j++) {
         const uint32_t parent = j ? q->pages[j - 1] : NF_KVPOOL_NONE;
@@ -422,6 +433,37 @@ static void publish(nf_sched *s, seq *q)
         }
         q->n_published = j + 1;
     }
+}
+
+/* A hybrid's state after a forward that ended q's segment on a page boundary (no drafts: the slot holds
+ * exactly the cached positions) goes to a snapshot held by that page, unless the page holds one. While
+ * decoding, q keeps only its latest: the state at the end of a reply is what the conversation's next
+ * turn can use. Out of memory for snapshots: the cache goes on without them. */
+static nf_status snapshot(nf_sched *s, seq *q, nf_error *err)
+{
+    const uint32_t pt = s->o.page_tokens;
+    if (!s->o.state_slots || s->o.no_prefix_cache || !s->o.state_snaps || q->slot == NO_SLOT || q->n_draft ||
+        !q->n_cached || q->n_cached % pt || q->n_published == UINT32_MAX || q->n_published < q->n_cached / pt)
+        return NF_OK;
+    const uint32_t page = q->pages[q->n_cached / pt - 1];
+    if (nf_kvpool_snap(s->pool, page) != NF_KVPOOL_NONE) return NF_OK;
+    const int decoding = q->n_cached > q->n_prompt;
+    if (decoding && q->snap_dec != NF_KVPOOL_NONE) nf_kvpool_snap_drop(s->pool, nf_kvpool_snap(s->pool, q->snap_dec));
+    const uint32_t j = nf_kvpool_snap_take(s->pool, page);
+    if (j == NF_KVPOOL_NONE) return NF_OK;
+    nf_error e2;
+    nf_status rc = s->be.slot_copy(s->be.state, 2 * s->o.max_seqs + j, q->slot, &e2);
+    if (rc == NF_ERR_NOMEM) {
+        nf_kvpool_snap_drop(s->pool, j);
+        s->o.state_snaps = 0;
+        return NF_OK;
+    }
+    if (rc) {
+        if (err) *err = e2;
+        return rc;
+    }
+    if (decoding) q->snap_dec = page;
+    return NF_OK;
 }
 
 /* The history q's penalties look at (nf_seq_params.penalty_reply_only). */
@@ -535,8 +577,8 @@ void nf_sched_logprobs(seq *q, const float *l, uint32_t vocab, int32_t id)
  * fetched and the block run (a GPU's copy of them would cost every step of a server not asking for it). */
 static int batch_mtp(const nf_sched *s, const plan *b)
 {
-    for (uint32_t i = 0; s->o.mtp_hidden && i < b->S; i++)
-        if (s->batch[i]->spec_mtp && s->batch[i]->spec_k) return 1;
+    for (uint32_t i = 0; i < b->S; i++)
+        if (nf_sched_mtp_seq(s, s->batch[i])) return 1;
     return 0;
 }
 
@@ -551,6 +593,8 @@ static nf_status after_forward(nf_sched *s, const plan *b, uint32_t k, const flo
         if (q->redo) q->redo = q->n > q->n_cached + 1 ? (uint32_t)(q->n - q->n_cached - 1) : 0;
         q->take = 0;
         publish(s, q);
+        nf_status rc = snapshot(s, q, err);
+        if (rc) return rc;
     }
     for (uint32_t i = 0; i < b->S; i++) {
         seq *q = s->batch[i];

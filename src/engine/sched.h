@@ -137,8 +137,12 @@ typedef struct nf_sched_opts {
                             * every batch names each sequence's slot (nf_batch.state_slot), one of
                             * max_seqs, held from admission until the sequence ends or is preempted; the
                             * backend starts a slot afresh when its sequence feeds position 0 (admission,
-                            * recompute after preemption). The state is not paged, so a cached prefix
-                            * could not restore it: needs no_prefix_cache (create refuses otherwise). */
+                            * recompute after preemption). The state is not paged: with the prefix cache
+                            * a hit restores a snapshot of it (state_snaps, below), so the cache needs the
+                            * backend's slot_copy, state_snaps > 0 and pages on the piece_align grid
+                            * (create refuses otherwise). */
+    uint32_t state_snaps;  /* with state_slots and the cache: snapshots the backend keeps in slots 2 max_seqs
+                            * + j (docs/sched.md "Recurrent state") */
     uint32_t mtp_hidden;   /* the hidden size when the model has an MTP block (spec_mtp), else 0 */
     /* Where a prompt may be cut (from the engine: nf_backend_ops.prefill_min, and the CPU's gdn_chunk
      * for hybrids; 0: anywhere). A prompt that does not fit the step's budget is cut at a multiple of
@@ -167,8 +171,8 @@ typedef struct nf_sched nf_sched;
 nf_status nf_sched_create(const nf_sched_backend *be, const nf_sched_opts *o, nf_sched **out, nf_error *err);
 /* The scheduler over an engine's backend and its whole KV pool: vocab, ctx, chunk, max_seqs,
  * page_tokens and kv_pages come from the engine, the rest (tok, no_prefix_cache, reserve) from o
- * (NULL: defaults). A model with Gated DeltaNet layers gets state_slots, and no_prefix_cache whatever
- * o says (its recurrent state is not in the pages). The engine's own session (nf_engine_prefill / decode) must not run while the
+ * (NULL: defaults). A model with Gated DeltaNet layers gets state_slots and the engine's state_snaps
+ * (the cache is off where the backend cannot copy slots or the pages are off the GDN chunk grid). The engine's own session (nf_engine_prefill / decode) must not run while the
  * scheduler lives: both would write the same pages. */
 nf_status nf_sched_create_engine(nf_engine *e, const nf_sched_opts *o, nf_sched **out, nf_error *err);
 /* Frees every sequence (no events) and the pool. */
@@ -198,5 +202,7 @@ nf_seq_end nf_sched_end(const nf_sched *s, uint64_t id);
 void nf_sched_remove(nf_sched *s, uint64_t id);
 
 nf_kvpool *nf_sched_pool(nf_sched *s);
+/* 1 when the prefix cache runs (not asked off, and not forced off: nf_sched_create_engine). */
+int nf_sched_prefix_cache(const nf_sched *s);
 
 #endif

@@ -31,6 +31,9 @@ typedef struct seq {
     int has_text;
     uint32_t take;      /* tokens in the batch being built */
     uint32_t slot;      /* opts.state_slots: its recurrent state slot while active, else NO_SLOT */
+    size_t snap_cut;    /* hybrids with the cache: a piece ends here so that a snapshot of a prefix matched
+                         * without one is taken (0: none) */
+    uint32_t snap_dec;  /* the page whose snapshot it took last while decoding (dropped for the next) */
     /* the text of the event being built (set by the stop stream's callback) */
     const char *ev_text;
     size_t ev_len;
@@ -92,6 +95,9 @@ struct nf_sched {
 typedef struct plan {
     uint32_t T, S;
 } plan;
+
+/* q drafts with the MTP block */
+static inline int nf_sched_mtp_seq(const nf_sched *s, const seq *q) { return s->o.mtp_hidden && q->spec_mtp && q->spec_k; }
 
 /* sched.c */
 void nf_sched_release_pages(nf_sched *s, seq *q);

@@ -97,18 +97,57 @@ static size_t positions_wanted(const nf_sched *s, const seq *q)
     return most > q->n ? most : q->n;
 }
 
+/* The deepest page boundary a hybrid's match may restore: at least piece_min tokens (and one) left to
+ * feed, so that the rest runs the path it would run without the hit. */
+static size_t restorable(const nf_sched *s, const seq *q)
+{
+    const size_t m = s->o.piece_min > 1 ? s->o.piece_min : 1;
+    return q->n > m ? (q->n - m) / s->o.page_tokens * s->o.page_tokens : 0;
+}
+
+/* A hybrid's match: the deepest cached page with a snapshot of the state, leaving at least one token
+ * (and piece_min) to feed; *snap its snapshot. snap_cut marks a longer match that had no snapshot. */
+static void match_state(nf_sched *s, seq *q, uint32_t *snap)
+{
+    const uint32_t pt = s->o.page_tokens;
+    size_t most = restorable(s, q) / pt, matched;
+    if (most > s->page_stride) most = s->page_stride;
+    q->n_pages = (uint32_t)nf_kvpool_match_state(s->pool, q->toks, q->n, q->pages, most, snap, &matched);
+    q->snap_cut = matched > q->n_pages ? matched * pt : 0;
+}
+
+/* The longest cached prefix (none for a sequence drafting with the MTP block: the cached pages may lack
+ * the block's keys and values). */
+static void match(nf_sched *s, seq *q, uint32_t *snap)
+{
+    const uint32_t pt = s->o.page_tokens;
+    *snap = NF_KVPOOL_NONE;
+    if (s->o.no_prefix_cache || nf_sched_mtp_seq(s, q)) return;
+    if (s->o.state_slots) match_state(s, q, snap);
+    else q->n_pages = (uint32_t)nf_kvpool_match(s->pool, q->toks, q->n, q->pages, s->page_stride);
+    q->n_published = q->n_pages;
+    q->n_cached = (size_t)q->n_pages * pt;
+    if (q->n_cached == q->n) q->n_cached--; /* its last token is fed again: the sampler needs its logits */
+}
+
+/* A hybrid's matched prefix: its snapshot into the sequence's slot. If that fails the sequence starts
+ * from nothing (the slot is zeroed at position 0). */
+static void restore(nf_sched *s, seq *q, uint32_t snap)
+{
+    nf_error err;
+    if (snap == NF_KVPOOL_NONE || !s->be.slot_copy(s->be.state, q->slot, 2 * s->o.max_seqs + snap, &err)) return;
+    for (uint32_t j = 0; j < q->n_pages; j++) nf_kvpool_release(s->pool, q->pages[j]);
+    q->n_pages = q->n_published = 0;
+    q->n_cached = 0;
+}
+
 /* Admission: the longest cached prefix, then the pages for the rest must be available now (beyond
  * what others have reserved). Returns 1 when admitted; 0 when it must wait (nothing held); a
  * sequence that cannot fit even an empty pool ends with NF_SEQ_NO_PAGES. */
 static int admit(nf_sched *s, seq *q, nf_sched_step_info *info)
 {
-    const uint32_t pt = s->o.page_tokens;
-    if (!s->o.no_prefix_cache) {
-        q->n_pages = (uint32_t)nf_kvpool_match(s->pool, q->toks, q->n, q->pages, s->page_stride);
-        q->n_published = q->n_pages;
-        q->n_cached = (size_t)q->n_pages * pt;
-        if (q->n_cached == q->n) q->n_cached--; /* its last token is fed again: the sampler needs its logits */
-    }
+    uint32_t snap;
+    match(s, q, &snap);
     const uint32_t need = pages_needed(s, q, positions_wanted(s, q)), avail = nf_kvpool_available(s->pool);
     if (need + q->n_pages > nf_kvpool_pages(s->pool)) {
         nf_sched_finish(s, q, NF_SEQ_NO_PAGES);
@@ -132,11 +171,20 @@ static int admit(nf_sched *s, seq *q, nf_sched_step_info *info)
         }
         s->slot_used[sl] = 1;
         q->slot = sl;
+        restore(s, q, snap);
     }
     q->state = SEQ_ACTIVE;
     q->admitted = ++s->next_stamp;
     info->n_admitted++;
     return 1;
+}
+
+/* Hybrids with the cache: where a piece of q should end so that the state there is snapshot (a prefix
+ * matched without one, then the deepest restorable boundary of its tokens); 0: nowhere. */
+static size_t snap_cut(const nf_sched *s, const seq *q)
+{
+    if (!s->o.state_slots || s->o.no_prefix_cache || !s->o.state_snaps) return 0;
+    return q->snap_cut > q->n_cached ? q->snap_cut : restorable(s, q);
 }
 
 /* How many of q's left uncached tokens to prefill with room in the step (sched.h piece_min,
@@ -145,8 +193,10 @@ static int admit(nf_sched *s, seq *q, nf_sched_step_info *info)
  * step's whole budget (a chunk too small for the rule): then as much as fits, so every prompt moves. */
 static uint32_t piece(const nf_sched *s, const seq *q, size_t left, size_t room)
 {
-    if (left <= room) return (uint32_t)left;
     const size_t a = s->o.piece_align ? s->o.piece_align : 1, m = s->o.piece_min, at = q->n_cached;
+    const size_t cut = snap_cut(s, q);
+    if (cut > at && cut < at + left && (cut - at) % a == 0 && cut - at >= m && at + left - cut >= m) left = cut - at;
+    if (left <= room) return (uint32_t)left;
     for (size_t end = (at + room) / a * a; end > at; end -= end < a ? end : a)
         if (end - at >= m && left - (end - at) >= m) return (uint32_t)(end - at);
     return room == s->o.chunk ? (uint32_t)room : 0;

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/sched.h"
 #include "engine/generate.h"
 #include "nf_test.h"
 
@@ -126,18 +127,19 @@ static inline void hyb_slot_contract(const nf_model *m, const char *device)
     CHECK(e->ops->forward(e->state, &b, l, &err) == NF_OK);
     CHECK(ref->ops->forward(ref->state, &b, lr, &err) == NF_OK);
     CHECK_MSG(memcmp(l, lr, (size_t)2 * V * sizeof(float)) == 0, "%s: a refused batch changed a state slot", device);
-    /* slot_copy (speculation's rollback): slots below 2 max_seqs; both slots to their spares, a step, both
-     * back: the same step again gives the same bits; the copy carries the position */
-    CHECK(e->ops->slot_copy(e->state, 4, 0, &err) == NF_ERR_INVALID_ARG);
-    CHECK_CONTAINS(err.msg, "not below 2 max_seqs");
-    CHECK(e->ops->slot_copy(e->state, 0, 4, &err) == NF_ERR_INVALID_ARG);
-    CHECK(e->ops->slot_copy(e->state, 2, 0, &err) == NF_OK && e->ops->slot_copy(e->state, 3, 1, &err) == NF_OK);
+    /* slot_copy (speculation's rollback, the prefix cache's snapshots): slots below 2 max_seqs + state_snaps
+     * (2 by default); slot 0 to its spare and slot 1 to a snapshot, a step, both back: the same step again
+     * gives the same bits; the copy carries the position */
+    CHECK(e->ops->slot_copy(e->state, 6, 0, &err) == NF_ERR_INVALID_ARG);
+    CHECK_CONTAINS(err.msg, "not below 2 max_seqs + state_snaps");
+    CHECK(e->ops->slot_copy(e->state, 0, 6, &err) == NF_ERR_INVALID_ARG);
+    CHECK(e->ops->slot_copy(e->state, 2, 0, &err) == NF_OK && e->ops->slot_copy(e->state, 5, 1, &err) == NF_OK);
     p0[0] = p0[1] = 8;
     CHECK(e->ops->forward(e->state, &b, l, &err) == NF_OK);
-    CHECK(e->ops->slot_copy(e->state, 0, 2, &err) == NF_OK && e->ops->slot_copy(e->state, 1, 3, &err) == NF_OK);
+    CHECK(e->ops->slot_copy(e->state, 0, 2, &err) == NF_OK && e->ops->slot_copy(e->state, 1, 5, &err) == NF_OK);
     CHECK(e->ops->forward(e->state, &b, lr, &err) == NF_OK);
     CHECK_MSG(memcmp(l, lr, (size_t)2 * V * sizeof(float)) == 0, "%s: a step after restored slots differs", device);
-    CHECK(e->ops->slot_copy(e->state, 1, 3, &err) == NF_OK);
+    CHECK(e->ops->slot_copy(e->state, 1, 5, &err) == NF_OK);
     p0[0] = p0[1] = 12;
     CHECK(e->ops->forward(e->state, &b, l, &err) == NF_ERR_INVALID_ARG);
     CHECK_CONTAINS(err.msg, "its state slot 1 holds 8 positions");
@@ -150,6 +152,71 @@ out:
     free(lr);
     nf_engine_free(e);
     nf_engine_free(ref);
+}
+
+typedef struct hyb_pc_out {
+    int32_t tok[6];
+    float lp[6][2];
+    int32_t top[6][2];
+    int n;
+} hyb_pc_out;
+
+static inline void hyb_pc_event(void *ctx, const nf_seq_event *ev)
+{
+    hyb_pc_out *o = ctx;
+    if (ev->token < 0 || o->n >= 6) return;
+    o->tok[o->n] = ev->token;
+    for (uint32_t j = 0; j < 2; j++) {
+        o->lp[o->n][j] = j < ev->n_top ? ev->top_lp[j] : 0;
+        o->top[o->n][j] = j < ev->n_top ? ev->top_ids[j] : -1;
+    }
+    o->n++;
+}
+
+/* The prefix cache through the scheduler: a 28-token prompt (pages of 8: its piece cut at the deepest
+ * page that leaves the backend's shortest piece, 24 on CUDA and 16 on the CPU, where the state is
+ * snapshot), 6 tokens generated, then the same prompt again: it restores the snapshot, feeds the rest in
+ * a forward of the same shape and must give the first run's tokens and log-probabilities to the bit. */
+static inline void hyb_prefix_cache(const nf_model *m, const char *name, const char *device)
+{
+    nf_engine *e = hyb_engine(m, device, 2, 0, 0);
+    nf_sched *s = NULL;
+    nf_error err;
+    memset(&err, 0, sizeof err);
+    if (!e || nf_sched_create_engine(e, NULL, &s, &err)) {
+        CHECK_MSG(0, "%s: prefix cache scheduler: %s", name, err.msg);
+        nf_engine_free(e);
+        return;
+    }
+    int32_t toks[28];
+    for (int j = 0; j < 28; j++) toks[j] = hyb_token_of(3, (uint32_t)j, m->cfg.vocab);
+    hyb_pc_out out[2];
+    memset(out, 0, sizeof out);
+    int ok = 1;
+    for (int r = 0; ok && r < 2; r++) {
+        nf_seq_params p = {.sampling = nf_sampler_defaults(), .max_new = 6, .emit = hyb_pc_event, .ctx = &out[r],
+                           .logprobs = 1, .top_logprobs = 2};
+        uint64_t id;
+        ok = nf_sched_add(s, toks, 28, &p, &id, &err) == NF_OK;
+        for (int step = 0; ok && step < 100 && !nf_sched_idle(s); step++) {
+            nf_sched_step_info info;
+            ok = nf_sched_step(s, &info, &err) == NF_OK;
+        }
+    }
+    CHECK_MSG(ok, "%s: prefix cache run: %s", name, err.msg);
+    const nf_kvpool_stats ks = nf_kvpool_get_stats(nf_sched_pool(s));
+    const int same = out[0].n == 6 && out[1].n == 6 && !memcmp(&out[0], &out[1], sizeof out[0]);
+    printf("%s %s: the same prompt again through the prefix cache: %llu pages and %llu state snapshots restored (%llu "
+           "taken), tokens and log-probabilities the first run's to the bit: %s\n", name, device,
+           (unsigned long long)ks.hits_pages, (unsigned long long)ks.hits_snaps, (unsigned long long)ks.snaps_taken,
+           same ? "yes" : "NO");
+    /* the deepest page that leaves the backend's shortest piece to feed: 3 on CUDA, 2 on the CPU (10) */
+    const uint32_t pmin = e->ops->prefill_min > 1 ? e->ops->prefill_min : 1, want = (28 - pmin) / HYB_PT;
+    CHECK_MSG(ks.hits_snaps == 1 && ks.hits_pages == want, "%s: %llu snapshots, %llu pages restored (want 1, %u)",
+              name, (unsigned long long)ks.hits_snaps, (unsigned long long)ks.hits_pages, want);
+    CHECK_MSG(same, "%s: the prompt restored from the prefix cache differs from its first run", name);
+    nf_sched_free(s);
+    nf_engine_free(e);
 }
 
 #endif

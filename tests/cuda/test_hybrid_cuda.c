@@ -17,7 +17,11 @@
  *   - synth's tiny-hybrid in the q4q6 and nvfp4 recipes against the CPU engine (check_synth);
  *   - a state slot copied to its spare and back on the device (backend slot_copy, speculation's
  *     rollback): re-running the tokens after a restore gives the logits of the first run, to the bit;
- *     the copy carries the slot's position (a forward past it is refused).
+ *     the copy carries the slot's position (a forward past it is refused);
+ *   - the prefix cache through the scheduler: a 28-token prompt (pages of 8: its piece cut at 24, where the
+ *     state is snapshot), 6 tokens generated, then the same prompt again: it restores the snapshot, feeds
+ *     positions 24 .. 27 in a forward of the same shape and must give the first run's logits and tokens
+ *     to the bit (log-probabilities of every generated token compared as floats).
  *
  * Bounds (relative L2 of a logits row). The CPU engine is within 1.1e-5 of transformers here
  * (test_oracle_tiny), so both comparisons have the GPU's own roundings as their budget. The GPU rounds
@@ -494,9 +498,10 @@ static void check_slot_copy(const nf_model *m, const char *name)
     printf("%s: slot 0 copied to its spare and back on the device: the same logits after it %s\n", name,
            same ? "yes" : "NO");
     CHECK_MSG(same, "%s: decoding after a restored slot differs from the first run", name);
-    /* slots 0 .. 2 max_seqs - 1 only; a restored position the forward checks (position 24 now, the copy 19) */
-    CHECK(e && e->ops->slot_copy(e->state, 2, 0, NULL) == NF_ERR_INVALID_ARG);
-    CHECK(e && e->ops->slot_copy(e->state, 0, 2, NULL) == NF_ERR_INVALID_ARG);
+    /* slots 0 .. 2 max_seqs + state_snaps - 1 only (max_seqs 1, one snapshot); a restored position the
+     * forward checks (position 24 now, the copy 19) */
+    CHECK(e && e->ops->slot_copy(e->state, 3, 0, NULL) == NF_ERR_INVALID_ARG);
+    CHECK(e && e->ops->slot_copy(e->state, 0, 3, NULL) == NF_ERR_INVALID_ARG);
     if (ok && e->ops->slot_copy(e->state, 0, 1, &err) == NF_OK) {
         const int32_t t = toks[0];
         const uint32_t ss[2] = {0, 1}, p0 = 24, slot = 0;
@@ -593,6 +598,7 @@ int main(void)
         check_batched(m, models[i]);
         if (i == 0) hyb_slot_contract(m, "cuda");
         check_slot_copy(m, models[i]);
+        hyb_prefix_cache(m, models[i], "cuda");
         nf_model_free(m);
         remove(out);
     }

@@ -97,6 +97,7 @@ int main(void)
         }
         batched_vs_alone(m, recipes[k]);
         if (k == 0) hyb_slot_contract(m, "cpu");
+        hyb_prefix_cache(m, recipes[k], "cpu");
         if (k == 0) chunked_form(m);
         nf_model_free(m);
         remove(out);

@@ -212,8 +212,58 @@ static void test_stale_child(void)
     nf_kvpool_free(p);
 }
 
+/* State snapshots (hybrids): a match stops at the deepest page holding one; the least recently used
+ * snapshot moves to a new page when all are taken; a page leaving the cache frees its snapshot. */
+static void test_snaps(void)
+{
+    const uint32_t pt = 2;
+    nf_kvpool_opts o = {.pages = 6, .page_tokens = pt, .snaps = 2};
+    nf_kvpool *p = NULL;
+    nf_error e;
+    CHECK(nf_kvpool_create(&o, &p, &e) == NF_OK);
+    const int32_t s1[8] = {1, 2, 3, 4, 5, 6, 7, 8}, s2[4] = {9, 9, 8, 8};
+    uint32_t pg[4], pg2[2], got[4], snap;
+    size_t matched;
+    for (int j = 0; j < 4; j++) CHECK(nf_kvpool_alloc(p, &pg[j], &e) == NF_OK);
+    CHECK_EQ_INT(publish_chain(p, pg, s1, 4, pt), 4);
+    /* no snapshot anywhere: nothing matches, though 4 pages would */
+    CHECK_EQ_INT(nf_kvpool_match_state(p, s1, 8, got, 4, &snap, &matched), 0);
+    CHECK(snap == NF_KVPOOL_NONE && matched == 4);
+    const uint32_t a = nf_kvpool_snap_take(p, pg[1]), b = nf_kvpool_snap_take(p, pg[2]);
+    CHECK(a != b && a < 2 && b < 2 && nf_kvpool_snap(p, pg[1]) == a && nf_kvpool_snap_take(p, pg[1]) == a);
+    CHECK(nf_kvpool_snap(p, pg[3]) == NF_KVPOOL_NONE);
+    /* the deepest page with one: pg[2], three pages; max_pages 2 stops at pg[1] */
+    CHECK_EQ_INT(nf_kvpool_match_state(p, s1, 8, got, 4, &snap, &matched), 3);
+    CHECK(snap == b && matched == 4 && got[2] == pg[2] && nf_kvpool_refs(p, pg[3]) == 1);
+    for (int j = 0; j < 3; j++) nf_kvpool_release(p, got[j]);
+    CHECK_EQ_INT(nf_kvpool_match_state(p, s1, 8, got, 2, &snap, &matched), 2);
+    CHECK(snap == a);
+    for (int j = 0; j < 2; j++) nf_kvpool_release(p, got[j]);
+    /* a third snapshot takes b (a was used last) */
+    CHECK(nf_kvpool_snap_take(p, pg[3]) == b && nf_kvpool_snap(p, pg[2]) == NF_KVPOOL_NONE);
+    CHECK_EQ_U64(nf_kvpool_get_stats(p).snaps_evicted, 1);
+    /* an uncached page gets none */
+    for (int j = 0; j < 2; j++) CHECK(nf_kvpool_alloc(p, &pg2[j], &e) == NF_OK);
+    CHECK(nf_kvpool_snap_take(p, pg2[0]) == NF_KVPOOL_NONE);
+    CHECK_EQ_INT(publish_chain(p, pg2, s2, 2, pt), 2);
+    /* s1's pages evicted for new ones: their snapshots are free again */
+    for (int j = 0; j < 4; j++) nf_kvpool_release(p, pg[j]);
+    uint32_t fresh[4];
+    for (int j = 0; j < 4; j++) CHECK(nf_kvpool_alloc(p, &fresh[j], &e) == NF_OK);
+    CHECK_EQ_INT(nf_kvpool_match_state(p, s1, 8, got, 4, &snap, &matched), 0);
+    const uint32_t c = nf_kvpool_snap_take(p, pg2[1]), d = nf_kvpool_snap_take(p, pg2[0]);
+    CHECK(c != d && c < 2 && d < 2 && nf_kvpool_get_stats(p).snaps_evicted == 1);
+    nf_kvpool_snap_drop(p, c);
+    CHECK(nf_kvpool_snap(p, pg2[1]) == NF_KVPOOL_NONE && nf_kvpool_snap(p, pg2[0]) == d);
+    for (int j = 0; j < 4; j++) nf_kvpool_release(p, fresh[j]);
+    for (int j = 0; j < 2; j++) nf_kvpool_release(p, pg2[j]);
+    CHECK_EQ_INT(nf_kvpool_available(p), 6);
+    nf_kvpool_free(p);
+}
+
 int main(void)
 {
+    test_snaps();
     test_accounting();
     test_cow();
     test_prefix(NULL);

@@ -589,10 +589,13 @@ static void limits(void)
     nf_sched_opts z = o;
     z.chunk = 0;
     CHECK(nf_sched_create(&be, &z, &s, &e) == NF_ERR_INVALID_ARG && s == NULL);
-    z = o; /* state slots with the prefix cache: the state is not in the pages */
+    z = o; /* state slots with the prefix cache: the state is not in the pages, so snapshots are needed */
     z.state_slots = 1;
     CHECK(nf_sched_create(&be, &z, &s, &e) == NF_ERR_INVALID_ARG && s == NULL);
-    CHECK_CONTAINS(e.msg, "no_prefix_cache");
+    CHECK_CONTAINS(e.msg, "state_snaps > 0 (0)");
+    z.state_snaps = 4; /* and slot_copy (this backend has none) */
+    CHECK(nf_sched_create(&be, &z, &s, &e) == NF_ERR_INVALID_ARG && s == NULL);
+    CHECK_CONTAINS(e.msg, "needs slot_copy");
     free(t.tok);
     free(t.pos);
 }

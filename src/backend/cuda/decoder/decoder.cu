@@ -390,7 +390,7 @@ nf_status create_memory(nf_cuda_decoder *dec, const nf_cuda_decoder_desc *d, nf_
     // sequence at position 0 reads zeros, not its slot), so they need no clearing
     const size_t slot_bytes = dec->slot_floats * d->max_seqs * sizeof(float);
     if (slot_bytes && cudaMalloc(&dec->slots, slot_bytes) != cudaSuccess) return cuda_fail(err, "the state slots", slot_bytes);
-    if (slot_bytes && !(dec->slot_pos = (uint32_t *)calloc(2 * (size_t)d->max_seqs, sizeof *dec->slot_pos)))
+    if (slot_bytes && !(dec->slot_pos = (uint32_t *)calloc(2 * (size_t)d->max_seqs + d->state_snaps, sizeof *dec->slot_pos)))
         return nf_error_set(err, NF_ERR_NOMEM, "cuda decoder: out of host memory");
     dec->buffer_bytes = layout_buffers(dec, nullptr, ws);
     if (cudaMalloc(&dec->buffers, dec->buffer_bytes) != cudaSuccess) return cuda_fail(err, "the chunk buffers", dec->buffer_bytes);
@@ -491,6 +491,7 @@ extern "C" void nf_cuda_decoder_free(nf_cuda_decoder *dec)
     cudaFree(dec->pen);
     cudaFree(dec->slots);
     cudaFree(dec->spares);
+    cudaFree(dec->snaps);
     free(dec->slot_pos);
     if (dec->h_step) cudaFreeHost(dec->h_step);
     if (dec->h_ids) cudaFreeHost(dec->h_ids);

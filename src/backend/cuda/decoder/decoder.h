@@ -94,6 +94,7 @@ typedef struct nf_cuda_decoder_desc {
     uint32_t page_tokens;            /* positions per KV page, a power of two (0: NF_CUDA_PAGE_TOKENS) */
     uint32_t kv_pages;               /* pages in the pool (0: max_seqs * ceil(ctx / page_tokens)) */
     uint32_t max_seqs;               /* the most sequences of one forward (0: 1; at most chunk) */
+    uint32_t state_snaps;            /* hybrids: snapshot slots 2 max_seqs .. for slot_copy (prefix cache) */
     int no_graphs;                   /* tests: run decode steps as plain stream launches */
     int allow_a8;                    /* dense layers at T <= 16 may quantize their bf16 input to int8
                                       * per 32 elements (k-quant and q8_0 weights; gemv_a8.cu) */
@@ -147,9 +148,10 @@ nf_status nf_cuda_decoder_copy_page(nf_cuda_decoder *dec, uint32_t dst, uint32_t
 nf_status nf_cuda_decoder_routing(nf_cuda_decoder *dec, int32_t *ids, nf_error *err);
 
 /* Hybrids: state slot src's recurrent state and the positions it has absorbed copied to slot dst on the
- * device, ordered on the decoder's stream (speculation's rollback; engine.h slot_copy). Slots below
- * max_seqs are the forward's; max_seqs .. 2 max_seqs - 1 are spares no batch names, allocated at the
- * first copy that touches one. */
+ * device, ordered on the decoder's stream (speculation's rollback, the prefix cache's snapshots; engine.h
+ * slot_copy). Slots below max_seqs are the forward's; max_seqs .. 2 max_seqs - 1 are spares and 2 max_seqs
+ * .. 2 max_seqs + state_snaps - 1 snapshots that no batch names, each group allocated at the first copy
+ * that touches one of it. */
 nf_status nf_cuda_decoder_slot_copy(nf_cuda_decoder *dec, uint32_t dst, uint32_t src, nf_error *err);
 
 /* With an MTP block: the last forward's final-normed hidden states, out[T][H] f32 (rmsnorm(x) * out_norm

@@ -577,21 +577,24 @@ extern "C" nf_status nf_cuda_decoder_routing(nf_cuda_decoder *dec, int32_t *ids,
     return NF_OK;
 }
 
-// Slot i's floats on the device: the forward's, or a spare (i >= max_seqs), allocated at first use.
+// Slot i's floats on the device: the forward's, a spare (max_seqs ..) or a snapshot (2 max_seqs ..); each
+// group of spares allocated at the first use of one of them.
 static nf_status slot_at(nf_cuda_decoder *dec, uint32_t i, float **out, nf_error *err)
 {
-    const size_t n = dec->d.max_seqs, sf = dec->slot_floats;
+    const size_t n = dec->d.max_seqs, ns = dec->d.state_snaps, sf = dec->slot_floats;
     if (!dec->slots) return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: this model has no state slots");
-    if (i >= 2 * n)
-        return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: state slot %u is not below 2 max_seqs = %zu", i,
-                            2 * n);
-    if (i >= n && !dec->spares && cudaMalloc(&dec->spares, n * sf * sizeof(float)) != cudaSuccess) {
+    if (i >= 2 * n + ns)
+        return nf_error_set(err, NF_ERR_INVALID_ARG, "cuda decoder: state slot %u is not below 2 max_seqs + "
+                            "state_snaps = %zu", i, 2 * n + ns);
+    float **group = i < n ? &dec->slots : i < 2 * n ? &dec->spares : &dec->snaps;
+    const size_t first = i < n ? 0 : i < 2 * n ? n : 2 * n, count = i < 2 * n ? n : ns;
+    if (!*group && cudaMalloc(group, count * sf * sizeof(float)) != cudaSuccess) {
         cudaGetLastError();
-        dec->spares = nullptr;
-        return nf_error_set(err, NF_ERR_CUDA, "cuda decoder: cannot allocate %zu MiB for %zu spare state slots",
-                            n * sf * sizeof(float) >> 20, n);
+        *group = nullptr;
+        return nf_error_set(err, NF_ERR_NOMEM, "cuda decoder: cannot allocate %zu MiB for %zu spare state slots",
+                            count * sf * sizeof(float) >> 20, count);
     }
-    *out = i < n ? dec->slots + i * sf : dec->spares + (i - n) * sf;
+    *out = *group + (i - first) * sf;
     return NF_OK;
 }
 

@@ -113,6 +113,7 @@ struct nf_cuda_decoder {
     uint32_t attn_layers;           // layers with KV pools (all but the GDN layers)
     float *slots;                   // device [max_seqs][slot_floats]: GDN layers' states (hybrids), else NULL
     float *spares;                  // device [max_seqs][slot_floats]: slot_copy's slots max_seqs.., at first use
+    float *snaps;                   // device [state_snaps][slot_floats]: slots 2 max_seqs.. (prefix cache), at first use
     size_t slot_floats;
-    uint32_t *slot_pos;             // host [2 max_seqs]: the positions each slot (and spare) has absorbed
+    uint32_t *slot_pos;             // host [2 max_seqs + state_snaps]: the positions each slot (and spare) has absorbed
 };
