@@ -89,7 +89,7 @@ int nf_kvpool_publish(nf_kvpool *p, uint32_t *page, uint32_t parent, const int32
 /* nf_kvpool_match for a hybrid: the longest cached prefix of ids[n] in at most max_pages full pages,
  * cut back to the deepest page that holds a snapshot (*snap receives its index, marked recently
  * used; NF_KVPOOL_NONE and 0 pages when none does). *matched receives the uncut length in pages (where
- * a snapshot would have served more). */
+ * a snapshot would have served more); pages[k .. *matched) keep the ids of the pages cut off (not held). */
 size_t nf_kvpool_match_state(nf_kvpool *p, const int32_t *ids, size_t n, uint32_t *pages, size_t max_pages,
                              uint32_t *snap, size_t *matched);
 /* The snapshot cached page `page` holds, NF_KVPOOL_NONE when none. */

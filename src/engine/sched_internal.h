@@ -33,6 +33,7 @@ typedef struct seq {
     uint32_t slot;      /* opts.state_slots: its recurrent state slot while active, else NO_SLOT */
     size_t snap_cut;    /* hybrids with the cache: a piece ends here so that a snapshot of a prefix matched
                          * without one is taken (0: none) */
+    uint32_t snap_cut_page; /* the cached page that snapshot is for (the deepest one matched) */
     uint32_t snap_dec;  /* the page whose snapshot it took last while decoding (dropped for the next) */
     /* the text of the event being built (set by the stop stream's callback) */
     const char *ev_text;

@@ -113,7 +113,16 @@ static void match_state(nf_sched *s, seq *q, uint32_t *snap)
     size_t most = restorable(s, q) / pt, matched;
     if (most > s->page_stride) most = s->page_stride;
     q->n_pages = (uint32_t)nf_kvpool_match_state(s->pool, q->toks, q->n, q->pages, most, snap, &matched);
-    q->snap_cut = matched > q->n_pages ? matched * pt : 0;
+    q->snap_cut = 0;
+    if (matched <= q->n_pages) return;
+    /* one sequence cuts for a prefix: the others admitted meanwhile would only pay a step each */
+    const uint32_t deepest = q->pages[matched - 1];
+    for (size_t i = 0; i < s->n_seqs; i++) {
+        const seq *r = s->seqs[i];
+        if (r->state == SEQ_ACTIVE && r->snap_cut > r->n_cached && r->snap_cut_page == deepest) return;
+    }
+    q->snap_cut = matched * pt;
+    q->snap_cut_page = deepest;
 }
 
 /* The longest cached prefix (none for a sequence drafting with the MTP block: the cached pages may lack

@@ -17,7 +17,9 @@
  * logits come from it (it must equal the page read-back's hash): a slot shared by two live sequences,
  * not restarted on admission or recompute after preemption, or skipped, changes the tokens; a batch
  * without slots, with a slot out of range or twice, or continuing a slot at a position it does not
- * hold, counts as a violation. */
+ * hold, counts as a violation. With the prefix cache, the toy copies slots (slot_copy: the hash and the
+ * position, to spares and snapshots): a hit must restore the hash of exactly the matched tokens, or the
+ * tokens change; a restore to the wrong position is a violation. */
 #include "nf_test.h"
 #include "common/letters_tokenizer.h"
 
@@ -65,8 +67,9 @@ typedef struct toy {
     int violations;
     long forwards;
     int recurrent;     /* state slots (see the top) */
-    uint64_t slot_h[16];
-    uint32_t slot_n[16];
+    uint32_t snaps;    /* with the cache: snapshot slots 2 max_seqs .. */
+    uint64_t slot_h[64];
+    uint32_t slot_n[64];
 } toy;
 
 /* Recurrent mode: sequence i's slot advances by its tokens; returns its hash (0 on a violation). */
@@ -162,6 +165,16 @@ static nf_status toy_copy(void *state, uint32_t dst, uint32_t src, nf_error *err
     if (dst >= t->pages || src >= t->pages) return nf_error_set(err, NF_ERR_INVALID_ARG, "toy: copy %u <- %u", dst, src);
     memcpy(t->tok + (size_t)dst * t->pt, t->tok + (size_t)src * t->pt, t->pt * sizeof *t->tok);
     memcpy(t->pos + (size_t)dst * t->pt, t->pos + (size_t)src * t->pt, t->pt * sizeof *t->pos);
+    return NF_OK;
+}
+
+static nf_status toy_slot_copy(void *state, uint32_t dst, uint32_t src, nf_error *err)
+{
+    toy *t = state;
+    const uint32_t n = 2 * t->max_seqs + t->snaps;
+    if (dst >= n || src >= n || n > 64) return nf_error_set(err, NF_ERR_INVALID_ARG, "toy: slot %u <- %u", dst, src);
+    t->slot_h[dst] = t->slot_h[src];
+    t->slot_n[dst] = t->slot_n[src];
     return NF_OK;
 }
 
@@ -308,6 +321,7 @@ typedef struct scenario {
     uint64_t seed;
     int reserve; /* admission reserves prompt + max_new pages */
     int recurrent; /* the backend keeps state slots (nf_sched_opts.state_slots) */
+    uint32_t snaps; /* recurrent with the cache: state snapshots (0: 8) */
 } scenario;
 
 typedef struct outcome {
@@ -431,16 +445,19 @@ static outcome run(const scenario *sc, const nf_tokenizer *tok, record *rec, lon
     outcome out = {0};
     const uint32_t V = VOCAB;
     toy t = {.pages = sc->kv_pages, .pt = sc->pt, .chunk = sc->chunk, .max_seqs = sc->max_seqs, .ctx = sc->ctx,
-             .device = sc->device, .recurrent = sc->recurrent};
+             .device = sc->device, .recurrent = sc->recurrent,
+             .snaps = sc->recurrent && sc->prefix_cache ? (sc->snaps ? sc->snaps : 8) : 0};
     t.tok = calloc((size_t)t.pages * t.pt, sizeof *t.tok);
     t.pos = malloc((size_t)t.pages * t.pt * sizeof *t.pos);
     t.held = calloc((size_t)t.max_seqs * V, sizeof *t.held);
     memset(t.pos, 0xff, (size_t)t.pages * t.pt * sizeof *t.pos);
     nf_sched_backend be = {.state = &t, .forward = toy_forward, .logits = sc->device ? toy_logits : NULL,
-                           .topk = sc->device ? toy_topk : NULL, .copy_page = toy_copy};
+                           .topk = sc->device ? toy_topk : NULL, .copy_page = toy_copy,
+                           .slot_copy = sc->recurrent ? toy_slot_copy : NULL};
     nf_sched_opts o = {.vocab = V, .ctx = sc->ctx, .chunk = sc->chunk, .max_seqs = sc->max_seqs,
                        .page_tokens = sc->pt, .kv_pages = sc->kv_pages, .no_prefix_cache = !sc->prefix_cache,
-                       .reserve = sc->reserve, .tok = sc->with_text ? tok : NULL, .state_slots = sc->recurrent};
+                       .reserve = sc->reserve, .tok = sc->with_text ? tok : NULL, .state_slots = sc->recurrent,
+                       .state_snaps = t.snaps};
     nf_sched *s = NULL;
     nf_error e;
     CHECK(nf_sched_create(&be, &o, &s, &e) == NF_OK);
@@ -469,7 +486,7 @@ static void scenarios(const nf_tokenizer *tok)
 {
     static record rec[64];
     /* many ragged sequences, plenty of pages, no cache; 1 forward per step */
-    scenario a = {"ragged", 24, 4, 16, 8, 8 * 24, 96, 0, 0, 0, 0, 1, 40, 30, 1, 0, 0};
+    scenario a = {"ragged", 24, 4, 16, 8, 8 * 24, 96, 0, 0, 0, 0, 1, 40, 30, 1, 0, 0, 0};
     memset(rec, 0, sizeof rec);
     outcome o = run(&a, tok, rec, -1);
     CHECK_EQ_INT(o.forwards, o.steps);
@@ -480,13 +497,13 @@ static void scenarios(const nf_tokenizer *tok)
     memset(rec, 0, sizeof rec);
     run(&a, tok, rec, -1);
     /* shared prefixes through the prefix cache: hits, and copies of fully matched last pages */
-    scenario b = {"prefix", 24, 4, 16, 8, 8 * 24, 96, 1, 0, 13, 0, 1, 30, 20, 2, 0, 0};
+    scenario b = {"prefix", 24, 4, 16, 8, 8 * 24, 96, 1, 0, 13, 0, 1, 30, 20, 2, 0, 0, 0};
     memset(rec, 0, sizeof rec);
     o = run(&b, tok, rec, -1);
     CHECK_MSG(o.pool.hits_pages >= 20, "prefix: %llu pages matched", (unsigned long long)o.pool.hits_pages);
     CHECK_MSG(o.pool.copies >= 1, "prefix: %llu copy-on-writes", (unsigned long long)o.pool.copies);
     /* a small pool: decode growth preempts the newest, which recomputes and still matches alone */
-    scenario c = {"scarce", 12, 4, 16, 8, 24, 96, 0, 0, 0, 0, 10, 20, 30, 3, 0, 0};
+    scenario c = {"scarce", 12, 4, 16, 8, 24, 96, 0, 0, 0, 0, 10, 20, 30, 3, 0, 0, 0};
     memset(rec, 0, sizeof rec);
     o = run(&c, tok, rec, -1);
     CHECK_MSG(o.preempted > 0, "scarce: no preemption (%ld)", o.preempted);
@@ -520,14 +537,33 @@ static void scenarios(const nf_tokenizer *tok)
     r.name = "recurrent+scarce+device", r.device = 1;
     memset(rec, 0, sizeof rec);
     run(&r, tok, rec, -1);
+    /* recurrent with the prefix cache: hits restore snapshots; with a small pool (preemption: recompute
+     * from a snapshot); with two snapshots for everything (they move least recently used first) */
+    r = b;
+    r.name = "recurrent+prefix", r.recurrent = 1;
+    memset(rec, 0, sizeof rec);
+    o = run(&r, tok, rec, -1);
+    CHECK_MSG(o.pool.hits_snaps >= 5, "recurrent+prefix: %llu snapshots restored", (unsigned long long)o.pool.hits_snaps);
+    r.name = "recurrent+prefix, 2 snapshots", r.snaps = 2;
+    memset(rec, 0, sizeof rec);
+    o = run(&r, tok, rec, -1);
+    CHECK_MSG(o.pool.hits_snaps >= 1 && o.pool.snaps_evicted >= 1, "recurrent+prefix, 2 snapshots: %llu restored, "
+              "%llu moved", (unsigned long long)o.pool.hits_snaps, (unsigned long long)o.pool.snaps_evicted);
+    r = c;
+    r.name = "recurrent+scarce+cache", r.recurrent = 1, r.reserve = 0, r.device = 0, r.prefix_cache = 1,
+    r.shared_prefix = 9;
+    memset(rec, 0, sizeof rec);
+    o = run(&r, tok, rec, -1);
+    CHECK_MSG(o.preempted > 0 && o.pool.hits_snaps >= 1, "recurrent+scarce+cache: %ld preemptions, %llu snapshots "
+              "restored", o.preempted, (unsigned long long)o.pool.hits_snaps);
     /* stop strings and text */
-    scenario d = {"text", 16, 4, 16, 8, 8 * 16, 96, 1, 0, 0, 1, 1, 30, 40, 4, 0, 0};
+    scenario d = {"text", 16, 4, 16, 8, 8 * 16, 96, 1, 0, 0, 1, 1, 30, 40, 4, 0, 0, 0};
     memset(rec, 0, sizeof rec);
     o = run(&d, tok, rec, -1);
     CHECK_MSG(o.ends[NF_SEQ_STOP] >= 3, "text: %d sequences stopped on a string", o.ends[NF_SEQ_STOP]);
     /* cancellation: sequence 2 mid-decode (callback, after 3 tokens), sequence 0 mid-prefill (its prompt
      * is longer than the chunk: after step 1 it holds pages and has not sampled) */
-    scenario x = {"cancel", 8, 4, 8, 4, 64, 128, 1, 0, 0, 0, 20, 60, 20, 5, 0, 0};
+    scenario x = {"cancel", 8, 4, 8, 4, 64, 128, 1, 0, 0, 0, 20, 60, 20, 5, 0, 0, 0};
     memset(rec, 0, sizeof rec);
     rec[2].cancel_after = 3;
     run(&x, tok, rec, 0);
