@@ -106,37 +106,40 @@ static size_t restorable(const nf_sched *s, const seq *q)
 }
 
 /* A hybrid's match: the deepest cached page with a snapshot of the state, leaving at least one token
- * (and piece_min) to feed; *snap its snapshot. snap_cut marks a longer match that had no snapshot. */
-static void match_state(nf_sched *s, seq *q, uint32_t *snap)
+ * (and piece_min) to feed; *snap its snapshot. snap_cut marks a longer match that had no snapshot. When
+ * another sequence is already cutting for that prefix, returns 1: q waits for its snapshot (a step)
+ * rather than compute the prefix again. */
+static int match_state(nf_sched *s, seq *q, uint32_t *snap)
 {
     const uint32_t pt = s->o.page_tokens;
     size_t most = restorable(s, q) / pt, matched;
     if (most > s->page_stride) most = s->page_stride;
     q->n_pages = (uint32_t)nf_kvpool_match_state(s->pool, q->toks, q->n, q->pages, most, snap, &matched);
     q->snap_cut = 0;
-    if (matched <= q->n_pages) return;
-    /* one sequence cuts for a prefix: the others admitted meanwhile would only pay a step each */
+    if (matched <= q->n_pages) return 0;
     const uint32_t deepest = q->pages[matched - 1];
     for (size_t i = 0; i < s->n_seqs; i++) {
         const seq *r = s->seqs[i];
-        if (r->state == SEQ_ACTIVE && r->snap_cut > r->n_cached && r->snap_cut_page == deepest) return;
+        if (r->state == SEQ_ACTIVE && r->snap_cut > r->n_cached && r->snap_cut_page == deepest) return 1;
     }
     q->snap_cut = matched * pt;
     q->snap_cut_page = deepest;
+    return 0;
 }
 
 /* The longest cached prefix (none for a sequence drafting with the MTP block: the cached pages may lack
- * the block's keys and values). */
-static void match(nf_sched *s, seq *q, uint32_t *snap)
+ * the block's keys and values). Returns 1 when q should wait for another's snapshot (match_state). */
+static int match(nf_sched *s, seq *q, uint32_t *snap)
 {
     const uint32_t pt = s->o.page_tokens;
     *snap = NF_KVPOOL_NONE;
-    if (s->o.no_prefix_cache || nf_sched_mtp_seq(s, q)) return;
-    if (s->o.state_slots) match_state(s, q, snap);
-    else q->n_pages = (uint32_t)nf_kvpool_match(s->pool, q->toks, q->n, q->pages, s->page_stride);
+    if (s->o.no_prefix_cache || nf_sched_mtp_seq(s, q)) return 0;
+    if (s->o.state_slots && match_state(s, q, snap)) return 1;
+    if (!s->o.state_slots) q->n_pages = (uint32_t)nf_kvpool_match(s->pool, q->toks, q->n, q->pages, s->page_stride);
     q->n_published = q->n_pages;
     q->n_cached = (size_t)q->n_pages * pt;
     if (q->n_cached == q->n) q->n_cached--; /* its last token is fed again: the sampler needs its logits */
+    return 0;
 }
 
 /* A hybrid's matched prefix: its snapshot into the sequence's slot. If that fails the sequence starts
@@ -156,7 +159,10 @@ static void restore(nf_sched *s, seq *q, uint32_t snap)
 static int admit(nf_sched *s, seq *q, nf_sched_step_info *info)
 {
     uint32_t snap;
-    match(s, q, &snap);
+    if (match(s, q, &snap)) {
+        nf_sched_release_pages(s, q);
+        return 0;
+    }
     const uint32_t need = pages_needed(s, q, positions_wanted(s, q)), avail = nf_kvpool_available(s->pool);
     if (need + q->n_pages > nf_kvpool_pages(s->pool)) {
         nf_sched_finish(s, q, NF_SEQ_NO_PAGES);

@@ -544,6 +544,7 @@ static void scenarios(const nf_tokenizer *tok)
     memset(rec, 0, sizeof rec);
     o = run(&r, tok, rec, -1);
     CHECK_MSG(o.pool.hits_snaps >= 5, "recurrent+prefix: %llu snapshots restored", (unsigned long long)o.pool.hits_snaps);
+    printf("recurrent+prefix: %llu of 24 sequences restored a snapshot\n", (unsigned long long)o.pool.hits_snaps);
     r.name = "recurrent+prefix, 2 snapshots", r.snaps = 2;
     memset(rec, 0, sizeof rec);
     o = run(&r, tok, rec, -1);
@@ -636,11 +637,62 @@ static void limits(void)
     free(t.pos);
 }
 
+/* Recurrent with the cache: a finished sequence left a 16-token prefix's pages without a snapshot there;
+ * four sequences with that prefix arrive together. The first computes it and cuts its piece at 16 (the
+ * snapshot); the other three wait that step, then restore it: 24 + 3 x 8 prompt tokens fed instead of
+ * 4 x 24, and every sequence's tokens the oracle's. */
+static void snapshot_wait(void)
+{
+    toy t = {.pages = 64, .pt = 4, .chunk = 64, .max_seqs = 8, .ctx = 64, .recurrent = 1, .snaps = 8};
+    t.tok = calloc((size_t)t.pages * t.pt, sizeof *t.tok);
+    t.pos = malloc((size_t)t.pages * t.pt * sizeof *t.pos);
+    memset(t.pos, 0xff, (size_t)t.pages * t.pt * sizeof *t.pos);
+    nf_sched_backend be = {.state = &t, .forward = toy_forward, .copy_page = toy_copy, .slot_copy = toy_slot_copy};
+    nf_sched_opts o = {.vocab = VOCAB, .ctx = 64, .chunk = 64, .max_seqs = 8, .page_tokens = 4, .kv_pages = 64,
+                       .state_slots = 1, .state_snaps = 8};
+    nf_sched *s = NULL;
+    nf_error e;
+    CHECK(nf_sched_create(&be, &o, &s, &e) == NF_OK);
+    t.sched = s;
+    static record r[5];
+    memset(r, 0, sizeof r);
+    int32_t prompt[5][25];
+    for (int i = 0; i < 5; i++)
+        for (int j = 0; j < 25; j++) prompt[i][j] = j < 16 ? (j * 5 + 1) % VOCAB : (i * 11 + j * 3) % VOCAB;
+    nf_seq_params p = {.sampling = nf_sampler_defaults(), .max_new = 5, .emit = on_event};
+    p.sampling.temp = 0;
+    long fed = 0;
+    for (int i = 0; i < 5; i++) {
+        p.ctx = &r[i];
+        /* the first: 25 tokens (its own cut falls at 24, not at the shared 16); then four of 24 */
+        CHECK(nf_sched_add(s, prompt[i], i ? 24 : 25, &p, &r[i].id, &e) == NF_OK);
+        if (i && i < 4) continue;
+        for (int k = 0; k < 100 && !nf_sched_idle(s); k++) {
+            nf_sched_step_info info;
+            CHECK(nf_sched_step(s, &info, &e) == NF_OK);
+            if (i) fed += info.n_tokens;
+        }
+    }
+    const nf_kvpool_stats ks = nf_kvpool_get_stats(nf_sched_pool(s));
+    CHECK_MSG(ks.hits_snaps == 3, "snapshot wait: %llu snapshots restored (want 3)", (unsigned long long)ks.hits_snaps);
+    CHECK_MSG(fed == 24 + 3 * 8 + 4 * 4, "snapshot wait: %ld tokens fed (want 64)", fed);
+    for (int i = 0; i < 5; i++) {
+        want w;
+        oracle(prompt[i], i ? 24 : 25, &p, 64, NULL, &w);
+        CHECK_MSG(r[i].n_toks == 5 && !memcmp(r[i].toks, w.toks, 5 * sizeof *w.toks), "snapshot wait: sequence %d", i);
+    }
+    CHECK_EQ_INT(t.violations, 0);
+    nf_sched_free(s);
+    free(t.tok);
+    free(t.pos);
+}
+
 int main(void)
 {
     nf_tokenizer *tok = letters_tokenizer(VOCAB);
     if (tok) scenarios(tok);
     limits();
+    snapshot_wait();
     nf_tok_free(tok);
     return nf_test_report();
 }
