@@ -250,7 +250,8 @@ static int make_engine(const nf_model *m, const batch_args *a, long N, nf_engine
                          .ctx = (uint32_t)(a->n_prompt + a->n_gen), .chunk = (uint32_t)a->chunk,
                          .page_tokens = (uint32_t)a->page_tokens, .max_seqs = (uint32_t)N,
                          .kv_pages = (uint32_t)a->kv_pages,
-                         .kv_bf16 = a->kv_bf16, .no_graphs = a->no_graphs};
+                         .kv_bf16 = a->kv_bf16, .no_graphs = a->no_graphs,
+                         .mtp = a->spec_k && a->spec_mode == NF_SPEC_MODE_MTP};
     nf_error err;
     nf_status st = nf_engine_create(m, &eo, e, &err);
     if (!st && !a->chunk && (*e)->opts.chunk < (uint32_t)N) { /* the backend's default chunk is smaller */

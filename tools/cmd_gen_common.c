@@ -47,7 +47,8 @@ nf_status nf_gen_session_open(const nf_gen_cli *g, nf_gen_session *s, nf_error *
     nf_spec_mode mode = NF_SPEC_MODE_NGRAM;
     nf_status st = g->spec ? nf_spec_parse(g->spec, &mode, &spec_k, err) : NF_OK;
     if (st || (st = nf_model_load(g->model_path, &s->model, err))) return st;
-    nf_engine_opts eo = {.device = g->device, .threads = (int)g->threads, .ctx = (uint32_t)g->ctx, .kv_bf16 = g->kv_bf16};
+    nf_engine_opts eo = {.device = g->device, .threads = (int)g->threads, .ctx = (uint32_t)g->ctx, .kv_bf16 = g->kv_bf16,
+                         .mtp = spec_k && mode == NF_SPEC_MODE_MTP};
     nf_sampler_params sp = {.temp = (float)g->temp, .top_k = (int)g->top_k, .top_p = (float)g->top_p,
                             .min_p = (float)g->min_p, .repeat_penalty = (float)g->repeat_penalty,
                             .repeat_last_n = (int)g->repeat_last_n, .seed = (uint64_t)g->seed,

@@ -83,7 +83,8 @@ static nf_status load(const serve_cli *c, loaded *L, nf_error *err)
     if (c->parallel > 1 && parallel == 1)
         fprintf(stderr, "ninfer: serve: --parallel %ld: this model's dynamic rope runs one sequence at a time\n", c->parallel);
     nf_engine_opts eo = {.device = c->device, .threads = (int)c->threads, .ctx = (uint32_t)c->ctx, .kv_bf16 = c->kv_bf16,
-                         .max_seqs = parallel, .kv_pages = (uint32_t)c->kv_pages};
+                         .max_seqs = parallel, .kv_pages = (uint32_t)c->kv_pages,
+                         .mtp = c->spec_k && c->spec_mode == NF_SPEC_MODE_MTP};
     if ((st = nf_text_tokenizer(L->model->art, &L->tok, err)) || (st = nf_engine_create(L->model, &eo, &L->eng, err)) ||
         (st = nf_chat_detect(nf_tok_chat_template(L->tok), &L->ct, err)))
         return st;

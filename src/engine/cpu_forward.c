@@ -274,7 +274,7 @@ static nf_status alloc_buffers(cpu_state *s, const nf_engine_opts *o, nf_error *
 static nf_status bind_mtp(cpu_state *s, const nf_engine_opts *o, nf_error *err)
 {
     const nf_model *m = s->m;
-    if (!m->mtp) return NF_OK;
+    if (!m->mtp || !o->mtp) return NF_OK; /* loaded only for speculation (nf_engine_opts.mtp) */
     const size_t H = m->cfg.hidden, C = s->chunk, esz = o->kv_bf16 ? 2 : 4;
     const size_t per = (size_t)o->kv_pages * o->page_tokens * s->kv_dim * esz;
     nf_status st = bind_weight(s, m->mtp_fc, &s->mtp_fc, err);
@@ -343,7 +343,7 @@ static nf_status cpu_create(const nf_model *m, const nf_engine_opts *o, void **o
     s->layers = calloc(c->layers, sizeof *s->layers);
     uint32_t max_cols = max_u32(max_u32(c->hidden, s->q_dim), max_u32(max_u32(c->dense_inter, c->moe_inter), c->shared_inter));
     max_cols = max_u32(max_cols, c->ssm_v_heads * c->ssm_v_dim);
-    if (m->mtp) max_cols = max_u32(max_cols, 2 * c->hidden); /* mtp.fc */
+    if (m->mtp && o->mtp) max_cols = max_u32(max_cols, 2 * c->hidden); /* mtp.fc */
     nf_status st = NF_OK;
     if (!s->planes || !s->layers) st = nf_error_set(err, NF_ERR_NOMEM, "cpu backend: out of memory");
     if (!st) st = nf_cpu_create(o->threads, max_cols, s->ctx, &s->cpu, err);
@@ -608,8 +608,8 @@ static nf_status cpu_forward(void *state, const nf_batch *b, float *logits, nf_e
 static nf_status cpu_hidden(void *state, float *out, nf_error *err)
 {
     cpu_state *s = state;
-    if (!s->has_mtp) return nf_error_set(err, NF_ERR_UNSUPPORTED, "cpu backend: hidden states are kept for models "
-                                         "with an MTP block only");
+    if (!s->has_mtp) return nf_error_set(err, NF_ERR_UNSUPPORTED, "cpu backend: hidden states are kept with an MTP "
+                                         "block loaded only (nf_engine_opts.mtp)");
     memcpy(out, s->hid, s->trace_T * s->m->cfg.hidden * sizeof(float));
     return NF_OK;
 }
@@ -623,7 +623,8 @@ static nf_status cpu_mtp(void *state, const nf_batch *b, const float *hidden, fl
 {
     cpu_state *s = state;
     const nf_model_config *c = &s->m->cfg;
-    if (!s->has_mtp) return nf_error_set(err, NF_ERR_UNSUPPORTED, "cpu backend: this model has no MTP block");
+    if (!s->has_mtp) return nf_error_set(err, NF_ERR_UNSUPPORTED, "cpu backend: no MTP block (the model has none, or "
+                                         "nf_engine_opts.mtp did not load it)");
     nf_status st = nf_batch_check(b, &s->o, c->vocab, err);
     if (!st && (!logits || !hidden))
         st = nf_error_set(err, NF_ERR_INVALID_ARG, "cpu backend: the MTP block needs hidden states and a logits buffer");

@@ -71,8 +71,9 @@ static nf_status cuda_create(const nf_model *m, const nf_engine_opts *o, void **
         return nf_error_set(err, NF_ERR_UNSUPPORTED, "device 'cuda': no GPU is visible (%s)", why);
     const nf_model_config *c = &m->cfg;
     cuda_state *s = calloc(1, sizeof *s);
-    /* the model's layers, then the MTP block's when it has one */
-    const uint32_t n_layers = c->layers + (m->mtp != NULL);
+    /* the model's layers, then the MTP block's when it has one and speculation asked for it */
+    const nf_model_layer *mtp = o->mtp ? m->mtp : NULL;
+    const uint32_t n_layers = c->layers + (mtp != NULL);
     nf_cuda_layer_desc *ld = calloc(n_layers, sizeof *ld);
     nf_moe_bank *banks = calloc(n_layers, sizeof *banks);
     if (s) s->inv_freq = malloc(c->rope_dim / 2 * sizeof(float) + 1);
@@ -89,7 +90,7 @@ static nf_status cuda_create(const nf_model *m, const nf_engine_opts *o, void **
                                   .layer = ld, .ctx = o->ctx, .chunk = o->chunk, .page_tokens = o->page_tokens,
                                   .kv_pages = o->kv_pages, .max_seqs = o->max_seqs, .state_snaps = o->state_snaps, .no_graphs = o->no_graphs,
                                   .trace_routing = o->trace_routing, .allow_a8 = !o->no_a8,
-                                  .mtp = {m->mtp ? &ld[c->layers] : NULL, nf_moe_matrix_of(m->mtp_fc),
+                                  .mtp = {mtp ? &ld[c->layers] : NULL, nf_moe_matrix_of(mtp ? m->mtp_fc : NULL),
                                           f32_of(m->mtp_norm_embd), f32_of(m->mtp_norm_hidden),
                                           f32_of(m->mtp_output_norm)}};
         s->m = m;
@@ -173,7 +174,9 @@ static nf_status cuda_mtp(void *state, const nf_batch *b, const float *hidden, f
                           nf_error *err)
 {
     cuda_state *s = state;
-    if (!s->m->mtp) return nf_error_set(err, NF_ERR_UNSUPPORTED, "cuda backend: this model has no MTP block");
+    if (!s->m->mtp || !s->o.mtp)
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "cuda backend: no MTP block (the model has none, or "
+                            "nf_engine_opts.mtp did not load it)");
     if (s->rope.kind == NF_ROPE_DYNAMIC) return nf_error_set(err, NF_ERR_UNSUPPORTED, "cuda backend: MTP with dynamic rope");
     nf_status st = nf_batch_check(b, &s->o, s->m->cfg.vocab, err);
     return st ? st : nf_cuda_decoder_mtp(s->dec, b, hidden, logits, hidden_out, err);

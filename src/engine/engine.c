@@ -134,9 +134,10 @@ nf_status nf_engine_prefill_hidden(nf_engine *e, const int32_t *tokens, size_t n
 nf_status nf_engine_mtp(nf_engine *e, const int32_t *tokens, const float *hidden, size_t n, uint32_t pos0, int all,
                         float *logits, float *hidden_out, nf_error *err)
 {
-    if (!e->model->mtp || !e->ops->mtp)
-        return nf_error_set(err, NF_ERR_UNSUPPORTED, "MTP: %s", e->model->mtp ? "the backend does not run the MTP block"
-                                                                             : "this model has no MTP block (mtp.* weights)");
+    if (!nf_engine_has_mtp(e))
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "MTP: %s", !e->model->mtp ? "this model has no MTP block (mtp.* weights)"
+                            : !e->ops->mtp ? "the backend does not run the MTP block"
+                                           : "the engine was created without its MTP block (nf_engine_opts.mtp)");
     if (pos0 > e->opts.ctx || n > e->opts.ctx - pos0)
         return nf_error_set(err, NF_ERR_INVALID_ARG, "MTP: positions %u .. %zu pass the context of %u tokens", pos0,
                             pos0 + n, e->opts.ctx);

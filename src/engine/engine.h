@@ -51,6 +51,8 @@ typedef struct nf_engine_opts {
                          * chunks of this many tokens (<= 64; 0: the recurrent form, the reference) */
     uint32_t ep_sim_ranks; /* CPU: every MoE block through expert parallelism over this many simulated
                             * ranks (docs/dist.md; tests: the result must not change); 0 or 1: none */
+    int mtp;            /* a model with an MTP block: load it (its weights, its own KV pages, the hidden states
+                         * each forward keeps) for speculation with mtp:K; 0: the block stays in the file */
     uint32_t state_snaps; /* hybrids: state slots 2 max_seqs .. 2 max_seqs + state_snaps - 1 for the
                            * scheduler's prefix cache (snapshots of the state after a cached page), allocated
                            * at their first use (0: max_seqs) */
@@ -135,6 +137,8 @@ typedef struct nf_engine {
 } nf_engine;
 
 nf_status nf_engine_create(const nf_model *m, const nf_engine_opts *o, nf_engine **out, nf_error *err);
+/* The engine runs the model's MTP block (the model has one and nf_engine_opts.mtp loaded it). */
+static inline int nf_engine_has_mtp(const nf_engine *e) { return e->opts.mtp && e->model->mtp && e->ops->mtp; }
 /* ceil(ctx / page_tokens): the pages one sequence of the full context needs (opts with defaults). */
 uint32_t nf_engine_pages_per_seq(const nf_engine_opts *o);
 /* Checks b against the engine's limits (opts with defaults) and a vocabulary of `vocab`: counts,

@@ -100,7 +100,7 @@ nf_status nf_sched_create_engine(nf_engine *e, const nf_sched_opts *o, nf_sched 
     so.state_snaps = e->opts.state_snaps;
     if (so.state_slots && (!ops->slot_copy || so.page_tokens % so.piece_align))
         so.no_prefix_cache = 1; /* no snapshots, or a restored state would start a segment off its chunk grid */
-    so.mtp_hidden = e->model->mtp && ops->mtp && ops->hidden ? e->model->cfg.hidden : 0;
+    so.mtp_hidden = nf_engine_has_mtp(e) && ops->hidden ? e->model->cfg.hidden : 0;
     return nf_sched_create(&be, &so, out, err);
 }
 

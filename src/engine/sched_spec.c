@@ -24,8 +24,9 @@ nf_status nf_sched_check_spec(const nf_sched *s, const nf_seq_params *p, nf_erro
         return nf_error_set(err, NF_ERR_UNSUPPORTED, "sched: speculation on a model with recurrent state needs the "
                             "backend's slot_copy (the rollback of rejected drafts)");
     if (p->spec_mtp && !s->o.mtp_hidden)
-        return nf_error_set(err, NF_ERR_UNSUPPORTED, "sched: mtp speculation: the model has no MTP block, or the backend "
-                            "does not run it (docs/hybrid.md); use ngram:K");
+        return nf_error_set(err, NF_ERR_UNSUPPORTED, "sched: mtp speculation: the model has no MTP block, the backend "
+                            "does not run it, or the engine did not load it (nf_engine_opts.mtp; docs/hybrid.md); "
+                            "use ngram:K");
     return NF_OK;
 }
 

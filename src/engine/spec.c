@@ -25,6 +25,9 @@ nf_status nf_spec_check(const nf_engine *e, nf_spec_mode mode, uint32_t k, nf_er
                                 "mtp.* weights; docs/hybrid.md); use --spec ngram:K or none");
         if (!e->ops->mtp || !e->ops->hidden || (e->model->cfg.n_linear && !e->ops->slot_copy))
             return nf_error_set(err, NF_ERR_UNSUPPORTED, "--spec mtp: the %s backend does not run the MTP block", e->ops->name);
+        if (!e->opts.mtp)
+            return nf_error_set(err, NF_ERR_UNSUPPORTED, "--spec mtp: the engine was created without its MTP block "
+                                "(nf_engine_opts.mtp)");
         return NF_OK;
     }
     if (k < 1 || k > NF_SPEC_MAX_K)

@@ -69,7 +69,7 @@ static const char *device = "cuda"; /* --cpu: the test's logic on the CPU engine
 static nf_engine *engine(const nf_model *m, const char *device)
 {
     /* the CPU with f32 activations and a bf16 KV cache, as the GPU keeps it; one forward takes the prompt */
-    nf_engine_opts o = {.device = device, .threads = 2, .ctx = CTX, .chunk = CHUNK, .kv_bf16 = 1, .no_a8 = 1};
+    nf_engine_opts o = {.mtp = 1, .device = device, .threads = 2, .ctx = CTX, .chunk = CHUNK, .kv_bf16 = 1, .no_a8 = 1};
     nf_engine *e = NULL;
     nf_error err;
     if (nf_engine_create(m, &o, &e, &err)) CHECK_MSG(0, "%s engine: %s", device, err.msg);
@@ -343,6 +343,31 @@ static void check_rollback(nf_engine *e, nf_engine *ref, const int32_t *prompt, 
     nf_sampler_free(s);
 }
 
+/* The block on the device only when nf_engine_opts.mtp asks: without it fewer weight and KV bytes (its
+ * layer's weights, mtp.fc, its KV pages) and mtp refused, naming the option. */
+static void loaded_on_demand(const nf_model *m, const char *name)
+{
+    nf_engine *e[2] = {NULL, NULL};
+    nf_backend_info in[2] = {{0, 0}, {0, 0}};
+    nf_error err;
+    for (int k = 0; k < 2; k++) {
+        nf_engine_opts o = {.mtp = k, .device = device, .threads = 2, .ctx = CTX, .chunk = CHUNK, .kv_bf16 = 1};
+        if (nf_engine_create(m, &o, &e[k], &err)) CHECK_MSG(0, "%s engine: %s", device, err.msg);
+        else if (e[k]->ops->describe) e[k]->ops->describe(e[k]->state, &in[k]);
+    }
+    if (e[0] && e[1] && e[0]->ops->describe) {
+        printf("%s %s: the MTP block loaded on demand: weights %zu -> %zu bytes, KV %zu -> %zu\n", name, device,
+               in[0].weight_bytes, in[1].weight_bytes, in[0].kv_bytes, in[1].kv_bytes);
+        CHECK(in[0].weight_bytes < in[1].weight_bytes && in[0].kv_bytes < in[1].kv_bytes);
+    }
+    if (e[0]) {
+        CHECK(!nf_engine_has_mtp(e[0]) && nf_spec_check(e[0], NF_SPEC_MODE_MTP, 2, &err) == NF_ERR_UNSUPPORTED);
+        CHECK_CONTAINS(err.msg, "nf_engine_opts.mtp");
+    }
+    nf_engine_free(e[0]);
+    nf_engine_free(e[1]);
+}
+
 static void fixture(const char *tmp, const char *name)
 {
     char dir[1024], out[1200], path[1200];
@@ -368,6 +393,7 @@ static void fixture(const char *tmp, const char *name)
     nf_model *m = NULL;
     if (fx_convert(dir, "bf16", out) && !nf_model_load(out, &m, &err)) {
         CHECK_MSG(m->mtp != NULL, "%s: no MTP block bound", name);
+        loaded_on_demand(m, name);
         check_block(m, name, prompt, P, next);
         check_hidden(m, name, prompt, P);
         nf_engine *g = engine(m, device), *ref = engine(m, device); /* ref: the greedy references */

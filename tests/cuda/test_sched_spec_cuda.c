@@ -105,7 +105,7 @@ static uint32_t gdn_chunk;
 
 static nf_engine *engine(const nf_model *m, uint32_t max_seqs, uint32_t chunk)
 {
-    nf_engine_opts o = {.device = device, .threads = 2, .ctx = CTX, .chunk = chunk, .page_tokens = PT, .max_seqs = max_seqs,
+    nf_engine_opts o = {.mtp = 1, .device = device, .threads = 2, .ctx = CTX, .chunk = chunk, .page_tokens = PT, .max_seqs = max_seqs,
                         .kv_pages = max_seqs * NPS, .kv_bf16 = 1, .trace_routing = 1, .gdn_chunk = gdn_chunk};
     nf_engine *e = NULL;
     nf_error err;

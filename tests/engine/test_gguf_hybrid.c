@@ -326,7 +326,7 @@ static int mtp_rows(const char *path, const int32_t *ids, int32_t next, float *r
         return 0;
     }
     CHECK_MSG(m->mtp != NULL, "%s: no MTP block bound", path);
-    nf_engine_opts o = {.threads = 2, .ctx = 64, .chunk = 4};
+    nf_engine_opts o = {.mtp = 1, .threads = 2, .ctx = 64, .chunk = 4};
     float *hid = malloc(P * m->cfg.hidden * sizeof(float));
     int32_t tok[P];
     memcpy(tok, ids + 1, (P - 1) * sizeof *tok);
@@ -364,7 +364,7 @@ static void check_mtp(const char *a_path, const char *b_path, const int32_t *ids
         nf_engine *e;
         nf_error err;
         const char *path = k ? b_path : a_path;
-        nf_engine_opts o = {.threads = 2, .ctx = 128, .chunk = 16};
+        nf_engine_opts o = {.mtp = 1, .threads = 2, .ctx = 128, .chunk = 16};
         if (nf_model_load(path, &m, &err)) {
             CHECK_MSG(0, "%s", err.msg);
             continue;

@@ -54,6 +54,7 @@
 #include "common/mtp_generate.h"
 #include "common/spec_stats.h"
 #include "engine/generate.h"
+#include "engine/sched.h"
 #include "engine/spec.h"
 
 static int load_npy(const char *model, const char *file, nf_npy *out)
@@ -83,7 +84,7 @@ static int run_mtp(const char *path, int reference, const int32_t *prompt, size_
     const size_t V = m->cfg.vocab, H = m->cfg.hidden;
     /* f32 activations: the fast path against the reference within 1e-4 is the claim for the same
      * numerics (int8 activations, the CPU default for q8_0, move a product by up to sqrt(32)/254) */
-    nf_engine_opts o = {.threads = 2, .ctx = 256, .chunk = 48, .reference = reference, .no_a8 = 1};
+    nf_engine_opts o = {.mtp = 1, .threads = 2, .ctx = 256, .chunk = 48, .reference = reference, .no_a8 = 1};
     if (nf_engine_create(m, &o, &e, &err)) {
         CHECK_MSG(0, "%s", err.msg);
         nf_model_free(m);
@@ -185,7 +186,7 @@ static void refusals(const char *tmp)
         return;
     }
     CHECK(m->mtp == NULL && m->mtp_fc == NULL);
-    nf_engine_opts o = {.threads = 2, .ctx = 64};
+    nf_engine_opts o = {.mtp = 1, .threads = 2, .ctx = 64};
     if (!nf_engine_create(m, &o, &e, &err)) {
         float h[1024] = {0}, l[1024];
         int32_t t = 1;
@@ -529,11 +530,31 @@ static void speculation(const char *tmp, const char *name, const char *recipe)
      * token (backend/cpu/cpu.h NF_CPU_STEP_MAX), so they give decoding's bits; before that the f32 tile
      * of the bf16 products (ssm_ba, the fixture's down projections) rounded otherwise and an int8 step
      * downstream tipped a near tie after ~24 tokens */
-    nf_engine_opts o = {.threads = 2, .ctx = CTX, .chunk = 16, .max_seqs = 2}; /* slot 1: sampled()'s copy */
+    nf_engine_opts o = {.mtp = 1, .threads = 2, .ctx = CTX, .chunk = 16, .max_seqs = 2}; /* slot 1: sampled()'s copy */
     if (!nf_engine_create(m, &o, &e, &err)) {
         machinery(e, prompt, 40, what);
         generation(e, prompt, what);
         if (!strcmp(name, "qwen3_next") && !strcmp(recipe, "bf16")) sampled(e, prompt, 40), sampled_q(e, prompt, 40);
+        nf_engine_free(e);
+    }
+    /* without nf_engine_opts.mtp the block is not loaded: every way in refuses it, naming the option */
+    o.mtp = 0;
+    if (!nf_engine_create(m, &o, &e, &err)) {
+        float h[1024] = {0}, l[1024];
+        int32_t t = 1;
+        CHECK(!nf_engine_has_mtp(e));
+        CHECK(nf_spec_check(e, NF_SPEC_MODE_MTP, 2, &err) == NF_ERR_UNSUPPORTED);
+        CHECK_CONTAINS(err.msg, "nf_engine_opts.mtp");
+        CHECK(m->cfg.hidden <= 1024 && nf_engine_mtp(e, &t, h, 1, 0, 1, l, NULL, &err) == NF_ERR_UNSUPPORTED);
+        CHECK_CONTAINS(err.msg, "nf_engine_opts.mtp");
+        CHECK(e->ops->hidden(e->state, h, &err) == NF_ERR_UNSUPPORTED);
+        nf_sched *s = NULL;
+        uint64_t id;
+        nf_seq_params p = {.sampling = nf_sampler_defaults(), .max_new = 4, .spec_k = 2, .spec_mtp = 1};
+        CHECK(nf_sched_create_engine(e, NULL, &s, &err) == NF_OK);
+        CHECK(s && nf_sched_add(s, prompt, 8, &p, &id, &err) == NF_ERR_UNSUPPORTED);
+        CHECK_CONTAINS(err.msg, "nf_engine_opts.mtp");
+        nf_sched_free(s);
         nf_engine_free(e);
     }
     nf_model_free(m);

@@ -84,7 +84,7 @@ static uint32_t oracle_draft(void *ctx, const int32_t *toks, size_t n, uint32_t 
 /* Each case alone in the engine's session, without speculation (the oracle). */
 static void run_alone(const nf_model *m, scase *c)
 {
-    const nf_engine_opts o = {.threads = 2, .ctx = CTX, .chunk = 16, .page_tokens = 16};
+    const nf_engine_opts o = {.mtp = 1, .threads = 2, .ctx = CTX, .chunk = 16, .page_tokens = 16};
     nf_engine *e;
     nf_error err;
     if (!nf_engine_create(m, &o, &e, &err))
@@ -124,7 +124,7 @@ static void cancel_emit(void *ctx, const nf_seq_event *ev)
 static void run_sched(const nf_model *m, scase *c, unsigned mask, const run_cfg *rc, run_out *out)
 {
     memset(out, 0, sizeof *out);
-    nf_engine_opts o = {.threads = 2, .ctx = CTX, .chunk = 32, .page_tokens = 16, .max_seqs = 4, .kv_pages = rc->kv_pages};
+    nf_engine_opts o = {.mtp = 1, .threads = 2, .ctx = CTX, .chunk = 32, .page_tokens = 16, .max_seqs = 4, .kv_pages = rc->kv_pages};
     nf_engine *e;
     nf_sched *s = NULL;
     nf_error err;
@@ -290,7 +290,7 @@ static void sampled_distribution(const char *path)
     nf_engine *e;
     nf_error err;
     if (nf_model_load(path, &m, &err)) return;
-    nf_engine_opts o = {.threads = 2, .ctx = PMAX + 8, .chunk = 64, .page_tokens = 16, .max_seqs = 16};
+    nf_engine_opts o = {.mtp = 1, .threads = 2, .ctx = PMAX + 8, .chunk = 64, .page_tokens = 16, .max_seqs = 16};
     if (nf_engine_create(m, &o, &e, &err)) {
         nf_model_free(m);
         return;
@@ -358,7 +358,7 @@ static void sampled_mtp(const nf_model *m)
 {
     const uint32_t V = m->cfg.vocab;
     const double temp = 1.5;
-    nf_engine_opts o = {.threads = 2, .ctx = 32, .chunk = 32, .page_tokens = 16, .max_seqs = 16};
+    nf_engine_opts o = {.mtp = 1, .threads = 2, .ctx = 32, .chunk = 32, .page_tokens = 16, .max_seqs = 16};
     nf_engine *e;
     nf_error err;
     if (nf_engine_create(m, &o, &e, &err)) {
