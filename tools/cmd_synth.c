@@ -24,8 +24,8 @@ int nf_cmd_synth(int argc, char **argv)
     int fresh = 0, no_tok = 0, quiet = 0;
     const nf_opt opts[] = {
         {"--geometry", 'g', NF_OPT_STRING, &geometry, "G",
-         "qwen3-30b-a3b, qwen3.5-35b-a3b (MoE part), qwen3.5-35b-a3b-hybrid, qwen3-next-80b-a3b, qwen2-57b-a14b, "
-         "tiny, tiny-qwen2, tiny-hybrid (required)", 0, 0},
+         "qwen3-30b-a3b, qwen3.5-35b-a3b, qwen3-next-80b-a3b (the whole hybrids), qwen3.5-35b-a3b-moe (its MoE part "
+         "on plain attention), qwen2-57b-a14b, tiny, tiny-qwen2, tiny-hybrid (required)", 0, 0},
         {"--recipe", 0, NF_OPT_STRING, &recipe, "R", "bf16, q8q8, q4q6, q4q5, nvfp4 (default bf16)", 0, 0},
         {"--output", 'o', NF_OPT_STRING, &out, "FILE", "the artifact to write (required)", 0, 0},
         {"--layers", 0, NF_OPT_INT, &layers, "N", "decoder layers (default: the geometry's)", 1, 100000},

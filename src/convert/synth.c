@@ -28,7 +28,7 @@
  *   num_experts_per_tok 8, moe_intermediate_size 2560, shared_expert_intermediate_size 20480,
  *   intermediate_size 18944, vocab_size 151936, rope_theta 1e6, rms_norm_eps 1e-6,
  *   max_position_embeddings 32768, norm_topk_prob false, tie_word_embeddings false, q/k/v bias.
- * - Qwen/Qwen3.5-35B-A3B: only its MoE part is reproduced (issue 8): 40 layers, hidden 2048,
+ * - Qwen/Qwen3.5-35B-A3B, MoE part only ("qwen3.5-35b-a3b-moe", issue 8): 40 layers, hidden 2048,
  *   256 experts, 8 routed + 1 shared, expert and shared intermediate 512, vocab 248320 (padded).
  *   Its 3:1 Gated DeltaNet / gated-attention stack has no counterpart in our schema: every layer
  *   here is plain GQA attention of the gated-attention layers' shape (16 q heads, 2 kv heads,
@@ -36,12 +36,13 @@
  *   schema (and of both engines) with a shared expert and its sigmoid gate (Qwen3-Next/3.5's
  *   shared expert has the same gate); as the schema has it for qwen2_moe, q/k/v carry biases and
  *   there is no q/k norm. norm_topk_prob true (Qwen3-Next's sparse block).
- * - Qwen/Qwen3.5-35B-A3B whole ("qwen3.5-35b-a3b-hybrid", arch qwen3_5_moe; transformers'
+ * - Qwen/Qwen3.5-35B-A3B whole ("qwen3.5-35b-a3b", arch qwen3_5_moe; transformers'
  *   Qwen3_5MoeTextConfig defaults, which are that model's text config): the geometry above, plus 3 of
  *   every 4 layers Gated DeltaNet (linear_num_key_heads 16, linear_num_value_heads 32, key and value
  *   head dims 128, conv kernel 4), the other 10 gated attention with partial rotary 0.25 (64 of 256
- *   dims), q/k norm, no biases, rope_theta 1e7. The name "qwen3.5-35b-a3b" stays the MoE-only stand-in
- *   above (the earlier GPU benchmarks' model).
+ *   dims), q/k norm, no biases, rope_theta 1e7. The MoE-only stand-in above is "qwen3.5-35b-a3b-moe" (the
+ *   earlier GPU benchmarks' model, "qwen3.5-35b-a3b" before the whole model took the name; the whole
+ *   model was "qwen3.5-35b-a3b-hybrid" in the logs of 2026-12-06 .. 07).
  * - Qwen/Qwen3-Next-80B-A3B ("qwen3-next-80b-a3b", arch qwen3_next; Qwen3NextConfig defaults): 48
  *   layers, hidden 2048, 512 experts top-10, expert and shared intermediate 512, vocab 151936, the
  *   same GDN / gated-attention shapes, rope_theta 1e7 (the published config's; the class default is
@@ -52,8 +53,8 @@
 static const nf_synth_geometry geometries[] = {
 #define NO_GDN 0, 0, 0, 0, 0, 0, 0
     {"qwen3-30b-a3b", "qwen3_moe", 2048, 48, 32, 4, 128, 151936, 128, 8, 768, 0, 6144, 40960, 1e6, 1e-6f, 0, 0, 1, 1, NO_GDN},
-    {"qwen3.5-35b-a3b", "qwen2_moe", 2048, 40, 16, 2, 256, 248320, 256, 8, 512, 512, 0, 262144, 1e7, 1e-6f, 0, 1, 0, 1, NO_GDN},
-    {"qwen3.5-35b-a3b-hybrid", "qwen3_5_moe", 2048, 40, 16, 2, 256, 248320, 256, 8, 512, 512, 0, 262144, 1e7, 1e-6f, 0, 0, 1,
+    {"qwen3.5-35b-a3b-moe", "qwen2_moe", 2048, 40, 16, 2, 256, 248320, 256, 8, 512, 512, 0, 262144, 1e7, 1e-6f, 0, 1, 0, 1, NO_GDN},
+    {"qwen3.5-35b-a3b", "qwen3_5_moe", 2048, 40, 16, 2, 256, 248320, 256, 8, 512, 512, 0, 262144, 1e7, 1e-6f, 0, 0, 1,
      1, 4, 64, 16, 32, 128, 128, 4},
     {"qwen3-next-80b-a3b", "qwen3_next", 2048, 48, 16, 2, 256, 151936, 512, 10, 512, 512, 0, 262144, 1e7, 1e-6f, 0, 0, 1, 1,
      4, 64, 16, 32, 128, 128, 4},

@@ -6,7 +6,7 @@
 #
 #   bash tests/cuda/run_hybrid_cuda.sh LOGDIR tests     the GDN kernels, the attention, the hybrid engine tests
 #   bash tests/cuda/run_hybrid_cuda.sh LOGDIR regress   test_engine_cuda and test_batch_cuda (the other models)
-#   bash tests/cuda/run_hybrid_cuda.sh LOGDIR q4q6      synth qwen3.5-35b-a3b-hybrid q4q6, `run`, bench e2e
+#   bash tests/cuda/run_hybrid_cuda.sh LOGDIR q4q6      synth qwen3.5-35b-a3b q4q6, `run`, bench e2e
 #   bash tests/cuda/run_hybrid_cuda.sh LOGDIR nvfp4     the same in nvfp4
 #   bash tests/cuda/run_hybrid_cuda.sh LOGDIR next      qwen3-next-80b-a3b (8 of its 48 layers: disk), run + bench
 #
@@ -49,7 +49,7 @@ regress)
   ;;
 q4q6 | nvfp4)
   f=$M/qwen35-hybrid-$PART.nf
-  [ -f "$f" ] || step "synth-$PART" "$N" synth -g qwen3.5-35b-a3b-hybrid --recipe "$PART" -o "$f" -q
+  [ -f "$f" ] || step "synth-$PART" "$N" synth -g qwen3.5-35b-a3b --recipe "$PART" -o "$f" -q
   bench "$f" "qwen35-$PART"
   rm -f "$f"
   ;;
