@@ -76,8 +76,11 @@ const nf_synth_geometry *nf_synth_geometry_find(const char *name)
 
 const char *nf_synth_geometry_names(void)
 {
-    return "qwen3-30b-a3b, qwen3.5-35b-a3b, qwen3.5-35b-a3b-hybrid, qwen3-next-80b-a3b, qwen2-57b-a14b, tiny, "
-           "tiny-qwen2, tiny-hybrid";
+    static char names[256]; /* from the table, so it cannot go stale */
+    if (!names[0])
+        for (size_t i = 0, at = 0; i < sizeof geometries / sizeof geometries[0] && at < sizeof names; i++)
+            at += (size_t)snprintf(names + at, sizeof names - at, "%s%s", i ? ", " : "", geometries[i].name);
+    return names;
 }
 
 static int is_linear(const nf_synth_geometry *g, uint32_t l) { return g->attn_every && (l + 1) % g->attn_every != 0; }
