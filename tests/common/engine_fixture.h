@@ -124,12 +124,12 @@ static inline int fx_convert(const char *src, const char *recipe, const char *ou
     nf_plan p;
     nf_error e;
     if (nf_plan_build(src, &o, &p, &e)) {
-        CHECK_MSG(0, "plan %s (%s): %s", src, recipe, e.msg);
+        CHECK_MSG(0, "plan %s (%s): %s", src, recipe ? recipe : "the source's codecs", e.msg);
         return 0;
     }
     nf_status st = nf_convert_run(&p, out, &o, NULL, &e);
     nf_plan_free(&p);
-    CHECK_MSG(st == NF_OK, "convert %s (%s): %s", src, recipe, e.msg);
+    CHECK_MSG(st == NF_OK, "convert %s (%s): %s", src, recipe ? recipe : "the source's codecs", e.msg);
     return st == NF_OK;
 }
 

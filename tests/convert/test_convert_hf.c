@@ -262,6 +262,45 @@ static void check_nvfp4_source(const char *dir, int modelopt)
     nf_artifact_close(a);
 }
 
+/* NVFP4 checkpoints of a Qwen3.5-MoE hybrid (tests/oracle/hybrid_nvfp4_fixture.py; compressed-tensors
+ * NVFP4A16 and ModelOpt W4A4 of the same bytes): routed and shared experts and the gated attention in
+ * nvfp4 (AllowA4 only where the source has input scales), what the ignore list names (the GDN
+ * projections, routers, the shared expert's gate, lm_head) in bf16, the planes bit-exact against
+ * compressed-tensors' dequantization. test_oracle_tiny runs both against transformers. */
+static void check_nvfp4_hybrid(const char *dir, int modelopt)
+{
+    char out[512];
+    snprintf(out, sizeof out, "%s/nvh%d.nf", tmpdir, modelopt);
+    nf_error err = {0};
+    CHECK_MSG(convert(dir, NULL, 0, out, &err) == NF_OK, "%s", err.msg);
+    nf_artifact *a = NULL;
+    nf_st_set *e = NULL;
+    CHECK(nf_artifact_open(out, &a, NULL) == NF_OK);
+    CHECK(nf_st_set_open(NF_TEST_DATA "/fixtures/convert/expected_hybrid.safetensors", &e, NULL) == NF_OK);
+    if (!a || !e) return;
+    static const char *const fp4[] = {"blk.0.ffn_gate_up_exps", "blk.0.ffn_down_exps", "blk.0.ffn_gate_up_shexp",
+                                      "blk.1.ffn_down_shexp", "blk.1.attn_q", "blk.1.attn_gate", "blk.1.attn_k",
+                                      "blk.1.attn_v", "blk.1.attn_output"};
+    static const char *const b16[] = {"blk.0.ssm_qkv", "blk.0.ssm_z", "blk.0.ssm_ba", "blk.0.ssm_out", "output"};
+    for (size_t i = 0; i < sizeof fp4 / sizeof fp4[0]; i++) {
+        const nf_tensor *t = nf_artifact_find_tensor(a, fp4[i]);
+        CHECK_MSG(t && t->desc.codec == NF_CODEC_NVFP4 && !(t->desc.flags & NF_TENSOR_ALLOW_A4) == !modelopt,
+                  "%s: nvfp4%s", fp4[i], modelopt ? " with AllowA4" : " without AllowA4");
+    }
+    for (size_t i = 0; i < sizeof b16 / sizeof b16[0]; i++) {
+        const nf_tensor *t = nf_artifact_find_tensor(a, b16[i]);
+        CHECK_MSG(t && t->desc.codec == NF_CODEC_BF16, "%s: bf16 (the ignore list)", b16[i]);
+    }
+    if (!modelopt) { /* ModelOpt's divisor is 1 / weight_scale_2, an ulp off the global scale (its values: test_oracle_tiny) */
+        CHECK(rows_match(a, "blk.0.ffn_gate_up_exps", (2 * 2 + 1) * 128,
+                         nf_st_set_find(e, "model.layers.0.mlp.experts.2.up_proj.dequant"), 0));
+        CHECK(rows_match(a, "blk.1.ffn_down_shexp", 0, nf_st_set_find(e, "model.layers.1.mlp.shared_expert.down_proj.dequant"),
+                         0));
+    }
+    nf_st_set_close(e);
+    nf_artifact_close(a);
+}
+
 /* ModelOpt and compressed-tensors hold the same packed bytes: the data and scale planes agree. */
 static void check_modelopt_planes(void)
 {
@@ -468,6 +507,8 @@ int main(void)
     check_other_archs();
     check_nvfp4_source(NF_TEST_DATA "/fixtures/convert/ct_nvfp4", 0);
     check_nvfp4_source(NF_TEST_DATA "/fixtures/convert/modelopt_nvfp4", 1);
+    check_nvfp4_hybrid(NF_TEST_DATA "/fixtures/convert/ct_nvfp4_hybrid", 0);
+    check_nvfp4_hybrid(NF_TEST_DATA "/fixtures/convert/modelopt_nvfp4_hybrid", 1);
     check_modelopt_planes();
     check_refusals();
     check_qkv_bias();

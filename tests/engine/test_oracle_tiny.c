@@ -20,7 +20,15 @@
  * 130-token prompt: three of transformers' 64-token GDN chunks, the last ragged; the
  * engine prefills it in forwards of 16 tokens, so the conv and delta-rule states carry across 9
  * forwards before the 32 decode steps. q4q5 joins their quantized recipes (their GDN projections
- * take the attention codecs). */
+ * take the attention codecs).
+ *
+ * NVFP4 checkpoints of a hybrid (tests/oracle/hybrid_nvfp4_fixture.py: a Qwen3.5-MoE text model whose
+ * routed and shared experts and gated-attention projections are NVFP4, its GDN projections, routers and
+ * head bf16 by the ignore list; compressed-tensors NVFP4A16 and the same bytes as ModelOpt W4A4),
+ * converted keeping their codecs: the reference is transformers in fp32 on compressed-tensors' own
+ * dequantization of every NVFP4 matrix, so the engine (which decodes the same values exactly and
+ * computes in f32; the CPU has no four-bit activations, W4A4 weights run W4A16) is held to the bf16
+ * recipe's bounds: every position and greedy step within rel-L2 1e-4, greedy 32/32. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -128,6 +136,38 @@ static void test_model(const char *name, const char *tmp)
     nf_npy_free(&r.prompt), nf_npy_free(&r.logits), nf_npy_free(&r.greedy), nf_npy_free(&r.glogits);
 }
 
+static void test_nvfp4_hybrid(const char *name, const char *tmp)
+{
+    char dir[1024], refdir[1024], out[1200];
+    snprintf(dir, sizeof dir, "%s/fixtures/convert/%s", NF_TEST_DATA, name);
+    snprintf(refdir, sizeof refdir, "%s/fixtures/convert/ct_nvfp4_hybrid", NF_TEST_DATA);
+    snprintf(out, sizeof out, "%s/%s.nf", tmp, name);
+    refs r;
+    if (!load_npy(refdir, "ref_prompt.npy", &r.prompt) || !load_npy(refdir, "ref_logits.npy", &r.logits) ||
+        !load_npy(refdir, "ref_greedy.npy", &r.greedy) || !load_npy(refdir, "ref_greedy_logits.npy", &r.glogits) ||
+        !fx_convert(dir, NULL, out))
+        return;
+    const size_t P = r.prompt.count, G = r.greedy.count, V = r.logits.shape[1];
+    float *pre = malloc(P * V * sizeof(float)), *gl = malloc(G * V * sizeof(float));
+    int32_t *greedy = malloc(G * sizeof(int32_t)), *ids = malloc(P * sizeof(int32_t));
+    for (size_t i = 0; i < P; i++) ids[i] = (int32_t)nf_npy_get_f64(&r.prompt, i);
+    const int modes[2] = {FX_FAST, FX_REFERENCE};
+    for (int k = 0; k < 2; k++) {
+        fx_run_greedy(out, modes[k], 16, ids, P, G, pre, greedy, gl);
+        const double wp = fx_worst_rows(pre, r.logits.data, P, V), wg = fx_worst_rows(gl, r.glogits.data, G, V);
+        size_t same = 0;
+        while (same < G && greedy[same] == (int32_t)nf_npy_get_f64(&r.greedy, same)) same++;
+        printf("%-22s %s path: prefill rel-L2 (worst position) %.2e, decode %.2e, greedy %zu/%zu tokens equal\n", name,
+               k ? "reference" : "fast", wp, wg, same, G);
+        CHECK_MSG(wp <= 1e-4, "%s: prefill logits rel-L2 %.3g > 1e-4", name, wp);
+        CHECK_MSG(wg <= 1e-4, "%s: greedy-step logits rel-L2 %.3g > 1e-4", name, wg);
+        CHECK_MSG(same == G, "%s: greedy continuation differs from transformers at token %zu", name, same);
+    }
+    remove(out);
+    free(pre), free(gl), free(greedy), free(ids);
+    nf_npy_free(&r.prompt), nf_npy_free(&r.logits), nf_npy_free(&r.greedy), nf_npy_free(&r.glogits);
+}
+
 int main(void)
 {
     char tmp[] = "/tmp/nf_oracle_tiny_XXXXXX";
@@ -140,6 +180,8 @@ int main(void)
                             "llama",     "qwen3_next",      "qwen3_5_moe_text", "qwen3_5_moe",
                             "qwen3_next_moe"};
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) test_model(models[i], tmp);
+    test_nvfp4_hybrid("ct_nvfp4_hybrid", tmp);
+    test_nvfp4_hybrid("modelopt_nvfp4_hybrid", tmp);
     rmdir(tmp);
     return nf_test_report();
 }
