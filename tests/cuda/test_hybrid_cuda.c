@@ -15,6 +15,8 @@
  *     slots 2, 0, 1, the last two steps decode-only), and the same plan with no_graphs bit-identical;
  *   - the slot contract's refusals (hybrid_slots.h);
  *   - synth's tiny-hybrid in the q4q6 and nvfp4 recipes against the CPU engine (check_synth);
+ *   - NVFP4 checkpoints of a Qwen3.5-MoE hybrid, compressed-tensors W4A16 and ModelOpt W4A4, against the
+ *     CPU engine (check_nvfp4_checkpoint);
  *   - a state slot copied to its spare and back on the device (backend slot_copy, speculation's
  *     rollback): re-running the tokens after a restore gives the logits of the first run, to the bit;
  *     the copy carries the slot's position (a forward past it is refused);
@@ -514,6 +516,52 @@ static void check_slot_copy(const nf_model *m, const char *name)
     nf_engine_free(e);
 }
 
+/* NVFP4 checkpoints of a Qwen3.5-MoE hybrid (tests/fixtures/convert/ct_nvfp4_hybrid, modelopt_nvfp4_hybrid:
+ * experts, shared expert and gated attention nvfp4 in whole 128-row tiles, GDN projections bf16), converted keeping their
+ * codecs. The compressed-tensors one is W4A16 on both engines: the GPU against the CPU engine to the
+ * first routing flip with the bf16 bounds (the weights are exact on both; the same rounding sites),
+ * greedy equal but at a near-tie. The ModelOpt one carries input scales, so the GPU runs its experts
+ * W4A4 (four-bit activations with e4m3 block scales: ~10 % error an activation, far beyond the bf16
+ * bounds) while the CPU runs W4A16: only a guard is held (median row within rel-L2 0.5: a lost input
+ * divisor or a wrong FP4 encoding moves the logits by their own size), the figures printed. */
+static void check_nvfp4_checkpoint(const char *name, int w4a4, const char *tmp)
+{
+    char dir[1024], out[1200];
+    snprintf(dir, sizeof dir, "%s/fixtures/convert/%s", fx_data_dir(), name);
+    snprintf(out, sizeof out, "%s/%s.nf", tmp, name);
+    nf_model *m;
+    nf_error e;
+    if (!fx_convert(dir, NULL, out) || nf_model_load(out, &m, &e)) return;
+    enum { NP = 80, NG = 8 };
+    const size_t V = m->cfg.vocab, TR = (NP + NG) * m->cfg.layers * m->cfg.top_k * 4;
+    int32_t ids[NP];
+    for (int i = 0; i < NP; i++) ids[i] = (int32_t)((i * 7919u + 13u) % V);
+    run_out r[2];
+    for (int i = 0; i < 2; i++) r[i] = (run_out){malloc(NP * V * 4), malloc(NG * V * 4), malloc(NG * 4), malloc(TR)};
+    if (run(m, "cpu", 1, 0, 16, ids, NP, NG, &r[0]) && run(m, "cuda", 1, 0, 16, ids, NP, NG, &r[1])) {
+        double med, worst;
+        printf("%s (%s on the GPU):\n", name, w4a4 ? "W4A4" : "W4A16");
+        if (w4a4) {
+            rows_vs("prefill vs cpu (W4A16)", r[1].pre, r[0].pre, NP, V, NULL, &med, &worst);
+            CHECK_MSG(med <= 0.5, "%s: W4A4 prefill median rel-L2 %.3g against the cpu's W4A16 > 0.5", name, med);
+        } else {
+            const size_t f = agreed_rows(m, name, &r[1], &r[0], NP + NG - 1, NULL), fg = f < NP ? 0 : f - NP + 1;
+            const size_t gc = common_steps(r[1].greedy, r[0].greedy, NG);
+            double med1, worst1;
+            rows_vs("prefill vs cpu", r[1].pre, r[0].pre, f < NP ? f : NP, V, NULL, &med, &worst);
+            rows_vs("decode vs cpu", r[1].gl, r[0].gl, gc < fg ? gc : fg, V, NULL, &med1, &worst1);
+            CHECK_MSG(f >= MIN_ROWS, "%s: routing differs from the cpu's from row %zu", name, f);
+            CHECK_MSG(med <= MEDIAN_BOUND && worst <= EACH_BOUND && worst1 <= EACH_BOUND,
+                      "%s: prefill median %.3g (bound %.3g), worst %.3g / decode worst %.3g (bound %.3g)", name, med,
+                      MEDIAN_BOUND, worst, worst1, EACH_BOUND);
+            greedy_vs(name, "the cpu engine", &r[1], r[0].greedy, r[0].gl, NG, V);
+        }
+    }
+    for (int i = 0; i < 2; i++) free(r[i].pre), free(r[i].gl), free(r[i].greedy), free(r[i].trace);
+    nf_model_free(m);
+    remove(out);
+}
+
 /* synth's tiny-hybrid (qwen3_next: 3 GDN layers of dk = dv = 64 and a gated attention layer of head
  * dim 128 rotating 32 dims, which takes the tensor-core prefill attention; rows of 256, so every recipe
  * applies without the tiny fixtures' bf16 fallbacks) in a quantized recipe: a 40-token prompt in chunks
@@ -604,6 +652,8 @@ int main(void)
     }
     check_synth("q4q6", tmp);
     check_synth("nvfp4", tmp);
+    check_nvfp4_checkpoint("ct_nvfp4_hybrid", 0, tmp);
+    check_nvfp4_checkpoint("modelopt_nvfp4_hybrid", 1, tmp);
     rmdir(tmp);
     return nf_test_report();
 }

@@ -50,6 +50,26 @@ def ct_dequant(packed, scale8, g, n, k):
                       args=ARGS, global_scale=g, dtype=torch.float32)
 
 
+def write_pair(cfg, ct, mo, ct_dir, mo_dir, ignore, exclude, metadata=None):
+    """The compressed-tensors folder (config.json's quantization_config with `ignore`) and the ModelOpt one
+    (hf_quant_config.json with `exclude`), each config.json from cfg and its tensors in model.safetensors."""
+    for d, tensors, is_ct in ((ct_dir, ct, True), (mo_dir, mo, False)):
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        cfg.save_pretrained(d)
+        c = json.load(open(os.path.join(d, "config.json")))
+        c.pop("_attn_implementation", None)
+        if is_ct:
+            c["quantization_config"] = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+                                        "ignore": ignore}
+        json.dump(c, open(os.path.join(d, "config.json"), "w"), indent=1)
+        if not is_ct:
+            json.dump({"producer": {"name": "modelopt"}, "quantization": {
+                "quant_algo": "NVFP4", "group_size": 16, "exclude_modules": exclude}},
+                open(os.path.join(d, "hf_quant_config.json"), "w"), indent=1)
+        save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(d, "model.safetensors"), metadata=metadata)
+
+
 def main():
     torch.manual_seed(7)
     cfg = transformers.Qwen3MoeConfig(
@@ -112,21 +132,8 @@ def main():
         expected[m + ".mo_divisor"] = (torch.tensor(1.0, dtype=torch.float32) / ws2).reshape(1)
         expected[m + ".global"] = gs
         expected[m + ".input_global"] = igs
-    for name, tensors in (("ct_nvfp4", ct), ("modelopt_nvfp4", mo)):
-        d = os.path.join(OUT, name)
-        shutil.rmtree(d, ignore_errors=True)
-        os.makedirs(d)
-        cfg.save_pretrained(d)
-        c = json.load(open(os.path.join(d, "config.json")))
-        if name == "ct_nvfp4":
-            c["quantization_config"] = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
-                                        "ignore": ["lm_head", "re:.*mlp.gate$"]}
-        json.dump(c, open(os.path.join(d, "config.json"), "w"), indent=1)
-        if name == "modelopt_nvfp4":
-            json.dump({"producer": {"name": "modelopt"}, "quantization": {
-                "quant_algo": "NVFP4", "group_size": 16, "exclude_modules": ["lm_head", "*mlp.gate"]}},
-                open(os.path.join(d, "hf_quant_config.json"), "w"), indent=1)
-        save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(d, "model.safetensors"))
+    write_pair(cfg, ct, mo, os.path.join(OUT, "ct_nvfp4"), os.path.join(OUT, "modelopt_nvfp4"),
+               ["lm_head", "re:.*mlp.gate$"], ["lm_head", "*mlp.gate"])
     save_file(expected, os.path.join(OUT, "expected.safetensors"))
     print("wrote", OUT)
 

@@ -21,10 +21,7 @@ ragged 64-token GDN chunk of transformers; ref_logits.npy, ref_greedy.npy, ref_g
 greedy steps) from transformers in fp32 with every NVFP4 matrix replaced by compressed-tensors' own
 float32 dequantization of it; expected_hybrid.safetensors beside the folders: that dequantization for
 two modules (<module>.dequant) to hold the imported planes to, bit for bit."""
-import copy
-import json
 import os
-import shutil
 import sys
 
 import numpy as np
@@ -98,29 +95,14 @@ def main():
     tm.PROMPT_LEN = PROMPT
     with torch.no_grad():
         prompt, logits, greedy, glog = tm.reference(ref_model, cfg.vocab_size, 12)
-    for name, tensors in (("ct_nvfp4_hybrid", ct), ("modelopt_nvfp4_hybrid", mo)):
-        d = os.path.join(OUT, name)
-        shutil.rmtree(d, ignore_errors=True)
-        os.makedirs(d)
-        cfg.save_pretrained(d)
-        c = json.load(open(os.path.join(d, "config.json")))
-        c.pop("_attn_implementation", None)
-        if name == "ct_nvfp4_hybrid":
-            c["quantization_config"] = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
-                                        "ignore": IGNORE}
-        json.dump(c, open(os.path.join(d, "config.json"), "w"), indent=1)
-        if name == "modelopt_nvfp4_hybrid":
-            json.dump({"producer": {"name": "modelopt"}, "quantization": {
-                "quant_algo": "NVFP4", "group_size": 16,
-                "exclude_modules": ["lm_head", "*mlp.gate", "*shared_expert_gate", "*linear_attn*"]}},
-                open(os.path.join(d, "hf_quant_config.json"), "w"), indent=1)
-        save_file({k: v.contiguous() for k, v in sorted(tensors.items())}, os.path.join(d, "model.safetensors"),
-                  metadata={"format": "pt"})
-        if name == "ct_nvfp4_hybrid":  # the modelopt copy holds the same weights (its divisors within an ulp)
-            np.save(os.path.join(d, "ref_prompt.npy"), prompt)
-            np.save(os.path.join(d, "ref_logits.npy"), logits.astype(np.float32))
-            np.save(os.path.join(d, "ref_greedy.npy"), greedy)
-            np.save(os.path.join(d, "ref_greedy_logits.npy"), glog)
+    ct_dir = os.path.join(OUT, "ct_nvfp4_hybrid")
+    cf.write_pair(cfg, ct, mo, ct_dir, os.path.join(OUT, "modelopt_nvfp4_hybrid"), IGNORE,
+                  ["lm_head", "*mlp.gate", "*shared_expert_gate", "*linear_attn*"], metadata={"format": "pt"})
+    # the references beside the compressed-tensors copy (the ModelOpt one holds the same weights, its
+    # divisors within an ulp)
+    for f, v in (("ref_prompt", prompt), ("ref_logits", logits.astype(np.float32)), ("ref_greedy", greedy),
+                 ("ref_greedy_logits", glog)):
+        np.save(os.path.join(ct_dir, f + ".npy"), v)
     save_file(expected, os.path.join(OUT, "expected_hybrid.safetensors"))
     print("wrote", OUT, "logit std", float(logits.std()), "greedy", logits.argmax(-1)[:8].tolist())
 
