@@ -442,7 +442,7 @@ static void publish(nf_sched *s, seq *q)
 static nf_status snapshot(nf_sched *s, seq *q, nf_error *err)
 {
     const uint32_t pt = s->o.page_tokens;
-    if (!s->o.state_slots || s->o.no_prefix_cache || !s->o.state_snaps || q->slot == NO_SLOT || q->n_draft ||
+    if (!nf_sched_snapshots(s) || q->slot == NO_SLOT || q->n_draft ||
         !q->n_cached || q->n_cached % pt || q->n_published == UINT32_MAX || q->n_published < q->n_cached / pt)
         return NF_OK;
     const uint32_t page = q->pages[q->n_cached / pt - 1];

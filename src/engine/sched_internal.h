@@ -97,6 +97,12 @@ typedef struct plan {
     uint32_t T, S;
 } plan;
 
+/* The hybrids' prefix cache takes state snapshots (docs/sched.md "The prefix cache for hybrids"). */
+static inline int nf_sched_snapshots(const nf_sched *s)
+{
+    return s->o.state_slots && !s->o.no_prefix_cache && s->o.state_snaps;
+}
+
 /* q drafts with the MTP block */
 static inline int nf_sched_mtp_seq(const nf_sched *s, const seq *q) { return s->o.mtp_hidden && q->spec_mtp && q->spec_k; }
 

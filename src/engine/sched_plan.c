@@ -134,8 +134,8 @@ static int match(nf_sched *s, seq *q, uint32_t *snap)
     const uint32_t pt = s->o.page_tokens;
     *snap = NF_KVPOOL_NONE;
     if (s->o.no_prefix_cache || nf_sched_mtp_seq(s, q)) return 0;
-    if (s->o.state_slots && match_state(s, q, snap)) return 1;
     if (!s->o.state_slots) q->n_pages = (uint32_t)nf_kvpool_match(s->pool, q->toks, q->n, q->pages, s->page_stride);
+    else if (match_state(s, q, snap)) return 1;
     q->n_published = q->n_pages;
     q->n_cached = (size_t)q->n_pages * pt;
     if (q->n_cached == q->n) q->n_cached--; /* its last token is fed again: the sampler needs its logits */
@@ -198,7 +198,7 @@ static int admit(nf_sched *s, seq *q, nf_sched_step_info *info)
  * matched without one, then the deepest restorable boundary of its tokens); 0: nowhere. */
 static size_t snap_cut(const nf_sched *s, const seq *q)
 {
-    if (!s->o.state_slots || s->o.no_prefix_cache || !s->o.state_snaps) return 0;
+    if (!nf_sched_snapshots(s)) return 0;
     return q->snap_cut > q->n_cached ? q->snap_cut : restorable(s, q);
 }
 

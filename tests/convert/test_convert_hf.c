@@ -207,17 +207,26 @@ static float exp_scalar(const nf_st_set *e, const char *m, const char *sfx)
     return v;
 }
 
+/* An NVFP4 source converted keeping its codecs to tmpdir/<name>, opened with the oracle's expected values
+ * (fixtures/convert/<expected>); 0 when either is missing (failed CHECKs). */
+static int convert_nvfp4(const char *dir, const char *name, const char *expected, nf_artifact **a, nf_st_set **e)
+{
+    char out[512], exp_path[512];
+    snprintf(out, sizeof out, "%s/%s", tmpdir, name);
+    snprintf(exp_path, sizeof exp_path, "%s/fixtures/convert/%s", NF_TEST_DATA, expected);
+    nf_error err = {0};
+    *a = NULL, *e = NULL;
+    CHECK_MSG(convert(dir, NULL, 0, out, &err) == NF_OK, "%s", err.msg);
+    CHECK(nf_artifact_open(out, a, NULL) == NF_OK);
+    CHECK(nf_st_set_open(exp_path, e, NULL) == NF_OK);
+    return *a && *e;
+}
+
 static void check_nvfp4_source(const char *dir, int modelopt)
 {
-    char out[512];
-    snprintf(out, sizeof out, "%s/nv%d.nf", tmpdir, modelopt);
-    nf_error err = {0};
-    CHECK_MSG(convert(dir, NULL, 0, out, &err) == NF_OK, "%s", err.msg);
-    nf_artifact *a = NULL;
-    nf_st_set *e = NULL;
-    CHECK(nf_artifact_open(out, &a, NULL) == NF_OK);
-    CHECK(nf_st_set_open(NF_TEST_DATA "/fixtures/convert/expected.safetensors", &e, NULL) == NF_OK);
-    if (!a || !e) return;
+    nf_artifact *a;
+    nf_st_set *e;
+    if (!convert_nvfp4(dir, modelopt ? "nv1.nf" : "nv0.nf", "expected.safetensors", &a, &e)) return;
     const nf_tensor *gu = nf_artifact_find_tensor(a, "blk.0.ffn_gate_up_exps");
     const nf_tensor *dn = nf_artifact_find_tensor(a, "blk.0.ffn_down_exps");
     CHECK(gu && dn && gu->desc.codec == NF_CODEC_NVFP4 && gu->desc.divisors == 8 && dn->desc.divisors == 4);
@@ -269,15 +278,9 @@ static void check_nvfp4_source(const char *dir, int modelopt)
  * compressed-tensors' dequantization. test_oracle_tiny runs both against transformers. */
 static void check_nvfp4_hybrid(const char *dir, int modelopt)
 {
-    char out[512];
-    snprintf(out, sizeof out, "%s/nvh%d.nf", tmpdir, modelopt);
-    nf_error err = {0};
-    CHECK_MSG(convert(dir, NULL, 0, out, &err) == NF_OK, "%s", err.msg);
-    nf_artifact *a = NULL;
-    nf_st_set *e = NULL;
-    CHECK(nf_artifact_open(out, &a, NULL) == NF_OK);
-    CHECK(nf_st_set_open(NF_TEST_DATA "/fixtures/convert/expected_hybrid.safetensors", &e, NULL) == NF_OK);
-    if (!a || !e) return;
+    nf_artifact *a;
+    nf_st_set *e;
+    if (!convert_nvfp4(dir, modelopt ? "nvh1.nf" : "nvh0.nf", "expected_hybrid.safetensors", &a, &e)) return;
     static const char *const fp4[] = {"blk.0.ffn_gate_up_exps", "blk.0.ffn_down_exps", "blk.0.ffn_gate_up_shexp",
                                       "blk.1.ffn_down_shexp", "blk.1.attn_q", "blk.1.attn_gate", "blk.1.attn_k",
                                       "blk.1.attn_v", "blk.1.attn_output"};

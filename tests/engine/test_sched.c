@@ -168,6 +168,22 @@ static nf_status toy_copy(void *state, uint32_t dst, uint32_t src, nf_error *err
     return NF_OK;
 }
 
+/* The toy's page slots: nothing written yet (position -1). */
+static void toy_pages(toy *t)
+{
+    const size_t n = (size_t)t->pages * t->pt;
+    t->tok = calloc(n, sizeof *t->tok);
+    t->pos = malloc(n * sizeof *t->pos);
+    if (t->pos) memset(t->pos, 0xff, n * sizeof *t->pos);
+}
+
+static void toy_free(toy *t)
+{
+    free(t->tok);
+    free(t->pos);
+    free(t->held);
+}
+
 static nf_status toy_slot_copy(void *state, uint32_t dst, uint32_t src, nf_error *err)
 {
     toy *t = state;
@@ -447,10 +463,8 @@ static outcome run(const scenario *sc, const nf_tokenizer *tok, record *rec, lon
     toy t = {.pages = sc->kv_pages, .pt = sc->pt, .chunk = sc->chunk, .max_seqs = sc->max_seqs, .ctx = sc->ctx,
              .device = sc->device, .recurrent = sc->recurrent,
              .snaps = sc->recurrent && sc->prefix_cache ? (sc->snaps ? sc->snaps : 8) : 0};
-    t.tok = calloc((size_t)t.pages * t.pt, sizeof *t.tok);
-    t.pos = malloc((size_t)t.pages * t.pt * sizeof *t.pos);
+    toy_pages(&t);
     t.held = calloc((size_t)t.max_seqs * V, sizeof *t.held);
-    memset(t.pos, 0xff, (size_t)t.pages * t.pt * sizeof *t.pos);
     nf_sched_backend be = {.state = &t, .forward = toy_forward, .logits = sc->device ? toy_logits : NULL,
                            .topk = sc->device ? toy_topk : NULL, .copy_page = toy_copy,
                            .slot_copy = sc->recurrent ? toy_slot_copy : NULL};
@@ -476,9 +490,7 @@ static outcome run(const scenario *sc, const nf_tokenizer *tok, record *rec, lon
     out.pool = nf_kvpool_get_stats(pool);
     out.forwards = t.forwards;
     nf_sched_free(s);
-    free(t.tok);
-    free(t.pos);
-    free(t.held);
+    toy_free(&t);
     return out;
 }
 
@@ -579,9 +591,7 @@ static void scenarios(const nf_tokenizer *tok)
 static void limits(void)
 {
     toy t = {.pages = 3, .pt = 4, .chunk = 8, .max_seqs = 2, .ctx = 64};
-    t.tok = calloc(12, sizeof *t.tok);
-    t.pos = malloc(12 * sizeof *t.pos);
-    memset(t.pos, 0xff, 12 * sizeof *t.pos);
+    toy_pages(&t);
     nf_sched_backend be = {.state = &t, .forward = toy_forward, .copy_page = toy_copy};
     nf_sched_opts o = {.vocab = VOCAB, .ctx = 64, .chunk = 8, .max_seqs = 2, .page_tokens = 4, .kv_pages = 3};
     nf_sched *s = NULL;
@@ -633,8 +643,7 @@ static void limits(void)
     z.state_snaps = 4; /* and slot_copy (this backend has none) */
     CHECK(nf_sched_create(&be, &z, &s, &e) == NF_ERR_INVALID_ARG && s == NULL);
     CHECK_CONTAINS(e.msg, "needs slot_copy");
-    free(t.tok);
-    free(t.pos);
+    toy_free(&t);
 }
 
 /* Recurrent with the cache: a finished sequence left a 16-token prefix's pages without a snapshot there;
@@ -644,9 +653,7 @@ static void limits(void)
 static void snapshot_wait(void)
 {
     toy t = {.pages = 64, .pt = 4, .chunk = 64, .max_seqs = 8, .ctx = 64, .recurrent = 1, .snaps = 8};
-    t.tok = calloc((size_t)t.pages * t.pt, sizeof *t.tok);
-    t.pos = malloc((size_t)t.pages * t.pt * sizeof *t.pos);
-    memset(t.pos, 0xff, (size_t)t.pages * t.pt * sizeof *t.pos);
+    toy_pages(&t);
     nf_sched_backend be = {.state = &t, .forward = toy_forward, .copy_page = toy_copy, .slot_copy = toy_slot_copy};
     nf_sched_opts o = {.vocab = VOCAB, .ctx = 64, .chunk = 64, .max_seqs = 8, .page_tokens = 4, .kv_pages = 64,
                        .state_slots = 1, .state_snaps = 8};
@@ -683,8 +690,7 @@ static void snapshot_wait(void)
     }
     CHECK_EQ_INT(t.violations, 0);
     nf_sched_free(s);
-    free(t.tok);
-    free(t.pos);
+    toy_free(&t);
 }
 
 int main(void)
