@@ -281,10 +281,8 @@ void nf_moe_ref_token_a4(const nf_moe_ref *m, const nf_moe_ref_a4 *a, const floa
  * scales every routing weight. Other sums take the order-free form
  * gamma_n sum |term| (Higham 4.2: a term passes through at most n roundings), with n counted from the
  * kernels (a miscounted step moves a bound by 2^-24 of its terms' sum):
- *  down_a8.cu, one output element: the scale product (1), up to 4 fmas per span, the routing weight
- *   times the span's dot (1), the lane's sum over its items of this token (at most ceil(spans / 32)
- *   per expert whatever the work list's order: k ceil(I / 1024)), 5 butterflies, the shared expert's
- *   fma (1): 12 + k ceil(I / 1024); its group terms taken per 32 with offsets, else per 16.
+ *  down_a8.cu, one output element: chain_small_down (below); its group terms taken per 32 with
+ *   offsets, else per 16.
  *  f32 dot (gemv.cu: the shared expert, f32 activations, every product-accumulate rounds): a lane
  *   takes pieces of at most 16 elements, pieces lane, lane + 32, ...: at most 16 ceil(c / 512)
  *   fmas, then 5 butterflies: chain_f32 = 16 ceil(c / 512) + 5 (the device decodes a weight with
@@ -300,6 +298,28 @@ double nf_moe_ref_gamma(uint32_t n)
 
 static uint32_t cdiv(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 static uint32_t chain_f32(uint32_t c) { return 16 * cdiv(c, 512) + 5; }
+
+/* The small-token route's down chain, one output element, the longer of its two kernels' (T = 1:
+ * down_a8_kernel; T >= 2: down_rows_kernel, both in down_a8.cu):
+ *  down_a8: the scale product (1), up to 4 fmas per span, the routing weight times the span's dot
+ *   (1), the lane's sum over its items of this token (at most ceil(spans / 32) per expert whatever
+ *   the work list's order: k ceil(I / 1024)), 5 butterflies, the shared expert's fma (1):
+ *   12 + k ceil(I / 1024);
+ *  down_rows: the scale product (1), a lane's fmas over its spans (L lanes a row, rows_lanes: up to
+ *   4 per 64-element k-quant span, 1 per 32-element q8_0 span), log2 L butterflies, y stored in f32,
+ *   the combine's k fmas in j order and the shared expert's (1). */
+static uint32_t rows_lanes(uint32_t spans) { return spans <= 12 ? 4 : spans <= 24 ? 8 : 16; }
+static uint32_t chain_rows(uint32_t spans, uint32_t fmas, uint32_t k)
+{
+    const uint32_t L = rows_lanes(spans);
+    return 1 + fmas * cdiv(spans, L) + (L == 4 ? 2 : L == 8 ? 3 : 4) + k + 1;
+}
+static uint32_t chain_small_down(uint32_t I, uint32_t k)
+{
+    const uint32_t a8 = 12 + k * cdiv(I, 1024), kq = chain_rows(I / 64, 4, k), q8 = chain_rows(I / 32, 1, k);
+    const uint32_t rows = kq > q8 ? kq : q8;
+    return a8 > rows ? a8 : rows;
+}
 
 static double ddot(const float *w, const double *x, uint32_t n)
 {
@@ -598,7 +618,7 @@ void nf_moe_ref_token_a8(const nf_moe_ref *m, const nf_moe_ref_a8 *a8, const flo
      * expert's on int8 activations: S / 16), y stored f32, the combine's k fmas in j order and the
      * shared expert's (1), with 2 to spare */
     const uint32_t nf = a8->shared_a8 && S > I ? S : I;
-    const double gd = nf_moe_ref_gamma(a8->route ? 1 + nf / 16 + k + 3 : 12 + k * cdiv(I, 1024));
+    const double gd = nf_moe_ref_gamma(a8->route ? 1 + nf / 16 + k + 3 : chain_small_down(I, k));
     const uint32_t ib = I / 32, hb = H / 32;
     for (uint32_t j = 0; j < k; j++) {
         const size_t e = (size_t)ids[j];

@@ -250,11 +250,34 @@ std::vector<float> shared_mmq_ys(const Bank &b, const std::vector<int8_t> &xp, c
     return ys;
 }
 
-// One token through the decode route (T = 1) as the kernels compute it, or (mmq) through the mmq
-// route's kernels (the router is the same there below T = 512; the shared expert runs the mmq
-// kernels too where its codecs allow: shared_a8).
-Emu emulate(const Bank &b, const float *x, Plant plant, bool mmq)
+// The kernels a token goes through: the decode route's (T = 1: gemv_a8.cu, down_a8_kernel), the
+// small-token route's from two tokens (the same gate/up, down_rows_kernel's rows into y and the
+// combine), or the mmq route's (the router is the same there below T = 512; the shared expert runs
+// the mmq kernels too where its codecs allow: shared_a8).
+enum Route { DECODE, ROWS, MMQ };
+const char *route_name(Route r) { return r == DECODE ? "" : r == ROWS ? "rows " : "mmq "; }
+
+// down_rows_kernel's lanes a row (down_a8.cu's rows_lanes: at most 3 spans a lane below 16 lanes)
+int rows_lanes(int spans) { return spans <= 12 ? 4 : spans <= 24 ? 8 : 16; }
+
+// down_rows_kernel's dot of one row: L lanes, lane i takes spans i, i + L, ... in order, the
+// butterfly over the L lanes (xor L / 2, ..., 1)
+float rows_rowdot(int codec, const nf::DevMat &W, uint32_t e, uint32_t r, const int8_t *xq, const float2 *xd)
 {
+    const int spans = spans_of(codec, W.cols), L = rows_lanes(spans);
+    float lane[16] = {};
+    for (int s = 0; s < spans; s++) span_dot(codec, W, e, r, s, xq, xd, &lane[s % L]);
+    for (int o = L / 2; o > 0; o >>= 1) {
+        float n[16];
+        for (int l = 0; l < L; l++) n[l] = lane[l] + lane[l ^ o];
+        memcpy(lane, n, sizeof n);
+    }
+    return lane[0];
+}
+
+Emu emulate(const Bank &b, const float *x, Plant plant, Route route)
+{
+    const bool mmq = route == MMQ;
     const uint32_t H = b.H, I = b.I, S = b.S, E = b.E, K = b.K;
     Emu u;
     // router.cu: logits by 8-element chunks per lane (bf16 products exact), butterfly; softmax_stats
@@ -342,14 +365,16 @@ Emu emulate(const Bank &b, const float *x, Plant plant, bool mmq)
     // the butterfly, then the shared expert's fma
     const int spans = spans_of(b.dn.codec, I);
     u.out.resize(H);
-    if (mmq) { // y[position][h] in f32, then combine.cu: fmas in j (entry) order, the shared expert's last
+    if (route != DECODE) { // y[position][h] in f32, then combine.cu: fmas in j (entry) order, the shared expert's last
         std::vector<std::vector<int8_t>> ap(K);
         for (uint32_t g = 0; g < K; g++) ap[g] = plain(u.aq[g], I);
         for (uint32_t h = 0; h < H; h++) {
             float a = 0.0f;
             for (uint32_t j = 0; j < K; j++) {
                 const uint32_t g = (uint32_t)(std::find(u.order.begin(), u.order.end(), (int)j) - u.order.begin());
-                a = fmaf(u.w[j], mmq_rowdot(b.dn.codec, b.dn.W, u.ids[j], h, ap[g].data(), u.ad[g].data()), a);
+                const float y = mmq ? mmq_rowdot(b.dn.codec, b.dn.W, u.ids[j], h, ap[g].data(), u.ad[g].data())
+                                    : rows_rowdot(b.dn.codec, b.dn.W, u.ids[j], h, u.aq[g].data(), u.ad[g].data());
+                a = fmaf(u.w[j], y, a);
             }
             if (b.shared) a = fmaf(sg, ys[h], a);
             u.out[h] = a;
@@ -406,8 +431,9 @@ Verdict judge(const std::vector<float> &dev, const double *out, const double *bo
     return v;
 }
 
-void test_profile(const Profile &p, bool mmq)
+void test_profile(const Profile &p, Route route)
 {
+    const bool mmq = route == MMQ;
     Bank b = make_bank(p);
     const uint32_t H = b.H, I = b.I, K = b.K;
     CHECK_MSG(b.gu.inexact == 0 && b.dn.inexact == 0, "%s: %zu + %zu k-quant weights whose CPU value is inexact", p.name,
@@ -438,7 +464,7 @@ void test_profile(const Profile &p, bool mmq)
         double gap;
         nf_moe_ref_route(&m, x.data(), ids.data(), w.data(), &gap);
         nf_moe_ref_token_a8(&m, &a8, x.data(), ids.data(), w.data(), out.data(), bound.data(), &near);
-        Emu e = emulate(b, x.data(), NONE, mmq);
+        Emu e = emulate(b, x.data(), NONE, route);
         if (e.ids != ids) { // a near-tie routing difference: not this test's subject
             routed_diff++;
             continue;
@@ -491,8 +517,8 @@ void test_profile(const Profile &p, bool mmq)
             step_tokens++;
             step_caught += judge(o, out.data(), bound.data(), H).bad > 0;
         }
-        neighbour_caught += judge(emulate(b, x.data(), NEIGHBOUR_SCALE, mmq).out, out.data(), bound.data(), H).bad > 0;
-        swap_caught += judge(emulate(b, x.data(), SWAPPED, mmq).out, out.data(), bound.data(), H).bad > 0;
+        neighbour_caught += judge(emulate(b, x.data(), NEIGHBOUR_SCALE, route).out, out.data(), bound.data(), H).bad > 0;
+        swap_caught += judge(emulate(b, x.data(), SWAPPED, route).out, out.data(), bound.data(), H).bad > 0;
         // the old allowance (2^-8 |ref| + 1e-5 max|ref|, this token's max) against the new
         double mxr = 0;
         for (uint32_t h = 0; h < H; h++) mxr = fmax(mxr, fabs(out[h]));
@@ -505,7 +531,7 @@ void test_profile(const Profile &p, bool mmq)
     printf("%s%s: E %u k %u, %u tokens (%zu with near-tie routing skipped): %.2f near-tie intermediates a token, %zu "
            "emulated flips; intermediates within %.3f of their interval; output worst %.3f of its allowance, %zu outside; "
            "rel-L2 limit %.3e (2^-8 = %.3e); allowance / old allowance mean %.2f max %.1f\n",
-           mmq ? "mmq " : "", p.name, b.E, K, p.tokens, routed_diff, (double)near / p.tokens, flips, worst_interval, worst, bad,
+           route_name(route), p.name, b.E, K, p.tokens, routed_diff, (double)near / p.tokens, flips, worst_interval, worst, bad,
            (1.01 * sqrt(l2_b) + ldexp(sqrt(l2_r), -8)) / sqrt(l2_r), ldexp(1.0, -8), ratio_sum / ((double)n * H), ratio_max);
     printf("%s planted: one-step flip outside the enumerated set caught in %zu of %zu tokens; neighbour block's scale "
            "%zu of %u; largest and smallest routing weight exchanged %zu of %u\n",
@@ -532,7 +558,7 @@ int main(void)
         {"q5_k+q4_k/q8_0+q5_k", NF_CODEC_Q5_K, NF_CODEC_Q4_K, NF_CODEC_Q8_0, NF_CODEC_Q5_K, 32, 4, 0, 64},
         {"q8_0+q8_0", NF_CODEC_Q8_0, NF_CODEC_Q8_0, -1, -1, 16, 4, 1, 64},
     };
-    for (const Profile &p : profiles) test_profile(p, false);
-    for (const Profile &p : profiles) test_profile(p, true); // the mmq route's chains
+    for (Route r : {DECODE, ROWS, MMQ}) // each route's chains
+        for (const Profile &p : profiles) test_profile(p, r);
     return nf_test_report();
 }

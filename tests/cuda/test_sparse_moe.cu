@@ -881,14 +881,15 @@ int main(void)
     uint16_t *dx = make_inputs(xf);
 
     // T on both sides of every route threshold (decode <= 1; small-token <= 6, 12 or 16 by profile and
-    // device: small_route_max; the fused small-token kernels end at 16), a ragged tail past the chunk
+    // device: small_route_max; the fused small-token kernels end at 16; the small-token down by rows from
+    // kDownRowsFrom = 8: 7, 8, 9; mmq_small_max: q8_0 12, 13, the others 16, 17), a ragged tail past the chunk
     // (4097 = 4096 + 1), and both sides of the prefill route's inner thresholds: the tensor-core router
     // (kRouterMmaFrom) and the k-quant route through bf16 (dequant_from: 512, q8_0 gate/up 1536); the
     // mmq route of k-quant and q8_0 banks (17 .. mmq_route_max = 512: 17, 64, 100, 511, 512, and 513 past
     // it; 100 and 513 joined the list with it).
     // NF_TEST_TOKENS=1,13,4097 narrows the list (sanitizer runs; the wide geometries take the tokens
     // of the list up to 2049).
-    std::vector<uint32_t> Ts = {1, 2, 3, 6, 7, 8, 11, 12, 13, 14, 15, 16, 17, 64, 100, 511, 512, 513, 768, 1535, 1536, 4097};
+    std::vector<uint32_t> Ts = {1, 2, 3, 6, 7, 8, 9, 11, 12, 13, 14, 15, 16, 17, 64, 100, 511, 512, 513, 768, 1535, 1536, 4097};
     if (const char *env = getenv("NF_TEST_TOKENS")) {
         Ts.clear();
         for (const char *p = env; *p;) {

@@ -42,6 +42,7 @@ __global__ void __launch_bounds__(256, KM == 8 ? 4 : 2) combine_kernel(const int
     __shared__ float sw[KM];
     const uint32_t t = blockIdx.x;
     if (threadIdx.x < k) sl[threadIdx.x] = (uint32_t)slot[(size_t)t * k + threadIdx.x], sw[threadIdx.x] = w[(size_t)t * k + threadIdx.x];
+    cudaGridDependencySynchronize(); // launched pdl: the routing is older than the predecessor, y is not
     __syncthreads();
     const float g = ys ? shared_g[t] : 0.f;
     for (uint32_t h = C * threadIdx.x; h < H; h += C * blockDim.x) {
@@ -76,12 +77,14 @@ __global__ void __launch_bounds__(256, KM == 8 ? 4 : 2) combine_kernel(const int
 
 } // namespace
 
-void launch_combine(const Routing &r, const void *y, bool y16, const float *ys, uint32_t T, uint32_t H, uint32_t k,
-                    uint16_t *out, cudaStream_t s)
+cudaError_t launch_combine(const Routing &r, const void *y, bool y16, const float *ys, uint32_t T, uint32_t H,
+                           uint32_t k, uint16_t *out, cudaStream_t s, bool pdl)
 {
-    auto go = [&](auto kernel, const auto *yp) { kernel<<<T, 256, 0, s>>>(r.slot, r.topk_w, yp, r.shared_g, ys, H, k, out); };
-    if (y16) k <= 8 ? go(combine_kernel<uint16_t, 8>, (const uint16_t *)y) : go(combine_kernel<uint16_t, 16>, (const uint16_t *)y);
-    else k <= 8 ? go(combine_kernel<float, 8>, (const float *)y) : go(combine_kernel<float, 16>, (const float *)y);
+    auto go = [&](auto kernel, const auto *yp) {
+        return launch_pdl(kernel, dim3(T), dim3(256), 0, pdl, s, r.slot, r.topk_w, yp, r.shared_g, ys, H, k, out);
+    };
+    if (y16) return k <= 8 ? go(combine_kernel<uint16_t, 8>, (const uint16_t *)y) : go(combine_kernel<uint16_t, 16>, (const uint16_t *)y);
+    return k <= 8 ? go(combine_kernel<float, 8>, (const float *)y) : go(combine_kernel<float, 16>, (const float *)y);
 }
 
 } // namespace nf

@@ -93,6 +93,21 @@ __device__ void copy_act(const int8_t *aq, const float2 *ad, uint32_t P, uint32_
     cp_async_wait_all();
 }
 
+// Rows start .. start + n - 1 of the quantised intermediate (consecutive positions: one contiguous
+// piece of aq and of ad) into xq/xd by cp.async; the caller's __syncthreads() publishes them.
+__device__ void copy_rows(const int8_t *aq, const float2 *ad, int start, int n, uint32_t I, int8_t *xq, float2 *xd)
+{
+    const uint32_t qv = (uint32_t)n * a8_stride(I) / 16, dv = (uint32_t)n * (I / 32) / 2; // I % 64 == 0
+    const int8_t *q = aq + (size_t)start * a8_stride(I);
+    const float2 *d = ad + (size_t)start * (I / 32);
+    for (uint32_t v = threadIdx.x; v < qv + dv; v += blockDim.x) {
+        if (v < qv) cp_async16(smem_u32(xq + 16 * v), q + 16 * (size_t)v, 16);
+        else cp_async16(smem_u32(xd + 2 * (v - qv)), d + 2 * (size_t)(v - qv), 16);
+    }
+    cp_async_commit();
+    cp_async_wait_all();
+}
+
 template <class SP, int MAXT>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     down_a8_kernel(DevMat W, const float *act, const int8_t *aq, const float2 *ad, Routing r, uint32_t T, uint32_t k,
@@ -176,6 +191,98 @@ cudaError_t launch_sp(const DevMat &W, const float *act, const int8_t *aq, const
     });
 }
 
+// ---- the down by rows: from two tokens, the intermediate already int8 --------------------------
+// down_a8_kernel's warp owns an output row across every active expert: at T = 8 it stages all T k
+// positions' intermediate (a quarter of the SM's shared memory), and its lanes read ~630-byte row
+// pieces scattered over ~52 experts; ncu (H100, N = 8 decode) put it at 35 % of DRAM throughput
+// where the gate/up kernel before it, streaming each expert's rows, reaches 71 %. Here a CTA takes
+// one active expert (grid y: group slots) and a block of its rows (grid x), stages only that
+// expert's positions (count <= T rows) and streams the rows in order: L lanes a row, a lane's spans
+// sub, sub + L, ... (L consecutive spans of a row are one contiguous piece of each field plane), 32 /
+// L rows a warp a pass. The dots land in the y plane [T k][H] f32 (a position's row: one expert's
+// down output), and the combine sums them in j order with the shared expert's.
+//
+// Under programmatic dependent launch the group table and the first spans' weights are read before
+// the grid-dependency wait (the routing is complete before gate/up releases its successor), the
+// intermediate after it.
+template <class SP, int MAXT, int L, int NS>
+__global__ void __launch_bounds__(kWarps * 32, 2)
+    down_rows_kernel(DevMat W, const int8_t *aq, const float2 *ad, Groups g, uint32_t rows_cta, float *y)
+{
+    extern __shared__ __align__(16) uint8_t smem[];
+    const uint32_t I = W.cols, H = W.rows;
+    const int spans = (int)(I / SP::kSpanElems), lane = threadIdx.x % 32, sub = lane % L;
+    constexpr int R = 32 / L; // rows a warp a pass
+    const GroupEntry ge = group_entry(g, (int)blockIdx.y);
+    if ((int)blockIdx.y >= ge.live) return;
+    const uint32_t row0 = blockIdx.x * rows_cta, row_end = min(row0 + rows_cta, H);
+    int8_t *xq = reinterpret_cast<int8_t *>(smem);                                 // count padded rows
+    float2 *xd = reinterpret_cast<float2 *>(smem + (size_t)MAXT * a8_stride(I));  // [count][I / 32]
+
+    typename SP::Raw raw[NS];
+    auto load = [&](uint32_t row, int s0) {
+#pragma unroll
+        for (int j = 0; j < NS; j++)
+            if (row < row_end && s0 + L * j < spans) raw[j] = SP::load(W, (uint32_t)ge.expert, row, s0 + L * j);
+    };
+    // the warp's first rows: uniform across the warp (the butterflies below need every lane)
+    uint32_t wrow = row0 + (threadIdx.x / 32) * R;
+    load(wrow + lane / L, sub);
+    cudaGridDependencySynchronize();
+    cudaTriggerProgrammaticLaunchCompletion(); // the combine's launch; it waits for this grid's end
+    copy_rows(aq, ad, ge.start, ge.count, I, xq, xd);
+    __syncthreads();
+
+    for (bool first = true; wrow < row_end; wrow += kWarps * R, first = false) {
+        const uint32_t row = wrow + lane / L;
+        float acc[MAXT] = {};
+        for (int s0 = sub; s0 < spans; s0 += L * NS) {
+            if (!first || s0 != sub) load(row, s0);
+#pragma unroll
+            for (int j = 0; j < NS; j++)
+                if (row < row_end && s0 + L * j < spans)
+                    SP::template dot<MAXT>(raw[j], s0 + L * j, xq, xd, I, ge.count, acc);
+        }
+#pragma unroll
+        for (int t = 0; t < MAXT; t++) {
+#pragma unroll
+            for (int o = L / 2; o; o /= 2) acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], o);
+            if (sub == 0 && row < row_end && t < ge.count) y[(size_t)(ge.start + t) * H + row] = acc[t];
+        }
+    }
+}
+
+// Lanes a row: the fewest (a power of two, 4 .. 16) that leave a lane at most kRowsNS spans.
+constexpr int kRowsNS = 3;
+int rows_lanes(int spans) { return spans <= 4 * kRowsNS ? 4 : spans <= 8 * kRowsNS ? 8 : 16; }
+
+template <class SP, int MAXT, int L>
+cudaError_t launch_rows_l(const DevMat &W, const int8_t *aq, const float2 *ad, const Groups &g, float *y, bool pdl,
+                          cudaStream_t s)
+{
+    const size_t smem = (size_t)MAXT * (a8_stride(W.cols) + W.cols / 32 * sizeof(float2));
+    auto kern = down_rows_kernel<SP, MAXT, L, kRowsNS>;
+    // one pass a warp: two (twice the rows a CTA, half the CTAs) measured 1.01x its layer time at
+    // T = 8 .. 16 for the k-quant profiles, 0.98 - 1.00x for q8_0 (docs/perf/down_rows_h100_2026-12-07.md)
+    const uint32_t rows_cta = kWarps * (32 / L);
+    return launch_pdl(kern, dim3((W.rows + rows_cta - 1) / rows_cta, g.max_groups), dim3(kWarps * 32), smem, pdl, s, W,
+                      aq, ad, g, rows_cta, y);
+}
+
+template <class SP>
+cudaError_t launch_rows_sp(const DevMat &W, const int8_t *aq, const float2 *ad, const Groups &g, uint32_t T, float *y,
+                           bool pdl, cudaStream_t s)
+{
+    const int L = rows_lanes((int)(W.cols / SP::kSpanElems));
+    return with_maxt(T, [&](auto m) {
+        constexpr int M = decltype(m)::value;
+        if constexpr (M == 1) return cudaErrorInvalidValue; // T >= 2 (the caller's check)
+        return L == 4 ? launch_rows_l<SP, M, 4>(W, aq, ad, g, y, pdl, s)
+               : L == 8 ? launch_rows_l<SP, M, 8>(W, aq, ad, g, y, pdl, s)
+                        : launch_rows_l<SP, M, 16>(W, aq, ad, g, y, pdl, s);
+    });
+}
+
 // The largest shared-memory stage a CTA takes (two CTAs per SM stay resident below ~110 KiB); the
 // device's opt-in limit may be lower.
 constexpr size_t kSmemMax = 160 * 1024;
@@ -202,6 +309,22 @@ cudaError_t launch_down_a8(int codec, const DevMat &W, const float *act, const i
     case 13: return launch_sp<SpanQ3K>(W, act, aq, ad, r, T, k, ys, out, pdl, s);
     case 14: return launch_sp<SpanIQ4XS>(W, act, aq, ad, r, T, k, ys, out, pdl, s);
     case 15: return launch_sp<SpanIQ4NL>(W, act, aq, ad, r, T, k, ys, out, pdl, s);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+cudaError_t launch_down_rows_a8(int codec, const DevMat &W, const int8_t *aq, const float2 *ad, const Groups &g,
+                                uint32_t T, float *y, bool pdl, cudaStream_t s)
+{
+    if (!aq || !ad || W.cols % 64 || T < 2 || T > kSmallRouteMax) return cudaErrorInvalidValue;
+    switch (codec) {
+    case 3: return launch_rows_sp<SpanQ8>(W, aq, ad, g, T, y, pdl, s);
+    case 4: return launch_rows_sp<SpanQ4K>(W, aq, ad, g, T, y, pdl, s);
+    case 5: return launch_rows_sp<SpanQ5K>(W, aq, ad, g, T, y, pdl, s);
+    case 6: return launch_rows_sp<SpanQ6K>(W, aq, ad, g, T, y, pdl, s);
+    case 13: return launch_rows_sp<SpanQ3K>(W, aq, ad, g, T, y, pdl, s);
+    case 14: return launch_rows_sp<SpanIQ4XS>(W, aq, ad, g, T, y, pdl, s);
+    case 15: return launch_rows_sp<SpanIQ4NL>(W, aq, ad, g, T, y, pdl, s);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -235,6 +235,17 @@ cudaError_t launch_down_a8(int codec, const DevMat &W, const float *act, const i
                            const Routing &r, uint32_t T, uint32_t k, const float *ys, uint16_t *out, bool pdl,
                            cudaStream_t s);
 
+// down_a8.cu, by rows (2 <= T <= 16, the intermediate quantised by gate/up): each active expert's
+// down rows streamed into the y plane [T k][H] f32 (g: the routed groups, pos_entry unused); the
+// combine (launch_combine, y f32) finishes the layer. The small-token route takes it from
+// kDownRowsFrom tokens, down_a8's fused form below: H100, qwen3-30b-a3b geometry, cold L2,
+// trace-like, rows / fused time (docs/perf/down_rows_h100_2026-12-07.md): q4_k+q6_k T = 2 1.03,
+// 4 1.00, 8 0.95, 12 0.94, 16 0.75; q8_0+q8_0 1.01, 0.98, 0.96, 0.93, 0.79 (the combine's launch
+// costs what the rows gain at 2 - 4 tokens).
+constexpr uint32_t kDownRowsFrom = 8;
+cudaError_t launch_down_rows_a8(int codec, const DevMat &W, const int8_t *aq, const float2 *ad, const Groups &g,
+                                uint32_t T, float *y, bool pdl, cudaStream_t s);
+
 // down_mma.cu: the same on tensor cores for nvfp4 (codec 11) and bf16 (codec 2) down banks (exact
 // operands, the f32 intermediate split into bf16 hi and lo columns; gemv_mma.cu's numerics).
 // Supported: those codecs, cols a multiple of the format's chunk (nvfp4 128, bf16 64), T <= 16, and
@@ -426,8 +437,8 @@ __device__ __forceinline__ void store_plain2(void *out, size_t i, bool y16, floa
 }
 
 // combine.cu: out[t] = bf16( sum_j w[t,j] * y[slot(t,j)] + shared_g[t] * ys[t] ), y f32 or (y16) bf16,
-// ys f32
-void launch_combine(const Routing &r, const void *y, bool y16, const float *ys, uint32_t T, uint32_t H, uint32_t k,
-                    uint16_t *out, cudaStream_t s);
+// ys f32; pdl: launched to overlap its predecessor's drain (the routing must be older than that)
+cudaError_t launch_combine(const Routing &r, const void *y, bool y16, const float *ys, uint32_t T, uint32_t H,
+                           uint32_t k, uint16_t *out, cudaStream_t s, bool pdl = false);
 
 } // namespace nf

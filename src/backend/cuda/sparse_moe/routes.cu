@@ -33,17 +33,19 @@ uint32_t small_route_max(int gate_up_codec)
     }
 }
 
-// Where the bank takes the mmq route, its two frontiers by gate/up codec, from the sweep in
-// docs/sparse_moe.md ("The mmq route", H100, qwen3-30b-a3b geometry, trace-like, cold L2, graph
-// replay; --route small | mmq | no-mmq side by side in one call): the last T at which the small-token
-// route still wins (below kSmallRouteMax), and the last at which mmq beats the prefill route (whose
-// bf16 copy of the active experts, dequant.cu, wins above). q6_k gate/up was not swept: q5_k's.
+// Where the bank takes the mmq route, its two frontiers by gate/up codec: the last T at which the
+// small-token route still wins (at most kSmallRouteMax), and the last at which mmq beats the prefill
+// route (whose bf16 copy of the active experts, dequant.cu, wins above). The first from the sweep of
+// the small-token route with the down by rows (docs/perf/down_rows_h100_2026-12-07.md: H100,
+// qwen3-30b-a3b geometry, trace-like, cold L2, graph replay, --route small | mmq in one call, us):
+// q4_k+q6_k T = 12 124.1 / 139.0, 14 138.0 / 148.9, 16 147.7 / 149.9; q5_k+q6_k 16 155.8 / 165.1;
+// q8_0+q8_0 12 145.6 / 156.6, 14 161.9 / 160.8 (13 not measured; rows two passes a warp, one is within
+// 1 %). (With the fused down they crossed at 11, 9 and 7.) The second from docs/sparse_moe.md ("The mmq route"). q6_k gate/up was not swept: q5_k's.
 uint32_t mmq_small_max(int gate_up_codec)
 {
     switch (gate_up_codec) {
-    case NF_CODEC_Q8_0: return 7;  // T = 8: mmq 128.2 vs 134.9 us
-    case NF_CODEC_Q4_K: return 11; // T = 11: 156.9 vs 153.4 (q4_k+q6_k), 140.4 vs 141.6 (q4_k+q4_k); 12: 159.7 vs 162.8
-    default: return 9;             // q5_k+q6_k, T = 9: 156.0 vs 156.6; 10: 156.6 vs 166.3
+    case NF_CODEC_Q8_0: return 12;
+    default: return kSmallRouteMax; // q4_k, q5_k (and q6_k)
     }
 }
 // The small-token route runs the shared expert on f32 CUDA-core GEMVs (8 positions a pass). Where it

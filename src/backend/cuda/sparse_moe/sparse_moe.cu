@@ -714,6 +714,11 @@ static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint
         if (e == cudaSuccess) e = launch_gemv(m->codec[M_SDOWN], false, m->m[M_SDOWN], acts, false, S, sg, ys, H, T, s);
     }
     if (e != cudaSuccess) return e;
+    if (q8act && T >= kDownRowsFrom) { // the down by rows into y, then the combine (down_a8.cu says why)
+        g.pos_entry = nullptr;
+        e = launch_down_rows_a8(m->codec[M_DOWN], dn, aq, ad, g, T, y, true, s);
+        return e == cudaSuccess ? launch_combine(r, y, false, ys, T, H, k, out, s, true) : e;
+    }
     if (dn_a8) return launch_down_a8(m->codec[M_DOWN], dn, act, aq, ad, r, T, k, ys, out, true, s);
     if (small && down_mma_supported(m->codec[M_DOWN], dn, T, k)) // nvfp4 and bf16 on tensor cores
         return launch_down_mma(m->codec[M_DOWN], dn, act, r, T, k, ys, out, true, s);
