@@ -305,9 +305,9 @@ static uint32_t chain_f32(uint32_t c) { return 16 * cdiv(c, 512) + 5; }
  *   (1), the lane's sum over its items of this token (at most ceil(spans / 32) per expert whatever
  *   the work list's order: k ceil(I / 1024)), 5 butterflies, the shared expert's fma (1):
  *   12 + k ceil(I / 1024);
- *  down_rows: the scale product (1), a lane's fmas over its spans (L lanes a row, rows_lanes: up to
- *   4 per 64-element k-quant span, 1 per 32-element q8_0 span), log2 L butterflies, y stored in f32,
- *   the combine's k fmas in j order and the shared expert's (1). */
+ *  down_rows: the scale product (1), a lane's fmas over its spans (L lanes a row as internal.cuh's
+ *   down_rows_lanes chooses: up to 4 per 64-element k-quant span, 1 per 32-element q8_0 span),
+ *   log2 L butterflies, y stored in f32, the combine's k fmas in j order and the shared expert's (1). */
 static uint32_t rows_lanes(uint32_t spans) { return spans <= 12 ? 4 : spans <= 24 ? 8 : 16; }
 static uint32_t chain_rows(uint32_t spans, uint32_t fmas, uint32_t k)
 {

@@ -257,14 +257,11 @@ std::vector<float> shared_mmq_ys(const Bank &b, const std::vector<int8_t> &xp, c
 enum Route { DECODE, ROWS, MMQ };
 const char *route_name(Route r) { return r == DECODE ? "" : r == ROWS ? "rows " : "mmq "; }
 
-// down_rows_kernel's lanes a row (down_a8.cu's rows_lanes: at most 3 spans a lane below 16 lanes)
-int rows_lanes(int spans) { return spans <= 12 ? 4 : spans <= 24 ? 8 : 16; }
-
 // down_rows_kernel's dot of one row: L lanes, lane i takes spans i, i + L, ... in order, the
 // butterfly over the L lanes (xor L / 2, ..., 1)
 float rows_rowdot(int codec, const nf::DevMat &W, uint32_t e, uint32_t r, const int8_t *xq, const float2 *xd)
 {
-    const int spans = spans_of(codec, W.cols), L = rows_lanes(spans);
+    const int spans = spans_of(codec, W.cols), L = nf::down_rows_lanes(spans); // the kernel's lanes a row
     float lane[16] = {};
     for (int s = 0; s < spans; s++) span_dot(codec, W, e, r, s, xq, xd, &lane[s % L]);
     for (int o = L / 2; o > 0; o >>= 1) {

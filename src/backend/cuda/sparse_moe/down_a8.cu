@@ -74,27 +74,9 @@ __device__ void stage_act(const float *act, uint32_t P, uint32_t I, const Routin
     }
 }
 
-// The P rows gate/up already quantised (aq, ad: the staged layout) copied into xq/xd, 16 bytes a
-// thread at a time with cp.async (nothing through registers), and the positions' weights and tokens.
-__device__ void copy_act(const int8_t *aq, const float2 *ad, uint32_t P, uint32_t I, const Routing &r, uint32_t k,
-                         int8_t *xq, float2 *xd, float *pw, int *pt)
-{
-    const uint32_t qv = P * a8_stride(I) / 16, dv = P * (I / 32) / 2; // I % 64 == 0: whole 16-byte pairs
-    for (uint32_t v = threadIdx.x; v < qv + dv; v += blockDim.x) {
-        if (v < qv) cp_async16(smem_u32(xq + 16 * v), aq + 16 * (size_t)v, 16);
-        else cp_async16(smem_u32(xd + 2 * (v - qv)), ad + 2 * (size_t)(v - qv), 16);
-    }
-    cp_async_commit();
-    for (uint32_t p = threadIdx.x; p < P; p += blockDim.x) {
-        const int entry = r.pos_entry[p];
-        pw[p] = r.topk_w[entry];
-        pt[p] = entry / (int)k;
-    }
-    cp_async_wait_all();
-}
-
-// Rows start .. start + n - 1 of the quantised intermediate (consecutive positions: one contiguous
-// piece of aq and of ad) into xq/xd by cp.async; the caller's __syncthreads() publishes them.
+// Rows start .. start + n - 1 of the quantised intermediate (aq, ad: the staged layout; consecutive
+// positions, so one contiguous piece of each) into xq/xd, 16 bytes a thread at a time with cp.async
+// (nothing through registers), committed; the caller waits (cp_async_wait_all) and publishes them.
 __device__ void copy_rows(const int8_t *aq, const float2 *ad, int start, int n, uint32_t I, int8_t *xq, float2 *xd)
 {
     const uint32_t qv = (uint32_t)n * a8_stride(I) / 16, dv = (uint32_t)n * (I / 32) / 2; // I % 64 == 0
@@ -105,6 +87,19 @@ __device__ void copy_rows(const int8_t *aq, const float2 *ad, int start, int n, 
         else cp_async16(smem_u32(xd + 2 * (v - qv)), d + 2 * (size_t)(v - qv), 16);
     }
     cp_async_commit();
+}
+
+// All P rows gate/up already quantised copied (copy_rows), and while they fly the positions' weights
+// and tokens gathered.
+__device__ void copy_act(const int8_t *aq, const float2 *ad, uint32_t P, uint32_t I, const Routing &r, uint32_t k,
+                         int8_t *xq, float2 *xd, float *pw, int *pt)
+{
+    copy_rows(aq, ad, 0, (int)P, I, xq, xd);
+    for (uint32_t p = threadIdx.x; p < P; p += blockDim.x) {
+        const int entry = r.pos_entry[p];
+        pw[p] = r.topk_w[entry];
+        pt[p] = entry / (int)k;
+    }
     cp_async_wait_all();
 }
 
@@ -231,6 +226,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     cudaGridDependencySynchronize();
     cudaTriggerProgrammaticLaunchCompletion(); // the combine's launch; it waits for this grid's end
     copy_rows(aq, ad, ge.start, ge.count, I, xq, xd);
+    cp_async_wait_all();
     __syncthreads();
 
     for (bool first = true; wrow < row_end; wrow += kWarps * R, first = false) {
@@ -252,16 +248,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     }
 }
 
-// Lanes a row: the fewest (a power of two, 4 .. 16) that leave a lane at most kRowsNS spans.
-constexpr int kRowsNS = 3;
-int rows_lanes(int spans) { return spans <= 4 * kRowsNS ? 4 : spans <= 8 * kRowsNS ? 8 : 16; }
-
 template <class SP, int MAXT, int L>
 cudaError_t launch_rows_l(const DevMat &W, const int8_t *aq, const float2 *ad, const Groups &g, float *y, bool pdl,
                           cudaStream_t s)
 {
     const size_t smem = (size_t)MAXT * (a8_stride(W.cols) + W.cols / 32 * sizeof(float2));
-    auto kern = down_rows_kernel<SP, MAXT, L, kRowsNS>;
+    auto kern = down_rows_kernel<SP, MAXT, L, kDownRowsNS>;
     // one pass a warp: two (twice the rows a CTA, half the CTAs) measured 1.01x its layer time at
     // T = 8 .. 16 for the k-quant profiles, 0.98 - 1.00x for q8_0 (docs/perf/down_rows_h100_2026-12-07.md)
     const uint32_t rows_cta = kWarps * (32 / L);
@@ -273,7 +265,7 @@ template <class SP>
 cudaError_t launch_rows_sp(const DevMat &W, const int8_t *aq, const float2 *ad, const Groups &g, uint32_t T, float *y,
                            bool pdl, cudaStream_t s)
 {
-    const int L = rows_lanes((int)(W.cols / SP::kSpanElems));
+    const int L = down_rows_lanes((int)(W.cols / SP::kSpanElems));
     return with_maxt(T, [&](auto m) {
         constexpr int M = decltype(m)::value;
         if constexpr (M == 1) return cudaErrorInvalidValue; // T >= 2 (the caller's check)
@@ -301,32 +293,16 @@ cudaError_t launch_down_a8(int codec, const DevMat &W, const float *act, const i
                            cudaStream_t s)
 {
     if (aq && (!ad || W.cols % 64)) return cudaErrorInvalidValue;
-    switch (codec) {
-    case 3: return launch_sp<SpanQ8>(W, act, aq, ad, r, T, k, ys, out, pdl, s);
-    case 4: return launch_sp<SpanQ4K>(W, act, aq, ad, r, T, k, ys, out, pdl, s);
-    case 5: return launch_sp<SpanQ5K>(W, act, aq, ad, r, T, k, ys, out, pdl, s);
-    case 6: return launch_sp<SpanQ6K>(W, act, aq, ad, r, T, k, ys, out, pdl, s);
-    case 13: return launch_sp<SpanQ3K>(W, act, aq, ad, r, T, k, ys, out, pdl, s);
-    case 14: return launch_sp<SpanIQ4XS>(W, act, aq, ad, r, T, k, ys, out, pdl, s);
-    case 15: return launch_sp<SpanIQ4NL>(W, act, aq, ad, r, T, k, ys, out, pdl, s);
-    default: return cudaErrorInvalidValue;
-    }
+    return dispatch_span(codec, [&](auto sp) {
+        return launch_sp<decltype(sp)>(W, act, aq, ad, r, T, k, ys, out, pdl, s);
+    });
 }
 
 cudaError_t launch_down_rows_a8(int codec, const DevMat &W, const int8_t *aq, const float2 *ad, const Groups &g,
                                 uint32_t T, float *y, bool pdl, cudaStream_t s)
 {
     if (!aq || !ad || W.cols % 64 || T < 2 || T > kSmallRouteMax) return cudaErrorInvalidValue;
-    switch (codec) {
-    case 3: return launch_rows_sp<SpanQ8>(W, aq, ad, g, T, y, pdl, s);
-    case 4: return launch_rows_sp<SpanQ4K>(W, aq, ad, g, T, y, pdl, s);
-    case 5: return launch_rows_sp<SpanQ5K>(W, aq, ad, g, T, y, pdl, s);
-    case 6: return launch_rows_sp<SpanQ6K>(W, aq, ad, g, T, y, pdl, s);
-    case 13: return launch_rows_sp<SpanQ3K>(W, aq, ad, g, T, y, pdl, s);
-    case 14: return launch_rows_sp<SpanIQ4XS>(W, aq, ad, g, T, y, pdl, s);
-    case 15: return launch_rows_sp<SpanIQ4NL>(W, aq, ad, g, T, y, pdl, s);
-    default: return cudaErrorInvalidValue;
-    }
+    return dispatch_span(codec, [&](auto sp) { return launch_rows_sp<decltype(sp)>(W, aq, ad, g, T, y, pdl, s); });
 }
 
 } // namespace nf

@@ -488,16 +488,9 @@ bool gemv_a8_supported(int codec, const DevMat &W)
 cudaError_t launch_gemv_a8(int codec, bool glu, const DevMat &W, const uint16_t *in, uint32_t in_stride, const Groups &g,
                            float *out, uint32_t out_stride, uint32_t max_tokens, const GemvLaunch &opt, cudaStream_t s)
 {
-    switch (codec) {
-    case 3: return launch_glu<SpanQ8>(glu, W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
-    case 4: return launch_glu<SpanQ4K>(glu, W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
-    case 5: return launch_glu<SpanQ5K>(glu, W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
-    case 6: return launch_glu<SpanQ6K>(glu, W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
-    case 13: return launch_glu<SpanQ3K>(glu, W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
-    case 14: return launch_glu<SpanIQ4XS>(glu, W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
-    case 15: return launch_glu<SpanIQ4NL>(glu, W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
-    default: return cudaErrorInvalidValue;
-    }
+    return dispatch_span(codec, [&](auto sp) {
+        return launch_glu<decltype(sp)>(glu, W, in, in_stride, g, out, out_stride, max_tokens, opt, s);
+    });
 }
 
 } // namespace nf

@@ -243,6 +243,12 @@ cudaError_t launch_down_a8(int codec, const DevMat &W, const float *act, const i
 // 4 1.00, 8 0.95, 12 0.94, 16 0.75; q8_0+q8_0 1.01, 0.98, 0.96, 0.93, 0.79 (the combine's launch
 // costs what the rows gain at 2 - 4 tokens).
 constexpr uint32_t kDownRowsFrom = 8;
+// Its lanes a row: the fewest (a power of two, 4 .. 16) that leave a lane at most kDownRowsNS spans.
+constexpr int kDownRowsNS = 3;
+__host__ __device__ constexpr int down_rows_lanes(int spans)
+{
+    return spans <= 4 * kDownRowsNS ? 4 : spans <= 8 * kDownRowsNS ? 8 : 16;
+}
 cudaError_t launch_down_rows_a8(int codec, const DevMat &W, const int8_t *aq, const float2 *ad, const Groups &g,
                                 uint32_t T, float *y, bool pdl, cudaStream_t s);
 

@@ -386,4 +386,21 @@ NF_UNROLL
     }
 };
 
+// Calls f(Span{}) with the span policy of an nf_codec_id (q8_0 3, q4_k 4, q5_k 5, q6_k 6, q3_k 13,
+// iq4_xs 14, iq4_nl 15); cudaErrorInvalidValue for codecs without one (dispatch_codec's form).
+template <class F>
+cudaError_t dispatch_span(int codec, F &&f)
+{
+    switch (codec) {
+    case 3: return f(SpanQ8{});
+    case 4: return f(SpanQ4K{});
+    case 5: return f(SpanQ5K{});
+    case 6: return f(SpanQ6K{});
+    case 13: return f(SpanQ3K{});
+    case 14: return f(SpanIQ4XS{});
+    case 15: return f(SpanIQ4NL{});
+    default: return cudaErrorInvalidValue;
+    }
+}
+
 } // namespace nf
