@@ -276,9 +276,10 @@ void nf_moe_ref_token_a4(const nf_moe_ref *m, const nf_moe_ref_a4 *a, const floa
  * take that sum along the device's own chain (a8_dot_err, gemv_a8.cu with spans_a8.cuh's span
  * policies): lane l takes spans l, l + 32, ... in order (64 elements; q8_0 32), each span's terms in
  * the policy's order onto the lane's partial (fma); then warp_sum's butterfly (xor 16, 8, 4, 2, 1),
- * whose additions of a lane that held no span are exact. So do the router's logits (logit_err,
- * router.cu's logits_row: 8-element chunks lane, lane + 32, ..., the same butterfly), whose error
- * scales every routing weight. Other sums take the order-free form
+ * whose additions of a lane that held no span are exact. So do the router's logits (logit_err:
+ * router.cu's CUDA-core prefill router, 8-element chunks lane, lane + 32, ..., the same butterfly;
+ * logit_err_cluster and logit_err_mma: its tensor-core forms), whose error scales every routing
+ * weight. Other sums take the order-free form
  * gamma_n sum |term| (Higham 4.2: a term passes through at most n roundings), with n counted from the
  * kernels (a miscounted step moves a bound by 2^-24 of its terms' sum):
  *  down_a8.cu, one output element: chain_small_down (below); its group terms taken per 32 with
@@ -445,6 +446,31 @@ static double logit_err_mma(const float *w, const float *x, uint32_t H)
     return 1.001 * ldexp(e, -24);
 }
 
+/* The cluster router's logit (router.cu, cluster_logits_mma: the decode and small-token routes): warp w
+ * of 8 takes the 32-column blocks w, w + 8, ... onto its own accumulator, a block two k16 steps
+ * (columns 32 b + 8 c + 0 .. 3 for c = 0 .. 3, then + 4 .. 7), each step the three planes' MMAs
+ * bounded as logit_err_mma's; then the 8 accumulators added in warp order. */
+static double logit_err_cluster(const float *w, const float *x, uint32_t H)
+{
+    double v[8] = {0}, e = 0;
+    for (uint32_t b = 0; 32 * b < H; b++)
+        for (uint32_t s = 0; s < 2; s++) {
+            double p = 0, ap = 0;
+            for (uint32_t c = 0; c < 4; c++)
+                for (uint32_t i = 0; i < 4; i++) {
+                    const uint32_t h = 32 * b + 8 * c + 4 * s + i;
+                    if (h >= H) continue;
+                    p += (double)w[h] * (double)x[h];
+                    ap += fabs((double)w[h] * (double)x[h]);
+                }
+            for (int plane = 0; plane < 3; plane++) e += 40.0 * (fabs(v[b % 8]) + 3.03 * ap);
+            v[b % 8] += p;
+        }
+    double sum = v[0];
+    for (int i = 1; i < 8; i++) sum += v[i], e += fabs(sum);
+    return 1.001 * ldexp(e, -24);
+}
+
 /* router.cu's logit of a bf16 row w[H] with x[H] (exact products in fp32): lane l takes 8-element
  * chunks l, l + 32, ..., an fma per element, then the butterfly. The first-order bound as above. */
 static double logit_err(const float *w, const float *x, uint32_t H)
@@ -604,7 +630,8 @@ void nf_moe_ref_token_a8(const nf_moe_ref *m, const nf_moe_ref_a8 *a8, const flo
     double mx = -INFINITY, amax_all = 0, amax_top = 0;
     for (uint32_t e = 0; e < E; e++) {
         l[e] = dot(m->router + (size_t)e * H, x, H);
-        al[e] = a8->route == 2 ? logit_err_mma(m->router + (size_t)e * H, x, H) : logit_err(m->router + (size_t)e * H, x, H);
+        const float *we = m->router + (size_t)e * H;
+        al[e] = a8->route == 2 ? logit_err_mma(we, x, H) : a8->route == 1 ? logit_err(we, x, H) : logit_err_cluster(we, x, H);
         mx = fmax(mx, l[e]);
     }
     for (uint32_t e = 0; e < E; e++) {
@@ -618,7 +645,9 @@ void nf_moe_ref_token_a8(const nf_moe_ref *m, const nf_moe_ref_a8 *a8, const flo
      * expert's on int8 activations: S / 16), y stored f32, the combine's k fmas in j order and the
      * shared expert's (1), with 2 to spare */
     const uint32_t nf = a8->shared_a8 && S > I ? S : I;
-    const double gd = nf_moe_ref_gamma(a8->route ? 1 + nf / 16 + k + 3 : chain_small_down(I, k));
+    /* (route 0 with shared_a8: the shared expert's down by rows too, S wide: the longer chain) */
+    const uint32_t c0 = chain_small_down(I, k), cs = a8->shared_a8 ? chain_small_down(S, k) : 0;
+    const double gd = nf_moe_ref_gamma(a8->route ? 1 + nf / 16 + k + 3 : c0 > cs ? c0 : cs);
     const uint32_t ib = I / 32, hb = H / 32;
     for (uint32_t j = 0; j < k; j++) {
         const size_t e = (size_t)ids[j];
@@ -640,12 +669,13 @@ void nf_moe_ref_token_a8(const nf_moe_ref *m, const nf_moe_ref_a8 *a8, const flo
          * error propagates through |down|, and its sigmoid gate's (|sigma'| = sg (1 - sg); expf, an
          * addition and a division: 6u) */
         /* (the tensor-core router's shared gate, route 2, is an fp32 fma chain in its own order:
-         * H + 5 roundings bound any order) */
-        const double s = dot(m->sgate, x, H),
-                     ds = nf_moe_ref_gamma(a8->route == 2 ? H + 5 : cdiv(H, 32) + 5) * adot(m->sgate, x, H);
+         * H + 5 roundings bound any order; the cluster router's, route 0, a thread's columns of its
+         * CTA's H / 16, the butterfly, 8 warps' and 16 CTAs' partials added in order) */
+        const uint32_t gchain = a8->route == 2 ? H + 5 : a8->route == 1 ? cdiv(H, 32) + 5 : cdiv(cdiv(H, 16), 256) + 5 + 8 + 16;
+        const double s = dot(m->sgate, x, H), ds = nf_moe_ref_gamma(gchain) * adot(m->sgate, x, H);
         const double sg = 1.0 / (1.0 + exp(-s)), dsg = sg * (1.0 - sg) * ds + 6 * u * sg;
-        if (a8->shared_a8) { /* the mmq route's shared expert: int8 activations as a routed expert's */
-            a8_expert(m->sgate_up, a8->sgate_up_off, m->sdown, a8->sdown_off, H, S, a8->sgate_up_codec, 1, xq, a, da, v,
+        if (a8->shared_a8) { /* int8 activations as a routed expert's, on the route's chains */
+            a8_expert(m->sgate_up, a8->sgate_up_off, m->sdown, a8->sdown_off, H, S, a8->sgate_up_codec, a8->route != 0, xq, a, da, v,
                       dev, y, f, t, n_near);
             for (uint32_t h = 0; h < H; h++) {
                 out[h] += sg * y[h];

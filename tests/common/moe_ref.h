@@ -90,14 +90,16 @@ typedef struct nf_moe_ref_a8 {
     const float *gate_up_off; /* [E][2I][H/32] */
     const float *down_off;    /* [E][H][I/32] */
     /* The device's chains (the bound's order of roundings; the values are the same):
-     * route 0: the small-token route (gemv_a8.cu, down_a8.cu, the CUDA-core router);
+     * route 0: the decode and small-token routes (gemv_a8.cu, down_a8.cu, the cluster router on
+     *    tensor cores: router.cu's cluster_logits_mma);
      * 1: the mmq route (mmq.cu: each dot's groups folded one after another in element order, y in
-     *    f32, the combine), its router the CUDA-core one (T < 512: the same bits as the decode's);
+     *    f32, the combine), its router the CUDA-core one (T < 512: router_logits_kernel);
      * 2: the mmq route with the tensor-core router (router_mma.cu, T >= 512). */
     int route;
-    /* route 1, 2 with shared_a8: the shared expert runs the mmq kernels too (its matrices allow int8
-     * activations), x quantised as the routed experts' and its intermediate like theirs; else it
-     * takes x in fp32 (gemv.cu). Its gate/up codec and, q4_k / q5_k, the offsets as above. */
+    /* shared_a8: the shared expert runs on int8 activations as a routed expert does on the route's
+     * kernels (route 0 from two tokens: gemv_a8.cu and the down by rows; routes 1, 2: mmq.cu), x
+     * quantised as the routed experts' and its intermediate like theirs; else it takes x in fp32
+     * (gemv.cu). Its gate/up codec and, q4_k / q5_k, the offsets as above. */
     int shared_a8;
     int sgate_up_codec;
     const float *sgate_up_off; /* [2S][H/32] */

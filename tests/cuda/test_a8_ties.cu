@@ -10,10 +10,13 @@
 // 2. An emulated device on random banks: the routed gate/up and down in the kernels' own fp32
 //    arithmetic (the span policies, lane order and butterflies of gemv_a8.cu and down_a8.cu, the
 //    int8 quantiser of quant_a8.cuh; silu with the host's expf, which may differ from the device's
-//    by 2 ulps, inside the intervals' slack), the router in router.cu's fp32 order, the shared expert
-//    in fp32 in gemv.cu's shape (16-element pieces per lane and the butterfly, over the CPU's
-//    dequantized weights rather than the codecs' exact piece layout). Every emulated intermediate
-//    must lie in the reference's interval, every emulated
+//    by 2 ulps, inside the intervals' slack), the router in the CUDA-core prefill router's fp32
+//    order (the decode and small routes' cluster router adds on tensor cores, which no CPU repeats:
+//    its bound, logit_err_cluster, is wider than this chain's), the shared gate in the cluster router's
+//    order, the shared expert in fp32 in gemv.cu's shape at T = 1 (16-element pieces per lane and the
+//    butterfly, over the CPU's dequantized weights rather than the codecs' exact piece layout) and from
+//    two tokens as a routed expert (gemv_a8.cu, its intermediate quantised, the down by rows) where its
+//    codecs have int8 spans. Every emulated intermediate must lie in the reference's interval, every emulated
 //    quantisation in its enumerated set, every output element within 1.01 bound + 2^-8 |ref| (the
 //    bf16 rounding). The emulation exhibits flips like the one that failed test_sparse_moe's wide
 //    shared profile on the H200 (docs/sparse_moe.md, "W·A8 near ties").
@@ -214,7 +217,8 @@ struct Bank {
     uint32_t H = 256, I = 256, S = 256, E = 0, K = 0;
     Mat router, gu, dn, sgu, sdn, sg;
     bool shared = false;
-    bool shared_a8 = false; // the mmq route runs the shared expert on int8 activations (mmq codecs)
+    bool shared_a8 = false;      // the mmq route runs the shared expert on int8 activations (mmq codecs)
+    bool shared_rows_a8 = false; // the small-token route does from two tokens (sparse_moe.cu's sh_a8)
     int norm = 1;
 };
 
@@ -230,25 +234,6 @@ struct Emu {
     std::vector<std::vector<float2>> ad;
     std::vector<int> order; // group g's entry j
 };
-
-// The mmq route's shared expert: gate/up rows r, S + r of its one expert over x's int8 plane, SwiGLU,
-// the intermediate quantised per 32 (the epilogue's quantiser), the down rows over it: ys in f32.
-std::vector<float> shared_mmq_ys(const Bank &b, const std::vector<int8_t> &xp, const std::vector<float2> &xd)
-{
-    const uint32_t H = b.H, S = b.S;
-    std::vector<float> as(S), ys(H);
-    for (uint32_t r = 0; r < S; r++) {
-        const float g = mmq_rowdot(b.sgu.codec, b.sgu.W, 0, r, xp.data(), xd.data());
-        const float v = mmq_rowdot(b.sgu.codec, b.sgu.W, 0, r + S, xp.data(), xd.data());
-        as[r] = g / (1.0f + expf(-g)) * v;
-    }
-    std::vector<int8_t> aq;
-    std::vector<float2> ad;
-    quantize_dev(as.data(), S, aq, ad);
-    const std::vector<int8_t> ap = plain(aq, S);
-    for (uint32_t h = 0; h < H; h++) ys[h] = mmq_rowdot(b.sdn.codec, b.sdn.W, 0, h, ap.data(), ad.data());
-    return ys;
-}
 
 // The kernels a token goes through: the decode route's (T = 1: gemv_a8.cu, down_a8_kernel), the
 // small-token route's from two tokens (the same gate/up, down_rows_kernel's rows into y and the
@@ -270,6 +255,33 @@ float rows_rowdot(int codec, const nf::DevMat &W, uint32_t e, uint32_t r, const 
         memcpy(lane, n, sizeof n);
     }
     return lane[0];
+}
+
+// The shared expert on int8 activations (sh8), as a routed expert on the route's kernels: gate/up rows
+// r, S + r of its one expert over x's int8 rows, SwiGLU, the intermediate quantised per 32, the down
+// rows over it, ys in f32. mmq: mmq.cu's policies over the plain planes (xp); else the small-token
+// route's from two tokens (gemv_a8.cu, the down by rows).
+std::vector<float> shared_a8_ys(const Bank &b, bool mmq, const std::vector<int8_t> &xq, const std::vector<int8_t> &xp,
+                                const std::vector<float2> &xd)
+{
+    const uint32_t H = b.H, S = b.S;
+    auto gu = [&](uint32_t r) {
+        return mmq ? mmq_rowdot(b.sgu.codec, b.sgu.W, 0, r, xp.data(), xd.data())
+                   : a8_rowdot(b.sgu.codec, b.sgu.W, 0, r, xq.data(), xd.data());
+    };
+    std::vector<float> as(S), ys(H);
+    for (uint32_t r = 0; r < S; r++) {
+        const float g = gu(r), v = gu(r + S);
+        as[r] = g / (1.0f + expf(-g)) * v;
+    }
+    std::vector<int8_t> aq;
+    std::vector<float2> ad;
+    quantize_dev(as.data(), S, aq, ad);
+    const std::vector<int8_t> ap = plain(aq, S);
+    for (uint32_t h = 0; h < H; h++)
+        ys[h] = mmq ? mmq_rowdot(b.sdn.codec, b.sdn.W, 0, h, ap.data(), ad.data())
+                    : rows_rowdot(b.sdn.codec, b.sdn.W, 0, h, aq.data(), ad.data());
+    return ys;
 }
 
 Emu emulate(const Bank &b, const float *x, Plant plant, Route route)
@@ -319,12 +331,20 @@ Emu emulate(const Bank &b, const float *x, Plant plant, Route route)
     // mmq route's int8 one below, once x is quantised)
     std::vector<float> ys(H, 0.0f);
     float sg = 0;
-    if (b.shared) {
-        float lane[32] = {};
-        for (uint32_t h = 0; h < H; h++) lane[h % 32] = fmaf(b.sg.deq[h], x[h], lane[h % 32]);
-        sg = 1.0f / (1.0f + expf(-butterfly(lane)));
+    if (b.shared) { // router.cu's cluster_gate_part: CTA c of 16 takes columns c H16 .. (H16 = ceil(H / 16)), a
+        // thread columns tid, tid + 256, ..., each warp's butterfly, the 8 warps' sums, then the 16 CTAs', in order
+        const uint32_t h16 = (H + 15) / 16;
+        float v = 0.0f;
+        for (uint32_t c = 0; c < 16; c++) {
+            float thr[256] = {}, part = 0.0f;
+            for (uint32_t h = c * h16; h < H && h < c * h16 + h16; h++) thr[(h - c * h16) % 256] = fmaf(b.sg.deq[h], x[h], thr[(h - c * h16) % 256]);
+            for (int w = 0; w < 8; w++) part += butterfly(thr + 32 * w);
+            v += part;
+        }
+        sg = 1.0f / (1.0f + expf(-v));
     }
-    if (b.shared && !(mmq && b.shared_a8)) {
+    const bool sh8 = (mmq && b.shared_a8) || (route == ROWS && b.shared_rows_a8);
+    if (b.shared && !sh8) {
         std::vector<float> as(S);
         for (uint32_t r = 0; r < S; r++) {
             const float g = f32_rowdot(&b.sgu.deq[(size_t)r * H], x, H), v = f32_rowdot(&b.sgu.deq[(size_t)(S + r) * H], x, H);
@@ -338,7 +358,7 @@ Emu emulate(const Bank &b, const float *x, Plant plant, Route route)
     quantize_dev(x, H, xq, xd);
     u.act.assign(K, std::vector<float>(I));
     const std::vector<int8_t> xp = plain(xq, H);
-    if (mmq && b.shared_a8) ys = shared_mmq_ys(b, xp, xd);
+    if (sh8) ys = shared_a8_ys(b, mmq, xq, xp, xd);
     for (uint32_t j = 0; j < K; j++)
         for (uint32_t r = 0; r < I; r++) {
             const float g = mmq ? mmq_rowdot(b.gu.codec, b.gu.W, u.ids[j], r, xp.data(), xd.data())
@@ -406,6 +426,7 @@ Bank make_bank(const Profile &p)
         b.sdn = make_mat(p.sdn, 1, b.H, b.S, 1.0f / sqrtf((float)b.S));
         b.sg = make_mat(NF_CODEC_BF16, 1, 1, b.H, sdx);
         b.shared_a8 = nf::mmq_codec(p.sgu) && nf::mmq_codec(p.sdn);
+        b.shared_rows_a8 = b.S % 64 == 0 && nf::gemv_a8_supported(p.sgu, b.sgu.W) && nf::gemv_a8_supported(p.sdn, b.sdn.W);
     }
     return b;
 }
@@ -438,7 +459,8 @@ void test_profile(const Profile &p, Route route)
     nf_moe_ref m = {H, b.E, K, I, b.shared ? b.S : 0, b.norm, b.router.deq.data(), b.gu.deq.data(), b.dn.deq.data(),
                     b.shared ? b.sgu.deq.data() : nullptr, b.shared ? b.sdn.deq.data() : nullptr,
                     b.shared ? b.sg.deq.data() : nullptr};
-    const bool sh8 = mmq && b.shared_a8; // the reference's shared expert on int8 activations too
+    // the reference's shared expert on int8 activations too
+    const bool sh8 = (mmq && b.shared_a8) || (route == ROWS && b.shared_rows_a8);
     CHECK_MSG(!sh8 || (b.sgu.inexact == 0 && b.sdn.inexact == 0), "%s: %zu + %zu shared k-quant weights whose CPU "
               "value is inexact", p.name, b.sgu.inexact, b.sdn.inexact);
     const nf_moe_ref_a8 a8 = {p.gu,

@@ -74,8 +74,8 @@
 //    groups folded one after another in element order (a8_dot_err_seq: q6_k's 16-element groups,
 //    32 for the others) into the interval whose quantisations are enumerated; the down's chain
 //    gamma_n with n = 1 + I / 16 + k + 3 (the fold's fmas, y kept in f32, the combine's k fmas and
-//    the shared expert's); the router as the small routes' below T = 512 (the prefill router's
-//    logits are the decode router's bits), and from 512 (route = 2) the tensor-core router's chain
+//    the shared expert's); the router below T = 512 the CUDA-core prefill router's chain (logit_err),
+//    and from 512 (route = 2) the tensor-core router's chain
 //    bounded per k16 MMA step by 40u (|accumulator| + 3.03 sum |w x|) (its additions are not IEEE:
 //    17 addends aligned and truncated, each losing at most 2u of the step's largest, then one
 //    rounding) and its shared gate by gamma_{H+5}; the shared expert, whose matrices allow int8
@@ -340,6 +340,10 @@ struct Ref {
     // where its codecs allow (shared_mmq)
     std::vector<double> mout, mbound, rbound;
     std::vector<uint32_t> mnear, rnear;
+    // the small-token route from two tokens where it runs the shared expert on int8 activations too
+    // (shared_small_a8): its values and bound (moe_ref.h's shared_a8 on route 0), tokens 0 .. 16
+    std::vector<double> sout, sbound;
+    std::vector<uint32_t> snear;
 };
 
 // Whether the mmq route runs the shared expert's gate/up and down on the mmq kernels (sparse_moe.cu,
@@ -352,6 +356,19 @@ bool shared_mmq(const Profile &p)
            S % slice(p.sdn) == 0;
 }
 
+
+// Whether the small-token route runs the shared expert on int8 activations from two tokens
+// (sparse_moe.cu, sh_a8): codecs with int8 spans in its shapes, an intermediate of whole 64-element
+// spans.
+bool shared_small_a8(const Profile &p)
+{
+    auto a8 = [](int c, uint32_t cols) {
+        nf::DevMat d = {};
+        d.cols = cols;
+        return nf::gemv_a8_supported(c, d);
+    };
+    return p.sgu >= 0 && S % 64 == 0 && a8(p.sgu, H) && a8(p.sdn, S);
+}
 
 // mmq_tokens: the largest T of the case list on the mmq route (0: none); rmma: one of them reaches the
 // tensor-core router (kRouterMmaFrom = 512)
@@ -391,7 +408,7 @@ Ref reference(const Bank &b, const Profile &p, const std::vector<float> &xf, uin
     }
     const nf_moe_ref_a8 q8 = {p.gu, b.gu.off.empty() ? nullptr : b.gu.off.data(),
                               b.dn.off.empty() ? nullptr : b.dn.off.data(), 0, 0, 0, nullptr, nullptr};
-    nf_moe_ref_a8 q8m = q8, q8r = q8; // the mmq route's chains: CUDA-core router, tensor-core router
+    nf_moe_ref_a8 q8m = q8, q8r = q8, q8s = q8; // the mmq route's chains: CUDA-core router, tensor-core router
     q8m.route = 1;
     q8r.route = 2;
     if (a8 && shared_mmq(p)) {
@@ -403,6 +420,16 @@ Ref reference(const Bank &b, const Profile &p, const std::vector<float> &xf, uin
             q->sgate_up_off = b.sgu.off.empty() ? nullptr : b.sgu.off.data();
             q->sdown_off = b.sdn.off.empty() ? nullptr : b.sdn.off.data();
         }
+    }
+    const bool sh8 = a8 && shared_small_a8(p); // the small route's shared expert from two tokens
+    if (sh8) {
+        CHECK_MSG(b.sgu.inexact == 0 && b.sdn.inexact == 0, "%s: %zu shared gate/up and %zu shared down weights are not "
+                  "d_s q - m_s", p.name, b.sgu.inexact, b.sdn.inexact);
+        q8s.shared_a8 = 1;
+        q8s.sgate_up_codec = p.sgu;
+        q8s.sgate_up_off = b.sgu.off.empty() ? nullptr : b.sgu.off.data();
+        q8s.sdown_off = b.sdn.off.empty() ? nullptr : b.sdn.off.data();
+        r.sout.assign((size_t)TMAX * H, 0.0), r.sbound.assign((size_t)TMAX * H, 0.0), r.snear.assign(TMAX, 0);
     }
     const nf_moe_ref_a4 a4 = {b.ga, b.gd.data(), b.gsd};
     const double eps = ldexp(1.0, -8);
@@ -421,6 +448,8 @@ Ref reference(const Bank &b, const Profile &p, const std::vector<float> &xf, uin
         // the decode/small-token tokens of the T list (<= 16, and the decode slice of 4097)
         if (a8 && (t <= 16 || t == TMAX - 1))
             nf_moe_ref_token_a8(&m, &q8, xt, id, w.data(), &r.qout[(size_t)t * H], &r.qbound[(size_t)t * H], &r.qnear[t]);
+        if (sh8 && t <= 16)
+            nf_moe_ref_token_a8(&m, &q8s, xt, id, w.data(), &r.sout[(size_t)t * H], &r.sbound[(size_t)t * H], &r.snear[t]);
         // the mmq route's tokens (the same values; the bounds of its chains)
         if (a8 && t < mmq_tokens) {
             nf_moe_ref_token_a8(&m, &q8m, xt, id, w.data(), &r.mout[(size_t)t * H], &r.mbound[(size_t)t * H], &r.mnear[t]);
@@ -520,15 +549,20 @@ void check_case(const Profile &p, nf_sparse_moe *m, void *ws, const uint16_t *dx
         // 1e-5 max|ref| slack (header)
         const bool q8 = !prefill && !ref.qout.empty();
         const bool mq = is_mmq((uint32_t)(i / H)), rq = mq && slice_T((uint32_t)(i / H)) >= 512;
+        const bool sq = q8 && !mq && !ref.sout.empty() && slice_T((uint32_t)(i / H)) >= 2; // shared on int8 too
         CHECK_MSG(!mq || (rq ? !ref.rbound.empty() : !ref.mbound.empty()), "%s T=%u: no mmq reference", p.name, T);
         if (mq && (rq ? ref.rbound.empty() : ref.mbound.empty())) return;
         const double g = bf2f(a.out[i]);
-        const double r = prefill ? (p.a4 ? ref.aout[i] : ref.pout[i]) : mq ? ref.mout[i] : q8 ? ref.qout[i] : ref.out[i],
+        const double r = prefill ? (p.a4 ? ref.aout[i] : ref.pout[i])
+                         : mq    ? ref.mout[i]
+                         : sq    ? ref.sout[i]
+                         : q8    ? ref.qout[i]
+                                 : ref.out[i],
                      d = fabs(g - r);
         const double b = prefill ? (p.a4 ? ref.abound[i] : 1.01 * ref.pbound[i])
-                         : q8    ? 1.01 * (rq ? ref.rbound[i] : mq ? ref.mbound[i] : ref.qbound[i])
+                         : q8    ? 1.01 * (rq ? ref.rbound[i] : mq ? ref.mbound[i] : sq ? ref.sbound[i] : ref.qbound[i])
                                  : 0.0;
-        if (q8 && i % H == 0) qnear += rq ? ref.rnear[i / H] : mq ? ref.mnear[i / H] : ref.qnear[i / H];
+        if (q8 && i % H == 0) qnear += rq ? ref.rnear[i / H] : mq ? ref.mnear[i / H] : sq ? ref.snear[i / H] : ref.qnear[i / H];
         if (!isfinite(g)) nonfinite++;
         num += d * d;
         den += r * r;

@@ -40,6 +40,8 @@ struct nf_sparse_moe {
                                // while this is set) up to mmq_max tokens take the mmq route (mmq.cu);
                                // 0 where the bank cannot (mmq_ok) or a benchmark turned it off
     int mmq_ok;                // the routed bank can take the mmq route (codecs, shapes, A8 allowed)
+    int sh_a8;                 // from two tokens the small-token route runs the shared expert on int8
+                               // activations as the routed ones (gemv_a8, the down by rows) where they do
     int sh_mmq;                // on the mmq route the shared expert runs the mmq kernels too (its gate/up
                                // and down allow int8 activations, codecs and shapes the kernel takes);
                                // else its f32 CUDA-core GEMVs
@@ -60,6 +62,7 @@ struct nf_sparse_moe {
     size_t o_deq;                    // dequant route: bf16 bank [E][rows][cols] of gate/up, then of down
     size_t o_mxq, o_mxd, o_maq, o_mad; // mmq route: x and act quantised (int8 planes and their (d, s))
     size_t o_sq8, o_sd8;               // small-token route: act quantised by gate/up for down_a8 (padded rows)
+    size_t o_ssq8, o_ssd8;             // and the shared expert's (sh_a8), [pos][S]
     uint32_t max_tiles;              // tile-table capacity: ceil(T*k / kPrefillTileMinM) + E
     size_t ws_bytes;
 };
@@ -261,6 +264,8 @@ static void layout_workspace(nf_sparse_moe *m, size_t T)
     const size_t Ts = T < kSmallRouteMax ? T : kSmallRouteMax;
     m->o_sq8 = take(&a, Ts * k * a8_stride(I));
     m->o_sd8 = take(&a, Ts * k * (I / 32) * 8);
+    m->o_ssq8 = m->sh_a8 ? take(&a, Ts * a8_stride(S)) : 0;
+    m->o_ssd8 = m->sh_a8 ? take(&a, Ts * (S / 32) * 8) : 0;
     nf_arena_reset(&a, routes);
     m->o_acth = m->a4 ? 0 : take(&a, T * k * I * 2);
     m->o_actsh = m->has_shared && !m->a4 ? take(&a, T * S * 2) : 0;
@@ -419,6 +424,11 @@ extern "C" nf_status nf_sparse_moe_bind(const nf_moe_bank *b, uint32_t max_token
     m->sh_mmq = m->mmq_ok && has_shared && b->shared_gate_up.allow_a8 && b->shared_down.allow_a8 &&
                 mmq_supported(m->codec[M_SGU], m->m[M_SGU], true) &&
                 mmq_supported(m->codec[M_SDOWN], m->m[M_SDOWN], false);
+    // the small-token route's shared expert on int8 activations: matrices that allow them, codecs with
+    // int8 spans, whole 64-element spans of the intermediate (the gate/up's quantised output and the
+    // down by rows)
+    m->sh_a8 = has_shared && b->shared_gate_up.allow_a8 && b->shared_down.allow_a8 && S % 64 == 0 &&
+               gemv_a8_supported(m->codec[M_SGU], m->m[M_SGU]) && gemv_a8_supported(m->codec[M_SDOWN], m->m[M_SDOWN]);
     layout_workspace(m, max_tokens);
     // the uploads and the counters' memset ran on the legacy stream (a pageable cudaMemcpy may return
     // before its DMA lands); a caller's non-blocking stream would not wait for them
@@ -707,11 +717,20 @@ static cudaError_t forward_slice(const nf_sparse_moe *m, const uint16_t *x, uint
     cudaError_t e = launch_gemv_ex(m->codec[M_GATE_UP], true, m->m[M_GATE_UP], x, true, H, g, act, I, T, gl, s);
     float *ys = nullptr;
     if (e == cudaSuccess && m->has_shared) {
-        float *acts = (float *)(ws + m->o_acts);
         ys = (float *)(ws + m->o_ys);
         const Groups sg = shared_groups(r);
-        e = launch_gemv(m->codec[M_SGU], true, m->m[M_SGU], x, true, H, sg, acts, S, T, s);
-        if (e == cudaSuccess) e = launch_gemv(m->codec[M_SDOWN], false, m->m[M_SDOWN], acts, false, S, sg, ys, H, T, s);
+        if (q8act && m->sh_a8) {
+            // as a routed expert: its intermediate quantised by gate/up, the down by rows into ys
+            int8_t *saq = (int8_t *)(ws + m->o_ssq8);
+            float2 *sad = (float2 *)(ws + m->o_ssd8);
+            const GemvLaunch sgl{NextMat{nullptr, 0}, true, false, true, false, nullptr, nullptr, saq, sad};
+            e = launch_gemv_ex(m->codec[M_SGU], true, m->m[M_SGU], x, true, H, sg, nullptr, S, T, sgl, s);
+            if (e == cudaSuccess) e = launch_down_rows_a8(m->codec[M_SDOWN], m->m[M_SDOWN], saq, sad, sg, T, ys, true, s);
+        } else {
+            float *acts = (float *)(ws + m->o_acts);
+            e = launch_gemv(m->codec[M_SGU], true, m->m[M_SGU], x, true, H, sg, acts, S, T, s);
+            if (e == cudaSuccess) e = launch_gemv(m->codec[M_SDOWN], false, m->m[M_SDOWN], acts, false, S, sg, ys, H, T, s);
+        }
     }
     if (e != cudaSuccess) return e;
     if (q8act && T >= kDownRowsFrom) { // the down by rows into y, then the combine (down_a8.cu says why)
