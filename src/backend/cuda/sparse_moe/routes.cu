@@ -48,7 +48,8 @@ uint32_t mmq_small_max(int gate_up_codec)
     default: return kSmallRouteMax; // q4_k, q5_k (and q6_k)
     }
 }
-// The small-token route runs the shared expert on f32 CUDA-core GEMVs (8 positions a pass). Where it
+// Swept when the small-token route ran the shared expert on f32 CUDA-core GEMVs (8 positions a pass;
+// from two tokens it now runs on int8 where its codecs allow: a re-sweep is due). Where it
 // is at least half a token's routed work (S >= k I / 2: qwen2_moe's, e.g. qwen2-57b-a14b's 20480
 // against 8 x 2560) and the mmq route runs it on the int8 kernels (sh_mmq), that route wins almost
 // at once: H100, qwen2-57b-a14b, --route small | mmq in one call, us:
