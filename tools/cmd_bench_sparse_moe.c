@@ -126,7 +126,8 @@ static int cmp_dbl(const void *a, const void *b)
 int nf_cmd_bench_sparse_moe(int argc, char **argv)
 {
     opts o = {.codec = "q4_k+q6_k", .geometry = "qwen3-30b-a3b", .dist = "trace-like", .execution = "graph",
-              .cache = "cold", .format = "table", .route = "auto", .flush_mib = 256, .warmup = 5, .repeat = 20, .seed = 1, .chunk = 4096};
+              .cache = "cold", .format = "table", .route = "auto", .flush_mib = 256, .warmup = 5, .repeat = 20, .seed = 1, .chunk = 4096,
+              .S = -1 /* --shared-I not given: the geometry's */};
     const nf_opt table[] = {
         {"--model", 'm', NF_OPT_STRING, &o.model, "FILE", "take the bank from this artifact (with --layer) instead of synthetic weights", 0, 0},
         {"--layer", 0, NF_OPT_INT, &o.layer, "N", "the MoE layer of --model (default 0)", 0, 1 << 20},
@@ -175,7 +176,9 @@ int nf_cmd_bench_sparse_moe(int argc, char **argv)
     if (o.E) g.E = (uint32_t)o.E;
     if (o.k) g.k = (uint32_t)o.k;
     if (o.I) g.I = (uint32_t)o.I;
-    if (o.S || (o.H || o.E || o.k || o.I)) g.S = (uint32_t)o.S;
+    /* --shared-I, 0 included, replaces the geometry's; a geometry changed by -H/-E/-k/-I has none unless given */
+    if (o.S >= 0) g.S = (uint32_t)o.S;
+    else if (o.H || o.E || o.k || o.I) g.S = 0;
     if (g.k > g.E) return nf_cli_fail("-k %u exceeds -E %u", g.k, g.E) * 2;
     if (strcmp(o.execution, "graph") && strcmp(o.execution, "stream"))
         return nf_cli_fail("--execution: '%s' is not graph or stream", o.execution) * 2;

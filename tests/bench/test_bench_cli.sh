@@ -21,6 +21,9 @@ check "bad sweep" 2 "expected 1 <= A <= B" --sweep 5:2
 check "bad tokens" 2 "comma-separated list" --tokens 1,x
 check "bad execution" 2 "is not graph or stream" --execution async
 check "k > E" 2 "exceeds -E" -E 4 -k 8
+# --shared-I 0 removes the geometry's shared expert (it was ignored: 0 read as not given)
+check "shared-I 0" 2 "names shared-expert codecs but the geometry has none" --geometry qwen3.5-35b-a3b --shared-I 0 --codec q4_k+q6_k/q8_0+q8_0
+check "shared-I kept" 2 "needs a CUDA GPU" --geometry qwen3.5-35b-a3b --codec q4_k+q6_k/q8_0+q8_0 --tokens 1
 check "unknown flag" 2 "unknown option '--fast'" --fast
 check "missing model" 1 "cannot open" -m /nonexistent/model.nf
 echo "bench cli: $pass passed, $fail failed"
