@@ -242,6 +242,10 @@ struct Emu {
 enum Route { DECODE, ROWS, MMQ };
 const char *route_name(Route r) { return r == DECODE ? "" : r == ROWS ? "rows " : "mmq "; }
 
+// Whether a route runs the shared expert on int8 activations (the mmq kernels, or from two tokens
+// the small-token route's gemv_a8 and down by rows) rather than in f32.
+bool shared_on_int8(const Bank &b, Route route) { return route == MMQ ? b.shared_a8 : route == ROWS && b.shared_rows_a8; }
+
 // down_rows_kernel's dot of one row: L lanes, lane i takes spans i, i + L, ... in order, the
 // butterfly over the L lanes (xor L / 2, ..., 1)
 float rows_rowdot(int codec, const nf::DevMat &W, uint32_t e, uint32_t r, const int8_t *xq, const float2 *xd)
@@ -337,13 +341,16 @@ Emu emulate(const Bank &b, const float *x, Plant plant, Route route)
         float v = 0.0f;
         for (uint32_t c = 0; c < 16; c++) {
             float thr[256] = {}, part = 0.0f;
-            for (uint32_t h = c * h16; h < H && h < c * h16 + h16; h++) thr[(h - c * h16) % 256] = fmaf(b.sg.deq[h], x[h], thr[(h - c * h16) % 256]);
+            for (uint32_t i = 0; i < h16 && c * h16 + i < H; i++) {
+                const uint32_t h = c * h16 + i;
+                thr[i % 256] = fmaf(b.sg.deq[h], x[h], thr[i % 256]);
+            }
             for (int w = 0; w < 8; w++) part += butterfly(thr + 32 * w);
             v += part;
         }
         sg = 1.0f / (1.0f + expf(-v));
     }
-    const bool sh8 = (mmq && b.shared_a8) || (route == ROWS && b.shared_rows_a8);
+    const bool sh8 = shared_on_int8(b, route);
     if (b.shared && !sh8) {
         std::vector<float> as(S);
         for (uint32_t r = 0; r < S; r++) {
@@ -459,8 +466,7 @@ void test_profile(const Profile &p, Route route)
     nf_moe_ref m = {H, b.E, K, I, b.shared ? b.S : 0, b.norm, b.router.deq.data(), b.gu.deq.data(), b.dn.deq.data(),
                     b.shared ? b.sgu.deq.data() : nullptr, b.shared ? b.sdn.deq.data() : nullptr,
                     b.shared ? b.sg.deq.data() : nullptr};
-    // the reference's shared expert on int8 activations too
-    const bool sh8 = (mmq && b.shared_a8) || (route == ROWS && b.shared_rows_a8);
+    const bool sh8 = shared_on_int8(b, route); // the reference's too
     CHECK_MSG(!sh8 || (b.sgu.inexact == 0 && b.sdn.inexact == 0), "%s: %zu + %zu shared k-quant weights whose CPU "
               "value is inexact", p.name, b.sgu.inexact, b.sdn.inexact);
     const nf_moe_ref_a8 a8 = {p.gu,

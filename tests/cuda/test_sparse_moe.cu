@@ -408,7 +408,8 @@ Ref reference(const Bank &b, const Profile &p, const std::vector<float> &xf, uin
     }
     const nf_moe_ref_a8 q8 = {p.gu, b.gu.off.empty() ? nullptr : b.gu.off.data(),
                               b.dn.off.empty() ? nullptr : b.dn.off.data(), 0, 0, 0, nullptr, nullptr};
-    nf_moe_ref_a8 q8m = q8, q8r = q8, q8s = q8; // the mmq route's chains: CUDA-core router, tensor-core router
+    // the mmq route's chains (CUDA-core router, tensor-core router); the small route's with the shared expert on int8
+    nf_moe_ref_a8 q8m = q8, q8r = q8, q8s = q8;
     q8m.route = 1;
     q8r.route = 2;
     if (a8 && shared_mmq(p)) {
