@@ -115,17 +115,38 @@ def experts_forward(self, hidden_states, top_k_index, top_k_weights):
     return out
 
 
-def patch_attention(module):
-    """The eager attention of the model's module, with its keys, values and output noised."""
-    if getattr(module, "_nf_sensitivity", False):
-        return
-    orig = module.eager_attention_forward
+def patch_attention(module, fn):
+    """The eager attention of the model's module, its keys, values (the bf16 KV cache) and output
+    through fn(x, site); a second call only changes fn."""
+    if not hasattr(module, "_nf_site"):
+        orig = module.eager_attention_forward
 
-    def eager(mod, query, key, value, attention_mask, **kw):
-        out, w = orig(mod, query, q(key, "kv"), q(value, "kv"), attention_mask, **kw)
-        return q(out, "att_out"), w
-    module.eager_attention_forward = eager
-    module._nf_sensitivity = True
+        def eager(mod, query, key, value, attention_mask, **kw):
+            f = module._nf_site
+            out, w = orig(mod, query, f(key, "kv"), f(value, "kv"), attention_mask, **kw)
+            return f(out, "att_out"), w
+        module.eager_attention_forward = eager
+    module._nf_site = fn
+
+
+def hook_sites(model, fn):
+    """The GPU's rounding sites outside the MLP, through fn(x, site) (this script's q, or
+    hybrid_w4a4.py's site): the attention's (patch_attention), each token mixer's input (mix_in) and
+    its out_proj / o_proj input (mix_out), the head's input (head_in). The MLP's are the caller's."""
+    patch_attention(sys.modules[type(model).__module__], fn)
+    for layer in model.model.layers:
+        mixer = layer.linear_attn if hasattr(layer, "linear_attn") else layer.self_attn
+
+        def mix_pre(mod, args, kwargs):
+            if "hidden_states" in kwargs:
+                kwargs["hidden_states"] = fn(kwargs["hidden_states"], "mix_in")
+            else:
+                args = (fn(args[0], "mix_in"),) + args[1:]
+            return args, kwargs
+        mixer.register_forward_pre_hook(mix_pre, with_kwargs=True)
+        oproj = mixer.out_proj if hasattr(mixer, "out_proj") else mixer.o_proj
+        oproj.register_forward_pre_hook(lambda m, a: (fn(a[0], "mix_out"),))
+    model.lm_head.register_forward_pre_hook(lambda m, a: (fn(a[0], "head_in"),))
 
 
 def load(folder, layers):
@@ -134,19 +155,8 @@ def load(folder, layers):
     cfg.layer_types = cfg.layer_types[:layers]
     model = transformers.AutoModelForCausalLM.from_pretrained(folder, config=cfg, dtype=torch.float32,
                                                               attn_implementation="eager").eval()
-    patch_attention(sys.modules[type(model).__module__])
+    hook_sites(model, q)
     for l, layer in enumerate(model.model.layers):
-        mixer = layer.linear_attn if hasattr(layer, "linear_attn") else layer.self_attn
-
-        def mix_pre(mod, args, kwargs):
-            if "hidden_states" in kwargs:
-                kwargs["hidden_states"] = q(kwargs["hidden_states"], "mix_in")
-            else:
-                args = (q(args[0], "mix_in"),) + args[1:]
-            return args, kwargs
-        mixer.register_forward_pre_hook(mix_pre, with_kwargs=True)
-        oproj = mixer.out_proj if hasattr(mixer, "out_proj") else mixer.o_proj
-        oproj.register_forward_pre_hook(lambda m, a: (q(a[0], "mix_out"),))
         mlp = layer.mlp
         mlp.register_forward_pre_hook(lambda m, a: (q(a[0], "mlp_in"),))
         if hasattr(mlp, "experts"):
@@ -156,7 +166,6 @@ def load(folder, layers):
             mlp.register_forward_hook(lambda m, a, o: q(o, "moe_out"))
         else:
             mlp.down_proj.register_forward_pre_hook(lambda m, a: (q(a[0], "mid"),))
-    model.lm_head.register_forward_pre_hook(lambda m, a: (q(a[0], "head_in"),))
     return model
 
 

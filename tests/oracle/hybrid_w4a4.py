@@ -36,6 +36,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+import hybrid_sensitivity as hs  # hook_sites: the rounding sites outside the MLP
+
 U = 2.0 ** -9  # the RMS of bf16 round-to-nearest errors (tests/cuda/test_hybrid_cuda.c's u)
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 MIDS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)  # the midpoints between neighbouring e2m1 magnitudes
@@ -176,40 +178,13 @@ def moe_forward(layer):
     return forward
 
 
-def patch_attention(module):
-    """The eager attention of the model's module, its keys, values (the bf16 KV cache) and output
-    through site()."""
-    if getattr(module, "_nf_w4a4", False):
-        return
-    orig = module.eager_attention_forward
-
-    def eager(mod, query, key, value, attention_mask, **kw):
-        out, w = orig(mod, query, site(key, "kv"), site(value, "kv"), attention_mask, **kw)
-        return site(out, "att_out"), w
-    module.eager_attention_forward = eager
-    module._nf_w4a4 = True
-
-
 def instrument(model):
     """The W4A4 MoE blocks and the GPU's other bf16 rounding sites (tests/oracle/hybrid_sensitivity.py's
-    list, with the MoE's as the W4A4 route has them: its input, the routed y plane, its output; the
-    intermediates are encoded from fp32) on a Qwen3_5MoeForCausalLM."""
-    import sys
-    patch_attention(sys.modules[type(model).__module__])
+    list and hook_sites, with the MoE's as the W4A4 route has them: its input, the routed y plane, its
+    output; the intermediates are encoded from fp32) on a Qwen3_5MoeForCausalLM."""
+    hs.hook_sites(model, site)
     for l, layer in enumerate(model.model.layers):
-        mixer = layer.linear_attn if hasattr(layer, "linear_attn") else layer.self_attn
-
-        def mix_pre(mod, args, kwargs):
-            if "hidden_states" in kwargs:
-                kwargs["hidden_states"] = site(kwargs["hidden_states"], "mix_in")
-            else:
-                args = (site(args[0], "mix_in"),) + args[1:]
-            return args, kwargs
-        mixer.register_forward_pre_hook(mix_pre, with_kwargs=True)
-        oproj = mixer.out_proj if hasattr(mixer, "out_proj") else mixer.o_proj
-        oproj.register_forward_pre_hook(lambda m, a: (site(a[0], "mix_out"),))
         layer.mlp.forward = moe_forward(l).__get__(layer.mlp)
-    model.lm_head.register_forward_pre_hook(lambda m, a: (site(a[0], "head_in"),))
     return model
 
 
