@@ -326,6 +326,8 @@ static void enc_rows(void *ctx, size_t begin, size_t end, int worker)
             for (uint64_t k = 0; k < j->cols; k++) x[k] = 1.0f;
         else
             fill_normal(x, j->cols, row_key(j->key, j->r0 + i), j->s->std);
+        if (j->s->codec == NF_CODEC_F32) /* bf16 values, as a converted bf16 checkpoint's f32 tensors hold */
+            for (uint64_t k = 0; k < j->cols; k++) x[k] = nf_bf16_to_f32(nf_f32_to_bf16(x[k]));
         j->c->quantize_row(x, j->out + i * j->rb, j->cols);
     }
 }

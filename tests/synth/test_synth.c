@@ -258,6 +258,16 @@ static void check_values(const nf_model *m)
     mean_sd(m->layers[1].ffn_gate_inp, &mean, &sd);
     const double want = 2 / sqrt((double)m->cfg.hidden);
     CHECK_MSG(fabs(sd - want) < 0.05 * want, "router sd %g, want %g", sd, want);
+    /* f32 tensors hold bf16 values, as a converted bf16 checkpoint's do (engines may bind them as bf16) */
+    const nf_tensor *r = m->layers[1].ffn_gate_inp;
+    uint64_t wide = 0;
+    for (uint64_t i = 0; i < r->layout.rows * r->layout.cols; i++) {
+        uint32_t b;
+        memcpy(&b, (const float *)r->data + i, 4);
+        wide += (b & 0xffffu) != 0;
+    }
+    CHECK_MSG(r->codec->id == NF_CODEC_F32 && wide == 0, "router: %llu of its f32 weights are not bf16 values",
+              (unsigned long long)wide);
     const float *norm = (const float *)m->layers[1].attn_norm->data;
     int ones = 1;
     for (uint32_t i = 0; i < m->cfg.hidden; i++) ones &= norm[i] == 1.0f;
