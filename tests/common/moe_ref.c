@@ -446,7 +446,7 @@ static double logit_err_mma(const float *w, const float *x, uint32_t H)
     return 1.001 * ldexp(e, -24);
 }
 
-/* The cluster router's logit (router.cu, cluster_logits_mma: the decode and small-token routes): warp w
+/* The cluster router's logit (router_cluster.cu, cluster_logits_mma: the decode and small-token routes): warp w
  * of 8 takes the 32-column blocks w, w + 8, ... onto its own accumulator, a block two k16 steps
  * (columns 32 b + 8 c + 0 .. 3 for c = 0 .. 3, then + 4 .. 7), each step the three planes' MMAs
  * bounded as logit_err_mma's; then the 8 accumulators added in warp order. */

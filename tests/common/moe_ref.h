@@ -91,7 +91,7 @@ typedef struct nf_moe_ref_a8 {
     const float *down_off;    /* [E][H][I/32] */
     /* The device's chains (the bound's order of roundings; the values are the same):
      * route 0: the decode and small-token routes (gemv_a8.cu, down_a8.cu, the cluster router on
-     *    tensor cores: router.cu's cluster_logits_mma);
+     *    tensor cores: router_cluster.cu's cluster_logits_mma);
      * 1: the mmq route (mmq.cu: each dot's groups folded one after another in element order, y in
      *    f32, the combine), its router the CUDA-core one (T < 512: router_logits_kernel);
      * 2: the mmq route with the tensor-core router (router_mma.cu, T >= 512). */

@@ -335,8 +335,9 @@ Emu emulate(const Bank &b, const float *x, Plant plant, Route route)
     // mmq route's int8 one below, once x is quantised)
     std::vector<float> ys(H, 0.0f);
     float sg = 0;
-    if (b.shared) { // router.cu's cluster_gate_part: CTA c of 16 takes columns c H16 .. (H16 = ceil(H / 16)), a
-        // thread columns tid, tid + 256, ..., each warp's butterfly, the 8 warps' sums, then the 16 CTAs', in order
+    if (b.shared) { // router_cluster.cu's cluster_gate_part: CTA c of 16 takes columns c H16 .. (H16 =
+        // ceil(H / 16)), a thread columns tid, tid + 256, ..., each warp's butterfly, the 8 warps' sums, then the
+        // 16 CTAs', in order
         const uint32_t h16 = (H + 15) / 16;
         float v = 0.0f;
         for (uint32_t c = 0; c < 16; c++) {

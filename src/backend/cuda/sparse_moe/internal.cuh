@@ -200,6 +200,14 @@ void launch_routing(const DevMat &router, int router_codec, const RouterPlanes &
                     int shared_gate_codec, const uint16_t *x, uint32_t T, uint32_t H, uint32_t E, uint32_t k,
                     int norm_topk, const Routing &r, const int32_t *forced, int *counter, bool small, cudaStream_t s);
 
+// router_cluster.cu: the small routes' router (T <= 16) as one cluster of CTAs: logits, top-k and the
+// work list in one launch (w f32 where w_f32, else bf16; gw likewise, or NULL). false: nothing
+// launched (the device cannot run the cluster or its shared memory); launch_routing then runs the
+// last-CTA form.
+bool launch_router_cluster(const void *w, bool w_f32, const void *gw, bool gw_f32, const uint16_t *x, uint32_t T,
+                           uint32_t H, uint32_t E, uint32_t k, int norm, const Routing &r, const int32_t *forced,
+                           cudaStream_t s);
+
 // router_mma.cu: the prefill form's logits on tensor cores with softmax, top-k and the shared gate in
 // the same launch (writes r.topk_id, r.topk_w, r.shared_g; not r.logits). false: nothing launched
 // (E > 512, k > 16, no bulk tensor copy, or its shared memory exceeds the device's). gw (the shared
