@@ -84,8 +84,8 @@ __global__ void __launch_bounds__(kDeqWarps * 32) dequant_kernel(DevMat W, Group
 // q8_0, q4_k, q5_k, q6_k and the import-only q2_k, q3_k, iq4_xs, iq4_nl (12 .. 15)
 static bool dequant_takes(int codec) { return (codec >= 3 && codec <= 6) || (codec >= 12 && codec <= 15); }
 
-// From the sweep (docs/sparse_moe.md, "k-quant prefill through bf16"; qwen3 geometry, H200, this
-// route against the k-quant kernel): q4_k, q5_k and q6_k gate/up gain from T = 512 (0.98x, 0.92x,
+// From the sweep (docs/perf/sparse_moe_history.md, "Routes"; qwen3 geometry, H200, this route
+// against the k-quant kernel): q4_k, q5_k and q6_k gate/up gain from T = 512 (0.98x, 0.92x,
 // 0.95x; 1.07 - 1.20x at 256); q8_0, whose own kernel decodes cheaply, from 1536 (1.016x at 1024,
 // 0.878x at 1536). Gate/up holds two thirds of the bytes, so its codec decides. The sweep's routing
 // is trace-like (skewed, as real routing is); under uniform routing the copy loses up to T = 768 and

@@ -10,8 +10,8 @@ extern "C" {
 namespace nf {
 
 // The small-token/prefill frontier per profile: the largest T at which the CUDA-core route beats the
-// tensor-core one, from the recorded sweep in docs/sparse_moe.md (H200, qwen3-30b-a3b geometry,
-// trace-like routing, cold L2, graph replay). q4_k+q6_k stands for the k-quant gate/up profiles, which
+// tensor-core one, from the recorded sweep (docs/perf/sparse_moe_history.md, "Thresholds"; H200,
+// qwen3-30b-a3b geometry, trace-like routing, cold L2, graph replay). q4_k+q6_k stands for the k-quant gate/up profiles, which
 // share its kernels' per-byte cost; the other k-quant mixes were not swept apart. The import-only
 // gate/up codecs were swept on an H100 (q3_k+q5_k, iq4_xs+q6_k, iq4_nl+q8_0, q2_k+q3_k). 16 is the kernels'
 // limit (kSmallRouteMax), not a crossing. bf16 on sm_90 has the wgmma prefill (prefill_wg.cu), which
@@ -40,7 +40,8 @@ uint32_t small_route_max(int gate_up_codec)
 // qwen3-30b-a3b geometry, trace-like, cold L2, graph replay, --route small | mmq in one call, us):
 // q4_k+q6_k T = 12 124.1 / 139.0, 14 138.0 / 148.9, 16 147.7 / 149.9; q5_k+q6_k 16 155.8 / 165.1;
 // q8_0+q8_0 12 145.6 / 156.6, 14 161.9 / 160.8 (13 not measured; rows two passes a warp, one is within
-// 1 %). (With the fused down they crossed at 11, 9 and 7.) The second from docs/sparse_moe.md ("The mmq route"). q6_k gate/up was not swept: q5_k's.
+// 1 %). (With the fused down they crossed at 11, 9 and 7.) The second from the mmq sweep
+// (docs/perf/sparse_moe_history.md, "The mmq route"). q6_k gate/up was not swept: q5_k's.
 uint32_t mmq_small_max(int gate_up_codec)
 {
     switch (gate_up_codec) {
