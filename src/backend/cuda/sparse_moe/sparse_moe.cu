@@ -576,7 +576,8 @@ static cudaError_t prefill_slice_a4(const nf_sparse_moe *m, const uint16_t *x, u
 }
 
 // The prefill route's slice: tensor-core grouped GEMMs for gate/up (SwiGLU epilogue, bf16 act) and
-// down (fp32 y per position), the same for the shared expert over all T tokens, then the combine.
+// down (bf16 y per position; the shared expert's ys f32), the same for the shared expert over all T
+// tokens, then the combine.
 static cudaError_t prefill_slice(const nf_sparse_moe *m, const uint16_t *x, uint32_t T, uint16_t *out, uint8_t *ws,
                                  const Routing &r, Groups g, cudaStream_t s)
 {
