@@ -5,6 +5,7 @@
 
 #include "bf16x3.cuh"
 #include "internal.cuh"
+#include "mma_rows.cuh"
 #include "ptx.cuh"
 #include "router_small.cuh"
 #include "topk.cuh"
@@ -47,7 +48,7 @@ struct RouterWord<uint16_t> {
     uint4 v;
     __device__ void load(const uint16_t *row, uint32_t col) { v = *reinterpret_cast<const uint4 *>(row + col); }
     __device__ void zero() { v = make_uint4(0, 0, 0, 0); }
-    __device__ uint32_t pair(int, int i) const { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+    __device__ uint32_t pair(int, int i) const { return word_of(v, i); }
 };
 template <>
 struct RouterWord<float> {
@@ -82,23 +83,20 @@ struct StagedWord {
 #pragma unroll
         for (int p = 0; p < P; p++) v[p] = make_uint4(0, 0, 0, 0);
     }
-    __device__ uint32_t pair(int p, int i) const { return i == 0 ? v[p].x : i == 1 ? v[p].y : i == 2 ? v[p].z : v[p].w; }
+    __device__ uint32_t pair(int p, int i) const { return word_of(v[p], i); }
 };
 
-// A staged row's pitch in bytes: its bf16 plane row plus 64 bytes, so that the two rows a quarter
-// warp's 16-byte loads take (lanes 4 g + c, g = 2 i, 2 i + 1) fall on different banks.
-__host__ __device__ inline uint32_t cluster_pitch(uint32_t H) { return 2 * H + 64; }
-
 // Stages rows row0 .. row0 + rows - 1 of the router into shared memory as P bf16 planes [rows][pitch]
-// (an f32 row split by bf16x3: hi, mid, lo), 16 bytes of the source a load, all of a thread's loads
-// issued before its stores. Runs before the grid-dependency wait: the router does not depend on
+// (an f32 row split by bf16x3: hi, mid, lo; pitch = mma_col_stride(H), 64 bytes past the row, so the
+// two rows a quarter warp's 16-byte loads take fall on different banks), 16 bytes of the source a
+// load, all of a thread's loads issued before its stores. Runs before the grid-dependency wait: the router does not depend on
 // the predecessor, so its bytes arrive while the norm that writes x drains.
 template <typename W>
 __device__ __forceinline__ void cluster_stage(const W *w, uint32_t row0, uint32_t rows, uint32_t H, uint8_t *planes,
                                               uint32_t plane_bytes)
 {
     constexpr int N = 16 / sizeof(W); // elements a load
-    const uint32_t per_row = H / N, total = rows * per_row, pitch = cluster_pitch(H);
+    const uint32_t per_row = H / N, total = rows * per_row, pitch = mma_col_stride(H);
     for (uint32_t v0 = threadIdx.x; v0 < total; v0 += blockDim.x * 4) {
         uint4 buf[4];
 #pragma unroll
@@ -190,7 +188,7 @@ __device__ __forceinline__ void cluster_logits_mma(const W *w, const uint16_t *x
     float d[MT][NT][4] = {};
     if (planes) {
         __syncthreads(); // the staged planes
-        const uint32_t pitch = cluster_pitch(H);
+        const uint32_t pitch = mma_col_stride(H);
         auto at = [&](StagedWord<P> &wd, uint32_t r, uint32_t col) { wd.load(planes, plane_bytes, pitch, r, col); };
         cluster_mma_loop<MT, NT, P, 4 / MT, StagedWord<P>>(x, T, H, rows, at, d);
     } else {
@@ -257,7 +255,7 @@ __global__ void __launch_bounds__(kClusterWarps * 32, 1)
     const uint32_t R = (E + kDecodeCluster - 1) / kDecodeCluster;
     // the staged planes after the logits (16-byte aligned: TT E floats, E % 4 == 0 where staged)
     uint8_t *planes = staged ? reinterpret_cast<uint8_t *>(lg + TT * E) : nullptr;
-    cluster_logits_mma<MT, NT>(w, x, T, H, E, R, planes, R * cluster_pitch(H), red);
+    cluster_logits_mma<MT, NT>(w, x, T, H, E, R, planes, R * mma_col_stride(H), red);
     const float gate = gw ? cluster_gate_part<TT>(gw, x, T, H, wsum) : 0.f;
     __syncthreads(); // red complete
     asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
@@ -299,7 +297,7 @@ bool launch_cluster(const W *w, const G *gw, const uint16_t *x, uint32_t T, uint
     // the CTA's rows staged as bf16 planes where they fit beside the logits (not an f32 router of
     // E = 512, nor of E = 256 at 16 tokens: those read the rows from global memory, the same bits)
     const size_t lg_bytes = (size_t)TT * E * sizeof(float);
-    const size_t planes = (sizeof(W) == 4 ? 3 : 1) * (size_t)((E + kDecodeCluster - 1) / kDecodeCluster) * cluster_pitch(H);
+    const size_t planes = (sizeof(W) == 4 ? 3 : 1) * (size_t)((E + kDecodeCluster - 1) / kDecodeCluster) * mma_col_stride(H);
     cudaFuncAttributes fa;
     if (T > (uint32_t)TT || cudaFuncGetAttributes(&fa, kern) != cudaSuccess ||
         lg_bytes + fa.sharedSizeBytes > smem_optin_limit()) {
