@@ -41,7 +41,8 @@ struct nf_sparse_moe {
                                // 0 where the bank cannot (mmq_ok) or a benchmark turned it off
     int mmq_ok;                // the routed bank can take the mmq route (codecs, shapes, A8 allowed)
     int sh_a8;                 // from two tokens the small-token route runs the shared expert on int8
-                               // activations as the routed ones (gemv_a8, the down by rows) where they do
+                               // activations as a routed one (gemv_a8, the down by rows): its matrices
+                               // allow int8 and its codecs have int8 spans; else its f32 GEMVs
     int sh_mmq;                // on the mmq route the shared expert runs the mmq kernels too (its gate/up
                                // and down allow int8 activations, codecs and shapes the kernel takes);
                                // else its f32 CUDA-core GEMVs
